@@ -59,10 +59,18 @@ const (
 	msgConsumed = 'u' // edge inbox: conn, bytes processed in total
 	msgEdgeBeat = 'b' // home inbox: "conn:sent:written" for each member (",")
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
-	msgExec     = 'x' // call on the room channel: tenant, action (JSON), budget (ms; absent: 30 s)
+	msgExec     = 'x' // call on the room channel: tenant, action (JSON, its budget in it: budgetKey), budget (ms; unreleased form)
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
+
+// budgetKey is the key of a forwarded action's JSON (msgExec) that carries
+// what was left of its caller's deadline, in ms: a key contract.Action
+// lacks, so a home of an earlier release, whose exec call takes exactly
+// two fields and drops any other, executes the action with its 30 s and
+// answers it. Absent (an earlier release forwarding), the home gives the
+// action 30 s.
+const budgetKey = "nexscope_budget_ms"
 
 // Cluster tuning.
 const (
@@ -188,14 +196,45 @@ func (cl *fleet) start(ctx context.Context) {
 	// every room bids once: those here now, and later ones through cl.bid.
 	cl.p.roomsMu.Lock()
 	defer cl.p.roomsMu.Unlock()
+	bids := make(map[string]chan struct{}) // the bids running, by room; under roomsMu
 	cl.bid = func(r *room) {
+		bidCtx, unbid := context.WithCancel(ctx)
+		r.unbid = unbid // the room dropped (Platform.dropIdle): its bid ends
+		prev, done := bids[r.name], make(chan struct{})
+		bids[r.name] = done
 		cl.wg.Go(func() {
-			_ = cl.p.deps.RunExclusive(ctx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
+			defer func() {
+				unbid()
+				cl.p.roomsMu.Lock()
+				if bids[r.name] == done {
+					delete(bids, r.name)
+				}
+				cl.p.roomsMu.Unlock()
+				close(done)
+			}()
+			if afterBid(bidCtx, prev) {
+				_ = cl.p.deps.RunExclusive(bidCtx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
+			}
 		})
 	}
 	for _, r := range cl.p.rooms {
 		cl.bid(r)
 	}
+}
+
+// afterBid waits until prev (nil: none), the bid of a room dropped under
+// the same name, has ended, and reports whether ctx is still alive then.
+// That bid releases the room's lease as it ends; this instance bidding
+// meanwhile would take the lease as the same holder (store.Leases.Acquire
+// extends it), and the release would free it under the new room's home.
+func afterBid(ctx context.Context, prev <-chan struct{}) bool {
+	if prev != nil {
+		select {
+		case <-prev:
+		case <-ctx.Done():
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // shutdown stops the beat and waits for the bids, which end with Run's
@@ -598,7 +637,11 @@ func (cl *fleet) forwardExec(ctx context.Context, r *room, tenant string, a *con
 	if dl, ok := ctx.Deadline(); ok {
 		budget = min(budget, time.Until(dl))
 	}
-	raw, ok := cl.node.Call(ctx, roomPrefix+r.name, msgExec, []byte(tenant), action, strconv.AppendInt(nil, budget.Milliseconds(), 10))
+	// The budget is relative: the instances' clocks may disagree, so a
+	// deadline would move by their skew; counted from the home's receipt,
+	// it ends one hop late at most (as the answer's way back takes one).
+	action = append(strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10), append([]byte{','}, action[1:]...)...)
+	raw, ok := cl.node.Call(ctx, roomPrefix+r.name, msgExec, []byte(tenant), action)
 	if !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 	}
@@ -628,8 +671,16 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	// wait on their context. An earlier release's call carries no budget:
 	// it has the 30 s of before.
 	budget := forwardedExecTimeout
+	var field struct {
+		Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
+	}
 	if len(req.Fields) == 3 {
-		budgetMs, err := strconv.ParseInt(string(req.Fields[2]), 10, 64)
+		field.Budget = req.Fields[2]
+	} else if json.Unmarshal(action, &field) != nil {
+		field.Budget = nil // the action's decoding fails below
+	}
+	if field.Budget != nil {
+		budgetMs, err := strconv.ParseInt(string(field.Budget), 10, 64)
 		if err != nil {
 			budgetMs = 0
 		}

@@ -14,10 +14,13 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock"
+	"connector/internal/cluster"
 	"connector/internal/redistest"
 	"connector/media"
 	"connector/media/mediatest"
 	"connector/platform"
+	"connector/store"
 )
 
 // TestClusterSendMediaAtHome: a gateway's send_media through an instance
@@ -227,5 +230,86 @@ func TestClusterForwardedExecBudget(t *testing.T) {
 	}
 	if f := alice.Expect("msg"); f["text"] != "no budget" {
 		t.Fatalf("alice got %v, want the msg of the call without a budget", f)
+	}
+}
+
+// TestClusterForwardedExecBudgetInTheAction: the budget as a forwarder
+// sends it, in the action's JSON (budgetKey): one spent is answered
+// unavailable without executing the action, one left is executed.
+func TestClusterForwardedExecBudgetInTheAction(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	ins := startInstances(t, srv, cfg, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	for _, c := range []struct {
+		budget string
+		ok     bool
+	}{{"0", false}, {`"soon"`, false}, {"5000", true}} {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		action := `{"` + budgetKey + `":` + c.budget + `,"op":"send","chat_id":"default","content":` + strconv.Quote("budget "+c.budget) + `}`
+		raw, answered := edge.p.cluster.node.Call(ctx, roomPrefix+DefaultRoom, msgExec, []byte("t1"), []byte(action))
+		cancel()
+		var res contract.Result
+		if !answered || json.Unmarshal(raw, &res) != nil || res.Success != c.ok || !c.ok && res.Code != contract.CodeUnavailable {
+			t.Fatalf("exec with budget %s = %+v (answered %v), want success %v", c.budget, res, answered, c.ok)
+		}
+	}
+	if f := alice.Expect("msg"); f["text"] != "budget 5000" {
+		t.Fatalf("alice got %v, want only the msg sent within its budget", f)
+	}
+}
+
+// TestClusterForwardToAnEarlierReleaseHome: during a rolling deploy an
+// upgraded instance forwards a gateway's send to a room homed on an
+// instance of the earlier release, whose exec call takes exactly two
+// fields (tenant, action) and drops any other message of its type. The
+// home answers it (here, as that release does, with the action it
+// decoded), so the send succeeds instead of waiting out its deadline.
+func TestClusterForwardToAnEarlierReleaseHome(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st := openStore(t, srv)
+	old, err := cluster.New(cluster.Config{Instance: "old", PubSub: st.PubSub(), LeaseTTL: clusterLeaseTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(old.Close)
+	got := make(chan contract.Action, 1)
+	old.HandleCall(msgExec, 2, func(req cluster.Msg) { // the earlier release's handler
+		var a contract.Action
+		if json.Unmarshal(req.Fields[1], &a) != nil || string(req.Fields[0]) != "t1" {
+			return
+		}
+		got <- a
+		raw, _ := json.Marshal(contract.Result{Success: true})
+		old.Reply(req, raw)
+	})
+	homed := make(chan struct{})
+	go func() {
+		_ = store.RunExclusive(ctx, clock.System, st.Leases(), leasePrefix+DefaultRoom, "old", clusterLeaseTTL, func(hctx context.Context) error {
+			unsub, err := old.Subscribe(hctx, roomPrefix+DefaultRoom)
+			if err != nil {
+				t.Error(err)
+				return nil
+			}
+			defer unsub()
+			close(homed)
+			<-hctx.Done()
+			return nil
+		})
+	}()
+	<-homed
+	edge := startInstance(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "new", clusterLeaseTTL)
+	sendCtx, sendCancel := context.WithTimeout(context.Background(), testTimeout)
+	defer sendCancel()
+	res := edge.p.Execute(sendCtx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	if !res.Success {
+		t.Fatalf("send forwarded to the earlier release's home = %+v, want success", res)
+	}
+	if a := <-got; a.Op != contract.OpSend || string(a.ChatID) != DefaultRoom || a.Content != "hi" {
+		t.Fatalf("the earlier release's home decoded %+v", a)
 	}
 }

@@ -24,7 +24,7 @@ var egress = platform.Ops[*Platform, *room]{
 
 // roomOf makes a chat_id into the room ops act on: a room name (one that
 // names no room gives nil, which platform.Authorize declines before any op
-// runs; rooms are never removed).
+// runs; a room dropped meanwhile too).
 func roomOf(p *Platform, chatID string) (*room, bool) {
 	if !validName(chatID) {
 		return nil, false

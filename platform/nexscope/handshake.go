@@ -91,6 +91,9 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	case CloseRoomFull:
 		refuse(ws, CodeRoomFull, "room is full", CloseRoomFull)
 		return
+	case CloseUnknownRoom: // dropped since it was looked up (Platform.dropIdle)
+		refuse(ws, CodeUnknownRoom, "no such room", CloseUnknownRoom)
+		return
 	default:
 		c, ok := err.(Close)
 		if !ok {

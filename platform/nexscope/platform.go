@@ -88,10 +88,10 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		p.cluster = newCluster(p, deps.Cluster)
 	}
 	for _, rc := range cfg.Rooms {
-		p.rooms[rc.Name] = newRoom(p, rc)
+		p.rooms[rc.Name] = newRoom(p, rc, true)
 	}
 	if p.rooms[DefaultRoom] == nil {
-		p.rooms[DefaultRoom] = newRoom(p, Room{Name: DefaultRoom})
+		p.rooms[DefaultRoom] = newRoom(p, Room{Name: DefaultRoom}, true)
 	}
 	p.edge, p.here = newEgress()
 	p.desc = descriptor.Nexscope(egress.Names(), cfg.MaxText)
@@ -242,8 +242,10 @@ func (p *Platform) room(name string) *room {
 
 // Bind implements platform.Binder: bindings (kind room) name the rooms
 // bound to a tenant; every other room becomes a plain relay room. A bound
-// room that does not exist yet is created with the configured defaults.
-// Members stay connected: only the bot joins or leaves the presence list.
+// room that does not exist yet is created with the configured defaults;
+// one a binding created is dropped once unbound with no member
+// (dropIdle). Members stay connected: only the bot joins or leaves the
+// presence list.
 func (p *Platform) Bind(bindings []platform.Binding) error {
 	want := make(map[string]string, len(bindings))
 	for _, b := range bindings {
@@ -258,7 +260,7 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 	p.roomsMu.Lock()
 	for name := range want {
 		if p.rooms[name] == nil {
-			r := newRoom(p, Room{Name: name})
+			r := newRoom(p, Room{Name: name}, false)
 			p.rooms[name] = r
 			if p.cluster != nil && p.cluster.bid != nil {
 				p.cluster.bid(r) // start ran: the room bids for its lease
@@ -272,8 +274,35 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 		r.mu.Lock()
 		r.bindLocked(want[r.name], created[want[r.name]])
 		r.unlock()
+		p.dropIdle(r)
 	}
 	return nil
+}
+
+// dropIdle drops r when it is a room a binding created, now unbound with
+// no member: the instance forgets it and its bid for its lease ends (as
+// home, it releases the lease), so an unbound room costs Redis nothing.
+// A later Bind creates it afresh.
+func (p *Platform) dropIdle(r *room) {
+	if r.keep {
+		return
+	}
+	p.roomsMu.Lock()
+	defer p.roomsMu.Unlock()
+	if p.rooms[r.name] != r {
+		return // dropped already
+	}
+	r.mu.Lock()
+	r.dropped = r.tenant() == "" && len(r.members) == 0
+	dropped := r.dropped
+	r.mu.Unlock() // nothing queued: no member
+	if dropped {
+		delete(p.rooms, r.name)
+		if r.unbid != nil {
+			r.unbid()
+		}
+		p.deps.Log.Info("nexscope room dropped: unbound, with no member here", "room", r.name)
+	}
 }
 
 // tenantGone reports whether tenant is not among the tenants SetTenants

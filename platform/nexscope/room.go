@@ -27,6 +27,12 @@ type room struct {
 	// botName is the bot's member name while the room is bound.
 	botName string
 	cap     int
+	// keep is set for a configured room (Config.Rooms, the default room),
+	// never dropped; a room a binding created is (Platform.dropIdle).
+	keep bool
+	// unbid ends the room's bid for its lease (fleet.bid); under
+	// Platform.roomsMu.
+	unbid context.CancelFunc
 	// bound is the room's tenant and bot, both "" for a plain relay room
 	// (never nil). It changes under mu (Bind), and is read without it.
 	bound atomic.Pointer[roomBinding]
@@ -37,7 +43,10 @@ type room struct {
 	// instances, the room lease's context (store.Held); under mu.
 	tenure context.Context
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// dropped is set once Platform.dropIdle dropped the room: no one
+	// joins it any more.
+	dropped  bool
 	members  map[string]*member
 	users    []string // sorted presence list, the bot included
 	transfer *transfer
@@ -72,8 +81,9 @@ type roomBinding struct {
 	created     time.Time
 }
 
-func newRoom(p *Platform, rc Room) *room {
+func newRoom(p *Platform, rc Room, keep bool) *room {
 	r := &room{
+		keep:    keep,
 		p:       p,
 		name:    rc.Name,
 		botName: cmp.Or(rc.BotName, p.cfg.BotName),
@@ -181,7 +191,8 @@ func (r *room) pushFrameLocked(m *member, f wsconn.Frame) {
 }
 
 // join adds m, or returns the Close that refuses it: CloseNameTaken,
-// CloseRoomFull, or CloseGoingAway for a member closed by shutdown before it
+// CloseRoomFull, CloseUnknownRoom for a room dropped meanwhile, or
+// CloseGoingAway for a member closed by shutdown before it
 // joined or joining once the shutdown began (which resigns the room: the
 // member would not be closed with the others).
 func (r *room) join(m *member) error {
@@ -189,6 +200,9 @@ func (r *room) join(m *member) error {
 	defer r.unlock()
 	if m.left.Load() || r.p.closed.Load() {
 		return CloseGoingAway
+	}
+	if r.dropped {
+		return CloseUnknownRoom
 	}
 	if !r.home.Load() {
 		return CloseRoomMoved // the lease went to another instance meanwhile
@@ -266,11 +280,12 @@ func (r *room) resign(c Close) {
 }
 
 // leave removes m (once; member.leave guards), tells everyone else, and
-// abandons the transfer m was sending.
+// abandons the transfer m was sending. The last member to leave an unbound
+// room a binding created drops it (Platform.dropIdle).
 func (r *room) leave(m *member) {
 	r.mu.Lock()
-	defer r.unlock()
 	if r.members[m.name] != m {
+		r.unlock()
 		return
 	}
 	delete(r.members, m.name)
@@ -281,6 +296,11 @@ func (r *room) leave(m *member) {
 		r.abortLocked(t)
 	}
 	r.broadcastPresenceLocked()
+	idle := len(r.members) == 0
+	r.unlock()
+	if idle {
+		r.p.dropIdle(r)
+	}
 }
 
 // broadcastPresenceLocked sends the full sorted list to every member.

@@ -1,0 +1,178 @@
+package nexscope
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connector/internal/clock"
+	"connector/internal/redistest"
+	"connector/platform"
+	"connector/store"
+)
+
+// TestUnboundRoomIsDropped: a room a binding created is dropped once it is
+// unbound (its tenant deleted drops its binding) with no member: the
+// instance forgets it, its bid for its lease ends and the lease is
+// released, so Redis hears nothing more of it; a later binding creates it
+// again. One unbound while a member is in it stays until that member
+// leaves; a configured room is never dropped.
+func TestUnboundRoomIsDropped(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	var mu sync.Mutex
+	bidding := make(map[string]int) // lease -> bids running
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st := openStore(t, srv)
+	in := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: "kept"}}}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
+			mu.Lock()
+			bidding[lease]++
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				bidding[lease]--
+				mu.Unlock()
+			}()
+			return store.RunExclusive(ctx, clock.System, st.Leases(), lease, "i0", clusterLeaseTTL, run)
+		}
+	})
+	bids := func(room string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return bidding[leasePrefix+room]
+	}
+	held := func(room string) bool {
+		_, ok, err := st.Leases().Holder(ctx, leasePrefix+room)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	bind := func(bs ...platform.Binding) {
+		t.Helper()
+		if err := in.p.Bind(bs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lab := platform.Binding{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}
+
+	waitFor(t, "i0 the home of the configured rooms", func() bool {
+		return in.p.room("kept").home.Load() && in.p.room(DefaultRoom).home.Load()
+	})
+	bind(lab)
+	waitFor(t, "i0 the home of lab", func() bool { r := in.p.room("lab"); return r != nil && r.home.Load() })
+	bind()
+	waitFor(t, "lab dropped, its bid ended and its lease released", func() bool {
+		return in.p.room("lab") == nil && bids("lab") == 0 && !held("lab")
+	})
+	if in.p.room("kept") == nil || in.p.room(DefaultRoom) == nil || bids("kept") != 1 || bids(DefaultRoom) != 1 {
+		t.Fatalf("a configured room was dropped (kept %v, default %v, bids %d/%d)", in.p.room("kept"), in.p.room(DefaultRoom), bids("kept"), bids(DefaultRoom))
+	}
+
+	// Bound again, lab is created afresh; unbound with alice in it, it stays
+	// until she leaves.
+	bind(lab)
+	waitFor(t, "i0 the home of lab again", func() bool { r := in.p.room("lab"); return r != nil && r.home.Load() })
+	alice := in.dialURL(t, "/ws/lab", "name=alice&token="+testToken+"&v=1", nil)
+	alice.ExpectPresence("alice", "hermes")
+	bind()
+	alice.ExpectPresence("alice")
+	if in.p.room("lab") == nil || bids("lab") != 1 {
+		t.Fatal("lab dropped while alice is in it")
+	}
+	_ = alice.WS.CloseNow()
+	waitFor(t, "lab dropped once alice left", func() bool {
+		return in.p.room("lab") == nil && bids("lab") == 0 && !held("lab")
+	})
+}
+
+// gatedLeases holds a release of the lease named gated, once gate is set,
+// until gate closes, and counts the bids for it meanwhile.
+type gatedLeases struct {
+	store.Leases
+	gated string
+	gate  atomic.Pointer[chan struct{}]
+	bids  atomic.Int32
+}
+
+func (l *gatedLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, bool, error) {
+	if gate := l.gate.Load(); gate != nil && name == l.gated {
+		select {
+		case <-*gate:
+		default:
+			l.bids.Add(1)
+		}
+	}
+	return l.Leases.Acquire(ctx, name, holder, ttl)
+}
+
+func (l *gatedLeases) Release(ctx context.Context, name string, lease store.Lease) error {
+	if gate := l.gate.Load(); gate != nil && name == l.gated {
+		<-*gate
+	}
+	return l.Leases.Release(ctx, name, lease)
+}
+
+// TestRoomBoundAgainWaitsForItsDroppedBid: a room bound again while the
+// bid of its dropped self is still ending (releasing the lease) bids only
+// once that release is done. The holder is the instance, so a bid meanwhile
+// would take the lease as the same holder, and the release that follows
+// would free it under the new room's home: another instance could then
+// become a second home of the room.
+func TestRoomBoundAgainWaitsForItsDroppedBid(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st := openStore(t, srv)
+	leases := &gatedLeases{Leases: st.Leases(), gated: leasePrefix + "lab"}
+	in := startInstanceWith(t, srv, Config{}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
+			return store.RunExclusive(ctx, clock.System, leases, lease, "i0", clusterLeaseTTL, run)
+		}
+	})
+	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	if err := in.p.Bind(lab); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i0 the home of lab", func() bool { r := in.p.room("lab"); return r != nil && r.home.Load() })
+	gate := make(chan struct{})
+	openGate := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(openGate) // before Run stops
+	leases.gate.Store(&gate)
+	if err := in.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "lab's release under way", stacksHold("nexscope.(*gatedLeases).Release"))
+	if err := in.p.Bind(lab); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "lab's new bid under way or waiting for the dropped one's", func() bool {
+		return leases.bids.Load() > 0 || stacksHold("nexscope.afterBid")()
+	})
+	if n := leases.bids.Load(); n > 0 {
+		t.Fatalf("lab bound again bid %d times while its dropped self was releasing the lease", n)
+	}
+	openGate()
+	waitFor(t, "i0 the home of lab again, holding its lease", func() bool {
+		r := in.p.room("lab")
+		l, ok, err := st.Leases().Holder(ctx, leasePrefix+"lab")
+		return err == nil && ok && l.Holder == "i0" && r != nil && r.home.Load()
+	})
+}
+
+// openStore opens a store on srv, as the cluster tests' instances do,
+// closed when the test ends.
+func openStore(t testing.TB, srv *redistest.Server) store.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
