@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -184,6 +185,18 @@ func turnPreviewKey(tenant string, chat int64, thread int, turn string) string {
 	return "telegram/preview-turn/" + tenant + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread) + "/" + turn
 }
 
+// topicPreviewsKey is the store key listing the turns of tenant's open
+// previews in a group chat's topic (topicTurns, the latest topicTurns
+// kept), so a send naming no turn, which ends every open stream of the
+// topic, finds their previews on any instance (replacePreviews).
+func topicPreviewsKey(tenant string, chat int64, thread int) string {
+	return "telegram/preview-topic/" + tenant + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread)
+}
+
+// topicTurns bounds the turns topicPreviewsKey lists: the gateway streams
+// a few replies of a topic at once, not more.
+const topicTurns = 16
+
 // storedPreview is the preview record of stream k's turn as the store
 // holds it, written by any instance; ok is false when there is none (or no
 // store). A record the store cannot give is logged and answers err.
@@ -220,9 +233,28 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 	if err == nil && !sealed && pv.turn != "" {
 		err = p.seals.Put(ctx, turnPreviewKey(k.tenant, k.chat, pv.thread, pv.turn), strconv.AppendInt(nil, k.draft, 10), expires)
 	}
+	if err == nil && !sealed && pv.turn != "" {
+		err = p.listTopicTurn(ctx, topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires)
+	}
 	if err != nil {
 		p.log.Warn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 	}
+}
+
+// listTopicTurn adds turn to the turns the store lists under key
+// (topicPreviewsKey), dropping the oldest past topicTurns. Instances adding
+// to one topic's list at once may lose a turn: its preview then stays when
+// a send naming no turn reaches an instance none of its frames reached.
+func (p *Platform) listTopicTurn(ctx context.Context, key, turn string, expires time.Time) error {
+	raw, _, err := p.seals.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	var turns []string
+	_ = json.Unmarshal(raw, &turns) // none, or unreadable: a new list
+	turns = append(slices.DeleteFunc(turns, func(t string) bool { return t == turn }), turn)
+	raw, _ = json.Marshal(turns[max(0, len(turns)-topicTurns):]) // strings: cannot fail
+	return p.seals.Put(ctx, key, raw, expires)
 }
 
 // adoptPreview takes up the preview another instance showed for stream
@@ -529,7 +561,9 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // forgotten, not deleted; so is one whose record the store cannot give.
 // The preview of a's turn that another instance showed is found in the
 // store (replaceStoredPreview) unless one was deleted here: a preview of
-// the turn this instance remembers may be a stream sealed elsewhere since.
+// the turn this instance remembers may be a stream sealed elsewhere since;
+// for a naming no turn, those of every turn the store lists for the topic
+// (replaceTopicPreviews).
 // Deleting is best effort: a preview that
 // stays is logged.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
@@ -564,9 +598,36 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 			_ = p.seals.Delete(ctx, turnPreviewKey(tenant, chat, thread, pv.turn))
 		}
 	}
-	if !here && turn != "" && p.seals != nil {
+	switch {
+	case p.seals == nil:
+	case turn != "":
+		if !here {
+			p.replaceStoredPreview(ctx, tenant, chat, thread, turn)
+		}
+	default:
+		p.replaceTopicPreviews(ctx, tenant, chat, thread)
+	}
+}
+
+// replaceTopicPreviews deletes the open previews of every turn the store
+// lists for tenant's topic (topicPreviewsKey), which other instances may
+// have shown, and forgets the list.
+func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat int64, thread int) {
+	key := topicPreviewsKey(tenant, chat, thread)
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	raw, ok, err := p.seals.Get(sctx, key)
+	if err != nil {
+		p.log.Warn("telegram draft previews not read from the store", "chat_id", chat, "err", err)
+	}
+	var turns []string
+	if !ok || json.Unmarshal(raw, &turns) != nil {
+		return
+	}
+	for _, turn := range turns {
 		p.replaceStoredPreview(ctx, tenant, chat, thread, turn)
 	}
+	_ = p.seals.Delete(sctx, key) // best effort, as replaceStoredPreview
 }
 
 // replaceStoredPreview deletes the open preview the store names for

@@ -853,3 +853,37 @@ func TestGroupStreamReusingTheDraftIDOfAnOpenPreview(t *testing.T) {
 		t.Fatalf("the seal answered %s with edits %+v, want the new preview made the reply", reply.MessageID, edits)
 	}
 }
+
+// TestGroupSendNamingNoTurnOnAnotherInstance: two group streams of a
+// topic, of two turns, show previews on one instance; the gateway then
+// reconnects to another instance sharing the store (a real redis-server)
+// and sends a reply naming no turn, which ends every open stream of the
+// topic as on the first instance. Both previews are deleted, and the
+// reply stays. The store named each turn's preview, but a send naming no
+// turn never asked it, so both previews stayed in the chat.
+func TestGroupSendNamingNoTurnOnAnotherInstance(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	act := func(p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID = contract.ID(chat)
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
+		}
+		return r
+	}
+	for draft, turn := range []string{"77", "78"} {
+		act(e.p, contract.Action{Op: contract.OpDraft, DraftID: int64(draft + 1), Content: "the ans " + turn, Metadata: contract.Metadata{MessageID: contract.ID(turn)}})
+	}
+	sent := act(other, contract.Action{Op: contract.OpSend, Content: "the answer"})
+	n, _ := strconv.Atoi(sent.MessageID)
+	if msgs := e.fake.Messages(id); len(msgs) != 1 || msgs[n] != "the answer" {
+		t.Fatalf("after the send (message %d) the chat has %v, want the reply alone", n, msgs)
+	}
+}
