@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"hash/fnv"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"connector/contract"
+	"connector/internal/loglimit"
 	"connector/internal/textsplit"
 )
 
@@ -105,7 +107,7 @@ func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, boo
 	defer cancel()
 	raw, ok, err := p.seals.Get(ctx, k.sealKey())
 	if err != nil {
-		p.log.Warn("telegram draft seal not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		p.storeWarn("telegram draft seal not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 		return s, false
 	}
 	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(s) {
@@ -141,8 +143,17 @@ func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id 
 	defer cancel()
 	raw, _ := json.Marshal(s) // plain fields: cannot fail
 	if err := p.seals.Put(ctx, k.sealKey(), raw, s.At.Add(sealRetryWindow)); err != nil {
-		p.log.Warn("telegram draft seal not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		p.storeWarn("telegram draft seal not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 	}
+}
+
+// storeLogRate bounds the warnings of a store that cannot be read or
+// written (storeWarn): while it is down every frame would log one.
+var storeLogRate = loglimit.Rate{Burst: 3, Every: time.Minute}
+
+// storeWarn logs a store failure of a draft stream, within storeLogRate.
+func (p *Platform) storeWarn(msg string, args ...any) {
+	p.storeLogs.Log(p.log, slog.LevelWarn, msg, args...)
 }
 
 // draftKey names one draft stream of a tenant's chat.
@@ -208,7 +219,7 @@ func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (
 	defer cancel()
 	raw, ok, err := p.seals.Get(ctx, k.previewKey(turn))
 	if err != nil {
-		p.log.Warn("telegram draft preview not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		p.storeWarn("telegram draft preview not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 		return r, false, err
 	}
 	if !ok || json.Unmarshal(raw, &r) != nil || r.ID == 0 {
@@ -237,7 +248,7 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 		err = p.listTopicTurn(ctx, topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires)
 	}
 	if err != nil {
-		p.log.Warn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		p.storeWarn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 	}
 }
 
@@ -618,7 +629,7 @@ func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat
 	defer cancel()
 	raw, ok, err := p.seals.Get(sctx, key)
 	if err != nil {
-		p.log.Warn("telegram draft previews not read from the store", "chat_id", chat, "err", err)
+		p.storeWarn("telegram draft previews not read from the store", "chat_id", chat, "err", err)
 	}
 	var turns []string
 	if !ok || json.Unmarshal(raw, &turns) != nil {
@@ -639,7 +650,7 @@ func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat
 	defer cancel()
 	raw, ok, err := p.seals.Get(sctx, key)
 	if err != nil {
-		p.log.Warn("telegram draft preview not read from the store", "chat_id", chat, "turn", turn, "err", err)
+		p.storeWarn("telegram draft preview not read from the store", "chat_id", chat, "turn", turn, "err", err)
 	}
 	draft, _ := strconv.ParseInt(string(raw), 10, 64)
 	if !ok || draft == 0 {

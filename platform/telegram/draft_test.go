@@ -887,3 +887,35 @@ func TestGroupSendNamingNoTurnOnAnotherInstance(t *testing.T) {
 		t.Fatalf("after the send (message %d) the chat has %v, want the reply alone", n, msgs)
 	}
 }
+
+// TestDraftFramesWhileTheStoreIsDown: the store (a real redis-server) is
+// gone while a DM stream sends its frames: each is shown (a frame's seal
+// check fails open), and the log says so a few times, then holds back,
+// on a clock that does not move. Each frame logged a warning, so an
+// outage flooded the log at the streams' frame rate.
+func TestDraftFramesWhileTheStoreIsDown(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st, Clock: clk}, nil)
+	srv.Kill(t)
+	chat := telegramtest.ChatAda
+	frames := storeLogRate.Burst + 1
+	for i := range frames {
+		if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "frame " + strconv.Itoa(i)}); !r.Success {
+			t.Fatalf("frame %d: %+v", i, r)
+		}
+	}
+	if n := len(e.fake.Calls("sendMessageDraft")); n != frames {
+		t.Fatalf("sendMessageDraft called %d times, want %d", n, frames)
+	}
+	if n := strings.Count(e.logs.String(), "telegram draft seal not read from the store"); n != storeLogRate.Burst {
+		t.Fatalf("%d warnings logged for %d frames, want %d", n, frames, storeLogRate.Burst)
+	}
+}

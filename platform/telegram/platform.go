@@ -16,6 +16,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/descriptor"
+	"connector/internal/loglimit"
 	"connector/platform"
 	"connector/platform/chatcontext"
 	"connector/platform/chatorder"
@@ -56,6 +57,8 @@ type Platform struct {
 	seals    store.Capabilities                // every instance's seals and group previews (draft.go), in deps.Store; nil without one
 	previews *lru.Cache[draftKey, *preview]    // open draft streams of group chats
 	drafts   *lru.Cache[wireDraft, draftKey]   // the stream holding each draft id sent to a private chat (wireDraftID)
+	// storeLogs bounds the warnings of seals failing (storeWarn).
+	storeLogs *loglimit.Bucket
 	// dmStreams runs each private chat stream's frames and seals one at a
 	// time (inStream); it holds the streams with one in flight only.
 	dmStreams *chatorder.Queue[draftKey]
@@ -135,6 +138,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if deps.Store != nil {
 		p.seals = deps.Store.Capabilities()
 	}
+	p.storeLogs = loglimit.NewBucket(storeLogRate, p.deps.Clock)
 	p.unclaimed, _ = lru.New[int64, struct{}](1024)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	p.drafts, _ = lru.New[wireDraft, draftKey](sealedDrafts)
