@@ -156,18 +156,54 @@ func (p *Platform) attachMedia(ctx context.Context, tenant string, msg *models.M
 		p.deps.Metrics.Dropped(platformName, "media_skipped")
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, mediaDownloadTimeout)
-	defer cancel()
-	info, err := p.rehost(ctx, tenant, f, limit)
-	if err != nil {
-		p.log.Warn("telegram attachment could not be re-hosted; delivered without it", "chat_id", msg.Chat.ID, "err", err)
-		p.deps.Metrics.Dropped(platformName, "media_skipped")
-		return
+	info, ok := p.undelivered(tenant, f)
+	if !ok {
+		ctx, cancel := context.WithTimeout(ctx, mediaDownloadTimeout)
+		defer cancel()
+		var err error
+		if info, err = p.rehost(ctx, tenant, f, limit); err != nil {
+			p.log.Warn("telegram attachment could not be re-hosted; delivered without it", "chat_id", msg.Chat.ID, "err", err)
+			p.deps.Metrics.Dropped(platformName, "media_skipped")
+			return
+		}
+		p.rehosts.Add(rehostKey{tenant: tenant, file: f.id}, info)
 	}
 	url := store.URL(info.ID)
 	ev.MediaURLs = append(ev.MediaURLs, url)
 	ev.Media = append(ev.Media, contract.Media{URL: url, MIME: info.MIME, Kind: f.kind, Size: info.Size,
 		Filename: info.Filename, Caption: msg.Caption})
+}
+
+// rehostKey names file id re-hosted for tenant (Platform.rehosts).
+type rehostKey struct{ tenant, file string }
+
+// rehostsKept bounds Platform.rehosts.
+const rehostsKept = 256
+
+// undelivered is the re-host of f for tenant that an update not delivered
+// yet made (Platform.rehosts), while the media store still holds it: the
+// update's retry (the sink refused it) carries it, rather than storing the
+// file again each time, which filled the tenant's media quota.
+func (p *Platform) undelivered(tenant string, f inboundFile) (media.Info, bool) {
+	info, ok := p.rehosts.Get(rehostKey{tenant: tenant, file: f.id})
+	if !ok {
+		return info, false
+	}
+	obj, err := p.deps.Media.Open(tenant, info.ID)
+	if err != nil {
+		return info, false
+	}
+	obj.Close()
+	return info, true
+}
+
+// rehostDelivered forgets the re-host of msg's attachment for tenant once
+// its update was delivered: the next update naming the file gets a fresh
+// one, living the media TTL from then.
+func (p *Platform) rehostDelivered(tenant string, msg *models.Message) {
+	if f, ok := fileOf(msg); ok {
+		p.rehosts.Remove(rehostKey{tenant: tenant, file: f.id})
+	}
 }
 
 // rehost downloads file f, at most limit bytes (file_size is optional, in
