@@ -11,6 +11,8 @@ import (
 	"net/textproto"
 	"slices"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"connector/contract"
 	"connector/internal/netcause"
 	"connector/media"
@@ -98,4 +100,50 @@ func NewFileUpload(ctx context.Context, url string, fields func(*multipart.Write
 	req.ContentLength = int64(len(head)+len(tail)) + file.Size()
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	return req, nil
+}
+
+// Rehosts remembers the attachments re-hosted for inbound messages not
+// delivered yet (the sink refused them: its store is down), the latest
+// 256, so the message's retry (the platform's webhook retry, a poll's
+// backoff) carries the same re-host while the media store holds it,
+// rather than storing the file again each time: those copies, never
+// delivered, would fill the tenant's media quota until they expired, and
+// its later attachments go without their files. Safe for concurrent use.
+type Rehosts struct {
+	kept *lru.Cache[rehostKey, media.Info]
+}
+
+// rehostKey names a platform's file id re-hosted for a tenant.
+type rehostKey struct{ tenant, file string }
+
+// NewRehosts returns an empty Rehosts.
+func NewRehosts() *Rehosts {
+	kept, _ := lru.New[rehostKey, media.Info](256) // size > 0: cannot fail
+	return &Rehosts{kept: kept}
+}
+
+// Rehost returns the re-host of file (the platform's id of the
+// attachment) for tenant that an undelivered message made, while store
+// holds it; otherwise it re-hosts the file with do and keeps the result
+// until Delivered.
+func (r *Rehosts) Rehost(store *media.Store, tenant, file string, do func() (media.Info, error)) (media.Info, error) {
+	k := rehostKey{tenant: tenant, file: file}
+	if info, ok := r.kept.Get(k); ok {
+		if obj, err := store.Open(tenant, info.ID); err == nil {
+			obj.Close()
+			return info, nil
+		}
+	}
+	info, err := do()
+	if err == nil {
+		r.kept.Add(k, info)
+	}
+	return info, err
+}
+
+// Delivered forgets file's re-host for tenant once its message was
+// delivered: a later message naming the file gets a fresh one, which
+// lives the media TTL from then.
+func (r *Rehosts) Delivered(tenant, file string) {
+	r.kept.Remove(rehostKey{tenant: tenant, file: file})
 }

@@ -139,8 +139,9 @@ func fileOf(msg *models.Message) (inboundFile, bool) {
 
 // attachMedia re-hosts msg's attachment for tenant and lists it in ev
 // (media_urls and media). The file is downloaded with the bot's credential
-// (getFile, then the file path), streamed into the media store, and
-// reaches gateways only as its re-host URL. Without a media store with a
+// (getFile, then the file path), streamed into the media store (once while
+// the update is not delivered: platform.Rehosts), and reaches gateways
+// only as its re-host URL. Without a media store with a
 // public URL, a file over the Bot API's or the store's limit, or when the
 // download fails, the event goes on without it (logged, counted as
 // "media_skipped").
@@ -156,17 +157,13 @@ func (p *Platform) attachMedia(ctx context.Context, tenant string, msg *models.M
 		p.deps.Metrics.Dropped(platformName, "media_skipped")
 		return
 	}
-	info, ok := p.undelivered(tenant, f)
-	if !ok {
-		ctx, cancel := context.WithTimeout(ctx, mediaDownloadTimeout)
-		defer cancel()
-		var err error
-		if info, err = p.rehost(ctx, tenant, f, limit); err != nil {
-			p.log.Warn("telegram attachment could not be re-hosted; delivered without it", "chat_id", msg.Chat.ID, "err", err)
-			p.deps.Metrics.Dropped(platformName, "media_skipped")
-			return
-		}
-		p.rehosts.Add(rehostKey{tenant: tenant, file: f.id}, info)
+	ctx, cancel := context.WithTimeout(ctx, mediaDownloadTimeout)
+	defer cancel()
+	info, err := p.rehosts.Rehost(store, tenant, f.id, func() (media.Info, error) { return p.rehost(ctx, tenant, f, limit) })
+	if err != nil {
+		p.log.Warn("telegram attachment could not be re-hosted; delivered without it", "chat_id", msg.Chat.ID, "err", err)
+		p.deps.Metrics.Dropped(platformName, "media_skipped")
+		return
 	}
 	url := store.URL(info.ID)
 	ev.MediaURLs = append(ev.MediaURLs, url)
@@ -174,35 +171,11 @@ func (p *Platform) attachMedia(ctx context.Context, tenant string, msg *models.M
 		Filename: info.Filename, Caption: msg.Caption})
 }
 
-// rehostKey names file id re-hosted for tenant (Platform.rehosts).
-type rehostKey struct{ tenant, file string }
-
-// rehostsKept bounds Platform.rehosts.
-const rehostsKept = 256
-
-// undelivered is the re-host of f for tenant that an update not delivered
-// yet made (Platform.rehosts), while the media store still holds it: the
-// update's retry (the sink refused it) carries it, rather than storing the
-// file again each time, which filled the tenant's media quota.
-func (p *Platform) undelivered(tenant string, f inboundFile) (media.Info, bool) {
-	info, ok := p.rehosts.Get(rehostKey{tenant: tenant, file: f.id})
-	if !ok {
-		return info, false
-	}
-	obj, err := p.deps.Media.Open(tenant, info.ID)
-	if err != nil {
-		return info, false
-	}
-	obj.Close()
-	return info, true
-}
-
 // rehostDelivered forgets the re-host of msg's attachment for tenant once
-// its update was delivered: the next update naming the file gets a fresh
-// one, living the media TTL from then.
+// its update was delivered (platform.Rehosts).
 func (p *Platform) rehostDelivered(tenant string, msg *models.Message) {
 	if f, ok := fileOf(msg); ok {
-		p.rehosts.Remove(rehostKey{tenant: tenant, file: f.id})
+		p.rehosts.Delivered(tenant, f.id)
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 
 	"connector/descriptor"
 	"connector/internal/loglimit"
-	"connector/media"
 	"connector/platform"
 	"connector/platform/chatcontext"
 	"connector/platform/chatorder"
@@ -60,9 +59,7 @@ type Platform struct {
 	drafts   *lru.Cache[wireDraft, draftKey]   // the stream holding each draft id sent to a private chat (wireDraftID)
 	// storeLogs bounds the warnings of seals failing (storeWarn).
 	storeLogs *loglimit.Bucket
-	// rehosts are the attachments re-hosted for updates not delivered yet
-	// (undelivered), the latest rehostsKept.
-	rehosts *lru.Cache[rehostKey, media.Info]
+	rehosts   *platform.Rehosts // attachments of updates not delivered yet
 	// dmStreams runs each private chat stream's frames and seals one at a
 	// time (inStream); it holds the streams with one in flight only.
 	dmStreams *chatorder.Queue[draftKey]
@@ -144,7 +141,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.storeLogs = loglimit.NewBucket(storeLogRate, p.deps.Clock)
 	p.unclaimed, _ = lru.New[int64, struct{}](1024)
-	p.rehosts, _ = lru.New[rehostKey, media.Info](rehostsKept)
+	p.rehosts = platform.NewRehosts()
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	p.drafts, _ = lru.New[wireDraft, draftKey](sealedDrafts)
 	p.topics = &topicMemory{state: platform.StateOr(deps.Store, localTopics, p.deps.Clock), clock: p.deps.Clock}
