@@ -141,7 +141,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.storeLogs = loglimit.NewBucket(storeLogRate, p.deps.Clock)
 	p.unclaimed, _ = lru.New[int64, struct{}](1024)
-	p.rehosts = platform.NewRehosts()
+	p.rehosts = platform.NewRehosts(p.deps.Clock)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	p.drafts, _ = lru.New[wireDraft, draftKey](sealedDrafts)
 	p.topics = &topicMemory{state: platform.StateOr(deps.Store, localTopics, p.deps.Clock), clock: p.deps.Clock}

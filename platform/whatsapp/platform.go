@@ -108,7 +108,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.pace = pace.New(cfg.ChatPerSecond)
 	p.quotes = newQuotes(p.clock, p.vault)
 	p.links = platform.NewLinkDesk(deps.Clock)
-	p.rehosts = platform.NewRehosts()
+	p.rehosts = platform.NewRehosts(deps.Clock)
 	p.egress = newEgress(cfg.RequestTimeout)
 	p.turns = chatorder.New[string](0)
 	p.desc = descriptor.WhatsApp(handlers.Names())
