@@ -133,17 +133,80 @@ func (p *Platform) sealedStream(ctx context.Context, k draftKey, a *contract.Act
 // seal records that stream k, sealing a, became message id: on this
 // instance, and for sealRetryWindow in the store when there is one (a
 // failure is logged: only a retry reaching another instance sends again).
-func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id string) {
+func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id string) (stored bool) {
 	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content), Turn: a.Metadata.Turn()}
 	p.sealed.Add(k, s)
 	if p.seals == nil {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 	defer cancel()
 	raw, _ := json.Marshal(s) // plain fields: cannot fail
 	if err := p.seals.Put(ctx, k.sealKey(), raw, s.At.Add(sealRetryWindow)); err != nil {
 		p.storeWarn("telegram draft seal not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		return false
+	}
+	return true
+}
+
+// sealPoll is how often a seal waiting for another instance's send of it
+// (claimSeal) looks for its record.
+const sealPoll = 250 * time.Millisecond
+
+// sealingKey is the store claim of seal a of stream k being sent: the
+// same content and turn, as a repeat has (repeatedBy).
+func (k draftKey) sealingKey(a *contract.Action) string {
+	return "telegram/sealing/" + k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10) +
+		"/" + strconv.FormatUint(contentSum(a.Content), 16) + "/" + a.Metadata.Turn()
+}
+
+// claimSeal takes seal a of stream k for this instance while it is sent,
+// when several instances share the store (Platform.claims): a retry of it
+// that reaches another instance meanwhile (the gateway reconnected there)
+// waits for the seal's record and answers its message (id), and sends it
+// itself only once the claim is released (the send failed) or lapsed (the
+// instance died). expires is the claim's, for releaseSeal; zero when none
+// was taken. A claim the store cannot give is logged and the seal sent,
+// as without one.
+func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action) (expires time.Time, id string, err error) {
+	if p.claims == nil {
+		return time.Time{}, "", nil
+	}
+	key := k.sealingKey(a)
+	for {
+		deadline, ok := ctx.Deadline()
+		if !ok {
+			deadline = p.deps.Clock.Now().Add(p.cfg.RequestTimeout)
+		}
+		expires = deadline.Add(p.cfg.RequestTimeout) // the send, then the record (seal)
+		took, err := p.claims.Claim(ctx, key, expires)
+		switch {
+		case err != nil:
+			p.storeWarn("telegram draft seal not claimed", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+			return time.Time{}, "", nil
+		case took:
+			return expires, "", nil
+		}
+		if err := p.deps.Clock.Sleep(ctx, sealPoll); err != nil {
+			return time.Time{}, "", err
+		}
+		if s, ok := p.storedSeal(ctx, k); ok && s.repeatedBy(a) {
+			return time.Time{}, s.ID, nil
+		}
+	}
+}
+
+// releaseSeal gives up the claim of seal a of stream k (claimSeal), taken
+// until expires, unless its record is stored (a waiting retry finds it):
+// a retry then sends the seal.
+func (p *Platform) releaseSeal(k draftKey, a *contract.Action, expires time.Time, stored bool) {
+	if expires.IsZero() || stored {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+	defer cancel()
+	if err := p.claims.Release(ctx, k.sealingKey(a), expires); err != nil {
+		p.storeWarn("telegram draft seal claim not released", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 	}
 }
 
@@ -507,7 +570,8 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 }
 
 // sealDraft sends a stream's final content as a real message, once per
-// stream (a repeated seal answers it: resealed), and answers the first
+// stream (a repeated seal answers it: resealed; one that reaches another
+// instance while this one sends it waits for it: claimSeal), and answers the first
 // part's id. In a group chat the stream's preview (shown by any instance
 // sharing the store: adoptPreview) becomes that first part, and its record
 // says so; the seal holds the preview (one made if there is none) until it
@@ -518,6 +582,15 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	if id, ok := p.resealed(ctx, k, a); ok {
 		return contract.OK(id)
 	}
+	claimed, id, err := p.claimSeal(ctx, k, a)
+	switch {
+	case err != nil:
+		return p.failure(contract.OpDraft, err)
+	case id != "":
+		return contract.OK(id)
+	}
+	stored := false
+	defer func() { p.releaseSeal(k, a, claimed, stored) }()
 	parts := textsplit.Split(a.Content, splitRules)
 	if chat < 0 { // holding the preview: a frame waiting for it then finds the seal (showPreview)
 		pv := p.openPreview(k, a)
@@ -540,7 +613,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 			if !gone {
 				first := strconv.Itoa(pv.id)
 				p.storePreview(ctx, k, pv, true) // first, so no instance replaces it as a preview
-				p.seal(ctx, k, a, first)
+				stored = p.seal(ctx, k, a, first)
 				p.closePreview(k, pv)
 				held = false
 				pv.mu.Unlock()
@@ -559,7 +632,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	if first != "" {
 		// Even a partly sent seal is the stream's message: a retry must not
 		// send the parts that went out again.
-		p.seal(ctx, k, a, first)
+		stored = p.seal(ctx, k, a, first)
 	}
 	return r // contract.OK(first) when every part went out
 }

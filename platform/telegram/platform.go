@@ -60,6 +60,9 @@ type Platform struct {
 	// storeLogs bounds the warnings of seals failing (storeWarn).
 	storeLogs *loglimit.Bucket
 	rehosts   *platform.Rehosts // attachments of updates not delivered yet
+	// claims hold the seals being sent when several instances share the
+	// store (claimSeal); nil otherwise.
+	claims store.Claims
 	// dmStreams runs each private chat stream's frames and seals one at a
 	// time (inStream); it holds the streams with one in flight only.
 	dmStreams *chatorder.Queue[draftKey]
@@ -163,7 +166,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.download = &http.Client{Transport: p.transport}
 	p.bot = p.newBot()
 	p.mapping.Store(p.liveMapping())
-	if claims := deps.SharedClaims(); claims != nil && cfg.WebhookURL != "" {
+	p.claims = deps.SharedClaims()
+	if claims := p.claims; claims != nil && cfg.WebhookURL != "" {
 		p.dedupe = &platform.Dedupe{Claims: claims, Clock: p.deps.Clock, Prefix: "telegram/" + strconv.FormatInt(p.bot.ID(), 10) + "/",
 			Pending: webhookPending, Window: webhookDedupeWindow, Log: p.log}
 	}
