@@ -10,8 +10,12 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/netcause"
 	"connector/media"
 )
@@ -98,4 +102,61 @@ func NewFileUpload(ctx context.Context, url string, fields func(*multipart.Write
 	req.ContentLength = int64(len(head)+len(tail)) + file.Size()
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	return req, nil
+}
+
+// Rehosts remembers the attachments re-hosted for inbound messages not
+// delivered yet (the sink refused them: its store is down), the latest
+// 256, so the message's retry (the platform's webhook retry, a poll's
+// backoff) carries the same re-host while the media store holds it for at
+// least half its life, rather than storing the file again each time:
+// those copies, never delivered, would fill the tenant's media quota until
+// they expired, and its later attachments go without their files. Safe
+// for concurrent use.
+type Rehosts struct {
+	clock clock.Clock
+	kept  *lru.Cache[rehostKey, rehosted]
+}
+
+// rehostKey names a platform's file id re-hosted for a tenant.
+type rehostKey struct{ tenant, file string }
+
+// rehosted is a re-host Rehosts keeps, and when it was made.
+type rehosted struct {
+	info media.Info
+	at   time.Time
+}
+
+// NewRehosts returns an empty Rehosts on clock c (the media store's).
+func NewRehosts(c clock.Clock) *Rehosts {
+	kept, _ := lru.New[rehostKey, rehosted](256) // size > 0: cannot fail
+	return &Rehosts{clock: c, kept: kept}
+}
+
+// Rehost returns the re-host of file (the platform's id of the
+// attachment) for tenant that an undelivered message made, while store
+// holds it and the first half of its life has not passed (a retry's
+// gateway gets as long to fetch it as a first delivery's, at least half);
+// otherwise it re-hosts the file with do and keeps the result until
+// Delivered.
+func (r *Rehosts) Rehost(store *media.Store, tenant, file string, do func() (media.Info, error)) (media.Info, error) {
+	k := rehostKey{tenant: tenant, file: file}
+	if h, ok := r.kept.Get(k); ok && r.clock.Now().Before(h.at.Add(h.info.Expires.Sub(h.at)/2)) {
+		if obj, err := store.Open(tenant, h.info.ID); err == nil {
+			obj.Close()
+			return h.info, nil
+		}
+	}
+	at := r.clock.Now()
+	info, err := do()
+	if err == nil {
+		r.kept.Add(k, rehosted{info: info, at: at})
+	}
+	return info, err
+}
+
+// Delivered forgets file's re-host for tenant once its message was
+// delivered: a later message naming the file gets a fresh one, which
+// lives the media TTL from then.
+func (r *Rehosts) Delivered(tenant, file string) {
+	r.kept.Remove(rehostKey{tenant: tenant, file: file})
 }

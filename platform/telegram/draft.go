@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"hash/fnv"
+	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"connector/contract"
+	"connector/internal/loglimit"
 	"connector/internal/textsplit"
 )
 
@@ -104,7 +107,7 @@ func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, boo
 	defer cancel()
 	raw, ok, err := p.seals.Get(ctx, k.sealKey())
 	if err != nil {
-		p.log.Warn("telegram draft seal not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		p.storeWarn("telegram draft seal not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 		return s, false
 	}
 	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(s) {
@@ -130,18 +133,90 @@ func (p *Platform) sealedStream(ctx context.Context, k draftKey, a *contract.Act
 // seal records that stream k, sealing a, became message id: on this
 // instance, and for sealRetryWindow in the store when there is one (a
 // failure is logged: only a retry reaching another instance sends again).
-func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id string) {
+func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id string) (stored bool) {
 	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content), Turn: a.Metadata.Turn()}
 	p.sealed.Add(k, s)
 	if p.seals == nil {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 	defer cancel()
 	raw, _ := json.Marshal(s) // plain fields: cannot fail
 	if err := p.seals.Put(ctx, k.sealKey(), raw, s.At.Add(sealRetryWindow)); err != nil {
-		p.log.Warn("telegram draft seal not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		p.storeWarn("telegram draft seal not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		return false
 	}
+	return true
+}
+
+// sealPoll is how often a seal waiting for another instance's send of it
+// (claimSeal) looks for its record.
+const sealPoll = 250 * time.Millisecond
+
+// sealingKey is the store claim of seal a of stream k being sent: the
+// same content and turn, as a repeat has (repeatedBy).
+func (k draftKey) sealingKey(a *contract.Action) string {
+	return "telegram/sealing/" + k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10) +
+		"/" + strconv.FormatUint(contentSum(a.Content), 16) + "/" + a.Metadata.Turn()
+}
+
+// claimSeal takes seal a of stream k for this instance while it is sent,
+// when several instances share the store (Platform.claims): a retry of it
+// that reaches another instance meanwhile (the gateway reconnected there)
+// waits for the seal's record and answers its message (id), and sends it
+// itself only once the claim is released (the send failed) or lapsed (the
+// instance died). expires is the claim's, for releaseSeal; zero when none
+// was taken. A claim the store cannot give is logged and the seal sent,
+// as without one.
+func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action) (expires time.Time, id string, err error) {
+	if p.claims == nil {
+		return time.Time{}, "", nil
+	}
+	key := k.sealingKey(a)
+	for {
+		deadline, ok := ctx.Deadline()
+		if !ok {
+			deadline = p.deps.Clock.Now().Add(p.cfg.RequestTimeout)
+		}
+		expires = deadline.Add(p.cfg.RequestTimeout) // the send, then the record (seal)
+		took, err := p.claims.Claim(ctx, key, expires)
+		switch {
+		case err != nil:
+			p.storeWarn("telegram draft seal not claimed", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+			return time.Time{}, "", nil
+		case took:
+			return expires, "", nil
+		}
+		if err := p.deps.Clock.Sleep(ctx, sealPoll); err != nil {
+			return time.Time{}, "", err
+		}
+		if s, ok := p.storedSeal(ctx, k); ok && s.repeatedBy(a) {
+			return time.Time{}, s.ID, nil
+		}
+	}
+}
+
+// releaseSeal gives up the claim of seal a of stream k (claimSeal), taken
+// until expires, unless its record is stored (a waiting retry finds it):
+// a retry then sends the seal.
+func (p *Platform) releaseSeal(k draftKey, a *contract.Action, expires time.Time, stored bool) {
+	if expires.IsZero() || stored {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+	defer cancel()
+	if err := p.claims.Release(ctx, k.sealingKey(a), expires); err != nil {
+		p.storeWarn("telegram draft seal claim not released", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+	}
+}
+
+// storeLogRate bounds the warnings of a store that cannot be read or
+// written (storeWarn): while it is down every frame would log one.
+var storeLogRate = loglimit.Rate{Burst: 3, Every: time.Minute}
+
+// storeWarn logs a store failure of a draft stream, within storeLogRate.
+func (p *Platform) storeWarn(msg string, args ...any) {
+	p.storeLogs.Log(p.log, slog.LevelWarn, msg, args...)
 }
 
 // draftKey names one draft stream of a tenant's chat.
@@ -184,6 +259,18 @@ func turnPreviewKey(tenant string, chat int64, thread int, turn string) string {
 	return "telegram/preview-turn/" + tenant + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread) + "/" + turn
 }
 
+// topicPreviewsKey is the store key listing the turns of tenant's open
+// previews in a group chat's topic (topicTurns, the latest topicTurns
+// kept), so a send naming no turn, which ends every open stream of the
+// topic, finds their previews on any instance (replacePreviews).
+func topicPreviewsKey(tenant string, chat int64, thread int) string {
+	return "telegram/preview-topic/" + tenant + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread)
+}
+
+// topicTurns bounds the turns topicPreviewsKey lists: the gateway streams
+// a few replies of a topic at once, not more.
+const topicTurns = 16
+
 // storedPreview is the preview record of stream k's turn as the store
 // holds it, written by any instance; ok is false when there is none (or no
 // store). A record the store cannot give is logged and answers err.
@@ -195,7 +282,7 @@ func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (
 	defer cancel()
 	raw, ok, err := p.seals.Get(ctx, k.previewKey(turn))
 	if err != nil {
-		p.log.Warn("telegram draft preview not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		p.storeWarn("telegram draft preview not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 		return r, false, err
 	}
 	if !ok || json.Unmarshal(raw, &r) != nil || r.ID == 0 {
@@ -220,9 +307,28 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 	if err == nil && !sealed && pv.turn != "" {
 		err = p.seals.Put(ctx, turnPreviewKey(k.tenant, k.chat, pv.thread, pv.turn), strconv.AppendInt(nil, k.draft, 10), expires)
 	}
-	if err != nil {
-		p.log.Warn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+	if err == nil && !sealed && pv.turn != "" {
+		err = p.listTopicTurn(ctx, topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires)
 	}
+	if err != nil {
+		p.storeWarn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+	}
+}
+
+// listTopicTurn adds turn to the turns the store lists under key
+// (topicPreviewsKey), dropping the oldest past topicTurns. Instances adding
+// to one topic's list at once may lose a turn: its preview then stays when
+// a send naming no turn reaches an instance none of its frames reached.
+func (p *Platform) listTopicTurn(ctx context.Context, key, turn string, expires time.Time) error {
+	raw, _, err := p.seals.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	var turns []string
+	_ = json.Unmarshal(raw, &turns) // none, or unreadable: a new list
+	turns = append(slices.DeleteFunc(turns, func(t string) bool { return t == turn }), turn)
+	raw, _ = json.Marshal(turns[max(0, len(turns)-topicTurns):]) // strings: cannot fail
+	return p.seals.Put(ctx, key, raw, expires)
 }
 
 // adoptPreview takes up the preview another instance showed for stream
@@ -464,7 +570,8 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 }
 
 // sealDraft sends a stream's final content as a real message, once per
-// stream (a repeated seal answers it: resealed), and answers the first
+// stream (a repeated seal answers it: resealed; one that reaches another
+// instance while this one sends it waits for it: claimSeal), and answers the first
 // part's id. In a group chat the stream's preview (shown by any instance
 // sharing the store: adoptPreview) becomes that first part, and its record
 // says so; the seal holds the preview (one made if there is none) until it
@@ -475,6 +582,15 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	if id, ok := p.resealed(ctx, k, a); ok {
 		return contract.OK(id)
 	}
+	claimed, id, err := p.claimSeal(ctx, k, a)
+	switch {
+	case err != nil:
+		return p.failure(contract.OpDraft, err)
+	case id != "":
+		return contract.OK(id)
+	}
+	stored := false
+	defer func() { p.releaseSeal(k, a, claimed, stored) }()
 	parts := textsplit.Split(a.Content, splitRules)
 	if chat < 0 { // holding the preview: a frame waiting for it then finds the seal (showPreview)
 		pv := p.openPreview(k, a)
@@ -497,7 +613,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 			if !gone {
 				first := strconv.Itoa(pv.id)
 				p.storePreview(ctx, k, pv, true) // first, so no instance replaces it as a preview
-				p.seal(ctx, k, a, first)
+				stored = p.seal(ctx, k, a, first)
 				p.closePreview(k, pv)
 				held = false
 				pv.mu.Unlock()
@@ -516,7 +632,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	if first != "" {
 		// Even a partly sent seal is the stream's message: a retry must not
 		// send the parts that went out again.
-		p.seal(ctx, k, a, first)
+		stored = p.seal(ctx, k, a, first)
 	}
 	return r // contract.OK(first) when every part went out
 }
@@ -529,7 +645,9 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // forgotten, not deleted; so is one whose record the store cannot give.
 // The preview of a's turn that another instance showed is found in the
 // store (replaceStoredPreview) unless one was deleted here: a preview of
-// the turn this instance remembers may be a stream sealed elsewhere since.
+// the turn this instance remembers may be a stream sealed elsewhere since;
+// for a naming no turn, those of every turn the store lists for the topic
+// (replaceTopicPreviews).
 // Deleting is best effort: a preview that
 // stays is logged.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
@@ -564,9 +682,36 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 			_ = p.seals.Delete(ctx, turnPreviewKey(tenant, chat, thread, pv.turn))
 		}
 	}
-	if !here && turn != "" && p.seals != nil {
+	switch {
+	case p.seals == nil:
+	case turn != "":
+		if !here {
+			p.replaceStoredPreview(ctx, tenant, chat, thread, turn)
+		}
+	default:
+		p.replaceTopicPreviews(ctx, tenant, chat, thread)
+	}
+}
+
+// replaceTopicPreviews deletes the open previews of every turn the store
+// lists for tenant's topic (topicPreviewsKey), which other instances may
+// have shown, and forgets the list.
+func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat int64, thread int) {
+	key := topicPreviewsKey(tenant, chat, thread)
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	raw, ok, err := p.seals.Get(sctx, key)
+	if err != nil {
+		p.storeWarn("telegram draft previews not read from the store", "chat_id", chat, "err", err)
+	}
+	var turns []string
+	if !ok || json.Unmarshal(raw, &turns) != nil {
+		return
+	}
+	for _, turn := range turns {
 		p.replaceStoredPreview(ctx, tenant, chat, thread, turn)
 	}
+	_ = p.seals.Delete(sctx, key) // best effort, as replaceStoredPreview
 }
 
 // replaceStoredPreview deletes the open preview the store names for
@@ -578,7 +723,7 @@ func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat
 	defer cancel()
 	raw, ok, err := p.seals.Get(sctx, key)
 	if err != nil {
-		p.log.Warn("telegram draft preview not read from the store", "chat_id", chat, "turn", turn, "err", err)
+		p.storeWarn("telegram draft preview not read from the store", "chat_id", chat, "turn", turn, "err", err)
 	}
 	draft, _ := strconv.ParseInt(string(raw), 10, 64)
 	if !ok || draft == 0 {

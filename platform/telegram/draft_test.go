@@ -15,8 +15,10 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
 	"connector/internal/redistest"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/telegram/telegramtest"
 	"connector/store"
 )
@@ -851,5 +853,136 @@ func TestGroupStreamReusingTheDraftIDOfAnOpenPreview(t *testing.T) {
 	edits := e.fake.Calls("editMessageText")
 	if len(edits) != 1 || edits[0].Form["text"] != "the new reply" || edits[0].Form["message_id"] != reply.MessageID {
 		t.Fatalf("the seal answered %s with edits %+v, want the new preview made the reply", reply.MessageID, edits)
+	}
+}
+
+// TestGroupSendNamingNoTurnOnAnotherInstance: two group streams of a
+// topic, of two turns, show previews on one instance; the gateway then
+// reconnects to another instance sharing the store (a real redis-server)
+// and sends a reply naming no turn, which ends every open stream of the
+// topic as on the first instance. Both previews are deleted, and the
+// reply stays. The store named each turn's preview, but a send naming no
+// turn never asked it, so both previews stayed in the chat.
+func TestGroupSendNamingNoTurnOnAnotherInstance(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	act := func(p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID = contract.ID(chat)
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
+		}
+		return r
+	}
+	for draft, turn := range []string{"77", "78"} {
+		act(e.p, contract.Action{Op: contract.OpDraft, DraftID: int64(draft + 1), Content: "the ans " + turn, Metadata: contract.Metadata{MessageID: contract.ID(turn)}})
+	}
+	sent := act(other, contract.Action{Op: contract.OpSend, Content: "the answer"})
+	n, _ := strconv.Atoi(sent.MessageID)
+	if msgs := e.fake.Messages(id); len(msgs) != 1 || msgs[n] != "the answer" {
+		t.Fatalf("after the send (message %d) the chat has %v, want the reply alone", n, msgs)
+	}
+}
+
+// TestDraftFramesWhileTheStoreIsDown: the store (on a real redis-server)
+// fails every call (closed) while a DM stream sends its frames: each is
+// shown (a frame's seal check fails open), and the log says so a few
+// times, then holds back, on a clock that does not move. Each frame logged
+// a warning, so an outage flooded the log at the streams' frame rate.
+func TestDraftFramesWhileTheStoreIsDown(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvDeps(t, platform.Deps{Store: st, Clock: clk}, nil)
+	_ = st.Close() // every call now fails, as when the server is gone
+	chat := telegramtest.ChatAda
+	frames := storeLogRate.Burst + 1
+	for i := range frames {
+		if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "frame " + strconv.Itoa(i)}); !r.Success {
+			t.Fatalf("frame %d: %+v", i, r)
+		}
+	}
+	if n := len(e.fake.Calls("sendMessageDraft")); n != frames {
+		t.Fatalf("sendMessageDraft called %d times, want %d", n, frames)
+	}
+	if n := strings.Count(e.logs.String(), "telegram draft seal not read from the store"); n != storeLogRate.Burst {
+		t.Fatalf("%d warnings logged for %d frames, want %d", n, frames, storeLogRate.Burst)
+	}
+}
+
+// TestRetriedSealWhileTheFirstInstanceSendsIt: a DM seal is still being
+// sent on one instance (sendMessage held) when the gateway, reconnected to
+// another instance sharing the store (a real redis-server, the instances
+// a cluster), retries it there. The retry waits for the first instance's
+// seal and answers its message: the reply is sent once. The retry found no
+// seal stored yet and sent the reply a second time.
+func TestRetriedSealWhileTheFirstInstanceSendsIt(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	node := func(name string) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	h := holdFirst(t, "sendMessage")
+	e := newEnvDeps(t, platform.Deps{Store: st, Clock: clk, Cluster: node("i0")}, func(c *Config) { c.APIServerURL = h.URL })
+	h.to(e.fake.URL)
+	cfg := e.p.cfg
+	cfg.APIServerURL = e.fake.URL
+	other, err := New(cfg, platform.Deps{Store: st, Clock: clk, Cluster: node("i1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.transport.CloseIdleConnections)
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true}
+	first := make(chan contract.Result, 1)
+	go func() { first <- e.act(t, tenant, seal) }()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no message")
+	}
+	retried := make(chan contract.Result, 1)
+	go func() {
+		retry := seal
+		retried <- other.Execute(ctx, tenant, &retry)
+	}()
+	platformtest.WaitUntil(t, "the retry to wait for the seal being sent, or answer", func() bool { return clk.Sleepers() == 1 || len(retried) == 1 })
+	if len(retried) == 1 {
+		t.Fatalf("the retry answered %+v while the seal was being sent; the chat has %v", <-retried, e.fake.Messages(id))
+	}
+	h.release()
+	r := <-first
+	if !r.Success || r.MessageID == "" {
+		t.Fatalf("seal on the first instance: %+v", r)
+	}
+	clk.Advance(sealPoll)
+	if retry := <-retried; !retry.Success || retry.MessageID != r.MessageID {
+		t.Fatalf("the retried seal on the other instance = %+v, want message %s", retry, r.MessageID)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("the chat has %v, want the reply once", msgs)
 	}
 }

@@ -64,6 +64,9 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)
 	}
 	p.delivered(u, in)
+	if in.msg != nil {
+		p.rehostDelivered(r.d.Tenant, in.msg)
+	}
 	return nil
 }
 

@@ -139,8 +139,9 @@ func fileOf(msg *models.Message) (inboundFile, bool) {
 
 // attachMedia re-hosts msg's attachment for tenant and lists it in ev
 // (media_urls and media). The file is downloaded with the bot's credential
-// (getFile, then the file path), streamed into the media store, and
-// reaches gateways only as its re-host URL. Without a media store with a
+// (getFile, then the file path), streamed into the media store (once while
+// the update is not delivered: platform.Rehosts), and reaches gateways
+// only as its re-host URL. Without a media store with a
 // public URL, a file over the Bot API's or the store's limit, or when the
 // download fails, the event goes on without it (logged, counted as
 // "media_skipped").
@@ -158,7 +159,7 @@ func (p *Platform) attachMedia(ctx context.Context, tenant string, msg *models.M
 	}
 	ctx, cancel := context.WithTimeout(ctx, mediaDownloadTimeout)
 	defer cancel()
-	info, err := p.rehost(ctx, tenant, f, limit)
+	info, err := p.rehosts.Rehost(store, tenant, f.id, func() (media.Info, error) { return p.rehost(ctx, tenant, f, limit) })
 	if err != nil {
 		p.log.Warn("telegram attachment could not be re-hosted; delivered without it", "chat_id", msg.Chat.ID, "err", err)
 		p.deps.Metrics.Dropped(platformName, "media_skipped")
@@ -168,6 +169,14 @@ func (p *Platform) attachMedia(ctx context.Context, tenant string, msg *models.M
 	ev.MediaURLs = append(ev.MediaURLs, url)
 	ev.Media = append(ev.Media, contract.Media{URL: url, MIME: info.MIME, Kind: f.kind, Size: info.Size,
 		Filename: info.Filename, Caption: msg.Caption})
+}
+
+// rehostDelivered forgets the re-host of msg's attachment for tenant once
+// its update was delivered (platform.Rehosts).
+func (p *Platform) rehostDelivered(tenant string, msg *models.Message) {
+	if f, ok := fileOf(msg); ok {
+		p.rehosts.Delivered(tenant, f.id)
+	}
 }
 
 // rehost downloads file f, at most limit bytes (file_size is optional, in

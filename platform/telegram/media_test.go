@@ -1,6 +1,8 @@
 package telegram
 
 import (
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -32,5 +34,40 @@ func TestLongCaptionFailureNamesSendMedia(t *testing.T) {
 	}
 	if n := len(e.fake.Calls("sendPhoto")); n != 1 {
 		t.Fatalf("%d sendPhoto calls, want 1", n)
+	}
+}
+
+// TestRetriedUpdateReusesItsRehost: the sink refuses an update with a
+// document twice (the store behind it is down), and Telegram retries the
+// webhook each time. The third copy is delivered with the file re-hosted
+// once: each retry used to download and store the file again, and the
+// copies, never delivered, filled the tenant's media quota until they
+// expired, so its later attachments went without their files.
+func TestRetriedUpdateReusesItsRehost(t *testing.T) {
+	e := webhookEnv(t, nil)
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	e.p.deps.Media = store
+	e.fake.AddFile("DOC", "documents/r.pdf", 6, func() io.Reader { return strings.NewReader("report") })
+	doc := []byte(`{"update_id":900,"message":{"message_id":9,"date":1700000000,` +
+		`"chat":{"id":123456789,"type":"private","first_name":"A"},"from":{"id":123456789,"is_bot":false,"first_name":"A"},` +
+		`"caption":"the report","document":{"file_id":"DOC","file_unique_id":"U1","file_name":"r.pdf","file_size":6}}}`)
+	e.sink.Refuse(2)
+	for i, want := range []int{http.StatusServiceUnavailable, http.StatusServiceUnavailable, http.StatusOK} {
+		if code := e.post(t, doc); code != want {
+			t.Fatalf("copy %d answered %d, want %d", i+1, code, want)
+		}
+	}
+	if d := e.sink.Next(t); len(d.Event.Media) != 1 {
+		t.Fatalf("delivered with %d media, want the document", len(d.Event.Media))
+	}
+	if n := store.Stats().Objects; n != 1 {
+		t.Fatalf("the media store holds %d objects, want the document once", n)
+	}
+	if n := len(e.fake.Calls("getFile")); n != 1 {
+		t.Fatalf("getFile called %d times, want once", n)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/descriptor"
+	"connector/internal/loglimit"
 	"connector/platform"
 	"connector/platform/chatcontext"
 	"connector/platform/chatorder"
@@ -56,6 +57,12 @@ type Platform struct {
 	seals    store.Capabilities                // every instance's seals and group previews (draft.go), in deps.Store; nil without one
 	previews *lru.Cache[draftKey, *preview]    // open draft streams of group chats
 	drafts   *lru.Cache[wireDraft, draftKey]   // the stream holding each draft id sent to a private chat (wireDraftID)
+	// storeLogs bounds the warnings of seals failing (storeWarn).
+	storeLogs *loglimit.Bucket
+	rehosts   *platform.Rehosts // attachments of updates not delivered yet
+	// claims hold the seals being sent when several instances share the
+	// store (claimSeal); nil otherwise.
+	claims store.Claims
 	// dmStreams runs each private chat stream's frames and seals one at a
 	// time (inStream); it holds the streams with one in flight only.
 	dmStreams *chatorder.Queue[draftKey]
@@ -135,7 +142,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if deps.Store != nil {
 		p.seals = deps.Store.Capabilities()
 	}
+	p.storeLogs = loglimit.NewBucket(storeLogRate, p.deps.Clock)
 	p.unclaimed, _ = lru.New[int64, struct{}](1024)
+	p.rehosts = platform.NewRehosts(p.deps.Clock)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	p.drafts, _ = lru.New[wireDraft, draftKey](sealedDrafts)
 	p.topics = &topicMemory{state: platform.StateOr(deps.Store, localTopics, p.deps.Clock), clock: p.deps.Clock}
@@ -157,7 +166,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.download = &http.Client{Transport: p.transport}
 	p.bot = p.newBot()
 	p.mapping.Store(p.liveMapping())
-	if claims := deps.SharedClaims(); claims != nil && cfg.WebhookURL != "" {
+	p.claims = deps.SharedClaims()
+	if claims := p.claims; claims != nil && cfg.WebhookURL != "" {
 		p.dedupe = &platform.Dedupe{Claims: claims, Clock: p.deps.Clock, Prefix: "telegram/" + strconv.FormatInt(p.bot.ID(), 10) + "/",
 			Pending: webhookPending, Window: webhookDedupeWindow, Log: p.log}
 	}

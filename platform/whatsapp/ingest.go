@@ -179,6 +179,9 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			return fmt.Errorf("whatsapp: deliver message of %s: %w", sender, err)
 		}
 		p.markDelivered(ctx, number, wamid)
+		if md := m.media(); md != nil {
+			p.rehosts.Delivered(tenant, strings.TrimSpace(md.ID))
+		}
 		if ev.PromptResponse != nil { // one tap answers a prompt
 			rec.Answered = true
 			p.promptPosted(ctx, number, sender, rec.msgID, rec)

@@ -90,7 +90,8 @@ var inboundKinds = map[string]string{
 // attachMedia re-hosts m's attachment for tenant and lists it in ev
 // (media_urls and media): the media id is looked up (GET /{media-id}),
 // its bytes downloaded with the access token and streamed into the media
-// store, and gateways get only the re-host URL. Without a media store with
+// store (once while the message is not delivered: platform.Rehosts), and
+// gateways get only the re-host URL. Without a media store with
 // a public URL, over the size limit, or when a step fails (counted as
 // dropped media_skipped), the event goes on without it.
 func (p *Platform) attachMedia(ctx context.Context, tenant string, m *message, ev *contract.Event) {
@@ -101,7 +102,7 @@ func (p *Platform) attachMedia(ctx context.Context, tenant string, m *message, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, mediaDownloadTimeout)
 	defer cancel()
-	info, err := p.rehost(ctx, tenant, m.kind(), md)
+	info, err := p.rehosts.Rehost(store, tenant, strings.TrimSpace(md.ID), func() (media.Info, error) { return p.rehost(ctx, tenant, m.kind(), md) })
 	if err != nil {
 		p.log.Warn("whatsapp attachment could not be re-hosted; delivered without it", "tenant", tenant, "media_id", md.ID, "err", err)
 		p.metrics.Dropped(platformName, dropMediaSkipped)

@@ -48,6 +48,7 @@ type Platform struct {
 	pace        *pace.Pacer
 	quotes      *quotes
 	links       *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
+	rehosts     *platform.Rehosts  // attachments of messages not delivered yet
 	desc        descriptor.Descriptor
 
 	running      atomic.Bool
@@ -107,6 +108,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.pace = pace.New(cfg.ChatPerSecond)
 	p.quotes = newQuotes(p.clock, p.vault)
 	p.links = platform.NewLinkDesk(deps.Clock)
+	p.rehosts = platform.NewRehosts(deps.Clock)
 	p.egress = newEgress(cfg.RequestTimeout)
 	p.turns = chatorder.New[string](0)
 	p.desc = descriptor.WhatsApp(handlers.Names())

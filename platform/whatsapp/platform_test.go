@@ -1202,3 +1202,37 @@ func TestLinkOnTheTenantsOwnNumberKeepsTheLastMessage(t *testing.T) {
 		t.Fatalf("typing marked %+v, want wamid.O1 read on t2's number", reads)
 	}
 }
+
+// TestRetriedMessageReusesItsRehost: the sink refuses a message with an
+// image twice (the store behind it is down) and Meta retries the webhook
+// each time; the third copy is delivered with the image re-hosted once.
+// Each retry used to download and store the image again, and the copies,
+// never delivered, filled the tenant's media quota until they expired, so
+// its later attachments went without their files.
+func TestRetriedMessageReusesItsRehost(t *testing.T) {
+	r := newRig(t, nil, nil)
+	r.fake.AddMedia("1290374517283301", "image/jpeg", []byte("a plant"))
+	body := whatsapptest.Message(biz1, "447700900123", "Ada", map[string]any{"id": "wamid.IMG", "type": "image",
+		"image": map[string]any{"id": "1290374517283301", "mime_type": "image/jpeg"}})
+	refuse := func(on bool) {
+		r.sink.mu.Lock()
+		r.sink.fail = on
+		r.sink.mu.Unlock()
+	}
+	refuse(true)
+	for range 2 {
+		if code := r.post(t, body); code != http.StatusServiceUnavailable {
+			t.Fatalf("with the message refused: %d", code)
+		}
+	}
+	refuse(false)
+	if code := r.post(t, body); code != http.StatusOK {
+		t.Fatalf("retry: %d", code)
+	}
+	if got := r.sink.all(); len(got) != 1 || len(got[0].Event.Media) != 1 {
+		t.Fatalf("delivered %d events, want one with the image", len(got))
+	}
+	if n := r.media.Stats().Objects; n != 1 {
+		t.Fatalf("the media store holds %d objects, want the image once", n)
+	}
+}
