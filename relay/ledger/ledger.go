@@ -261,7 +261,7 @@ type Ledger struct {
 	appending     map[string]int // session key -> Appends being stored; 0s kept (countAppendingLocked)
 	appendingLive int            // keys of appending counting above 0
 	removals      []uint64       // seqs to remove from the store
-	spare         []uint64       // a drained removals slice, for reuse
+	drained       []uint64       // the removals the last flush wrote, for reuse; guarded by the pool's flushMu
 	dirty         bool           // queued in the pool's dirty list
 	size          atomic.Int64   // bytes, for the pool to read without the lock
 
@@ -1351,7 +1351,7 @@ func (p *Pool) Flush(ctx context.Context) {
 	for _, l := range dirty {
 		l.mu.Lock()
 		seqs := l.removals
-		l.removals, l.spare = l.spare[:0], nil
+		l.removals, l.drained = l.drained[:0], nil
 		l.dirty = false
 		l.mu.Unlock()
 		if len(seqs) > 0 {
@@ -1362,12 +1362,12 @@ func (p *Pool) Flush(ctx context.Context) {
 	if len(acks) > 0 {
 		p.remove(ctx, acks, entries)
 	}
+	// drained is flushMu's, not l.mu's: giving the slice back takes no
+	// second lock of each ledger.
 	for i, l := range dirty {
 		dirty[i] = nil
 		if seqs := acks[l.tenant]; seqs != nil {
-			l.mu.Lock()
-			l.spare = seqs
-			l.mu.Unlock()
+			l.drained = seqs
 		}
 	}
 	clear(p.acks)

@@ -38,6 +38,35 @@ func BenchmarkAppendAck(b *testing.B) {
 	}
 }
 
+// BenchmarkAppendAckTenants is BenchmarkAppendAck over 1,000 tenants' ledgers
+// in turn, as at saturation with one gateway per tenant: each removal the
+// pool flushes is a different tenant's, so a flush touches as many ledgers
+// as it carries removals.
+func BenchmarkAppendAckTenants(b *testing.B) {
+	c := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	st := store.NewMemory(c)
+	defer func() { _ = st.Close() }()
+	p := NewPool(testConfig(st.Ledger(), c, &fakeMetrics{outcomes: make(map[string]int)}))
+	defer p.Close(context.Background())
+	ls := make([]*Ledger, 1000)
+	for i := range ls {
+		ls[i] = p.Ledger("t" + strconv.Itoa(i))
+		ls[i].Serve(takeAll{}, AllPlatforms)
+	}
+	d := Delivery{Platform: "p", SessionKey: "s", ChatID: "c", Payload: []byte(`{"text":"hello"}`)}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		l := ls[i%len(ls)]
+		i++
+		id, err := l.Append(context.Background(), d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Ack(id)
+	}
+}
+
 // A bufferId costs one allocation, its string: the prefix and the number
 // are joined in a stack buffer (joined with + they take two once the number
 // has three digits: strconv keeps only 0–99 as constants).
