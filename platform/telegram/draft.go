@@ -18,6 +18,7 @@ import (
 	"connector/contract"
 	"connector/internal/loglimit"
 	"connector/internal/textsplit"
+	"connector/platform"
 )
 
 // sealedDrafts bounds Platform.sealed, this instance's record of the
@@ -174,11 +175,10 @@ func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action
 	}
 	key := k.sealingKey(a)
 	for {
-		deadline, ok := ctx.Deadline()
-		if !ok {
-			deadline = p.deps.Clock.Now().Add(p.cfg.RequestTimeout)
-		}
-		expires = deadline.Add(p.cfg.RequestTimeout) // the send, then the record (seal)
+		// The send, until the request's deadline (wall-clock time, here on
+		// the platform's clock, which the store's claims are judged on),
+		// then the record (seal).
+		expires = platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
 		took, err := p.claims.Claim(ctx, key, expires)
 		switch {
 		case err != nil:

@@ -925,9 +925,22 @@ func TestDraftFramesWhileTheStoreIsDown(t *testing.T) {
 // another instance sharing the store (a real redis-server, the instances
 // a cluster), retries it there. The retry waits for the first instance's
 // seal and answers its message: the reply is sent once. The retry found no
-// seal stored yet and sent the reply a second time.
+// seal stored yet and sent the reply a second time. The platform's clock
+// is a day behind the wall clock, or a day ahead: the seal's claim lasted
+// until the request's deadline, which is wall-clock time, as if it were
+// the store's clock's, so on a clock ahead of it the claim had lapsed
+// when it was taken, and the retry sent the reply again.
 func TestRetriedSealWhileTheFirstInstanceSendsIt(t *testing.T) {
-	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	for name, skew := range map[string]time.Duration{"behind": -24 * time.Hour, "ahead": 24 * time.Hour} {
+		t.Run("clock "+name+" of the wall clock", func(t *testing.T) {
+			retriedSealWhileSent(t, clocktest.New(time.Now().Add(skew)))
+		})
+	}
+}
+
+// retriedSealWhileSent is TestRetriedSealWhileTheFirstInstanceSendsIt on
+// clk.
+func retriedSealWhileSent(t *testing.T, clk *clocktest.Fake) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
