@@ -262,9 +262,16 @@ func turnPreviewKey(tenant string, chat int64, thread int, turn string) string {
 // topicPreviewsKey is the store key listing the turns of tenant's open
 // previews in a group chat's topic (topicTurns, the latest topicTurns
 // kept), so a send naming no turn, which ends every open stream of the
-// topic, finds their previews on any instance (replacePreviews).
-func topicPreviewsKey(tenant string, chat int64, thread int) string {
-	return "telegram/preview-topic/" + tenant + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread)
+// topic, finds their previews on any instance (replacePreviews). It names
+// the tenant as created (SetTenants; 0 for a declared tenant): a tenant
+// deleted and made again under its id lists its own turns, and its send
+// leaves the earlier tenant's previews as they are, as its streams do.
+func (p *Platform) topicPreviewsKey(tenant string, chat int64, thread int) string {
+	var created int64
+	if c := p.createdOf(tenant); !c.IsZero() { // the zero time has no Unix nanoseconds
+		created = c.UnixNano()
+	}
+	return "telegram/preview-topic/" + tenant + "/" + strconv.FormatInt(created, 10) + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread)
 }
 
 // topicTurns bounds the turns topicPreviewsKey lists: the gateway streams
@@ -308,7 +315,7 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 		err = p.seals.Put(ctx, turnPreviewKey(k.tenant, k.chat, pv.thread, pv.turn), strconv.AppendInt(nil, k.draft, 10), expires)
 	}
 	if err == nil && !sealed && pv.turn != "" {
-		err = p.listTopicTurn(ctx, topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires)
+		err = p.listTopicTurn(ctx, p.topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires)
 	}
 	if err != nil {
 		p.storeWarn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
@@ -697,7 +704,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 // lists for tenant's topic (topicPreviewsKey), which other instances may
 // have shown, and forgets the list.
 func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat int64, thread int) {
-	key := topicPreviewsKey(tenant, chat, thread)
+	key := p.topicPreviewsKey(tenant, chat, thread)
 	sctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	raw, ok, err := p.seals.Get(sctx, key)

@@ -999,3 +999,44 @@ func retriedSealWhileSent(t *testing.T, clk *clocktest.Fake) {
 		t.Fatalf("the chat has %v, want the reply once", msgs)
 	}
 }
+
+// TestGroupSendNamingNoTurnOfATenantMadeAgain: a tenant's two group
+// streams of a topic show previews on one instance; the tenant is deleted
+// and created again under its id, and its send naming no turn reaches
+// another instance sharing the store (a real redis-server). The earlier
+// tenant's previews stay as they are, as they do for the new tenant's
+// streams (docs/contract.md), and the reply is sent. The topic's list of
+// open previews was the tenant id's, so the new tenant's send deleted the
+// earlier one's messages.
+func TestGroupSendNamingNoTurnOfATenantMadeAgain(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	made := func(at time.Time) {
+		for _, p := range []*Platform{e.p, other} {
+			p.SetTenants(map[string]time.Time{tenant: at})
+		}
+	}
+	act := func(p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID = contract.ID(chat)
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
+		}
+		return r
+	}
+	made(clk.Now().Add(-time.Hour))
+	for draft, turn := range []string{"77", "78"} {
+		act(e.p, contract.Action{Op: contract.OpDraft, DraftID: int64(draft + 1), Content: "the ans " + turn, Metadata: contract.Metadata{MessageID: contract.ID(turn)}})
+	}
+	made(clk.Now())
+	act(other, contract.Action{Op: contract.OpSend, Content: "the answer"})
+	if msgs := e.fake.Messages(id); len(msgs) != 3 {
+		t.Fatalf("after the new tenant's send the chat has %v, want the earlier tenant's two previews and the reply", msgs)
+	}
+}
