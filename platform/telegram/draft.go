@@ -402,6 +402,9 @@ type preview struct {
 	thread int    // the topic it is in
 	turn   string // the turn it answers (contract.Metadata.Turn)
 	asked  bool   // the store was asked for the stream's preview (adoptPreview)
+	// created is the tenant's creation (createdOf) when the preview was
+	// opened: a tenant made again since leaves it as it is (replacePreviews).
+	created time.Time
 	// done is set once the preview left Platform.previews (sealed or
 	// replaced): a frame that was waiting for it takes the stream's next
 	// preview instead.
@@ -417,7 +420,7 @@ type preview struct {
 func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
 	turn := a.Metadata.Turn()
 	for {
-		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn}
+		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn, created: p.createdOf(k.tenant)}
 		if old, ok, _ := p.previews.PeekOrAdd(k, pv); ok {
 			pv = old
 		}
@@ -647,7 +650,8 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // replacePreviews deletes the previews of tenant's open draft streams in a
 // group chat's topic that a's reply replaces: those of a's turn, or every
 // one of the topic when a names no turn, as Telegram's sendMessage replaces
-// a native draft. A preview the store records as its stream's reply,
+// a native draft; never those of an earlier tenant under its id (deleted
+// and made again since: preview.created). A preview the store records as its stream's reply,
 // sealed on another instance after the gateway reconnected there, is
 // forgotten, not deleted; so is one whose record the store cannot give.
 // The preview of a's turn that another instance showed is found in the
@@ -663,12 +667,13 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 	}
 	thread, turn := topicThread(a.Metadata.ThreadID), a.Metadata.Turn()
 	here := false // a preview of a's turn was deleted here
+	created := p.createdOf(tenant)
 	for _, k := range p.previews.Keys() {
 		if k.tenant != tenant || k.chat != chat {
 			continue
 		}
 		pv, ok := p.previews.Peek(k)
-		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) {
+		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) || !pv.created.Equal(created) {
 			continue
 		}
 		pv.mu.Lock()

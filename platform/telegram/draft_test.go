@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -1003,12 +1004,22 @@ func retriedSealWhileSent(t *testing.T, clk *clocktest.Fake) {
 // TestGroupSendNamingNoTurnOfATenantMadeAgain: a tenant's two group
 // streams of a topic show previews on one instance; the tenant is deleted
 // and created again under its id, and its send naming no turn reaches
-// another instance sharing the store (a real redis-server). The earlier
-// tenant's previews stay as they are, as they do for the new tenant's
-// streams (docs/contract.md), and the reply is sent. The topic's list of
-// open previews was the tenant id's, so the new tenant's send deleted the
-// earlier one's messages.
+// the instance that showed them, or another sharing the store (a real
+// redis-server). The earlier tenant's previews stay as they are, as they
+// do for the new tenant's streams (docs/contract.md), and the reply is
+// sent. The previews the instance remembered, and the topic's list of
+// open previews in the store, were the tenant id's, so the new tenant's
+// send deleted the earlier one's messages.
 func TestGroupSendNamingNoTurnOfATenantMadeAgain(t *testing.T) {
+	for _, there := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sent where shown %v", there), func(t *testing.T) { sendOfATenantMadeAgain(t, there) })
+	}
+}
+
+// sendOfATenantMadeAgain is TestGroupSendNamingNoTurnOfATenantMadeAgain
+// with the send on the instance that showed the previews (there), or on
+// the other.
+func sendOfATenantMadeAgain(t *testing.T, there bool) {
 	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
 	e, other := sharedStoreEnv(t, clk)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -1035,7 +1046,11 @@ func TestGroupSendNamingNoTurnOfATenantMadeAgain(t *testing.T) {
 		act(e.p, contract.Action{Op: contract.OpDraft, DraftID: int64(draft + 1), Content: "the ans " + turn, Metadata: contract.Metadata{MessageID: contract.ID(turn)}})
 	}
 	made(clk.Now())
-	act(other, contract.Action{Op: contract.OpSend, Content: "the answer"})
+	sender := other
+	if there {
+		sender = e.p
+	}
+	act(sender, contract.Action{Op: contract.OpSend, Content: "the answer"})
 	if msgs := e.fake.Messages(id); len(msgs) != 3 {
 		t.Fatalf("after the new tenant's send the chat has %v, want the earlier tenant's two previews and the reply", msgs)
 	}
