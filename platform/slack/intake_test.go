@@ -15,6 +15,7 @@ import (
 
 	"connector/internal/clock/clocktest"
 	"connector/internal/redistest"
+	"connector/media"
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
@@ -1051,5 +1052,31 @@ func TestSweepTakesAnEntryAsStoredNow(t *testing.T) {
 	e.settled(t)
 	if logs := e.logs.String(); strings.Contains(logs, "not stored as read") {
 		t.Fatalf("the sweep handled the listing's copy of the entry:\n%s", logs)
+	}
+}
+
+// TestIntakeRetryReusesItsRehost: the relay refuses a message with a file
+// twice (its store is down); the intake tries it again with backoff, and
+// the third try is delivered with the file re-hosted once. Each try used
+// to download and store the file again, and the copies, never delivered,
+// filled the tenant's media quota until they expired, so its later
+// attachments went without their files.
+func TestIntakeRetryReusesItsRehost(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	ms, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "https://connector.example", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ms.Close)
+	e := newEnv(t, nil, &platform.Deps{Clock: clk, Media: ms})
+	e.sink.Refuse(2)
+	url := e.fake.AddFile(teamA.ID, "F0IMG00009", "F0IMG00009.png", "image/png", []byte("\x89PNG\r\n\x1a\n.."))
+	e.event(t, teamA, "Ev1", fileMessage(dmAda, "1768490100.000100", "F0IMG00009", url), http.StatusOK)
+	clk.Drive(t, 1, func() int { return int(e.sink.Taken()) }, func() int { return 0 })
+	if d := e.sink.Next(t); len(d.Event.Media) != 1 || e.sink.Calls() != 3 {
+		t.Fatalf("delivered with %d media after %d tries, want the file on the third", len(d.Event.Media), e.sink.Calls())
+	}
+	if n := ms.Stats().Objects; n != 1 {
+		t.Fatalf("the media store holds %d objects, want the file once", n)
 	}
 }
