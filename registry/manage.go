@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connector/platform"
+	"connector/store"
 )
 
 // This file owns what the Hermes management plane (/manage/*, package
@@ -162,6 +163,10 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 		return "", err
 	}
 	consumed, err := r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
+	// A consumption the replicas did not acknowledge applied on the
+	// primary (store.ErrNotReplicated): the code is given back, after
+	// the link, so the refused redemption does not burn it.
+	spentThere := errors.Is(err, store.ErrNotReplicated)
 	if err == nil && !consumed {
 		var now linkCode
 		if ok, gerr := r.get(ctx, nsLinkCodes, want, &now); gerr != nil {
@@ -182,6 +187,9 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 			err = uerr
 		}
 		r.notify(ctx)
+	}
+	if spentThere {
+		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, value, raw) // failing that, it stays spent
 	}
 	return "", cmp.Or(err, ErrNotFound)
 }

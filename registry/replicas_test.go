@@ -57,3 +57,58 @@ func TestEnrollNotReplicatedGivesTheTokenBackOnRedis(t *testing.T) {
 		t.Fatalf("the token of the refused enrollment, again: %v (it was burnt)", err)
 	}
 }
+
+// TestRedeemNotReplicatedGivesTheCodeBackOnRedis: with redis_min_replicas
+// and the replica lost after a redemption wrote its link, the code's
+// consumption (a registry CompareAndSwap) applies on the primary but fails
+// with store.ErrNotReplicated. The redemption is refused, its link taken
+// back and its code given back: the same user's retry links once the
+// store is whole. Before, the code stayed spent on the primary: a refused
+// redemption had burnt its code, and the user had to ask for a new one.
+func TestRedeemNotReplicatedGivesTheCodeBackOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	open := func(minReplicas int) store.Store {
+		cfg := store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisMinReplicas: minReplicas, RedisReplicaTimeout: time.Second} // its writes before the loss wait for the replica on a busy machine
+		st, err := store.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	hooked := &hookedStore{Store: open(1)}
+	strict, plain := registry.New(hooked, clock.System), registry.New(open(0), clock.System)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := plain.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/linkcodes" && !killed { // the link written
+			killed = true
+			replica.Kill(t)
+		}
+	}
+	_, err = strict.RedeemLinkCode(ctx, "telegram", "4201", code)
+	if !killed {
+		t.Fatalf("the hook never ran: the redemption consumed no code (%v)", err)
+	}
+	if !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a redemption losing the replica before its code is consumed: %v, want ErrNotReplicated", err)
+	}
+	s, err := plain.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Bindings) != 0 {
+		t.Fatalf("after the refused redemption: bindings %v, want its link taken back", s.Bindings)
+	}
+	if tenant, err := plain.RedeemLinkCode(ctx, "telegram", "4201", code); err != nil || tenant != "a" {
+		t.Fatalf("the code of the refused redemption, again: %q, %v (it was burnt)", tenant, err)
+	}
+}
