@@ -3,6 +3,8 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +112,78 @@ func TestRedeemNotReplicatedGivesTheCodeBackOnRedis(t *testing.T) {
 	}
 	if tenant, err := plain.RedeemLinkCode(ctx, "telegram", "4201", code); err != nil || tenant != "a" {
 		t.Fatalf("the code of the refused redemption, again: %q, %v (it was burnt)", tenant, err)
+	}
+}
+
+// TestEnrollGivenUpDuringTheSpendOnRedis: an enrollment whose request is
+// given up while the spend of its token (a registry Delete, sent in the
+// store's pipeline) waits at the server leaves the token redeemable: the
+// pipeline sends a queued write whether or not its caller still waits, so
+// the Delete applies, and the token is given back with the rest. Before,
+// the spend ran on the request's context: Enroll returned the context's
+// error, took the token for unspent and did not give it back, and the
+// Delete applied after: the client had given up and the token was burnt.
+func TestEnrollGivenUpDuringTheSpendOnRedis(t *testing.T) {
+	bg := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(bg, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	r := registry.New(hooked, clock.System)
+	if err := r.CreateTenant(bg, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := r.MintEnrollToken(bg, "a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	side := srv.Client(t)
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	held := make(chan error, 1)
+	hooked.before = func(op, namespace, _ string) {
+		if op != "delete" || namespace != "registry/enroll" {
+			return
+		}
+		hooked.before = nil
+		// The server holds writes for a while (under the pipeline's read
+		// timeout): the spend is sent and waits there.
+		if err := side.Do(bg, "CLIENT", "PAUSE", 1500, "WRITE").Err(); err != nil {
+			held <- err
+			return
+		}
+		go func() {
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				info, err := side.Info(bg, "clients").Result()
+				if err == nil && strings.Contains(info, "blocked_clients:1") {
+					cancel() // the spend is held at the server: the client gives up
+					held <- nil
+					return
+				}
+				if time.Now().After(deadline) {
+					held <- fmt.Errorf("the spend was never held at the server: %v\n%s", err, info)
+					return
+				}
+				time.Sleep(5 * time.Millisecond) // polling the server's state
+			}
+		}()
+	}
+	if _, err := r.Enroll(ctx, "a", token, "gw-e", ""); err == nil {
+		t.Fatal("an enrollment given up during its spend succeeded")
+	}
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	// A write through the same pipeline, sent after the spend: it returns
+	// once the spend applied.
+	if err := r.CreateTenant(bg, registry.Tenant{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if secret, err := r.Enroll(bg, "a", token, "gw-e", ""); err != nil || secret == "" {
+		t.Fatalf("the token of the enrollment given up, again: %v (it was burnt)", err)
 	}
 }
