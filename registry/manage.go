@@ -145,17 +145,18 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 		return "", err
 	}
 	defer release()
+	// Write the link, then consume the code (mark it redeemed by this
+	// link) or take the link back, for a request given up meanwhile too
+	// (the store may apply a write whose caller stopped waiting): one
+	// code makes one link. A code another redemption of the same link
+	// consumed meanwhile (the user sent it twice) leaves the link, which
+	// that one's success counts on.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	wrote, err := r.bind(ctx, b, nil)
 	if err != nil {
 		return "", err
 	}
-	// Consume the code (mark it redeemed by this link), or take the link
-	// back, for a request given up meanwhile too: one code makes one link.
-	// A code another redemption of the same link consumed meanwhile (the
-	// user sent it twice) leaves the link, which that one's success
-	// counts on.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
 	spent := c
 	spent.Redeemed = b.key()
 	value, err := json.Marshal(spent)

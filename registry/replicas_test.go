@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"connector/internal/clock"
 	"connector/internal/redistest"
 	"connector/registry"
@@ -140,37 +142,14 @@ func TestEnrollGivenUpDuringTheSpendOnRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	side := srv.Client(t)
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
 	held := make(chan error, 1)
 	hooked.before = func(op, namespace, _ string) {
-		if op != "delete" || namespace != "registry/enroll" {
-			return
+		if op == "delete" && namespace == "registry/enroll" {
+			hooked.before = nil
+			pauseWritesThenCancel(srv, srv.Client(t), cancel, held)
 		}
-		hooked.before = nil
-		// The server holds writes for a while (under the pipeline's read
-		// timeout): the spend is sent and waits there.
-		if err := side.Do(bg, "CLIENT", "PAUSE", 1500, "WRITE").Err(); err != nil {
-			held <- err
-			return
-		}
-		go func() {
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				info, err := side.Info(bg, "clients").Result()
-				if err == nil && strings.Contains(info, "blocked_clients:1") {
-					cancel() // the spend is held at the server: the client gives up
-					held <- nil
-					return
-				}
-				if time.Now().After(deadline) {
-					held <- fmt.Errorf("the spend was never held at the server: %v\n%s", err, info)
-					return
-				}
-				time.Sleep(5 * time.Millisecond) // polling the server's state
-			}
-		}()
 	}
 	if _, err := r.Enroll(ctx, "a", token, "gw-e", ""); err == nil {
 		t.Fatal("an enrollment given up during its spend succeeded")
@@ -185,5 +164,86 @@ func TestEnrollGivenUpDuringTheSpendOnRedis(t *testing.T) {
 	}
 	if secret, err := r.Enroll(bg, "a", token, "gw-e", ""); err != nil || secret == "" {
 		t.Fatalf("the token of the enrollment given up, again: %v (it was burnt)", err)
+	}
+}
+
+// pauseWritesThenCancel, run before a write of the store of srv, makes
+// the server hold writes for a while (under the pipeline's read timeout),
+// and cancels once the write is held there: a request given up while its
+// write is in flight. It sends its outcome on held.
+func pauseWritesThenCancel(srv *redistest.Server, side *redis.Client, cancel func(), held chan<- error) {
+	bg := context.Background()
+	if err := side.Do(bg, "CLIENT", "PAUSE", 1500, "WRITE").Err(); err != nil {
+		held <- err
+		return
+	}
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			info, err := side.Info(bg, "clients").Result()
+			if err == nil && strings.Contains(info, "blocked_clients:1") {
+				cancel()
+				held <- nil
+				return
+			}
+			if time.Now().After(deadline) {
+				held <- fmt.Errorf("the write was never held at %s: %v\n%s", srv.Addr(), err, info)
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // polling the server's state
+		}
+	}()
+}
+
+// TestRedeemGivenUpDuringTheLinkOnRedis: a redemption whose request is
+// given up while its link's write waits at the server makes one link with
+// its code, whoever redeems the code next: the pipeline sends a queued
+// write whether or not its caller still waits, so the link applies.
+// Before, the link was written on the request's context: the redemption
+// returned the context's error without consuming the code, the link
+// applied after, and the next user's redemption of the same code made a
+// second link.
+func TestRedeemGivenUpDuringTheLinkOnRedis(t *testing.T) {
+	bg := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(bg, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	r := registry.New(hooked, clock.System)
+	if err := r.CreateTenant(bg, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := r.IssueLinkCode(bg, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	held := make(chan error, 1)
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/bindings" {
+			hooked.before = nil
+			pauseWritesThenCancel(srv, srv.Client(t), cancel, held)
+		}
+	}
+	_, first := r.RedeemLinkCode(ctx, "telegram", "4301", code)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	// A write through the same pipeline, sent after the link: it returns
+	// once the link applied.
+	if err := r.CreateTenant(bg, registry.Tenant{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	_, second := r.RedeemLinkCode(bg, "telegram", "4302", code)
+	s, err := r.Stored(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if links := len(s.Bindings); (first == nil) == (second == nil) || links != 1 {
+		t.Fatalf("one code, a redemption given up during its link (%v), then another (%v): %d links %v, want one redemption and its link", first, second, links, s.Bindings)
 	}
 }
