@@ -247,3 +247,58 @@ func TestRedeemGivenUpDuringTheLinkOnRedis(t *testing.T) {
 		t.Fatalf("one code, a redemption given up during its link (%v), then another (%v): %d links %v, want one redemption and its link", first, second, links, s.Bindings)
 	}
 }
+
+// TestRedeemNotReplicatedTakesTheLinkBackOnRedis: with redis_min_replicas
+// and the replica lost right before a redemption's link is written, the
+// link's write applies on the primary but fails with
+// store.ErrNotReplicated: the redemption is refused, the link taken back
+// and the code left redeemable, so one code still makes one link. Before,
+// the link stayed on the primary with the code unspent: the refused user
+// was linked, and the next user to send the code was linked too.
+func TestRedeemNotReplicatedTakesTheLinkBackOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	open := func(minReplicas int) store.Store {
+		cfg := store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisMinReplicas: minReplicas, RedisReplicaTimeout: time.Second} // its writes before the loss wait for the replica on a busy machine
+		st, err := store.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	hooked := &hookedStore{Store: open(1)}
+	strict, plain := registry.New(hooked, clock.System), registry.New(open(0), clock.System)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := plain.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/bindings" && !killed {
+			killed = true
+			replica.Kill(t)
+		}
+	}
+	_, first := strict.RedeemLinkCode(ctx, "telegram", "4401", code)
+	if !killed {
+		t.Fatalf("the hook never ran: the redemption wrote no link (%v)", first)
+	}
+	if !errors.Is(first, store.ErrNotReplicated) {
+		t.Fatalf("a redemption losing the replica before its link is written: %v, want ErrNotReplicated", first)
+	}
+	if _, err := plain.RedeemLinkCode(ctx, "telegram", "4402", code); err != nil {
+		t.Fatalf("the code of the refused redemption, by another user: %v", err)
+	}
+	s, err := plain.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Bindings) != 1 || s.Bindings[0].ID != "4402" {
+		t.Fatalf("one code, a redemption refused for want of the replica, then another: bindings %v, want the second's link alone", s.Bindings)
+	}
+}
