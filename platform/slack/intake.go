@@ -141,8 +141,12 @@ type intake struct {
 	pending map[string]int    // chat -> entries held
 	held    map[string]string // entry key -> its chat
 	// until is, of an entry held, the latest expiry this instance gave
-	// its claim (claimed, renewed): what its release compares.
-	until   map[string]time.Time
+	// its claim (claimed, renewed), or may have given it (mayHaveClaimed):
+	// what its renewal and its release compare.
+	until map[string]time.Time
+	// sure is, of an entry held, the latest expiry its claim surely got
+	// (claimed).
+	sure    map[string]time.Time
 	resumed atomic.Uint64 // entries taken by sweepIntake
 }
 
@@ -186,6 +190,25 @@ func (in *intake) claimed(key string, expires time.Time) {
 	if _, ok := in.held[key]; ok && expires.After(in.until[key]) {
 		in.until[key] = expires
 	}
+	if _, ok := in.held[key]; ok && expires.After(in.sure[key]) {
+		in.sure[key] = expires
+	}
+}
+
+// mayHaveClaimed records that a renewal of key's claim, sent at at to
+// give it expires, failed, and may have been made all the same (its reply
+// lost): expires is taken for an expiry this instance gave the claim when
+// the renewal was sent while the claim surely held (before its sure
+// expiry). Another instance takes the claim only once it lapsed, after
+// that, and gives it an expiry later than expires (intakeClaimTTL past its
+// taking): a later renewal still finds such a claim lasting past the one
+// recorded, and leaves it be.
+func (in *intake) mayHaveClaimed(key string, at, expires time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if _, ok := in.held[key]; ok && at.Before(in.sure[key]) && expires.After(in.until[key]) {
+		in.until[key] = expires
+	}
 }
 
 // claimUntil is the latest expiry key's claim was given (claimed).
@@ -201,6 +224,7 @@ func (in *intake) done(key, chat string) {
 	defer in.mu.Unlock()
 	delete(in.held, key)
 	delete(in.until, key)
+	delete(in.sure, key)
 	if in.pending[chat]--; in.pending[chat] <= 0 {
 		delete(in.pending, chat)
 	}
@@ -726,7 +750,8 @@ func (p *Platform) keepIntake(ctx context.Context, renew, sweep *clock.Ticker) {
 		case <-ctx.Done():
 			return
 		case <-renew.C:
-			expires := p.clock.Now().Add(intakeClaimTTL)
+			now := p.clock.Now()
+			expires := now.Add(intakeClaimTTL)
 			for _, key := range p.intake.keys() {
 				held := p.intake.claimUntil(key)
 				if held.IsZero() {
@@ -734,6 +759,9 @@ func (p *Platform) keepIntake(ctx context.Context, renew, sweep *clock.Ticker) {
 				}
 				switch renewed, err := p.claims.Renew(ctx, intakeClaim(key), held, expires); {
 				case err != nil:
+					// It may have been made: a later renewal must not
+					// take it for another instance's claim.
+					p.intake.mayHaveClaimed(key, now, expires)
 					if ctx.Err() == nil {
 						p.log.Warn("slack intake claim not renewed", "key", key, "err", err)
 					}

@@ -1053,3 +1053,78 @@ func TestSweepTakesAnEntryAsStoredNow(t *testing.T) {
 		t.Fatalf("the sweep handled the listing's copy of the entry:\n%s", logs)
 	}
 }
+
+// lostRenewals is a store whose claims' renewals, while lose is set, are
+// made but answered with an error (as a Redis script that ran, every
+// reply of go-redis's sends lost); each renewal's answer is sent on
+// answers.
+type lostRenewals struct {
+	store.Store
+	lose    atomic.Bool
+	answers chan renewal
+}
+
+// renewal is a renewal's answer.
+type renewal struct {
+	renewed bool
+	err     error
+}
+
+func (s *lostRenewals) Claims() store.Claims { return lostRenewalClaims{s.Store.Claims(), s} }
+
+type lostRenewalClaims struct {
+	store.Claims
+	s *lostRenewals
+}
+
+func (c lostRenewalClaims) Renew(ctx context.Context, key string, held, expires time.Time) (bool, error) {
+	renewed, err := c.Claims.Renew(ctx, key, held, expires)
+	if err == nil && c.s.lose.Load() {
+		renewed, err = false, errors.New("i/o timeout (the renewal was made, its reply lost)")
+	}
+	c.s.answers <- renewal{renewed, err}
+	return renewed, err
+}
+
+// TestIntakeClaimRenewedAfterALostReply: a renewal of an entry's claim
+// that the store made but answered with an error (go-redis lost every
+// reply) is followed by one that renews the claim. The keeper recorded the
+// claim's earlier expiry only, and the next renewal found a claim lasting
+// past it: it took it for another instance's and renewed no more, so the
+// claim lapsed while the entry was handled, for another instance to take.
+func TestIntakeClaimRenewedAfterALostReply(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &lostRenewals{Store: mem, answers: make(chan renewal, 16)}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0"), Media: newMediaStore(t), Clock: clk})
+	started := make(chan string, 4)
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	next := func(what string) renewal {
+		t.Helper()
+		select {
+		case r := <-st.answers:
+			return r
+		case <-time.After(waitFor):
+			t.Fatalf("timed out after %v waiting for %s", waitFor, what)
+			return renewal{}
+		}
+	}
+	st.lose.Store(true)
+	clk.Advance(intakeRenewEvery)
+	if r := next("the renewal whose reply is lost"); r.err == nil {
+		t.Fatalf("the first renewal answered %+v, want its error", r)
+	}
+	st.lose.Store(false)
+	clk.Advance(intakeRenewEvery)
+	if r := next("the renewal after it"); !r.renewed || r.err != nil {
+		t.Fatalf("the renewal after a lost reply answered %+v, want the claim renewed", r)
+	}
+	if logs := e.logs.String(); strings.Contains(logs, "taken by another instance") {
+		t.Fatalf("the instance took its own claim for another's:\n%s", logs)
+	}
+}
