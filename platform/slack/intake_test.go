@@ -966,7 +966,7 @@ func TestSweepLeavesAnEntryHandledWhileItListed(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatalf("timed out after %v waiting for the reply's delivery", waitFor)
 	}
-	st.armed.Store(2) // the sweep's listing under its queue lock, after claimUnheld's
+	st.armed.Store(1) // the sweep's listing
 	swept := make(chan struct{})
 	go func() {
 		defer close(swept)
@@ -1022,7 +1022,7 @@ func TestSweepTakesAnEntryAsStoredNow(t *testing.T) {
 	if _, err := mem.Registry().Put(t.Context(), intakeNamespace, key, mustJSON(t, rec)); err != nil {
 		t.Fatal(err)
 	}
-	st.armed.Store(2) // the sweep's listing under its queue lock, after claimUnheld's
+	st.armed.Store(1) // the sweep's listing
 	swept := make(chan struct{})
 	go func() {
 		defer close(swept)
@@ -1127,4 +1127,81 @@ func TestIntakeClaimRenewedAfterALostReply(t *testing.T) {
 	if logs := e.logs.String(); strings.Contains(logs, "taken by another instance") {
 		t.Fatalf("the instance took its own claim for another's:\n%s", logs)
 	}
+}
+
+// readGate is a store whose reads of an intake entry, once armed, wait
+// for release (telling reading).
+type readGate struct {
+	store.Store
+	armed   atomic.Bool
+	reading chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *readGate) Registry() store.Registry { return gatedRead{s.Store.Registry(), s} }
+
+type gatedRead struct {
+	store.Registry
+	s *readGate
+}
+
+func (r gatedRead) Get(ctx context.Context, namespace, key string) (store.Entry, bool, error) {
+	if namespace == intakeNamespace && r.s.armed.Load() {
+		r.s.once.Do(func() { close(r.s.reading) })
+		select {
+		case <-r.s.release:
+		case <-ctx.Done():
+			return store.Entry{}, false, ctx.Err()
+		}
+	}
+	return r.Registry.Get(ctx, namespace, key)
+}
+
+// TestIntakeAnsweredWhileASweepReadsAnEntry: a sweep that claimed an entry
+// another instance left reads it again before it queues it; a request the
+// intake takes meanwhile, of another chat, is answered without waiting for
+// that read. The sweep listed, claimed and read the entries under the
+// intake's queue lock, which every such request waits for.
+func TestIntakeAnsweredWhileASweepReadsAnEntry(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &readGate{Store: mem, reading: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Clock: clk})
+	rec := intakeRecord{Route: routeEvents, Received: clk.Now().UnixNano(), Body: slacktest.Envelope(teamA.ID, teamA.BotUser, "EvLeft",
+		slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "1768490000.000100", "left behind"))}
+	if _, err := mem.Registry().Put(t.Context(), intakeNamespace, intakeKey(teamA.ID+"/"+dmAda, rec), mustJSON(t, rec)); err != nil {
+		t.Fatal(err)
+	}
+	st.armed.Store(true)
+	unblock := sync.OnceFunc(func() { close(st.release) })
+	t.Cleanup(unblock)
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		e.p.sweepIntake(t.Context(), nil)
+	}()
+	select {
+	case <-st.reading:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the sweep to read the entry", waitFor)
+	}
+	codes := e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "EvOther",
+		slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490200.000300", "1768490000.000900", "<@"+teamA.BotUser+"> meanwhile")))
+	answered(t, codes, "a reply of another chat while the sweep reads an entry")
+	unblock()
+	var got []string
+	for range 2 {
+		got = append(got, e.sink.Next(t).Event.Text)
+	}
+	if !slices.Contains(got, "left behind") || !slices.ContainsFunc(got, func(s string) bool { return strings.HasSuffix(s, "meanwhile") }) {
+		t.Fatalf("delivered %v, want the reply left behind and the one received meanwhile", got)
+	}
+	select {
+	case <-swept:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the sweep to end", waitFor)
+	}
+	intakeEmpty(t, mem)
 }
