@@ -1205,3 +1205,44 @@ func TestIntakeAnsweredWhileASweepReadsAnEntry(t *testing.T) {
 	}
 	intakeEmpty(t, mem)
 }
+
+// TestIntakeCommandDeliveredBeforeKillNotDeliveredAgain: a slash command's
+// entry whose delivery the relay stored before its instance was killed,
+// before it deleted the entry, is found in the ledger by the next
+// instance's sweep (named by its chat, its microsecond, its user and text)
+// and deleted without a second delivery.
+func TestIntakeCommandDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	a.sink.Check = func(d platform.Delivery) error {
+		_, err := st.Ledger().Append(context.Background(), d.Tenant, []store.Record{{
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: d.Event.AppendJSON(nil), Received: d.Received,
+		}})
+		return err
+	}
+	body := []byte(url.Values{"team_id": {teamA.ID}, "channel_id": {chanGeneral}, "user_id": {userAda}, "command": {"/status"},
+		"text": {"all of it"}, "trigger_id": {"1.1.a"}}.Encode())
+	if code, resp := a.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+		t.Fatalf("the command: %d %s", code, resp)
+	}
+	d := a.sink.Next(t)
+	a.stop()
+	a.stop = func() {}
+	// Its entry, left by the killed instance (as it stores one: the
+	// command's body, received when its delivery says).
+	rec := intakeRecord{Route: routeCommands, Body: body, Received: d.Received.UnixNano()}
+	if _, err := st.Registry().Put(t.Context(), intakeNamespace, intakeKey(teamA.ID+"/"+chanGeneral, rec), mustJSON(t, rec)); err != nil {
+		t.Fatal(err)
+	}
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	intakeEmpty(t, st)
+	b.settled(t)
+	b.stop()
+	b.stop = func() {}
+	if n := b.sink.Taken(); n != 0 {
+		t.Fatalf("the restarted instance delivered the command %d times again, want none", n)
+	}
+}
