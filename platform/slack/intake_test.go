@@ -1246,3 +1246,28 @@ func TestIntakeCommandDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
 		t.Fatalf("the restarted instance delivered the command %d times again, want none", n)
 	}
 }
+
+// TestIntakeFailedRenewalCountedWhileTheClaimSurelyHeld: a renewal that
+// failed is counted as made (its expiry what the next renewal and the
+// release compare) only when it was sent before the claim's last sure
+// expiry: one sent later may find the claim taken by another instance,
+// whose expiry the recorded one must stay short of.
+func TestIntakeFailedRenewalCountedWhileTheClaimSurelyHeld(t *testing.T) {
+	in := &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}, sure: map[string]time.Time{}}
+	t0 := time.Now()
+	in.take("k", "c")
+	in.claimed("k", t0.Add(intakeClaimTTL))
+	sent := func(at time.Time, want time.Time) {
+		t.Helper()
+		in.mayHaveClaimed("k", at, at.Add(intakeClaimTTL))
+		if got := in.claimUntil("k"); !got.Equal(want) {
+			t.Fatalf("a failed renewal sent at +%v: claim until +%v, want +%v", at.Sub(t0), got.Sub(t0), want.Sub(t0))
+		}
+	}
+	sent(t0.Add(intakeClaimTTL), t0.Add(intakeClaimTTL)) // as the sure claim lapsed
+	sent(t0.Add(intakeRenewEvery), t0.Add(intakeRenewEvery+intakeClaimTTL))
+	// Before the one that may have been made lapsed, but after the sure one.
+	sent(t0.Add(intakeClaimTTL+time.Second), t0.Add(intakeRenewEvery+intakeClaimTTL))
+	in.claimed("k", t0.Add(intakeClaimTTL+time.Second)) // a renewal that answered
+	sent(t0.Add(intakeClaimTTL), t0.Add(2*intakeClaimTTL))
+}
