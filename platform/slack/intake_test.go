@@ -218,8 +218,8 @@ func TestIntakeTakenOverOnRedis(t *testing.T) {
 	}
 	clk.Advance(intakeSweepEvery)
 	b.p.sweepIntake(ctx, nil) // a sweep that surely ran: the claim holds, the entry is not taken
-	// Read under queueMu: the sweep the clock's tick started may be under
-	// way, holding the key between its take and its failed claim.
+	// Read under queueMu, under which a sweep (the clock's tick may have
+	// started one) takes the entries it claimed.
 	b.p.intake.queueMu.Lock()
 	taken := slices.Contains(b.p.intake.keys(), key)
 	b.p.intake.queueMu.Unlock()
