@@ -156,7 +156,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.dedupe = &platform.Dedupe{Claims: p.claims, Clock: p.clock, Prefix: "slack/", Pending: pendingTTL, Window: cfg.DedupeWindow, Log: p.log}
 	p.queues = chatorder.New[string](maxInFlight)
 	if deps.Store != nil {
-		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}}
+		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}, sure: map[string]time.Time{}}
 	}
 	p.besides = make(chan struct{}, maxBeside)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}

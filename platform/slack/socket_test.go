@@ -276,13 +276,13 @@ func TestRunEndsWhenATokenIsRefused(t *testing.T) {
 }
 
 // TestSocketModeRecoversFromA404: apps.connections.open answering HTTP 404
-// (which the socketmode client reports as invalid auth) a few times is
+// (which the socketmode client reports as invalid auth) is
 // retried, not taken for a refused app_token: once the socket connects,
 // the platform reports ready. Its status stayed terminal before ("Slack
 // rejected app_token") while it reconnected, and once connected.
 func TestSocketModeRecoversFromA404(t *testing.T) {
 	fake := newFake(t)
-	fake.Fail404("apps.connections.open", 3)
+	fake.Fail404("apps.connections.open", 1) // one: its backoff sleeps on the real clock (newEnvOn waits for the socket)
 	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
 	e := newEnvOn(t, fake, socket, nil)
 	ctx, cancel := contextFor()
