@@ -108,8 +108,9 @@ type fleet struct {
 	stopBeats func()
 	wg        sync.WaitGroup
 
-	// bid starts a room's bid for its lease once start ran (nil before);
-	// under Platform.roomsMu. Rooms Bind creates later bid through it.
+	// bid starts a room's bid for its lease once start ran (nil before,
+	// and again from shutdown on); under Platform.roomsMu. Rooms Bind
+	// creates later bid through it.
 	bid func(r *room)
 
 	mu      sync.Mutex
@@ -238,11 +239,16 @@ func afterBid(ctx context.Context, prev <-chan struct{}) bool {
 }
 
 // shutdown stops the beat and waits for the bids, which end with Run's
-// context (releasing the room leases).
+// context (releasing the room leases). A room Bind creates from then on
+// bids no more: its bid would add to the wait group while it is waited
+// for, which a WaitGroup forbids once its count reached zero.
 func (cl *fleet) shutdown() {
 	if cl.stopBeats != nil {
 		cl.stopBeats()
 	}
+	cl.p.roomsMu.Lock()
+	cl.bid = nil
+	cl.p.roomsMu.Unlock()
 	cl.stop()
 	cl.wg.Wait()
 	cl.streams.close()

@@ -2,6 +2,8 @@ package nexscope
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -175,4 +177,86 @@ func openStore(t testing.TB, srv *redistest.Server) store.Store {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	return st
+}
+
+// TestBindWhileRunStops: a Bind while Run is stopping, waiting for the
+// rooms' bids to end, starts no bid: one started once the last bid ended
+// while Run's shutdown waited for them reused its wait group under the
+// wait ("sync: WaitGroup is reused before previous Wait has returned", or
+// a data race under -race). The default room's lease release is held so
+// that the shutdown surely waits: a room bound then must have no bid. Then
+// Binds run, creating and dropping a room, as the last bid ends,
+// unsynchronised with Run's end, and a hundred beyond it (with bids, the
+// race detector saw the misuse on most runs).
+func TestBindWhileRunStops(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	st := openStore(t, srv)
+	leases := &gatedLeases{Leases: st.Leases(), gated: leasePrefix + DefaultRoom}
+	in := startInstanceWith(t, srv, Config{}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
+			return store.RunExclusive(ctx, clock.System, leases, lease, "i0", clusterLeaseTTL, run)
+		}
+	})
+	waitFor(t, "i0 the home of the default room", func() bool { return in.p.room(DefaultRoom).home.Load() })
+	gate := make(chan struct{})
+	openGate := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(openGate) // before Run stops
+	leases.gate.Store(&gate)
+
+	stopped := make(chan struct{})
+	go func() {
+		in.stop()
+		close(stopped)
+	}()
+	waitFor(t, "Run's shutdown waiting for the bids, the default room's held in its release", func() bool {
+		buf := make([]byte, 1<<20)
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "sync.(*WaitGroup).Wait(") && strings.Contains(g, "nexscope.(*fleet).shutdown(") {
+				return stacksHold("nexscope.(*gatedLeases).Release")()
+			}
+		}
+		return false
+	})
+	if err := in.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "late", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	in.p.roomsMu.RLock()
+	late := in.p.rooms["late"]
+	bid := late != nil && late.unbid != nil
+	in.p.roomsMu.RUnlock()
+	if bid {
+		t.Fatal("a room bound while Run's shutdown waited for the bids started a bid")
+	}
+	stopBinds, bindsDone := make(chan struct{}), make(chan error, 1)
+	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	var binds atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-stopBinds:
+				bindsDone <- nil
+				return
+			default:
+			}
+			if err := in.p.Bind(lab[:binds.Add(1)%2]); err != nil {
+				bindsDone <- err
+				return
+			}
+		}
+	}()
+	openGate()
+	select {
+	case <-stopped:
+	case <-time.After(testTimeout):
+		t.Fatal("Run did not return")
+	}
+	n := binds.Load() // Binds go on past Run's end, unsynchronised with it
+	waitFor(t, "a hundred Binds more", func() bool { return binds.Load() >= n+100 })
+	close(stopBinds)
+	if err := <-bindsDone; err != nil {
+		t.Fatal(err)
+	}
+	if in.p.room(DefaultRoom) == nil {
+		t.Fatal("the default room was dropped")
+	}
 }

@@ -263,7 +263,7 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 			r := newRoom(p, Room{Name: name}, false)
 			p.rooms[name] = r
 			if p.cluster != nil && p.cluster.bid != nil {
-				p.cluster.bid(r) // start ran: the room bids for its lease
+				p.cluster.bid(r) // start ran, shutdown not: the room bids for its lease
 			}
 		}
 	}
