@@ -3,6 +3,7 @@ package nexscope
 import (
 	"context"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -209,13 +210,7 @@ func TestBindWhileRunStops(t *testing.T) {
 		close(stopped)
 	}()
 	waitFor(t, "Run's shutdown waiting for the bids, the default room's held in its release", func() bool {
-		buf := make([]byte, 1<<20)
-		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-			if strings.Contains(g, "sync.(*WaitGroup).Wait(") && strings.Contains(g, "nexscope.(*fleet).shutdown(") {
-				return stacksHold("nexscope.(*gatedLeases).Release")()
-			}
-		}
-		return false
+		return goroutineIn("nexscope.(*fleet).shutdown(", "sync.(*WaitGroup).Wait(")() && stacksHold("nexscope.(*gatedLeases).Release")()
 	})
 	if err := in.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "late", Tenant: "t1"}}); err != nil {
 		t.Fatal(err)
@@ -258,5 +253,74 @@ func TestBindWhileRunStops(t *testing.T) {
 	}
 	if in.p.room(DefaultRoom) == nil {
 		t.Fatal("the default room was dropped")
+	}
+}
+
+// goroutineIn reports whether one goroutine's stack holds every one of subs.
+func goroutineIn(subs ...string) func() bool {
+	return func() bool {
+		buf := make([]byte, 1<<20)
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(g, s) }) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// TestRoomBoundAsItsLastMemberLeaves: a room a binding created, unbound
+// while alice is in it, then bound again as she leaves, stays and is
+// bound. Her leave dropped it between Bind's look-up of the rooms and its
+// binding of this one, which bound the dropped room: the binding was lost
+// until the registry changed again (the room unknown to members, the
+// gateway's sends declined). Here Bind is held on the lock of a room it
+// takes before lab (the rooms' order varies: tried until it does) while
+// alice leaves.
+func TestRoomBoundAsItsLastMemberLeaves(t *testing.T) {
+	tr := startRelay(t, Config{Rooms: []Room{{Name: "kept"}}})
+	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	bind := func(bs []platform.Binding) {
+		t.Helper()
+		if err := tr.p.Bind(bs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members := func() int {
+		tr.p.mu.Lock()
+		defer tr.p.mu.Unlock()
+		return len(tr.p.members)
+	}
+	for try := 0; ; try++ {
+		if try == 30 {
+			t.Fatal("Bind never took kept before lab")
+		}
+		bind(lab)
+		alice := tr.join(t, "lab", "alice")
+		bind(nil)
+		alice.ExpectPresence("alice")
+		r, kept := tr.p.room("lab"), tr.p.room("kept")
+		kept.mu.Lock()
+		unlockKept := sync.OnceFunc(kept.mu.Unlock)
+		t.Cleanup(unlockKept) // before Run stops
+		done := make(chan error, 1)
+		go func() { done <- tr.p.Bind(lab) }()
+		waitFor(t, "Bind held on a room's lock", goroutineIn("nexscope.(*Platform).Bind(", "sync.(*Mutex).Lock("))
+		if r.tenant() == "" {
+			_ = alice.WS.CloseNow()
+			waitFor(t, "alice's leave over", func() bool { return members() == 0 })
+		}
+		unlockKept()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if members() == 0 { // alice left as Bind was held before lab
+			if r := tr.p.room("lab"); r == nil || r.tenant() != "t1" {
+				t.Fatalf("lab bound as alice left is %v", r)
+			}
+			return
+		}
+		_ = alice.WS.CloseNow()
+		waitFor(t, "alice's leave over", func() bool { return members() == 0 })
 	}
 }
