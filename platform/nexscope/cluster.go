@@ -521,7 +521,7 @@ func (cl *fleet) joinRemote(m *member) error {
 
 // refusalClose is the Close a home's refusal code stands for.
 func refusalClose(code int) Close {
-	for _, c := range []Close{CloseNameTaken, CloseRoomFull, CloseRoomMoved, CloseGoingAway} {
+	for _, c := range []Close{CloseNameTaken, CloseRoomFull, CloseRoomMoved, CloseGoingAway, CloseUnknownRoom} {
 		if int(c.Code) == code {
 			return c
 		}

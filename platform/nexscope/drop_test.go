@@ -324,3 +324,36 @@ func TestRoomBoundAsItsLastMemberLeaves(t *testing.T) {
 		waitFor(t, "alice's leave over", func() bool { return members() == 0 })
 	}
 }
+
+// TestRemoteJoinRacingTheDropIsUnknownRoom: a member joining through
+// another instance a room its home drops meanwhile is refused as one
+// joining at the home is: unknown_room (4017), not 1013 (no home), which
+// has it reconnect. The home is held in its decision (its lock of the
+// members) until the room is dropped there.
+func TestRemoteJoinRacingTheDropIsUnknownRoom(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	i0 := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	i1 := startInstance(t, srv, Config{}, "i1", clusterLeaseTTL)
+	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	if err := i0.p.Bind(lab); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i0 the home of lab", func() bool { r := i0.p.room("lab"); return r != nil && r.home.Load() })
+	if err := i1.p.Bind(lab); err != nil {
+		t.Fatal(err)
+	}
+	i0.p.mu.Lock()
+	unlock := sync.OnceFunc(i0.p.mu.Unlock)
+	t.Cleanup(unlock) // before Run stops
+	bob := i1.dialURL(t, "/ws/lab", "name=bob&token="+testToken+"&v=1", nil)
+	waitFor(t, "i0 deciding bob's join", goroutineIn("nexscope.(*fleet).joinHere(", "nexscope.(*Platform).track("))
+	if err := i0.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	if i0.p.room("lab") != nil {
+		t.Fatal("lab not dropped at i0")
+	}
+	unlock()
+	expectError(bob, CodeUnknownRoom)
+	expectClose(bob, CloseUnknownRoom)
+}
