@@ -13,6 +13,7 @@ import (
 	"connector/platform"
 	"connector/platform/whatsapp"
 	"connector/relay"
+	"connector/relay/ledger"
 	"connector/store"
 	"connector/vault"
 )
@@ -87,6 +88,7 @@ var (
 	_ relay.Metrics          = (*metrics)(nil)
 	_ platform.Metrics       = (*metrics)(nil)
 	_ whatsapp.StatusMetrics = (*metrics)(nil)
+	_ ledger.TenantMetrics   = (*metrics)(nil)
 )
 
 // latencyBuckets span 100 µs to 30 s in 1-2.5-5 steps: in-process hops to
@@ -367,6 +369,13 @@ func (m *metrics) Outbound(platform, op, result string, d time.Duration) {
 
 // Buffered implements relay.Metrics.
 func (m *metrics) Buffered(tenant string, n int) { m.bufferedOf.get(tenant).Set(float64(n)) }
+
+// BufferedOf implements ledger.TenantMetrics: tenant's ledger reports to
+// its series with no lookup.
+func (m *metrics) BufferedOf(tenant string) func(n int) {
+	g := m.bufferedOf.get(tenant)
+	return func(n int) { g.Set(float64(n)) }
+}
 
 // RateLimitWait implements platform.Metrics.
 func (m *metrics) RateLimitWait(platform string, d time.Duration) {
