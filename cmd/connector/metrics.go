@@ -89,6 +89,7 @@ var (
 	_ platform.Metrics       = (*metrics)(nil)
 	_ whatsapp.StatusMetrics = (*metrics)(nil)
 	_ ledger.TenantMetrics   = (*metrics)(nil)
+	_ relay.TenantMetrics    = (*metrics)(nil)
 )
 
 // latencyBuckets span 100 µs to 30 s in 1-2.5-5 steps: in-process hops to
@@ -369,6 +370,12 @@ func (m *metrics) Outbound(platform, op, result string, d time.Duration) {
 
 // Buffered implements relay.Metrics.
 func (m *metrics) Buffered(tenant string, n int) { m.bufferedOf.get(tenant).Set(float64(n)) }
+
+// QueuedOf implements relay.TenantMetrics: tenant's hub counts the
+// deliveries of platform it stores with no lookup.
+func (m *metrics) QueuedOf(platform, tenant string) func() {
+	return m.inboundOf.get([3]string{platform, tenant, "queued"}).Inc
+}
 
 // BufferedOf implements ledger.TenantMetrics: tenant's ledger reports to
 // its series with no lookup.
