@@ -58,16 +58,27 @@ func contentSum(content string) uint64 {
 	return h.Sum64()
 }
 
-// recent reports whether s was sealed within sealRetryWindow.
-func (p *Platform) recent(s sealedDraft) bool {
-	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow
+// recent reports whether s, a seal of stream k, was sealed within
+// sealRetryWindow, by k's tenant as created now: one sealed before its
+// creation (predates) is an earlier tenant's of the id, deleted since, and
+// a tenant created again seals its streams anew under the same draft ids.
+func (p *Platform) recent(k draftKey, s sealedDraft) bool {
+	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow && !p.predates(k.tenant, s.At)
+}
+
+// predates reports whether at, a record's time on the platform clock, is
+// before tenant's creation (createdOf): the record is an earlier tenant's
+// of the id, deleted since.
+func (p *Platform) predates(tenant string, at time.Time) bool {
+	c := p.createdOf(tenant)
+	return !c.IsZero() && at.Before(c)
 }
 
 // recentSeal is stream k's seal on this instance, when it was sealed
-// within sealRetryWindow.
+// within sealRetryWindow (recent).
 func (p *Platform) recentSeal(k draftKey) (sealedDraft, bool) {
 	s, ok := p.sealed.Get(k)
-	return s, ok && p.recent(s)
+	return s, ok && p.recent(k, s)
 }
 
 // resealedHere is the message a repeated seal a of stream k answers, if it
@@ -111,7 +122,7 @@ func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, boo
 		p.storeWarn("telegram draft seal not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 		return s, false
 	}
-	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(s) {
+	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(k, s) {
 		return s, false
 	}
 	p.sealed.Add(k, s)

@@ -1055,3 +1055,60 @@ func sendOfATenantMadeAgain(t *testing.T, there bool) {
 		t.Fatalf("after the new tenant's send the chat has %v, want the earlier tenant's two previews and the reply", msgs)
 	}
 }
+
+// TestSealOfATenantMadeAgain: a tenant seals a stream naming no turn; it
+// is deleted and created again under its id, and the new tenant's stream
+// under the same draft_id is sealed with the same content within
+// sealRetryWindow, on the same instance or on another sharing the store
+// (a real redis-server), in a private chat and in a group. The seal is a
+// message of its own. The seal records were the tenant id's, so the new
+// tenant's seal was answered with the earlier tenant's message and
+// nothing was posted.
+func TestSealOfATenantMadeAgain(t *testing.T) {
+	for _, chat := range []string{telegramtest.ChatAda, telegramtest.ChatT2} {
+		for _, there := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s sealed where sealed before %v", chat, there), func(t *testing.T) { sealOfATenantMadeAgain(t, chat, there) })
+		}
+	}
+}
+
+// sealOfATenantMadeAgain is TestSealOfATenantMadeAgain in chat, with the
+// new tenant's seal on the instance of the earlier one's (there), or on
+// the other.
+func sealOfATenantMadeAgain(t *testing.T, chat string, there bool) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	made := func(at time.Time) {
+		for _, p := range []*Platform{e.p, other} {
+			p.SetTenants(map[string]time.Time{tenant: at})
+		}
+	}
+	seal := func(p *Platform) contract.Result {
+		t.Helper()
+		a := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("seal: %+v", r)
+		}
+		return r
+	}
+	made(clk.Now().Add(-time.Hour))
+	first := seal(e.p)
+	clk.Advance(time.Second)
+	made(clk.Now())
+	sealer := other
+	if there {
+		sealer = e.p
+	}
+	second := seal(sealer)
+	if second.MessageID == first.MessageID {
+		t.Fatalf("the new tenant's seal was answered with the earlier tenant's message %s", first.MessageID)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 2 {
+		t.Fatalf("the chat has %v, want both tenants' replies", msgs)
+	}
+}
