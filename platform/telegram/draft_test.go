@@ -3,10 +3,12 @@ package telegram
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1110,5 +1112,70 @@ func sealOfATenantMadeAgain(t *testing.T, chat string, there bool) {
 	}
 	if msgs := e.fake.Messages(id); len(msgs) != 2 {
 		t.Fatalf("the chat has %v, want both tenants' replies", msgs)
+	}
+}
+
+// TestGroupStreamOfATenantMadeAgain: a tenant's group stream naming no
+// turn shows a preview and is left open; the tenant is deleted and created
+// again under its id, and the new tenant's stream under the same draft_id,
+// naming no turn, reaches the same instance (without a store, and with
+// one on a real redis-server) or another sharing the store. It shows a
+// preview of its own and seals it into its reply; the earlier tenant's
+// preview stays as it is. The open preview (this instance's, and its
+// record in the store) was the tenant id's, so the new tenant's frames
+// and seal edited the earlier tenant's message.
+func TestGroupStreamOfATenantMadeAgain(t *testing.T) {
+	for _, where := range []string{"here without a store", "here", "there"} {
+		t.Run(where, func(t *testing.T) { groupStreamOfATenantMadeAgain(t, where) })
+	}
+}
+
+// groupStreamOfATenantMadeAgain is TestGroupStreamOfATenantMadeAgain with
+// the new tenant's stream where it says.
+func groupStreamOfATenantMadeAgain(t *testing.T, where string) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	var (
+		e      *env
+		second *Platform
+	)
+	switch where {
+	case "here without a store":
+		e = newEnvOn(t, clk, nil)
+		second = e.p
+	case "here":
+		e, _ = sharedStoreEnv(t, clk)
+		second = e.p
+	default:
+		e, second = sharedStoreEnv(t, clk)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	made := func(at time.Time) {
+		for _, p := range []*Platform{e.p, second} {
+			p.SetTenants(map[string]time.Time{tenant: at})
+		}
+	}
+	act := func(p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID, a.DraftID = contract.ID(chat), 1
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("%q: %+v", a.Content, r)
+		}
+		return r
+	}
+	made(clk.Now().Add(-time.Hour))
+	act(e.p, contract.Action{Op: contract.OpDraft, Content: "the earlier preview"})
+	clk.Advance(time.Second)
+	made(clk.Now())
+	act(second, contract.Action{Op: contract.OpDraft, Content: "the new preview"})
+	reply := act(second, contract.Action{Op: contract.OpDraft, Content: "the new reply", Final: true})
+	msgs := e.fake.Messages(id)
+	replyID, _ := strconv.Atoi(reply.MessageID)
+	if len(msgs) != 2 || msgs[replyID] != "the new reply" || !slices.Contains(slices.Collect(maps.Values(msgs)), "the earlier preview") {
+		t.Fatalf("the chat has %v (the reply %s), want the earlier tenant's preview as it was and the new tenant's reply", msgs, reply.MessageID)
 	}
 }
