@@ -1419,15 +1419,19 @@ func (p *Pool) Flush(ctx context.Context) {
 // as many as a Go map holds in one group of slots, so it never grows.
 const smallFlush = 8
 
-// remove deletes acks (entries in all) from the tenants' stored ledgers.
+// remove deletes acks (entries in all) from the tenants' stored ledgers;
+// Removed counts the records the store removed, not the seqs queued: a
+// seq queued twice (an unreadable record read again before its removal
+// was written) or gone already counts once.
 func (p *Pool) remove(ctx context.Context, acks map[string][]uint64, entries int) {
-	if _, err := p.cfg.Store.AckAll(ctx, acks); err != nil {
+	n, err := p.cfg.Store.AckAll(ctx, acks)
+	if err != nil {
 		p.removeErrors.Add(uint64(entries))
 		p.cfg.Log.Warn("acknowledged inbound not removed from the store: it is redelivered after a restart",
 			"tenants", len(acks), "entries", entries, "err", err)
 		return
 	}
-	p.removed.Add(uint64(entries))
+	p.removed.Add(uint64(n))
 }
 
 // Len returns the number of entries every ledger holds.
