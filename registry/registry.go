@@ -712,13 +712,30 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	return secret, err
 }
 
+// takeBack puts gateway id back from data to was (nil: removes it) unless
+// another writer changed it since, on ctx without its cancellation
+// (bounded by releaseTimeout): a write that applied but is refused (its
+// replicas did not acknowledge it, its request was given up). A put back
+// the replicas did not acknowledge applied on the primary all the same.
+func (r *Registry) takeBack(ctx context.Context, id string, data, was []byte) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if back, err := r.kv.CompareAndSwap(ctx, nsGateways, id, data, was); err != nil && !errors.Is(err, store.ErrNotReplicated) || err == nil && !back {
+		return cmp.Or(err, errRaced)
+	}
+	r.notify(ctx)
+	return nil
+}
+
 // createGatewayLocked stores g with a fresh secret minted for minter (see
 // Secret.Minter), and returns the secret and the gateway as stored. The caller has checked that g's
 // id is free (not declared, not stored) and that its tenant exists, of
 // generation gen, and has room for it; r.mu is held. The store's
 // CompareAndSwap stores it only while the id is still free: one another
 // instance stored meanwhile is ErrExists, never replaced. A deletion of
-// the tenant meanwhile removes it again (keptFor): ErrNotFound.
+// the tenant meanwhile removes it again (keptFor): ErrNotFound. A write
+// the replicas did not acknowledge (store.ErrNotReplicated) is taken back
+// (takeBack), and is that error.
 func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, gen string) (string, []byte, error) {
 	secret := newSecret()
 	g.Secrets = []Secret{{Value: secret, Minter: minter}}
@@ -727,6 +744,9 @@ func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, g
 		return "", nil, err
 	}
 	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
+		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
+			_ = r.takeBack(ctx, g.ID, data, nil)
+		}
 		return "", nil, cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
 	if err := r.keptFor(ctx, g.Tenant, gen, func(ctx context.Context) error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
@@ -826,7 +846,8 @@ func againIfRaced(decide func() error) error {
 // CompareAndSwap stores it only while the gateway is still raw: else
 // errRaced, and nothing is written, so a secret another instance has
 // handed out meanwhile is never dropped, nor another tenant's gateway of
-// the id replaced.
+// the id replaced. A write the replicas did not acknowledge
+// (store.ErrNotReplicated) is taken back (takeBack), and is that error.
 func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grace time.Duration, minter string) (string, []byte, error) {
 	grace = cmp.Or(grace, DefaultGrace)
 	now := r.clock.Now()
@@ -851,6 +872,9 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 		return "", nil, err
 	}
 	if swapped, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, raw, data); err != nil || !swapped {
+		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
+			_ = r.takeBack(ctx, g.ID, data, raw)
+		}
 		return "", nil, cmp.Or(err, errRaced)
 	}
 	r.notify(ctx)

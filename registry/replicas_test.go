@@ -302,3 +302,58 @@ func TestRedeemNotReplicatedTakesTheLinkBackOnRedis(t *testing.T) {
 		t.Fatalf("one code, a redemption refused for want of the replica, then another: bindings %v, want the second's link alone", s.Bindings)
 	}
 }
+
+// gatewaySecrets returns the secrets gateway id has in r's store (nil:
+// no such gateway).
+func gatewaySecrets(t *testing.T, r *registry.Registry, id string) []string {
+	t.Helper()
+	s, err := r.Stored(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range s.Gateways {
+		if g.ID == id {
+			var out []string
+			for _, sec := range g.Secrets {
+				out = append(out, sec.Value)
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+// TestCreateGatewayNotReplicatedLeavesNoGatewayOnRedis: with
+// redis_min_replicas and the replica gone, a gateway's creation applies on
+// the primary but fails with store.ErrNotReplicated: it is refused and
+// taken back, so the operator's retry creates it and shows its secret.
+// Before, the gateway stayed on the primary: the retry was ErrExists, and
+// only a rotation showed a secret. A rotation refused so is taken back
+// likewise: the secrets it ended are valid again.
+func TestCreateGatewayNotReplicatedLeavesNoGatewayOnRedis(t *testing.T) {
+	ctx := context.Background()
+	strict, plain, replica := onRedisWithAReplica(t)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := plain.CreateGateway(ctx, "a", "gw-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica.Kill(t)
+	if _, err := strict.CreateGateway(ctx, "a", "gw-new"); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a creation without the replica: %v, want ErrNotReplicated", err)
+	}
+	if got := gatewaySecrets(t, plain, "gw-new"); got != nil {
+		t.Errorf("the refused creation left gw-new on the primary, secrets %d", len(got))
+	}
+	if secret, err := plain.CreateGateway(ctx, "a", "gw-new"); err != nil || secret == "" {
+		t.Errorf("the retry of the refused creation: %v, want its secret", err)
+	}
+	if _, err := strict.Rotate(ctx, "a", "gw-old", -1); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a rotation without the replica: %v, want ErrNotReplicated", err)
+	}
+	if got := gatewaySecrets(t, plain, "gw-old"); len(got) != 1 || got[0] != old {
+		t.Errorf("after the refused rotation gw-old has %d secrets (its own %v), want its secret alone, as before", len(got), len(got) > 0 && got[len(got)-1] == old)
+	}
+}
