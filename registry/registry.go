@@ -686,7 +686,8 @@ func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func(ct
 }
 
 // CreateGateway stores a new gateway of tenant with a fresh secret, which
-// it returns. A tenant at its MaxGateways is ErrLimit.
+// it returns. A tenant at its MaxGateways is ErrLimit. A request given up
+// (ctx done) during the write leaves no gateway (givenUp).
 func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string, error) {
 	if err := checkID("gateway", id); err != nil {
 		return "", err
@@ -708,8 +709,23 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	if err != nil {
 		return "", err
 	}
-	secret, _, err := r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	secret, data, err := r.createGatewayLocked(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen)
+	if err == nil && ctx.Err() != nil {
+		return "", r.givenUp(ctx, id, data, nil)
+	}
 	return secret, err
+}
+
+// givenUp takes back the write of gateway id (data, where it was was) of a
+// request given up (ctx done) meanwhile, whose caller would never see its
+// secret, and returns ctx's error. The write ran on a context the request
+// does not cancel: the store may apply a write whose caller stopped
+// waiting, so it must be answered to be taken back.
+func (r *Registry) givenUp(ctx context.Context, id string, data, was []byte) error {
+	_ = r.takeBack(ctx, id, data, was) // failing that, it stays, as written
+	return ctx.Err()
 }
 
 // takeBack puts gateway id back from data to was (nil: removes it) unless
@@ -806,20 +822,28 @@ func (r *Registry) tenant(ctx context.Context, id string) (storedTenant, error) 
 
 // Rotate gives gateway id of tenant a fresh secret, which it returns; the
 // secrets it had stay valid for grace (DefaultGrace when zero; negative
-// ends them now), or until their own earlier expiry.
+// ends them now), or until their own earlier expiry. A request given up
+// (ctx done) during the write leaves the gateway as it was (givenUp).
 func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Duration) (secret string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	var raw, data []byte
 	err = againIfRaced(func() error {
-		g, raw, err := r.gateway(ctx, tenant, id)
+		g, was, err := r.gateway(ctx, tenant, id)
 		if err == nil {
-			secret, _, err = r.rotateLocked(ctx, g, raw, grace, "")
+			raw = was
+			secret, data, err = r.rotateLocked(wctx, g, raw, grace, "")
 		}
 		return err
 	})
+	if err == nil && ctx.Err() != nil {
+		return "", r.givenUp(ctx, id, data, raw)
+	}
 	return secret, err
 }
 
