@@ -465,7 +465,8 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 	return Binding{}, false
 }
 
-// CreateTenant stores a new tenant.
+// CreateTenant stores a new tenant. A write the replicas did not
+// acknowledge (store.ErrNotReplicated) is taken back, and is that error.
 func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if err := cmp.Or(checkID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
 		return err
@@ -481,6 +482,11 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 		return err
 	}
 	if created, err := r.kv.CompareAndSwap(ctx, nsTenants, t.ID, nil, data); err != nil || !created {
+		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary: taken back, so a retry creates it
+			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			_, _ = r.kv.CompareAndSwap(back, nsTenants, t.ID, data, nil)
+			cancel()
+		}
 		return cmp.Or(err, fmt.Errorf("%w: tenant %q exists, or its deletion did not finish (delete it again)", ErrExists, t.ID))
 	}
 	r.notify(ctx)

@@ -414,3 +414,20 @@ func TestRotateGivenUpDuringItsWriteOnRedis(t *testing.T) {
 		t.Fatalf("a creation given up during its write: %v, yet gw-2 is stored: a gateway nobody was shown the secret of", err)
 	}
 }
+
+// TestCreateTenantNotReplicatedLeavesNoTenantOnRedis: with
+// redis_min_replicas and the replica gone, a tenant's creation applies on
+// the primary but fails with store.ErrNotReplicated: it is refused and
+// taken back, so the operator's retry creates it. Before, the tenant
+// stayed on the primary and the retry was ErrExists.
+func TestCreateTenantNotReplicatedLeavesNoTenantOnRedis(t *testing.T) {
+	ctx := context.Background()
+	strict, plain, replica := onRedisWithAReplica(t)
+	replica.Kill(t)
+	if err := strict.CreateTenant(ctx, registry.Tenant{ID: "a"}); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a creation without the replica: %v, want ErrNotReplicated", err)
+	}
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatalf("the retry of the refused creation: %v, want the tenant made", err)
+	}
+}
