@@ -198,7 +198,7 @@ func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler 
 				w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
 			}
 			change.SetRetryAfter(w.Header(), answer)
-			httpjson.Error(w, status, answer.Error())
+			httpjson.Error(w, status, change.Message(answer))
 			return
 		}
 		httpjson.Write(w, http.StatusOK, body)

@@ -1008,3 +1008,35 @@ func TestUnsetAudienceTakesManageTokensWithinTheirTenant(t *testing.T) {
 		t.Errorf("audience set, an agent:gw-a1 token provisioning: %d %v, want 401", code, out)
 	}
 }
+
+// TestStoreErrorIsNotAnswered: an enrollment or provision that fails
+// for its store answers 500 {"error":"internal"}, never the store's
+// error, which can name an internal address (a Redis host); the log has
+// it. Before, the answer was the error's text.
+func TestStoreErrorIsNotAnswered(t *testing.T) {
+	const addr = "10.9.8.7:6379"
+	st := &faulty{}
+	r := newRigOn(t, true, func(mem store.Store) store.Store { st.Store = mem; return st })
+	tok, _, err := r.reg.MintEnrollToken(context.Background(), "acme", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.put = func(string) error { return errors.New("dial tcp " + addr + ": connect: connection refused") }
+	for _, tc := range []struct {
+		path string
+		body any
+	}{
+		{"/relay/enroll", map[string]string{"enrollmentToken": tok, "gatewayId": "gw-host"}},
+		{"/relay/provision", provisionBody("gw-prov", "telegram", "")},
+	} {
+		code, got := r.post(t, tc.path, identity(t, "acme"), tc.body)
+		if code != http.StatusInternalServerError || got["error"] != change.Internal {
+			t.Errorf("%s with a failing store: %d %v, want 500 {\"error\":%q} (never the store's error)", tc.path, code, got, change.Internal)
+		}
+	}
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	if !strings.Contains(r.logs.String(), addr) {
+		t.Errorf("the log does not name the store's error: %s", r.logs)
+	}
+}

@@ -209,7 +209,7 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 		h.rec.Record(r.Context(), op, outcome, err, append(append(args, "remote", r.RemoteAddr), what...)...)
 		if err != nil {
 			change.SetRetryAfter(w.Header(), err)
-			httpjson.Error(w, status, err.Error())
+			httpjson.Error(w, status, change.Message(err))
 			return
 		}
 		if answer == nil {

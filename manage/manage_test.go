@@ -393,6 +393,9 @@ type failingStore struct {
 
 func (s *failingStore) Registry() store.Registry { return failingRegistry{s.Store.Registry(), s} }
 
+// failingAddr is the internal address failingStore's errors name.
+const failingAddr = "10.9.8.7:6379"
+
 type failingRegistry struct {
 	store.Registry
 	s *failingStore
@@ -400,7 +403,7 @@ type failingRegistry struct {
 
 func (r failingRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
 	if r.s.fail && namespace == "registry/bindings" && value == nil {
-		return false, errors.New("store unreachable")
+		return false, errors.New("dial tcp " + failingAddr + ": connect: connection refused")
 	}
 	return r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
 }
@@ -428,5 +431,24 @@ func TestDeprovisionFailingToDropCanBeRetried(t *testing.T) {
 	}
 	if ok, _ := r.reg.GatewayOf(context.Background(), "a", "gw-a"); ok {
 		t.Fatal("gw-a is still a gateway after the retried deprovision")
+	}
+}
+
+// TestStoreErrorIsNotAnswered: a change that fails for its store answers
+// 500 {"error":"internal"}, never the store's error, which can name an
+// internal address (a Redis host); the log has it. Before, the answer
+// was the error's text.
+func TestStoreErrorIsNotAnswered(t *testing.T) {
+	mem := store.NewMemory(clock.System)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &failingStore{Store: mem}
+	r := newRigOn(t, st)
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","channelId":"601"}`, http.StatusOK)
+	st.fail = true
+	if out := r.post(t, "gw-a", "/manage/deprovision", `{}`, http.StatusInternalServerError); out["error"] != change.Internal {
+		t.Errorf("a deprovision whose store failed answers %v, want {\"error\":%q} (never the store's error)", out, change.Internal)
+	}
+	if !strings.Contains(r.logs.String(), failingAddr) {
+		t.Errorf("the log does not name the store's error: %s", r.logs)
 	}
 }

@@ -181,13 +181,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 			raw = nil
 		}
 		if err == nil {
-			undo = func(ctx context.Context) error {
-				if back, err := r.kv.CompareAndSwap(ctx, nsGateways, id, data, raw); err != nil || !back {
-					return cmp.Or(err, errRaced)
-				}
-				r.notify(ctx)
-				return nil
-			}
+			undo = func(ctx context.Context) error { return r.takeBack(ctx, id, data, raw) }
 		}
 		return err
 	})

@@ -465,7 +465,8 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 	return Binding{}, false
 }
 
-// CreateTenant stores a new tenant.
+// CreateTenant stores a new tenant. A write the replicas did not
+// acknowledge (store.ErrNotReplicated) is taken back, and is that error.
 func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if err := cmp.Or(checkID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
 		return err
@@ -481,6 +482,11 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 		return err
 	}
 	if created, err := r.kv.CompareAndSwap(ctx, nsTenants, t.ID, nil, data); err != nil || !created {
+		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary: taken back, so a retry creates it
+			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			_, _ = r.kv.CompareAndSwap(back, nsTenants, t.ID, data, nil)
+			cancel()
+		}
 		return cmp.Or(err, fmt.Errorf("%w: tenant %q exists, or its deletion did not finish (delete it again)", ErrExists, t.ID))
 	}
 	r.notify(ctx)
@@ -686,7 +692,8 @@ func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func(ct
 }
 
 // CreateGateway stores a new gateway of tenant with a fresh secret, which
-// it returns. A tenant at its MaxGateways is ErrLimit.
+// it returns. A tenant at its MaxGateways is ErrLimit. A request given up
+// (ctx done) during the write leaves no gateway (givenUp).
 func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string, error) {
 	if err := checkID("gateway", id); err != nil {
 		return "", err
@@ -708,8 +715,38 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	if err != nil {
 		return "", err
 	}
-	secret, _, err := r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	secret, data, err := r.createGatewayLocked(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen)
+	if err == nil && ctx.Err() != nil {
+		return "", r.givenUp(ctx, id, data, nil)
+	}
 	return secret, err
+}
+
+// givenUp takes back the write of gateway id (data, where it was was) of a
+// request given up (ctx done) meanwhile, whose caller would never see its
+// secret, and returns ctx's error. The write ran on a context the request
+// does not cancel: the store may apply a write whose caller stopped
+// waiting, so it must be answered to be taken back.
+func (r *Registry) givenUp(ctx context.Context, id string, data, was []byte) error {
+	_ = r.takeBack(ctx, id, data, was) // failing that, it stays, as written
+	return ctx.Err()
+}
+
+// takeBack puts gateway id back from data to was (nil: removes it) unless
+// another writer changed it since, on ctx without its cancellation
+// (bounded by releaseTimeout): a write that applied but is refused (its
+// replicas did not acknowledge it, its request was given up). A put back
+// the replicas did not acknowledge applied on the primary all the same.
+func (r *Registry) takeBack(ctx context.Context, id string, data, was []byte) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if back, err := r.kv.CompareAndSwap(ctx, nsGateways, id, data, was); err != nil && !errors.Is(err, store.ErrNotReplicated) || err == nil && !back {
+		return cmp.Or(err, errRaced)
+	}
+	r.notify(ctx)
+	return nil
 }
 
 // createGatewayLocked stores g with a fresh secret minted for minter (see
@@ -718,7 +755,9 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 // generation gen, and has room for it; r.mu is held. The store's
 // CompareAndSwap stores it only while the id is still free: one another
 // instance stored meanwhile is ErrExists, never replaced. A deletion of
-// the tenant meanwhile removes it again (keptFor): ErrNotFound.
+// the tenant meanwhile removes it again (keptFor): ErrNotFound. A write
+// the replicas did not acknowledge (store.ErrNotReplicated) is taken back
+// (takeBack), and is that error.
 func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, gen string) (string, []byte, error) {
 	secret := newSecret()
 	g.Secrets = []Secret{{Value: secret, Minter: minter}}
@@ -727,6 +766,9 @@ func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, g
 		return "", nil, err
 	}
 	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
+		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
+			_ = r.takeBack(ctx, g.ID, data, nil)
+		}
 		return "", nil, cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
 	if err := r.keptFor(ctx, g.Tenant, gen, func(ctx context.Context) error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
@@ -786,20 +828,28 @@ func (r *Registry) tenant(ctx context.Context, id string) (storedTenant, error) 
 
 // Rotate gives gateway id of tenant a fresh secret, which it returns; the
 // secrets it had stay valid for grace (DefaultGrace when zero; negative
-// ends them now), or until their own earlier expiry.
+// ends them now), or until their own earlier expiry. A request given up
+// (ctx done) during the write leaves the gateway as it was (givenUp).
 func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Duration) (secret string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	var raw, data []byte
 	err = againIfRaced(func() error {
-		g, raw, err := r.gateway(ctx, tenant, id)
+		g, was, err := r.gateway(ctx, tenant, id)
 		if err == nil {
-			secret, _, err = r.rotateLocked(ctx, g, raw, grace, "")
+			raw = was
+			secret, data, err = r.rotateLocked(wctx, g, raw, grace, "")
 		}
 		return err
 	})
+	if err == nil && ctx.Err() != nil {
+		return "", r.givenUp(ctx, id, data, raw)
+	}
 	return secret, err
 }
 
@@ -826,7 +876,8 @@ func againIfRaced(decide func() error) error {
 // CompareAndSwap stores it only while the gateway is still raw: else
 // errRaced, and nothing is written, so a secret another instance has
 // handed out meanwhile is never dropped, nor another tenant's gateway of
-// the id replaced.
+// the id replaced. A write the replicas did not acknowledge
+// (store.ErrNotReplicated) is taken back (takeBack), and is that error.
 func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grace time.Duration, minter string) (string, []byte, error) {
 	grace = cmp.Or(grace, DefaultGrace)
 	now := r.clock.Now()
@@ -851,6 +902,9 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 		return "", nil, err
 	}
 	if swapped, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, raw, data); err != nil || !swapped {
+		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
+			_ = r.takeBack(ctx, g.ID, data, raw)
+		}
 		return "", nil, cmp.Or(err, errRaced)
 	}
 	r.notify(ctx)

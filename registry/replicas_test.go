@@ -302,3 +302,132 @@ func TestRedeemNotReplicatedTakesTheLinkBackOnRedis(t *testing.T) {
 		t.Fatalf("one code, a redemption refused for want of the replica, then another: bindings %v, want the second's link alone", s.Bindings)
 	}
 }
+
+// gatewaySecrets returns the secrets gateway id has in r's store (nil:
+// no such gateway).
+func gatewaySecrets(t *testing.T, r *registry.Registry, id string) []string {
+	t.Helper()
+	s, err := r.Stored(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range s.Gateways {
+		if g.ID == id {
+			var out []string
+			for _, sec := range g.Secrets {
+				out = append(out, sec.Value)
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+// TestCreateGatewayNotReplicatedLeavesNoGatewayOnRedis: with
+// redis_min_replicas and the replica gone, a gateway's creation applies on
+// the primary but fails with store.ErrNotReplicated: it is refused and
+// taken back, so the operator's retry creates it and shows its secret.
+// Before, the gateway stayed on the primary: the retry was ErrExists, and
+// only a rotation showed a secret. A rotation refused so is taken back
+// likewise: the secrets it ended are valid again.
+func TestCreateGatewayNotReplicatedLeavesNoGatewayOnRedis(t *testing.T) {
+	ctx := context.Background()
+	strict, plain, replica := onRedisWithAReplica(t)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := plain.CreateGateway(ctx, "a", "gw-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica.Kill(t)
+	if _, err := strict.CreateGateway(ctx, "a", "gw-new"); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a creation without the replica: %v, want ErrNotReplicated", err)
+	}
+	if got := gatewaySecrets(t, plain, "gw-new"); got != nil {
+		t.Errorf("the refused creation left gw-new on the primary, secrets %d", len(got))
+	}
+	if secret, err := plain.CreateGateway(ctx, "a", "gw-new"); err != nil || secret == "" {
+		t.Errorf("the retry of the refused creation: %v, want its secret", err)
+	}
+	if _, err := strict.Rotate(ctx, "a", "gw-old", -1); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a rotation without the replica: %v, want ErrNotReplicated", err)
+	}
+	if got := gatewaySecrets(t, plain, "gw-old"); len(got) != 1 || got[0] != old {
+		t.Errorf("after the refused rotation gw-old has %d secrets (its own %v), want its secret alone, as before", len(got), len(got) > 0 && got[len(got)-1] == old)
+	}
+}
+
+// TestRotateGivenUpDuringItsWriteOnRedis: a rotation ending the old
+// secrets now (grace 0s) whose request is given up while its write waits
+// at the server leaves the gateway as it was: the pipeline sends a queued
+// write whether or not its caller still waits, so the rotation applies,
+// and is taken back. Before, it ran on the request's context: Rotate
+// returned the context's error, the write applied after, and the gateway
+// was left with its old secrets ended and a new one nobody was shown.
+// A creation given up so is taken back likewise.
+func TestRotateGivenUpDuringItsWriteOnRedis(t *testing.T) {
+	bg := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(bg, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	r := registry.New(hooked, clock.System)
+	if err := r.CreateTenant(bg, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := r.CreateGateway(bg, "a", "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	givenUp := func(do func(ctx context.Context) (string, error)) (string, error) {
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		held := make(chan error, 1)
+		hooked.before = func(op, namespace, _ string) {
+			if op == "cas" && namespace == "registry/gateways" {
+				hooked.before = nil
+				pauseWritesThenCancel(srv, srv.Client(t), cancel, held)
+			}
+		}
+		secret, err := do(ctx)
+		if herr := <-held; herr != nil {
+			t.Fatal(herr)
+		}
+		// A write through the same pipeline, sent after the gateway's:
+		// it returns once that one applied.
+		if err := r.CreateTenant(bg, registry.Tenant{ID: "b"}); err != nil && !errors.Is(err, registry.ErrExists) {
+			t.Fatal(err)
+		}
+		return secret, err
+	}
+	secret, err := givenUp(func(ctx context.Context) (string, error) { return r.Rotate(ctx, "a", "gw", -1) })
+	if got := gatewaySecrets(t, r, "gw"); err == nil && (len(got) != 1 || got[0] != secret) || err != nil && (len(got) != 1 || got[0] != old) {
+		t.Fatalf("a rotation (grace 0s) given up during its write: %v, the gateway has %d secrets (the old one first: %v), want the old secret alone on an error",
+			err, len(got), len(got) > 0 && got[0] == old)
+	}
+	_, err = givenUp(func(ctx context.Context) (string, error) { return r.CreateGateway(ctx, "a", "gw-2") })
+	if got := gatewaySecrets(t, r, "gw-2"); err != nil && got != nil {
+		t.Fatalf("a creation given up during its write: %v, yet gw-2 is stored: a gateway nobody was shown the secret of", err)
+	}
+}
+
+// TestCreateTenantNotReplicatedLeavesNoTenantOnRedis: with
+// redis_min_replicas and the replica gone, a tenant's creation applies on
+// the primary but fails with store.ErrNotReplicated: it is refused and
+// taken back, so the operator's retry creates it. Before, the tenant
+// stayed on the primary and the retry was ErrExists.
+func TestCreateTenantNotReplicatedLeavesNoTenantOnRedis(t *testing.T) {
+	ctx := context.Background()
+	strict, plain, replica := onRedisWithAReplica(t)
+	replica.Kill(t)
+	if err := strict.CreateTenant(ctx, registry.Tenant{ID: "a"}); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a creation without the replica: %v, want ErrNotReplicated", err)
+	}
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatalf("the retry of the refused creation: %v, want the tenant made", err)
+	}
+}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"connector/contract"
+	"connector/internal/redistest"
 	"connector/registry/change"
 	"connector/relay/relaytest"
 )
@@ -221,4 +223,32 @@ func TestGatewayChangesAreRateLimited(t *testing.T) {
 	}
 	// The allowance is spent: /manage/* shares it.
 	untilRefused("/manage/principal", `{"platform":"discord","principal":"any"}`, 0)
+}
+
+// TestRelayPolicyStoreErrorIsNotAnswered: a declaration whose store write
+// fails (Redis gone) answers 500 {"error":"internal"}, never the store's
+// error, which names Redis's address. Before, the answer was the error's
+// text, and the log line did not have it.
+func TestRelayPolicyStoreErrorIsNotAnswered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary and a redis-server")
+	}
+	srv := redistest.Start(t, redistest.Options{})
+	r := newCrashRig(t, connectorBinary(t), false)
+	doc, err := os.ReadFile(r.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeDoc := fmt.Sprintf("store: {backend: redis, redis_url: %q}\n", srv.URL())
+	if err := os.WriteFile(r.config, []byte(strings.Replace(string(doc), "tenants:\n", storeDoc+"tenants:\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.start(t)
+	srv.Kill(t)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+"/relay/policy", strings.NewReader(`{"platform":"discord","requireAddress":true}`))
+	req.Header.Set("Authorization", "Bearer "+relaytest.Token("gw1", crashGatewaySecret, time.Now()))
+	body := post(t, req, http.StatusInternalServerError, "POST /relay/policy with Redis gone")
+	if strings.TrimSpace(body) != `{"error":"internal"}` {
+		t.Fatalf("POST /relay/policy with Redis gone answered %s, want {\"error\":\"internal\"} (never the store's error; Redis is at %s)", body, srv.Addr())
+	}
 }

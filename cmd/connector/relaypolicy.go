@@ -69,11 +69,15 @@ func (c *connector) relayPolicyHandler() http.Handler {
 		})
 		outcome, status := change.Outcome(err)
 		c.live.metrics.gateways.WithLabelValues("relay_policy", outcome).Inc()
-		c.log.Info("relevance policy declared", "tenant", tenant, "gateway_id", gatewayID, "platform", req.Platform,
+		args := []any{"tenant", tenant, "gateway_id", gatewayID, "platform", req.Platform,
 			"require_address", req.RequireAddress, "free_response_scopes", len(req.FreeResponseScopes),
-			"allow_other_bots", req.AllowOtherBots, "outcome", outcome)
+			"allow_other_bots", req.AllowOtherBots, "outcome", outcome}
 		if err != nil {
-			httpjson.Error(w, status, err.Error())
+			args = append(args, "err", err)
+		}
+		c.log.Info("relevance policy declared", args...)
+		if err != nil {
+			httpjson.Error(w, status, change.Message(err))
 			return
 		}
 		c.changes.Spend(tenant, gatewayID)

@@ -101,6 +101,21 @@ func Outcome(err error) (string, int) {
 	return "error", http.StatusInternalServerError
 }
 
+// Internal is the answer's error of a route's error that Outcome classes
+// error 500 (a store that failed): its text, which can name an internal
+// address such as a Redis host's, is logged (Recorder.Record), never
+// answered.
+const Internal = "internal"
+
+// Message is the answer's error for err: Internal when Outcome classes it
+// error, else its text.
+func Message(err error) string {
+	if outcome, _ := Outcome(err); outcome == "error" {
+		return Internal
+	}
+	return err.Error()
+}
+
 // Recorder records the changes of one API; every field is required.
 type Recorder struct {
 	// Apply applies the registry to this instance.
