@@ -182,7 +182,14 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 		}
 		if err == nil {
 			undo = func(ctx context.Context) error {
-				if back, err := r.kv.CompareAndSwap(ctx, nsGateways, id, data, raw); err != nil || !back {
+				// A put-back the replicas did not acknowledge
+				// (store.ErrNotReplicated) applied on the primary: the
+				// gateway is back there, as the spend it answers is.
+				back, err := r.kv.CompareAndSwap(ctx, nsGateways, id, data, raw)
+				if errors.Is(err, store.ErrNotReplicated) {
+					back, err = true, nil
+				}
+				if err != nil || !back {
 					return cmp.Or(err, errRaced)
 				}
 				r.notify(ctx)
