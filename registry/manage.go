@@ -165,8 +165,9 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	}
 	consumed, err := r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
 	// A consumption the replicas did not acknowledge applied on the
-	// primary (store.ErrNotReplicated): the code is given back, after
-	// the link, so the refused redemption does not burn it.
+	// primary (store.ErrNotReplicated): the code is given back once the
+	// link is taken back, so the refused redemption does not burn it; a
+	// link that stays keeps it spent.
 	spentThere := errors.Is(err, store.ErrNotReplicated)
 	if err == nil && !consumed {
 		var now linkCode
@@ -179,17 +180,23 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if err == nil && consumed {
 		return c.Tenant, nil
 	}
+	// linked: the link stays, its take-back failing.
+	linked := false
 	if wrote { // the code went meanwhile: another redeemer, or a deprovision
 		value, merr := json.Marshal(b)
 		if merr != nil {
 			return "", merr
 		}
-		if _, uerr := r.kv.CompareAndSwap(ctx, nsBindings, b.key(), value, nil); uerr != nil && err == nil {
+		_, uerr := r.kv.CompareAndSwap(ctx, nsBindings, b.key(), value, nil)
+		// A take-back the replicas did not acknowledge applied on the
+		// primary, as the consumption it answers did.
+		linked = uerr != nil && !errors.Is(uerr, store.ErrNotReplicated)
+		if uerr != nil && err == nil {
 			err = uerr
 		}
 		r.notify(ctx)
 	}
-	if spentThere {
+	if spentThere && !linked { // a code given back with its link standing would make a second
 		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, value, raw) // failing that, it stays spent
 	}
 	return "", cmp.Or(err, ErrNotFound)

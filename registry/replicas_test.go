@@ -431,3 +431,116 @@ func TestCreateTenantNotReplicatedLeavesNoTenantOnRedis(t *testing.T) {
 		t.Fatalf("the retry of the refused creation: %v, want the tenant made", err)
 	}
 }
+
+// TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkStaysOnRedis: with
+// redis_min_replicas and the replica lost after a redemption wrote its
+// link, the code's consumption fails with store.ErrNotReplicated, and the
+// link's take-back fails too (the store unreachable a moment). The code
+// then stays spent: its link stands, so one code still makes one link.
+// Before, the code was given back whether or not the link was taken back:
+// the next user to send it was linked as well, two links of one code.
+func TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkStaysOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	open := func(minReplicas int) store.Store {
+		cfg := store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisMinReplicas: minReplicas, RedisReplicaTimeout: time.Second} // its writes before the loss wait for the replica on a busy machine
+		st, err := store.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	hooked := &hookedStore{Store: open(1)}
+	strict, plain := registry.New(hooked, clock.System), registry.New(open(0), clock.System)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := plain.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/linkcodes" && !killed { // the link written
+			killed = true
+			replica.Kill(t)
+		}
+	}
+	unreachable := errors.New("store unreachable (injected)")
+	hooked.put = func(namespace, _ string) error {
+		if killed && namespace == "registry/bindings" { // the link's take-back
+			return unreachable
+		}
+		return nil
+	}
+	_, first := strict.RedeemLinkCode(ctx, "telegram", "4501", code)
+	if !killed {
+		t.Fatalf("the hook never ran: the redemption consumed no code (%v)", first)
+	}
+	if first == nil {
+		t.Fatal("a redemption whose code's consumption was not replicated succeeded")
+	}
+	_, second := plain.RedeemLinkCode(ctx, "telegram", "4502", code)
+	s, err := plain.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Bindings) != 1 || !errors.Is(second, registry.ErrNotFound) {
+		t.Fatalf("one code, a refused redemption (%v) whose link stayed, then another user's (%v): links %v, want the first link only and the code spent", first, second, s.Bindings)
+	}
+}
+
+// TestEnrollNotReplicatedUndoGivesTheTokenBackOnRedis: with
+// redis_min_replicas and the replica lost after an enrollment wrote its
+// gateway, the wake URL's write fails with store.ErrNotReplicated and so
+// does the gateway's put-back; both applied on the primary. The gateway is
+// back as it was there, so the token is given back too: the same token
+// enrolls once the store is whole. Before, a put-back failing with
+// ErrNotReplicated was taken for one that did not apply, the gateway for
+// left as written, and the token stayed spent: burnt by a refused
+// enrollment.
+func TestEnrollNotReplicatedUndoGivesTheTokenBackOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	open := func(minReplicas int) store.Store {
+		cfg := store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisMinReplicas: minReplicas, RedisReplicaTimeout: time.Second} // its writes before the loss wait for the replica on a busy machine
+		st, err := store.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	hooked := &hookedStore{Store: open(1)}
+	strict, plain := registry.New(hooked, clock.System), registry.New(open(0), clock.System)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := plain.MintEnrollToken(ctx, "a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/wake" && !killed { // the gateway written
+			killed = true
+			replica.Kill(t)
+		}
+	}
+	_, err = strict.Enroll(ctx, "a", token, "gw-e", "https://wake.example.com/gw-e")
+	if !killed {
+		t.Fatalf("the hook never ran: the enrollment wrote no wake URL (%v)", err)
+	}
+	if !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("an enrollment losing the replica before its wake URL is written: %v, want ErrNotReplicated", err)
+	}
+	if ok, err := plain.GatewayOf(ctx, "a", "gw-e"); err != nil || ok {
+		t.Fatalf("the gateway of the refused enrollment: stored %v, %v; want it put back (absent)", ok, err)
+	}
+	if secret, err := plain.Enroll(ctx, "a", token, "gw-e", ""); err != nil || secret == "" {
+		t.Fatalf("the token of the refused enrollment, again: %v (it was burnt)", err)
+	}
+}
