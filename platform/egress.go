@@ -222,9 +222,9 @@ func Locate(ctx context.Context, ps []Platform, tenant, chatID string) (Platform
 type noWaitKey struct{}
 
 // MayWait reports whether a platform asked under ctx whose chat owner it
-// cannot tell yet may wait until it can; when not (Locate's first asks), it
-// answers ErrWouldWait at once instead, for every chat it would wait for
-// alike.
+// cannot tell yet may wait until it can (for its state to load, or for a
+// lookup over the network); when not (Locate's first asks), it answers
+// ErrWouldWait at once instead, for every chat it would wait for alike.
 func MayWait(ctx context.Context) bool { return ctx.Value(noWaitKey{}) == nil }
 
 // ErrWouldWait is a platform's answer, under a ctx MayWait says no to, to
