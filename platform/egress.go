@@ -190,22 +190,46 @@ type located struct {
 
 // Locate returns the first of ps on which tenant may act in chatID
 // (Authorize), for an action that names no platform, and ctx marked so that
-// this platform's Execute does not ask again for that chat. When none
+// this platform's Execute does not ask again for that chat. Each is asked
+// first without waiting (MayWait false): one whose answer would wait
+// (ErrWouldWait) is asked again, waiting, only when no other places the
+// chat, so a chat of one platform never waits on another's. When none
 // lets it, the error wraps ErrUnavailable if one of them could not be
 // asked, else it is ErrUnknownChat.
 func Locate(ctx context.Context, ps []Platform, tenant, chatID string) (Platform, context.Context, error) {
 	failure := ErrUnknownChat
-	for _, p := range ps {
-		hold, err := authorize(ctx, p, tenant, chatID)
-		if err == nil {
-			return p, context.WithValue(ctx, locatedKey{}, located{p.Name(), tenant, chatID, hold}), nil
+	quick := context.WithValue(ctx, noWaitKey{}, true)
+	asks := slices.Clip(ps) // then those whose answer would wait, asked again
+	for i := 0; i < len(asks); i++ {
+		p, askCtx := asks[i], quick
+		if i >= len(ps) {
+			askCtx = ctx
 		}
-		if errors.Is(err, ErrUnavailable) {
+		hold, err := authorize(askCtx, p, tenant, chatID)
+		switch {
+		case err == nil:
+			return p, context.WithValue(ctx, locatedKey{}, located{p.Name(), tenant, chatID, hold}), nil
+		case i < len(ps) && errors.Is(err, ErrWouldWait):
+			asks = append(asks, p)
+		case errors.Is(err, ErrUnavailable):
 			failure = err
 		}
 	}
 	return nil, ctx, failure
 }
+
+// noWaitKey marks the ctx of Locate's first asks.
+type noWaitKey struct{}
+
+// MayWait reports whether a platform asked under ctx whose chat owner it
+// cannot tell yet may wait until it can (for its state to load, or for a
+// lookup over the network); when not (Locate's first asks), it answers
+// ErrWouldWait at once instead, for every chat it would wait for alike.
+func MayWait(ctx context.Context) bool { return ctx.Value(noWaitKey{}) == nil }
+
+// ErrWouldWait is a platform's answer, under a ctx MayWait says no to, to
+// an ask it would answer only after a wait. It wraps ErrUnavailable.
+var ErrWouldWait = fmt.Errorf("the chat's owner is known only after a wait: %w", ErrUnavailable)
 
 // UnavailableError is an error wrapping ErrUnavailable whose text is safe
 // to show a gateway as it is (it names no address, token or transport

@@ -24,6 +24,8 @@ type chatsPlatform struct {
 	owners  map[string]string // chat -> tenant
 	granted map[string]string // chat -> tenant
 	lookups int
+	// waits makes every ask under a ctx that may not wait ErrWouldWait.
+	waits bool
 	// grantCtx is the ctx ChatGranted last saw; opCtx the op's.
 	grantCtx, opCtx context.Context
 }
@@ -33,8 +35,11 @@ func (p *chatsPlatform) Descriptor() descriptor.Descriptor              { return
 func (p *chatsPlatform) Run(ctx context.Context, _ platform.Sink) error { <-ctx.Done(); return nil }
 func (p *chatsPlatform) Status() platform.Status                        { return platform.Status{Ready: true} }
 
-func (p *chatsPlatform) ChatTenant(_ context.Context, chat string) (string, error) {
+func (p *chatsPlatform) ChatTenant(ctx context.Context, chat string) (string, error) {
 	p.lookups++
+	if p.waits && !platform.MayWait(ctx) {
+		return "", platform.ErrWouldWait
+	}
 	if chat == "down" {
 		return "", platform.UnavailableError("chats: down")
 	}
@@ -129,6 +134,23 @@ func TestLocateIsAskedOnce(t *testing.T) {
 	}
 	if _, _, err := platform.Locate(t.Context(), ps, "t1", "down"); !errors.Is(err, platform.ErrUnavailable) {
 		t.Errorf("Locate of a chat whose owner is unknown: %v", err)
+	}
+}
+
+// TestLocateWaitsLast: a platform whose answer would wait is asked, under
+// a ctx that may wait, only when no other platform places the chat.
+func TestLocateWaitsLast(t *testing.T) {
+	slow := &chatsPlatform{owners: map[string]string{"slow's": "t1"}, waits: true}
+	quick := &chatsPlatform{owners: map[string]string{"quick's": "t1"}}
+	ps := []platform.Platform{slow, quick}
+	if found, _, err := platform.Locate(t.Context(), ps, "t1", "quick's"); err != nil || found != quick || slow.lookups != 1 {
+		t.Fatalf("Locate of the other platform's chat = %v, %v after %d asks of the waiting one; want the other, one ask", found, err, slow.lookups)
+	}
+	if found, _, err := platform.Locate(t.Context(), ps, "t1", "slow's"); err != nil || found != slow || slow.lookups != 3 {
+		t.Fatalf("Locate of the waiting platform's chat = %v, %v after %d asks; want it, asked again", found, err, slow.lookups)
+	}
+	if _, _, err := platform.Locate(t.Context(), ps, "t1", "nowhere"); !errors.Is(err, platform.ErrUnknownChat) {
+		t.Fatalf("Locate of nobody's chat: %v, want ErrUnknownChat", err)
 	}
 }
 

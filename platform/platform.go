@@ -44,7 +44,9 @@ type Platform interface {
 	// returns ErrUnknownChat when no tenant owns the chat, and an error
 	// wrapping ErrUnavailable when it cannot tell because the platform is
 	// unreachable. The caller names the asking tenant in ctx (WithTenant): a
-	// platform that has to ask the network charges the call to it.
+	// platform that has to ask the network charges the call to it. One that
+	// would wait to answer answers ErrWouldWait at once instead when ctx
+	// may not wait (MayWait).
 	ChatTenant(ctx context.Context, chatID string) (string, error)
 	// Execute performs one outbound action for tenant through
 	// platform.Execute and the platform's Egress, which check the action's

@@ -25,18 +25,22 @@ import (
 // session's READY no longer lists: cache.dropGuilds).
 // So, for any chat id:
 //
-//   - before the snapshot of every claimed guild has loaded, no owner is
-//     known: unavailable (retryable), whatever the chat;
+//   - until the first snapshot has settled (every claimed guild READY
+//     listed has had its GUILD_CREATE, or its GUILD_DELETE: the bot left
+//     it, or it is in an outage), or guildSnapshotTimeout has passed since
+//     READY, no owner is known: unavailable (retryable), whatever the chat;
 //   - after it, a cached chat belongs to the tenant of its guild (a DM
 //     channel to DMTenant when its user is known and linked to no other
 //     tenant: dmTenant), and an id the cache does not hold belongs to no
 //     tenant;
-//   - but after a later new session's READY, until the GUILD_CREATEs of the
-//     claimed guilds it lists have arrived (they bring what changed while
+//   - but after a later new session's READY, until the GUILD_CREATEs (or
+//     GUILD_DELETEs) of the claimed guilds it lists have arrived (they bring what changed while
 //     no session was connected, a channel created then) or
 //     guildSnapshotTimeout has passed, any chat not cached as the asker's
 //     is answered only then (awaitGuilds), or unavailable if the ask's
-//     context ends first.
+//     context ends first; Locate, placing an action that names no
+//     platform, asks without waiting first (platform.MayWait), so a chat
+//     another platform places never waits here.
 //
 // A decline thus never depends on whether the chat exists or whom it
 // belongs to. The price: a DM channel or an archived thread the connector
@@ -149,8 +153,8 @@ func (s *snapshot) known(now time.Time) (known, expired bool, missing int) {
 // platform.ErrUnknownChat for anything
 // else, and an error wrapping platform.ErrUnavailable for every chat until
 // the guild snapshot has loaded (and for a chat not cached as the asker's
-// while a new session's guilds load, should ctx end first); it makes no
-// network call. On an instance
+// while a new session's guilds load, should ctx end first, at once when
+// ctx may not wait: platform.ErrWouldWait); it makes no network call. On an instance
 // of several that does not run the Gateway (or has not loaded its guild
 // snapshot yet), it asks Discord for the tenant platform.TenantOf(ctx)
 // names (standbyTenant).
@@ -187,11 +191,17 @@ func (p *Platform) cachedOwner(chatID string) (string, bool) {
 
 // awaitGuilds waits while a new session's guilds load (snapshot.loading),
 // for every chat alike, so neither the wait nor its outcome tells whether
-// a chat exists or whose it is. It fails, unavailable, when ctx ends first.
+// a chat exists or whose it is. It fails, unavailable, when ctx ends first,
+// and at once with platform.ErrWouldWait when ctx may not wait
+// (platform.MayWait: Locate's first asks, which try the other platforms
+// before waiting here).
 func (p *Platform) awaitGuilds(ctx context.Context) error {
 	settled, left := p.snap.loading(p.clock.Now())
 	if settled == nil {
 		return nil
+	}
+	if !platform.MayWait(ctx) {
+		return platform.ErrWouldWait
 	}
 	expired := make(chan struct{})
 	t := p.clock.AfterFunc(left, func() { close(expired) })

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/descriptor"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
@@ -325,6 +326,92 @@ func TestGuildDeletedBeforeItsSnapshot(t *testing.T) {
 		e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"100","name":"Lab","channels":[{"id":"101","type":0,"name":"general"}]}`))
 		if owner, err := e.p.ChatTenant(platform.WithTenant(waitCtx(t), "t1"), chanGeneral); err != nil || owner != "t1" {
 			t.Fatalf("GUILD_DELETE %s: ChatTenant once the other guild has loaded = %q, %v; want t1", del, owner, err)
+		}
+	}
+}
+
+// otherChats is another platform (a Telegram, say) owning chats whose ids
+// look like Discord's; an ask whose ctx ended cannot be answered, as a
+// platform that asks the network could not.
+type otherChats struct{ owners map[string]string }
+
+func (o *otherChats) Name() string                                   { return "other" }
+func (o *otherChats) Descriptor() descriptor.Descriptor              { return descriptor.Descriptor{} }
+func (o *otherChats) Run(ctx context.Context, _ platform.Sink) error { <-ctx.Done(); return nil }
+func (o *otherChats) Status() platform.Status                        { return platform.Status{Ready: true} }
+func (o *otherChats) Execute(context.Context, string, *contract.Action) contract.Result {
+	return contract.OK("")
+}
+
+func (o *otherChats) ChatTenant(ctx context.Context, chat string) (string, error) {
+	if ctx.Err() != nil {
+		return "", platform.UnavailableError("other: no answer before the deadline")
+	}
+	if t, ok := o.owners[chat]; ok {
+		return t, nil
+	}
+	return "", platform.ErrUnknownChat
+}
+
+// TestLocateDoesNotWaitOnGuildsForAnotherPlatformsChat: while a new
+// session's guilds load, an action that names no platform, for a chat of
+// another platform whose id looks like a Discord id, is located there at
+// once: Discord's wait (awaitGuilds) is not made for it. A chat no other
+// platform places is still waited for on Discord, every such chat alike
+// (one the asker cannot see, another tenant's, one that exists nowhere),
+// so a decline still tells nothing; a channel created between sessions is
+// found once its guild has arrived.
+func TestLocateDoesNotWaitOnGuildsForAnotherPlatformsChat(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, discordtest.Options{}, nil)
+	ready := json.RawMessage(`{"user":{"id":"9000","username":"hermes","bot":true},
+		"guilds":[{"id":"100","unavailable":true},{"id":"200","unavailable":true}]}`)
+	e.p.onDispatch("READY", ready)
+	e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"100","name":"Lab","channels":[{"id":"101","type":0,"name":"general"}]}`))
+	e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"200","name":"Other","channels":[{"id":"201","type":0,"name":"other"}]}`))
+	e.p.onDispatch("READY", ready) // a new session; its GUILD_CREATEs are slow
+	const telegramChat = "5551234567"
+	other := &otherChats{owners: map[string]string{telegramChat: "t1"}}
+	ps := []platform.Platform{e.p, other}
+	timers := clk.Pending()
+	if found, _, err := platform.Locate(waitCtx(t), ps, "t1", telegramChat); err != nil || found != other {
+		t.Fatalf("Locate of the other platform's chat while the guilds load = %v, %v; want the other platform at once", found, err)
+	}
+	if found, _, err := platform.Locate(waitCtx(t), ps, "t1", chanGeneral); err != nil || found != e.p {
+		t.Fatalf("Locate of the asker's cached channel = %v, %v; want Discord at once", found, err)
+	}
+	// Chats no other platform places wait for the guilds alike.
+	const late = "1777"
+	type answer struct {
+		found platform.Platform
+		err   error
+	}
+	chats := []string{late, chanOther, "424242"}
+	got := make([]chan answer, len(chats))
+	for i, chat := range chats {
+		got[i] = make(chan answer, 1)
+		go func() {
+			found, _, err := platform.Locate(waitCtx(t), ps, "t1", chat)
+			got[i] <- answer{found, err}
+		}()
+	}
+	if err := clk.WaitPending(waitCtx(t), timers+len(chats)); err != nil { // each ask waits on its timer
+		t.Fatal(err)
+	}
+	for i := range chats {
+		if len(got[i]) != 0 {
+			t.Fatalf("Locate of %s answered before the guilds arrived", chats[i])
+		}
+	}
+	e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"100","name":"Lab","channels":[{"id":"101","type":0,"name":"general"},{"id":"1777","type":0,"name":"late"}]}`))
+	e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"200","name":"Other","channels":[{"id":"201","type":0,"name":"other"}]}`))
+	if a := <-got[0]; a.err != nil || a.found != e.p {
+		t.Fatalf("Locate of the channel created between sessions = %v, %v; want Discord", a.found, a.err)
+	}
+	for i, chat := range chats[1:] {
+		if a := <-got[i+1]; !errors.Is(a.err, platform.ErrUnknownChat) {
+			t.Fatalf("Locate of %s = %v, %v; want ErrUnknownChat", chat, a.found, a.err)
 		}
 	}
 }

@@ -34,7 +34,9 @@ import (
 //     alike, and only the asker's own asks decide that.
 //
 // A lookup Discord does not answer (timeout, 5xx, rate limit, breaker) is
-// unavailable (retryable), never a decline.
+// unavailable (retryable), never a decline. An action that names no
+// platform makes the lookup only when no other platform places its chat
+// (platform.MayWait), so another platform's chat costs no call here.
 
 // Decline memory of a standby: how long and how many; and how long a
 // chat found to be its asker's is trusted (as many).
@@ -82,10 +84,16 @@ func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, er
 // channel cache, and remembered as asker's chat when it is (owned).
 // found is false for a chat Discord does not show the bot, whose decline
 // it remembers; the caller remembers one of a chat found
-// that is not asker's. The error wraps platform.ErrUnavailable.
+// that is not asker's. The error wraps platform.ErrUnavailable; it is
+// platform.ErrWouldWait, with no call, when ctx may not wait
+// (platform.MayWait: Locate asks the other platforms before a lookup
+// here).
 func (p *Platform) standbyLookup(ctx context.Context, chatID, asker string) (ci chanInfo, found bool, err error) {
 	if p.declined.Contains([2]string{asker, chatID}) {
 		return chanInfo{}, false, nil
+	}
+	if !platform.MayWait(ctx) {
+		return chanInfo{}, false, platform.ErrWouldWait
 	}
 	wc, err := p.fetchChannel(platform.WithTenant(ctx, asker), chatID)
 	switch {

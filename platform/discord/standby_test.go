@@ -267,3 +267,32 @@ func TestStandbyForgetsAGuildTheBotLeft(t *testing.T) {
 		}
 	}
 }
+
+// TestStandbyLocateAsksDiscordLast: on a standby, an action that names no
+// platform, for another platform's chat whose id looks like a Discord id,
+// is located there without a lookup at Discord (whose REST calls may be
+// slow, or wait for the tenant's share); a chat no other platform places
+// is still looked up, once, as any first ask.
+func TestStandbyLocateAsksDiscordLast(t *testing.T) {
+	t.Parallel()
+	e := newStandbyEnv(t, nil)
+	const telegramChat = "5551234567"
+	other := &otherChats{owners: map[string]string{telegramChat: "t1"}}
+	ps := []platform.Platform{e.p, other}
+	before := len(e.fake.Requests())
+	if found, _, err := platform.Locate(waitCtx(t), ps, "t1", telegramChat); err != nil || found != other {
+		t.Fatalf("Locate of the other platform's chat = %v, %v; want the other platform", found, err)
+	}
+	if n := channelLookups(e, before, telegramChat); n != 0 {
+		t.Fatalf("%d lookups at Discord of the other platform's chat, want none", n)
+	}
+	if found, _, err := platform.Locate(waitCtx(t), ps, "t1", chanGeneral); err != nil || found != e.p {
+		t.Fatalf("Locate of t1's channel = %v, %v; want Discord", found, err)
+	}
+	if _, _, err := platform.Locate(waitCtx(t), ps, "t1", chanOther); !errors.Is(err, platform.ErrUnknownChat) {
+		t.Fatalf("Locate of t2's channel for t1 = %v, want ErrUnknownChat", err)
+	}
+	if n, m := channelLookups(e, before, chanGeneral), channelLookups(e, before, chanOther); n != 1 || m != 1 {
+		t.Fatalf("%d and %d lookups of the Discord channels, want one each", n, m)
+	}
+}

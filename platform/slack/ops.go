@@ -287,7 +287,10 @@ const maxResponseURLPosts = 5
 // to the command's user in its channel (chat.postEphemeral), never as a
 // public post, while the capability lives (30 minutes), with the token of
 // the tenant's workspace in that channel (teamFor, as every action of the
-// tenant's there). Without it the result is capability_missing.
+// tenant's there). Without it the result is capability_missing. The
+// response_url outlives the command's routing: tenant must still be
+// allowed in the command's channel (platform.Authorize, as a send there),
+// or the follow_up is declined with nothing posted.
 func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *contract.Action) contract.Result {
 	if a.SessionKey == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack follow_up: session_key is required")
@@ -301,6 +304,12 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	ref, url, ok := p.takeResponseURL(ctx, tenant, a.SessionKey)
 	if !ok {
 		return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: no live response_url for this session")
+	}
+	if ref.channel == "" {
+		return contract.Declined(platformName)
+	}
+	if r, ok := platform.Authorize(ctx, p, tenant, ref.channel); !ok {
+		return r
 	}
 	parts := mrkdwnParts(a.Content)
 	used := ref.used

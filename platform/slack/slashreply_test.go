@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
@@ -217,5 +218,61 @@ func TestSlashReplyRetriedStaysPrivate(t *testing.T) {
 	}
 	if eph := e.fake.Calls("chat.postEphemeral"); len(eph) != 2 || eph[1].Form.Get("user") != userAda || eph[1].Form.Get("text") != "all good" {
 		t.Fatalf("ephemeral posts %+v", eph)
+	}
+}
+
+// TestFollowUpAfterRebindDeclined: a slash command's response_url lives 30
+// minutes, past its routing: once the command's workspace is rebound from
+// t1 to t2, t1's follow_up is declined as a send there would be (the
+// uniform egress_declined), and nothing reaches Slack, through the
+// response_url or chat.postEphemeral. A follow_up of a command in a chat
+// the tenant still holds (a DM, here) is posted as ever.
+func TestFollowUpAfterRebindDeclined(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	followUp := func(key, content string) contract.Result {
+		t.Helper()
+		return e.execute(t, "t1", `{"op":"follow_up","session_key":"`+key+`","kind":"slack.response_url","content":"`+content+`"}`)
+	}
+	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", e.fake.ResponseURL("r1")))
+	inChannel := e.sink.Next(t)
+	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/status", "", e.fake.ResponseURL("r2")))
+	inDM := e.sink.Next(t)
+	if inChannel.Tenant != "t1" || inDM.Tenant != "t1" {
+		t.Fatalf("the commands went to %s and %s, want t1", inChannel.Tenant, inDM.Tenant)
+	}
+	if r := followUp(inDM.SessionKey, "done"); !r.Success {
+		t.Fatalf("a DM command's follow_up: %+v", r)
+	}
+	if posts := e.fake.Responses(); len(posts) != 1 || posts[0].ID != "r2" {
+		t.Fatalf("response_url posts %+v, want the DM command's follow_up through r2", posts)
+	}
+	// The channel is rebound to t2: t1 holds the DM still, not the channel.
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindChannel, ID: chanGeneral, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r := followUp(inChannel.SessionKey, "late"); r.Code != contract.CodeEgressDeclined || r.Error != contract.Declined(platformName).Error {
+		t.Fatalf("t1's follow_up in the channel rebound to t2: %+v, want the uniform decline", r)
+	}
+	if r := followUp(inDM.SessionKey, "still mine"); !r.Success {
+		t.Fatalf("a DM command's follow_up after the rebind: %+v", r)
+	}
+	// The whole workspace is rebound to t2: t1 holds nothing of it.
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t2"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{inChannel.SessionKey, inDM.SessionKey} {
+		for i := range 6 { // past the response_url's five posts too
+			if r := followUp(key, "late "+strconv.Itoa(i)); r.Code != contract.CodeEgressDeclined {
+				t.Fatalf("t1's follow_up %d in the workspace rebound to t2: %+v, want egress_declined", i, r)
+			}
+		}
+	}
+	if posts, eph := e.fake.Responses(), e.fake.Calls("chat.postEphemeral"); len(posts) != 2 || posts[1].ID != "r2" || len(eph) != 0 {
+		t.Fatalf("response_url posts %+v, ephemeral %+v: want only the DM's two follow_ups", posts, eph)
 	}
 }
