@@ -249,20 +249,21 @@ type Ledger struct {
 	pool   *Pool
 	tenant string
 
-	mu        sync.Mutex
-	seats     map[Consumer]*seat
-	attached  []*seat // receive new entries: served a platform, not idle, not detached
-	oldest    *entry  // every entry, in seq order, through next
-	newest    *entry
-	pending   []*entry          // waiting for a consumer, in seq order
-	byID      map[string]*entry // every entry, waiting or in flight
-	bytes     int64             // payload bytes of every entry
-	owners    *simplelru.LRU[string, owner]
-	appending map[string]int // session key -> Appends being stored
-	removals  []uint64       // seqs to remove from the store
-	spare     []uint64       // a drained removals slice, for reuse
-	dirty     bool           // queued in the pool's dirty list
-	size      atomic.Int64   // bytes, for the pool to read without the lock
+	mu            sync.Mutex
+	seats         map[Consumer]*seat
+	attached      []*seat // receive new entries: served a platform, not idle, not detached
+	oldest        *entry  // every entry, in seq order, through next
+	newest        *entry
+	pending       []*entry          // waiting for a consumer, in seq order
+	byID          map[string]*entry // every entry, waiting or in flight
+	bytes         int64             // payload bytes of every entry
+	owners        *simplelru.LRU[string, owner]
+	appending     map[string]int // session key -> Appends being stored; 0s kept (countAppendingLocked)
+	appendingLive int            // keys of appending counting above 0
+	removals      []uint64       // seqs to remove from the store
+	drained       []uint64       // the removals the last flush wrote, for reuse; guarded by the pool's flushMu
+	dirty         bool           // queued in the pool's dirty list
+	size          atomic.Int64   // bytes, for the pool to read without the lock
 
 	owned func(c Consumer, sessionKey, chatID string) // OnOwned's
 
@@ -541,16 +542,34 @@ func (l *Ledger) countAppending(recs []store.Record, n int) {
 	}
 }
 
-// countAppendingLocked is countAppending with l.mu held.
+// appendingSlack is how many sessions' counts of 0 appending keeps beyond
+// twice its live ones before countAppendingLocked drops them.
+const appendingSlack = 32
+
+// countAppendingLocked is countAppending with l.mu held. A session's count
+// that falls to 0 stays in appending, so its next Append finds its key
+// instead of inserting it again (a delete and an insert per event
+// otherwise); the 0s are dropped once they number more than the live
+// counts twice over plus appendingSlack, which keeps the map's size
+// bounded and the sweep's cost per Append constant.
 func (l *Ledger) countAppendingLocked(recs []store.Record, n int) {
 	for i := range recs {
 		k := recs[i].SessionKey
 		if k == "" {
 			continue
 		}
-		if l.appending[k] += n; l.appending[k] <= 0 {
-			delete(l.appending, k)
+		old := l.appending[k]
+		now := max(old+n, 0)
+		l.appending[k] = now
+		switch {
+		case old <= 0 && now > 0:
+			l.appendingLive++
+		case old > 0 && now <= 0:
+			l.appendingLive--
 		}
+	}
+	if n < 0 && len(l.appending) > 2*l.appendingLive+appendingSlack {
+		maps.DeleteFunc(l.appending, func(_ string, c int) bool { return c <= 0 })
 	}
 }
 
@@ -731,7 +750,7 @@ func (l *Ledger) dispatchLocked() {
 	now := cfg.Clock.Now()
 	keep := l.pending[:0]
 	for _, e := range l.pending {
-		if e.sessionKey != "" && (blocked[e.sessionKey] || l.appending[e.sessionKey] > 0) {
+		if e.sessionKey != "" && (blocked[e.sessionKey] || l.appendingLive > 0 && l.appending[e.sessionKey] > 0) {
 			keep = append(keep, e)
 			continue
 		}
@@ -1347,7 +1366,7 @@ func (p *Pool) Flush(ctx context.Context) {
 	for _, l := range dirty {
 		l.mu.Lock()
 		seqs := l.removals
-		l.removals, l.spare = l.spare[:0], nil
+		l.removals, l.drained = l.drained[:0], nil
 		l.dirty = false
 		l.mu.Unlock()
 		if len(seqs) > 0 {
@@ -1363,13 +1382,13 @@ func (p *Pool) Flush(ctx context.Context) {
 	if len(acks) > 0 {
 		p.remove(ctx, acks, entries)
 	}
+	// drained is flushMu's, not l.mu's: giving the slice back takes no
+	// second lock of each ledger.
 	for i, l := range dirty {
 		dirty[i] = nil
 		if seqs := acks[l.tenant]; seqs != nil {
-			delete(acks, l.tenant) // the spare of one ledger only
-			l.mu.Lock()
-			l.spare = seqs
-			l.mu.Unlock()
+			delete(acks, l.tenant) // the drained slice of one ledger only
+			l.drained = seqs
 		}
 	}
 	clear(p.acks)

@@ -1377,12 +1377,9 @@ func TestForgottenLedgersRemovalsWrittenWithTheNextOnes(t *testing.T) {
 	next.Ack(ids(got)[1])
 	r.pool.flushMu.Unlock()
 	want(t, "stored", r.stored(t))
-	r.Ledger.mu.Lock()
-	spare := r.Ledger.spare
-	r.Ledger.mu.Unlock()
-	next.mu.Lock()
-	nextSpare := next.spare
-	next.mu.Unlock()
+	r.pool.flushMu.Lock() // drained is the flush's
+	spare, nextSpare := r.Ledger.drained, next.drained
+	r.pool.flushMu.Unlock()
 	if cap(spare) > 0 && cap(nextSpare) > 0 && &spare[:1][0] == &nextSpare[:1][0] {
 		t.Fatal("the forgotten ledger and the next one were handed the same removal slice")
 	}
