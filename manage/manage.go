@@ -345,15 +345,22 @@ func (h *Handler) dmDefault(ctx context.Context, c caller, req *Request) ([]any,
 // does (its sockets close 4401 when the change is applied, its next
 // upgrade is refused 4401) and drops what the management plane made for
 // its tenant: links, scope claims, DM defaults, principal, link codes.
+// It drops them first, once the gateway is found its tenant's and not
+// declared: a deprovision that fails keeps the gateway, whose credentials
+// a retry needs.
 func (h *Handler) deprovision(ctx context.Context, c caller, _ *Request) ([]any, map[string]any, error) {
-	if err := h.cfg.Registry.DeleteGateway(ctx, c.tenant, c.gateway); err != nil {
-		if errors.Is(err, registry.ErrDeclared) {
-			err = fmt.Errorf("%w (this gateway)", err)
-		}
-		return nil, nil, err
+	if slices.ContainsFunc(h.cfg.Registry.Declared().Gateways, func(g registry.Gateway) bool { return g.ID == c.gateway }) {
+		return nil, nil, fmt.Errorf("%w (this gateway)", registry.ErrDeclared)
+	}
+	if ok, err := h.cfg.Registry.GatewayOf(ctx, c.tenant, c.gateway); err != nil || !ok {
+		return nil, nil, cmp.Or(err, registry.ErrNotFound)
 	}
 	n, err := h.cfg.Registry.DropManaged(ctx, c.tenant)
-	return []any{"dropped", n}, map[string]any{"dropped": n}, err
+	what := []any{"dropped", n}
+	if err != nil {
+		return what, nil, err
+	}
+	return what, map[string]any{"dropped": n}, h.cfg.Registry.DeleteGateway(ctx, c.tenant, c.gateway)
 }
 
 // Link implements platform.Linker: it redeems code for (platformName,

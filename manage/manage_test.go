@@ -48,6 +48,12 @@ func newRig(t *testing.T) *rig {
 	t.Helper()
 	st := store.NewMemory(clock.System)
 	t.Cleanup(func() { _ = st.Close() })
+	return newRigOn(t, st)
+}
+
+// newRigOn is newRig on st.
+func newRigOn(t *testing.T, st store.Store) *rig {
+	t.Helper()
 	r := &rig{reg: registry.New(st, clock.System), mux: http.NewServeMux(), logs: &bytes.Buffer{}}
 	ctx := context.Background()
 	for _, id := range []string{"a", "b"} {
@@ -375,5 +381,52 @@ func TestLinkCodeIsNotCached(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("POST /manage/link: %d Cache-Control %q, want 200 no-store", resp.StatusCode, resp.Header.Get("Cache-Control"))
+	}
+}
+
+// failingStore is a store whose registry's removals of bindings fail
+// while fail is set, as a store that cannot be reached does.
+type failingStore struct {
+	store.Store
+	fail bool
+}
+
+func (s *failingStore) Registry() store.Registry { return failingRegistry{s.Store.Registry(), s} }
+
+type failingRegistry struct {
+	store.Registry
+	s *failingStore
+}
+
+func (r failingRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if r.s.fail && namespace == "registry/bindings" && value == nil {
+		return false, errors.New("store unreachable")
+	}
+	return r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
+}
+
+// TestDeprovisionFailingToDropCanBeRetried: a deprovision whose drop of
+// the tenant's managed bindings fails (a store error) answers 500 and
+// leaves its gateway, so the gateway's retry drops them and removes it.
+// Before, the gateway was removed first: its credentials then
+// authenticated no more, and no retry could drop the scope claims, links
+// and principal left behind.
+func TestDeprovisionFailingToDropCanBeRetried(t *testing.T) {
+	mem := store.NewMemory(clock.System)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &failingStore{Store: mem}
+	r := newRigOn(t, st)
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","channelId":"601"}`, http.StatusOK)
+	st.fail = true
+	r.post(t, "gw-a", "/manage/deprovision", `{}`, http.StatusInternalServerError)
+	st.fail = false
+	if ok, err := r.reg.GatewayOf(context.Background(), "a", "gw-a"); err != nil || !ok {
+		t.Fatalf("gw-a after a deprovision that failed: a gateway %v (%v); its credentials no longer authenticate a retry", ok, err)
+	}
+	if out := r.post(t, "gw-a", "/manage/deprovision", `{}`, http.StatusOK); out["dropped"] != float64(1) {
+		t.Fatalf("the retried deprovision dropped %v, want the scope claim", out["dropped"])
+	}
+	if ok, _ := r.reg.GatewayOf(context.Background(), "a", "gw-a"); ok {
+		t.Fatal("gw-a is still a gateway after the retried deprovision")
 	}
 }

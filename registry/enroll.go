@@ -133,13 +133,14 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 	if err != nil {
 		return "", err
 	}
-	// Once the token is spent, the writes and their undoing run on a
-	// context a request given up (its client gone) does not cancel.
+	// The spend, the writes and their undoing run on a context a request
+	// given up (its client gone) does not cancel: the store may apply a
+	// write whose caller stopped waiting, so a spend must be answered.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	spent := false
 	spend := sync.OnceValue(func() error { // once, though a race decides again
-		if deleted, err := r.kv.Delete(ctx, nsEnroll, key); err != nil {
+		if deleted, err := r.kv.Delete(wctx, nsEnroll, key); err != nil {
 			// A delete the replicas did not acknowledge applied on the
 			// primary (store.ErrNotReplicated): the token is spent there,
 			// so it is given back with the rest.

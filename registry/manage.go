@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connector/platform"
+	"connector/store"
 )
 
 // This file owns what the Hermes management plane (/manage/*, package
@@ -144,17 +145,18 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 		return "", err
 	}
 	defer release()
+	// Write the link, then consume the code (mark it redeemed by this
+	// link) or take the link back, for a request given up meanwhile too
+	// (the store may apply a write whose caller stopped waiting): one
+	// code makes one link. A code another redemption of the same link
+	// consumed meanwhile (the user sent it twice) leaves the link, which
+	// that one's success counts on.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	wrote, err := r.bind(ctx, b, nil)
 	if err != nil {
 		return "", err
 	}
-	// Consume the code (mark it redeemed by this link), or take the link
-	// back, for a request given up meanwhile too: one code makes one link.
-	// A code another redemption of the same link consumed meanwhile (the
-	// user sent it twice) leaves the link, which that one's success
-	// counts on.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
 	spent := c
 	spent.Redeemed = b.key()
 	value, err := json.Marshal(spent)
@@ -162,6 +164,10 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 		return "", err
 	}
 	consumed, err := r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
+	// A consumption the replicas did not acknowledge applied on the
+	// primary (store.ErrNotReplicated): the code is given back, after
+	// the link, so the refused redemption does not burn it.
+	spentThere := errors.Is(err, store.ErrNotReplicated)
 	if err == nil && !consumed {
 		var now linkCode
 		if ok, gerr := r.get(ctx, nsLinkCodes, want, &now); gerr != nil {
@@ -182,6 +188,9 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 			err = uerr
 		}
 		r.notify(ctx)
+	}
+	if spentThere {
+		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, value, raw) // failing that, it stays spent
 	}
 	return "", cmp.Or(err, ErrNotFound)
 }

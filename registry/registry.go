@@ -1286,8 +1286,10 @@ const nsOwnership = "registry/ownership"
 // the ownership order judges against each other (a provision's BindOwn
 // and another tenant's claim or link), on any instance, one stands. It
 // tells every instance after a write, and returns the guard it wrote
-// (nil when it wrote none). next's tenant must exist (else ErrNotFound),
-// and a deletion of it meanwhile takes next back (keptFor). It needs no
+// (nil when it wrote none). A write the replicas did not acknowledge
+// (store.ErrNotReplicated) is put back, and is that error. next's tenant
+// must exist (else ErrNotFound), and a deletion of it meanwhile takes
+// next back (keptFor). It needs no
 // lock of its caller's, and takes bindMu for its rounds.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, error) {
 	var value []byte
@@ -1355,30 +1357,34 @@ func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Bind
 			return nil, false, err
 		}
 		swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, key, old, value)
-		if err != nil {
+		// A swap the replicas did not acknowledge (store.ErrNotReplicated)
+		// applied on the primary: it is put back, as a refused write.
+		unreplicated := errors.Is(err, store.ErrNotReplicated)
+		if err != nil && !unreplicated {
 			return nil, false, err
 		}
-		if !swapped {
+		if !swapped && !unreplicated {
 			continue
 		}
 		var wrote []byte
-		if next != nil {
+		held := !unreplicated
+		if next != nil && held {
 			wrote = []byte(newSecret())
-			held, err := r.kv.CompareAndSwap(ctx, nsOwnership, next.Platform, guard, wrote)
-			if err != nil || !held {
-				// Put the binding back as it was, unless another writer
-				// changed it since; for a request given up meanwhile too.
-				back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-				if _, uerr := r.kv.CompareAndSwap(back, nsBindings, key, value, old); uerr != nil && err == nil {
-					err = uerr
-				}
-				r.notify(back) // a look caught between the two swaps is made up for
-				cancel()
-				if err != nil {
-					return nil, false, err
-				}
-				continue
+			held, err = r.kv.CompareAndSwap(ctx, nsOwnership, next.Platform, guard, wrote)
+		}
+		if err != nil || !held {
+			// Put the binding back as it was, unless another writer
+			// changed it since; for a request given up meanwhile too.
+			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			if _, uerr := r.kv.CompareAndSwap(back, nsBindings, key, value, old); uerr != nil && err == nil {
+				err = uerr
 			}
+			r.notify(back) // a look caught between the two swaps is made up for
+			cancel()
+			if err != nil {
+				return nil, false, err
+			}
+			continue
 		}
 		return wrote, true, nil
 	}

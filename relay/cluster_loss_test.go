@@ -1371,9 +1371,9 @@ func TestClusterDriverWithoutSocketsHandsTheTenantOver(t *testing.T) {
 func TestClusterLostPassthroughWrittenFreesTheWindow(t *testing.T) {
 	r, _, gb := drivenRig(t, 2)
 	r.inst[1].net.setLose(func(_ string, msg []byte) bool { return len(msg) > 0 && msg[0] == relay.ClusterMsgWritten })
-	// Four frames fill the socket's byte window on the driver (half of
-	// the 8 MiB send queue); the fifth waits for word of one written.
-	const events, size = 8, 900 << 10
+	// Four frames fill the socket's byte window on the driver (a quarter
+	// of the 8 MiB send queue); the fifth waits for word of one written.
+	const events, size = 8, 450 << 10
 	pad := strings.Repeat("x", size)
 	for range events {
 		r.inst[1].discord.publish(platform.Delivery{Kind: platform.KindPassthrough, Tenant: "t1", Platform: "discord",
@@ -1439,7 +1439,7 @@ func TestClusterGenerationsLeaseIsForgotten(t *testing.T) {
 // overflow the queue and close the socket 4408. The gateway then reads
 // every passthrough frame of the burst.
 func TestClusterBrokenLinkDropsItsQueuedFrames(t *testing.T) {
-	const events, size = 24, 500 << 10 // 12 MB: over the queue bound and the socket buffers together
+	const events, size = 48, 250 << 10 // 12 MB: over the queue bound and the socket buffers together
 	clk := clocktest.New(time.Now())
 	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
@@ -1476,8 +1476,8 @@ func TestClusterBrokenLinkDropsItsQueuedFrames(t *testing.T) {
 	}
 	// waitQueued waits until i1's link took at least n frames and, when
 	// stuck is set, a frame waits in gb's queue behind the one being
-	// written, two frames in all: a link's byte window (half the queue)
-	// while the socket takes nothing more.
+	// written, two frames in all: a link's byte window (a quarter of the
+	// queue) while the socket takes nothing more.
 	waitQueued := func(n uint64, stuck bool, what string) {
 		t.Helper()
 		deadline := time.Now().Add(relaytest.Timeout)
@@ -1526,6 +1526,118 @@ func TestClusterBrokenLinkDropsItsQueuedFrames(t *testing.T) {
 			}
 			if f.Type == contract.TypePassthroughForward {
 				seen[f.BufferID] = true
+			}
+		}
+	}
+}
+
+// A gateway on another instance than its tenant's driver that stops
+// reading while it gets both inbound and passthrough is sent no more of
+// them than a socket on the driver would queue: its two byte windows
+// together stay within half its send queue. With half the queue each,
+// they could fill it, and any other frame would close the socket 4408
+// where a socket on the driver stays open. Once it reads again, it gets
+// every frame.
+func TestClusterRemoteSocketWindowsTogetherStayWithinHalfItsQueue(t *testing.T) {
+	const queue, size = 2 << 20, 200 << 10
+	const passEvents, events = 60, 8 // 12 MB of passthrough: over the queue bound and the socket buffers together
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	r := newClusterRigWith(t, clk, st, 2, func(c *relay.Config) { c.SendQueueBytes = queue })
+	ga := r.dial(t, 0, "ga", "telegram")
+	if who := r.waitAcquired(t); who != "i0" {
+		t.Fatalf("%s took the tenant's lease, want i0 (the only one with a socket)", who)
+	}
+	// gb on i1 says hello and reads nothing until the end.
+	i1 := r.inst[1]
+	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, i1.h.RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
+		"Authorization": {"Bearer " + relaytest.Token("gb", "sb", r.clk.Now())}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(contract.MaxFrameBytes)
+	write := func(msg string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+		defer cancel()
+		if err := ws.Write(ctx, websocket.MessageText, []byte(msg+"\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"type": "hello", "platform": "discord", "botId": ""}`)
+	r.waitRemoteSeats(t, 1, "gb's serve")
+	// wait polls gb's send queue until done holds, failing as soon as it
+	// holds more than half the queue.
+	wait := func(what string, done func(waiting int, queued int64, received uint64) bool) {
+		t.Helper()
+		deadline := time.Now().Add(relaytest.Timeout)
+		for {
+			waiting, queued, received := relay.ClusterSocketQueue(i1.h.Server, "t1")
+			if queued > queue/2 {
+				t.Fatalf("waiting for %s: gb's send queue holds %d bytes (%d frames waiting), over half the queue (%d), more than a socket on the driver would",
+					what, queued, waiting, queue/2)
+			}
+			if done(waiting, queued, received) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after %v waiting for %s: the link took %d frames, %d wait in gb's queue (%d bytes)",
+					relaytest.Timeout, what, received, waiting, queued)
+			}
+			runtime.Gosched() // polling: the queue signals nothing
+		}
+	}
+	pad := strings.Repeat("x", size)
+	for range passEvents {
+		i1.discord.publish(platform.Delivery{Kind: platform.KindPassthrough, Tenant: "t1", Platform: "discord",
+			Forward: &contract.Forward{Platform: "discord", Method: "POST", Path: "/interactions", BodyB64: pad}})
+	}
+	// The passthrough fills gb's socket buffers, and its window: a frame
+	// waits in gb's queue behind the one being written.
+	wait("the passthrough to fill gb's socket and queue", func(waiting int, queued int64, received uint64) bool {
+		return received >= 6 && waiting > 0 && queued >= 2*size
+	})
+	// Then inbound, which waits in the queue behind them, and a telegram
+	// inbound for ga after it: once ga has it, the driver offered gb every
+	// inbound it could take.
+	for i := range events {
+		i1.discord.deliver("t1", "c1", fmt.Sprint("u", i), fmt.Sprint(i, pad))
+	}
+	i1.telegram.deliver("t1", "c2", "u0", "marker")
+	if ev, _ := ga.NextInbound(t); ev.Text != "marker" {
+		t.Fatalf("ga got %q, want the marker", ev.Text)
+	}
+	sent := relay.ClusterFramesSent(r.inst[0].h.Server, "t1")
+	wait("gb's queue to take every frame the driver sent", func(_ int, _ int64, received uint64) bool { return received >= sent })
+
+	// gb reads again, acknowledging its inbound: it gets every frame.
+	var gotPass, gotInbound int
+	for gotPass < passEvents || gotInbound < events {
+		ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+		_, msg, err := ws.Read(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("after %d of %d passthrough and %d of %d inbound: %v (code %d)",
+				gotPass, passEvents, gotInbound, events, err, websocket.CloseStatus(err))
+		}
+		for line := range strings.SplitSeq(strings.TrimSpace(string(msg)), "\n") {
+			var f struct {
+				Type     string `json:"type"`
+				BufferID string `json:"bufferId"`
+			}
+			if err := json.Unmarshal([]byte(line), &f); err != nil {
+				t.Fatal(err)
+			}
+			switch f.Type {
+			case contract.TypePassthroughForward:
+				gotPass++
+			case contract.TypeInbound:
+				gotInbound++
+				write(`{"type": "inbound_ack", "bufferId": "` + f.BufferID + `"}`)
 			}
 		}
 	}

@@ -134,8 +134,8 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 
 // TestClusterPassthroughToARemoteGatewayThatNeverAcks: an older gateway
 // never acknowledges passthrough; on an instance that does not drive its
-// tenant it still gets a burst of it past its byte window (half its send
-// queue), which frees as the frames are written, not only on an ack.
+// tenant it still gets a burst of it past its byte window (a quarter of its
+// send queue), which frees as the frames are written, not only on an ack.
 func TestClusterPassthroughToARemoteGatewayThatNeverAcks(t *testing.T) {
 	burstToARemoteSocket(t, contract.TypePassthroughForward, 16, 500<<10, false)
 }

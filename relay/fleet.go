@@ -219,11 +219,12 @@ func (r *remoteSeat) Offer(frame []byte) ledger.Offered {
 }
 
 // WindowBytes implements ledger.ByteWindow: the socket's instance queues
-// every frame it receives, so the inbound (and apart, the passthrough) in
-// flight to it is bounded as conn.Offer bounds a local socket's, by half
-// its send queue. The socket's instance reports each passthrough frame
-// written (msgWritten), since older gateways never acknowledge those.
-func (r *remoteSeat) WindowBytes() int64 { return int64(r.f.fl.srv.cfg.SendQueueBytes / 2) }
+// every frame it receives, so the inbound and, apart, the passthrough in
+// flight to it are bounded by a quarter of its send queue each: together
+// half of it, as conn.Offer bounds a local socket's queued frames of
+// both. The socket's instance reports each passthrough frame written
+// (msgWritten), since older gateways never acknowledge those.
+func (r *remoteSeat) WindowBytes() int64 { return int64(r.f.fl.srv.cfg.SendQueueBytes / 4) }
 
 // push implements pusher. A frame the outbox has no room for is lost like
 // one pub/sub lost: the link's next message or beat shows the gap.

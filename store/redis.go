@@ -75,7 +75,8 @@ type redisStore struct {
 	minReplicas    int
 	replicaTimeout time.Duration
 	// regAnswerPX is how long (ms) a registry write's answer is kept for
-	// its resends (registryWriteScript): past go-redis's last one.
+	// its resends (registryWriteScript): past go-redis's last one
+	// (resendWindow).
 	regAnswerPX int64
 	// pipe sends the ledger's appends, acks and reads, the capabilities'
 	// writes and the pub/sub publishes, every command queued while the
@@ -101,7 +102,7 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 	s := &redisStore{
 		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, clock: cfg.Clock,
 		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
-		regAnswerPX: pxMillis(redisSends * (redisDialBudget + readTimeoutFor(cfg) + time.Second)),
+		regAnswerPX: pxMillis(resendWindow(c, readTimeoutFor(cfg))),
 		subs:        newRedisSubs(c),
 	}
 	if err := s.init(ctx); err != nil {

@@ -29,6 +29,24 @@ const redisSends = 4
 // apart): a resend after a failover may dial that long before it is sent.
 const redisDialBudget = 5 * (5*time.Second + 100*time.Millisecond)
 
+// resendWindow is how long after a command's first send go-redis may still
+// send it again, under c's options, which a redis_url may set
+// (max_retries, dial_timeout, write_timeout, max_retry_backoff): each send
+// may first dial for the client's dial budget (DialerRetries dials of
+// DialTimeout, DialerRetryTimeout apart), write and read for their
+// timeouts, then back off. A Redis Cluster's client has go-redis's
+// defaults (redisSends, redisDialBudget) and read, its read timeout.
+func resendWindow(c redis.UniversalClient, read time.Duration) time.Duration {
+	o, ok := c.(interface{ Options() *redis.Options })
+	if !ok {
+		return redisSends * (redisDialBudget + read + time.Second)
+	}
+	opt := o.Options()
+	dial := time.Duration(opt.DialerRetries) * (opt.DialTimeout + opt.DialerRetryTimeout)
+	send := dial + max(opt.WriteTimeout, 0) + max(opt.ReadTimeout, 0) + opt.MaxRetryBackoff + time.Second
+	return time.Duration(max(opt.MaxRetries, 0)+1) * send
+}
+
 // readTimeoutFor is the client's read timeout under cfg: a pipeline ending
 // in WAIT is read within it.
 func readTimeoutFor(cfg Config) time.Duration {

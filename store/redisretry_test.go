@@ -205,24 +205,35 @@ func TestRedisClaimReplyLost(t *testing.T) {
 // from its second run (a create answered as a conflict).
 func TestRedisRegistryAnswerOutlastsResends(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	reg := opener(t, redisConfig(srv))(nil).Registry()
-	ctx := t.Context()
-	if _, err := reg.Put(ctx, "ns", "k", []byte("v")); err != nil {
-		t.Fatal(err)
-	}
-	admin := srv.Client(t)
-	keys, err := admin.Keys(ctx, "*registryanswer:*").Result()
-	if err != nil || len(keys) != 1 {
-		t.Fatalf("answer keys %v, %v; want one", keys, err)
-	}
-	pttl, err := admin.PTTL(ctx, keys[0]).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := redis.NewClient(&redis.Options{}).Options() // go-redis's defaults
-	resends := time.Duration(o.MaxRetries)
-	dials := time.Duration(o.DialerRetries) * (o.DialTimeout + o.DialerRetryTimeout)
-	if want := resends * (dials + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
-		t.Fatalf("answer kept %v; go-redis's %d resends may each dial for %v: want at least %v", pttl, o.MaxRetries, dials, want)
+	// go-redis's defaults, and a URL that sends more often and dials longer.
+	for _, query := range []string{"", "?max_retries=7&dial_timeout=10s&max_retry_backoff=2s"} {
+		t.Run("url"+query, func(t *testing.T) {
+			cfg := redisConfig(srv)
+			cfg.RedisURL += query
+			reg := opener(t, cfg)(nil).Registry()
+			ctx := t.Context()
+			if _, err := reg.Put(ctx, "ns", "k", []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			admin := srv.Client(t)
+			keys, err := admin.Keys(ctx, cfg.RedisPrefix+"registryanswer:*").Result()
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("answer keys %v, %v; want one", keys, err)
+			}
+			pttl, err := admin.PTTL(ctx, keys[0]).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			opt, err := redis.ParseURL(cfg.RedisURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := redis.NewClient(opt).Options() // go-redis's defaults where the URL sets none
+			resends := time.Duration(o.MaxRetries)
+			dials := time.Duration(o.DialerRetries) * (o.DialTimeout + o.DialerRetryTimeout)
+			if want := resends * (dials + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
+				t.Fatalf("answer kept %v; go-redis's %d resends may each dial for %v: want at least %v", pttl, o.MaxRetries, dials, want)
+			}
+		})
 	}
 }

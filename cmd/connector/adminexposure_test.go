@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"connector/idtoken/idtokentest"
 )
 
 // TestAdminTokenMustNotBeWeak: an admin token must have 16 characters and
@@ -63,6 +68,40 @@ func TestAdminListenerOffLoopbackWarns(t *testing.T) {
 		served(t, done)
 		if got != warn {
 			t.Errorf("admin.listen %s: warned %v, want %v; log:\n%s", listen, got, warn, logs.String())
+		}
+	}
+}
+
+// TestEnrollWithoutAudienceWarns: identity tokens verified without
+// enroll.audience log a warning when the connector starts (a /manage/*
+// token then provisions any gateway of its tenant); with it, none. Before,
+// only the docs said so.
+func TestEnrollWithoutAudienceWarns(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "authority.pem")
+	if err := os.WriteFile(keyFile, idtokentest.PublicPEM(t, idtokentest.Key(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for audience, warn := range map[string]bool{"": true, "connector": false} {
+		doc := fmt.Sprintf("listen: 127.0.0.1:0\nenroll: {public_key_file: %q, audience: %q}\n", keyFile, audience)
+		cfg, gen, err := loadOrDefault(sources{configPath: writeConfig(t, doc), dataDir: t.TempDir()}, noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := &syncBuffer{}
+		ctx, cancel := context.WithCancel(context.Background())
+		ready := make(chan string, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- serve(ctx, randomOpsPort(cfg), gen, slog.New(slog.NewJSONHandler(logs, nil)), &syncBuffer{},
+				func(a listenAddrs) { ready <- a.Addr })
+		}()
+		listening(t, ready, done)
+		// The warning is logged before the listeners are announced.
+		got := strings.Contains(logs.String(), "enroll.audience is unset")
+		cancel()
+		served(t, done)
+		if got != warn {
+			t.Errorf("enroll.audience %q: warned %v, want %v; log:\n%s", audience, got, warn, logs.String())
 		}
 	}
 }

@@ -20,10 +20,14 @@ import (
 // identityVerifier returns the verifier of the enroll section's identity
 // tokens, nil when enroll.public_key_file is unset. build makes one and
 // hands it to both its users: the credential routes and the management
-// plane.
-func identityVerifier(ec enroll.Config) (*idtoken.Verifier, error) {
+// plane. Without enroll.audience it warns on log: a /manage/* token then
+// provisions any gateway of its tenant (enroll.Config.Audience).
+func identityVerifier(ec enroll.Config, log *slog.Logger) (*idtoken.Verifier, error) {
 	if ec.PublicKeyFile == "" {
 		return nil, nil
+	}
+	if ec.Audience == "" {
+		log.Warn("enroll.audience is unset: an identity token of any aud is taken by /relay/enroll and /relay/provision, so a /manage/* token minted for one gateway provisions any gateway of its tenant and is answered its secret; set enroll.audience to the aud your authority puts in provisioning tokens")
 	}
 	key, err := idtoken.LoadPublicKey(ec.PublicKeyFile)
 	if err != nil {

@@ -362,7 +362,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 			c.media.Close()
 		}
 	}()
-	identity, err := identityVerifier(cfg.Enroll)
+	identity, err := identityVerifier(cfg.Enroll, log)
 	if err != nil {
 		return nil, err
 	}

@@ -104,11 +104,8 @@ type Node struct {
 
 type handler struct {
 	fields int
-	// optional is how many of the last fields may be absent
-	// (HandleCallOptional).
-	optional int
-	call     bool
-	fn       func(Msg)
+	call   bool
+	fn     func(Msg)
 }
 
 // Msg is one message from another instance, as its handler gets it.
@@ -202,15 +199,6 @@ func (n *Node) HandleCall(typ byte, fields int, fn func(Msg)) {
 	n.register(typ, handler{fields: fields, call: true, fn: fn})
 }
 
-// HandleCallOptional is HandleCall for requests whose last optional
-// fields may be absent, as in a request of an earlier release that sent
-// fewer (an instance not yet upgraded during a rolling deploy): fn gets
-// the requests of fields-optional to fields fields and reads
-// len(Msg.Fields).
-func (n *Node) HandleCallOptional(typ byte, fields, optional int, fn func(Msg)) {
-	n.register(typ, handler{fields: fields, optional: optional, call: true, fn: fn})
-}
-
 func (n *Node) register(typ byte, h handler) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -290,7 +278,7 @@ func (n *Node) dispatchOne(msg []byte, held Buffer) {
 		}
 		m.req, m.Fields = fields[0], fields[1:]
 	}
-	if k := len(m.Fields); k > h.fields || k < h.fields-h.optional {
+	if len(m.Fields) != h.fields {
 		n.cfg.Log.Warn("malformed cluster message dropped", "type", string(rune(typ)), "fields", len(m.Fields))
 		return
 	}

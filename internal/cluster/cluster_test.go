@@ -100,36 +100,6 @@ func TestCall(t *testing.T) {
 	}
 }
 
-// A call registered with an optional last field is answered with or
-// without it; one with fewer or more fields is dropped (its caller fails
-// at its deadline).
-func TestCallOptionalField(t *testing.T) {
-	a, b, _, _ := pair(t)
-	b.HandleCallOptional('q', 2, 1, func(m cluster.Msg) {
-		res := append([]byte("re:"), m.Fields[0]...)
-		if len(m.Fields) == 2 {
-			res = append(append(res, '+'), m.Fields[1]...)
-		}
-		b.Reply(m, res)
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if res, ok := a.Call(ctx, cluster.Inbox("b"), 'q', []byte("hi"), []byte("opt")); !ok || string(res) != "re:hi+opt" {
-		t.Fatalf("Call with the optional field = %q, %v; want re:hi+opt", res, ok)
-	}
-	if res, ok := a.Call(ctx, cluster.Inbox("b"), 'q', []byte("hi")); !ok || string(res) != "re:hi" {
-		t.Fatalf("Call without the optional field = %q, %v; want re:hi", res, ok)
-	}
-	for _, fields := range [][][]byte{nil, {[]byte("1"), []byte("2"), []byte("3")}} {
-		short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		res, ok := a.Call(short, cluster.Inbox("b"), 'q', fields...)
-		cancel()
-		if ok {
-			t.Fatalf("a call of %d fields returned %q, want it dropped", len(fields), res)
-		}
-	}
-}
-
 // An instance silent for LostBeats beats is gone; any message from it
 // counts as a sign of life; a link made later is given LostBeats beats of
 // its own.

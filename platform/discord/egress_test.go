@@ -176,7 +176,7 @@ func TestEgressFollowUp(t *testing.T) {
 	e.fake.AddInteractionToken(token)
 	key := "agent:main:discord:group:101:501"
 	if err := e.vault.Put(t.Context(), vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
-		vault.Entry{Value: vault.NewSecret(token), Ref: "9000"}); err != nil {
+		vault.Entry{Value: vault.NewSecret(token), Ref: "9000/" + chanGeneral}); err != nil {
 		t.Fatal(err)
 	}
 	action := `{"op":"follow_up","session_key":"` + key + `","kind":"discord.interaction_token","content":"done!","metadata":{}}`
@@ -214,7 +214,7 @@ func TestFollowUpExpiredToken(t *testing.T) {
 	clk := clocktest.New(epoch)
 	v := vault.NewMemory(vault.Config{Clock: clk})
 	key := vault.Key{Tenant: "t1", SessionKey: "s", Kind: vault.KindDiscordInteractionToken}
-	if err := v.Put(t.Context(), key, vault.Entry{Value: vault.NewSecret("tok"), Ref: "9000"}); err != nil {
+	if err := v.Put(t.Context(), key, vault.Entry{Value: vault.NewSecret("tok"), Ref: "9000/" + chanGeneral}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(15*time.Minute + time.Second)
@@ -236,7 +236,7 @@ func TestErrorPathsLogNoSecrets(t *testing.T) {
 	token := "errpath-interaction-token-abcdef123456"
 	key := "agent:main:discord:group:101:501"
 	if err := e.vault.Put(t.Context(), vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
-		vault.Entry{Value: vault.NewSecret(token), Ref: "9000"}); err != nil {
+		vault.Entry{Value: vault.NewSecret(token), Ref: "9000/" + chanGeneral}); err != nil {
 		t.Fatal(err)
 	}
 	action := `{"op":"follow_up","session_key":"` + key + `","kind":"discord.interaction_token","content":"x","metadata":{}}`
@@ -268,7 +268,7 @@ func TestErrorPathsLogNoSecrets(t *testing.T) {
 	// A fresh token: the 429 above emptied the first one's bucket.
 	token2 := token + "-second"
 	if err := e.vault.Put(t.Context(), vault.Key{Tenant: "t1", SessionKey: key + "x", Kind: vault.KindDiscordInteractionToken},
-		vault.Entry{Value: vault.NewSecret(token2), Ref: "9000"}); err != nil {
+		vault.Entry{Value: vault.NewSecret(token2), Ref: "9000/" + chanGeneral}); err != nil {
 		t.Fatal(err)
 	}
 	results = append(results, execute(t, e, "t1", strings.Replace(action, key, key+"x", 1)))

@@ -144,7 +144,9 @@ func (p *Platform) guildLabel(ctx context.Context, guildID string) string {
 // application): where tenant holds that channel by grant, the follow-up is
 // remembered as tenant's (platform.Grants.Posted), as Execute remembers a
 // send there, so tenant may edit and delete it there and no other tenant
-// may.
+// may. The token outlives the interaction's routing by up to 15 minutes:
+// tenant must still be allowed in that channel (followUpAllowed), or the
+// follow-up is declined as a send there would be.
 func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract.Action) contract.Result {
 	if a.Kind != string(vault.KindDiscordInteractionToken) {
 		return contract.Failed(contract.CodeBadRequest, "discord follow_up supports kind "+string(vault.KindDiscordInteractionToken))
@@ -153,9 +155,13 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 		return contract.Failed(contract.CodeBadRequest, "follow_up needs content")
 	}
 	e, ok := p.vault.Get(ctx, vault.Key{Tenant: tenant, SessionKey: a.SessionKey, Kind: vault.KindDiscordInteractionToken})
-	app, channel, _ := strings.Cut(e.Ref, "/")
+	app, rest, _ := strings.Cut(e.Ref, "/")
+	channel, dmUser, _ := strings.Cut(rest, "/")
 	if !ok || !isSnowflake(app) {
 		return contract.Failed(contract.CodeCapabilityMissing, "no live discord.interaction_token for this session (absent or expired)")
+	}
+	if r, ok := p.followUpAllowed(ctx, tenant, channel, dmUser); !ok {
+		return r
 	}
 	endpoint := discordgo.EndpointWebhookToken(app, e.Value.Reveal()) + "?wait=true"
 	_, _, r := p.postPieces("follow_up", textsplit.Split(a.Content, splitRules), p.poster(ctx, endpoint, nil))
@@ -165,6 +171,25 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 		}
 	}
 	return r
+}
+
+// followUpAllowed re-checks, before a follow-up is posted, that tenant may
+// still act in the interaction's channel, as the interaction was routed
+// (route): a DM interaction no rule above placed went to dm_tenant, with
+// no grant recorded, so the DM's user, recorded with the token (dmUser),
+// is placed again by rule 4 (dmTenant), needing no cached DM channel;
+// any other chat is authorized as a send there is (platform.Authorize), so
+// a guild rebound to another tenant since, or a claim released, declines
+// the follow-up with the uniform text. A token that names no channel is
+// declined.
+func (p *Platform) followUpAllowed(ctx context.Context, tenant, channel, dmUser string) (contract.Result, bool) {
+	if !isSnowflake(channel) {
+		return contract.Declined(platformName), false
+	}
+	if dm, ok := p.dmTenant(dmUser); ok && dm == tenant {
+		return contract.Result{}, true
+	}
+	return platform.Authorize(ctx, p, tenant, channel)
 }
 
 // failed turns a REST error into a result and logs it, never quoting a

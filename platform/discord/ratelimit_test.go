@@ -385,7 +385,7 @@ func TestExpiredInteractionTokenDoesNotPauseREST(t *testing.T) {
 	})
 	key := "agent:main:discord:group:101:501"
 	if err := e.vault.Put(t.Context(), vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
-		vault.Entry{Value: vault.NewSecret("expired-interaction-token"), Ref: "9000"}); err != nil {
+		vault.Entry{Value: vault.NewSecret("expired-interaction-token"), Ref: "9000/" + chanGeneral}); err != nil {
 		t.Fatal(err)
 	}
 	r := execute(t, e, "t1", `{"op":"follow_up","session_key":"`+key+`","kind":"discord.interaction_token","content":"late","metadata":{}}`)

@@ -12,6 +12,7 @@ import (
 
 	"connector/contract"
 	"connector/platform"
+	"connector/session"
 	"connector/vault"
 )
 
@@ -253,8 +254,12 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 		if isSnowflake(in.ApplicationID) {
 			appID = in.ApplicationID
 		}
+		ref := appID + "/" + in.ChannelID
+		if src := &t.ev.Source; src.ChatType == session.ChatTypeDM {
+			ref += "/" + src.UserID.Value // the DM's user, whom rule 4 places it by (opFollowUp)
+		}
 		err := p.vault.Put(ctx, vault.Key{Tenant: tenant, SessionKey: key, Kind: vault.KindDiscordInteractionToken},
-			vault.Entry{Value: token, Ref: appID + "/" + in.ChannelID, Stored: received})
+			vault.Entry{Value: token, Ref: ref, Stored: received})
 		if err != nil {
 			p.log.Warn("discord interaction token not stored; not confirmed", "interaction_id", in.ID, "err", err)
 			return err

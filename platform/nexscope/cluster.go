@@ -59,17 +59,15 @@ const (
 	msgConsumed = 'u' // edge inbox: conn, bytes processed in total
 	msgEdgeBeat = 'b' // home inbox: "conn:sent:written" for each member (",")
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
-	msgExec     = 'x' // call on the room channel: tenant, action (JSON, its budget in it: budgetKey), budget (ms; unreleased form)
+	msgExec     = 'x' // call on the room channel: tenant, action (JSON, its budget in it: budgetKey)
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
 
 // budgetKey is the key of a forwarded action's JSON (msgExec) that carries
 // what was left of its caller's deadline, in ms: a key contract.Action
-// lacks, so a home of an earlier release, whose exec call takes exactly
-// two fields and drops any other, executes the action with its 30 s and
-// answers it. Absent (an earlier release forwarding), the home gives the
-// action 30 s.
+// lacks, which its decoding ignores. Absent, the home gives the action
+// 30 s.
 const budgetKey = "nexscope_budget_ms"
 
 // Cluster tuning.
@@ -108,8 +106,9 @@ type fleet struct {
 	stopBeats func()
 	wg        sync.WaitGroup
 
-	// bid starts a room's bid for its lease once start ran (nil before);
-	// under Platform.roomsMu. Rooms Bind creates later bid through it.
+	// bid starts a room's bid for its lease once start ran (nil before,
+	// and again from shutdown on); under Platform.roomsMu. Rooms Bind
+	// creates later bid through it.
 	bid func(r *room)
 
 	mu      sync.Mutex
@@ -177,7 +176,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	})
 	node.Handle(msgEdgeBeat, 1, func(m cluster.Msg) { cl.edgeBeat(m.From, m.Fields[0]) })
 	node.Handle(msgHomeBeat, 1, func(m cluster.Msg) { cl.homeBeat(m.From, m.Fields[0]) })
-	node.HandleCallOptional(msgExec, 3, 1, cl.execHere) // an earlier release sends no budget
+	node.HandleCall(msgExec, 2, cl.execHere)
 	node.HandleCall(msgProbe, 1, cl.probeHere)
 	node.HandleCall(msgStream, 0, cl.streams.ticketHere)
 	return cl
@@ -238,11 +237,16 @@ func afterBid(ctx context.Context, prev <-chan struct{}) bool {
 }
 
 // shutdown stops the beat and waits for the bids, which end with Run's
-// context (releasing the room leases).
+// context (releasing the room leases). A room Bind creates from then on
+// bids no more: its bid would add to the wait group while it is waited
+// for, which a WaitGroup forbids once its count reached zero.
 func (cl *fleet) shutdown() {
 	if cl.stopBeats != nil {
 		cl.stopBeats()
 	}
+	cl.p.roomsMu.Lock()
+	cl.bid = nil
+	cl.p.roomsMu.Unlock()
 	cl.stop()
 	cl.wg.Wait()
 	cl.streams.close()
@@ -515,7 +519,7 @@ func (cl *fleet) joinRemote(m *member) error {
 
 // refusalClose is the Close a home's refusal code stands for.
 func refusalClose(code int) Close {
-	for _, c := range []Close{CloseNameTaken, CloseRoomFull, CloseRoomMoved, CloseGoingAway} {
+	for _, c := range []Close{CloseNameTaken, CloseRoomFull, CloseRoomMoved, CloseGoingAway, CloseUnknownRoom} {
 		if int(c.Code) == code {
 			return c
 		}
@@ -668,15 +672,12 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	// running then would act after the gateway was told it failed. One
 	// spent when it was forwarded (0 or less; a field that is no number
 	// counts as spent) is not executed at all: send and prompt do not
-	// wait on their context. An earlier release's call carries no budget:
-	// it has the 30 s of before.
+	// wait on their context.
 	budget := forwardedExecTimeout
 	var field struct {
 		Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
 	}
-	if len(req.Fields) == 3 {
-		field.Budget = req.Fields[2]
-	} else if json.Unmarshal(action, &field) != nil {
+	if json.Unmarshal(action, &field) != nil {
 		field.Budget = nil // the action's decoding fails below
 	}
 	if field.Budget != nil {

@@ -2,6 +2,9 @@ package nexscope
 
 import (
 	"context"
+	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -175,4 +178,182 @@ func openStore(t testing.TB, srv *redistest.Server) store.Store {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	return st
+}
+
+// TestBindWhileRunStops: a Bind while Run is stopping, waiting for the
+// rooms' bids to end, starts no bid: one started once the last bid ended
+// while Run's shutdown waited for them reused its wait group under the
+// wait ("sync: WaitGroup is reused before previous Wait has returned", or
+// a data race under -race). The default room's lease release is held so
+// that the shutdown surely waits: a room bound then must have no bid. Then
+// Binds run, creating and dropping a room, as the last bid ends,
+// unsynchronised with Run's end, and a hundred beyond it (with bids, the
+// race detector saw the misuse on most runs).
+func TestBindWhileRunStops(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	st := openStore(t, srv)
+	leases := &gatedLeases{Leases: st.Leases(), gated: leasePrefix + DefaultRoom}
+	in := startInstanceWith(t, srv, Config{}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
+			return store.RunExclusive(ctx, clock.System, leases, lease, "i0", clusterLeaseTTL, run)
+		}
+	})
+	waitFor(t, "i0 the home of the default room", func() bool { return in.p.room(DefaultRoom).home.Load() })
+	gate := make(chan struct{})
+	openGate := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(openGate) // before Run stops
+	leases.gate.Store(&gate)
+
+	stopped := make(chan struct{})
+	go func() {
+		in.stop()
+		close(stopped)
+	}()
+	waitFor(t, "Run's shutdown waiting for the bids, the default room's held in its release", func() bool {
+		return goroutineIn("nexscope.(*fleet).shutdown(", "sync.(*WaitGroup).Wait(")() && stacksHold("nexscope.(*gatedLeases).Release")()
+	})
+	if err := in.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "late", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	in.p.roomsMu.RLock()
+	late := in.p.rooms["late"]
+	bid := late != nil && late.unbid != nil
+	in.p.roomsMu.RUnlock()
+	if bid {
+		t.Fatal("a room bound while Run's shutdown waited for the bids started a bid")
+	}
+	stopBinds, bindsDone := make(chan struct{}), make(chan error, 1)
+	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	var binds atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-stopBinds:
+				bindsDone <- nil
+				return
+			default:
+			}
+			if err := in.p.Bind(lab[:binds.Add(1)%2]); err != nil {
+				bindsDone <- err
+				return
+			}
+		}
+	}()
+	openGate()
+	select {
+	case <-stopped:
+	case <-time.After(testTimeout):
+		t.Fatal("Run did not return")
+	}
+	n := binds.Load() // Binds go on past Run's end, unsynchronised with it
+	waitFor(t, "a hundred Binds more", func() bool { return binds.Load() >= n+100 })
+	close(stopBinds)
+	if err := <-bindsDone; err != nil {
+		t.Fatal(err)
+	}
+	if in.p.room(DefaultRoom) == nil {
+		t.Fatal("the default room was dropped")
+	}
+}
+
+// goroutineIn reports whether one goroutine's stack holds every one of subs.
+func goroutineIn(subs ...string) func() bool {
+	return func() bool {
+		buf := make([]byte, 1<<20)
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(g, s) }) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// TestRoomBoundAsItsLastMemberLeaves: a room a binding created, unbound
+// while alice is in it, then bound again as she leaves, stays and is
+// bound. Her leave dropped it between Bind's look-up of the rooms and its
+// binding of this one, which bound the dropped room: the binding was lost
+// until the registry changed again (the room unknown to members, the
+// gateway's sends declined). Here Bind is held on the lock of a room it
+// takes before lab (the rooms' order varies: tried until it does) while
+// alice leaves.
+func TestRoomBoundAsItsLastMemberLeaves(t *testing.T) {
+	tr := startRelay(t, Config{Rooms: []Room{{Name: "kept"}}})
+	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	bind := func(bs []platform.Binding) {
+		t.Helper()
+		if err := tr.p.Bind(bs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members := func() int {
+		tr.p.mu.Lock()
+		defer tr.p.mu.Unlock()
+		return len(tr.p.members)
+	}
+	for try := 0; ; try++ {
+		if try == 30 {
+			t.Fatal("Bind never took kept before lab")
+		}
+		bind(lab)
+		alice := tr.join(t, "lab", "alice")
+		bind(nil)
+		alice.ExpectPresence("alice")
+		r, kept := tr.p.room("lab"), tr.p.room("kept")
+		kept.mu.Lock()
+		unlockKept := sync.OnceFunc(kept.mu.Unlock)
+		t.Cleanup(unlockKept) // before Run stops
+		done := make(chan error, 1)
+		go func() { done <- tr.p.Bind(lab) }()
+		waitFor(t, "Bind held on a room's lock", goroutineIn("nexscope.(*Platform).Bind(", "sync.(*Mutex).Lock("))
+		if r.tenant() == "" {
+			_ = alice.WS.CloseNow()
+			waitFor(t, "alice's leave over", func() bool { return members() == 0 })
+		}
+		unlockKept()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if members() == 0 { // alice left as Bind was held before lab
+			if r := tr.p.room("lab"); r == nil || r.tenant() != "t1" {
+				t.Fatalf("lab bound as alice left is %v", r)
+			}
+			return
+		}
+		_ = alice.WS.CloseNow()
+		waitFor(t, "alice's leave over", func() bool { return members() == 0 })
+	}
+}
+
+// TestRemoteJoinRacingTheDropIsUnknownRoom: a member joining through
+// another instance a room its home drops meanwhile is refused as one
+// joining at the home is: unknown_room (4017), not 1013 (no home), which
+// has it reconnect. The home is held in its decision (its lock of the
+// members) until the room is dropped there.
+func TestRemoteJoinRacingTheDropIsUnknownRoom(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	i0 := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	i1 := startInstance(t, srv, Config{}, "i1", clusterLeaseTTL)
+	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	if err := i0.p.Bind(lab); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i0 the home of lab", func() bool { r := i0.p.room("lab"); return r != nil && r.home.Load() })
+	if err := i1.p.Bind(lab); err != nil {
+		t.Fatal(err)
+	}
+	i0.p.mu.Lock()
+	unlock := sync.OnceFunc(i0.p.mu.Unlock)
+	t.Cleanup(unlock) // before Run stops
+	bob := i1.dialURL(t, "/ws/lab", "name=bob&token="+testToken+"&v=1", nil)
+	waitFor(t, "i0 deciding bob's join", goroutineIn("nexscope.(*fleet).joinHere(", "nexscope.(*Platform).track("))
+	if err := i0.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	if i0.p.room("lab") != nil {
+		t.Fatal("lab not dropped at i0")
+	}
+	unlock()
+	expectError(bob, CodeUnknownRoom)
+	expectClose(bob, CloseUnknownRoom)
 }

@@ -33,7 +33,11 @@ type Platform struct {
 	// created is each tenant's creation as SetTenants last gave it, under
 	// roomsMu: Bind binds a room to the tenant's current creation.
 	created map[string]time.Time
-	desc    descriptor.Descriptor
+	// wanted are the rooms the last Bind binds, by name, under roomsMu:
+	// dropIdle keeps them (Bind may have looked one up and not bound it
+	// yet).
+	wanted map[string]string
+	desc   descriptor.Descriptor
 	// edge executes a gateway's actions; here those another instance
 	// forwarded to a room homed here (egress.go).
 	edge, here platform.Egress[*Platform, *room]
@@ -258,12 +262,13 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 		want[b.ID] = b.Tenant
 	}
 	p.roomsMu.Lock()
+	p.wanted = want
 	for name := range want {
 		if p.rooms[name] == nil {
 			r := newRoom(p, Room{Name: name}, false)
 			p.rooms[name] = r
 			if p.cluster != nil && p.cluster.bid != nil {
-				p.cluster.bid(r) // start ran: the room bids for its lease
+				p.cluster.bid(r) // start ran, shutdown not: the room bids for its lease
 			}
 		}
 	}
@@ -291,6 +296,9 @@ func (p *Platform) dropIdle(r *room) {
 	defer p.roomsMu.Unlock()
 	if p.rooms[r.name] != r {
 		return // dropped already
+	}
+	if _, ok := p.wanted[r.name]; ok {
+		return // a Bind binds it
 	}
 	r.mu.Lock()
 	r.dropped = r.tenant() == "" && len(r.members) == 0

@@ -222,6 +222,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 		if err := p.deliver(ctx, tenant, &t.ev, received); err != nil {
 			return err
 		}
+		p.rehostsDelivered(tenant, t)
 		p.markerNotKept(p.memory.turnStarted(ctx, tenant, m.scope, ev.Channel, ev.TS, t.thread))
 		return nil
 	})

@@ -141,8 +141,12 @@ type intake struct {
 	pending map[string]int    // chat -> entries held
 	held    map[string]string // entry key -> its chat
 	// until is, of an entry held, the latest expiry this instance gave
-	// its claim (claimed, renewed): what its release compares.
-	until   map[string]time.Time
+	// its claim (claimed, renewed), or may have given it (mayHaveClaimed):
+	// what its renewal and its release compare.
+	until map[string]time.Time
+	// sure is, of an entry held, the latest expiry its claim surely got
+	// (claimed).
+	sure    map[string]time.Time
 	resumed atomic.Uint64 // entries taken by sweepIntake
 }
 
@@ -186,6 +190,25 @@ func (in *intake) claimed(key string, expires time.Time) {
 	if _, ok := in.held[key]; ok && expires.After(in.until[key]) {
 		in.until[key] = expires
 	}
+	if _, ok := in.held[key]; ok && expires.After(in.sure[key]) {
+		in.sure[key] = expires
+	}
+}
+
+// mayHaveClaimed records that a renewal of key's claim, sent at at to
+// give it expires, failed, and may have been made all the same (its reply
+// lost): expires is taken for an expiry this instance gave the claim when
+// the renewal was sent while the claim surely held (before its sure
+// expiry). Another instance takes the claim only once it lapsed, after
+// that, and gives it an expiry later than expires (intakeClaimTTL past its
+// taking): a later renewal still finds such a claim lasting past the one
+// recorded, and leaves it be.
+func (in *intake) mayHaveClaimed(key string, at, expires time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if _, ok := in.held[key]; ok && at.Before(in.sure[key]) && expires.After(in.until[key]) {
+		in.until[key] = expires
+	}
 }
 
 // claimUntil is the latest expiry key's claim was given (claimed).
@@ -201,6 +224,7 @@ func (in *intake) done(key, chat string) {
 	defer in.mu.Unlock()
 	delete(in.held, key)
 	delete(in.until, key)
+	delete(in.sure, key)
 	if in.pending[chat]--; in.pending[chat] <= 0 {
 		delete(in.pending, chat)
 	}
@@ -465,29 +489,75 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 // they are taken, before they are queued: a request of their chats that
 // comes after it is queued behind them (Run takes deliveries there).
 func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
-	// The entries nobody holds are claimed, and the relay's ledger read
-	// (when one was), before the queue lock is taken: every request the
-	// intake takes waits for that lock before it is answered.
-	claimed := p.claimUnheld(ctx)
+	// The entries nobody holds are claimed and read again, the relay's
+	// ledger read (when one was claimed), and the entries it holds
+	// deleted, before the queue lock is taken: every request the intake
+	// takes waits for that lock before it is answered.
+	queue := p.claimUnheld(ctx)
 	var stored map[string]bool
 	var err error
-	if len(claimed) > 0 {
+	if len(queue) > 0 {
 		stored, err = p.ledgerHeld(ctx)
 	}
 	if err != nil {
 		p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
 	}
+	// Of a chat's entries only the first may have been delivered: they are
+	// handled one at a time, in order, each deleted before the next.
+	first := make(map[string]bool)
+	queue = slices.DeleteFunc(queue, func(c claimedEntry) bool {
+		if first[c.chat] {
+			return false
+		}
+		first[c.chat] = true
+		return p.deliveredBefore(ctx, c, stored)
+	})
+	var held []claimedEntry // held here meanwhile: let go
 	p.intake.queueMu.Lock()
-	defer p.intake.queueMu.Unlock()
+	queue = slices.DeleteFunc(queue, func(c claimedEntry) bool {
+		if !p.intake.take(c.key, c.chat) {
+			held = append(held, c)
+			return true
+		}
+		p.intake.claimed(c.key, c.until)
+		return false
+	})
+	if taken != nil {
+		taken()
+	}
+	for _, c := range queue {
+		p.intake.resumed.Add(1)
+		p.queueIntake(ctx, c.key, c.chat, c.rec)
+	}
+	p.intake.queueMu.Unlock()
+	for _, c := range held {
+		p.releaseIntake(c.key, c.until)
+	}
+	if len(queue) > 0 {
+		p.log.Info("slack intake entries resumed", "entries", len(queue))
+	}
+}
+
+// claimedEntry is an intake entry a sweep claimed, as stored once claimed.
+type claimedEntry struct {
+	key, chat string
+	rec       intakeRecord
+	until     time.Time // its claim's expiry
+}
+
+// claimUnheld claims the entries the intake lists that no live claim
+// holds and this instance does not, and reads each again once claimed:
+// what a sweep takes, in key order, before its queue lock (sweepIntake).
+// An entry that cannot be read (its value, or a key naming no chat) is
+// deleted (deleteUnreadable). A listing that fails claims none (the next
+// sweep lists again).
+func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 	entries, _, err := p.deps.Store.Registry().List(ctx, intakeNamespace)
 	if err != nil {
 		p.log.Warn("slack intake not listed; retrying later", "err", p.errorText(err))
+		return nil
 	}
-	type held struct {
-		key, chat string
-		rec       intakeRecord
-	}
-	var queue []held
+	var claimed []claimedEntry
 	for _, e := range entries {
 		chat, ok := entryChat(e.Key)
 		var rec intakeRecord
@@ -495,79 +565,25 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 			p.deleteUnreadable(ctx, e.Key)
 			continue
 		}
-		if !p.intake.take(e.Key, chat) {
-			continue // held here
-		}
-		until, took := claimed[e.Key]
-		err := error(nil)
-		delete(claimed, e.Key)
-		if !took {
-			until = p.clock.Now().Add(intakeClaimTTL)
-			took, err = p.claims.Claim(ctx, intakeClaim(e.Key), until)
-		}
-		if err != nil || !took {
-			p.intake.done(e.Key, chat)
-			continue
-		}
-		// The listing may be older than the entry's end: one this
-		// instance held while it listed, handled and deleted since, is
-		// let go (it is deleted before it is, so it is gone now). It is
-		// handled as stored now: its instance may have recorded where
-		// its delivery goes since (deliveringTo).
-		now, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key)
-		rec = intakeRecord{}
-		if err != nil || !ok || json.Unmarshal(now.Value, &rec) != nil {
-			p.releaseIntake(e.Key, until)
-			p.intake.done(e.Key, chat)
-			continue
-		}
-		p.intake.claimed(e.Key, until)
-		queue = append(queue, held{e.Key, chat, rec})
-	}
-	for key, until := range claimed {
-		p.releaseIntake(key, until) // claimed, and unreadable or gone since
-	}
-	// Of a chat's entries only the first may have been delivered: they are
-	// handled one at a time, in order, each deleted before the next.
-	first := make(map[string]bool)
-	queue = slices.DeleteFunc(queue, func(h held) bool {
-		if first[h.chat] {
-			return false
-		}
-		first[h.chat] = true
-		return p.deliveredBefore(ctx, h.key, h.chat, h.rec, stored)
-	})
-	if taken != nil {
-		taken()
-	}
-	for _, h := range queue {
-		p.intake.resumed.Add(1)
-		p.queueIntake(ctx, h.key, h.chat, h.rec)
-	}
-	if len(queue) > 0 {
-		p.log.Info("slack intake entries resumed", "entries", len(queue))
-	}
-}
-
-// claimUnheld claims the entries the intake lists that no live claim
-// holds and this instance does not, and names those it claimed with
-// their claims' expiry: what a
-// sweep takes, before its queue lock (sweepIntake). A listing that fails
-// claims none (the sweep lists again, and logs).
-func (p *Platform) claimUnheld(ctx context.Context) map[string]time.Time {
-	entries, _, err := p.deps.Store.Registry().List(ctx, intakeNamespace)
-	if err != nil {
-		return nil
-	}
-	claimed := make(map[string]time.Time)
-	for _, e := range entries {
 		if p.intake.holds(e.Key) {
 			continue
 		}
 		until := p.clock.Now().Add(intakeClaimTTL)
-		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), until); err == nil && took {
-			claimed[e.Key] = until
+		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), until); err != nil || !took {
+			continue
 		}
+		// The listing may be older than the entry's end: one this
+		// instance held while it listed, handled and deleted since, is
+		// let go (it is deleted before its claim is released, so it is
+		// gone now). It is handled as stored now: its instance may have
+		// recorded where its delivery goes since (deliveringTo).
+		now, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key)
+		rec = intakeRecord{}
+		if err != nil || !ok || json.Unmarshal(now.Value, &rec) != nil {
+			p.releaseIntake(e.Key, until)
+			continue
+		}
+		claimed = append(claimed, claimedEntry{key: e.Key, chat: chat, rec: rec, until: until})
 	}
 	return claimed
 }
@@ -667,8 +683,8 @@ func entryMessage(rec intakeRecord) string {
 	return ""
 }
 
-// deliveredBefore reports whether entry key of chat, the first of its chat
-// a sweep took, was delivered already: the ledger (stored, read before the
+// deliveredBefore reports whether entry c, the first of its chat a sweep
+// claimed, was delivered already: the ledger (stored, read before the
 // sweep queues anything) holds a delivery of its message received when it
 // was, in the chat it recorded as its delivery's (rec.To, deliveringTo),
 // else in its own. An instance killed after the relay stored an entry's delivery,
@@ -680,18 +696,17 @@ func entryMessage(rec intakeRecord) string {
 // removed from the store) between the relay's commit and the kill, or
 // after the restart before this sweep, is no longer in the ledger, and its
 // entry is delivered again (at least once).
-func (p *Platform) deliveredBefore(ctx context.Context, key, chat string, rec intakeRecord, stored map[string]bool) bool {
-	_, channel, _ := strings.Cut(chat, "/")
-	if !stored[ledgerName(cmp.Or(rec.To, channel), time.Unix(0, rec.Received), entryMessage(rec))] {
+func (p *Platform) deliveredBefore(ctx context.Context, c claimedEntry, stored map[string]bool) bool {
+	_, channel, _ := strings.Cut(c.chat, "/")
+	if !stored[ledgerName(cmp.Or(c.rec.To, channel), time.Unix(0, c.rec.Received), entryMessage(c.rec))] {
 		return false
 	}
-	defer p.intake.done(key, chat)
-	defer p.releaseHeld(key)
-	if _, err := p.deps.Store.Registry().Delete(ctx, intakeNamespace, key); err != nil {
-		p.log.Warn("slack intake entry delivered before a restart and not deleted; retrying at the next sweep", "key", key, "err", p.errorText(err))
+	defer p.releaseIntake(c.key, c.until)
+	if _, err := p.deps.Store.Registry().Delete(ctx, intakeNamespace, c.key); err != nil {
+		p.log.Warn("slack intake entry delivered before a restart and not deleted; retrying at the next sweep", "key", c.key, "err", p.errorText(err))
 		return true
 	}
-	p.log.Info("slack intake entry delivered before a restart: deleted", "key", key)
+	p.log.Info("slack intake entry delivered before a restart: deleted", "key", c.key)
 	return true
 }
 
@@ -726,7 +741,8 @@ func (p *Platform) keepIntake(ctx context.Context, renew, sweep *clock.Ticker) {
 		case <-ctx.Done():
 			return
 		case <-renew.C:
-			expires := p.clock.Now().Add(intakeClaimTTL)
+			now := p.clock.Now()
+			expires := now.Add(intakeClaimTTL)
 			for _, key := range p.intake.keys() {
 				held := p.intake.claimUntil(key)
 				if held.IsZero() {
@@ -734,6 +750,9 @@ func (p *Platform) keepIntake(ctx context.Context, renew, sweep *clock.Ticker) {
 				}
 				switch renewed, err := p.claims.Renew(ctx, intakeClaim(key), held, expires); {
 				case err != nil:
+					// It may have been made: a later renewal must not
+					// take it for another instance's claim.
+					p.intake.mayHaveClaimed(key, now, expires)
 					if ctx.Err() == nil {
 						p.log.Warn("slack intake claim not renewed", "key", key, "err", err)
 					}

@@ -15,6 +15,7 @@ import (
 
 	"connector/internal/clock/clocktest"
 	"connector/internal/redistest"
+	"connector/media"
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
@@ -218,8 +219,8 @@ func TestIntakeTakenOverOnRedis(t *testing.T) {
 	}
 	clk.Advance(intakeSweepEvery)
 	b.p.sweepIntake(ctx, nil) // a sweep that surely ran: the claim holds, the entry is not taken
-	// Read under queueMu: the sweep the clock's tick started may be under
-	// way, holding the key between its take and its failed claim.
+	// Read under queueMu, under which a sweep (the clock's tick may have
+	// started one) takes the entries it claimed.
 	b.p.intake.queueMu.Lock()
 	taken := slices.Contains(b.p.intake.keys(), key)
 	b.p.intake.queueMu.Unlock()
@@ -966,7 +967,7 @@ func TestSweepLeavesAnEntryHandledWhileItListed(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatalf("timed out after %v waiting for the reply's delivery", waitFor)
 	}
-	st.armed.Store(2) // the sweep's listing under its queue lock, after claimUnheld's
+	st.armed.Store(1) // the sweep's listing
 	swept := make(chan struct{})
 	go func() {
 		defer close(swept)
@@ -1022,7 +1023,7 @@ func TestSweepTakesAnEntryAsStoredNow(t *testing.T) {
 	if _, err := mem.Registry().Put(t.Context(), intakeNamespace, key, mustJSON(t, rec)); err != nil {
 		t.Fatal(err)
 	}
-	st.armed.Store(2) // the sweep's listing under its queue lock, after claimUnheld's
+	st.armed.Store(1) // the sweep's listing
 	swept := make(chan struct{})
 	go func() {
 		defer close(swept)
@@ -1052,4 +1053,248 @@ func TestSweepTakesAnEntryAsStoredNow(t *testing.T) {
 	if logs := e.logs.String(); strings.Contains(logs, "not stored as read") {
 		t.Fatalf("the sweep handled the listing's copy of the entry:\n%s", logs)
 	}
+}
+
+// TestIntakeRetryReusesItsRehost: the relay refuses a message with a file
+// twice (its store is down); the intake tries it again with backoff, and
+// the third try is delivered with the file re-hosted once. Each try used
+// to download and store the file again, and the copies, never delivered,
+// filled the tenant's media quota until they expired, so its later
+// attachments went without their files.
+func TestIntakeRetryReusesItsRehost(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	ms, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "https://connector.example", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ms.Close)
+	e := newEnv(t, nil, &platform.Deps{Clock: clk, Media: ms})
+	e.sink.Refuse(2)
+	url := e.fake.AddFile(teamA.ID, "F0IMG00009", "F0IMG00009.png", "image/png", []byte("\x89PNG\r\n\x1a\n.."))
+	e.event(t, teamA, "Ev1", fileMessage(dmAda, "1768490100.000100", "F0IMG00009", url), http.StatusOK)
+	clk.Drive(t, 1, func() int { return int(e.sink.Taken()) }, func() int { return 0 })
+	if d := e.sink.Next(t); len(d.Event.Media) != 1 || e.sink.Calls() != 3 {
+		t.Fatalf("delivered with %d media after %d tries, want the file on the third", len(d.Event.Media), e.sink.Calls())
+	}
+	if n := ms.Stats().Objects; n != 1 {
+		t.Fatalf("the media store holds %d objects, want the file once", n)
+	}
+}
+
+// lostRenewals is a store whose claims' renewals, while lose is set, are
+// made but answered with an error (as a Redis script that ran, every
+// reply of go-redis's sends lost); each renewal's answer is sent on
+// answers.
+type lostRenewals struct {
+	store.Store
+	lose    atomic.Bool
+	answers chan renewal
+}
+
+// renewal is a renewal's answer.
+type renewal struct {
+	renewed bool
+	err     error
+}
+
+func (s *lostRenewals) Claims() store.Claims { return lostRenewalClaims{s.Store.Claims(), s} }
+
+type lostRenewalClaims struct {
+	store.Claims
+	s *lostRenewals
+}
+
+func (c lostRenewalClaims) Renew(ctx context.Context, key string, held, expires time.Time) (bool, error) {
+	renewed, err := c.Claims.Renew(ctx, key, held, expires)
+	if err == nil && c.s.lose.Load() {
+		renewed, err = false, errors.New("i/o timeout (the renewal was made, its reply lost)")
+	}
+	c.s.answers <- renewal{renewed, err}
+	return renewed, err
+}
+
+// TestIntakeClaimRenewedAfterALostReply: a renewal of an entry's claim
+// that the store made but answered with an error (go-redis lost every
+// reply) is followed by one that renews the claim. The keeper recorded the
+// claim's earlier expiry only, and the next renewal found a claim lasting
+// past it: it took it for another instance's and renewed no more, so the
+// claim lapsed while the entry was handled, for another instance to take.
+func TestIntakeClaimRenewedAfterALostReply(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &lostRenewals{Store: mem, answers: make(chan renewal, 16)}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0"), Media: newMediaStore(t), Clock: clk})
+	started := make(chan string, 4)
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	next := func(what string) renewal {
+		t.Helper()
+		select {
+		case r := <-st.answers:
+			return r
+		case <-time.After(waitFor):
+			t.Fatalf("timed out after %v waiting for %s", waitFor, what)
+			return renewal{}
+		}
+	}
+	st.lose.Store(true)
+	clk.Advance(intakeRenewEvery)
+	if r := next("the renewal whose reply is lost"); r.err == nil {
+		t.Fatalf("the first renewal answered %+v, want its error", r)
+	}
+	st.lose.Store(false)
+	clk.Advance(intakeRenewEvery)
+	if r := next("the renewal after it"); !r.renewed || r.err != nil {
+		t.Fatalf("the renewal after a lost reply answered %+v, want the claim renewed", r)
+	}
+	if logs := e.logs.String(); strings.Contains(logs, "taken by another instance") {
+		t.Fatalf("the instance took its own claim for another's:\n%s", logs)
+	}
+}
+
+// readGate is a store whose reads of an intake entry, once armed, wait
+// for release (telling reading).
+type readGate struct {
+	store.Store
+	armed   atomic.Bool
+	reading chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *readGate) Registry() store.Registry { return gatedRead{s.Store.Registry(), s} }
+
+type gatedRead struct {
+	store.Registry
+	s *readGate
+}
+
+func (r gatedRead) Get(ctx context.Context, namespace, key string) (store.Entry, bool, error) {
+	if namespace == intakeNamespace && r.s.armed.Load() {
+		r.s.once.Do(func() { close(r.s.reading) })
+		select {
+		case <-r.s.release:
+		case <-ctx.Done():
+			return store.Entry{}, false, ctx.Err()
+		}
+	}
+	return r.Registry.Get(ctx, namespace, key)
+}
+
+// TestIntakeAnsweredWhileASweepReadsAnEntry: a sweep that claimed an entry
+// another instance left reads it again before it queues it; a request the
+// intake takes meanwhile, of another chat, is answered without waiting for
+// that read. The sweep listed, claimed and read the entries under the
+// intake's queue lock, which every such request waits for.
+func TestIntakeAnsweredWhileASweepReadsAnEntry(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &readGate{Store: mem, reading: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Clock: clk})
+	rec := intakeRecord{Route: routeEvents, Received: clk.Now().UnixNano(), Body: slacktest.Envelope(teamA.ID, teamA.BotUser, "EvLeft",
+		slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "1768490000.000100", "left behind"))}
+	if _, err := mem.Registry().Put(t.Context(), intakeNamespace, intakeKey(teamA.ID+"/"+dmAda, rec), mustJSON(t, rec)); err != nil {
+		t.Fatal(err)
+	}
+	st.armed.Store(true)
+	unblock := sync.OnceFunc(func() { close(st.release) })
+	t.Cleanup(unblock)
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		e.p.sweepIntake(t.Context(), nil)
+	}()
+	select {
+	case <-st.reading:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the sweep to read the entry", waitFor)
+	}
+	codes := e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "EvOther",
+		slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490200.000300", "1768490000.000900", "<@"+teamA.BotUser+"> meanwhile")))
+	answered(t, codes, "a reply of another chat while the sweep reads an entry")
+	unblock()
+	var got []string
+	for range 2 {
+		got = append(got, e.sink.Next(t).Event.Text)
+	}
+	if !slices.Contains(got, "left behind") || !slices.ContainsFunc(got, func(s string) bool { return strings.HasSuffix(s, "meanwhile") }) {
+		t.Fatalf("delivered %v, want the reply left behind and the one received meanwhile", got)
+	}
+	select {
+	case <-swept:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the sweep to end", waitFor)
+	}
+	intakeEmpty(t, mem)
+}
+
+// TestIntakeCommandDeliveredBeforeKillNotDeliveredAgain: a slash command's
+// entry whose delivery the relay stored before its instance was killed,
+// before it deleted the entry, is found in the ledger by the next
+// instance's sweep (named by its chat, its microsecond, its user and text)
+// and deleted without a second delivery.
+func TestIntakeCommandDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	a.sink.Check = func(d platform.Delivery) error {
+		_, err := st.Ledger().Append(context.Background(), d.Tenant, []store.Record{{
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: d.Event.AppendJSON(nil), Received: d.Received,
+		}})
+		return err
+	}
+	body := []byte(url.Values{"team_id": {teamA.ID}, "channel_id": {chanGeneral}, "user_id": {userAda}, "command": {"/status"},
+		"text": {"all of it"}, "trigger_id": {"1.1.a"}}.Encode())
+	if code, resp := a.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+		t.Fatalf("the command: %d %s", code, resp)
+	}
+	d := a.sink.Next(t)
+	a.stop()
+	a.stop = func() {}
+	// Its entry, left by the killed instance (as it stores one: the
+	// command's body, received when its delivery says).
+	rec := intakeRecord{Route: routeCommands, Body: body, Received: d.Received.UnixNano()}
+	if _, err := st.Registry().Put(t.Context(), intakeNamespace, intakeKey(teamA.ID+"/"+chanGeneral, rec), mustJSON(t, rec)); err != nil {
+		t.Fatal(err)
+	}
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	intakeEmpty(t, st)
+	b.settled(t)
+	b.stop()
+	b.stop = func() {}
+	if n := b.sink.Taken(); n != 0 {
+		t.Fatalf("the restarted instance delivered the command %d times again, want none", n)
+	}
+}
+
+// TestIntakeFailedRenewalCountedWhileTheClaimSurelyHeld: a renewal that
+// failed is counted as made (its expiry what the next renewal and the
+// release compare) only when it was sent before the claim's last sure
+// expiry: one sent later may find the claim taken by another instance,
+// whose expiry the recorded one must stay short of.
+func TestIntakeFailedRenewalCountedWhileTheClaimSurelyHeld(t *testing.T) {
+	in := &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}, sure: map[string]time.Time{}}
+	t0 := time.Now()
+	in.take("k", "c")
+	in.claimed("k", t0.Add(intakeClaimTTL))
+	sent := func(at time.Time, want time.Time) {
+		t.Helper()
+		in.mayHaveClaimed("k", at, at.Add(intakeClaimTTL))
+		if got := in.claimUntil("k"); !got.Equal(want) {
+			t.Fatalf("a failed renewal sent at +%v: claim until +%v, want +%v", at.Sub(t0), got.Sub(t0), want.Sub(t0))
+		}
+	}
+	sent(t0.Add(intakeClaimTTL), t0.Add(intakeClaimTTL)) // as the sure claim lapsed
+	sent(t0.Add(intakeRenewEvery), t0.Add(intakeRenewEvery+intakeClaimTTL))
+	// Before the one that may have been made lapsed, but after the sure one.
+	sent(t0.Add(intakeClaimTTL+time.Second), t0.Add(intakeRenewEvery+intakeClaimTTL))
+	in.claimed("k", t0.Add(intakeClaimTTL+time.Second)) // a renewal that answered
+	sent(t0.Add(intakeClaimTTL), t0.Add(2*intakeClaimTTL))
 }

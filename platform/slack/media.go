@@ -148,7 +148,7 @@ func (p *Platform) attachFiles(ctx context.Context, tenant, team string, t *turn
 		if kind == "voice" {
 			mime = "audio/mp4" // an audio-only clip Slack labels video/mp4
 		}
-		info, err := p.rehost(ctx, tenant, team, &f, mime)
+		info, err := p.rehostOnce(ctx, tenant, team, &f, mime)
 		if err != nil {
 			p.log.Warn("slack attachment could not be re-hosted; delivered without it", "file", f.ID, "err", p.errorText(err))
 			p.metrics.Dropped(platformName, "media_skipped")
@@ -190,7 +190,7 @@ func (p *Platform) attachRootImages(ctx context.Context, tenant, team string, t 
 		if !strings.HasPrefix(f.Mimetype, "image/") || (f.URLPrivateDownload == "" && f.URLPrivate == "") {
 			continue
 		}
-		info, err := p.rehost(ctx, tenant, team, &f, f.Mimetype)
+		info, err := p.rehostOnce(ctx, tenant, team, &f, f.Mimetype)
 		if err != nil {
 			p.log.Warn("slack thread root image could not be re-hosted", "file", f.ID, "err", p.errorText(err))
 			continue
@@ -235,6 +235,29 @@ func (p *Platform) fileInfo(ctx context.Context, team string, f *wireFile) bool 
 	f.Mimetype, f.Size = cmp.Or(info.Mimetype, f.Mimetype), cmp.Or(int64(info.Size), f.Size)
 	f.URLPrivate, f.URLPrivateDownload = info.URLPrivate, info.URLPrivateDownload
 	return f.URLPrivate != "" || f.URLPrivateDownload != ""
+}
+
+// rehostOnce re-hosts f (rehost) once while its message is not delivered
+// (platform.Rehosts): the intake's retries of a message the relay refused
+// carry the same re-host rather than store the file again each time. A
+// file without an id is re-hosted each time.
+func (p *Platform) rehostOnce(ctx context.Context, tenant, team string, f *wireFile, mime string) (media.Info, error) {
+	if f.ID == "" {
+		return p.rehost(ctx, tenant, team, f, mime)
+	}
+	return p.rehosts.Rehost(p.deps.Media, tenant, f.ID, func() (media.Info, error) { return p.rehost(ctx, tenant, team, f, mime) })
+}
+
+// rehostsDelivered forgets the re-hosts of t's files for tenant once its
+// message was delivered (platform.Rehosts).
+func (p *Platform) rehostsDelivered(tenant string, t *turn) {
+	for _, files := range [][]wireFile{t.files, t.rootFiles} {
+		for _, f := range files {
+			if f.ID != "" {
+				p.rehosts.Delivered(tenant, f.ID)
+			}
+		}
+	}
 }
 
 // rehost downloads f into the media store, within ctx (attachFiles bounds

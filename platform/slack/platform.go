@@ -53,6 +53,7 @@ type Platform struct {
 	teams    atomic.Pointer[map[string]string]
 	grants   *platform.Grants   // chats granted by author routing
 	links    *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
+	rehosts  *platform.Rehosts  // files of messages not delivered yet
 	policies map[string]*policy // tenant -> knobs; defaultPol when absent
 	defPol   *policy
 
@@ -142,6 +143,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	_ = p.Bind(bindings) // Validate checked the ids
 	p.links = platform.NewLinkDesk(p.clock)
+	p.rehosts = platform.NewRehosts(p.clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
 	p.notFound = ttlcache.New[string, struct{}](chanTeamsSize, declineMemory, p.clock)
@@ -154,7 +156,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.dedupe = &platform.Dedupe{Claims: p.claims, Clock: p.clock, Prefix: "slack/", Pending: pendingTTL, Window: cfg.DedupeWindow, Log: p.log}
 	p.queues = chatorder.New[string](maxInFlight)
 	if deps.Store != nil {
-		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}}
+		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}, sure: map[string]time.Time{}}
 	}
 	p.besides = make(chan struct{}, maxBeside)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}

@@ -90,7 +90,7 @@ func (p *Platform) ingestAnswer(ctx context.Context, answer []polledUpdate) {
 			p.ingestOne(ctx, pu)
 			continue
 		}
-		p.delivered(pu.u, &pu.in)
+		p.delivered(pu.u, &pu.in, ready[i].d.Tenant)
 		p.offsets.done(pu.u.ID)
 	}
 }

@@ -3,10 +3,13 @@ package telegram
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"connector/media"
 	"connector/platform"
 	"connector/platform/platformtest"
 )
@@ -106,5 +109,58 @@ func nextBatch(t *testing.T, s *batchSink) [2]int {
 	case <-time.After(waitFor):
 		t.Fatalf("no DeliverAll returned within %v", waitFor)
 		return [2]int{}
+	}
+}
+
+// docUpdate is update id: a DM from Ada (a chat of t1) with document DOC.
+func docUpdate(id int64) []byte {
+	return fmt.Appendf(nil, `{"update_id":%d,"message":{"message_id":%d,"date":1767225300,`+
+		`"chat":{"id":123456789,"type":"private","first_name":"Ada"},"from":{"id":123456789,"is_bot":false,"first_name":"Ada"},`+
+		`"caption":"the report","document":{"file_id":"DOC","file_unique_id":"U1","file_name":"r.pdf","file_size":6}}}`, id, id)
+}
+
+// TestBatchDeliveredUpdateForgetsItsRehost: an update with a document is
+// stored in a batch (DeliverAll); a later update naming the same file gets
+// a re-host of its own, which lives the media TTL from then, as after a
+// delivery on its own. The batch's delivery left the re-host remembered
+// (platform.Rehosts), and the later update carried it, half expired.
+func TestBatchDeliveredUpdateForgetsItsRehost(t *testing.T) {
+	e := newEnv(t, nil)
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	e.p.deps.Media = store
+	e.fake.AddFile("DOC", "documents/r.pdf", 6, func() io.Reader { return strings.NewReader("report") })
+	sink := &batchSink{Sink: e.sink, batches: make(chan [2]int, 4), release: make(chan struct{}),
+		polls: func() int { return len(e.fake.Calls("getUpdates")) }}
+	e.fake.Enqueue(dmUpdate(600))
+	e.fake.Enqueue(docUpdate(601))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		close(sink.release)
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(waitFor):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	sink.release <- struct{}{}
+	if got := nextBatch(t, sink); got[0] != 2 {
+		t.Fatalf("DeliverAll got %d deliveries, want the answer's 2", got[0])
+	}
+	e.sink.Next(t)
+	first := e.sink.Next(t)
+	e.fake.Enqueue(docUpdate(602)) // alone in its answer: delivered on its own
+	later := e.sink.Next(t)
+	if len(first.Event.Media) != 1 || len(later.Event.Media) != 1 || later.Event.Media[0].URL == first.Event.Media[0].URL {
+		t.Fatalf("the later update carried %+v, want a re-host of its own (the batch's was %+v)", later.Event.Media, first.Event.Media)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"connector/contract"
 	"connector/internal/loglimit"
 	"connector/internal/textsplit"
+	"connector/platform"
 )
 
 // sealedDrafts bounds Platform.sealed, this instance's record of the
@@ -174,11 +175,10 @@ func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action
 	}
 	key := k.sealingKey(a)
 	for {
-		deadline, ok := ctx.Deadline()
-		if !ok {
-			deadline = p.deps.Clock.Now().Add(p.cfg.RequestTimeout)
-		}
-		expires = deadline.Add(p.cfg.RequestTimeout) // the send, then the record (seal)
+		// The send, until the request's deadline (wall-clock time, here on
+		// the platform's clock, which the store's claims are judged on),
+		// then the record (seal).
+		expires = platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
 		took, err := p.claims.Claim(ctx, key, expires)
 		switch {
 		case err != nil:
@@ -262,9 +262,16 @@ func turnPreviewKey(tenant string, chat int64, thread int, turn string) string {
 // topicPreviewsKey is the store key listing the turns of tenant's open
 // previews in a group chat's topic (topicTurns, the latest topicTurns
 // kept), so a send naming no turn, which ends every open stream of the
-// topic, finds their previews on any instance (replacePreviews).
-func topicPreviewsKey(tenant string, chat int64, thread int) string {
-	return "telegram/preview-topic/" + tenant + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread)
+// topic, finds their previews on any instance (replacePreviews). It names
+// the tenant as created (SetTenants; 0 for a declared tenant): a tenant
+// deleted and made again under its id lists its own turns, and its send
+// leaves the earlier tenant's previews as they are, as its streams do.
+func (p *Platform) topicPreviewsKey(tenant string, chat int64, thread int) string {
+	var created int64
+	if c := p.createdOf(tenant); !c.IsZero() { // the zero time has no Unix nanoseconds
+		created = c.UnixNano()
+	}
+	return "telegram/preview-topic/" + tenant + "/" + strconv.FormatInt(created, 10) + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread)
 }
 
 // topicTurns bounds the turns topicPreviewsKey lists: the gateway streams
@@ -308,7 +315,7 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 		err = p.seals.Put(ctx, turnPreviewKey(k.tenant, k.chat, pv.thread, pv.turn), strconv.AppendInt(nil, k.draft, 10), expires)
 	}
 	if err == nil && !sealed && pv.turn != "" {
-		err = p.listTopicTurn(ctx, topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires)
+		err = p.listTopicTurn(ctx, p.topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires)
 	}
 	if err != nil {
 		p.storeWarn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
@@ -395,6 +402,9 @@ type preview struct {
 	thread int    // the topic it is in
 	turn   string // the turn it answers (contract.Metadata.Turn)
 	asked  bool   // the store was asked for the stream's preview (adoptPreview)
+	// created is the tenant's creation (createdOf) when the preview was
+	// opened: a tenant made again since leaves it as it is (replacePreviews).
+	created time.Time
 	// done is set once the preview left Platform.previews (sealed or
 	// replaced): a frame that was waiting for it takes the stream's next
 	// preview instead.
@@ -410,7 +420,7 @@ type preview struct {
 func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
 	turn := a.Metadata.Turn()
 	for {
-		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn}
+		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn, created: p.createdOf(k.tenant)}
 		if old, ok, _ := p.previews.PeekOrAdd(k, pv); ok {
 			pv = old
 		}
@@ -640,7 +650,8 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // replacePreviews deletes the previews of tenant's open draft streams in a
 // group chat's topic that a's reply replaces: those of a's turn, or every
 // one of the topic when a names no turn, as Telegram's sendMessage replaces
-// a native draft. A preview the store records as its stream's reply,
+// a native draft; never those of an earlier tenant under its id (deleted
+// and made again since: preview.created). A preview the store records as its stream's reply,
 // sealed on another instance after the gateway reconnected there, is
 // forgotten, not deleted; so is one whose record the store cannot give.
 // The preview of a's turn that another instance showed is found in the
@@ -656,12 +667,13 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 	}
 	thread, turn := topicThread(a.Metadata.ThreadID), a.Metadata.Turn()
 	here := false // a preview of a's turn was deleted here
+	created := p.createdOf(tenant)
 	for _, k := range p.previews.Keys() {
 		if k.tenant != tenant || k.chat != chat {
 			continue
 		}
 		pv, ok := p.previews.Peek(k)
-		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) {
+		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) || !pv.created.Equal(created) {
 			continue
 		}
 		pv.mu.Lock()
@@ -697,7 +709,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 // lists for tenant's topic (topicPreviewsKey), which other instances may
 // have shown, and forgets the list.
 func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat int64, thread int) {
-	key := topicPreviewsKey(tenant, chat, thread)
+	key := p.topicPreviewsKey(tenant, chat, thread)
 	sctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	raw, ok, err := p.seals.Get(sctx, key)

@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -925,9 +926,22 @@ func TestDraftFramesWhileTheStoreIsDown(t *testing.T) {
 // another instance sharing the store (a real redis-server, the instances
 // a cluster), retries it there. The retry waits for the first instance's
 // seal and answers its message: the reply is sent once. The retry found no
-// seal stored yet and sent the reply a second time.
+// seal stored yet and sent the reply a second time. The platform's clock
+// is a day behind the wall clock, or a day ahead: the seal's claim lasted
+// until the request's deadline, which is wall-clock time, as if it were
+// the store's clock's, so on a clock ahead of it the claim had lapsed
+// when it was taken, and the retry sent the reply again.
 func TestRetriedSealWhileTheFirstInstanceSendsIt(t *testing.T) {
-	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	for name, skew := range map[string]time.Duration{"behind": -24 * time.Hour, "ahead": 24 * time.Hour} {
+		t.Run("clock "+name+" of the wall clock", func(t *testing.T) {
+			retriedSealWhileSent(t, clocktest.New(time.Now().Add(skew)))
+		})
+	}
+}
+
+// retriedSealWhileSent is TestRetriedSealWhileTheFirstInstanceSendsIt on
+// clk.
+func retriedSealWhileSent(t *testing.T, clk *clocktest.Fake) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
@@ -984,5 +998,60 @@ func TestRetriedSealWhileTheFirstInstanceSendsIt(t *testing.T) {
 	}
 	if msgs := e.fake.Messages(id); len(msgs) != 1 {
 		t.Fatalf("the chat has %v, want the reply once", msgs)
+	}
+}
+
+// TestGroupSendNamingNoTurnOfATenantMadeAgain: a tenant's two group
+// streams of a topic show previews on one instance; the tenant is deleted
+// and created again under its id, and its send naming no turn reaches
+// the instance that showed them, or another sharing the store (a real
+// redis-server). The earlier tenant's previews stay as they are, as they
+// do for the new tenant's streams (docs/contract.md), and the reply is
+// sent. The previews the instance remembered, and the topic's list of
+// open previews in the store, were the tenant id's, so the new tenant's
+// send deleted the earlier one's messages.
+func TestGroupSendNamingNoTurnOfATenantMadeAgain(t *testing.T) {
+	for _, there := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sent where shown %v", there), func(t *testing.T) { sendOfATenantMadeAgain(t, there) })
+	}
+}
+
+// sendOfATenantMadeAgain is TestGroupSendNamingNoTurnOfATenantMadeAgain
+// with the send on the instance that showed the previews (there), or on
+// the other.
+func sendOfATenantMadeAgain(t *testing.T, there bool) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	made := func(at time.Time) {
+		for _, p := range []*Platform{e.p, other} {
+			p.SetTenants(map[string]time.Time{tenant: at})
+		}
+	}
+	act := func(p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID = contract.ID(chat)
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
+		}
+		return r
+	}
+	made(clk.Now().Add(-time.Hour))
+	for draft, turn := range []string{"77", "78"} {
+		act(e.p, contract.Action{Op: contract.OpDraft, DraftID: int64(draft + 1), Content: "the ans " + turn, Metadata: contract.Metadata{MessageID: contract.ID(turn)}})
+	}
+	made(clk.Now())
+	sender := other
+	if there {
+		sender = e.p
+	}
+	act(sender, contract.Action{Op: contract.OpSend, Content: "the answer"})
+	if msgs := e.fake.Messages(id); len(msgs) != 3 {
+		t.Fatalf("after the new tenant's send the chat has %v, want the earlier tenant's two previews and the reply", msgs)
 	}
 }

@@ -63,10 +63,7 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 		p.observed.Restore(r.observed, in.event.Context)
 		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)
 	}
-	p.delivered(u, in)
-	if in.msg != nil {
-		p.rehostDelivered(r.d.Tenant, in.msg)
-	}
+	p.delivered(u, in, r.d.Tenant)
 	return nil
 }
 
@@ -127,10 +124,13 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 	return readied{deliver: true, d: p.delivery(tenant, in, received), observed: observed}
 }
 
-// delivered does what follows an update's stored delivery.
-func (p *Platform) delivered(u *models.Update, in *inbound) {
+// delivered does what follows an update's stored delivery to tenant.
+func (p *Platform) delivered(u *models.Update, in *inbound, tenant string) {
 	if u.ID != 0 {
 		p.seen.Add(u.ID, struct{}{})
+	}
+	if in.msg != nil {
+		p.rehostDelivered(tenant, in.msg)
 	}
 	if in.callbackID != "" {
 		p.queueCallbackAnswer(in.callbackID)

@@ -37,11 +37,16 @@ type observedKey struct {
 
 // observedKeyOf is the key of msg for tenant.
 func (p *Platform) observedKeyOf(tenant string, msg *models.Message) observedKey {
-	var created time.Time
+	return observedKey{tenant: chatcontext.TenantOf(tenant, p.createdOf(tenant)), topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
+}
+
+// createdOf is tenant's creation time as SetTenants last gave it (zero for
+// a declared tenant, or before any).
+func (p *Platform) createdOf(tenant string) time.Time {
 	if c := p.created.Load(); c != nil {
-		created = (*c)[tenant]
+		return (*c)[tenant]
 	}
-	return observedKey{tenant: chatcontext.TenantOf(tenant, created), topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
+	return time.Time{}
 }
 
 // SetTenants implements platform.TenantKeeper: the messages observe mode
