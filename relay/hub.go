@@ -34,6 +34,11 @@ type hub struct {
 	// from one created again meanwhile.
 	storedAt time.Time
 
+	// queued counts a delivery of each configured platform stored for
+	// the tenant (TenantMetrics.QueuedOf); nil when the Metrics is not a
+	// TenantMetrics. Read-only after newHub.
+	queued map[string]func()
+
 	// chats maps chat id -> platform, from deliveries; profiles maps
 	// platform+"\x00"+chat id -> the Hermes profile the tenant's gateway
 	// last named in an outbound action's metadata for that chat. Both are
@@ -142,6 +147,12 @@ func (in interrupt) frame(chatID string) []byte {
 func (s *Server) newHub(t *Tenant) *hub {
 	h := &hub{srv: s, id: t.ID, ledger: s.ledgers.Ledger(t.ID), created: t.Created, storedAt: t.Created, seats: make(map[*conn]*seat)}
 	h.ledger.SetSince(t.Created)
+	if m, ok := s.cfg.Metrics.(TenantMetrics); ok {
+		h.queued = make(map[string]func(), len(s.order))
+		for _, name := range s.order {
+			h.queued[name] = m.QueuedOf(name, t.ID)
+		}
+	}
 	h.chats, _ = simplelru.NewLRU[string, string](s.cfg.SessionOwners, nil)
 	h.profiles, _ = simplelru.NewLRU[string, string](s.cfg.SessionOwners, nil)
 	h.role.Store(&roleRef{local{h}})
@@ -360,6 +371,12 @@ func (h *hub) stored(d *platform.Delivery, err error, n int) error {
 		}
 		h.srv.log.Warn("delivery refused: not stored", "tenant", h.id, "platform", d.Platform, "deliveries", n, "err", err)
 		return fmt.Errorf("relay: store inbound: %w", err)
+	}
+	if queued := h.queued[d.Platform]; queued != nil {
+		for range n {
+			queued()
+		}
+		return nil
 	}
 	for range n {
 		m.Inbound(d.Platform, h.id, "queued")

@@ -41,6 +41,15 @@ type Metrics interface {
 	Buffered(tenant string, n int)
 }
 
+// TenantMetrics is a Metrics that resolves a tenant's series once, when
+// the tenant's hub is made (the tenant applied): the hub counts each
+// delivery it stores from a configured platform (Inbound "queued") through
+// what QueuedOf(platform, tenant) returned, with no lookup by label values
+// per event. A Metrics that does not implement it gets Inbound calls.
+type TenantMetrics interface {
+	QueuedOf(platform, tenant string) func()
+}
+
 type nopMetrics struct{}
 
 func (nopMetrics) ConnOpened(string)                              {}

@@ -13,6 +13,7 @@ import (
 	"connector/platform"
 	"connector/platform/whatsapp"
 	"connector/relay"
+	"connector/relay/ledger"
 	"connector/store"
 	"connector/vault"
 )
@@ -40,18 +41,23 @@ type metrics struct {
 	httpRefused   *prometheus.CounterVec
 	statuses      *prometheus.CounterVec
 
-	// The children of the series every inbound event reports to, by
-	// their label values (children).
-	inboundOf  children[[3]string, prometheus.Counter]
-	bufferedOf children[string, prometheus.Gauge]
-	delayOf    children[string, prometheus.Observer]
+	// The children of the series every inbound event and every outbound
+	// result reports to, by their label values (children).
+	inboundOf      children[[3]string, prometheus.Counter]
+	bufferedOf     children[string, prometheus.Gauge]
+	delayOf        children[string, prometheus.Observer]
+	outboundOf     children[[3]string, prometheus.Counter]
+	outboundTimeOf children[[2]string, prometheus.Observer]
+	rateWaitOf     children[string, prometheus.Observer]
 }
 
 // children caches a vector's children by their label values, each resolved
 // once with WithLabelValues: what the relay reports for every inbound event
-// (Inbound, Buffered twice, Delivered) then costs a map read instead of
-// WithLabelValues' hashing and label checks, which were about half of the
-// metrics' cost per event (BenchmarkEventMetrics). No series is ever
+// (Inbound, Buffered twice, Delivered) and every outbound result (Outbound,
+// and the platform's RateLimitWait before its call) then costs a map read
+// instead of WithLabelValues' hashing and label checks, which were about
+// half of the metrics' cost per event (BenchmarkEventMetrics,
+// BenchmarkOutboundMetrics). No series is ever
 // deleted, so a cached child stays its vector's; the keys are those of the
 // vector's own series.
 type children[K comparable, M any] struct {
@@ -82,6 +88,8 @@ var (
 	_ relay.Metrics          = (*metrics)(nil)
 	_ platform.Metrics       = (*metrics)(nil)
 	_ whatsapp.StatusMetrics = (*metrics)(nil)
+	_ ledger.TenantMetrics   = (*metrics)(nil)
+	_ relay.TenantMetrics    = (*metrics)(nil)
 )
 
 // latencyBuckets span 100 µs to 30 s in 1-2.5-5 steps: in-process hops to
@@ -119,6 +127,9 @@ func newMetrics() *metrics {
 	m.inboundOf.new = func(k [3]string) prometheus.Counter { return m.inbound.WithLabelValues(k[0], k[1], k[2]) }
 	m.bufferedOf.new = func(t string) prometheus.Gauge { return m.buffered.WithLabelValues(t) }
 	m.delayOf.new = func(p string) prometheus.Observer { return m.deliveryDelay.WithLabelValues(p) }
+	m.outboundOf.new = func(k [3]string) prometheus.Counter { return m.outbound.WithLabelValues(k[0], k[1], k[2]) }
+	m.outboundTimeOf.new = func(k [2]string) prometheus.Observer { return m.outboundTime.WithLabelValues(k[0], k[1]) }
+	m.rateWaitOf.new = func(p string) prometheus.Observer { return m.rateWait.WithLabelValues(p) }
 	d := readBuildDetails()
 	buildInfo := gaugeVec("connector_build_info", "Always 1; the labels say which build runs.", "version", "commit", "goversion")
 	buildInfo.WithLabelValues(d.Version, d.Commit, d.GoVersion).Set(1)
@@ -353,16 +364,29 @@ func (m *metrics) Delivered(platform string, d time.Duration) {
 
 // Outbound implements relay.Metrics.
 func (m *metrics) Outbound(platform, op, result string, d time.Duration) {
-	m.outbound.WithLabelValues(platform, op, result).Inc()
-	m.outboundTime.WithLabelValues(platform, op).Observe(d.Seconds())
+	m.outboundOf.get([3]string{platform, op, result}).Inc()
+	m.outboundTimeOf.get([2]string{platform, op}).Observe(d.Seconds())
 }
 
 // Buffered implements relay.Metrics.
 func (m *metrics) Buffered(tenant string, n int) { m.bufferedOf.get(tenant).Set(float64(n)) }
 
+// QueuedOf implements relay.TenantMetrics: tenant's hub counts the
+// deliveries of platform it stores with no lookup.
+func (m *metrics) QueuedOf(platform, tenant string) func() {
+	return m.inboundOf.get([3]string{platform, tenant, "queued"}).Inc
+}
+
+// BufferedOf implements ledger.TenantMetrics: tenant's ledger reports to
+// its series with no lookup.
+func (m *metrics) BufferedOf(tenant string) func(n int) {
+	g := m.bufferedOf.get(tenant)
+	return func(n int) { g.Set(float64(n)) }
+}
+
 // RateLimitWait implements platform.Metrics.
 func (m *metrics) RateLimitWait(platform string, d time.Duration) {
-	m.rateWait.WithLabelValues(platform).Observe(d.Seconds())
+	m.rateWaitOf.get(platform).Observe(d.Seconds())
 }
 
 // RateLimited implements platform.Metrics.

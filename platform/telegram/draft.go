@@ -58,16 +58,27 @@ func contentSum(content string) uint64 {
 	return h.Sum64()
 }
 
-// recent reports whether s was sealed within sealRetryWindow.
-func (p *Platform) recent(s sealedDraft) bool {
-	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow
+// recent reports whether s, a seal of stream k, was sealed within
+// sealRetryWindow, by k's tenant as created now: one sealed before its
+// creation (predates) is an earlier tenant's of the id, deleted since, and
+// a tenant created again seals its streams anew under the same draft ids.
+func (p *Platform) recent(k draftKey, s sealedDraft) bool {
+	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow && !p.predates(k.tenant, s.At)
+}
+
+// predates reports whether at, a record's time on the platform clock, is
+// before tenant's creation (createdOf): the record is an earlier tenant's
+// of the id, deleted since.
+func (p *Platform) predates(tenant string, at time.Time) bool {
+	c := p.createdOf(tenant)
+	return !c.IsZero() && at.Before(c)
 }
 
 // recentSeal is stream k's seal on this instance, when it was sealed
-// within sealRetryWindow.
+// within sealRetryWindow (recent).
 func (p *Platform) recentSeal(k draftKey) (sealedDraft, bool) {
 	s, ok := p.sealed.Get(k)
-	return s, ok && p.recent(s)
+	return s, ok && p.recent(k, s)
 }
 
 // resealedHere is the message a repeated seal a of stream k answers, if it
@@ -111,7 +122,7 @@ func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, boo
 		p.storeWarn("telegram draft seal not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 		return s, false
 	}
-	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(s) {
+	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(k, s) {
 		return s, false
 	}
 	p.sealed.Add(k, s)
@@ -243,6 +254,10 @@ const previewWindow = 24 * time.Hour
 type previewRecord struct {
 	ID     int  `json:"id"`               // the message
 	Sealed bool `json:"sealed,omitempty"` // it became the stream's reply
+	// At is when it was stored, on the platform clock (zero in records
+	// stored before it was kept, which count): one stored before its
+	// tenant's creation is an earlier tenant's of the id (predates).
+	At time.Time `json:"at,omitzero"`
 }
 
 // previewKey is the store key of the preview record of stream k's turn:
@@ -280,7 +295,8 @@ const topicTurns = 16
 
 // storedPreview is the preview record of stream k's turn as the store
 // holds it, written by any instance; ok is false when there is none (or no
-// store). A record the store cannot give is logged and answers err.
+// store, or it is an earlier tenant's of the id: predates). A record the
+// store cannot give is logged and answers err.
 func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (r previewRecord, ok bool, err error) {
 	if p.seals == nil {
 		return r, false, nil
@@ -292,7 +308,7 @@ func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (
 		p.storeWarn("telegram draft preview not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 		return r, false, err
 	}
-	if !ok || json.Unmarshal(raw, &r) != nil || r.ID == 0 {
+	if !ok || json.Unmarshal(raw, &r) != nil || r.ID == 0 || p.predates(k.tenant, r.At) {
 		return r, false, nil
 	}
 	return r, true, nil
@@ -308,8 +324,9 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 	defer cancel()
-	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed}) // plain fields: cannot fail
-	expires := p.deps.Clock.Now().Add(previewWindow)
+	now := p.deps.Clock.Now()
+	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed, At: now}) // plain fields: cannot fail
+	expires := now.Add(previewWindow)
 	err := p.seals.Put(ctx, k.previewKey(pv.turn), raw, expires)
 	if err == nil && !sealed && pv.turn != "" {
 		err = p.seals.Put(ctx, turnPreviewKey(k.tenant, k.chat, pv.thread, pv.turn), strconv.AppendInt(nil, k.draft, 10), expires)
@@ -416,16 +433,18 @@ type preview struct {
 // a stream the gateway left (it restarted, or the tenant was deleted and
 // made again under its id: either names draft ids from 1 again, never
 // within a turn): it is left as it is, and a's stream gets a preview of
-// its own, as the store keeps one per turn (previewKey).
+// its own, as the store keeps one per turn (previewKey). So is one opened
+// before the tenant's creation, an earlier tenant's of its id, whatever
+// the turns (preview.created).
 func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
-	turn := a.Metadata.Turn()
+	turn, created := a.Metadata.Turn(), p.createdOf(k.tenant)
 	for {
-		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn, created: p.createdOf(k.tenant)}
+		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn, created: created}
 		if old, ok, _ := p.previews.PeekOrAdd(k, pv); ok {
 			pv = old
 		}
 		pv.mu.Lock()
-		if !pv.done && pv.turn != turn && pv.turn != "" && turn != "" {
+		if !pv.done && (pv.turn != turn && pv.turn != "" && turn != "" || !pv.created.Equal(created)) {
 			p.closePreview(k, pv)
 		}
 		if !pv.done {

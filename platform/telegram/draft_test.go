@@ -3,10 +3,12 @@ package telegram
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1053,5 +1055,127 @@ func sendOfATenantMadeAgain(t *testing.T, there bool) {
 	act(sender, contract.Action{Op: contract.OpSend, Content: "the answer"})
 	if msgs := e.fake.Messages(id); len(msgs) != 3 {
 		t.Fatalf("after the new tenant's send the chat has %v, want the earlier tenant's two previews and the reply", msgs)
+	}
+}
+
+// TestSealOfATenantMadeAgain: a tenant seals a stream naming no turn; it
+// is deleted and created again under its id, and the new tenant's stream
+// under the same draft_id is sealed with the same content within
+// sealRetryWindow, on the same instance or on another sharing the store
+// (a real redis-server), in a private chat and in a group. The seal is a
+// message of its own. The seal records were the tenant id's, so the new
+// tenant's seal was answered with the earlier tenant's message and
+// nothing was posted.
+func TestSealOfATenantMadeAgain(t *testing.T) {
+	for _, chat := range []string{telegramtest.ChatAda, telegramtest.ChatT2} {
+		for _, there := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s sealed where sealed before %v", chat, there), func(t *testing.T) { sealOfATenantMadeAgain(t, chat, there) })
+		}
+	}
+}
+
+// sealOfATenantMadeAgain is TestSealOfATenantMadeAgain in chat, with the
+// new tenant's seal on the instance of the earlier one's (there), or on
+// the other.
+func sealOfATenantMadeAgain(t *testing.T, chat string, there bool) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	made := func(at time.Time) {
+		for _, p := range []*Platform{e.p, other} {
+			p.SetTenants(map[string]time.Time{tenant: at})
+		}
+	}
+	seal := func(p *Platform) contract.Result {
+		t.Helper()
+		a := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("seal: %+v", r)
+		}
+		return r
+	}
+	made(clk.Now().Add(-time.Hour))
+	first := seal(e.p)
+	clk.Advance(time.Second)
+	made(clk.Now())
+	sealer := other
+	if there {
+		sealer = e.p
+	}
+	second := seal(sealer)
+	if second.MessageID == first.MessageID {
+		t.Fatalf("the new tenant's seal was answered with the earlier tenant's message %s", first.MessageID)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 2 {
+		t.Fatalf("the chat has %v, want both tenants' replies", msgs)
+	}
+}
+
+// TestGroupStreamOfATenantMadeAgain: a tenant's group stream naming no
+// turn shows a preview and is left open; the tenant is deleted and created
+// again under its id, and the new tenant's stream under the same draft_id,
+// naming no turn, reaches the same instance (without a store, and with
+// one on a real redis-server) or another sharing the store. It shows a
+// preview of its own and seals it into its reply; the earlier tenant's
+// preview stays as it is. The open preview (this instance's, and its
+// record in the store) was the tenant id's, so the new tenant's frames
+// and seal edited the earlier tenant's message.
+func TestGroupStreamOfATenantMadeAgain(t *testing.T) {
+	for _, where := range []string{"here without a store", "here", "there"} {
+		t.Run(where, func(t *testing.T) { groupStreamOfATenantMadeAgain(t, where) })
+	}
+}
+
+// groupStreamOfATenantMadeAgain is TestGroupStreamOfATenantMadeAgain with
+// the new tenant's stream where it says.
+func groupStreamOfATenantMadeAgain(t *testing.T, where string) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	var (
+		e      *env
+		second *Platform
+	)
+	switch where {
+	case "here without a store":
+		e = newEnvOn(t, clk, nil)
+		second = e.p
+	case "here":
+		e, _ = sharedStoreEnv(t, clk)
+		second = e.p
+	default:
+		e, second = sharedStoreEnv(t, clk)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	made := func(at time.Time) {
+		for _, p := range []*Platform{e.p, second} {
+			p.SetTenants(map[string]time.Time{tenant: at})
+		}
+	}
+	act := func(p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID, a.DraftID = contract.ID(chat), 1
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("%q: %+v", a.Content, r)
+		}
+		return r
+	}
+	made(clk.Now().Add(-time.Hour))
+	act(e.p, contract.Action{Op: contract.OpDraft, Content: "the earlier preview"})
+	clk.Advance(time.Second)
+	made(clk.Now())
+	act(second, contract.Action{Op: contract.OpDraft, Content: "the new preview"})
+	reply := act(second, contract.Action{Op: contract.OpDraft, Content: "the new reply", Final: true})
+	msgs := e.fake.Messages(id)
+	replyID, _ := strconv.Atoi(reply.MessageID)
+	if len(msgs) != 2 || msgs[replyID] != "the new reply" || !slices.Contains(slices.Collect(maps.Values(msgs)), "the earlier preview") {
+		t.Fatalf("the chat has %v (the reply %s), want the earlier tenant's preview as it was and the new tenant's reply", msgs, reply.MessageID)
 	}
 }

@@ -154,4 +154,11 @@ func TestUnreadableRecordCountedOnceWhenReadAgainBeforeItsRemoval(t *testing.T) 
 		t.Fatalf("counted %d dropped_malformed, want 1", got)
 	}
 	want(t, "stored", r.stored(t, "t1"), "after")
+	// The removal queued twice removed one record, and Removed
+	// (connector_ledger_removed_total) counts one; it counted the queued
+	// removals, two, before.
+	r.pool.Flush(ctx) // after the pool goroutine's flush, if it runs one
+	if st := r.pool.Stats(); st.Removed != 1 || st.RemoveErrors != 0 {
+		t.Fatalf("stats %+v, want one entry removed", st)
+	}
 }

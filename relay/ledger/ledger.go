@@ -167,6 +167,15 @@ type Metrics interface {
 	Buffered(tenant string, n int)
 }
 
+// TenantMetrics is a Metrics that resolves a tenant's series once: a
+// ledger made for tenant then reports its count (with its mutex held, after
+// every append, acknowledgement and removal) to what BufferedOf(tenant)
+// returned, with no lookup by tenant per report. A Metrics that does not
+// implement it gets Buffered calls.
+type TenantMetrics interface {
+	BufferedOf(tenant string) func(n int)
+}
+
 // Config configures a Pool and every Ledger in it. Every field but
 // MaxTotalBytes, MaxAge and SweepEvery must be set.
 type Config struct {
@@ -248,6 +257,9 @@ func NewPool(cfg Config) *Pool {
 type Ledger struct {
 	pool   *Pool
 	tenant string
+	// buffered reports the number of entries the ledger holds
+	// (Metrics.Buffered, or TenantMetrics.BufferedOf resolved once).
+	buffered func(n int)
 
 	mu            sync.Mutex
 	seats         map[Consumer]*seat
@@ -352,8 +364,14 @@ type owner struct {
 	chatID string
 }
 
-// Ledger returns tenant's ledger, creating it.
+// Ledger returns tenant's ledger, creating it. Its metrics series is
+// resolved (TenantMetrics) before the pool's mutex is taken, which stays a
+// leaf.
 func (p *Pool) Ledger(tenant string) *Ledger {
+	buffered := func(n int) { p.cfg.Metrics.Buffered(tenant, n) }
+	if m, ok := p.cfg.Metrics.(TenantMetrics); ok {
+		buffered = m.BufferedOf(tenant)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if l := p.ledgers[tenant]; l != nil {
@@ -361,7 +379,7 @@ func (p *Pool) Ledger(tenant string) *Ledger {
 	}
 	owners, _ := simplelru.NewLRU[string, owner](p.cfg.SessionOwners, nil)
 	l := &Ledger{
-		pool: p, tenant: tenant,
+		pool: p, tenant: tenant, buffered: buffered,
 		seats:     make(map[Consumer]*seat),
 		byID:      make(map[string]*entry),
 		owners:    owners,
@@ -495,7 +513,7 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	l.dispatchLocked()
 	if take {
 		l.noteUnservedLocked(es...)
-		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+		l.buffered(len(l.byID))
 	}
 	l.mu.Unlock()
 	if err != nil {
@@ -518,7 +536,7 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	}
 	if removed {
 		l.dispatchLocked()
-		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+		l.buffered(len(l.byID))
 	}
 	l.mu.Unlock()
 	if err != nil {
@@ -939,7 +957,7 @@ func (l *Ledger) Ack(id string) bool {
 	l.removeLocked(e)
 	l.removeStoredLocked(e)
 	l.dispatchLocked()
-	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	l.buffered(len(l.byID))
 	l.mu.Unlock()
 	return true
 }
@@ -1011,7 +1029,7 @@ func (l *Ledger) shed(n int64) int64 {
 		l.dropLocked(l.oldest, DroppedTotal, true)
 	}
 	l.dispatchLocked()
-	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	l.buffered(len(l.byID))
 	return freed
 }
 
@@ -1025,7 +1043,7 @@ func (l *Ledger) forget(dropped []store.Dropped, reason string) {
 		}
 	}
 	l.dispatchLocked()
-	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	l.buffered(len(l.byID))
 	l.mu.Unlock()
 }
 
@@ -1043,7 +1061,7 @@ func (l *Ledger) expire(cutoff time.Time) {
 	}
 	if len(l.byID) != n {
 		l.dispatchLocked()
-		l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+		l.buffered(len(l.byID))
 	}
 }
 
@@ -1166,7 +1184,7 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		l.boundLocked()
 		l.dispatchLocked()
 		l.noteUnservedLocked(entries...) // it passes over those not inserted
-		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+		l.buffered(len(l.byID))
 		l.mu.Unlock()
 		if bad != nil {
 			l.readPos = bad.Seq
@@ -1271,7 +1289,7 @@ func (l *Ledger) Begin(t time.Time) int {
 		e = next
 	}
 	l.owners.Purge()
-	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	l.buffered(len(l.byID))
 	return n
 }
 
@@ -1291,7 +1309,7 @@ func (l *Ledger) Reset() {
 	l.pending = l.pending[:0]
 	l.owners.Purge()
 	l.resets++
-	l.pool.cfg.Metrics.Buffered(l.tenant, 0)
+	l.buffered(0)
 }
 
 // Sweep drops, from the store and memory, every entry older than MaxAge:
@@ -1401,15 +1419,19 @@ func (p *Pool) Flush(ctx context.Context) {
 // as many as a Go map holds in one group of slots, so it never grows.
 const smallFlush = 8
 
-// remove deletes acks (entries in all) from the tenants' stored ledgers.
+// remove deletes acks (entries in all) from the tenants' stored ledgers;
+// Removed counts the records the store removed, not the seqs queued: a
+// seq queued twice (an unreadable record read again before its removal
+// was written) or gone already counts once.
 func (p *Pool) remove(ctx context.Context, acks map[string][]uint64, entries int) {
-	if _, err := p.cfg.Store.AckAll(ctx, acks); err != nil {
+	n, err := p.cfg.Store.AckAll(ctx, acks)
+	if err != nil {
 		p.removeErrors.Add(uint64(entries))
 		p.cfg.Log.Warn("acknowledged inbound not removed from the store: it is redelivered after a restart",
 			"tenants", len(acks), "entries", entries, "err", err)
 		return
 	}
-	p.removed.Add(uint64(entries))
+	p.removed.Add(uint64(n))
 }
 
 // Len returns the number of entries every ledger holds.

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestResolvedSeriesAreTheLabelledOnes: what the relay reports through
+// the series it resolved once (QueuedOf, BufferedOf) is exported under the
+// same labels as what it reports by label values (Inbound, Buffered), and
+// the two add to one series, not two.
+func TestResolvedSeriesAreTheLabelledOnes(t *testing.T) {
+	m := newMetrics()
+	queued := m.QueuedOf("telegram", "t1")
+	queued()
+	queued()
+	m.Inbound("telegram", "t1", "queued")
+	m.QueuedOf("discord", "t2")()
+	m.Buffered("t1", 7)
+	m.BufferedOf("t1")(3)
+	m.BufferedOf("t2")(5)
+
+	got := map[string]float64{}
+	families, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "connector_inbound_events_total" && f.GetName() != "connector_buffered_events" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			var labels []string
+			for _, l := range s.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			got[f.GetName()+"{"+strings.Join(labels, ",")+"}"] = s.GetGauge().GetValue() + s.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{
+		"connector_inbound_events_total{outcome=queued,platform=telegram,tenant=t1}": 3,
+		"connector_inbound_events_total{outcome=queued,platform=discord,tenant=t2}":  1,
+		"connector_buffered_events{tenant=t1}":                                       3,
+		"connector_buffered_events{tenant=t2}":                                       5,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("exported %v, want exactly %v", got, want)
+	}
+}
