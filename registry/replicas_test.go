@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,17 +74,9 @@ func TestRedeemNotReplicatedGivesTheCodeBackOnRedis(t *testing.T) {
 	ctx := context.Background()
 	primary := redistest.Start(t, redistest.Options{})
 	replica := redistest.StartReplicas(t, primary, 1)[0]
-	open := func(minReplicas int) store.Store {
-		cfg := store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisMinReplicas: minReplicas, RedisReplicaTimeout: time.Second} // its writes before the loss wait for the replica on a busy machine
-		st, err := store.Open(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
-	}
-	hooked := &hookedStore{Store: open(1)}
-	strict, plain := registry.New(hooked, clock.System), registry.New(open(0), clock.System)
+	loss := lossOf(t, primary)
+	hooked := &hookedStore{Store: loss}
+	strict, plain := registry.New(hooked, clock.System), registry.New(loss.patient, clock.System)
 	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +89,7 @@ func TestRedeemNotReplicatedGivesTheCodeBackOnRedis(t *testing.T) {
 		if op == "cas" && namespace == "registry/linkcodes" && !killed { // the link written
 			killed = true
 			replica.Kill(t)
+			loss.lost.Store(true)
 		}
 	}
 	_, err = strict.RedeemLinkCode(ctx, "telegram", "4201", code)
@@ -259,17 +253,9 @@ func TestRedeemNotReplicatedTakesTheLinkBackOnRedis(t *testing.T) {
 	ctx := context.Background()
 	primary := redistest.Start(t, redistest.Options{})
 	replica := redistest.StartReplicas(t, primary, 1)[0]
-	open := func(minReplicas int) store.Store {
-		cfg := store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisMinReplicas: minReplicas, RedisReplicaTimeout: time.Second} // its writes before the loss wait for the replica on a busy machine
-		st, err := store.Open(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
-	}
-	hooked := &hookedStore{Store: open(1)}
-	strict, plain := registry.New(hooked, clock.System), registry.New(open(0), clock.System)
+	loss := lossOf(t, primary)
+	hooked := &hookedStore{Store: loss}
+	strict, plain := registry.New(hooked, clock.System), registry.New(loss.patient, clock.System)
 	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -282,6 +268,7 @@ func TestRedeemNotReplicatedTakesTheLinkBackOnRedis(t *testing.T) {
 		if op == "cas" && namespace == "registry/bindings" && !killed {
 			killed = true
 			replica.Kill(t)
+			loss.lost.Store(true)
 		}
 	}
 	_, first := strict.RedeemLinkCode(ctx, "telegram", "4401", code)
@@ -443,17 +430,9 @@ func TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkStaysOnRedis(t *testing
 	ctx := context.Background()
 	primary := redistest.Start(t, redistest.Options{})
 	replica := redistest.StartReplicas(t, primary, 1)[0]
-	open := func(minReplicas int) store.Store {
-		cfg := store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisMinReplicas: minReplicas, RedisReplicaTimeout: time.Second} // its writes before the loss wait for the replica on a busy machine
-		st, err := store.Open(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
-	}
-	hooked := &hookedStore{Store: open(1)}
-	strict, plain := registry.New(hooked, clock.System), registry.New(open(0), clock.System)
+	loss := lossOf(t, primary)
+	hooked := &hookedStore{Store: loss}
+	strict, plain := registry.New(hooked, clock.System), registry.New(loss.patient, clock.System)
 	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -466,6 +445,7 @@ func TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkStaysOnRedis(t *testing
 		if op == "cas" && namespace == "registry/linkcodes" && !killed { // the link written
 			killed = true
 			replica.Kill(t)
+			loss.lost.Store(true)
 		}
 	}
 	unreachable := errors.New("store unreachable (injected)")
@@ -505,17 +485,9 @@ func TestEnrollNotReplicatedUndoGivesTheTokenBackOnRedis(t *testing.T) {
 	ctx := context.Background()
 	primary := redistest.Start(t, redistest.Options{})
 	replica := redistest.StartReplicas(t, primary, 1)[0]
-	open := func(minReplicas int) store.Store {
-		cfg := store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisMinReplicas: minReplicas, RedisReplicaTimeout: time.Second} // its writes before the loss wait for the replica on a busy machine
-		st, err := store.Open(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
-	}
-	hooked := &hookedStore{Store: open(1)}
-	strict, plain := registry.New(hooked, clock.System), registry.New(open(0), clock.System)
+	loss := lossOf(t, primary)
+	hooked := &hookedStore{Store: loss}
+	strict, plain := registry.New(hooked, clock.System), registry.New(loss.patient, clock.System)
 	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -528,6 +500,7 @@ func TestEnrollNotReplicatedUndoGivesTheTokenBackOnRedis(t *testing.T) {
 		if op == "cas" && namespace == "registry/wake" && !killed { // the gateway written
 			killed = true
 			replica.Kill(t)
+			loss.lost.Store(true)
 		}
 	}
 	_, err = strict.Enroll(ctx, "a", token, "gw-e", "https://wake.example.com/gw-e")
@@ -543,4 +516,69 @@ func TestEnrollNotReplicatedUndoGivesTheTokenBackOnRedis(t *testing.T) {
 	if secret, err := plain.Enroll(ctx, "a", token, "gw-e", ""); err != nil || secret == "" {
 		t.Fatalf("the token of the refused enrollment, again: %v (it was burnt)", err)
 	}
+}
+
+// replicaLoss is a store on a primary with a replica whose registry calls
+// go to patient, which waits for no replica, until lost is set (the test
+// killed the replica), and to the embedded strict store, which waits for
+// one (redis_min_replicas 1), from then on. Only writes the replica's loss
+// fails wait for it: a write before the loss waiting for the live replica
+// could fail as not replicated on a busy machine, where the replica may
+// not acknowledge within the timeout.
+type replicaLoss struct {
+	store.Store
+	patient store.Store
+	lost    atomic.Bool
+}
+
+// lossOf opens a replicaLoss on primary, closed when the test ends.
+func lossOf(t *testing.T, primary *redistest.Server) *replicaLoss {
+	t.Helper()
+	open := func(minReplicas int) store.Store {
+		cfg := store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisMinReplicas: minReplicas, RedisReplicaTimeout: 200 * time.Millisecond}
+		st, err := store.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	return &replicaLoss{Store: open(1), patient: open(0)}
+}
+
+func (s *replicaLoss) Registry() store.Registry { return lossRegistry{s} }
+
+// lossRegistry is a replicaLoss's registry.
+type lossRegistry struct{ s *replicaLoss }
+
+// now is the registry a call goes to.
+func (r lossRegistry) now() store.Registry {
+	if r.s.lost.Load() {
+		return r.s.Store.Registry()
+	}
+	return r.s.patient.Registry()
+}
+
+func (r lossRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+	return r.now().Put(ctx, namespace, key, value)
+}
+
+func (r lossRegistry) Get(ctx context.Context, namespace, key string) (store.Entry, bool, error) {
+	return r.now().Get(ctx, namespace, key)
+}
+
+func (r lossRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
+	return r.now().Delete(ctx, namespace, key)
+}
+
+func (r lossRegistry) List(ctx context.Context, namespace string) ([]store.Entry, uint64, error) {
+	return r.now().List(ctx, namespace)
+}
+
+func (r lossRegistry) Revision(ctx context.Context, namespace string) (uint64, error) {
+	return r.now().Revision(ctx, namespace)
+}
+
+func (r lossRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	return r.now().CompareAndSwap(ctx, namespace, key, old, value)
 }

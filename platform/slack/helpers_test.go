@@ -107,6 +107,15 @@ func newFake(t testing.TB) *slacktest.Server {
 // newEnvOn is newEnv against fake.
 func newEnvOn(t testing.TB, fake *slacktest.Server, configure func(*Config), deps *platform.Deps) *env {
 	t.Helper()
+	e := startEnvOn(t, fake, configure, deps)
+	e.waitReady(t)
+	return e
+}
+
+// startEnvOn is newEnvOn without its wait for the platform to be ready:
+// Run is started, and the platform may still be connecting.
+func startEnvOn(t testing.TB, fake *slacktest.Server, configure func(*Config), deps *platform.Deps) *env {
+	t.Helper()
 	cfg := Config{
 		SigningSecret: testSecret, BotToken: teamA.Token, ClientID: "1.2", ClientSecret: "client-secret-7a1c",
 		APIURL: fake.URL, Teams: map[string]string{teamA.ID: "t1", teamB.ID: "t2"}, ChannelPerSecond: -1,
@@ -177,7 +186,6 @@ func newEnvOn(t testing.TB, fake *slacktest.Server, configure func(*Config), dep
 		p.http.CloseIdleConnections()
 	}
 	t.Cleanup(func() { e.stop() })
-	e.waitReady(t)
 	return e
 }
 

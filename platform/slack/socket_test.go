@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -276,15 +277,26 @@ func TestRunEndsWhenATokenIsRefused(t *testing.T) {
 }
 
 // TestSocketModeRecoversFromA404: apps.connections.open answering HTTP 404
-// (which the socketmode client reports as invalid auth) is
+// (which the socketmode client reports as invalid auth) a few times is
 // retried, not taken for a refused app_token: once the socket connects,
 // the platform reports ready. Its status stayed terminal before ("Slack
-// rejected app_token") while it reconnected, and once connected.
+// rejected app_token") while it reconnected, and once connected. The
+// backoffs between the attempts run on the injected clock, which the test
+// moves on once the platform sleeps in each.
 func TestSocketModeRecoversFromA404(t *testing.T) {
 	fake := newFake(t)
-	fake.Fail404("apps.connections.open", 1) // one: its backoff sleeps on the real clock (newEnvOn waits for the socket)
+	const refused = 3
+	fake.Fail404("apps.connections.open", refused)
 	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
-	e := newEnvOn(t, fake, socket, nil)
+	clk := clocktest.New(time.Now())
+	e := startEnvOn(t, fake, socket, &platform.Deps{Clock: clk})
+	for i := range refused {
+		platformtest.WaitUntil(t, fmt.Sprintf("the platform to back off after 404 number %d", i+1), func() bool { return clk.Sleepers() == 1 })
+		if st := e.p.Status(); st.Terminal {
+			t.Fatalf("status after 404 number %d: %+v, want it not terminal", i+1, st)
+		}
+		clk.Advance(connectBackoffMin << i)
+	}
 	ctx, cancel := contextFor()
 	defer cancel()
 	if err := fake.WaitSocket(ctx, 1); err != nil {
