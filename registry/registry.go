@@ -1208,6 +1208,7 @@ func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote boo
 		return false, ErrDeclared
 	}
 	guard, err := r.swapBinding(ctx, b.key(), &b, func(cur *Binding, guard []byte) (bool, error) {
+		wrote = false // a round lost to another writer wrote nothing
 		switch {
 		case cur == nil:
 		case cur.Tenant != b.Tenant:
