@@ -582,3 +582,60 @@ func (r lossRegistry) Revision(ctx context.Context, namespace string) (uint64, e
 func (r lossRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
 	return r.now().CompareAndSwap(ctx, namespace, key, old, value)
 }
+
+// TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkIsNotPutBackOnRedis:
+// with redis_min_replicas and the replica lost right before a
+// redemption's link is written, the link's write applies on the primary
+// but fails with store.ErrNotReplicated, and its put-back fails too (the
+// store unreachable a moment). The redemption is refused with the code
+// spent: its link stands, so one code still makes one link. Before, the
+// put-back's failure was dropped for the ErrNotReplicated: the redemption
+// left the code unspent, and the next user to send it was linked as well,
+// two links of one code.
+func TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkIsNotPutBackOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	loss := lossOf(t, primary)
+	hooked := &hookedStore{Store: loss}
+	strict, plain := registry.New(hooked, clock.System), registry.New(loss.patient, clock.System)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := plain.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := 0 // of bindings, from the replica's loss on
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/bindings" && writes == 0 {
+			replica.Kill(t)
+			loss.lost.Store(true)
+		}
+	}
+	unreachable := errors.New("store unreachable (injected)")
+	hooked.put = func(namespace, _ string) error {
+		if namespace != "registry/bindings" {
+			return nil
+		}
+		if writes++; writes > 1 { // the link's put-back
+			return unreachable
+		}
+		return nil
+	}
+	_, first := strict.RedeemLinkCode(ctx, "telegram", "4701", code)
+	if writes < 2 {
+		t.Fatalf("the hooks never ran: the redemption wrote and put back no link (%d writes; %v)", writes, first)
+	}
+	if first == nil {
+		t.Fatal("a redemption whose link was not replicated succeeded")
+	}
+	_, second := plain.RedeemLinkCode(ctx, "telegram", "4702", code)
+	s, err := plain.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Bindings) != 1 || !errors.Is(second, registry.ErrNotFound) {
+		t.Fatalf("one code, a refused redemption (%v) whose link stayed, then another user's (%v): links %v, want the first link only and the code spent", first, second, s.Bindings)
+	}
+}
