@@ -162,17 +162,21 @@ func TestEnrollGivenUpDuringTheSpendOnRedis(t *testing.T) {
 }
 
 // pauseWritesThenCancel, run before a write of the store of srv, makes
-// the server hold writes for a while (under the pipeline's read timeout),
-// and cancels once the write is held there: a request given up while its
-// write is in flight. It sends its outcome on held.
+// the server hold writes, and cancels once the write is held there: a
+// request given up while its write is in flight. It sends its outcome on
+// held. Each pause is short of the pipeline's read timeout, and renewed
+// until the write is held: on a busy machine the write may reach the
+// server, or the poller run, after a first pause has lapsed.
 func pauseWritesThenCancel(srv *redistest.Server, side *redis.Client, cancel func(), held chan<- error) {
 	bg := context.Background()
-	if err := side.Do(bg, "CLIENT", "PAUSE", 1500, "WRITE").Err(); err != nil {
+	pause := func() error { return side.Do(bg, "CLIENT", "PAUSE", 1500, "WRITE").Err() }
+	if err := pause(); err != nil {
 		held <- err
 		return
 	}
 	go func() {
-		deadline := time.Now().Add(10 * time.Second)
+		start := time.Now()
+		paused := start
 		for {
 			info, err := side.Info(bg, "clients").Result()
 			if err == nil && strings.Contains(info, "blocked_clients:1") {
@@ -180,9 +184,16 @@ func pauseWritesThenCancel(srv *redistest.Server, side *redis.Client, cancel fun
 				held <- nil
 				return
 			}
-			if time.Now().After(deadline) {
-				held <- fmt.Errorf("the write was never held at %s: %v\n%s", srv.Addr(), err, info)
+			if time.Since(start) > 10*time.Second {
+				held <- fmt.Errorf("the write was never held at %s within 10s of pausing writes (renewed): %v\n%s", srv.Addr(), err, info)
 				return
+			}
+			if time.Since(paused) > 500*time.Millisecond { // renewed before it lapses: a write not held yet will be
+				if err := pause(); err != nil {
+					held <- err
+					return
+				}
+				paused = time.Now()
 			}
 			time.Sleep(5 * time.Millisecond) // polling the server's state
 		}
