@@ -153,13 +153,16 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	// that one's success counts on.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	wrote, err := r.bind(ctx, b, nil)
-	if err != nil {
-		return "", err
-	}
 	spent := c
 	spent.Redeemed = b.key()
 	value, err := json.Marshal(spent)
+	if err != nil {
+		return "", err
+	}
+	wrote, err := r.bind(ctx, b, nil)
+	if errors.Is(err, errBindingStays) { // a refused link that stands keeps its code spent
+		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
+	}
 	if err != nil {
 		return "", err
 	}

@@ -593,3 +593,53 @@ func TestSetPrincipalRacingABindOnRedis(t *testing.T) {
 		t.Errorf("a's principal %v, want the Bind's, the last stored", got)
 	}
 }
+
+// TestRedeemFindingItsLinkMadeMeanwhileLeavesItOnRedis: two instances on
+// one redis-server; a user sends two codes of one tenant. While instance
+// one's redemption of the first is about to write the link, instance two
+// redeems the second for the same user (the same link, answered
+// "linked") and another user the first. Instance one's write loses to the
+// link, which its next round finds there: nothing to write; its code is
+// gone, so it is ErrNotFound, and the link it did not write stays.
+// Before, bind's "wrote" stayed set from the lost round: instance one took
+// for its own the link instance two had answered "linked" for, and took
+// it back.
+func TestRedeemFindingItsLinkMadeMeanwhileLeavesItOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	var codes [2]string
+	for i := range codes {
+		code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "telegram", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes[i] = code
+	}
+	var raced atomic.Bool
+	var twoErr error
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/bindings" && raced.CompareAndSwap(false, true) {
+			if _, twoErr = two.RedeemLinkCode(ctx, "telegram", "4601", codes[1]); twoErr == nil {
+				_, twoErr = two.RedeemLinkCode(ctx, "telegram", "4602", codes[0])
+			}
+		}
+	}
+	_, oneErr := one.RedeemLinkCode(ctx, "telegram", "4601", codes[0])
+	hooked.before = nil
+	if !raced.Load() {
+		t.Fatal("the hook never ran: instance one wrote no link")
+	}
+	if twoErr != nil {
+		t.Fatalf("instance two's redemptions while instance one's link is in flight: %v", twoErr)
+	}
+	if !errors.Is(oneErr, registry.ErrNotFound) {
+		t.Fatalf("instance one's redemption of a code another user spent meanwhile: %v, want ErrNotFound", oneErr)
+	}
+	s, _ := effective(t, two)
+	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"telegram:4601", "telegram:4602"}) {
+		t.Fatalf("links of a after instance two linked both users: %q, want telegram:4601 and telegram:4602", got)
+	}
+}

@@ -1208,6 +1208,7 @@ func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote boo
 		return false, ErrDeclared
 	}
 	guard, err := r.swapBinding(ctx, b.key(), &b, func(cur *Binding, guard []byte) (bool, error) {
+		wrote = false // a round lost to another writer wrote nothing
 		switch {
 		case cur == nil:
 		case cur.Tenant != b.Tenant:
@@ -1319,6 +1320,11 @@ func backoff(ctx context.Context, round int) error {
 // maxBackoff bounds one wait of backoff.
 const maxBackoff = 32 * time.Millisecond
 
+// errBindingStays is swapBinding's error for a write it refused (not
+// replicated, or judged on a stale guard) and could not put back: the
+// write stands.
+var errBindingStays = errors.New("registry: a refused binding write stays, its put-back failing")
+
 // nsOwnership holds one guard entry per platform: a random value every
 // binding written through swapBinding replaces (see there). The ownership
 // order judges a binding by the platform's other bindings (claims, links),
@@ -1341,7 +1347,9 @@ const nsOwnership = "registry/ownership"
 // and another tenant's claim or link), on any instance, one stands. It
 // tells every instance after a write, and returns the guard it wrote
 // (nil when it wrote none). A write the replicas did not acknowledge
-// (store.ErrNotReplicated) is put back, and is that error. next's tenant
+// (store.ErrNotReplicated) is put back, and is that error; one whose
+// put-back failed stands (on the primary at least) and is
+// errBindingStays. next's tenant
 // must exist (else ErrNotFound), and a deletion of it meanwhile takes
 // next back (keptFor). It needs no
 // lock of its caller's, and takes bindMu for its rounds.
@@ -1428,9 +1436,12 @@ func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Bind
 		}
 		if err != nil || !held {
 			// Put the binding back as it was, unless another writer
-			// changed it since; for a request given up meanwhile too.
+			// changed it since; for a request given up meanwhile too. A
+			// put-back that failed leaves it written: errBindingStays.
 			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			if _, uerr := r.kv.CompareAndSwap(back, nsBindings, key, value, old); uerr != nil && err == nil {
+			if _, uerr := r.kv.CompareAndSwap(back, nsBindings, key, value, old); uerr != nil && !errors.Is(uerr, store.ErrNotReplicated) {
+				err = fmt.Errorf("%w: %w", errBindingStays, uerr)
+			} else if uerr != nil && err == nil {
 				err = uerr
 			}
 			r.notify(back) // a look caught between the two swaps is made up for

@@ -162,17 +162,21 @@ func TestEnrollGivenUpDuringTheSpendOnRedis(t *testing.T) {
 }
 
 // pauseWritesThenCancel, run before a write of the store of srv, makes
-// the server hold writes for a while (under the pipeline's read timeout),
-// and cancels once the write is held there: a request given up while its
-// write is in flight. It sends its outcome on held.
+// the server hold writes, and cancels once the write is held there: a
+// request given up while its write is in flight. It sends its outcome on
+// held. Each pause is short of the pipeline's read timeout, and renewed
+// until the write is held: on a busy machine the write may reach the
+// server, or the poller run, after a first pause has lapsed.
 func pauseWritesThenCancel(srv *redistest.Server, side *redis.Client, cancel func(), held chan<- error) {
 	bg := context.Background()
-	if err := side.Do(bg, "CLIENT", "PAUSE", 1500, "WRITE").Err(); err != nil {
+	pause := func() error { return side.Do(bg, "CLIENT", "PAUSE", 1500, "WRITE").Err() }
+	if err := pause(); err != nil {
 		held <- err
 		return
 	}
 	go func() {
-		deadline := time.Now().Add(10 * time.Second)
+		start := time.Now()
+		paused := start
 		for {
 			info, err := side.Info(bg, "clients").Result()
 			if err == nil && strings.Contains(info, "blocked_clients:1") {
@@ -180,9 +184,16 @@ func pauseWritesThenCancel(srv *redistest.Server, side *redis.Client, cancel fun
 				held <- nil
 				return
 			}
-			if time.Now().After(deadline) {
-				held <- fmt.Errorf("the write was never held at %s: %v\n%s", srv.Addr(), err, info)
+			if time.Since(start) > 10*time.Second {
+				held <- fmt.Errorf("the write was never held at %s within 10s of pausing writes (renewed): %v\n%s", srv.Addr(), err, info)
 				return
+			}
+			if time.Since(paused) > 500*time.Millisecond { // renewed before it lapses: a write not held yet will be
+				if err := pause(); err != nil {
+					held <- err
+					return
+				}
+				paused = time.Now()
 			}
 			time.Sleep(5 * time.Millisecond) // polling the server's state
 		}
@@ -581,4 +592,61 @@ func (r lossRegistry) Revision(ctx context.Context, namespace string) (uint64, e
 
 func (r lossRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
 	return r.now().CompareAndSwap(ctx, namespace, key, old, value)
+}
+
+// TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkIsNotPutBackOnRedis:
+// with redis_min_replicas and the replica lost right before a
+// redemption's link is written, the link's write applies on the primary
+// but fails with store.ErrNotReplicated, and its put-back fails too (the
+// store unreachable a moment). The redemption is refused with the code
+// spent: its link stands, so one code still makes one link. Before, the
+// put-back's failure was dropped for the ErrNotReplicated: the redemption
+// left the code unspent, and the next user to send it was linked as well,
+// two links of one code.
+func TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkIsNotPutBackOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	loss := lossOf(t, primary)
+	hooked := &hookedStore{Store: loss}
+	strict, plain := registry.New(hooked, clock.System), registry.New(loss.patient, clock.System)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := plain.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := 0 // of bindings, from the replica's loss on
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/bindings" && writes == 0 {
+			replica.Kill(t)
+			loss.lost.Store(true)
+		}
+	}
+	unreachable := errors.New("store unreachable (injected)")
+	hooked.put = func(namespace, _ string) error {
+		if namespace != "registry/bindings" {
+			return nil
+		}
+		if writes++; writes > 1 { // the link's put-back
+			return unreachable
+		}
+		return nil
+	}
+	_, first := strict.RedeemLinkCode(ctx, "telegram", "4701", code)
+	if writes < 2 {
+		t.Fatalf("the hooks never ran: the redemption wrote and put back no link (%d writes; %v)", writes, first)
+	}
+	if first == nil {
+		t.Fatal("a redemption whose link was not replicated succeeded")
+	}
+	_, second := plain.RedeemLinkCode(ctx, "telegram", "4702", code)
+	s, err := plain.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Bindings) != 1 || !errors.Is(second, registry.ErrNotFound) {
+		t.Fatalf("one code, a refused redemption (%v) whose link stayed, then another user's (%v): links %v, want the first link only and the code spent", first, second, s.Bindings)
+	}
 }
