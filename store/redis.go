@@ -468,7 +468,8 @@ func redisInt(cmd redis.Cmder) (int64, error) {
 // max entries, max bytes and the cutoff in Unix µs (0: none). It returns
 // {id, kind, platform, bytes, received} per dropped entry. An entry whose
 // receipt time does not decode (another program or version wrote it) is
-// older than any cutoff: no instance can read it (Read).
+// older than any cutoff: no instance can read it (Read). It stops at an
+// entry the connector did not write, which Read removes (foreignScript).
 var trimScript = redis.NewScript(`
 local maxN, maxB, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = redis.call('XLEN', KEYS[1])
@@ -480,6 +481,11 @@ while not done and n > 0 do
   local es = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 128)
   if #es == 0 then break end
   for _, e in ipairs(es) do
+    if string.sub(e[1], 1, 2) ~= '0-' then
+      -- Not the connector's (above all of its own): Read removes it.
+      done = true
+      break
+    end
     local f, v = e[2], {}
     for j = 1, #f, 2 do v[f[j]] = f[j + 1] end
     local size, r = string.len(v['d'] or ''), tonumber(v['r'] or '0') or 0

@@ -345,3 +345,32 @@ func TestRedisReadRemovesAnEntryItDidNotWrite(t *testing.T) {
 		t.Fatalf("Read = %+v, %v; want the two appended records", got, err)
 	}
 }
+
+// TestRedisTrimLeavesAnEntryItDidNotWriteToRead: Trim passes over no
+// stream entry the connector did not write: it stops there, and Read then
+// removes it, after which appends go on. Trim removed it before and failed
+// (an id that is no seq), leaving the stream's top id above every append.
+func TestRedisTrimLeavesAnEntryItDidNotWriteToRead(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	cfg := redisConfig(srv)
+	l := opener(t, cfg)(clock.System).Ledger()
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a"), Received: time.Now().Add(-2 * time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: cfg.RedisPrefix + "log:{t1}", ID: "*", Values: []any{"d", "x"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := l.Trim(ctx, "t1", store.Bounds{MaxAge: time.Hour}); err != nil || len(dropped) != 1 {
+		t.Fatalf("Trim = %+v, %v; want the expired record dropped", dropped, err)
+	}
+	var bad *store.UnreadableRecord
+	if _, err := l.Read(ctx, "t1", 0, 10); !errors.As(err, &bad) || bad.ForeignID == "" {
+		t.Fatalf("Read: %v, want the entry reported", err)
+	}
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}}); err != nil {
+		t.Fatalf("Append after Read removed the entry: %v", err)
+	}
+}
