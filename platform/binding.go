@@ -100,7 +100,8 @@ type RelevanceTaker interface {
 // that must end with the tenant (Discord's command manifests, what the
 // nexscope bridge remembers of a room's messages and prompt, the group
 // messages Telegram's observe mode holds back as context), and by the
-// media store (the objects of stored tenants). SetTenants
+// media store (the objects of stored tenants), and by WhatsApp, which
+// labels a delivery status with its sender only if configured. SetTenants
 // is given every configured tenant, id -> its creation time
 // (registry.Tenant.Created, zero for a declared tenant), at each apply of
 // the registry; the platform forgets what it keeps for any other tenant and

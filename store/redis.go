@@ -310,15 +310,44 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 	}
 	out := make([]Record, 0, len(msgs))
 	for _, m := range msgs {
+		seq, ok := streamSeq(m.ID)
+		if !ok {
+			return out, l.dropForeign(ctx, tenant, m.ID, afterSeq, out)
+		}
 		r, err := streamRecord(m)
-		if seq, ok := streamSeq(m.ID); err != nil && ok {
+		if err != nil {
 			return out, fmt.Errorf("store: read tenant %q: %w", tenant, &UnreadableRecord{Seq: seq})
-		} else if err != nil {
-			return nil, fmt.Errorf("store: read tenant %q: entry %s: %w", tenant, m.ID, err)
 		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// foreignScript removes the entry ARGV[1] of a stream, which the connector
+// did not write (its id is not 0-<seq>, so above all of the connector's),
+// and, unless another such entry remains on top, sets the stream's last id
+// back to 0-<the tenant's last seq> (XSETID), or the appends after it
+// would all fail (an id at or below the stream's top one).
+var foreignScript = redis.NewScript(`
+redis.call('XDEL', KEYS[2], ARGV[1])
+local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if #top == 0 or string.sub(top[1][1], 1, 2) == '0-' then
+  redis.call('XSETID', KEYS[2], '0-' .. (redis.call('GET', KEYS[1]) or '0'))
+end
+return 1
+`)
+
+// dropForeign removes tenant's stream entry id, which the connector did
+// not write, and returns the *UnreadableRecord that tells Read's caller,
+// or the error that kept it from being removed.
+func (l redisLedger) dropForeign(ctx context.Context, tenant, id string, afterSeq uint64, before []Record) error {
+	if err := foreignScript.Run(ctx, l.s.c, l.keys(tenant)[:2], id).Err(); err != nil {
+		return fmt.Errorf("store: read tenant %q: remove entry %s: %w", tenant, id, rerr(err))
+	}
+	if len(before) > 0 {
+		afterSeq = before[len(before)-1].Seq
+	}
+	return fmt.Errorf("store: read tenant %q: %w", tenant, &UnreadableRecord{Seq: afterSeq, ForeignID: id})
 }
 
 // streamRecord decodes one ledger stream entry.
@@ -439,7 +468,8 @@ func redisInt(cmd redis.Cmder) (int64, error) {
 // max entries, max bytes and the cutoff in Unix µs (0: none). It returns
 // {id, kind, platform, bytes, received} per dropped entry. An entry whose
 // receipt time does not decode (another program or version wrote it) is
-// older than any cutoff: no instance can read it (Read).
+// older than any cutoff: no instance can read it (Read). It stops at an
+// entry the connector did not write, which Read removes (foreignScript).
 var trimScript = redis.NewScript(`
 local maxN, maxB, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = redis.call('XLEN', KEYS[1])
@@ -451,6 +481,11 @@ while not done and n > 0 do
   local es = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 128)
   if #es == 0 then break end
   for _, e in ipairs(es) do
+    if string.sub(e[1], 1, 2) ~= '0-' then
+      -- Not the connector's (above all of its own): Read removes it.
+      done = true
+      break
+    end
     local f, v = e[2], {}
     for j = 1, #f, 2 do v[f[j]] = f[j + 1] end
     local size, r = string.len(v['d'] or ''), tonumber(v['r'] or '0') or 0

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -308,5 +309,68 @@ func TestRedisQueuedCallsEndWithTheirContext(t *testing.T) {
 		case <-timeout:
 			t.Fatalf("%d of %d capability writes still waiting 15s after their 500ms deadline", calls-i, calls)
 		}
+	}
+}
+
+// TestRedisReadRemovesAnEntryItDidNotWrite: Read meets a stream entry the
+// connector did not write (XADD ... *, an id above all of its own),
+// removes it and reports it (*UnreadableRecord with ForeignID, Seq the
+// record before it), and the tenant's appends go on after it. Read failed
+// at it for good before, and so did every Append.
+func TestRedisReadRemovesAnEntryItDidNotWrite(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	cfg := redisConfig(srv)
+	l := opener(t, cfg)(clock.System).Ledger()
+	first, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	id, err := c.XAdd(ctx, &redis.XAddArgs{Stream: cfg.RedisPrefix + "log:{t1}", ID: "*", Values: []any{"d", "x"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Read(ctx, "t1", 0, 10)
+	var bad *store.UnreadableRecord
+	if !errors.As(err, &bad) || bad.ForeignID != id || bad.Seq != first[0] || len(got) != 1 {
+		t.Fatalf("Read = %+v, %v; want the record before and entry %s reported after seq %d", got, err, id, first[0])
+	}
+	next, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}})
+	if err != nil {
+		t.Fatalf("Append after the entry was removed: %v", err)
+	}
+	if got, err = l.Read(ctx, "t1", 0, 10); err != nil || len(got) != 2 || got[1].Seq != next[0] {
+		t.Fatalf("Read = %+v, %v; want the two appended records", got, err)
+	}
+}
+
+// TestRedisTrimLeavesAnEntryItDidNotWriteToRead: Trim passes over no
+// stream entry the connector did not write: it stops there, and Read then
+// removes it, after which appends go on. Trim removed it before and failed
+// (an id that is no seq), leaving the stream's top id above every append.
+func TestRedisTrimLeavesAnEntryItDidNotWriteToRead(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	cfg := redisConfig(srv)
+	l := opener(t, cfg)(clock.System).Ledger()
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a"), Received: time.Now().Add(-2 * time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: cfg.RedisPrefix + "log:{t1}", ID: "*", Values: []any{"d", "x"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := l.Trim(ctx, "t1", store.Bounds{MaxAge: time.Hour}); err != nil || len(dropped) != 1 {
+		t.Fatalf("Trim = %+v, %v; want the expired record dropped", dropped, err)
+	}
+	var bad *store.UnreadableRecord
+	if _, err := l.Read(ctx, "t1", 0, 10); !errors.As(err, &bad) || bad.ForeignID == "" {
+		t.Fatalf("Read: %v, want the entry reported", err)
+	}
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}}); err != nil {
+		t.Fatalf("Append after Read removed the entry: %v", err)
 	}
 }

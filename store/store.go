@@ -109,7 +109,8 @@ type Ledger interface {
 	// Read returns up to max (> 0) of tenant's records with a sequence
 	// number above afterSeq, in sequence order. At a record that does not
 	// decode the redis backend stops and returns those before it with an
-	// *UnreadableRecord.
+	// *UnreadableRecord; so at a stream entry it did not write, which it
+	// removes first.
 	Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error)
 	// Ack removes tenant's records with the given sequence numbers and
 	// reports how many it removed. Unknown numbers (acknowledged before,
@@ -374,11 +375,19 @@ var (
 // error, so the caller can pass over Seq and remove it (Ack) instead of
 // stopping there for good. It wraps the store's corrupt-value error.
 type UnreadableRecord struct {
-	// Seq is the record's sequence number.
+	// Seq is the record's sequence number, or with ForeignID that of the
+	// record before the entry (where to read on from).
 	Seq uint64
+	// ForeignID, when set, is the redis stream id of an entry the
+	// connector did not write (not 0-<seq>: added by hand or another
+	// program), which Read has removed already.
+	ForeignID string
 }
 
 func (e *UnreadableRecord) Error() string {
+	if e.ForeignID != "" {
+		return fmt.Sprintf("stream entry %s: %v", e.ForeignID, errCorrupt)
+	}
 	return fmt.Sprintf("record %d: %v", e.Seq, errCorrupt)
 }
 

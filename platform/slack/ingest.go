@@ -367,8 +367,10 @@ func (p *Platform) routeAct(ctx context.Context, user, channel, team string, dm 
 // ingestPress handles a prompt button press: delivered as a
 // prompt_response from the user who pressed, once per prompt message
 // (a second press of the same prompt is a duplicate, as natively).
-// delivered is set when this copy was: a press that is dropped (its user
-// not admitted, a duplicate) is not the prompt's answer.
+// delivered is called when this copy was, in the chat's turn: a press that
+// is dropped (its user not admitted, a duplicate) is not the prompt's
+// answer. In the turn, the background work it starts (markPressed) is
+// Run's to wait for: Run closes the queues before it waits.
 //
 // A press goes to the tenant that posted the prompt (memory.promptOwnerOf,
 // by the message's channel and ts), never by the payload's team: in a
@@ -379,36 +381,37 @@ func (p *Platform) routeAct(ctx context.Context, user, channel, team string, dm 
 // prompt (its session, its token for the update). A press of a message
 // with no remembered prompt (posted before it was recorded, over
 // memoryTTL ago, or a store without it) is dropped.
-func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Time) (delivered bool, err error) {
+func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Time, delivered func()) error {
 	if p.sink.Load() == nil {
-		return false, errNotRunning
+		return errNotRunning
 	}
 	p.seenIn(pr.channel, pr.team)
 	owner, ok, err := p.memory.promptOwnerOf(ctx, pr.channel, pr.message)
 	switch {
 	case err != nil:
-		return false, fmt.Errorf("slack: read the prompt's owner: %w", err)
+		return fmt.Errorf("slack: read the prompt's owner: %w", err)
 	case !ok:
 		p.drop(dropUnknownPrompt, "")
-		return false, nil
+		return nil
 	}
 	tenant, team := owner.Tenant, owner.Team
 	// Authorized before the dedupe: a press that is not admitted takes
 	// no prompt from the users who are.
 	if drop := p.policy(tenant).refusal(pr.user, strings.HasPrefix(pr.channel, "D")); drop != "" {
 		p.drop(drop, "")
-		return false, nil
+		return nil
 	}
 	pr.team = team
 	key := "press/" + team + ":" + pr.channel + ":" + pr.message
-	err = p.inChatOrder(ctx, team+"/"+pr.channel, func(ctx context.Context) error {
+	return p.inChatOrder(ctx, team+"/"+pr.channel, func(ctx context.Context) error {
 		return p.once(ctx, key, "", func() error {
 			tctx := platform.WithTenant(ctx, tenant)
 			ev := pr.event(p.names.user(tctx, team, pr.user).name, p.names.channelName(tctx, team, pr.channel))
 			err := p.deliver(ctx, tenant, &ev, received)
-			delivered = err == nil
+			if err == nil {
+				delivered()
+			}
 			return err
 		})
 	})
-	return delivered, err
 }

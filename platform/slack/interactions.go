@@ -69,11 +69,7 @@ func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallbac
 		p.drop(dropForeignAction, "")
 		return nil
 	}
-	delivered, err := p.ingestPress(ctx, &pr, received)
-	if delivered {
-		p.markPressed(ic, &pr)
-	}
-	return err
+	return p.ingestPress(ctx, &pr, received, func() { p.markPressed(ic, &pr) })
 }
 
 // event is the press as an inbound: text /<option_id>, message_type

@@ -315,13 +315,19 @@ func (p *Platform) drop(reason, number, sender string) {
 }
 
 // status counts one delivery status for the tenant that sent the message
-// (senderMark), else (a message sent before the mark, or by another app)
-// for the tenant owning number; a failed one is logged with Meta's error
-// code.
+// (senderMark; unknownSender when it is not a configured tenant now), else
+// (a message sent before the mark, or by another app) for the tenant
+// owning number; a failed one is logged with Meta's error code.
 func (p *Platform) status(number string, st *status) {
 	tenant, marked := strings.CutPrefix(st.Callback, senderMark)
 	if !marked {
 		tenant, _ = p.route(number, strings.TrimSpace(st.RecipientID))
+	} else if known := p.tenants.Load(); known != nil {
+		// The mark is what the webhook echoes: a tenant deleted since, or
+		// any text another app on the account marked, is no label value.
+		if _, ok := (*known)[tenant]; !ok {
+			tenant = unknownSender
+		}
 	}
 	if tenant == "" {
 		p.metrics.Dropped(platformName, dropUnclaimed)
@@ -339,6 +345,10 @@ func (p *Platform) status(number string, st *status) {
 			"code", code, "title", title)
 	}
 }
+
+// unknownSender is the tenant label of a status whose marked sender is
+// not a configured tenant (SetTenants).
+const unknownSender = "unknown"
 
 // statusLabel bounds the status values a metric label takes.
 func statusLabel(s string) string {

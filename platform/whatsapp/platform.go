@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -36,9 +37,10 @@ type Platform struct {
 	scrubber    *strings.Replacer
 	verifySum   [32]byte // sha256 of the verify token
 	vault       vault.Store
-	numbers     atomic.Pointer[map[string]string]  // phone number id -> tenant; replaced by Bind
-	owners      atomic.Pointer[platform.Ownership] // numbers and linked users; replaced by Bind
-	gates       map[string]*access                 // tenant -> DM gate
+	numbers     atomic.Pointer[map[string]string]    // phone number id -> tenant; replaced by Bind
+	owners      atomic.Pointer[platform.Ownership]   // numbers and linked users; replaced by Bind
+	tenants     atomic.Pointer[map[string]time.Time] // the configured tenants; replaced by SetTenants
+	gates       map[string]*access                   // tenant -> DM gate
 	defaultGate *access
 	turns       *chatorder.Queue[string] // one chat (number/user) at a time, chats side by side
 	egress      platform.Egress[*Platform, string]
@@ -57,9 +59,10 @@ type Platform struct {
 }
 
 var (
-	_ platform.Platform = (*Platform)(nil)
-	_ platform.Routes   = (*Platform)(nil)
-	_ platform.Binder   = (*Platform)(nil)
+	_ platform.Platform     = (*Platform)(nil)
+	_ platform.Routes       = (*Platform)(nil)
+	_ platform.Binder       = (*Platform)(nil)
+	_ platform.TenantKeeper = (*Platform)(nil)
 )
 
 // StatusMetrics is implemented by a Deps.Metrics that counts the delivery
@@ -231,6 +234,15 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 	p.numbers.Store(&numbers)
 	p.owners.Store(platform.NewOwnership(owned))
 	return nil
+}
+
+// SetTenants implements platform.TenantKeeper: a delivery status is
+// counted under the sender it names only while that is a configured
+// tenant (Platform.status); until the first call (a platform run without
+// the registry) under any.
+func (p *Platform) SetTenants(created map[string]time.Time) {
+	c := maps.Clone(created)
+	p.tenants.Store(&c)
 }
 
 // numberSpace is a business number as the ownership order's space: the

@@ -380,6 +380,26 @@ func TestStatusCountedUnderTheSenderAfterTheNumberMoved(t *testing.T) {
 	}
 }
 
+// A status whose echoed sender is not a configured tenant (deleted since,
+// or another app's mark on the account: text from outside) is counted
+// under unknownSender, a configured one's under it: the tenant label
+// stays bounded. Any marked text became a series of its own before.
+func TestStatusOfASenderNotConfiguredCountedAsUnknown(t *testing.T) {
+	r := newRig(t, nil, nil)
+	r.p.SetTenants(map[string]time.Time{"t1": {}, "t2": {}})
+	for _, sender := range []string{"t1", "gone", "other-app-tenant"} {
+		sent := whatsapptest.Sent{To: "447700900123", ID: "wamid." + sender, Body: map[string]any{"biz_opaque_callback_data": senderMark + sender}}
+		if code := r.post(t, whatsapptest.StatusOf(biz1, sent, "read", 0)); code != 200 {
+			t.Fatalf("status: %d", code)
+		}
+	}
+	for k, want := range map[string]int{"t1/read": 1, "unknown/read": 2, "gone/read": 0, "other-app-tenant/read": 0} {
+		if got := r.stats.get(r.stats.counts, k); got != want {
+			t.Errorf("%s: %d, want %d", k, got, want)
+		}
+	}
+}
+
 // converse makes user write to b so that b's tenant has a conversation.
 func (r *rig) converse(t *testing.T, b whatsapptest.Business, user, wamid string) {
 	t.Helper()

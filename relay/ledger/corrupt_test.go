@@ -162,3 +162,33 @@ func TestUnreadableRecordCountedOnceWhenReadAgainBeforeItsRemoval(t *testing.T) 
 		t.Fatalf("stats %+v, want one entry removed", st)
 	}
 }
+
+// A stream entry the connector did not write (added with XADD ... *, so
+// its id is not 0-<seq> and above all of the connector's) is passed over,
+// removed, logged and counted as dropped_malformed, on real Redis, and the
+// tenant's records stored after it are taken in and delivered. Every Tail
+// failed at it before, and every Append after it (an id below the
+// stream's top one): the tenant's inbound stopped for good.
+func TestTailPassesOverAnEntryTheConnectorDidNotWrite(t *testing.T) {
+	ctx := context.Background()
+	r := newRedisRig(t, nil)
+	l := r.pool.Ledger("t1")
+	r.append(t, "t1", "s1", "before")
+	if err := r.client.XAdd(ctx, &redis.XAddArgs{Stream: "connector:log:{t1}", ID: "*", Values: []any{"d", "foreign"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.Tail(ctx); err != nil || n != 1 {
+		t.Fatalf("Tail took in %d (%v), want 1", n, err)
+	}
+	r.append(t, "t1", "s2", "after")
+	if n, err := l.Tail(ctx); err != nil || n != 1 {
+		t.Fatalf("Tail after the next append took in %d (%v), want 1", n, err)
+	}
+	cons := &fakeConsumer{}
+	l.Serve(cons, "discord")
+	want(t, "delivered", payloads(cons.take()), "before", "after")
+	if got := r.metrics.count(DroppedMalformed); got != 1 {
+		t.Fatalf("counted %d dropped_malformed, want 1", got)
+	}
+	want(t, "stored", r.stored(t, "t1"), "before", "after")
+}

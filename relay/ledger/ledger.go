@@ -1179,18 +1179,20 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			}
 		}
 		if bad != nil {
-			l.dropUnreadableLocked(bad.Seq)
+			l.dropUnreadableLocked(bad)
 		}
 		l.boundLocked()
 		l.dispatchLocked()
 		l.noteUnservedLocked(entries...) // it passes over those not inserted
 		l.buffered(len(l.byID))
 		l.mu.Unlock()
+		if len(recs) > 0 {
+			l.readPos = recs[len(recs)-1].Seq
+		}
 		if bad != nil {
-			l.readPos = bad.Seq
+			l.readPos = max(l.readPos, bad.Seq)
 			continue
 		}
-		l.readPos = recs[len(recs)-1].Seq
 		if len(recs) < recoverBatch {
 			break
 		}
@@ -1205,11 +1207,18 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 const maxUnreadable = 64
 
 // dropUnreadableLocked logs and counts (DroppedMalformed) the stored
-// record seq that does not decode, which no instance can deliver, and
-// queues its removal from the store, under mu; one it dropped already is
-// only queued again.
-func (l *Ledger) dropUnreadableLocked(seq uint64) {
+// record that does not decode, which no instance can deliver, and queues
+// its removal from the store, under mu; one it dropped already is only
+// queued again. An entry the connector did not write the store removed
+// already: it is only logged and counted.
+func (l *Ledger) dropUnreadableLocked(bad *store.UnreadableRecord) {
 	cfg := &l.pool.cfg
+	if bad.ForeignID != "" {
+		cfg.Metrics.Inbound("", l.tenant, DroppedMalformed)
+		cfg.Log.Warn("buffered inbound dropped", "reason", DroppedMalformed, "tenant", l.tenant, "stream_id", bad.ForeignID)
+		return
+	}
+	seq := bad.Seq
 	l.queueRemovalLocked(seq)
 	if slices.Contains(l.unreadable, seq) {
 		return
