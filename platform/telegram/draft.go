@@ -337,11 +337,14 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 	if err == nil && !sealed && pv.turn != "" {
 		err = p.seals.Put(ctx, turnPreviewKey(k.tenant, k.chat, pv.thread, pv.turn), strconv.AppendInt(nil, k.draft, 10), expires)
 	}
-	if err == nil && !sealed && pv.turn != "" {
-		err = p.listTopicTurn(ctx, p.topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires)
-	}
 	if err != nil {
 		p.storeWarn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		return
+	}
+	if !sealed && pv.turn != "" {
+		if err := p.listTopicTurn(ctx, p.topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires); err != nil {
+			p.storeWarn("telegram topic's preview list not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -1254,5 +1255,35 @@ func TestSealOfATenantMadeAgainWhileTheEarlierOnesIsSent(t *testing.T) {
 	}
 	if msgs := e.fake.Messages(id); len(msgs) != 2 {
 		t.Fatalf("the chat has %v, want both tenants' replies", msgs)
+	}
+}
+
+// failingTopicList is a seal store whose reads of a topic's list of
+// previews (topicPreviewsKey) fail.
+type failingTopicList struct{ store.Capabilities }
+
+func (f failingTopicList) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if strings.HasPrefix(key, "telegram/preview-topic/") {
+		return nil, false, errors.New("store down")
+	}
+	return f.Capabilities.Get(ctx, key)
+}
+
+// TestTopicPreviewListNotReadIsLoggedAsSuch: a group stream's preview is
+// stored but the topic's list of previews cannot be read: the warning
+// says the list was not stored, not the preview. It said "preview not
+// stored", sending an operator after a record that was there.
+func TestTopicPreviewListNotReadIsLoggedAsSuch(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, _ := sharedStoreEnv(t, clk)
+	e.p.seals = failingTopicList{e.p.seals}
+	chat := telegramtest.ChatT2
+	if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans",
+		Metadata: contract.Metadata{MessageID: "77"}}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	logs := e.logs.String()
+	if strings.Contains(logs, "preview not stored") || !strings.Contains(logs, "topic's preview list not stored") {
+		t.Fatalf("logs:\n%s", logs)
 	}
 }
