@@ -2,12 +2,14 @@ package slack
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"connector/contract"
+	"connector/descriptor"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/platformtest"
@@ -319,6 +321,50 @@ func TestUnreachableSlack(t *testing.T) {
 	r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"x","metadata":{"scope_id":"T0AAA00001"}}`)
 	if r.Code != contract.CodeUnavailable || strings.Contains(r.Error, "127.0.0.1") {
 		t.Fatalf("%+v", r)
+	}
+}
+
+// otherChats is another platform whose chats owners places.
+type otherChats struct{ owners map[string]string }
+
+func (o *otherChats) Name() string                                   { return "other" }
+func (o *otherChats) Descriptor() descriptor.Descriptor              { return descriptor.Descriptor{} }
+func (o *otherChats) Run(ctx context.Context, _ platform.Sink) error { <-ctx.Done(); return nil }
+func (o *otherChats) Status() platform.Status                        { return platform.Status{Ready: true} }
+func (o *otherChats) Execute(context.Context, string, *contract.Action) contract.Result {
+	return contract.OK("")
+}
+func (o *otherChats) ChatTenant(_ context.Context, chat string) (string, error) {
+	if t, ok := o.owners[chat]; ok {
+		return t, nil
+	}
+	return "", platform.ErrUnknownChat
+}
+
+// TestLocateDoesNotProbeForAnotherPlatformsChat: an action that names no
+// platform, for a chat another platform places whose id looks like a
+// Slack channel's, costs no conversations.info (Slack answers
+// platform.ErrWouldWait when it may not wait); a chat no other platform
+// places is still looked up in the asker's workspace, once, whosever it is.
+func TestLocateDoesNotProbeForAnotherPlatformsChat(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	lookups := func() int { return len(e.fake.Calls("conversations.info")) }
+	other := &otherChats{owners: map[string]string{"C0FFEE": "t2"}}
+	ps := []platform.Platform{e.p, other}
+	if found, _, err := platform.Locate(t.Context(), ps, "t2", "C0FFEE"); err != nil || found != other {
+		t.Fatalf("Locate of the other platform's chat = %v, %v; want the other platform", found, err)
+	}
+	if n := lookups(); n != 0 {
+		t.Fatalf("Locate of the other platform's chat made %d conversations.info calls, want 0", n)
+	}
+	for _, chat := range []string{chanGeneral, "C0NOWHERE1"} {
+		before := lookups()
+		if _, _, err := platform.Locate(t.Context(), ps, "t2", chat); !errors.Is(err, platform.ErrUnknownChat) {
+			t.Fatalf("Locate of %s for t2 = %v; want ErrUnknownChat", chat, err)
+		}
+		if n := lookups() - before; n != 1 {
+			t.Errorf("Locate of %s for t2: %d lookups, want 1", chat, n)
+		}
 	}
 }
 

@@ -315,7 +315,9 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 }
 
 // probeChannel looks chat up in the workspaces bound to tenant and returns
-// the first that has it ("" when none does).
+// the first that has it ("" when none does). When it would have to ask
+// Slack and ctx may not wait (platform.MayWait), it answers
+// platform.ErrWouldWait at once, with no call, whosever chat is.
 func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (string, error) {
 	if tenant == "" || p.notFound.Contains(tenant+"/"+chat) {
 		return "", nil
@@ -324,6 +326,9 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 	for team, t := range *p.teams.Load() {
 		if t != tenant {
 			continue
+		}
+		if !platform.MayWait(ctx) { // Locate's first ask: another platform may place chat
+			return "", platform.ErrWouldWait
 		}
 		found, err := p.channelIn(ctx, team, chat)
 		switch {

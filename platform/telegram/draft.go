@@ -166,9 +166,15 @@ func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id 
 const sealPoll = 250 * time.Millisecond
 
 // sealingKey is the store claim of seal a of stream k being sent: the
-// same content and turn, as a repeat has (repeatedBy).
-func (k draftKey) sealingKey(a *contract.Action) string {
-	return "telegram/sealing/" + k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10) +
+// same content and turn, as a repeat has (repeatedBy), by k's tenant as
+// created (createdOf; 0 for a declared tenant): a tenant made again under
+// its id does not wait for an earlier tenant's claim.
+func (p *Platform) sealingKey(k draftKey, a *contract.Action) string {
+	var created int64
+	if c := p.createdOf(k.tenant); !c.IsZero() { // the zero time has no Unix nanoseconds
+		created = c.UnixNano()
+	}
+	return "telegram/sealing/" + k.tenant + "/" + strconv.FormatInt(created, 10) + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10) +
 		"/" + strconv.FormatUint(contentSum(a.Content), 16) + "/" + a.Metadata.Turn()
 }
 
@@ -184,7 +190,7 @@ func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action
 	if p.claims == nil {
 		return time.Time{}, "", nil
 	}
-	key := k.sealingKey(a)
+	key := p.sealingKey(k, a)
 	for {
 		// The send, until the request's deadline (wall-clock time, here on
 		// the platform's clock, which the store's claims are judged on),
@@ -216,7 +222,7 @@ func (p *Platform) releaseSeal(k draftKey, a *contract.Action, expires time.Time
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
 	defer cancel()
-	if err := p.claims.Release(ctx, k.sealingKey(a), expires); err != nil {
+	if err := p.claims.Release(ctx, p.sealingKey(k, a), expires); err != nil {
 		p.storeWarn("telegram draft seal claim not released", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 	}
 }
@@ -331,11 +337,14 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 	if err == nil && !sealed && pv.turn != "" {
 		err = p.seals.Put(ctx, turnPreviewKey(k.tenant, k.chat, pv.thread, pv.turn), strconv.AppendInt(nil, k.draft, 10), expires)
 	}
-	if err == nil && !sealed && pv.turn != "" {
-		err = p.listTopicTurn(ctx, p.topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires)
-	}
 	if err != nil {
 		p.storeWarn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		return
+	}
+	if !sealed && pv.turn != "" {
+		if err := p.listTopicTurn(ctx, p.topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires); err != nil {
+			p.storeWarn("telegram topic's preview list not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -1177,5 +1178,112 @@ func groupStreamOfATenantMadeAgain(t *testing.T, where string) {
 	replyID, _ := strconv.Atoi(reply.MessageID)
 	if len(msgs) != 2 || msgs[replyID] != "the new reply" || !slices.Contains(slices.Collect(maps.Values(msgs)), "the earlier preview") {
 		t.Fatalf("the chat has %v (the reply %s), want the earlier tenant's preview as it was and the new tenant's reply", msgs, reply.MessageID)
+	}
+}
+
+// TestSealOfATenantMadeAgainWhileTheEarlierOnesIsSent: a tenant's seal is
+// being sent on one instance (its send held); the tenant is deleted and
+// created again under its id, and the new tenant's stream under the same
+// draft_id is sealed with the same content on another instance sharing
+// the store (a real redis-server). It is sent at once, a message of its
+// own. The seal's claim named the tenant id only, so the new tenant's
+// seal waited for the earlier tenant's claim to lapse.
+func TestSealOfATenantMadeAgainWhileTheEarlierOnesIsSent(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	node := func(name string) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	h := holdFirst(t, "sendMessage")
+	e := newEnvDeps(t, platform.Deps{Store: st, Clock: clk, Cluster: node("i0")}, func(c *Config) { c.APIServerURL = h.URL })
+	h.to(e.fake.URL)
+	cfg := e.p.cfg
+	cfg.APIServerURL = e.fake.URL
+	other, err := New(cfg, platform.Deps{Store: st, Clock: clk, Cluster: node("i1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.transport.CloseIdleConnections)
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	made := func(at time.Time) {
+		for _, p := range []*Platform{e.p, other} {
+			p.SetTenants(map[string]time.Time{tenant: at})
+		}
+	}
+	seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+	made(clk.Now().Add(-time.Hour))
+	first := make(chan contract.Result, 1)
+	go func() {
+		a := seal
+		first <- e.p.Execute(ctx, tenant, &a)
+	}()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the earlier tenant's seal sent no message")
+	}
+	clk.Advance(time.Second)
+	made(clk.Now())
+	second := make(chan contract.Result, 1)
+	go func() {
+		a := seal
+		second <- other.Execute(ctx, tenant, &a)
+	}()
+	platformtest.WaitUntil(t, "the new tenant's seal to answer, or wait for a seal being sent", func() bool { return clk.Sleepers() == 1 || len(second) == 1 })
+	if len(second) == 0 {
+		h.release()
+		<-first
+		t.Fatal("the new tenant's seal waits for the earlier tenant's seal being sent")
+	}
+	h.release()
+	r1, r2 := <-first, <-second
+	if !r1.Success || !r2.Success || r1.MessageID == r2.MessageID {
+		t.Fatalf("the earlier tenant's seal %+v, the new tenant's %+v: want two messages", r1, r2)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 2 {
+		t.Fatalf("the chat has %v, want both tenants' replies", msgs)
+	}
+}
+
+// failingTopicList is a seal store whose reads of a topic's list of
+// previews (topicPreviewsKey) fail.
+type failingTopicList struct{ store.Capabilities }
+
+func (f failingTopicList) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if strings.HasPrefix(key, "telegram/preview-topic/") {
+		return nil, false, errors.New("store down")
+	}
+	return f.Capabilities.Get(ctx, key)
+}
+
+// TestTopicPreviewListNotReadIsLoggedAsSuch: a group stream's preview is
+// stored but the topic's list of previews cannot be read: the warning
+// says the list was not stored, not the preview. It said "preview not
+// stored", sending an operator after a record that was there.
+func TestTopicPreviewListNotReadIsLoggedAsSuch(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, _ := sharedStoreEnv(t, clk)
+	e.p.seals = failingTopicList{e.p.seals}
+	chat := telegramtest.ChatT2
+	if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans",
+		Metadata: contract.Metadata{MessageID: "77"}}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	logs := e.logs.String()
+	if strings.Contains(logs, "preview not stored") || !strings.Contains(logs, "topic's preview list not stored") {
+		t.Fatalf("logs:\n%s", logs)
 	}
 }
