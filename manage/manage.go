@@ -347,7 +347,8 @@ func (h *Handler) dmDefault(ctx context.Context, c caller, req *Request) ([]any,
 // its tenant: links, scope claims, DM defaults, principal, link codes.
 // It drops them first, once the gateway is found its tenant's and not
 // declared: a deprovision that fails keeps the gateway, whose credentials
-// a retry needs.
+// a retry needs. Once the gateway is gone it drops them again: what the
+// gateway's own calls wrote between the two steps goes too.
 func (h *Handler) deprovision(ctx context.Context, c caller, _ *Request) ([]any, map[string]any, error) {
 	if slices.ContainsFunc(h.cfg.Registry.Declared().Gateways, func(g registry.Gateway) bool { return g.ID == c.gateway }) {
 		return nil, nil, fmt.Errorf("%w (this gateway)", registry.ErrDeclared)
@@ -356,11 +357,15 @@ func (h *Handler) deprovision(ctx context.Context, c caller, _ *Request) ([]any,
 		return nil, nil, cmp.Or(err, registry.ErrNotFound)
 	}
 	n, err := h.cfg.Registry.DropManaged(ctx, c.tenant)
-	what := []any{"dropped", n}
-	if err != nil {
-		return what, nil, err
+	if err == nil {
+		err = h.cfg.Registry.DeleteGateway(ctx, c.tenant, c.gateway)
 	}
-	return what, map[string]any{"dropped": n}, h.cfg.Registry.DeleteGateway(ctx, c.tenant, c.gateway)
+	if err == nil {
+		var more int
+		more, err = h.cfg.Registry.DropManaged(ctx, c.tenant)
+		n += more
+	}
+	return []any{"dropped", n}, map[string]any{"dropped": n}, err
 }
 
 // Link implements platform.Linker: it redeems code for (platformName,

@@ -385,10 +385,12 @@ func TestLinkCodeIsNotCached(t *testing.T) {
 }
 
 // failingStore is a store whose registry's removals of bindings fail
-// while fail is set, as a store that cannot be reached does.
+// while fail is set, as a store that cannot be reached does, and which
+// calls gatewayGone, when set, before a gateway's removal.
 type failingStore struct {
 	store.Store
-	fail bool
+	fail        bool
+	gatewayGone func()
 }
 
 func (s *failingStore) Registry() store.Registry { return failingRegistry{s.Store.Registry(), s} }
@@ -404,6 +406,9 @@ type failingRegistry struct {
 func (r failingRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
 	if r.s.fail && namespace == "registry/bindings" && value == nil {
 		return false, errors.New("dial tcp " + failingAddr + ": connect: connection refused")
+	}
+	if r.s.gatewayGone != nil && namespace == "registry/gateways" && value == nil {
+		r.s.gatewayGone()
 	}
 	return r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
 }
@@ -450,5 +455,36 @@ func TestStoreErrorIsNotAnswered(t *testing.T) {
 	}
 	if !strings.Contains(r.logs.String(), failingAddr) {
 		t.Errorf("the log does not name the store's error: %s", r.logs)
+	}
+}
+
+// TestDeprovisionDropsWhatItsGatewayWroteMeanwhile: a scope claim of the
+// deprovisioned gateway landing after the drop of its tenant's managed
+// bindings and before the gateway's removal is not left behind. Before,
+// the claim stayed, with no gateway left whose credentials could drop it.
+func TestDeprovisionDropsWhatItsGatewayWroteMeanwhile(t *testing.T) {
+	mem := store.NewMemory(clock.System)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &failingStore{Store: mem}
+	r := newRigOn(t, st)
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","channelId":"601"}`, http.StatusOK)
+	landed := false
+	st.gatewayGone = func() {
+		st.gatewayGone = nil
+		r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","channelId":"602"}`, http.StatusOK)
+		landed = true
+	}
+	r.post(t, "gw-a", "/manage/deprovision", `{}`, http.StatusOK)
+	if !landed {
+		t.Fatal("the hook never ran: the deprovision removed no gateway")
+	}
+	s, err := r.reg.Stored(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range s.Bindings {
+		if b.Tenant == "a" {
+			t.Fatalf("after gw-a's deprovision, tenant a still holds %+v", b)
+		}
 	}
 }
