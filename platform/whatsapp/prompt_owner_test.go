@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -343,8 +344,18 @@ func TestMessageSentBeforeItsTenantBegan(t *testing.T) {
 // same number: a reply to a message of the earlier t1's conversation, the
 // user's or the bot's, reaches the new t1 without the quoted text (it was
 // received or sent before the new t1's creation); a reply to the new
-// t1's own message quotes it.
+// t1's own message quotes it. So too when the instance that created the
+// new t1 has a clock 5 s behind this one's (skewed): the quotes were told
+// apart by the time they were kept, which that skew got wrong.
 func TestRemadeTenantQuotesNothingOfTheEarlier(t *testing.T) {
+	for _, skewed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("skewed %v", skewed), func(t *testing.T) { remadeTenantQuotesNothing(t, skewed) })
+	}
+}
+
+// remadeTenantQuotesNothing is TestRemadeTenantQuotesNothingOfTheEarlier,
+// t1 created again by a clock 5 s behind (skewed).
+func remadeTenantQuotesNothing(t *testing.T, skewed bool) {
 	clk := clocktest.New(time.Now())
 	var began atomic.Int64
 	since := func(tenant string) time.Time {
@@ -381,6 +392,9 @@ func TestRemadeTenantQuotesNothingOfTheEarlier(t *testing.T) {
 	earlier := send("the earlier t1's answer")
 	clk.Advance(time.Second)
 	began.Store(clk.Now().UnixMicro())
+	if skewed {
+		began.Store(clk.Now().Add(-5 * time.Second).UnixMicro())
+	}
 	clk.Advance(time.Second)
 	if text := reply("wamid.E2", earlier); text != "" {
 		t.Fatalf("a reply to the earlier t1's answer quotes %q to the new t1", text)
