@@ -371,12 +371,13 @@ func (liveTap) native(string, string) bool { return false }
 // prompt implements taps.
 func (l liveTap) prompt(_, promptID string) bool { return l != "" && promptID == string(l) }
 
-// promptRecord is who posted a prompt message (the tenant, and the
-// action's prompt_id) and whether a tap answered it already.
+// promptRecord is who posted a prompt message (the tenant as created, and
+// the action's prompt_id) and whether a tap answered it already.
 type promptRecord struct {
 	Tenant   string    `json:"t"`
 	PromptID string    `json:"p"`
 	Answered bool      `json:"a,omitempty"`
+	Created  time.Time `json:"c,omitzero"` // the tenant's creation (the vault's Since) when it posted
 	stored   time.Time // when the prompt was sent (the vault entry's Stored)
 	msgID    string    // the prompt message's id
 }
@@ -417,11 +418,22 @@ func (p *Platform) promptOf(ctx context.Context, number, sender string, m *messa
 	e, ok := p.vault.Get(ctx, promptKey(number, sender, msgID))
 	var rec promptRecord
 	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID ||
-		vault.Predates(p.vault, rec.Tenant, e.Stored) { // posted by an earlier tenant of the id, deleted since
+		p.earlier(rec, e.Stored) {
 		return promptRecord{}, false
 	}
 	rec.stored, rec.msgID = e.Stored, msgID
 	return rec, true
+}
+
+// earlier reports whether rec, stored at stored, was posted by an earlier
+// tenant of its id, deleted since: its creation is not the tenant's now
+// (whatever the instances' clocks say), or, for a record kept without one,
+// it was stored before that creation (vault.Predates).
+func (p *Platform) earlier(rec promptRecord, stored time.Time) bool {
+	if rec.Created.IsZero() {
+		return vault.Predates(p.vault, rec.Tenant, stored)
+	}
+	return !rec.Created.Equal(created(p.vault, rec.Tenant))
 }
 
 // linkCode returns the code of a "/link <code>" text message the platform
