@@ -99,7 +99,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			return nil
 		}
 		if wamid != "" {
-			key := claimKey(number, wamid)
+			key := "whatsapp_cloud/message/" + number + "/" + wamid
 			claimed, err := p.claim(ctx, key, "message")
 			if err != nil {
 				return err
@@ -264,15 +264,10 @@ func (p *Platform) markDelivered(ctx context.Context, number, wamid string) {
 // storing it may take, its attachment's download included.
 const pendingTTL = 3 * time.Minute
 
-// claimKey is the store claim of message wamid to number being stored.
-func claimKey(number, wamid string) string {
-	return "whatsapp_cloud/message/" + number + "/" + wamid
-}
-
 // claim takes key for this instance (store.Claims, atomic across the
 // instances sharing the store): a message wamid to number being stored
-// (claimKey), or a prompt being answered by a tap. errElsewhere when
-// another instance holds it, which is storing it now (the claim ends with
+// (whatsapp_cloud/message/<number>/<wamid>), or a prompt being answered
+// by a tap. errElsewhere when another instance holds it, which is storing it now (the claim ends with
 // that, or after pendingTTL if it crashed, so a copy is delayed, never
 // lost). Once the claim is taken, a message delivered (or a prompt
 // answered) meanwhile, its claim already released, is found by the
