@@ -267,9 +267,9 @@ const pendingTTL = 3 * time.Minute
 // claim takes key for this instance (store.Claims, atomic across the
 // instances sharing the store): a message wamid to number being stored
 // (whatsapp_cloud/message/<number>/<wamid>), or a prompt being answered
-// by a tap. errElsewhere when another instance holds it, which is storing it now (the claim ends with
-// that, or after pendingTTL if it crashed, so a copy is delayed, never
-// lost). Once the claim is taken, a message delivered (or a prompt
+// by a tap. errElsewhere when another instance holds it, which is
+// storing it now (the claim ends with that, or after pendingTTL if it
+// crashed, so a copy is delayed, never lost). Once the claim is taken, a message delivered (or a prompt
 // answered) meanwhile, its claim already released, is found by the
 // caller's second look. With a single instance (Deps.Cluster nil) the
 // per-chat queue keeps copies apart, and nothing is written. expires is
