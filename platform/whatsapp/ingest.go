@@ -156,7 +156,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		if vault.Predates(p.vault, tenant, sent) {
 			// Sent before the tenant (re-created under its id) began: a
 			// conversation stamped then would read as its predecessor's.
-			sent = p.vault.(interface{ Since(string) time.Time }).Since(tenant)
+			sent = created(p.vault, tenant)
 		}
 		if !p.newerRecorded(ctx, tenant, sender, sent) {
 			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent)
