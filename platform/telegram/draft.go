@@ -296,8 +296,7 @@ const topicTurns = 16
 
 // storedPreview is the preview record of stream k's turn as the store
 // holds it, written by any instance; ok is false when there is none (or no
-// store). A record the
-// store cannot give is logged and answers err.
+// store). A record the store cannot give is logged and answers err.
 func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (r previewRecord, ok bool, err error) {
 	if p.seals == nil {
 		return r, false, nil
