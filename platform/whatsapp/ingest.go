@@ -269,9 +269,9 @@ const pendingTTL = 3 * time.Minute
 // (whatsapp_cloud/message/<number>/<wamid>), or a prompt being answered
 // by a tap. errElsewhere when another instance holds it, which is
 // storing it now (the claim ends with that, or after pendingTTL if it
-// crashed, so a copy is delayed, never lost). Once the claim is taken, a message delivered (or a prompt
-// answered) meanwhile, its claim already released, is found by the
-// caller's second look. With a single instance (Deps.Cluster nil) the
+// crashed, so a copy is delayed, never lost). Once the claim is taken, a
+// message delivered (or a prompt answered) meanwhile, its claim already
+// released, is found by the caller's second look. With a single instance (Deps.Cluster nil) the
 // per-chat queue keeps copies apart, and nothing is written. expires is
 // the claim's, for unclaim.
 func (p *Platform) claim(ctx context.Context, key, what string) (expires time.Time, err error) {
