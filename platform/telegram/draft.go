@@ -58,27 +58,16 @@ func contentSum(content string) uint64 {
 	return h.Sum64()
 }
 
-// recent reports whether s, a seal of stream k, was sealed within
-// sealRetryWindow, by k's tenant as created now: one sealed before its
-// creation (predates) is an earlier tenant's of the id, deleted since, and
-// a tenant created again seals its streams anew under the same draft ids.
-func (p *Platform) recent(k draftKey, s sealedDraft) bool {
-	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow && !p.predates(k.tenant, s.At)
-}
-
-// predates reports whether at, a record's time on the platform clock, is
-// before tenant's creation (createdOf): the record is an earlier tenant's
-// of the id, deleted since.
-func (p *Platform) predates(tenant string, at time.Time) bool {
-	c := p.createdOf(tenant)
-	return !c.IsZero() && at.Before(c)
+// recent reports whether s was sealed within sealRetryWindow.
+func (p *Platform) recent(s sealedDraft) bool {
+	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow
 }
 
 // recentSeal is stream k's seal on this instance, when it was sealed
 // within sealRetryWindow (recent).
 func (p *Platform) recentSeal(k draftKey) (sealedDraft, bool) {
 	s, ok := p.sealed.Get(k)
-	return s, ok && p.recent(k, s)
+	return s, ok && p.recent(s)
 }
 
 // resealedHere is the message a repeated seal a of stream k answers, if it
@@ -122,7 +111,7 @@ func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, boo
 		p.storeWarn("telegram draft seal not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 		return s, false
 	}
-	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(k, s) {
+	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(s) {
 		return s, false
 	}
 	p.sealed.Add(k, s)
@@ -166,16 +155,9 @@ func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id 
 const sealPoll = 250 * time.Millisecond
 
 // sealingKey is the store claim of seal a of stream k being sent: the
-// same content and turn, as a repeat has (repeatedBy), by k's tenant as
-// created (createdOf; 0 for a declared tenant): a tenant made again under
-// its id does not wait for an earlier tenant's claim.
+// same content and turn, as a repeat has (repeatedBy).
 func (p *Platform) sealingKey(k draftKey, a *contract.Action) string {
-	var created int64
-	if c := p.createdOf(k.tenant); !c.IsZero() { // the zero time has no Unix nanoseconds
-		created = c.UnixNano()
-	}
-	return "telegram/sealing/" + k.tenant + "/" + strconv.FormatInt(created, 10) + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10) +
-		"/" + strconv.FormatUint(contentSum(a.Content), 16) + "/" + a.Metadata.Turn()
+	return "telegram/sealing/" + k.stream() + "/" + strconv.FormatUint(contentSum(a.Content), 16) + "/" + a.Metadata.Turn()
 }
 
 // claimSeal takes seal a of stream k for this instance while it is sent,
@@ -236,17 +218,38 @@ func (p *Platform) storeWarn(msg string, args ...any) {
 	p.storeLogs.Log(p.log, slog.LevelWarn, msg, args...)
 }
 
-// draftKey names one draft stream of a tenant's chat.
+// draftKey names one draft stream of a tenant's chat, under the tenant's
+// creation (creation): a tenant made again under its id, even by an
+// instance whose clock disagrees, never finds the streams, seals or
+// previews of the earlier one.
 type draftKey struct {
-	tenant string
-	chat   int64
-	draft  int64
+	tenant  string
+	created int64
+	chat    int64
+	draft   int64
+}
+
+// draftKey is the key of stream draft of tenant's chat.
+func (p *Platform) draftKey(tenant string, chat, draft int64) draftKey {
+	return draftKey{tenant: tenant, created: p.creation(tenant), chat: chat, draft: draft}
+}
+
+// creation is tenant's creation (createdOf) in Unix nanoseconds, 0 for a
+// declared tenant (the zero time has no Unix nanoseconds).
+func (p *Platform) creation(tenant string) int64 {
+	if c := p.createdOf(tenant); !c.IsZero() {
+		return c.UnixNano()
+	}
+	return 0
+}
+
+// stream is k as the store keys name it: tenant, creation, chat, draft_id.
+func (k draftKey) stream() string {
+	return k.tenant + "/" + strconv.FormatInt(k.created, 10) + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10)
 }
 
 // sealKey is the store key of stream k's seal record.
-func (k draftKey) sealKey() string {
-	return "telegram/seal/" + k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10)
-}
+func (k draftKey) sealKey() string { return "telegram/seal/" + k.stream() }
 
 // previewWindow is how long the store keeps the record of a group
 // stream's preview (storedPreview): longer than a stream lasts, so the
@@ -260,16 +263,12 @@ const previewWindow = 24 * time.Hour
 type previewRecord struct {
 	ID     int  `json:"id"`               // the message
 	Sealed bool `json:"sealed,omitempty"` // it became the stream's reply
-	// At is when it was stored, on the platform clock (zero in records
-	// stored before it was kept, which count): one stored before its
-	// tenant's creation is an earlier tenant's of the id (predates).
-	At time.Time `json:"at,omitzero"`
 }
 
 // previewKey is the store key of the preview record of stream k's turn:
 // the gateway reuses draft ids after a restart, never within a turn.
 func (k draftKey) previewKey(turn string) string {
-	return "telegram/preview/" + k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10) + "/" + turn
+	return "telegram/preview/" + k.stream() + "/" + turn
 }
 
 // turnPreviewKey is the store key naming the draft stream that shows a
@@ -288,11 +287,7 @@ func turnPreviewKey(tenant string, chat int64, thread int, turn string) string {
 // deleted and made again under its id lists its own turns, and its send
 // leaves the earlier tenant's previews as they are, as its streams do.
 func (p *Platform) topicPreviewsKey(tenant string, chat int64, thread int) string {
-	var created int64
-	if c := p.createdOf(tenant); !c.IsZero() { // the zero time has no Unix nanoseconds
-		created = c.UnixNano()
-	}
-	return "telegram/preview-topic/" + tenant + "/" + strconv.FormatInt(created, 10) + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread)
+	return "telegram/preview-topic/" + tenant + "/" + strconv.FormatInt(p.creation(tenant), 10) + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread)
 }
 
 // topicTurns bounds the turns topicPreviewsKey lists: the gateway streams
@@ -301,8 +296,7 @@ const topicTurns = 16
 
 // storedPreview is the preview record of stream k's turn as the store
 // holds it, written by any instance; ok is false when there is none (or no
-// store, or it is an earlier tenant's of the id: predates). A record the
-// store cannot give is logged and answers err.
+// store). A record the store cannot give is logged and answers err.
 func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (r previewRecord, ok bool, err error) {
 	if p.seals == nil {
 		return r, false, nil
@@ -314,7 +308,7 @@ func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (
 		p.storeWarn("telegram draft preview not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 		return r, false, err
 	}
-	if !ok || json.Unmarshal(raw, &r) != nil || r.ID == 0 || p.predates(k.tenant, r.At) {
+	if !ok || json.Unmarshal(raw, &r) != nil || r.ID == 0 {
 		return r, false, nil
 	}
 	return r, true, nil
@@ -330,9 +324,8 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 	defer cancel()
-	now := p.deps.Clock.Now()
-	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed, At: now}) // plain fields: cannot fail
-	expires := now.Add(previewWindow)
+	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed}) // plain fields: cannot fail
+	expires := p.deps.Clock.Now().Add(previewWindow)
 	err := p.seals.Put(ctx, k.previewKey(pv.turn), raw, expires)
 	if err == nil && !sealed && pv.turn != "" {
 		err = p.seals.Put(ctx, turnPreviewKey(k.tenant, k.chat, pv.thread, pv.turn), strconv.AppendInt(nil, k.draft, 10), expires)
@@ -428,9 +421,6 @@ type preview struct {
 	thread int    // the topic it is in
 	turn   string // the turn it answers (contract.Metadata.Turn)
 	asked  bool   // the store was asked for the stream's preview (adoptPreview)
-	// created is the tenant's creation (createdOf) when the preview was
-	// opened: a tenant made again since leaves it as it is (replacePreviews).
-	created time.Time
 	// done is set once the preview left Platform.previews (sealed or
 	// replaced): a frame that was waiting for it takes the stream's next
 	// preview instead.
@@ -442,18 +432,16 @@ type preview struct {
 // a stream the gateway left (it restarted, or the tenant was deleted and
 // made again under its id: either names draft ids from 1 again, never
 // within a turn): it is left as it is, and a's stream gets a preview of
-// its own, as the store keeps one per turn (previewKey). So is one opened
-// before the tenant's creation, an earlier tenant's of its id, whatever
-// the turns (preview.created).
+// its own, as the store keeps one per turn (previewKey).
 func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
-	turn, created := a.Metadata.Turn(), p.createdOf(k.tenant)
+	turn := a.Metadata.Turn()
 	for {
-		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn, created: created}
+		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn}
 		if old, ok, _ := p.previews.PeekOrAdd(k, pv); ok {
 			pv = old
 		}
 		pv.mu.Lock()
-		if !pv.done && (pv.turn != turn && pv.turn != "" && turn != "" || !pv.created.Equal(created)) {
+		if !pv.done && pv.turn != turn && pv.turn != "" && turn != "" {
 			p.closePreview(k, pv)
 		}
 		if !pv.done {
@@ -506,7 +494,7 @@ func (p *Platform) inStream(ctx context.Context, tenant string, chat int64, a *c
 		return op()
 	}
 	var r contract.Result
-	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
+	k := p.draftKey(tenant, chat, a.DraftID)
 	if err := p.dmStreams.Do(ctx, k, func() error { r = op(); return nil }); err != nil {
 		return p.failure(contract.OpDraft, err)
 	}
@@ -516,7 +504,7 @@ func (p *Platform) inStream(ctx context.Context, tenant string, chat int64, a *c
 // showDraft shows a private chat's draft frame through sendMessageDraft,
 // unless its stream was sealed (sealedStream).
 func (p *Platform) showDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
-	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
+	k := p.draftKey(tenant, chat, a.DraftID)
 	if p.sealedStream(ctx, k, a) {
 		return contract.OK("")
 	}
@@ -548,7 +536,7 @@ func (p *Platform) showDraft(ctx context.Context, tenant string, chat int64, a *
 // gone) and records it in the store. A frame of a stream sealed within
 // sealRetryWindow, on any instance sharing the store, shows nothing.
 func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
-	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
+	k := p.draftKey(tenant, chat, a.DraftID)
 	if p.sealedStream(ctx, k, a) {
 		return contract.OK("")
 	}
@@ -616,7 +604,7 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 // is recorded, so a frame racing it shows nothing (and, once it is, does
 // not wait for the rest of the parts).
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
-	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
+	k := p.draftKey(tenant, chat, a.DraftID)
 	if id, ok := p.resealed(ctx, k, a); ok {
 		return contract.OK(id)
 	}
@@ -679,7 +667,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // group chat's topic that a's reply replaces: those of a's turn, or every
 // one of the topic when a names no turn, as Telegram's sendMessage replaces
 // a native draft; never those of an earlier tenant under its id (deleted
-// and made again since: preview.created). A preview the store records as its stream's reply,
+// and made again since: draftKey). A preview the store records as its stream's reply,
 // sealed on another instance after the gateway reconnected there, is
 // forgotten, not deleted; so is one whose record the store cannot give.
 // The preview of a's turn that another instance showed is found in the
@@ -695,13 +683,13 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 	}
 	thread, turn := topicThread(a.Metadata.ThreadID), a.Metadata.Turn()
 	here := false // a preview of a's turn was deleted here
-	created := p.createdOf(tenant)
+	created := p.creation(tenant)
 	for _, k := range p.previews.Keys() {
-		if k.tenant != tenant || k.chat != chat {
+		if k.tenant != tenant || k.created != created || k.chat != chat {
 			continue
 		}
 		pv, ok := p.previews.Peek(k)
-		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) || !pv.created.Equal(created) {
+		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) {
 			continue
 		}
 		pv.mu.Lock()
@@ -769,7 +757,7 @@ func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat
 	if !ok || draft == 0 {
 		return
 	}
-	if r, ok, _ := p.storedPreview(ctx, draftKey{tenant: tenant, chat: chat, draft: draft}, turn); ok && !r.Sealed {
+	if r, ok, _ := p.storedPreview(ctx, p.draftKey(tenant, chat, draft), turn); ok && !r.Sealed {
 		p.deletePreview(ctx, chat, r.ID)
 	}
 	_ = p.seals.Delete(sctx, key) // best effort: a send of the turn then finds the preview gone

@@ -1063,22 +1063,27 @@ func sendOfATenantMadeAgain(t *testing.T, there bool) {
 // is deleted and created again under its id, and the new tenant's stream
 // under the same draft_id is sealed with the same content within
 // sealRetryWindow, on the same instance or on another sharing the store
-// (a real redis-server), in a private chat and in a group. The seal is a
-// message of its own. The seal records were the tenant id's, so the new
-// tenant's seal was answered with the earlier tenant's message and
-// nothing was posted.
+// (a real redis-server), in a private chat and in a group; also when the
+// instance that created the tenant has a clock 5 s behind the sealing
+// one's (skewed). The seal is a message of its own. The seal records were
+// the tenant id's, so the new tenant's seal was answered with the earlier
+// tenant's message and nothing was posted; later they were told apart by
+// comparing the seal's time with the creation, which clocks 5 s apart
+// got wrong.
 func TestSealOfATenantMadeAgain(t *testing.T) {
 	for _, chat := range []string{telegramtest.ChatAda, telegramtest.ChatT2} {
 		for _, there := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s sealed where sealed before %v", chat, there), func(t *testing.T) { sealOfATenantMadeAgain(t, chat, there) })
+			for _, skewed := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s sealed where sealed before %v skewed %v", chat, there, skewed), func(t *testing.T) { sealOfATenantMadeAgain(t, chat, there, skewed) })
+			}
 		}
 	}
 }
 
 // sealOfATenantMadeAgain is TestSealOfATenantMadeAgain in chat, with the
 // new tenant's seal on the instance of the earlier one's (there), or on
-// the other.
-func sealOfATenantMadeAgain(t *testing.T, chat string, there bool) {
+// the other, the tenant created by a clock 5 s behind (skewed).
+func sealOfATenantMadeAgain(t *testing.T, chat string, there, skewed bool) {
 	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
 	e, other := sharedStoreEnv(t, clk)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -1102,7 +1107,7 @@ func sealOfATenantMadeAgain(t *testing.T, chat string, there bool) {
 	made(clk.Now().Add(-time.Hour))
 	first := seal(e.p)
 	clk.Advance(time.Second)
-	made(clk.Now())
+	made(clk.Now().Add(-skew(skewed)))
 	sealer := other
 	if there {
 		sealer = e.p
@@ -1122,18 +1127,33 @@ func sealOfATenantMadeAgain(t *testing.T, chat string, there bool) {
 // naming no turn, reaches the same instance (without a store, and with
 // one on a real redis-server) or another sharing the store. It shows a
 // preview of its own and seals it into its reply; the earlier tenant's
-// preview stays as it is. The open preview (this instance's, and its
-// record in the store) was the tenant id's, so the new tenant's frames
-// and seal edited the earlier tenant's message.
+// preview stays as it is, also when the instance that created the tenant
+// has a clock 5 s behind the one that showed the preview (skewed). The
+// open preview (this instance's, and its record in the store) was the
+// tenant id's, so the new tenant's frames and seal edited the earlier
+// tenant's message; later the record was told apart by comparing its
+// time with the creation, which clocks 5 s apart got wrong.
 func TestGroupStreamOfATenantMadeAgain(t *testing.T) {
 	for _, where := range []string{"here without a store", "here", "there"} {
-		t.Run(where, func(t *testing.T) { groupStreamOfATenantMadeAgain(t, where) })
+		for _, skewed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s skewed %v", where, skewed), func(t *testing.T) { groupStreamOfATenantMadeAgain(t, where, skewed) })
+		}
 	}
 }
 
+// skew is how far behind the clock of the instance creating a tenant
+// again runs in a skewed case.
+func skew(skewed bool) time.Duration {
+	if skewed {
+		return 5 * time.Second
+	}
+	return 0
+}
+
 // groupStreamOfATenantMadeAgain is TestGroupStreamOfATenantMadeAgain with
-// the new tenant's stream where it says.
-func groupStreamOfATenantMadeAgain(t *testing.T, where string) {
+// the new tenant's stream where it says, created by a clock 5 s behind
+// (skewed).
+func groupStreamOfATenantMadeAgain(t *testing.T, where string, skewed bool) {
 	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
 	var (
 		e      *env
@@ -1171,7 +1191,7 @@ func groupStreamOfATenantMadeAgain(t *testing.T, where string) {
 	made(clk.Now().Add(-time.Hour))
 	act(e.p, contract.Action{Op: contract.OpDraft, Content: "the earlier preview"})
 	clk.Advance(time.Second)
-	made(clk.Now())
+	made(clk.Now().Add(-skew(skewed)))
 	act(second, contract.Action{Op: contract.OpDraft, Content: "the new preview"})
 	reply := act(second, contract.Action{Op: contract.OpDraft, Content: "the new reply", Final: true})
 	msgs := e.fake.Messages(id)

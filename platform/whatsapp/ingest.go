@@ -99,7 +99,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			return nil
 		}
 		if wamid != "" {
-			key := claimKey(number, wamid)
+			key := "whatsapp_cloud/message/" + number + "/" + wamid
 			claimed, err := p.claim(ctx, key, "message")
 			if err != nil {
 				return err
@@ -156,7 +156,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		if vault.Predates(p.vault, tenant, sent) {
 			// Sent before the tenant (re-created under its id) began: a
 			// conversation stamped then would read as its predecessor's.
-			sent = p.vault.(interface{ Since(string) time.Time }).Since(tenant)
+			sent = created(p.vault, tenant)
 		}
 		if !p.newerRecorded(ctx, tenant, sender, sent) {
 			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent)
@@ -264,19 +264,14 @@ func (p *Platform) markDelivered(ctx context.Context, number, wamid string) {
 // storing it may take, its attachment's download included.
 const pendingTTL = 3 * time.Minute
 
-// claimKey is the store claim of message wamid to number being stored.
-func claimKey(number, wamid string) string {
-	return "whatsapp_cloud/message/" + number + "/" + wamid
-}
-
 // claim takes key for this instance (store.Claims, atomic across the
 // instances sharing the store): a message wamid to number being stored
-// (claimKey), or a prompt being answered by a tap. errElsewhere when
-// another instance holds it, which is storing it now (the claim ends with
-// that, or after pendingTTL if it crashed, so a copy is delayed, never
-// lost). Once the claim is taken, a message delivered (or a prompt
-// answered) meanwhile, its claim already released, is found by the
-// caller's second look. With a single instance (Deps.Cluster nil) the
+// (whatsapp_cloud/message/<number>/<wamid>), or a prompt being answered
+// by a tap. errElsewhere when another instance holds it, which is
+// storing it now (the claim ends with that, or after pendingTTL if it
+// crashed, so a copy is delayed, never lost). Once the claim is taken, a
+// message delivered (or a prompt answered) meanwhile, its claim already
+// released, is found by the caller's second look. With a single instance (Deps.Cluster nil) the
 // per-chat queue keeps copies apart, and nothing is written. expires is
 // the claim's, for unclaim.
 func (p *Platform) claim(ctx context.Context, key, what string) (expires time.Time, err error) {
@@ -371,12 +366,13 @@ func (liveTap) native(string, string) bool { return false }
 // prompt implements taps.
 func (l liveTap) prompt(_, promptID string) bool { return l != "" && promptID == string(l) }
 
-// promptRecord is who posted a prompt message (the tenant, and the
-// action's prompt_id) and whether a tap answered it already.
+// promptRecord is who posted a prompt message (the tenant as created, and
+// the action's prompt_id) and whether a tap answered it already.
 type promptRecord struct {
 	Tenant   string    `json:"t"`
 	PromptID string    `json:"p"`
 	Answered bool      `json:"a,omitempty"`
+	Created  time.Time `json:"c,omitzero"` // the tenant's creation (the vault's Since) when it posted
 	stored   time.Time // when the prompt was sent (the vault entry's Stored)
 	msgID    string    // the prompt message's id
 }
@@ -417,11 +413,22 @@ func (p *Platform) promptOf(ctx context.Context, number, sender string, m *messa
 	e, ok := p.vault.Get(ctx, promptKey(number, sender, msgID))
 	var rec promptRecord
 	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID ||
-		vault.Predates(p.vault, rec.Tenant, e.Stored) { // posted by an earlier tenant of the id, deleted since
+		p.earlier(rec, e.Stored) {
 		return promptRecord{}, false
 	}
 	rec.stored, rec.msgID = e.Stored, msgID
 	return rec, true
+}
+
+// earlier reports whether rec, stored at stored, was posted by an earlier
+// tenant of its id, deleted since: its creation is not the tenant's now
+// (whatever the instances' clocks say), or, for a record kept without one,
+// it was stored before that creation (vault.Predates).
+func (p *Platform) earlier(rec promptRecord, stored time.Time) bool {
+	if rec.Created.IsZero() {
+		return vault.Predates(p.vault, rec.Tenant, stored)
+	}
+	return !rec.Created.Equal(created(p.vault, rec.Tenant))
 }
 
 // linkCode returns the code of a "/link <code>" text message the platform

@@ -168,7 +168,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contrac
 	if err != nil {
 		return p.failure(a.Op, err)
 	}
-	p.promptPosted(ctx, c.number, c.user, id, promptRecord{Tenant: tenant, PromptID: a.PromptID})
+	p.promptPosted(ctx, c.number, c.user, id, promptRecord{Tenant: tenant, PromptID: a.PromptID, Created: created(p.vault, tenant)})
 	return contract.OK(id)
 }
 

@@ -53,9 +53,8 @@ type Platform struct {
 	rehosts     *platform.Rehosts  // attachments of messages not delivered yet
 	desc        descriptor.Descriptor
 
-	running      atomic.Bool
-	sink         atomic.Pointer[platform.Sink]
-	tokenRefused atomic.Bool // Meta refused the access token (code 190) on the last call that told
+	sink         atomic.Pointer[platform.Sink] // nil unless Run runs
+	tokenRefused atomic.Bool                   // Meta refused the access token (code 190) on the last call that told
 }
 
 var (
@@ -109,7 +108,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.budget = p.newBudget(cfg.GlobalPerSecond)
 	p.perNumber = make(map[string]*fairshare.Scheduler)
 	p.pace = pace.New(cfg.ChatPerSecond)
-	p.quotes = newQuotes(p.clock, p.vault)
+	p.quotes = newQuotes(p.vault)
 	p.links = platform.NewLinkDesk(deps.Clock)
 	p.rehosts = platform.NewRehosts(deps.Clock)
 	p.egress = newEgress(cfg.RequestTimeout)
@@ -160,9 +159,7 @@ func (p *Platform) Routes() map[string]http.Handler {
 // There is nothing to connect to: the Graph API is called per action.
 func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.sink.Store(&sink)
-	p.running.Store(true)
 	p.links.Run(ctx) // until ctx ends
-	p.running.Store(false)
 	p.sink.Store(nil)
 	return nil
 }
@@ -171,7 +168,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 // refused the access token on the last call that told.
 func (p *Platform) Status() platform.Status {
 	switch {
-	case !p.running.Load():
+	case p.sink.Load() == nil:
 		return platform.Status{Detail: "not started"}
 	case p.tokenRefused.Load():
 		return platform.Status{Detail: "Meta refused the access token (Graph error 190); set a valid whatsapp.access_token"}

@@ -141,7 +141,7 @@ func newRig(t testing.TB, v vault.Store, edit func(*Config, *platform.Deps)) *ri
 	done := make(chan struct{})
 	go func() { _ = r.p.Run(ctx, r.sink); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	platformtest.WaitUntil(t, "whatsapp Run to start", func() bool { return r.p.running.Load() })
+	platformtest.WaitUntil(t, "whatsapp Run to start", func() bool { return r.p.sink.Load() != nil })
 	mux := http.NewServeMux()
 	for pattern, h := range r.p.Routes() {
 		mux.Handle(pattern, h)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -264,8 +265,18 @@ func TestMessageStoredAsMetaHangsUpIsDeliveredOnce(t *testing.T) {
 // with the same number: a tap on the earlier t1's prompt is no prompt
 // answer of the new t1's (it reaches the number's tenant as any tap on a
 // prompt the connector does not know); a tap on the new t1's own prompt
-// is.
+// is. So too when the instance that created the new t1 has a clock 5 s
+// behind the one that posted the prompt (skewed): the prompt was told
+// apart by when it was stored, which that skew got wrong.
 func TestTapOnAnEarlierTenantsPrompt(t *testing.T) {
+	for _, skewed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("skewed %v", skewed), func(t *testing.T) { tapOnAnEarlierTenantsPrompt(t, skewed) })
+	}
+}
+
+// tapOnAnEarlierTenantsPrompt is TestTapOnAnEarlierTenantsPrompt, t1
+// created again by a clock 5 s behind (skewed).
+func tapOnAnEarlierTenantsPrompt(t *testing.T, skewed bool) {
 	clk := clocktest.New(time.Now())
 	var began atomic.Int64
 	since := func(tenant string) time.Time {
@@ -297,10 +308,14 @@ func TestTapOnAnEarlierTenantsPrompt(t *testing.T) {
 		}
 		return got[0].Event.PromptResponse
 	}
+	began.Store(clk.Now().Add(-time.Hour).UnixMicro()) // the earlier t1's creation
 	r.converse(t, biz1, ada, "wamid.O1")
 	old := prompt()
 	clk.Advance(time.Second)
 	began.Store(clk.Now().UnixMicro())
+	if skewed {
+		began.Store(clk.Now().Add(-5 * time.Second).UnixMicro())
+	}
 	clk.Advance(time.Second)
 	r.converse(t, biz1, ada, "wamid.O2")
 	if pr := tap("wamid.O3", old); pr != nil {
@@ -343,8 +358,18 @@ func TestMessageSentBeforeItsTenantBegan(t *testing.T) {
 // same number: a reply to a message of the earlier t1's conversation, the
 // user's or the bot's, reaches the new t1 without the quoted text (it was
 // received or sent before the new t1's creation); a reply to the new
-// t1's own message quotes it.
+// t1's own message quotes it. So too when the instance that created the
+// new t1 has a clock 5 s behind this one's (skewed): the quotes were told
+// apart by the time they were kept, which that skew got wrong.
 func TestRemadeTenantQuotesNothingOfTheEarlier(t *testing.T) {
+	for _, skewed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("skewed %v", skewed), func(t *testing.T) { remadeTenantQuotesNothing(t, skewed) })
+	}
+}
+
+// remadeTenantQuotesNothing is TestRemadeTenantQuotesNothingOfTheEarlier,
+// t1 created again by a clock 5 s behind (skewed).
+func remadeTenantQuotesNothing(t *testing.T, skewed bool) {
 	clk := clocktest.New(time.Now())
 	var began atomic.Int64
 	since := func(tenant string) time.Time {
@@ -381,6 +406,9 @@ func TestRemadeTenantQuotesNothingOfTheEarlier(t *testing.T) {
 	earlier := send("the earlier t1's answer")
 	clk.Advance(time.Second)
 	began.Store(clk.Now().UnixMicro())
+	if skewed {
+		began.Store(clk.Now().Add(-5 * time.Second).UnixMicro())
+	}
 	clk.Advance(time.Second)
 	if text := reply("wamid.E2", earlier); text != "" {
 		t.Fatalf("a reply to the earlier t1's answer quotes %q to the new t1", text)

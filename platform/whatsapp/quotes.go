@@ -5,7 +5,6 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
-	"connector/internal/clock"
 	"connector/internal/textsplit"
 	"connector/vault"
 )
@@ -15,22 +14,21 @@ import (
 // rich_sent_store does: Meta's reply context carries only the quoted
 // message's id, and this is how a reply gets the quoted text
 // (reply_to.text). It is per instance and bounded: an unknown id leaves the
-// text empty. A text is kept with when it was, and one kept for an earlier
-// tenant of its tenant's id, deleted since (vault.Predates), is not given:
-// a tenant created again under the id quotes nothing of its predecessor's
-// conversations.
+// text empty. A text is kept with its tenant's creation (the vault's
+// Since), and one kept for an earlier tenant of the id, deleted since, is
+// not given: a tenant created again under the id quotes nothing of its
+// predecessor's conversations, whatever the instances' clocks say.
 type quotes struct {
 	cache *lru.Cache[quoteKey, quote]
-	clock clock.Clock
-	vault vault.Store // judges the earlier tenants of an id (vault.Predates)
+	vault vault.Store // gives each tenant's creation (Since)
 }
 
 type quoteKey struct{ tenant, user, id string }
 
-// quote is a remembered text and when it was kept.
+// quote is a remembered text and its tenant's creation when it was kept.
 type quote struct {
-	text string
-	at   time.Time
+	text    string
+	created time.Time
 }
 
 // Bounds of the quote memory: entries, and bytes kept of each text.
@@ -39,15 +37,23 @@ const (
 	maxQuoteBytes = 2048
 )
 
-func newQuotes(clk clock.Clock, v vault.Store) *quotes {
+func newQuotes(v vault.Store) *quotes {
 	c, _ := lru.New[quoteKey, quote](maxQuotes) // size > 0: cannot fail
-	return &quotes{cache: c, clock: clk, vault: v}
+	return &quotes{cache: c, vault: v}
+}
+
+// created is tenant's creation as v knows it (its Since; zero for none).
+func created(v vault.Store, tenant string) time.Time {
+	if s, ok := v.(interface{ Since(string) time.Time }); ok {
+		return s.Since(tenant)
+	}
+	return time.Time{}
 }
 
 // add remembers text as message id of tenant's conversation with user.
 func (q *quotes) add(tenant, user, id, text string) {
 	if id != "" && text != "" {
-		q.cache.Add(quoteKey{tenant, user, id}, quote{text: textsplit.Truncate(text, maxQuoteBytes), at: q.clock.Now()})
+		q.cache.Add(quoteKey{tenant, user, id}, quote{text: textsplit.Truncate(text, maxQuoteBytes), created: created(q.vault, tenant)})
 	}
 }
 
@@ -56,7 +62,7 @@ func (q *quotes) add(tenant, user, id, text string) {
 func (q *quotes) text(tenant, user, id string) string {
 	k := quoteKey{tenant, user, id}
 	t, ok := q.cache.Get(k)
-	if ok && vault.Predates(q.vault, tenant, t.at) {
+	if ok && !t.created.Equal(created(q.vault, tenant)) {
 		q.cache.Remove(k)
 		return ""
 	}
