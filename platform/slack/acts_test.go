@@ -1116,3 +1116,50 @@ func TestDraftSealRetriedAfterA429(t *testing.T) {
 		t.Fatalf("streamed message %+v, want it stopped with the final text", m)
 	}
 }
+
+// TestPressAfterRebindDropped: t1's prompt outlives its channel's routing
+// (remembered 7 days): once the channel, or its workspace, is rebound to
+// t2, a press of it is dropped (prompt_not_owned), neither delivered to
+// t1 nor the prompt updated with t1's choice; t1's prompt in a chat it
+// still holds (its DM) is answered as before.
+func TestPressAfterRebindDropped(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	prompt := func(chat, id string) string {
+		t.Helper()
+		r := e.execute(t, "t1", `{"op":"prompt","chat_id":"`+chat+`","content":"Deploy?","prompt_id":"`+id+`","options":[{"id":"once","label":"Approve once"}]}`)
+		if !r.Success {
+			t.Fatalf("prompt %s: %+v", id, r)
+		}
+		return r.MessageID
+	}
+	press := func(chat, ts, id string) {
+		t.Helper()
+		body := slacktest.Press(teamA.ID, chat, userAda, ts, "", "hp1:"+id+":once", "Approve once")
+		if code, text := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+			t.Fatalf("press of %s: %d %s", id, code, text)
+		}
+	}
+	inChannel, inChannel2, inDM := prompt(chanGeneral, "p1"), prompt(chanGeneral, "p2"), prompt(dmAda, "p3")
+	rebind := func(bindings ...platform.Binding) {
+		t.Helper()
+		if err := e.p.Bind(bindings); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rebind(platform.Binding{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, platform.Binding{Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		platform.Binding{Kind: platform.BindChannel, ID: chanGeneral, Tenant: "t2"})
+	press(chanGeneral, inChannel, "p1")
+	e.sink.Empty(t)
+	press(dmAda, inDM, "p3")
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "p3" {
+		t.Fatalf("the DM's press delivered to %s as %+v", d.Tenant, d.Event)
+	}
+	rebind(platform.Binding{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t2"}, platform.Binding{Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"})
+	press(chanGeneral, inChannel2, "p2")
+	e.sink.Empty(t)
+	e.stop() // waits for the background prompt updates
+	e.stop = func() {}
+	if updates := e.fake.Calls("chat.update"); len(updates) != 1 || updates[0].Form.Get("ts") != inDM {
+		t.Fatalf("prompt updates %+v, want the DM prompt's alone", updates)
+	}
+}

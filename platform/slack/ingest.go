@@ -380,7 +380,10 @@ func (p *Platform) routeAct(ctx context.Context, user, channel, team string, dm 
 // slash command's), and the press is then of the workspace that posted the
 // prompt (its session, its token for the update). A press of a message
 // with no remembered prompt (posted before it was recorded, over
-// memoryTTL ago, or a store without it) is dropped.
+// memoryTTL ago, or a store without it) is dropped, and so is one of a
+// prompt whose tenant may no longer act in its channel (mayAct, as an
+// action there): the prompt outlives its chat's routing, which may have
+// moved to another tenant since (prompt_not_owned).
 func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Time, delivered func()) error {
 	if p.sink.Load() == nil {
 		return errNotRunning
@@ -395,6 +398,13 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 		return nil
 	}
 	tenant, team := owner.Tenant, owner.Team
+	switch ok, err := p.mayAct(ctx, tenant, pr.channel); {
+	case err != nil:
+		return err
+	case !ok:
+		p.drop(dropPromptNotOwned, "")
+		return nil
+	}
 	// Authorized before the dedupe: a press that is not admitted takes
 	// no prompt from the users who are.
 	if drop := p.policy(tenant).refusal(pr.user, strings.HasPrefix(pr.channel, "D")); drop != "" {
