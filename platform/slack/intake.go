@@ -187,10 +187,13 @@ func (in *intake) holds(key string) bool {
 func (in *intake) claimed(key string, expires time.Time) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if _, ok := in.held[key]; ok && expires.After(in.until[key]) {
+	if _, ok := in.held[key]; !ok {
+		return
+	}
+	if expires.After(in.until[key]) {
 		in.until[key] = expires
 	}
-	if _, ok := in.held[key]; ok && expires.After(in.sure[key]) {
+	if expires.After(in.sure[key]) {
 		in.sure[key] = expires
 	}
 }
