@@ -1163,3 +1163,28 @@ func TestPressAfterRebindDropped(t *testing.T) {
 		t.Fatalf("prompt updates %+v, want the DM prompt's alone", updates)
 	}
 }
+
+// TestStreamRecordOfANegativeLengthUnreadable: a stream record in the
+// store that says a negative length was streamed (not one the connector
+// writes: another writer's, or a damaged one) is unreadable, as one that
+// does not parse: the frame fails retryably and a send posts as any
+// other. Sliced by that length, every frame and send of the chat panicked.
+func TestStreamRecordOfANegativeLengthUnreadable(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ctx, cancel := contextFor()
+	defer cancel()
+	rec := `{"draft":7,"team":"T0AAA00001","ts":"1768490000.000100","sent":-3,"digest":"00"}`
+	if err := e.store.Capabilities().Put(ctx, streamKey{"t1", chanGeneral}.stateKey(), []byte(rec), e.now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for _, final := range []bool{false, true} {
+		b, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 7, "content": "Hello", "final": final,
+			"metadata": map[string]any{"thread_id": "1768490100.000100"}})
+		if r := e.execute(t, "t1", string(b)); r.Code != contract.CodeUnavailable {
+			t.Fatalf("a frame (final %v) on the record: %+v, want unavailable", final, r)
+		}
+	}
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"Hello","metadata":{"thread_id":"1768490100.000100"}}`); !r.Success || r.MessageID == "" {
+		t.Fatalf("a send on the record: %+v, want it posted", r)
+	}
+}
