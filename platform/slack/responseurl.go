@@ -140,7 +140,7 @@ func (p *Platform) releaseClaim(ctx context.Context, key string, until time.Time
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	if err := p.claims.Release(ctx, key, until); err != nil {
-		p.log.Warn("slack slash reply claim not released; a retry of the reply is posted publicly", "err", err)
+		p.log.Warn("slack slash reply claim not released; until the reply window ends, a retry of the reply is not posted privately", "err", err)
 	}
 }
 
