@@ -102,34 +102,31 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 	digest := sha256.Sum256([]byte(e.Value.Reveal()))
 	claim := "slack/slash-reply/" + tenant + "/" + sessionKey + "/" + hex.EncodeToString(digest[:16])
 	content := sha256.Sum256([]byte(a.Content))
-	claims := []string{claim + "/" + hex.EncodeToString(content[:16]), claim}
+	reply := claim + "/" + hex.EncodeToString(content[:16])
 	until := e.Stored.Add(slashReplyWindow)
-	var took [2]bool
-	var err error
-	for i := 0; i < len(claims) && err == nil; i++ {
-		took[i], err = p.claims.Claim(ctx, claims[i], until)
+	mine, err := p.claims.Claim(ctx, reply, until)
+	first := mine
+	if mine && err == nil {
+		first, err = p.claims.Claim(ctx, claim, until)
 	}
 	switch {
 	case err != nil:
 		// Answered as the command's reply all the same: a private reply
 		// must not become public because the store did not answer.
 		p.log.Warn("slack slash reply claim not stored; answering it privately", "err", err)
-	case !took[0]:
-		// This very reply, sent again (a seal the gateway retries after
+	case !mine:
+		// This very reply, sent again (a seal the gateway resends after
 		// its connection dropped, on any instance): it is answered, or
 		// being answered, privately; never posted publicly.
 		return contract.OK(""), true
-	case !took[1]:
-		p.releaseClaim(ctx, claims[0], until)
+	case !first:
+		p.releaseClaim(ctx, reply, until)
 		return contract.Result{}, false // answered already (on another instance)
 	}
 	r := p.privateReply(ctx, tenant, t.team, sessionKey, ref, e.Value.Reveal(), a.Content)
-	if !r.Success {
-		// Not answered: the gateway's retry is the command's reply too.
-		for i, k := range claims {
-			if took[i] {
-				p.releaseClaim(ctx, k, until)
-			}
+	for key, took := range map[string]bool{reply: mine, claim: first} {
+		if took && !r.Success { // not answered: the gateway's retry is the command's reply too
+			p.releaseClaim(ctx, key, until)
 		}
 	}
 	return r, true
