@@ -317,7 +317,12 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 		})
 		return "", nil
 	}
-	tenant, drop := p.routeAct(ctx, c.UserID, c.ChannelID, c.TeamID, dm)
+	// Routed as a message of its user, who is then authorized by the
+	// tenant (policy.refusal).
+	tenant, _, drop := p.route(ctx, c.UserID, c.ChannelID, c.TeamID, dm)
+	if drop == "" {
+		drop = p.policy(tenant).refusal(c.UserID, dm)
+	}
 	if drop != "" {
 		p.drop(drop, "")
 		return "", nil
@@ -350,18 +355,6 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 		return "", err
 	}
 	return "Running `" + c.Command + "`…", nil
-}
-
-// routeAct routes a slash command of user (route) and authorizes its user
-// for the tenant (policy.refusal). drop is why it is not delivered.
-func (p *Platform) routeAct(ctx context.Context, user, channel, team string, dm bool) (tenant, drop string) {
-	if tenant, _, drop = p.route(ctx, user, channel, team, dm); drop == "" {
-		drop = p.policy(tenant).refusal(user, dm)
-	}
-	if drop != "" {
-		return "", drop
-	}
-	return tenant, ""
 }
 
 // ingestPress handles a prompt button press: delivered as a
