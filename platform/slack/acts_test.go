@@ -1116,3 +1116,75 @@ func TestDraftSealRetriedAfterA429(t *testing.T) {
 		t.Fatalf("streamed message %+v, want it stopped with the final text", m)
 	}
 }
+
+// TestPressAfterRebindDropped: t1's prompt outlives its channel's routing
+// (remembered 7 days): once the channel, or its workspace, is rebound to
+// t2, a press of it is dropped (prompt_not_owned), neither delivered to
+// t1 nor the prompt updated with t1's choice; t1's prompt in a chat it
+// still holds (its DM) is answered as before.
+func TestPressAfterRebindDropped(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	prompt := func(chat, id string) string {
+		t.Helper()
+		r := e.execute(t, "t1", `{"op":"prompt","chat_id":"`+chat+`","content":"Deploy?","prompt_id":"`+id+`","options":[{"id":"once","label":"Approve once"}]}`)
+		if !r.Success {
+			t.Fatalf("prompt %s: %+v", id, r)
+		}
+		return r.MessageID
+	}
+	press := func(chat, ts, id string) {
+		t.Helper()
+		body := slacktest.Press(teamA.ID, chat, userAda, ts, "", "hp1:"+id+":once", "Approve once")
+		if code, text := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+			t.Fatalf("press of %s: %d %s", id, code, text)
+		}
+	}
+	inChannel, inChannel2, inDM := prompt(chanGeneral, "p1"), prompt(chanGeneral, "p2"), prompt(dmAda, "p3")
+	rebind := func(bindings ...platform.Binding) {
+		t.Helper()
+		if err := e.p.Bind(bindings); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rebind(platform.Binding{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, platform.Binding{Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		platform.Binding{Kind: platform.BindChannel, ID: chanGeneral, Tenant: "t2"})
+	press(chanGeneral, inChannel, "p1")
+	e.sink.Empty(t)
+	press(dmAda, inDM, "p3")
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "p3" {
+		t.Fatalf("the DM's press delivered to %s as %+v", d.Tenant, d.Event)
+	}
+	rebind(platform.Binding{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t2"}, platform.Binding{Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"})
+	press(chanGeneral, inChannel2, "p2")
+	e.sink.Empty(t)
+	e.stop() // waits for the background prompt updates
+	e.stop = func() {}
+	if updates := e.fake.Calls("chat.update"); len(updates) != 1 || updates[0].Form.Get("ts") != inDM {
+		t.Fatalf("prompt updates %+v, want the DM prompt's alone", updates)
+	}
+}
+
+// TestStreamRecordOfANegativeLengthUnreadable: a stream record in the
+// store that says a negative length was streamed (not one the connector
+// writes: another writer's, or a damaged one) is unreadable, as one that
+// does not parse: the frame fails retryably and a send posts as any
+// other. Sliced by that length, every frame and send of the chat panicked.
+func TestStreamRecordOfANegativeLengthUnreadable(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ctx, cancel := contextFor()
+	defer cancel()
+	rec := `{"draft":7,"team":"T0AAA00001","ts":"1768490000.000100","sent":-3,"digest":"00"}`
+	if err := e.store.Capabilities().Put(ctx, streamKey{"t1", chanGeneral}.stateKey(), []byte(rec), e.now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for _, final := range []bool{false, true} {
+		b, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 7, "content": "Hello", "final": final,
+			"metadata": map[string]any{"thread_id": "1768490100.000100"}})
+		if r := e.execute(t, "t1", string(b)); r.Code != contract.CodeUnavailable {
+			t.Fatalf("a frame (final %v) on the record: %+v, want unavailable", final, r)
+		}
+	}
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"Hello","metadata":{"thread_id":"1768490100.000100"}}`); !r.Success || r.MessageID == "" {
+		t.Fatalf("a send on the record: %+v, want it posted", r)
+	}
+}

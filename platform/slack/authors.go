@@ -2,11 +2,13 @@ package slack
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/slack-go/slack"
 
+	"connector/contract"
 	"connector/platform"
 )
 
@@ -122,6 +124,18 @@ func (p *Platform) place(ctx context.Context, tenant, chat string, hints ...stri
 	p.placed.Add(chat, struct{}{})
 	teams, _ := p.chanTeams.Get(chat)
 	return teams, nil
+}
+
+// mayAct reports whether tenant may act in chat (platform.Authorize, the
+// check every action passes), for what an event makes of a chat other
+// than its own (a reaction turn's target) or of a routing it outlived (a
+// press of a prompt); err is set when that could not be told.
+func (p *Platform) mayAct(ctx context.Context, tenant, chat string) (bool, error) {
+	r, ok := platform.Authorize(ctx, p, tenant, chat)
+	if !ok && r.Code == contract.CodeUnavailable {
+		return false, fmt.Errorf("slack: the chat's owner could not be looked up: %s", r.Error)
+	}
+	return ok, nil
 }
 
 // LocateChat implements platform.ScopeLocator: a channel is placed in the

@@ -157,7 +157,7 @@ func (s *streams) load(ctx context.Context, k streamKey) (st stream, ok bool, er
 	if err != nil || !ok {
 		return stream{}, false, err
 	}
-	if err := json.Unmarshal(raw, &st); err != nil {
+	if err := json.Unmarshal(raw, &st); err != nil || st.Sent < 0 {
 		return stream{}, false, errors.New("slack: unreadable stream record")
 	}
 	if s.predates(k, st.At) {

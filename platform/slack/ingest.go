@@ -317,7 +317,12 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 		})
 		return "", nil
 	}
-	tenant, drop := p.routeAct(ctx, c.UserID, c.ChannelID, c.TeamID, dm)
+	// Routed as a message of its user, who is then authorized by the
+	// tenant (policy.refusal).
+	tenant, _, drop := p.route(ctx, c.UserID, c.ChannelID, c.TeamID, dm)
+	if drop == "" {
+		drop = p.policy(tenant).refusal(c.UserID, dm)
+	}
 	if drop != "" {
 		p.drop(drop, "")
 		return "", nil
@@ -352,18 +357,6 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	return "Running `" + c.Command + "`…", nil
 }
 
-// routeAct routes a slash command of user (route) and authorizes its user
-// for the tenant (policy.refusal). drop is why it is not delivered.
-func (p *Platform) routeAct(ctx context.Context, user, channel, team string, dm bool) (tenant, drop string) {
-	if tenant, _, drop = p.route(ctx, user, channel, team, dm); drop == "" {
-		drop = p.policy(tenant).refusal(user, dm)
-	}
-	if drop != "" {
-		return "", drop
-	}
-	return tenant, ""
-}
-
 // ingestPress handles a prompt button press: delivered as a
 // prompt_response from the user who pressed, once per prompt message
 // (a second press of the same prompt is a duplicate, as natively).
@@ -380,7 +373,10 @@ func (p *Platform) routeAct(ctx context.Context, user, channel, team string, dm 
 // slash command's), and the press is then of the workspace that posted the
 // prompt (its session, its token for the update). A press of a message
 // with no remembered prompt (posted before it was recorded, over
-// memoryTTL ago, or a store without it) is dropped.
+// memoryTTL ago, or a store without it) is dropped, and so is one of a
+// prompt whose tenant may no longer act in its channel (mayAct, as an
+// action there): the prompt outlives its chat's routing, which may have
+// moved to another tenant since (prompt_not_owned).
 func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Time, delivered func()) error {
 	if p.sink.Load() == nil {
 		return errNotRunning
@@ -395,6 +391,13 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 		return nil
 	}
 	tenant, team := owner.Tenant, owner.Team
+	switch ok, err := p.mayAct(ctx, tenant, pr.channel); {
+	case err != nil:
+		return err
+	case !ok:
+		p.drop(dropPromptNotOwned, "")
+		return nil
+	}
 	// Authorized before the dedupe: a press that is not admitted takes
 	// no prompt from the users who are.
 	if drop := p.policy(tenant).refusal(pr.user, strings.HasPrefix(pr.channel, "D")); drop != "" {

@@ -187,10 +187,13 @@ func (in *intake) holds(key string) bool {
 func (in *intake) claimed(key string, expires time.Time) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if _, ok := in.held[key]; ok && expires.After(in.until[key]) {
+	if _, ok := in.held[key]; !ok {
+		return
+	}
+	if expires.After(in.until[key]) {
 		in.until[key] = expires
 	}
-	if _, ok := in.held[key]; ok && expires.After(in.sure[key]) {
+	if expires.After(in.sure[key]) {
 		in.sure[key] = expires
 	}
 }
@@ -290,10 +293,7 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 		}
 	}
 	key := intakeKey(chat, r.rec)
-	value, err := json.Marshal(r.rec)
-	if err != nil {
-		return fmt.Errorf("slack: encode an intake entry: %w", err)
-	}
+	value, _ := json.Marshal(r.rec) // plain fields: cannot fail
 	until := p.clock.Now().Add(intakeClaimTTL)
 	if took, err := p.claims.Claim(ctx, intakeClaim(key), until); err != nil || !took {
 		return err // not taken: this very request is stored already
@@ -419,14 +419,8 @@ func (p *Platform) deliveringTo(ctx context.Context, channel string) error {
 	}
 	rec := turn.rec
 	rec.To = channel
-	old, err := json.Marshal(turn.rec)
-	if err != nil {
-		return fmt.Errorf("slack: encode an intake entry: %w", err)
-	}
-	value, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("slack: encode an intake entry: %w", err)
-	}
+	old, _ := json.Marshal(turn.rec) // plain fields: cannot fail
+	value, _ := json.Marshal(rec)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intakeStoreTimeout)
 	defer cancel()
 	switch swapped, err := p.deps.Store.Registry().CompareAndSwap(sctx, intakeNamespace, turn.key, old, value); {

@@ -45,6 +45,7 @@ const (
 	dropReaction         = "reaction_routing_disabled"
 	dropForeignAction    = "foreign_action"
 	dropUnknownPrompt    = "unknown_prompt"
+	dropPromptNotOwned   = "prompt_not_owned" // a press of a prompt whose tenant may no longer act in its channel
 	dropLifecycle        = "lifecycle"
 	dropCommandNotRouted = "command_not_routed"
 	dropOverloaded       = "overloaded"

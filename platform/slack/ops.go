@@ -316,7 +316,7 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	defer func() { p.usedResponseURL(context.WithoutCancel(ctx), tenant, a.SessionKey, used) }()
 	for _, part := range parts {
 		if used >= maxResponseURLPosts {
-			if ref.channel == "" || ref.user == "" {
+			if ref.user == "" {
 				return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: the response_url took its five replies")
 			}
 			team, err := p.teamFor(ctx, tenant, ref.channel, ref.team)

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"connector/contract"
 	"connector/platform"
 )
 
@@ -118,7 +117,7 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 		return nil
 	}
 	if m.ev.Channel != channel {
-		switch ok, err := p.reactionTarget(ctx, r.Tenant, m.ev.Channel); {
+		switch ok, err := p.mayAct(ctx, r.Tenant, m.ev.Channel); {
 		case err != nil:
 			return err
 		case !ok:
@@ -131,15 +130,4 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 	}
 	m.routed = &routing{tenant: r.Tenant, owner: r.Owner}
 	return p.ingestMessage(ctx, env, &m, received)
-}
-
-// reactionTarget reports whether tenant may act in the target chat of its
-// reaction turns (platform.Authorize, the check every action passes); err
-// is set when that could not be told.
-func (p *Platform) reactionTarget(ctx context.Context, tenant, chat string) (bool, error) {
-	r, ok := platform.Authorize(platform.WithTenant(ctx, tenant), p, tenant, chat)
-	if !ok && r.Code == contract.CodeUnavailable {
-		return false, fmt.Errorf("slack: the reaction target's owner could not be looked up: %s", r.Error)
-	}
-	return ok, nil
 }

@@ -2,6 +2,9 @@ package slack
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -274,5 +277,75 @@ func TestFollowUpAfterRebindDeclined(t *testing.T) {
 	}
 	if posts, eph := e.fake.Responses(), e.fake.Calls("chat.postEphemeral"); len(posts) != 2 || posts[1].ID != "r2" || len(eph) != 0 {
 		t.Fatalf("response_url posts %+v, ephemeral %+v: want only the DM's two follow_ups", posts, eph)
+	}
+}
+
+// TestSlashReplySealResentStaysPrivate: a gateway's connection drops
+// while its seal of a slash command's reply (a draft's final frame with
+// nothing streamed, which is sent as the reply) is being posted through
+// the response_url; it dials another instance and sends the seal again
+// (the gateway retries an ambiguous seal once). The resend finds the
+// command's reply claimed by the first copy, still running: it is answered
+// as done and posts nothing, never publicly; the first copy posts the
+// reply privately, once. A later send of other content is public, as ever.
+func TestSlashReplySealResentStaysPrivate(t *testing.T) {
+	st := newSharedStore(t)
+	fake := newFake(t)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	upstream, err := url.Parse(fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/response/") { // the first post to a response_url waits
+			select {
+			case started <- struct{}{}:
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			default:
+			}
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	t.Cleanup(func() { close(release) })
+	instance := func(name string) *env {
+		return newEnvOn(t, fake, func(c *Config) { c.APIURL = proxy.URL + "/" }, &platform.Deps{Store: st,
+			Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Cluster: newNode(t, st, name)})
+	}
+	a, b := instance("i0"), instance("i1")
+	a.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", proxy.URL+"/response/r1"))
+	a.sink.Next(t)
+	const seal = `{"op":"draft","chat_id":"C0GEN00001","draft_id":1,"content":"all good","final":true,"metadata":{"scope_id":"T0AAA00001","user_id":"U0ADA00001"}}`
+	first := make(chan contract.Result, 1)
+	go func() { first <- a.execute(t, "t1", seal) }()
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first seal's response_url post", waitFor)
+	}
+	if r := b.execute(t, "t1", seal); !r.Success || r.MessageID != "" {
+		t.Fatalf("the resent seal: %+v, want it answered as done", r)
+	}
+	if n := len(fake.Calls("chat.postMessage")); n != 0 {
+		t.Fatalf("the resent seal posted the command's reply publicly (%d chat.postMessage)", n)
+	}
+	release <- struct{}{}
+	select {
+	case r := <-first:
+		if !r.Success || r.MessageID != "" {
+			t.Fatalf("the first seal: %+v", r)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first seal", waitFor)
+	}
+	if posts := fake.Responses(); len(posts) != 1 || posts[0].ID != "r1" || posts[0].Body["text"] != "all good" {
+		t.Fatalf("response_url posts %+v, want the reply once", posts)
+	}
+	if r := b.execute(t, "t1", sprintf(slashSend, "and another thing", "")); !r.Success || r.MessageID == "" {
+		t.Fatalf("a later send: %+v, want it public", r)
 	}
 }
