@@ -16,8 +16,9 @@ import (
 // the "/link <code>" DMs that link an account. An event no rule places
 // goes to dm_tenant when it is a DM, else nowhere. A tenant may act in
 // the channel where an event routed to it by claim or author link was
-// posted (platform.Grants, shared by every instance on the store), as long
-// as no binding or claim of another tenant covers it.
+// posted (platform.Grants, shared by every instance on the store), and in
+// the thread auto-threading made of it (ingestMessage), as long as no
+// binding or claim of another tenant covers it.
 
 // chatOf places a channel of guildID ("" for a DM) for the ownership
 // order: a thread's parent channel comes from the channel cache.

@@ -56,7 +56,9 @@
 // mentions_others, channel_not_allowed, channel_ignored, not_mentioned,
 // group_dm, unknown_channel, auto_thread_unsupported, auto_thread_failed,
 // malformed, lookup_failed; for interactions also duplicate,
-// dedupe_unavailable, unsupported_interaction, overloaded, and the
+// dedupe_unavailable, unsupported_interaction, overloaded,
+// earlier_tenant_prompt (a press of a prompt posted before its tenant's
+// creation: an earlier tenant's of the id, vault.Predates), and the
 // webhook's refusals oversized (413) and rejected_<HTTP status text>; for
 // /link DMs link_edit, link_rate_limited and link_shed. A guild message
 // dropped as not_mentioned or mentions_others is kept as its channel's

@@ -659,3 +659,33 @@ func TestGatewayInteractionCallbackIsBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestGatewayNewSessionAfterLiveClose: Discord closes a live session with
+// 4009 (session timed out) or 4007 (invalid seq), which ends it at Discord.
+// The Disconnect event carries no close code, so the next HELLO is answered
+// with a RESUME; Discord answers that with op 9, which discordgo answers
+// with IDENTIFY on the same connection: a new session that delivers.
+func TestGatewayNewSessionAfterLiveClose(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{4007, 4009} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, discordtest.Options{}, nil)
+			e.startReady(t)
+			if err := e.fake.CloseGateway(code, "gone"); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.fake.WaitSession(waitCtx(t), 2); err != nil {
+				t.Fatal(err)
+			}
+			if i, r := e.fake.Identifies(), e.fake.Resumes(); i != 2 || r != 0 {
+				t.Fatalf("identifies %d resumes %d after a live close %d, want 2 and 0", i, r, code)
+			}
+			platformtest.WaitUntil(t, "the new session up", func() bool { return e.p.Status().Ready })
+			e.dispatch(t, "MESSAGE_CREATE", msg("7023", threadPlan, guildLab, "new session?", true))
+			if d := e.sink.Next(t); d.Event.Source.MessageID != "7023" {
+				t.Fatalf("delivery on the new session = %+v", d)
+			}
+		})
+	}
+}

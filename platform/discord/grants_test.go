@@ -213,3 +213,43 @@ func TestFollowUpOnAGrant(t *testing.T) {
 		t.Fatalf("a deleting its follow_up = %+v", r)
 	}
 }
+
+// TestAutoThreadOnAGrant: Ada, linked to t2, mentions the bot in a channel
+// no binding covers, so her turn reaches t2 by author link, keyed on the
+// thread auto-threading made of her message. t2 must be able to answer in
+// that thread (it was declined: the grant was of the channel only); t3,
+// which holds the channel by grant too (Bea spoke there), must not.
+func TestAutoThreadOnAGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	const userBea = "502"
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"},
+		{Kind: platform.BindUser, ID: userAda, Tenant: "t2"},
+		{Kind: platform.BindUser, ID: userBea, Tenant: "t3"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bea := msg("7111", chanGeneral, guildLab, "bea to hers", true)
+	bea["author"] = map[string]any{"id": userBea, "username": "bea", "global_name": "Bea", "discriminator": "0"}
+	e.dispatch(t, "MESSAGE_CREATE", bea)
+	if d := e.sink.Next(t); d.Tenant != "t3" {
+		t.Fatalf("Bea's message delivered to %q, want t3", d.Tenant)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("7112", chanGeneral, guildLab, "ada to her agent", true))
+	d := e.sink.Next(t)
+	thread := d.Event.Source.ChatID
+	if d.Tenant != "t2" || !d.Event.Source.AutoThreadCreated || thread != "7112" {
+		t.Fatalf("Ada's message delivered to %q in %+v, want t2 in its auto-thread", d.Tenant, d.Event.Source)
+	}
+	send := func(tenant string) contract.Result {
+		return execute(t, e, tenant, `{"op":"send","chat_id":"`+thread+`","content":"on it","metadata":{}}`)
+	}
+	if r := send("t2"); !r.Success {
+		t.Fatalf("t2's answer in the auto-thread of its author's message = %+v", r)
+	}
+	if r := send("t3"); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t3's send into t2's auto-thread = %+v, want egress_declined", r)
+	}
+}

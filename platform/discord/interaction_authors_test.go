@@ -2,11 +2,15 @@ package discord
 
 import (
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bwmarrin/discordgo"
+
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
 	"connector/vault"
 )
 
@@ -138,5 +142,55 @@ func TestPromptPressInASharedDMReachesItsPoster(t *testing.T) {
 	d := e.sink.Next(t)
 	if d.Tenant != "t2" || d.Event == nil || d.Event.PromptResponse == nil || d.Event.PromptResponse.OptionID != "once" {
 		t.Fatalf("press delivered to %q: %+v, want t2's prompt_response", d.Tenant, d.Event)
+	}
+}
+
+// TestPressOfAnEarlierTenantsPrompt: t1 posted a prompt, and is deleted and
+// created again under its id (the vault's Since moves past the prompt's
+// snowflake): a press of the earlier t1's prompt is dropped, not delivered
+// to the new t1 as its prompt's answer; a press of the new t1's own prompt
+// is.
+func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
+	t.Parallel()
+	var began atomic.Int64
+	since := func(tenant string) time.Time {
+		if us := began.Load(); tenant == "t1" && us != 0 {
+			return time.UnixMicro(us)
+		}
+		return time.Time{}
+	}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since})}, discordtest.Options{}, nil)
+	e.startReady(t)
+	url := e.webhookServer(t)
+	press := func(id string) {
+		t.Helper()
+		r := execute(t, e, "t1", `{"op":"prompt","chat_id":"`+chanGeneral+`","content":"deploy?","prompt_id":"`+id+`","options":[{"id":"once","label":"Approve once"}],"metadata":{}}`)
+		if !r.Success {
+			t.Fatalf("t1's prompt %s = %+v", id, r)
+		}
+		if id == "f00dba.00000001" { // posted by the earlier t1; t1 is made again a millisecond later
+			posted, err := discordgo.SnowflakeTimestamp(r.MessageID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			began.Store(posted.Add(time.Millisecond).UnixMicro())
+			platformtest.WaitUntil(t, "the wall clock past the new t1's creation", func() bool {
+				return time.Now().UnixMicro() > began.Load()+1000
+			})
+		}
+		body, err := e.fake.PressButton("840"+id[len(id)-1:], "tok-"+id, r.MessageID, "hp1:"+id+":once", userAda, "ada.l")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), body)); code != 200 || ack != `{"type":6}` {
+			t.Fatalf("press of %s = %d %s", id, code, ack)
+		}
+	}
+	press("f00dba.00000001")
+	e.metrics.waitDrop(t, "earlier_tenant_prompt", 1)
+	e.sink.Empty(t)
+	press("f00dba.00000002")
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "f00dba.00000002" {
+		t.Fatalf("the new t1's press delivered to %s as %+v", d.Tenant, d.Event)
 	}
 }

@@ -72,6 +72,12 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		p.dropped(err, "message_id", m.ID)
 		return
 	}
+	if src := &t.ev.Source; src.AutoThreadCreated {
+		// The turn is keyed on the thread made of the message: a tenant
+		// granted the channel (route) is granted the thread too, so it can
+		// answer there.
+		p.spoke.AddThread(ctx, m.ChannelID, src.ChatID, tenant)
+	}
 	attached := p.attachContext(k, t)
 	// A Gateway event has no confirmation to withhold.
 	if p.deliver(ctx, tenant, t, it.received) == nil && attached {

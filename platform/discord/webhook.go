@@ -244,6 +244,9 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 	token := vault.NewSecret(in.Token)
 	in.Token = ""
 	t, err := p.normalizer(tenant).interaction(ctx, in)
+	if err == nil && t.ev.PromptResponse != nil && p.earlierPrompt(tenant, t.ev.PromptResponse.PromptMessageID) {
+		err = drop("earlier_tenant_prompt")
+	}
 	if err != nil {
 		p.dropped(err, "interaction_id", in.ID)
 		return nil
@@ -266,6 +269,15 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 		}
 	}
 	return p.deliver(ctx, tenant, t, received)
+}
+
+// earlierPrompt reports whether the prompt message a press answers was
+// posted before tenant's creation (its snowflake's time; vault.Predates):
+// by an earlier tenant of the id, deleted since, whose prompts' answers
+// the tenant made again under the id must not get.
+func (p *Platform) earlierPrompt(tenant, messageID string) bool {
+	posted, err := discordgo.SnowflakeTimestamp(messageID)
+	return err == nil && vault.Predates(p.vault, tenant, posted)
 }
 
 // gatewayInteraction handles INTERACTION_CREATE delivered over the Gateway

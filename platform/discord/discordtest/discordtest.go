@@ -374,8 +374,12 @@ func (s *Server) notifyLocked() {
 	s.changed = make(chan struct{})
 }
 
+// discordEpoch is the first millisecond of 2015, Discord's snowflake epoch.
+const discordEpoch = 1420070400000
+
+// newIDLocked mints a snowflake of now, as Discord's ids are.
 func (s *Server) newIDLocked() string {
-	s.nextID++
+	s.nextID = max(s.nextID+1, uint64(time.Now().UnixMilli()-discordEpoch)<<22)
 	return strconv.FormatUint(s.nextID, 10)
 }
 

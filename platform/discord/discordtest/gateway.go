@@ -334,11 +334,16 @@ func (s *Server) Zombie() error {
 }
 
 // CloseGateway closes the current Gateway connection with code and returns
-// once the close handshake is done.
+// once the close handshake is done. Like Discord, 4007 (invalid seq) and
+// 4009 (session timed out) end the session: a RESUME of it is answered with
+// op 9.
 func (s *Server) CloseGateway(code int, reason string) error {
 	s.mu.Lock()
 	g := s.conn
 	s.conn = nil
+	if code == 4007 || code == 4009 {
+		s.sessionID = ""
+	}
 	s.mu.Unlock()
 	if g == nil {
 		return errNoGateway
