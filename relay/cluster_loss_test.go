@@ -1642,3 +1642,31 @@ func TestClusterRemoteSocketWindowsTogetherStayWithinHalfItsQueue(t *testing.T) 
 		}
 	}
 }
+
+// A socket on another instance that went idle stays idle across a new
+// generation of its link (acks lost): the driver attaches the new link as
+// idle, and what the old one held waits for a socket that takes inbound.
+// The new link's serve attached it first and made it idle after, so what
+// was waiting went to the idle socket in between.
+func TestClusterIdleSocketGetsNothingOnItsNewLink(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	i1 := r.inst[1].net
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+	i1.loseFirst(cluster.Inbox("i0"), relay.ClusterMsgAck)
+	gb.Ack(t, id)
+	i1.nextLost(t, "e1's ack")
+	// gb's idle serve names the acks sent: the driver breaks the link, and
+	// i1 announces its next generation, idle.
+	serves := i1.count(relay.ClusterMsgServe)
+	gb.Send(t, map[string]string{"type": "going_idle"})
+	gb.Next(t, "going_idle_ack")
+	i1.waitCount(t, relay.ClusterMsgServe, serves+2, "gb's idle serve and its next generation's")
+	gc := r.dial(t, 1, "gc", "discord")
+	if ev, _ := gc.NextInbound(t); ev.Text != "e1" {
+		t.Fatalf("gc got %q, want e1, which the idle gb held", ev.Text)
+	}
+}

@@ -768,11 +768,11 @@ func (f *tenantFleet) startDriving(l store.Lease) {
 	h.role.Store(&roleRef{driver{local{h}, f}})
 	for c, s := range h.seats {
 		endLinkLocked(c, s)
+		if s.idle { // first: a serve would attach it, and dispatch to it
+			h.ledger.Idle(c)
+		}
 		for _, p := range s.platforms {
 			h.ledger.Serve(c, p)
-		}
-		if s.idle {
-			h.ledger.Idle(c)
 		}
 	}
 	f.fl.srv.log.Info("driving tenant", "tenant", h.id, "lease_token", l.Token)
@@ -1053,13 +1053,13 @@ func (f *tenantFleet) serveRemote(inst, conn, platforms string, idle bool, gen, 
 		f.send(inst, msgBroken, []byte(conn), cluster.AppendUint(nil, gen))
 		return
 	}
+	if idle { // first: a serve would attach it, and dispatch to it
+		h.ledger.Idle(rs)
+	}
 	for p := range strings.SplitSeq(platforms, ",") {
 		if p != "" {
 			h.ledger.Serve(rs, p)
 		}
-	}
-	if idle {
-		h.ledger.Idle(rs)
 	}
 }
 

@@ -41,11 +41,14 @@ func (o *outboundOp) platformName() string {
 	return noPlatform
 }
 
-// finish answers o with r unless Shutdown answered it already.
-func (o *outboundOp) finish(r contract.Result) {
-	if o.answered.CompareAndSwap(false, true) {
-		o.c.answer(o.reqID, o.platformName(), o.op, r, o.start)
+// finish answers o with r unless it was answered already (by the op, or
+// by Shutdown), and reports whether it did.
+func (o *outboundOp) finish(r contract.Result) bool {
+	if !o.answered.CompareAndSwap(false, true) {
+		return false
 	}
+	o.c.answer(o.reqID, o.platformName(), o.op, r, o.start)
+	return true
 }
 
 // shutdownResult answers an op still running when the shutdown grace
@@ -66,8 +69,7 @@ func (s *Server) abandonOps() int {
 	s.mu.Unlock()
 	n := 0
 	for _, o := range ops {
-		if o.answered.CompareAndSwap(false, true) {
-			o.c.answer(o.reqID, o.platformName(), o.op, shutdownResult, o.start)
+		if o.finish(shutdownResult) {
 			n++
 		}
 	}

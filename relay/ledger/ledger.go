@@ -290,10 +290,6 @@ type Ledger struct {
 	// forgotten is set, under mu, once the pool forgot the ledger
 	// (Forget): it takes nothing in from then on.
 	forgotten bool
-	// unreadable holds the seqs of the last maxUnreadable stored records
-	// Tail dropped as unreadable, under mu; it outlives Reset, so one read
-	// again before its removal is written is not counted twice.
-	unreadable []uint64
 
 	// tailMu serializes Tails; it is taken before mu, and held across the
 	// store's Read. Reset does not take it, so it never waits for a read.
@@ -1142,6 +1138,12 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		// twice).
 		l.readPos, l.readSince = 0, since
 	}
+	if l.readPos == 0 {
+		// Reading from the start: removals queued or being written (entries
+		// acknowledged before a Reset) reach the store first, or what they
+		// remove would be taken in and delivered again.
+		p.Flush(context.WithoutCancel(ctx))
+	}
 	n := 0
 	for {
 		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, recoverBatch)
@@ -1203,33 +1205,20 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// maxUnreadable bounds Ledger.unreadable.
-const maxUnreadable = 64
-
 // dropUnreadableLocked logs and counts (DroppedMalformed) the stored
 // record that does not decode, which no instance can deliver, and queues
-// its removal from the store, under mu; one it dropped already is only
-// queued again. An entry the connector did not write the store removed
-// already: it is only logged and counted.
+// its removal from the store, under mu. An entry the connector did not
+// write the store removed already.
 func (l *Ledger) dropUnreadableLocked(bad *store.UnreadableRecord) {
 	cfg := &l.pool.cfg
+	cfg.Metrics.Inbound("", l.tenant, DroppedMalformed)
 	if bad.ForeignID != "" {
-		cfg.Metrics.Inbound("", l.tenant, DroppedMalformed)
 		cfg.Log.Warn("buffered inbound dropped", "reason", DroppedMalformed, "tenant", l.tenant, "stream_id", bad.ForeignID)
 		return
 	}
-	seq := bad.Seq
-	l.queueRemovalLocked(seq)
-	if slices.Contains(l.unreadable, seq) {
-		return
-	}
-	if len(l.unreadable) == maxUnreadable {
-		l.unreadable = slices.Delete(l.unreadable, 0, 1)
-	}
-	l.unreadable = append(l.unreadable, seq)
-	cfg.Metrics.Inbound("", l.tenant, DroppedMalformed)
+	l.queueRemovalLocked(bad.Seq)
 	cfg.Log.Warn("buffered inbound dropped", "reason", DroppedMalformed,
-		"tenant", l.tenant, "buffer_id", cfg.IDPrefix+strconv.FormatUint(seq, 10))
+		"tenant", l.tenant, "buffer_id", cfg.IDPrefix+strconv.FormatUint(bad.Seq, 10))
 }
 
 // SetSince has the ledger's tenant begin at t (when the tenant was
@@ -1429,9 +1418,8 @@ func (p *Pool) Flush(ctx context.Context) {
 const smallFlush = 8
 
 // remove deletes acks (entries in all) from the tenants' stored ledgers;
-// Removed counts the records the store removed, not the seqs queued: a
-// seq queued twice (an unreadable record read again before its removal
-// was written) or gone already counts once.
+// Removed counts the records the store removed, not the seqs queued: one
+// gone already counts none.
 func (p *Pool) remove(ctx context.Context, acks map[string][]uint64, entries int) {
 	n, err := p.cfg.Store.AckAll(ctx, acks)
 	if err != nil {
