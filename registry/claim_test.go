@@ -1581,3 +1581,51 @@ func TestDeleteTenantSweepMarkingReservationsOnRedis(t *testing.T) {
 		t.Fatalf("the new a's reservations are %q (stored %v), want -1901's alone", e.Value, ok)
 	}
 }
+
+// TestRefusedBindingThatStaysIsTakenBackWithItsTenantOnRedis: two
+// instances on one redis-server; while instance one binds a chat to
+// tenant a, instance two deletes a (its sweep finds no binding yet). The
+// bind's guard swap then fails and so does its put-back: the binding
+// stays (errBindingStays). It is taken back all the same, the tenant being
+// gone, so a tenant made again under the id does not inherit it. Before,
+// a binding that stayed skipped keptFor: the chat outlived its tenant and
+// went to the next tenant of the id.
+func TestRefusedBindingThatStaysIsTakenBackWithItsTenantOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := false
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/bindings" && !deleted {
+			deleted = true
+			if err := two.DeleteTenant(ctx, "a"); err != nil {
+				t.Errorf("deleting a while its chat is bound: %v", err)
+			}
+		}
+	}
+	unreachable := errors.New("store unreachable (injected)")
+	writes := 0
+	hooked.put = func(namespace, _ string) error {
+		switch namespace {
+		case "registry/ownership": // the guard's swap
+			return unreachable
+		case "registry/bindings":
+			if writes++; writes == 2 { // the put-back
+				return unreachable
+			}
+		}
+		return nil
+	}
+	err := one.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1901", Tenant: "a"})
+	if !deleted || err == nil {
+		t.Fatalf("a bind racing its tenant's deletion, its put-back failing: %v (hook ran: %v), want an error", err, deleted)
+	}
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := effective(t, two); len(s.Bindings) != 0 {
+		t.Fatalf("the tenant made again under the id holds %v: the deleted tenant's chat", s.Bindings)
+	}
+}

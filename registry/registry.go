@@ -1351,7 +1351,7 @@ const nsOwnership = "registry/ownership"
 // put-back failed stands (on the primary at least) and is
 // errBindingStays. next's tenant
 // must exist (else ErrNotFound), and a deletion of it meanwhile takes
-// next back (keptFor). It needs no
+// next back (keptFor), a write that stays so too. It needs no
 // lock of its caller's, and takes bindMu for its rounds.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, error) {
 	var value []byte
@@ -1369,16 +1369,16 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 	r.bindMu.Lock()
 	wrote, written, err := r.swapBindingLocked(ctx, key, next, value, decide)
 	r.bindMu.Unlock()
-	if err != nil || !written {
-		return nil, err
-	}
-	if next != nil {
-		if err := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
+	if next != nil && (written || errors.Is(err, errBindingStays)) {
+		if kerr := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
 			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
 			return err
-		}); err != nil {
-			return nil, err
+		}); kerr != nil {
+			return nil, kerr
 		}
+	}
+	if err != nil || !written {
+		return nil, err
 	}
 	r.notify(ctx)
 	return wrote, nil
