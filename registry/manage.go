@@ -199,8 +199,11 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 		}
 		r.notify(ctx)
 	}
-	if spentThere && !linked { // a code given back with its link standing would make a second
+	switch { // one code, one link: a code given back with its link standing would make a second
+	case spentThere && !linked:
 		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, value, raw) // failing that, it stays spent
+	case linked && !spentThere: // its consumption failed
+		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
 	}
 	return "", cmp.Or(err, ErrNotFound)
 }

@@ -643,3 +643,44 @@ func TestRedeemFindingItsLinkMadeMeanwhileLeavesItOnRedis(t *testing.T) {
 		t.Fatalf("links of a after instance two linked both users: %q, want telegram:4601 and telegram:4602", got)
 	}
 }
+
+// TestRedeemKeepsTheCodeSpentWhileItsLinkStaysOnRedis: a redemption whose
+// code's consumption fails for its store (nothing written), and whose
+// link's take-back fails too, leaves the link standing: the code is spent
+// all the same, so another user sending it is not linked as well. Before,
+// only a consumption refused for want of replicas was followed so: after
+// a plain store error the code stayed redeemable, two links of one code.
+func TestRedeemKeepsTheCodeSpentWhileItsLinkStaysOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := two.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unreachable := errors.New("store unreachable (injected)")
+	codes, links := 0, 0
+	hooked.put = func(namespace, _ string) error {
+		switch namespace {
+		case "registry/linkcodes":
+			if codes++; codes == 1 { // the consumption
+				return unreachable
+			}
+		case "registry/bindings":
+			if links++; links == 2 { // the link's take-back
+				return unreachable
+			}
+		}
+		return nil
+	}
+	if _, err := one.RedeemLinkCode(ctx, "telegram", "4801", code); err == nil || codes == 0 || links < 2 {
+		t.Fatalf("a redemption whose consumption and take-back fail: %v (%d code writes, %d link writes), want an error", err, codes, links)
+	}
+	_, second := two.RedeemLinkCode(ctx, "telegram", "4802", code)
+	s, _ := effective(t, two)
+	if got := bindingsOf(s, "a", platform.BindUser); len(got) != 1 || !errors.Is(second, registry.ErrNotFound) {
+		t.Fatalf("one code, a failed redemption whose link stayed, then another user's (%v): links %q, want the first link only and the code spent", second, got)
+	}
+}
