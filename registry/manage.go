@@ -107,8 +107,9 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 
 // RedeemLinkCode consumes code and links (platformName, user) to the
 // tenant that issued it, which it returns. A code is redeemed once: of
-// concurrent redeemers (on any instance) one wins. An unknown, used,
-// expired or other-platform code is ErrNotFound; a link that would take
+// concurrent redeemers (on any instance) one wins; the user it linked
+// sending it again is answered so. An unknown, expired or other-platform
+// code, or one another user spent, is ErrNotFound; a link that would take
 // the tenant past MaxTenantBindings is ErrLimit, the code unspent.
 //
 // The link is written before the code is consumed, and taken back when
@@ -126,7 +127,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	raw, ok, err := r.getRaw(ctx, nsLinkCodes, want, &c)
 	if err != nil {
 		return "", err
-	} else if !ok || c.Redeemed != "" || subtle.ConstantTimeCompare([]byte(c.Hash), []byte(want)) != 1 {
+	} else if !ok || subtle.ConstantTimeCompare([]byte(c.Hash), []byte(want)) != 1 {
 		return "", ErrNotFound
 	}
 	if c.Platform != "" && c.Platform != platformName {
@@ -137,6 +138,19 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 		return "", cmp.Or(err, ErrNotFound)
 	}
 	b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindUser, ID: user, Tenant: c.Tenant})
+	if c.Redeemed != "" {
+		// The user it linked sending it again (a resend, a retry after a
+		// refusal whose link stayed) is answered linked while the link
+		// stands; anyone else finds it spent.
+		if err != nil || c.Redeemed != b.key() {
+			return "", ErrNotFound
+		}
+		_, linked, err := r.kv.Get(ctx, nsBindings, b.key())
+		if err != nil || !linked {
+			return "", cmp.Or(err, ErrNotFound)
+		}
+		return c.Tenant, nil
+	}
 	if err != nil {
 		return "", err
 	}

@@ -57,6 +57,11 @@ func TestLinkCodes(t *testing.T) {
 	if _, err := r.RedeemLinkCode(ctx, "discord", "72", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("second redeem: %v, want ErrNotFound", err)
 	}
+	// The user it linked sending it again (a resend, a retry after a lost
+	// answer) is answered linked, as the first time.
+	if tenant, err := r.RedeemLinkCode(ctx, "discord", "71", code); err != nil || tenant != "a" {
+		t.Fatalf("the linked user's redeem again: %q, %v; want a", tenant, err)
+	}
 	s, _ := effective(t, r)
 	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"discord:71"}) {
 		t.Fatalf("a's links %q", got)

@@ -649,4 +649,7 @@ func TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkIsNotPutBackOnRedis(t *
 	if len(s.Bindings) != 1 || !errors.Is(second, registry.ErrNotFound) {
 		t.Fatalf("one code, a refused redemption (%v) whose link stayed, then another user's (%v): links %v, want the first link only and the code spent", first, second, s.Bindings)
 	}
+	if tenant, err := plain.RedeemLinkCode(ctx, "telegram", "4701", code); err != nil || tenant != "a" {
+		t.Fatalf("the refused user's retry, its link standing: %q, %v; want linked to a", tenant, err)
+	}
 }
