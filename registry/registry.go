@@ -466,7 +466,8 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 }
 
 // CreateTenant stores a new tenant. A write the replicas did not
-// acknowledge (store.ErrNotReplicated) is taken back, and is that error.
+// acknowledge (store.ErrNotReplicated) is taken back (takeBackTenant), and
+// is that error.
 func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if err := cmp.Or(checkID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
 		return err
@@ -483,14 +484,29 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	}
 	if created, err := r.kv.CompareAndSwap(ctx, nsTenants, t.ID, nil, data); err != nil || !created {
 		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary: taken back, so a retry creates it
-			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			_, _ = r.kv.CompareAndSwap(back, nsTenants, t.ID, data, nil)
-			cancel()
+			r.takeBackTenant(ctx, t.ID, data)
 		}
 		return cmp.Or(err, fmt.Errorf("%w: tenant %q exists, or its deletion did not finish (delete it again)", ErrExists, t.ID))
 	}
 	r.notify(ctx)
 	return nil
+}
+
+// takeBackTenant deletes tenant id, stored as data by a creation the
+// replicas did not acknowledge, as DeleteTenant does: another instance may
+// have written for it meanwhile (a gateway, a binding), which must not
+// outlive it. Failing that, it stays being deleted (DeleteTenant finishes
+// it); one changed meanwhile stays.
+func (r *Registry) takeBackTenant(ctx context.Context, id string, data []byte) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	tomb, err := json.Marshal(storedTenant{Tenant{ID: id}, tombstone})
+	if err != nil {
+		return
+	}
+	if ended, err := r.kv.CompareAndSwap(ctx, nsTenants, id, data, tomb); ended || errors.Is(err, store.ErrNotReplicated) {
+		_ = r.sweepTenant(ctx, id, tomb)
+	}
 }
 
 // SetSession replaces a stored tenant's session settings.
@@ -576,6 +592,12 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			return err
 		}
 	}
+	return r.sweepTenant(ctx, id, raw)
+}
+
+// sweepTenant is DeleteTenant's sweep of tenant id, being deleted as raw,
+// and its removal.
+func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error {
 	// Its unredeemed enrollment tokens and link codes end with it (a
 	// tenant made again under the id must not redeem them), and so do the
 	// reservations of its requests whose instance stopped (it must not
@@ -583,6 +605,7 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved}
 	listed := make([][]store.Entry, len(namespaces))
 	for i, ns := range namespaces {
+		var err error
 		if listed[i], _, err = r.kv.List(ctx, ns); err != nil {
 			return fmt.Errorf("registry: read %s: %w", ns, err)
 		}
@@ -598,7 +621,7 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			}
 		}
 	}
-	_, err = r.kv.CompareAndSwap(ctx, nsTenants, id, raw, nil) // not swapped: another deletion finished it
+	_, err := r.kv.CompareAndSwap(ctx, nsTenants, id, raw, nil) // not swapped: another deletion finished it
 	r.notify(ctx)
 	return err
 }

@@ -653,3 +653,51 @@ func TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkIsNotPutBackOnRedis(t *
 		t.Fatalf("the refused user's retry, its link standing: %q, %v; want linked to a", tenant, err)
 	}
 }
+
+// TestCreateTenantNotReplicatedTakesBackWhatWasMadeMeanwhileOnRedis: with
+// redis_min_replicas and the replica gone, a tenant's creation applies on
+// the primary and waits for the replica; meanwhile another instance
+// creates a gateway of the tenant there. The creation is refused and taken
+// back as a deletion: the gateway goes with it, so the tenant made again
+// under the id (after the deletion is finished, when asked) does not
+// inherit a gateway whose secret someone else was shown. Before, the
+// take-back removed the tenant alone, and the gateway was the next
+// tenant's.
+func TestCreateTenantNotReplicatedTakesBackWhatWasMadeMeanwhileOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	loss := lossOf(t, primary)
+	hooked := &hookedStore{Store: loss}
+	strict, plain := registry.New(hooked, clock.System), registry.New(loss.patient, clock.System)
+	made := false
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/tenants" && !loss.lost.Load() {
+			replica.Kill(t)
+			loss.lost.Store(true)
+		}
+	}
+	hooked.after = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/tenants" && !made { // the tenant on the primary
+			made = true
+			if _, err := plain.CreateGateway(ctx, "a", "gw"); err != nil {
+				t.Errorf("a gateway of the tenant being created: %v", err)
+			}
+		}
+	}
+	if err := strict.CreateTenant(ctx, registry.Tenant{ID: "a"}); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a creation without the replica: %v, want ErrNotReplicated", err)
+	}
+	err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"})
+	if errors.Is(err, registry.ErrExists) { // its deletion did not finish: finish it
+		if err = plain.DeleteTenant(ctx, "a"); err == nil {
+			err = plain.CreateTenant(ctx, registry.Tenant{ID: "a"})
+		}
+	}
+	if err != nil {
+		t.Fatalf("the retry of the refused creation: %v", err)
+	}
+	if ok, err := plain.GatewayOf(ctx, "a", "gw"); err != nil || ok {
+		t.Fatalf("the tenant made again holds gw, made for the refused one: %v, %v", ok, err)
+	}
+}
