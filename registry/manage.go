@@ -173,7 +173,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if err != nil {
 		return "", err
 	}
-	wrote, err := r.bind(ctx, b, nil)
+	link, err := r.bind(ctx, b, nil)
 	if errors.Is(err, errBindingStays) { // a refused link that stands keeps its code spent
 		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
 	}
@@ -199,12 +199,8 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	}
 	// linked: the link stays, its take-back failing.
 	linked := false
-	if wrote { // the code went meanwhile: another redeemer, or a deprovision
-		value, merr := json.Marshal(b)
-		if merr != nil {
-			return "", merr
-		}
-		_, uerr := r.kv.CompareAndSwap(ctx, nsBindings, b.key(), value, nil)
+	if link != nil { // the code went meanwhile: another redeemer, or a deprovision
+		_, uerr := r.kv.CompareAndSwap(ctx, nsBindings, b.key(), link, nil)
 		// A take-back the replicas did not acknowledge applied on the
 		// primary, as the consumption it answers did.
 		linked = uerr != nil && !errors.Is(uerr, store.ErrNotReplicated)

@@ -689,3 +689,47 @@ func TestRedeemKeepsTheCodeSpentWhileItsLinkStaysOnRedis(t *testing.T) {
 		t.Fatalf("one code, a failed redemption whose link stayed, then another user's (%v): links %q, want the first link only and the code spent", second, got)
 	}
 }
+
+// TestRedeemTakesBackItsOwnLinkOnlyOnRedis: two instances on one
+// redis-server; while instance one redeems tenant a's code, before it
+// consumes it, instance two deprovisions a (the code and the link go),
+// and the same user redeems a new code of a there. Instance one finds its
+// code gone and takes its link back, leaving the link the new code made:
+// that user was answered linked. Before, the take-back compared the bytes
+// of a link, which every link of the user to the tenant has, and removed
+// the second link.
+func TestRedeemTakesBackItsOwnLinkOnlyOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, _ string) {
+		if raced || op != "cas" || namespace != "registry/linkcodes" { // the code about to be consumed
+			return
+		}
+		raced = true
+		if _, err := two.DropManaged(ctx, "a"); err != nil {
+			t.Errorf("deprovision while the code is redeemed: %v", err)
+		}
+		again, _, err := two.IssueLinkCode(ctx, "a", "gw-b", "", 0)
+		if err == nil {
+			_, err = two.RedeemLinkCode(ctx, "telegram", "4901", again)
+		}
+		if err != nil {
+			t.Errorf("the user's redemption of a new code meanwhile: %v", err)
+		}
+	}
+	if _, err := one.RedeemLinkCode(ctx, "telegram", "4901", code); !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("redeeming a code a deprovision took: %v (hook ran: %v), want ErrNotFound", err, raced)
+	}
+	s, _ := effective(t, two)
+	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"telegram:4901"}) {
+		t.Fatalf("links of a: %q, want the one the new code made", got)
+	}
+}

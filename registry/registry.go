@@ -1217,21 +1217,21 @@ func (v *ownView) wrote(b Binding, guard []byte) {
 }
 
 // bind binds the canonical b, with own (not nil) BindOwn's judgement;
-// it reports whether it wrote b (not when b was bound already). It needs
+// it returns b as it wrote it (swapBinding; nil when b was bound
+// already). It needs
 // no lock of its caller's: swapBinding judges and writes in one step
 // across instances.
-func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote bool, err error) {
+func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) ([]byte, error) {
 	if d, ok := r.declaredBinding(b); ok {
 		if d.Tenant == b.Tenant {
-			return false, nil
+			return nil, nil
 		}
 		if own != nil { // a tenant is not told which layer holds another's chat
-			return false, ErrConflict
+			return nil, ErrConflict
 		}
-		return false, ErrDeclared
+		return nil, ErrDeclared
 	}
-	guard, err := r.swapBinding(ctx, b.key(), &b, func(cur *Binding, guard []byte) (bool, error) {
-		wrote = false // a round lost to another writer wrote nothing
+	guard, written, err := r.swapBinding(ctx, b.key(), &b, func(cur *Binding, guard []byte) (bool, error) {
 		switch {
 		case cur == nil:
 		case cur.Tenant != b.Tenant:
@@ -1244,16 +1244,12 @@ func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote boo
 				return false, cmp.Or(err, ErrConflict)
 			}
 		}
-		wrote = true // new, or a tenant's principal replaced
-		return true, nil
+		return true, nil // new, or a tenant's principal replaced
 	})
-	if err != nil || !wrote {
-		return false, err
-	}
-	if own != nil {
+	if own != nil && written != nil {
 		own.wrote(b, guard)
 	}
-	return true, nil
+	return written, err
 }
 
 // Claim stores tenant's scope claim of chat on platformName, as the
@@ -1277,7 +1273,7 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 		return err
 	}
 	defer release()
-	_, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
+	_, _, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
 		s, _, err := r.Effective(ctx)
 		if err != nil {
 			return false, err
@@ -1310,7 +1306,7 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	if d, ok := r.declaredBinding(b); ok && d.Tenant == b.Tenant {
 		return ErrDeclared
 	}
-	_, err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding, _ []byte) (bool, error) {
+	_, _, err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding, _ []byte) (bool, error) {
 		if cur == nil || cur.Tenant != b.Tenant {
 			return false, ErrNotFound
 		}
@@ -1368,43 +1364,52 @@ const nsOwnership = "registry/ownership"
 // put back as it was and decide judges again. Of concurrent writes that
 // the ownership order judges against each other (a provision's BindOwn
 // and another tenant's claim or link), on any instance, one stands. It
-// tells every instance after a write, and returns the guard it wrote
-// (nil when it wrote none). A write the replicas did not acknowledge
+// tells every instance after a write, and returns the guard it wrote and
+// next as written (nil when it wrote none): with a field of its own
+// (written), so a take-back of it never removes the same binding another
+// write made since. A write the replicas did not acknowledge
 // (store.ErrNotReplicated) is put back, and is that error; one whose
 // put-back failed stands (on the primary at least) and is
 // errBindingStays. next's tenant
 // must exist (else ErrNotFound), and a deletion of it meanwhile takes
 // next back (keptFor), a write that stays so too. It needs no
 // lock of its caller's, and takes bindMu for its rounds.
-func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, error) {
+func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) (guard, written []byte, err error) {
 	var value []byte
 	var gen string
 	if next != nil {
 		t, err := r.tenant(ctx, next.Tenant)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		gen = t.Gen
-		if value, err = json.Marshal(next); err != nil {
-			return nil, err
+		if value, err = json.Marshal(writtenBinding{*next, rand.Text()}); err != nil {
+			return nil, nil, err
 		}
 	}
 	r.bindMu.Lock()
-	wrote, written, err := r.swapBindingLocked(ctx, key, next, value, decide)
+	guard, wrote, err := r.swapBindingLocked(ctx, key, next, value, decide)
 	r.bindMu.Unlock()
-	if next != nil && (written || errors.Is(err, errBindingStays)) {
+	if next != nil && (wrote || errors.Is(err, errBindingStays)) {
 		if kerr := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
 			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
 			return err
 		}); kerr != nil {
-			return nil, kerr
+			return nil, nil, kerr
 		}
 	}
-	if err != nil || !written {
-		return nil, err
+	if err != nil || !wrote {
+		return nil, nil, err
 	}
 	r.notify(ctx)
-	return wrote, nil
+	return guard, value, nil
+}
+
+// writtenBinding is a binding as swapBinding writes it: with a random
+// value of its write (never empty).
+type writtenBinding struct {
+	Binding
+	Written string `json:"written"`
 }
 
 // swapBindingLocked is swapBinding's rounds, under bindMu: the guard it
