@@ -86,7 +86,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	}
 	token := "enr_" + newSecret()
 	expires := now.Add(ttl)
-	if err := r.put(ctx, tenant, t.Gen, nsEnroll, tokenKey(token), expiring{Tenant: tenant, Expires: expires}); err != nil {
+	if err := r.put(ctx, tenant, t.Gen, nsEnroll, tokenKey(token), expiring{Tenant: tenant, Expires: expires}, true); err != nil {
 		return "", time.Time{}, err
 	}
 	return token, expires, nil

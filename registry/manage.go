@@ -99,7 +99,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	}
 	code := newLinkCode()
 	c := linkCode{Hash: tokenKey(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl)}
-	if err := r.put(ctx, tenant, t.Gen, nsLinkCodes, c.Hash, c); err != nil {
+	if err := r.put(ctx, tenant, t.Gen, nsLinkCodes, c.Hash, c, true); err != nil {
 		return "", time.Time{}, err
 	}
 	return code, c.Expires, nil
@@ -316,7 +316,7 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 			}
 			for _, u := range cur.Allow {
 				b := Binding{Platform: platformName, Kind: platform.BindAllow, ID: u, Tenant: tenant}
-				if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b); err != nil {
+				if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b, false); err != nil {
 					return err
 				}
 			}
@@ -363,7 +363,7 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 	} else if !ok {
 		return fmt.Errorf("%w: the user is not linked to this tenant (have them send /link <code> first)", ErrNotFound)
 	}
-	return r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b)
+	return r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b, false)
 }
 
 // DropManaged removes every binding the management plane made for tenant

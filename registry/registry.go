@@ -1504,7 +1504,7 @@ func (r *Registry) SetPolicy(ctx context.Context, p Policy) error {
 	if err != nil {
 		return err
 	}
-	return r.put(ctx, p.Tenant, t.Gen, nsPolicies, p.key(), p)
+	return r.put(ctx, p.Tenant, t.Gen, nsPolicies, p.key(), p, false)
 }
 
 // Relevance returns, for each platform, the tenants' policies in s in the
@@ -1547,13 +1547,26 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 
 // put stores v under key for tenant, read of generation gen, and tells
 // every instance; a deletion of the tenant meanwhile takes it back
-// (keptFor).
-func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any) error {
+// (keptFor). A fresh entry (an enrollment token, a link code) is written
+// only while its key is free, and taken back when the replicas did not
+// acknowledge it (store.ErrNotReplicated): a refused code does not count
+// as outstanding.
+func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any, fresh bool) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if _, err := r.kv.Put(ctx, namespace, key, data); err != nil {
+	if !fresh {
+		_, err = r.kv.Put(ctx, namespace, key, data)
+	} else if created, cerr := r.kv.CompareAndSwap(ctx, namespace, key, nil, data); errors.Is(cerr, store.ErrNotReplicated) {
+		back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		_, _ = r.kv.CompareAndSwap(back, namespace, key, data, nil)
+		cancel()
+		err = cerr
+	} else if err = cerr; err == nil && !created {
+		err = fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
+	}
+	if err != nil {
 		return err
 	}
 	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {

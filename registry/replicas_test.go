@@ -701,3 +701,44 @@ func TestCreateTenantNotReplicatedTakesBackWhatWasMadeMeanwhileOnRedis(t *testin
 		t.Fatalf("the tenant made again holds gw, made for the refused one: %v, %v", ok, err)
 	}
 }
+
+// TestRefusedNewEntriesAreTakenBackOnRedis: with redis_min_replicas and
+// the replica gone, a link code's issue, an enrollment token's mint and a
+// wake URL's registration apply on the primary but fail with
+// store.ErrNotReplicated: each is taken back. Before, they stayed on the
+// primary: a refused code counted against the tenant's 16 outstanding
+// (a gateway retrying through a replica's loss used them up for an hour),
+// a token nobody was shown stayed redeemable, and a URL answered as not
+// registered was woken.
+func TestRefusedNewEntriesAreTakenBackOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	loss := lossOf(t, primary)
+	strict, plain := registry.New(loss, clock.System), registry.New(loss.patient, clock.System)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.CreateGateway(ctx, "a", "gw"); err != nil {
+		t.Fatal(err)
+	}
+	replica.Kill(t)
+	loss.lost.Store(true)
+	if _, _, err := strict.IssueLinkCode(ctx, "a", "gw", "", 0); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a link code issued without the replica: %v, want ErrNotReplicated", err)
+	}
+	if _, _, err := strict.MintEnrollToken(ctx, "a", time.Hour); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("an enrollment token minted without the replica: %v, want ErrNotReplicated", err)
+	}
+	if err := strict.SetWake(ctx, "a", "gw", "https://wake.example.com/gw"); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a wake URL registered without the replica: %v, want ErrNotReplicated", err)
+	}
+	for _, ns := range []string{"registry/linkcodes", "registry/enroll"} {
+		if entries, _, err := loss.patient.Registry().List(ctx, ns); err != nil || len(entries) != 0 {
+			t.Errorf("%s after its refused write: %d entries, %v; want none", ns, len(entries), err)
+		}
+	}
+	if wakes, err := plain.Wakes(ctx); err != nil || len(wakes) != 0 {
+		t.Errorf("wake URLs after the refused registration: %v, %v; want none", wakes, err)
+	}
+}
