@@ -181,7 +181,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 			raw = nil
 		}
 		if err == nil {
-			undo = func(ctx context.Context) error { return r.takeBack(ctx, id, data, raw) }
+			undo = func(ctx context.Context) error { return r.takeBack(ctx, nsGateways, id, data, raw) }
 		}
 		return err
 	})

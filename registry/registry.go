@@ -753,19 +753,20 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 // does not cancel: the store may apply a write whose caller stopped
 // waiting, so it must be answered to be taken back.
 func (r *Registry) givenUp(ctx context.Context, id string, data, was []byte) error {
-	_ = r.takeBack(ctx, id, data, was) // failing that, it stays, as written
+	_ = r.takeBack(ctx, nsGateways, id, data, was) // failing that, it stays, as written
 	return ctx.Err()
 }
 
-// takeBack puts gateway id back from data to was (nil: removes it) unless
-// another writer changed it since, on ctx without its cancellation
-// (bounded by releaseTimeout): a write that applied but is refused (its
-// replicas did not acknowledge it, its request was given up). A put back
-// the replicas did not acknowledge applied on the primary all the same.
-func (r *Registry) takeBack(ctx context.Context, id string, data, was []byte) error {
+// takeBack puts the entry under key back from data to was (nil: removes
+// it) unless another writer changed it since, on ctx without its
+// cancellation (bounded by releaseTimeout): a write that applied but is
+// refused (its replicas did not acknowledge it, its request was given
+// up). A put back the replicas did not acknowledge applied on the primary
+// all the same.
+func (r *Registry) takeBack(ctx context.Context, namespace, key string, data, was []byte) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if back, err := r.kv.CompareAndSwap(ctx, nsGateways, id, data, was); err != nil && !errors.Is(err, store.ErrNotReplicated) || err == nil && !back {
+	if back, err := r.kv.CompareAndSwap(ctx, namespace, key, data, was); err != nil && !errors.Is(err, store.ErrNotReplicated) || err == nil && !back {
 		return cmp.Or(err, errRaced)
 	}
 	r.notify(ctx)
@@ -790,7 +791,7 @@ func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, g
 	}
 	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
 		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-			_ = r.takeBack(ctx, g.ID, data, nil)
+			_ = r.takeBack(ctx, nsGateways, g.ID, data, nil)
 		}
 		return "", nil, cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
@@ -926,7 +927,7 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 	}
 	if swapped, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, raw, data); err != nil || !swapped {
 		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-			_ = r.takeBack(ctx, g.ID, data, raw)
+			_ = r.takeBack(ctx, nsGateways, g.ID, data, raw)
 		}
 		return "", nil, cmp.Or(err, errRaced)
 	}
@@ -1559,9 +1560,7 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 	if !fresh {
 		_, err = r.kv.Put(ctx, namespace, key, data)
 	} else if created, cerr := r.kv.CompareAndSwap(ctx, namespace, key, nil, data); errors.Is(cerr, store.ErrNotReplicated) {
-		back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		_, _ = r.kv.CompareAndSwap(back, namespace, key, data, nil)
-		cancel()
+		_ = r.takeBack(ctx, namespace, key, data, nil)
 		err = cerr
 	} else if err = cerr; err == nil && !created {
 		err = fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)

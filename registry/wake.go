@@ -68,17 +68,15 @@ func (r *Registry) writeWake(ctx context.Context, tenant, gen, gateway, rawURL s
 		if err != nil {
 			return err
 		}
+		if swapped, err := r.kv.CompareAndSwap(ctx, nsWake, gateway, e.Value, value); err != nil || !swapped {
+			if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
+				_ = r.takeBack(ctx, nsWake, gateway, value, e.Value)
+			}
+			return cmp.Or(err, errRaced)
+		}
 		undo := func(ctx context.Context) error {
 			_, err := r.kv.CompareAndSwap(ctx, nsWake, gateway, value, e.Value)
 			return err
-		}
-		if swapped, err := r.kv.CompareAndSwap(ctx, nsWake, gateway, e.Value, value); err != nil || !swapped {
-			if errors.Is(err, store.ErrNotReplicated) { // applied on the primary: put back
-				back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-				_ = undo(back)
-				cancel()
-			}
-			return cmp.Or(err, errRaced)
 		}
 		kept := gen
 		if ok, err := r.GatewayOf(ctx, tenant, gateway); err != nil || !ok {
