@@ -944,11 +944,11 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 			return one.Claim(ctx, "a", "telegram", platform.Chat{ID: "-1502"})
 		}},
 		{"link", "cas", "registry/bindings", func() error { return link("4501") }},
-		{"enroll-token", "put", "registry/enroll", func() error {
+		{"enroll-token", "cas", "registry/enroll", func() error {
 			_, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
 			return err
 		}},
-		{"link-code", "put", "registry/linkcodes", func() error {
+		{"link-code", "cas", "registry/linkcodes", func() error {
 			_, _, err := one.IssueLinkCode(ctx, "a", "gw", "telegram", 0)
 			return err
 		}},
