@@ -188,7 +188,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	spentThere := errors.Is(err, store.ErrNotReplicated)
 	if err == nil && !consumed {
 		var now linkCode
-		if ok, gerr := r.get(ctx, nsLinkCodes, want, &now); gerr != nil {
+		if _, ok, gerr := r.getRaw(ctx, nsLinkCodes, want, &now); gerr != nil {
 			err = gerr
 		} else {
 			consumed = ok && now.Redeemed == b.key()

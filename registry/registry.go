@@ -716,7 +716,10 @@ func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func(ct
 
 // CreateGateway stores a new gateway of tenant with a fresh secret, which
 // it returns. A tenant at its MaxGateways is ErrLimit. A request given up
-// (ctx done) during the write leaves no gateway (givenUp).
+// (ctx done) during the write, whose caller would never see the secret,
+// leaves no gateway: the write runs on a context the request does not
+// cancel (the store may apply a write whose caller stopped waiting), and
+// is taken back.
 func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string, error) {
 	if err := checkID("gateway", id); err != nil {
 		return "", err
@@ -726,35 +729,21 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
-	if _, err := r.tenant(ctx, tenant); err != nil {
-		return "", err
-	}
-	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil {
-		return "", err
-	} else if ok {
-		return "", ErrExists
-	}
 	gen, err := r.roomForGatewayLocked(ctx, tenant)
 	if err != nil {
 		return "", err
+	}
+	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok {
+		return "", cmp.Or(err, ErrExists)
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	secret, data, err := r.createGatewayLocked(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen)
 	if err == nil && ctx.Err() != nil {
-		return "", r.givenUp(ctx, id, data, nil)
+		_ = r.takeBack(ctx, nsGateways, id, data, nil) // failing that, it stays, as written
+		return "", ctx.Err()
 	}
 	return secret, err
-}
-
-// givenUp takes back the write of gateway id (data, where it was was) of a
-// request given up (ctx done) meanwhile, whose caller would never see its
-// secret, and returns ctx's error. The write ran on a context the request
-// does not cancel: the store may apply a write whose caller stopped
-// waiting, so it must be answered to be taken back.
-func (r *Registry) givenUp(ctx context.Context, id string, data, was []byte) error {
-	_ = r.takeBack(ctx, nsGateways, id, data, was) // failing that, it stays, as written
-	return ctx.Err()
 }
 
 // takeBack puts the entry under key back from data to was (nil: removes
@@ -842,7 +831,7 @@ func (r *Registry) tenant(ctx context.Context, id string) (storedTenant, error) 
 		}
 	}
 	var t storedTenant
-	if ok, err := r.get(ctx, nsTenants, id, &t); err != nil {
+	if _, ok, err := r.getRaw(ctx, nsTenants, id, &t); err != nil {
 		return storedTenant{}, err
 	} else if !ok || t.Gen == tombstone {
 		return storedTenant{}, ErrNotFound
@@ -853,7 +842,8 @@ func (r *Registry) tenant(ctx context.Context, id string) (storedTenant, error) 
 // Rotate gives gateway id of tenant a fresh secret, which it returns; the
 // secrets it had stay valid for grace (DefaultGrace when zero; negative
 // ends them now), or until their own earlier expiry. A request given up
-// (ctx done) during the write leaves the gateway as it was (givenUp).
+// (ctx done) during the write leaves the gateway as it was (as
+// CreateGateway).
 func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Duration) (secret string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -872,7 +862,8 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 		return err
 	})
 	if err == nil && ctx.Err() != nil {
-		return "", r.givenUp(ctx, id, data, raw)
+		_ = r.takeBack(ctx, nsGateways, id, data, raw)
+		return "", ctx.Err()
 	}
 	return secret, err
 }
@@ -1527,14 +1518,8 @@ func (s State) Relevance(platforms []string) map[string]map[string]platform.Rele
 	return out
 }
 
-// get decodes the stored entry under key into v.
-func (r *Registry) get(ctx context.Context, namespace, key string, v any) (bool, error) {
-	_, ok, err := r.getRaw(ctx, namespace, key, v)
-	return ok, err
-}
-
-// getRaw is get, and returns the value as stored too (a CompareAndSwap's
-// old).
+// getRaw decodes the stored entry under key into v, and returns the value
+// as stored too (a CompareAndSwap's old).
 func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]byte, bool, error) {
 	e, ok, err := r.kv.Get(ctx, namespace, key)
 	if err != nil || !ok {

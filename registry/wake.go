@@ -154,6 +154,6 @@ func (r *Registry) GatewayOf(ctx context.Context, tenant, id string) (bool, erro
 		}
 	}
 	var g Gateway
-	ok, err := r.get(ctx, nsGateways, id, &g)
+	_, ok, err := r.getRaw(ctx, nsGateways, id, &g)
 	return ok && g.Tenant == tenant, err
 }
