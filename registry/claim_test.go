@@ -175,8 +175,9 @@ func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
 type hookedStore struct {
 	store.Store
 	before, after func(op, namespace, key string)
-	// get, when set, is called before each Get.
-	get func(namespace, key string)
+	// get, when set, is called before each Get: an error it returns is
+	// the read's.
+	get func(namespace, key string) error
 	// put, when set, is called before each Put and CompareAndSwap: an
 	// error it returns is the write's, which writes nothing.
 	put func(namespace, key string) error
@@ -210,7 +211,9 @@ func (r hookedRegistry) CompareAndSwap(ctx context.Context, namespace, key strin
 
 func (r hookedRegistry) Get(ctx context.Context, namespace, key string) (store.Entry, bool, error) {
 	if r.s.get != nil {
-		r.s.get(namespace, key)
+		if err := r.s.get(namespace, key); err != nil {
+			return store.Entry{}, false, err
+		}
 	}
 	return r.Registry.Get(ctx, namespace, key)
 }
@@ -431,13 +434,14 @@ func TestBindOwnStallsNoOtherTenant(t *testing.T) {
 			wroteFirst.Store(true)
 		}
 	}
-	hooked.get = func(namespace, key string) {
+	hooked.get = func(namespace, key string) error {
 		if namespace == "registry/tenants" && key == "a" && wroteFirst.Load() {
 			first.Do(func() { // a's first binding is written, its second not yet
 				close(reached)
 				<-release
 			})
 		}
+		return nil
 	}
 	own := make(chan error, 1)
 	go func() {

@@ -733,3 +733,50 @@ func TestRedeemTakesBackItsOwnLinkOnlyOnRedis(t *testing.T) {
 		t.Fatalf("links of a: %q, want the one the new code made", got)
 	}
 }
+
+// TestRedeemKeepsTheCodeSpentWhenItsLinkCannotBeJudgedOnRedis: a
+// redemption whose link is written, then whose look at the tenant after
+// it (keptFor) fails for the store, and whose take-back of the link fails
+// too, leaves the link standing: the code is spent all the same, so
+// another user sending it is not linked as well. Before, the failed
+// take-back was answered as the read's error: the code stayed
+// redeemable, two links of one code.
+func TestRedeemKeepsTheCodeSpentWhenItsLinkCannotBeJudgedOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := two.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unreachable := errors.New("store unreachable (injected)")
+	var linked, looked bool
+	hooked.after = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/ownership" { // the link written, its guard swapped
+			linked = true
+		}
+	}
+	hooked.get = func(namespace, _ string) error {
+		if linked && !looked && namespace == "registry/tenants" { // keptFor's look
+			looked = true
+			return unreachable
+		}
+		return nil
+	}
+	hooked.put = func(namespace, _ string) error {
+		if looked && namespace == "registry/bindings" { // the link's take-back
+			return unreachable
+		}
+		return nil
+	}
+	if _, err := one.RedeemLinkCode(ctx, "telegram", "4811", code); err == nil || !looked {
+		t.Fatalf("a redemption whose link can be neither judged nor taken back: %v (hook ran: %v), want an error", err, looked)
+	}
+	_, second := two.RedeemLinkCode(ctx, "telegram", "4812", code)
+	s, _ := effective(t, two)
+	if got := bindingsOf(s, "a", platform.BindUser); len(got) != 1 || !errors.Is(second, registry.ErrNotFound) {
+		t.Fatalf("one code, a failed redemption whose link stayed, then another user's (%v): links %q, want the first link only and the code spent", second, got)
+	}
+}
