@@ -291,13 +291,7 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	if err != nil {
 		return err
 	}
-	if _, err := r.kv.Put(ctx, nsBindings, p.key(), value); err != nil {
-		return err
-	}
-	if err := r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
-		_, err := r.kv.CompareAndSwap(ctx, nsBindings, p.key(), value, nil)
-		return err
-	}); err != nil {
+	if err := r.put(ctx, tenant, t.Gen, nsBindings, p.key(), json.RawMessage(value), false); err != nil {
 		return err
 	}
 	// Make the allow-list the stored principal's, until it stays the

@@ -1210,9 +1210,8 @@ func (v *ownView) wrote(b Binding, guard []byte) {
 
 // bind binds the canonical b, with own (not nil) BindOwn's judgement;
 // it returns b as it wrote it (swapBinding; nil when b was bound
-// already). It needs
-// no lock of its caller's: swapBinding judges and writes in one step
-// across instances.
+// already). It needs no lock of its caller's: swapBinding judges and
+// writes in one step across instances.
 func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) ([]byte, error) {
 	if d, ok := r.declaredBinding(b); ok {
 		if d.Tenant == b.Tenant {
