@@ -729,12 +729,12 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
+	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok {
+		return "", cmp.Or(err, ErrExists)
+	}
 	gen, err := r.roomForGatewayLocked(ctx, tenant)
 	if err != nil {
 		return "", err
-	}
-	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok {
-		return "", cmp.Or(err, ErrExists)
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
