@@ -175,8 +175,9 @@ func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
 type hookedStore struct {
 	store.Store
 	before, after func(op, namespace, key string)
-	// get, when set, is called before each Get.
-	get func(namespace, key string)
+	// get, when set, is called before each Get: an error it returns is
+	// the read's.
+	get func(namespace, key string) error
 	// put, when set, is called before each Put and CompareAndSwap: an
 	// error it returns is the write's, which writes nothing.
 	put func(namespace, key string) error
@@ -210,7 +211,9 @@ func (r hookedRegistry) CompareAndSwap(ctx context.Context, namespace, key strin
 
 func (r hookedRegistry) Get(ctx context.Context, namespace, key string) (store.Entry, bool, error) {
 	if r.s.get != nil {
-		r.s.get(namespace, key)
+		if err := r.s.get(namespace, key); err != nil {
+			return store.Entry{}, false, err
+		}
 	}
 	return r.Registry.Get(ctx, namespace, key)
 }
@@ -431,13 +434,14 @@ func TestBindOwnStallsNoOtherTenant(t *testing.T) {
 			wroteFirst.Store(true)
 		}
 	}
-	hooked.get = func(namespace, key string) {
+	hooked.get = func(namespace, key string) error {
 		if namespace == "registry/tenants" && key == "a" && wroteFirst.Load() {
 			first.Do(func() { // a's first binding is written, its second not yet
 				close(reached)
 				<-release
 			})
 		}
+		return nil
 	}
 	own := make(chan error, 1)
 	go func() {
@@ -944,11 +948,11 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 			return one.Claim(ctx, "a", "telegram", platform.Chat{ID: "-1502"})
 		}},
 		{"link", "cas", "registry/bindings", func() error { return link("4501") }},
-		{"enroll-token", "put", "registry/enroll", func() error {
+		{"enroll-token", "cas", "registry/enroll", func() error {
 			_, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
 			return err
 		}},
-		{"link-code", "put", "registry/linkcodes", func() error {
+		{"link-code", "cas", "registry/linkcodes", func() error {
 			_, _, err := one.IssueLinkCode(ctx, "a", "gw", "telegram", 0)
 			return err
 		}},
@@ -1579,5 +1583,53 @@ func TestDeleteTenantSweepMarkingReservationsOnRedis(t *testing.T) {
 	var reserved map[string]time.Time
 	if !ok || json.Unmarshal(e.Value, &reserved) != nil || len(reserved) != 1 || reserved["telegram/chat/-1901"].IsZero() {
 		t.Fatalf("the new a's reservations are %q (stored %v), want -1901's alone", e.Value, ok)
+	}
+}
+
+// TestRefusedBindingThatStaysIsTakenBackWithItsTenantOnRedis: two
+// instances on one redis-server; while instance one binds a chat to
+// tenant a, instance two deletes a (its sweep finds no binding yet). The
+// bind's guard swap then fails and so does its put-back: the binding
+// stays (errBindingStays). It is taken back all the same, the tenant being
+// gone, so a tenant made again under the id does not inherit it. Before,
+// a binding that stayed skipped keptFor: the chat outlived its tenant and
+// went to the next tenant of the id.
+func TestRefusedBindingThatStaysIsTakenBackWithItsTenantOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := false
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/bindings" && !deleted {
+			deleted = true
+			if err := two.DeleteTenant(ctx, "a"); err != nil {
+				t.Errorf("deleting a while its chat is bound: %v", err)
+			}
+		}
+	}
+	unreachable := errors.New("store unreachable (injected)")
+	writes := 0
+	hooked.put = func(namespace, _ string) error {
+		switch namespace {
+		case "registry/ownership": // the guard's swap
+			return unreachable
+		case "registry/bindings":
+			if writes++; writes == 2 { // the put-back
+				return unreachable
+			}
+		}
+		return nil
+	}
+	err := one.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1901", Tenant: "a"})
+	if !deleted || err == nil {
+		t.Fatalf("a bind racing its tenant's deletion, its put-back failing: %v (hook ran: %v), want an error", err, deleted)
+	}
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := effective(t, two); len(s.Bindings) != 0 {
+		t.Fatalf("the tenant made again under the id holds %v: the deleted tenant's chat", s.Bindings)
 	}
 }

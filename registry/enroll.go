@@ -25,10 +25,6 @@ const nsEnroll = "registry/enroll"
 // later expiry, when it is redeemed.
 const MaxEnrollTTL = 24 * time.Hour
 
-// DefaultEnrollTTL is how long an enrollment token stays redeemable when
-// MintEnrollToken is not given a lifetime.
-const DefaultEnrollTTL = MaxEnrollTTL
-
 // ErrEnrollToken is an enrollment token that is unknown, expired, already
 // redeemed or another tenant's; the four are not told apart.
 var ErrEnrollToken = errors.New("registry: enrollment token invalid, expired, already used, or for another tenant")
@@ -64,14 +60,14 @@ func (r *Registry) sweep(ctx context.Context, namespace, tenant string, drop fun
 }
 
 // MintEnrollToken returns a new single-use enrollment token for tenant,
-// redeemable until the returned expiry (ttl from now; DefaultEnrollTTL when
-// zero, at most MaxEnrollTTL). It also forgets the expired tokens (and
+// redeemable until the returned expiry (ttl from now; MaxEnrollTTL when
+// zero, and at most). It also forgets the expired tokens (and
 // those expiring beyond the bound, which no redemption takes).
 func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.Duration) (string, time.Time, error) {
 	if ttl < 0 || ttl > MaxEnrollTTL {
 		return "", time.Time{}, fmt.Errorf("%w: enrollment token lifetime %v: want up to %v", ErrInvalid, ttl, MaxEnrollTTL)
 	}
-	ttl = cmp.Or(ttl, DefaultEnrollTTL)
+	ttl = cmp.Or(ttl, MaxEnrollTTL)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t, err := r.tenant(ctx, tenant)
@@ -86,7 +82,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	}
 	token := "enr_" + newSecret()
 	expires := now.Add(ttl)
-	if err := r.put(ctx, tenant, t.Gen, nsEnroll, tokenKey(token), expiring{Tenant: tenant, Expires: expires}); err != nil {
+	if err := r.put(ctx, tenant, t.Gen, nsEnroll, tokenKey(token), expiring{Tenant: tenant, Expires: expires}, true); err != nil {
 		return "", time.Time{}, err
 	}
 	return token, expires, nil
@@ -181,7 +177,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 			raw = nil
 		}
 		if err == nil {
-			undo = func(ctx context.Context) error { return r.takeBack(ctx, id, data, raw) }
+			undo = func(ctx context.Context) error { return r.takeBack(ctx, nsGateways, id, data, raw) }
 		}
 		return err
 	})

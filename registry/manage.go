@@ -99,7 +99,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	}
 	code := newLinkCode()
 	c := linkCode{Hash: tokenKey(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl)}
-	if err := r.put(ctx, tenant, t.Gen, nsLinkCodes, c.Hash, c); err != nil {
+	if err := r.put(ctx, tenant, t.Gen, nsLinkCodes, c.Hash, c, true); err != nil {
 		return "", time.Time{}, err
 	}
 	return code, c.Expires, nil
@@ -107,8 +107,9 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 
 // RedeemLinkCode consumes code and links (platformName, user) to the
 // tenant that issued it, which it returns. A code is redeemed once: of
-// concurrent redeemers (on any instance) one wins. An unknown, used,
-// expired or other-platform code is ErrNotFound; a link that would take
+// concurrent redeemers (on any instance) one wins; the user it linked
+// sending it again is answered so. An unknown, expired or other-platform
+// code, or one another user spent, is ErrNotFound; a link that would take
 // the tenant past MaxTenantBindings is ErrLimit, the code unspent.
 //
 // The link is written before the code is consumed, and taken back when
@@ -126,7 +127,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	raw, ok, err := r.getRaw(ctx, nsLinkCodes, want, &c)
 	if err != nil {
 		return "", err
-	} else if !ok || c.Redeemed != "" || subtle.ConstantTimeCompare([]byte(c.Hash), []byte(want)) != 1 {
+	} else if !ok || subtle.ConstantTimeCompare([]byte(c.Hash), []byte(want)) != 1 {
 		return "", ErrNotFound
 	}
 	if c.Platform != "" && c.Platform != platformName {
@@ -137,6 +138,19 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 		return "", cmp.Or(err, ErrNotFound)
 	}
 	b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindUser, ID: user, Tenant: c.Tenant})
+	if c.Redeemed != "" {
+		// The user it linked sending it again (a resend, a retry after a
+		// refusal whose link stayed) is answered linked while the link
+		// stands; anyone else finds it spent.
+		if err != nil || c.Redeemed != b.key() {
+			return "", ErrNotFound
+		}
+		_, linked, err := r.kv.Get(ctx, nsBindings, b.key())
+		if err != nil || !linked {
+			return "", cmp.Or(err, ErrNotFound)
+		}
+		return c.Tenant, nil
+	}
 	if err != nil {
 		return "", err
 	}
@@ -159,7 +173,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if err != nil {
 		return "", err
 	}
-	wrote, err := r.bind(ctx, b, nil)
+	link, err := r.bind(ctx, b, nil)
 	if errors.Is(err, errBindingStays) { // a refused link that stands keeps its code spent
 		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
 	}
@@ -174,7 +188,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	spentThere := errors.Is(err, store.ErrNotReplicated)
 	if err == nil && !consumed {
 		var now linkCode
-		if ok, gerr := r.get(ctx, nsLinkCodes, want, &now); gerr != nil {
+		if _, ok, gerr := r.getRaw(ctx, nsLinkCodes, want, &now); gerr != nil {
 			err = gerr
 		} else {
 			consumed = ok && now.Redeemed == b.key()
@@ -185,12 +199,8 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	}
 	// linked: the link stays, its take-back failing.
 	linked := false
-	if wrote { // the code went meanwhile: another redeemer, or a deprovision
-		value, merr := json.Marshal(b)
-		if merr != nil {
-			return "", merr
-		}
-		_, uerr := r.kv.CompareAndSwap(ctx, nsBindings, b.key(), value, nil)
+	if link != nil { // the code went meanwhile: another redeemer, or a deprovision
+		_, uerr := r.kv.CompareAndSwap(ctx, nsBindings, b.key(), link, nil)
 		// A take-back the replicas did not acknowledge applied on the
 		// primary, as the consumption it answers did.
 		linked = uerr != nil && !errors.Is(uerr, store.ErrNotReplicated)
@@ -199,8 +209,11 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 		}
 		r.notify(ctx)
 	}
-	if spentThere && !linked { // a code given back with its link standing would make a second
+	switch { // one code, one link: a code given back with its link standing would make a second
+	case spentThere && !linked:
 		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, value, raw) // failing that, it stays spent
+	case linked && !spentThere: // its consumption failed
+		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
 	}
 	return "", cmp.Or(err, ErrNotFound)
 }
@@ -278,13 +291,7 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	if err != nil {
 		return err
 	}
-	if _, err := r.kv.Put(ctx, nsBindings, p.key(), value); err != nil {
-		return err
-	}
-	if err := r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
-		_, err := r.kv.CompareAndSwap(ctx, nsBindings, p.key(), value, nil)
-		return err
-	}); err != nil {
+	if err := r.put(ctx, tenant, t.Gen, nsBindings, p.key(), json.RawMessage(value), false); err != nil {
 		return err
 	}
 	// Make the allow-list the stored principal's, until it stays the
@@ -303,7 +310,7 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 			}
 			for _, u := range cur.Allow {
 				b := Binding{Platform: platformName, Kind: platform.BindAllow, ID: u, Tenant: tenant}
-				if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b); err != nil {
+				if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b, false); err != nil {
 					return err
 				}
 			}
@@ -350,7 +357,7 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 	} else if !ok {
 		return fmt.Errorf("%w: the user is not linked to this tenant (have them send /link <code> first)", ErrNotFound)
 	}
-	return r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b)
+	return r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b, false)
 }
 
 // DropManaged removes every binding the management plane made for tenant

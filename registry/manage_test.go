@@ -57,6 +57,11 @@ func TestLinkCodes(t *testing.T) {
 	if _, err := r.RedeemLinkCode(ctx, "discord", "72", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("second redeem: %v, want ErrNotFound", err)
 	}
+	// The user it linked sending it again (a resend, a retry after a lost
+	// answer) is answered linked, as the first time.
+	if tenant, err := r.RedeemLinkCode(ctx, "discord", "71", code); err != nil || tenant != "a" {
+		t.Fatalf("the linked user's redeem again: %q, %v; want a", tenant, err)
+	}
 	s, _ := effective(t, r)
 	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"discord:71"}) {
 		t.Fatalf("a's links %q", got)
@@ -641,5 +646,137 @@ func TestRedeemFindingItsLinkMadeMeanwhileLeavesItOnRedis(t *testing.T) {
 	s, _ := effective(t, two)
 	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"telegram:4601", "telegram:4602"}) {
 		t.Fatalf("links of a after instance two linked both users: %q, want telegram:4601 and telegram:4602", got)
+	}
+}
+
+// TestRedeemKeepsTheCodeSpentWhileItsLinkStaysOnRedis: a redemption whose
+// code's consumption fails for its store (nothing written), and whose
+// link's take-back fails too, leaves the link standing: the code is spent
+// all the same, so another user sending it is not linked as well. Before,
+// only a consumption refused for want of replicas was followed so: after
+// a plain store error the code stayed redeemable, two links of one code.
+func TestRedeemKeepsTheCodeSpentWhileItsLinkStaysOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := two.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unreachable := errors.New("store unreachable (injected)")
+	codes, links := 0, 0
+	hooked.put = func(namespace, _ string) error {
+		switch namespace {
+		case "registry/linkcodes":
+			if codes++; codes == 1 { // the consumption
+				return unreachable
+			}
+		case "registry/bindings":
+			if links++; links == 2 { // the link's take-back
+				return unreachable
+			}
+		}
+		return nil
+	}
+	if _, err := one.RedeemLinkCode(ctx, "telegram", "4801", code); err == nil || codes == 0 || links < 2 {
+		t.Fatalf("a redemption whose consumption and take-back fail: %v (%d code writes, %d link writes), want an error", err, codes, links)
+	}
+	_, second := two.RedeemLinkCode(ctx, "telegram", "4802", code)
+	s, _ := effective(t, two)
+	if got := bindingsOf(s, "a", platform.BindUser); len(got) != 1 || !errors.Is(second, registry.ErrNotFound) {
+		t.Fatalf("one code, a failed redemption whose link stayed, then another user's (%v): links %q, want the first link only and the code spent", second, got)
+	}
+}
+
+// TestRedeemTakesBackItsOwnLinkOnlyOnRedis: two instances on one
+// redis-server; while instance one redeems tenant a's code, before it
+// consumes it, instance two deprovisions a (the code and the link go),
+// and the same user redeems a new code of a there. Instance one finds its
+// code gone and takes its link back, leaving the link the new code made:
+// that user was answered linked. Before, the take-back compared the bytes
+// of a link, which every link of the user to the tenant has, and removed
+// the second link.
+func TestRedeemTakesBackItsOwnLinkOnlyOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, _ string) {
+		if raced || op != "cas" || namespace != "registry/linkcodes" { // the code about to be consumed
+			return
+		}
+		raced = true
+		if _, err := two.DropManaged(ctx, "a"); err != nil {
+			t.Errorf("deprovision while the code is redeemed: %v", err)
+		}
+		again, _, err := two.IssueLinkCode(ctx, "a", "gw-b", "", 0)
+		if err == nil {
+			_, err = two.RedeemLinkCode(ctx, "telegram", "4901", again)
+		}
+		if err != nil {
+			t.Errorf("the user's redemption of a new code meanwhile: %v", err)
+		}
+	}
+	if _, err := one.RedeemLinkCode(ctx, "telegram", "4901", code); !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("redeeming a code a deprovision took: %v (hook ran: %v), want ErrNotFound", err, raced)
+	}
+	s, _ := effective(t, two)
+	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"telegram:4901"}) {
+		t.Fatalf("links of a: %q, want the one the new code made", got)
+	}
+}
+
+// TestRedeemKeepsTheCodeSpentWhenItsLinkCannotBeJudgedOnRedis: a
+// redemption whose link is written, then whose look at the tenant after
+// it (keptFor) fails for the store, and whose take-back of the link fails
+// too, leaves the link standing: the code is spent all the same, so
+// another user sending it is not linked as well. Before, the failed
+// take-back was answered as the read's error: the code stayed
+// redeemable, two links of one code.
+func TestRedeemKeepsTheCodeSpentWhenItsLinkCannotBeJudgedOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := two.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unreachable := errors.New("store unreachable (injected)")
+	var linked, looked bool
+	hooked.after = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/ownership" { // the link written, its guard swapped
+			linked = true
+		}
+	}
+	hooked.get = func(namespace, _ string) error {
+		if linked && !looked && namespace == "registry/tenants" { // keptFor's look
+			looked = true
+			return unreachable
+		}
+		return nil
+	}
+	hooked.put = func(namespace, _ string) error {
+		if looked && namespace == "registry/bindings" { // the link's take-back
+			return unreachable
+		}
+		return nil
+	}
+	if _, err := one.RedeemLinkCode(ctx, "telegram", "4811", code); err == nil || !looked {
+		t.Fatalf("a redemption whose link can be neither judged nor taken back: %v (hook ran: %v), want an error", err, looked)
+	}
+	_, second := two.RedeemLinkCode(ctx, "telegram", "4812", code)
+	s, _ := effective(t, two)
+	if got := bindingsOf(s, "a", platform.BindUser); len(got) != 1 || !errors.Is(second, registry.ErrNotFound) {
+		t.Fatalf("one code, a failed redemption whose link stayed, then another user's (%v): links %q, want the first link only and the code spent", second, got)
 	}
 }

@@ -466,7 +466,8 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 }
 
 // CreateTenant stores a new tenant. A write the replicas did not
-// acknowledge (store.ErrNotReplicated) is taken back, and is that error.
+// acknowledge (store.ErrNotReplicated) is taken back (takeBackTenant), and
+// is that error.
 func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if err := cmp.Or(checkID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
 		return err
@@ -483,14 +484,29 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	}
 	if created, err := r.kv.CompareAndSwap(ctx, nsTenants, t.ID, nil, data); err != nil || !created {
 		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary: taken back, so a retry creates it
-			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			_, _ = r.kv.CompareAndSwap(back, nsTenants, t.ID, data, nil)
-			cancel()
+			r.takeBackTenant(ctx, t.ID, data)
 		}
 		return cmp.Or(err, fmt.Errorf("%w: tenant %q exists, or its deletion did not finish (delete it again)", ErrExists, t.ID))
 	}
 	r.notify(ctx)
 	return nil
+}
+
+// takeBackTenant deletes tenant id, stored as data by a creation the
+// replicas did not acknowledge, as DeleteTenant does: another instance may
+// have written for it meanwhile (a gateway, a binding), which must not
+// outlive it. Failing that, it stays being deleted (DeleteTenant finishes
+// it); one changed meanwhile stays.
+func (r *Registry) takeBackTenant(ctx context.Context, id string, data []byte) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	tomb, err := json.Marshal(storedTenant{Tenant{ID: id}, tombstone})
+	if err != nil {
+		return
+	}
+	if ended, err := r.kv.CompareAndSwap(ctx, nsTenants, id, data, tomb); ended || errors.Is(err, store.ErrNotReplicated) {
+		_ = r.sweepTenant(ctx, id, tomb)
+	}
 }
 
 // SetSession replaces a stored tenant's session settings.
@@ -576,6 +592,12 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			return err
 		}
 	}
+	return r.sweepTenant(ctx, id, raw)
+}
+
+// sweepTenant is DeleteTenant's sweep of tenant id, being deleted as raw,
+// and its removal.
+func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error {
 	// Its unredeemed enrollment tokens and link codes end with it (a
 	// tenant made again under the id must not redeem them), and so do the
 	// reservations of its requests whose instance stopped (it must not
@@ -583,6 +605,7 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved}
 	listed := make([][]store.Entry, len(namespaces))
 	for i, ns := range namespaces {
+		var err error
 		if listed[i], _, err = r.kv.List(ctx, ns); err != nil {
 			return fmt.Errorf("registry: read %s: %w", ns, err)
 		}
@@ -598,7 +621,7 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			}
 		}
 	}
-	_, err = r.kv.CompareAndSwap(ctx, nsTenants, id, raw, nil) // not swapped: another deletion finished it
+	_, err := r.kv.CompareAndSwap(ctx, nsTenants, id, raw, nil) // not swapped: another deletion finished it
 	r.notify(ctx)
 	return err
 }
@@ -693,7 +716,10 @@ func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func(ct
 
 // CreateGateway stores a new gateway of tenant with a fresh secret, which
 // it returns. A tenant at its MaxGateways is ErrLimit. A request given up
-// (ctx done) during the write leaves no gateway (givenUp).
+// (ctx done) during the write, whose caller would never see the secret,
+// leaves no gateway: the write runs on a context the request does not
+// cancel (the store may apply a write whose caller stopped waiting), and
+// is taken back.
 func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string, error) {
 	if err := checkID("gateway", id); err != nil {
 		return "", err
@@ -703,13 +729,8 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
-	if _, err := r.tenant(ctx, tenant); err != nil {
-		return "", err
-	}
-	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil {
-		return "", err
-	} else if ok {
-		return "", ErrExists
+	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok {
+		return "", cmp.Or(err, ErrExists)
 	}
 	gen, err := r.roomForGatewayLocked(ctx, tenant)
 	if err != nil {
@@ -719,30 +740,22 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	defer cancel()
 	secret, data, err := r.createGatewayLocked(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen)
 	if err == nil && ctx.Err() != nil {
-		return "", r.givenUp(ctx, id, data, nil)
+		_ = r.takeBack(ctx, nsGateways, id, data, nil) // failing that, it stays, as written
+		return "", ctx.Err()
 	}
 	return secret, err
 }
 
-// givenUp takes back the write of gateway id (data, where it was was) of a
-// request given up (ctx done) meanwhile, whose caller would never see its
-// secret, and returns ctx's error. The write ran on a context the request
-// does not cancel: the store may apply a write whose caller stopped
-// waiting, so it must be answered to be taken back.
-func (r *Registry) givenUp(ctx context.Context, id string, data, was []byte) error {
-	_ = r.takeBack(ctx, id, data, was) // failing that, it stays, as written
-	return ctx.Err()
-}
-
-// takeBack puts gateway id back from data to was (nil: removes it) unless
-// another writer changed it since, on ctx without its cancellation
-// (bounded by releaseTimeout): a write that applied but is refused (its
-// replicas did not acknowledge it, its request was given up). A put back
-// the replicas did not acknowledge applied on the primary all the same.
-func (r *Registry) takeBack(ctx context.Context, id string, data, was []byte) error {
+// takeBack puts the entry under key back from data to was (nil: removes
+// it) unless another writer changed it since, on ctx without its
+// cancellation (bounded by releaseTimeout): a write that applied but is
+// refused (its replicas did not acknowledge it, its request was given
+// up). A put back the replicas did not acknowledge applied on the primary
+// all the same.
+func (r *Registry) takeBack(ctx context.Context, namespace, key string, data, was []byte) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if back, err := r.kv.CompareAndSwap(ctx, nsGateways, id, data, was); err != nil && !errors.Is(err, store.ErrNotReplicated) || err == nil && !back {
+	if back, err := r.kv.CompareAndSwap(ctx, namespace, key, data, was); err != nil && !errors.Is(err, store.ErrNotReplicated) || err == nil && !back {
 		return cmp.Or(err, errRaced)
 	}
 	r.notify(ctx)
@@ -767,7 +780,7 @@ func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, g
 	}
 	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
 		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-			_ = r.takeBack(ctx, g.ID, data, nil)
+			_ = r.takeBack(ctx, nsGateways, g.ID, data, nil)
 		}
 		return "", nil, cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
@@ -818,7 +831,7 @@ func (r *Registry) tenant(ctx context.Context, id string) (storedTenant, error) 
 		}
 	}
 	var t storedTenant
-	if ok, err := r.get(ctx, nsTenants, id, &t); err != nil {
+	if _, ok, err := r.getRaw(ctx, nsTenants, id, &t); err != nil {
 		return storedTenant{}, err
 	} else if !ok || t.Gen == tombstone {
 		return storedTenant{}, ErrNotFound
@@ -829,7 +842,8 @@ func (r *Registry) tenant(ctx context.Context, id string) (storedTenant, error) 
 // Rotate gives gateway id of tenant a fresh secret, which it returns; the
 // secrets it had stay valid for grace (DefaultGrace when zero; negative
 // ends them now), or until their own earlier expiry. A request given up
-// (ctx done) during the write leaves the gateway as it was (givenUp).
+// (ctx done) during the write leaves the gateway as it was (as
+// CreateGateway).
 func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Duration) (secret string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -848,7 +862,8 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 		return err
 	})
 	if err == nil && ctx.Err() != nil {
-		return "", r.givenUp(ctx, id, data, raw)
+		_ = r.takeBack(ctx, nsGateways, id, data, raw)
+		return "", ctx.Err()
 	}
 	return secret, err
 }
@@ -903,7 +918,7 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 	}
 	if swapped, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, raw, data); err != nil || !swapped {
 		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-			_ = r.takeBack(ctx, g.ID, data, raw)
+			_ = r.takeBack(ctx, nsGateways, g.ID, data, raw)
 		}
 		return "", nil, cmp.Or(err, errRaced)
 	}
@@ -1194,21 +1209,20 @@ func (v *ownView) wrote(b Binding, guard []byte) {
 }
 
 // bind binds the canonical b, with own (not nil) BindOwn's judgement;
-// it reports whether it wrote b (not when b was bound already). It needs
-// no lock of its caller's: swapBinding judges and writes in one step
-// across instances.
-func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote bool, err error) {
+// it returns b as it wrote it (swapBinding; nil when b was bound
+// already). It needs no lock of its caller's: swapBinding judges and
+// writes in one step across instances.
+func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) ([]byte, error) {
 	if d, ok := r.declaredBinding(b); ok {
 		if d.Tenant == b.Tenant {
-			return false, nil
+			return nil, nil
 		}
 		if own != nil { // a tenant is not told which layer holds another's chat
-			return false, ErrConflict
+			return nil, ErrConflict
 		}
-		return false, ErrDeclared
+		return nil, ErrDeclared
 	}
-	guard, err := r.swapBinding(ctx, b.key(), &b, func(cur *Binding, guard []byte) (bool, error) {
-		wrote = false // a round lost to another writer wrote nothing
+	guard, written, err := r.swapBinding(ctx, b.key(), &b, func(cur *Binding, guard []byte) (bool, error) {
 		switch {
 		case cur == nil:
 		case cur.Tenant != b.Tenant:
@@ -1221,16 +1235,12 @@ func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote boo
 				return false, cmp.Or(err, ErrConflict)
 			}
 		}
-		wrote = true // new, or a tenant's principal replaced
-		return true, nil
+		return true, nil // new, or a tenant's principal replaced
 	})
-	if err != nil || !wrote {
-		return false, err
-	}
-	if own != nil {
+	if own != nil && written != nil {
 		own.wrote(b, guard)
 	}
-	return true, nil
+	return written, err
 }
 
 // Claim stores tenant's scope claim of chat on platformName, as the
@@ -1254,7 +1264,7 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 		return err
 	}
 	defer release()
-	_, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
+	_, _, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
 		s, _, err := r.Effective(ctx)
 		if err != nil {
 			return false, err
@@ -1287,7 +1297,7 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	if d, ok := r.declaredBinding(b); ok && d.Tenant == b.Tenant {
 		return ErrDeclared
 	}
-	_, err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding, _ []byte) (bool, error) {
+	_, _, err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding, _ []byte) (bool, error) {
 		if cur == nil || cur.Tenant != b.Tenant {
 			return false, ErrNotFound
 		}
@@ -1345,43 +1355,58 @@ const nsOwnership = "registry/ownership"
 // put back as it was and decide judges again. Of concurrent writes that
 // the ownership order judges against each other (a provision's BindOwn
 // and another tenant's claim or link), on any instance, one stands. It
-// tells every instance after a write, and returns the guard it wrote
-// (nil when it wrote none). A write the replicas did not acknowledge
+// tells every instance after a write, and returns the guard it wrote and
+// next as written (nil when it wrote none): with a field of its own
+// (written), so a take-back of it never removes the same binding another
+// write made since. A write the replicas did not acknowledge
 // (store.ErrNotReplicated) is put back, and is that error; one whose
 // put-back failed stands (on the primary at least) and is
 // errBindingStays. next's tenant
 // must exist (else ErrNotFound), and a deletion of it meanwhile takes
-// next back (keptFor). It needs no
+// next back (keptFor), a write that stays so too; a take-back that failed
+// is errBindingStays. It needs no
 // lock of its caller's, and takes bindMu for its rounds.
-func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, error) {
+func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) (guard, written []byte, err error) {
 	var value []byte
 	var gen string
 	if next != nil {
 		t, err := r.tenant(ctx, next.Tenant)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		gen = t.Gen
-		if value, err = json.Marshal(next); err != nil {
-			return nil, err
+		if value, err = json.Marshal(writtenBinding{*next, rand.Text()}); err != nil {
+			return nil, nil, err
 		}
 	}
 	r.bindMu.Lock()
-	wrote, written, err := r.swapBindingLocked(ctx, key, next, value, decide)
+	guard, wrote, err := r.swapBindingLocked(ctx, key, next, value, decide)
 	r.bindMu.Unlock()
-	if err != nil || !written {
-		return nil, err
-	}
-	if next != nil {
-		if err := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
+	if next != nil && (wrote || errors.Is(err, errBindingStays)) {
+		stays := false
+		if kerr := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
 			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
+			stays = err != nil && !errors.Is(err, store.ErrNotReplicated)
 			return err
-		}); err != nil {
-			return nil, err
+		}); kerr != nil {
+			if stays {
+				kerr = fmt.Errorf("%w: %w", errBindingStays, kerr)
+			}
+			return nil, nil, kerr
 		}
 	}
+	if err != nil || !wrote {
+		return nil, nil, err
+	}
 	r.notify(ctx)
-	return wrote, nil
+	return guard, value, nil
+}
+
+// writtenBinding is a binding as swapBinding writes it: with a random
+// value of its write (never empty).
+type writtenBinding struct {
+	Binding
+	Written string `json:"written"`
 }
 
 // swapBindingLocked is swapBinding's rounds, under bindMu: the guard it
@@ -1476,7 +1501,7 @@ func (r *Registry) SetPolicy(ctx context.Context, p Policy) error {
 	if err != nil {
 		return err
 	}
-	return r.put(ctx, p.Tenant, t.Gen, nsPolicies, p.key(), p)
+	return r.put(ctx, p.Tenant, t.Gen, nsPolicies, p.key(), p, false)
 }
 
 // Relevance returns, for each platform, the tenants' policies in s in the
@@ -1498,14 +1523,8 @@ func (s State) Relevance(platforms []string) map[string]map[string]platform.Rele
 	return out
 }
 
-// get decodes the stored entry under key into v.
-func (r *Registry) get(ctx context.Context, namespace, key string, v any) (bool, error) {
-	_, ok, err := r.getRaw(ctx, namespace, key, v)
-	return ok, err
-}
-
-// getRaw is get, and returns the value as stored too (a CompareAndSwap's
-// old).
+// getRaw decodes the stored entry under key into v, and returns the value
+// as stored too (a CompareAndSwap's old).
 func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]byte, bool, error) {
 	e, ok, err := r.kv.Get(ctx, namespace, key)
 	if err != nil || !ok {
@@ -1519,13 +1538,24 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 
 // put stores v under key for tenant, read of generation gen, and tells
 // every instance; a deletion of the tenant meanwhile takes it back
-// (keptFor).
-func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any) error {
+// (keptFor). A fresh entry (an enrollment token, a link code) is written
+// only while its key is free, and taken back when the replicas did not
+// acknowledge it (store.ErrNotReplicated): a refused code does not count
+// as outstanding.
+func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any, fresh bool) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if _, err := r.kv.Put(ctx, namespace, key, data); err != nil {
+	if !fresh {
+		_, err = r.kv.Put(ctx, namespace, key, data)
+	} else if created, cerr := r.kv.CompareAndSwap(ctx, namespace, key, nil, data); errors.Is(cerr, store.ErrNotReplicated) {
+		_ = r.takeBack(ctx, namespace, key, data, nil)
+		err = cerr
+	} else if err = cerr; err == nil && !created {
+		err = fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
+	}
+	if err != nil {
 		return err
 	}
 	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {

@@ -649,4 +649,96 @@ func TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkIsNotPutBackOnRedis(t *
 	if len(s.Bindings) != 1 || !errors.Is(second, registry.ErrNotFound) {
 		t.Fatalf("one code, a refused redemption (%v) whose link stayed, then another user's (%v): links %v, want the first link only and the code spent", first, second, s.Bindings)
 	}
+	if tenant, err := plain.RedeemLinkCode(ctx, "telegram", "4701", code); err != nil || tenant != "a" {
+		t.Fatalf("the refused user's retry, its link standing: %q, %v; want linked to a", tenant, err)
+	}
+}
+
+// TestCreateTenantNotReplicatedTakesBackWhatWasMadeMeanwhileOnRedis: with
+// redis_min_replicas and the replica gone, a tenant's creation applies on
+// the primary and waits for the replica; meanwhile another instance
+// creates a gateway of the tenant there. The creation is refused and taken
+// back as a deletion: the gateway goes with it, so the tenant made again
+// under the id (after the deletion is finished, when asked) does not
+// inherit a gateway whose secret someone else was shown. Before, the
+// take-back removed the tenant alone, and the gateway was the next
+// tenant's.
+func TestCreateTenantNotReplicatedTakesBackWhatWasMadeMeanwhileOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	loss := lossOf(t, primary)
+	hooked := &hookedStore{Store: loss}
+	strict, plain := registry.New(hooked, clock.System), registry.New(loss.patient, clock.System)
+	made := false
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/tenants" && !loss.lost.Load() {
+			replica.Kill(t)
+			loss.lost.Store(true)
+		}
+	}
+	hooked.after = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/tenants" && !made { // the tenant on the primary
+			made = true
+			if _, err := plain.CreateGateway(ctx, "a", "gw"); err != nil {
+				t.Errorf("a gateway of the tenant being created: %v", err)
+			}
+		}
+	}
+	if err := strict.CreateTenant(ctx, registry.Tenant{ID: "a"}); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a creation without the replica: %v, want ErrNotReplicated", err)
+	}
+	err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"})
+	if errors.Is(err, registry.ErrExists) { // its deletion did not finish: finish it
+		if err = plain.DeleteTenant(ctx, "a"); err == nil {
+			err = plain.CreateTenant(ctx, registry.Tenant{ID: "a"})
+		}
+	}
+	if err != nil {
+		t.Fatalf("the retry of the refused creation: %v", err)
+	}
+	if ok, err := plain.GatewayOf(ctx, "a", "gw"); err != nil || ok {
+		t.Fatalf("the tenant made again holds gw, made for the refused one: %v, %v", ok, err)
+	}
+}
+
+// TestRefusedNewEntriesAreTakenBackOnRedis: with redis_min_replicas and
+// the replica gone, a link code's issue, an enrollment token's mint and a
+// wake URL's registration apply on the primary but fail with
+// store.ErrNotReplicated: each is taken back. Before, they stayed on the
+// primary: a refused code counted against the tenant's 16 outstanding
+// (a gateway retrying through a replica's loss used them up for an hour),
+// a token nobody was shown stayed redeemable, and a URL answered as not
+// registered was woken.
+func TestRefusedNewEntriesAreTakenBackOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	loss := lossOf(t, primary)
+	strict, plain := registry.New(loss, clock.System), registry.New(loss.patient, clock.System)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.CreateGateway(ctx, "a", "gw"); err != nil {
+		t.Fatal(err)
+	}
+	replica.Kill(t)
+	loss.lost.Store(true)
+	if _, _, err := strict.IssueLinkCode(ctx, "a", "gw", "", 0); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a link code issued without the replica: %v, want ErrNotReplicated", err)
+	}
+	if _, _, err := strict.MintEnrollToken(ctx, "a", time.Hour); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("an enrollment token minted without the replica: %v, want ErrNotReplicated", err)
+	}
+	if err := strict.SetWake(ctx, "a", "gw", "https://wake.example.com/gw"); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("a wake URL registered without the replica: %v, want ErrNotReplicated", err)
+	}
+	for _, ns := range []string{"registry/linkcodes", "registry/enroll"} {
+		if entries, _, err := loss.patient.Registry().List(ctx, ns); err != nil || len(entries) != 0 {
+			t.Errorf("%s after its refused write: %d entries, %v; want none", ns, len(entries), err)
+		}
+	}
+	if wakes, err := plain.Wakes(ctx); err != nil || len(wakes) != 0 {
+		t.Errorf("wake URLs after the refused registration: %v, %v; want none", wakes, err)
+	}
 }

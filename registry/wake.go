@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
+	"connector/store"
 	"connector/wake"
 )
 
@@ -46,7 +48,8 @@ func (r *Registry) SetWake(ctx context.Context, tenant, gateway, rawURL string) 
 // deletion and a re-creation by another tenant, on any instance) or the
 // tenant's deletion began, the entry is put back as it was and it is
 // ErrNotFound. So a wake URL never replaces or removes one another tenant
-// registered for its gateway of the id.
+// registered for its gateway of the id. A URL the replicas did not
+// acknowledge (store.ErrNotReplicated) is put back too, and is that error.
 func (r *Registry) writeWake(ctx context.Context, tenant, gen, gateway, rawURL string) error {
 	return againIfRaced(func() error {
 		if ok, err := r.GatewayOf(ctx, tenant, gateway); err != nil || !ok {
@@ -66,6 +69,9 @@ func (r *Registry) writeWake(ctx context.Context, tenant, gen, gateway, rawURL s
 			return err
 		}
 		if swapped, err := r.kv.CompareAndSwap(ctx, nsWake, gateway, e.Value, value); err != nil || !swapped {
+			if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
+				_ = r.takeBack(ctx, nsWake, gateway, value, e.Value)
+			}
 			return cmp.Or(err, errRaced)
 		}
 		undo := func(ctx context.Context) error {
@@ -148,6 +154,6 @@ func (r *Registry) GatewayOf(ctx context.Context, tenant, id string) (bool, erro
 		}
 	}
 	var g Gateway
-	ok, err := r.get(ctx, nsGateways, id, &g)
+	_, ok, err := r.getRaw(ctx, nsGateways, id, &g)
 	return ok && g.Tenant == tenant, err
 }
