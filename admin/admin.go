@@ -25,7 +25,8 @@
 // Errors are {"error": "..."} with 400 (malformed), 401 (token), 404
 // (unknown tenant, gateway or binding), 409 (exists, declared in the YAML,
 // bound to another tenant), 429 (the tenant's max_gateways reached) or
-// 500. Every change is logged (who, what,
+// 500 {"error": "internal"} (the store failed; the log has its error,
+// which can name an internal address). Every change is logged (who, what,
 // outcome; never a secret) and counted.
 package admin
 
@@ -153,7 +154,7 @@ func (h *Handler) change(pattern, op string, do changeFunc) {
 		outcome, errStatus := change.Outcome(err)
 		h.rec.Record(r.Context(), op, outcome, err, append([]any{"actor", actor(r), "remote", r.RemoteAddr}, what...)...)
 		if err != nil {
-			httpjson.Error(w, errStatus, err.Error())
+			httpjson.Error(w, errStatus, change.Message(err))
 			return
 		}
 		if body == nil {
@@ -328,13 +329,13 @@ type BindingView struct {
 // listTenants answers {"tenants": [TenantView...]}, sorted by id.
 func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 	stored, err := h.cfg.Registry.Stored(r.Context())
-	if err != nil {
-		httpjson.Error(w, http.StatusInternalServerError, err.Error())
-		return
+	var wakes map[string]map[string]string
+	if err == nil {
+		wakes, err = h.cfg.Registry.Wakes(r.Context())
 	}
-	wakes, err := h.cfg.Registry.Wakes(r.Context())
 	if err != nil {
-		httpjson.Error(w, http.StatusInternalServerError, err.Error())
+		h.cfg.Log.Warn("admin list failed", "actor", actor(r), "remote", r.RemoteAddr, "err", err)
+		httpjson.Error(w, http.StatusInternalServerError, change.Internal)
 		return
 	}
 	views := map[string]*TenantView{}
@@ -410,6 +411,6 @@ func (h *Handler) backup(w http.ResponseWriter, r *http.Request) {
 	case err != nil && begun:
 		panic(http.ErrAbortHandler) // the client sees the copy cut short
 	case err != nil:
-		httpjson.Error(w, http.StatusInternalServerError, "backup failed: "+err.Error())
+		httpjson.Error(w, http.StatusInternalServerError, change.Internal) // the log has the error
 	}
 }
