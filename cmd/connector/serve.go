@@ -342,7 +342,6 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	}
 	tenants := relayTenants(effective)
 	keys := newSessionKeys(tenants)
-	keys.setCreated(effective.Tenants)
 	m := newMetrics()
 	am := newAdminMetrics(m)
 	m.watchStore(st)
