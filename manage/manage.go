@@ -46,7 +46,9 @@ import (
 
 	"connector/contract"
 	"connector/idtoken"
+	"connector/internal/clock"
 	"connector/internal/httpjson"
+	"connector/internal/loglimit"
 	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/registry"
@@ -90,6 +92,10 @@ type Config struct {
 	// Limiter limits the changes each gateway stores (change.Limiter,
 	// shared with POST /relay/policy); nil is one of the Handler's own.
 	Limiter *change.Limiter
+	// Refusals bounds the log lines of refused bearers per remote host
+	// (loglimit.NewSources, shared with the other routes of the public
+	// listener); nil is one of the Handler's own.
+	Refusals *loglimit.Limiter
 }
 
 // MaxBodyBytes bounds a request body.
@@ -109,6 +115,9 @@ func New(cfg Config) *Handler {
 	cfg.Metrics = cmp.Or[change.Metrics](cfg.Metrics, change.Nop{})
 	if cfg.Limiter == nil {
 		cfg.Limiter = change.NewLimiter(nil)
+	}
+	if cfg.Refusals == nil {
+		cfg.Refusals = loglimit.NewSources(clock.System)
 	}
 	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "manage change", Metrics: cfg.Metrics}}
 }
@@ -177,7 +186,7 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 			if c.via == "identity" { // idtoken's errors never echo the token
 				args = append(args, "err", refused.err)
 			}
-			h.cfg.Log.Info("manage request refused", args...)
+			h.cfg.Refusals.LogFrom(h.cfg.Log, slog.LevelInfo, r.RemoteAddr, "manage request refused", args...)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
 			httpjson.Error(w, http.StatusUnauthorized, refused.reason)
 			return

@@ -488,3 +488,17 @@ func TestDeprovisionDropsWhatItsGatewayWroteMeanwhile(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedBearerFloodLogsBoundedLines: requests with a bad bearer, as
+// anyone on the internet can send, are each answered 401, but their log
+// lines are bounded per remote host (loglimit.NewSources: 10 at once).
+// Before, every one logged a line.
+func TestRefusedBearerFloodLogsBoundedLines(t *testing.T) {
+	r := newRig(t)
+	for range 200 {
+		r.post(t, "nobody", "/manage/link", "", http.StatusUnauthorized)
+	}
+	if n := strings.Count(r.logs.String(), `"msg":"manage request refused"`); n < 1 || n > 10 {
+		t.Fatalf("200 refused bearers from one host logged %d lines, want 1 to 10", n)
+	}
+}

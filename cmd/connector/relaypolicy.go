@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"net/http"
 	"slices"
 
@@ -41,7 +42,7 @@ func (c *connector) relayPolicyHandler() http.Handler {
 		if err != nil {
 			reason := contract.Refusal(err).Reason
 			c.live.metrics.gateways.WithLabelValues("relay_policy", "unauthorized").Inc()
-			c.log.Info("relevance policy refused", "remote", r.RemoteAddr, "reason", reason)
+			c.refusals.LogFrom(c.log, slog.LevelInfo, r.RemoteAddr, "relevance policy refused", "remote", r.RemoteAddr, "reason", reason)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
 			httpjson.Error(w, http.StatusUnauthorized, reason)
 			return
