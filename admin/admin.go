@@ -27,7 +27,8 @@
 // bound to another tenant), 429 (the tenant's max_gateways reached) or
 // 500 {"error": "internal"} (the store failed; the log has its error,
 // which can name an internal address). Every change is logged (who, what,
-// outcome; never a secret) and counted.
+// outcome; never a secret) and counted; a refused token is counted, and
+// logged within loglimit.NewSources' allowance of its remote host.
 package admin
 
 import (
@@ -46,6 +47,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/internal/httpjson"
+	"connector/internal/loglimit"
 	"connector/registry"
 	"connector/registry/change"
 	"connector/store"
@@ -95,6 +97,8 @@ type Handler struct {
 	rec       change.Recorder
 	tokenHash [sha256.Size]byte
 	mux       *http.ServeMux
+	// refusals bounds the log lines of refused tokens per remote host.
+	refusals *loglimit.Limiter
 }
 
 // New returns the handler; it refuses an empty token.
@@ -105,7 +109,7 @@ func New(cfg Config) (*Handler, error) {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
 	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
-	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(),
+	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(), refusals: loglimit.NewSources(cfg.Clock),
 		rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "admin change", Metrics: cfg.Metrics}}
 	h.mux.HandleFunc("GET /admin/v1/tenants", h.listTenants)
 	h.change("POST /admin/v1/tenants", "create_tenant", h.createTenant)
@@ -133,7 +137,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sum := sha256.Sum256([]byte(got))
 	if !ok || subtle.ConstantTimeCompare(sum[:], h.tokenHash[:]) != 1 {
 		h.cfg.Metrics.AdminRefused()
-		h.cfg.Log.Warn("admin request refused: bad or missing token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		h.refusals.LogFrom(h.cfg.Log, slog.LevelWarn, r.RemoteAddr, "admin request refused: bad or missing token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="connector admin"`)
 		httpjson.Error(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <admin token>")
 		return

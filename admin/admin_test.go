@@ -242,3 +242,27 @@ func TestStoreErrorIsNotAnswered(t *testing.T) {
 		t.Errorf("the log does not name the store's error twice: %s", logs.String())
 	}
 }
+
+// TestRefusedTokenFloodLogsBoundedLines: requests with a wrong token are
+// each answered 401 and counted, but their log lines are bounded per
+// remote host (loglimit.NewSources: 10 at once). Before, every one logged
+// a line.
+func TestRefusedTokenFloodLogsBoundedLines(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	var logs bytes.Buffer
+	m := &counts{changes: map[string]int{}}
+	h, err := admin.New(admin.Config{Registry: registry.New(st, clock.System), Token: token, Metrics: m,
+		Log: slog.New(slog.NewJSONHandler(&logs, nil)), Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		if w := do(h, "GET", "/admin/v1/tenants", "Bearer wrong", ""); w.Code != http.StatusUnauthorized {
+			t.Fatalf("a wrong token answered %d", w.Code)
+		}
+	}
+	if n := strings.Count(logs.String(), "admin request refused"); n < 1 || n > 10 || m.refused != 200 {
+		t.Fatalf("200 wrong tokens from one host logged %d lines (want 1 to 10) and counted %d (want 200)", n, m.refused)
+	}
+}
