@@ -148,9 +148,10 @@ func (e *authError) Error() string { return e.reason + ": " + e.err.Error() }
 
 // authenticate checks header's bearer: an identity token when
 // Config.Identity is set and the bearer is shaped as a JWT (the gateway's
-// upgrade token has no dot), else the gateway's token. A refused bearer is
-// an *authError; an identity token's gateway that is not its tenant's is
-// registry.ErrNotFound.
+// upgrade token has no dot), else the gateway's token. A refused bearer,
+// or a gateway token whose gateway the registry no longer gives its
+// tenant, is an *authError; an identity token's gateway that is not its
+// tenant's is registry.ErrNotFound.
 func (h *Handler) authenticate(ctx context.Context, header string) (caller, error) {
 	token, ok := strings.CutPrefix(header, "Bearer ")
 	if token = strings.TrimSpace(token); ok && h.cfg.Identity != nil && strings.Count(token, ".") == 2 {
@@ -168,7 +169,14 @@ func (h *Handler) authenticate(ctx context.Context, header string) (caller, erro
 	if err != nil {
 		return caller{via: "gateway"}, &authError{contract.Refusal(err).Reason, err}
 	}
-	return caller{tenant: tenant, gateway: gateway, via: "gateway"}, nil
+	// Auth knows the gateways this instance last applied; one deleted on
+	// another instance since (a deprovision) is refused as its next
+	// upgrade will be, so nothing it writes outlives it.
+	c := caller{tenant: tenant, gateway: gateway, via: "gateway"}
+	if ok, err := h.cfg.Registry.GatewayOf(ctx, tenant, gateway); err != nil || !ok {
+		return c, cmp.Or(err, error(&authError{contract.ReasonUnauthorized, fmt.Errorf("gateway %q is no longer tenant %q's", gateway, tenant)}))
+	}
+	return c, nil
 }
 
 // changeFunc runs one route for the caller with its parsed body: it
