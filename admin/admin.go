@@ -25,8 +25,10 @@
 // Errors are {"error": "..."} with 400 (malformed), 401 (token), 404
 // (unknown tenant, gateway or binding), 409 (exists, declared in the YAML,
 // bound to another tenant), 429 (the tenant's max_gateways reached) or
-// 500. Every change is logged (who, what,
-// outcome; never a secret) and counted.
+// 500 {"error": "internal"} (the store failed; the log has its error,
+// which can name an internal address). Every change is logged (who, what,
+// outcome; never a secret) and counted; a refused token is counted, and
+// logged within loglimit.NewSources' allowance of its remote host.
 package admin
 
 import (
@@ -45,6 +47,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/internal/httpjson"
+	"connector/internal/loglimit"
 	"connector/registry"
 	"connector/registry/change"
 	"connector/store"
@@ -94,6 +97,8 @@ type Handler struct {
 	rec       change.Recorder
 	tokenHash [sha256.Size]byte
 	mux       *http.ServeMux
+	// refusals bounds the log lines of refused tokens per remote host.
+	refusals *loglimit.Limiter
 }
 
 // New returns the handler; it refuses an empty token.
@@ -104,7 +109,7 @@ func New(cfg Config) (*Handler, error) {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
 	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
-	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(),
+	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(), refusals: loglimit.NewSources(cfg.Clock),
 		rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "admin change", Metrics: cfg.Metrics}}
 	h.mux.HandleFunc("GET /admin/v1/tenants", h.listTenants)
 	h.change("POST /admin/v1/tenants", "create_tenant", h.createTenant)
@@ -132,7 +137,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sum := sha256.Sum256([]byte(got))
 	if !ok || subtle.ConstantTimeCompare(sum[:], h.tokenHash[:]) != 1 {
 		h.cfg.Metrics.AdminRefused()
-		h.cfg.Log.Warn("admin request refused: bad or missing token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		h.refusals.LogFrom(h.cfg.Log, slog.LevelWarn, r.RemoteAddr, "admin request refused: bad or missing token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="connector admin"`)
 		httpjson.Error(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <admin token>")
 		return
@@ -153,7 +158,7 @@ func (h *Handler) change(pattern, op string, do changeFunc) {
 		outcome, errStatus := change.Outcome(err)
 		h.rec.Record(r.Context(), op, outcome, err, append([]any{"actor", actor(r), "remote", r.RemoteAddr}, what...)...)
 		if err != nil {
-			httpjson.Error(w, errStatus, err.Error())
+			httpjson.Error(w, errStatus, change.Message(err))
 			return
 		}
 		if body == nil {
@@ -328,13 +333,13 @@ type BindingView struct {
 // listTenants answers {"tenants": [TenantView...]}, sorted by id.
 func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 	stored, err := h.cfg.Registry.Stored(r.Context())
-	if err != nil {
-		httpjson.Error(w, http.StatusInternalServerError, err.Error())
-		return
+	var wakes map[string]map[string]string
+	if err == nil {
+		wakes, err = h.cfg.Registry.Wakes(r.Context())
 	}
-	wakes, err := h.cfg.Registry.Wakes(r.Context())
 	if err != nil {
-		httpjson.Error(w, http.StatusInternalServerError, err.Error())
+		h.cfg.Log.Warn("admin list failed", "actor", actor(r), "remote", r.RemoteAddr, "err", err)
+		httpjson.Error(w, http.StatusInternalServerError, change.Internal)
 		return
 	}
 	views := map[string]*TenantView{}
@@ -410,6 +415,6 @@ func (h *Handler) backup(w http.ResponseWriter, r *http.Request) {
 	case err != nil && begun:
 		panic(http.ErrAbortHandler) // the client sees the copy cut short
 	case err != nil:
-		httpjson.Error(w, http.StatusInternalServerError, "backup failed: "+err.Error())
+		httpjson.Error(w, http.StatusInternalServerError, change.Internal) // the log has the error
 	}
 }

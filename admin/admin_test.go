@@ -1,8 +1,11 @@
 package admin_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -188,5 +191,78 @@ func TestSecretAnswersAreNotCached(t *testing.T) {
 		if resp.StatusCode != s.want || resp.Header.Get("Cache-Control") != "no-store" {
 			t.Errorf("POST %s: %d Cache-Control %q, want %d no-store", s.path, resp.StatusCode, resp.Header.Get("Cache-Control"), s.want)
 		}
+	}
+}
+
+// failingStore fails every registry write and listing with an error that
+// names an internal address, as a Redis that went away does.
+type failingStore struct{ store.Store }
+
+const failingAddr = "10.9.8.7:6379"
+
+var errFailing = errors.New("dial tcp " + failingAddr + ": connect: connection refused")
+
+func (s failingStore) Registry() store.Registry { return failingRegistry{s.Store.Registry()} }
+
+type failingRegistry struct{ store.Registry }
+
+func (failingRegistry) Put(context.Context, string, string, []byte) (uint64, error) {
+	return 0, errFailing
+}
+func (failingRegistry) List(context.Context, string) ([]store.Entry, uint64, error) {
+	return nil, 0, errFailing
+}
+func (failingRegistry) CompareAndSwap(context.Context, string, string, []byte, []byte) (bool, error) {
+	return false, errFailing
+}
+
+// TestStoreErrorIsNotAnswered: a request that fails for its store
+// answers 500 {"error":"internal"}, never the store's error, which can
+// name an internal address (a Redis host); the log has it. Before, the
+// answer was the error's text.
+func TestStoreErrorIsNotAnswered(t *testing.T) {
+	mem := store.NewMemory(nil)
+	t.Cleanup(func() { _ = mem.Close() })
+	var logs bytes.Buffer
+	h, err := admin.New(admin.Config{Registry: registry.New(failingStore{mem}, clock.System), Token: token,
+		Log: slog.New(slog.NewJSONHandler(&logs, nil)), Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct{ method, path, body string }{
+		{"POST", "/admin/v1/tenants", `{"id":"acme"}`},
+		{"GET", "/admin/v1/tenants", ``},
+	} {
+		w := do(h, s.method, s.path, "Bearer "+token, s.body)
+		if w.Code != http.StatusInternalServerError || strings.TrimSpace(w.Body.String()) != `{"error":"internal"}` {
+			t.Errorf("%s %s with a failing store: %d %s, want 500 {\"error\":\"internal\"}", s.method, s.path, w.Code, w.Body)
+		}
+	}
+	if strings.Count(logs.String(), failingAddr) != 2 {
+		t.Errorf("the log does not name the store's error twice: %s", logs.String())
+	}
+}
+
+// TestRefusedTokenFloodLogsBoundedLines: requests with a wrong token are
+// each answered 401 and counted, but their log lines are bounded per
+// remote host (loglimit.NewSources: 10 at once). Before, every one logged
+// a line.
+func TestRefusedTokenFloodLogsBoundedLines(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	var logs bytes.Buffer
+	m := &counts{changes: map[string]int{}}
+	h, err := admin.New(admin.Config{Registry: registry.New(st, clock.System), Token: token, Metrics: m,
+		Log: slog.New(slog.NewJSONHandler(&logs, nil)), Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		if w := do(h, "GET", "/admin/v1/tenants", "Bearer wrong", ""); w.Code != http.StatusUnauthorized {
+			t.Fatalf("a wrong token answered %d", w.Code)
+		}
+	}
+	if n := strings.Count(logs.String(), "admin request refused"); n < 1 || n > 10 || m.refused != 200 {
+		t.Fatalf("200 wrong tokens from one host logged %d lines (want 1 to 10) and counted %d (want 200)", n, m.refused)
 	}
 }

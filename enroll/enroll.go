@@ -28,9 +28,10 @@
 // key held by another tenant, declared in the YAML, or, for a provision,
 // made by the admin API or an enrollment), 429 (the tenant's max_gateways
 // reached; provisioning too fast, with Retry-After) or 500. Every
-// request is logged (who: tenant and token subject; what: gateway,
-// platform, route-key count, wake host; never a secret or token) and
-// counted.
+// request is counted and logged (who: tenant and token subject; what:
+// gateway, platform, route-key count, wake host; never a secret or
+// token); those refused before they authenticate within
+// HandlerConfig.Refusals' allowance of their remote host.
 package enroll
 
 import (
@@ -48,6 +49,7 @@ import (
 	"connector/internal/clock"
 	"connector/internal/httpjson"
 	"connector/internal/keyrate"
+	"connector/internal/loglimit"
 	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/registry"
@@ -110,6 +112,11 @@ type HandlerConfig struct {
 	// shared with /manage/* and POST /relay/policy); nil is one of the
 	// Handler's own.
 	Limiter *change.Limiter
+	// Refusals bounds the log lines of requests refused before they
+	// authenticate (401, 404) per remote host (loglimit.NewSources, shared
+	// with the other routes of the public listener); nil is one of the
+	// Handler's own.
+	Refusals *loglimit.Limiter
 }
 
 // Handler serves the two routes.
@@ -144,6 +151,9 @@ func New(cfg HandlerConfig) *Handler {
 	}
 	if cfg.Limiter == nil {
 		cfg.Limiter = change.NewLimiter(cfg.Clock)
+	}
+	if cfg.Refusals == nil {
+		cfg.Refusals = loglimit.NewSources(cmp.Or(cfg.Clock, clock.System))
 	}
 	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "relay credential request", Metrics: cfg.Metrics},
 		changes: keyrate.New(keyrate.Config{Burst: ProvisionBurst, Every: ProvisionEvery, MaxKeys: maxLimitedTenants, Clock: cfg.Clock})}
@@ -191,8 +201,13 @@ func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler 
 		}
 		answer := classify(err)
 		outcome, status := change.Outcome(answer)
-		h.rec.Record(r.Context(), op, outcome, err,
-			append([]any{"tenant", req.caller.Tenant, "subject", textsplit.Truncate(req.caller.Subject, maxLogIDBytes), "remote", r.RemoteAddr}, req.what...)...)
+		if req.caller.Tenant == "" { // refused before it authenticated: anyone can send these
+			h.cfg.Metrics.AdminChange(op, outcome)
+			h.cfg.Refusals.LogFrom(h.cfg.Log, slog.LevelInfo, r.RemoteAddr, "relay credential request", "op", op, "outcome", outcome, "remote", r.RemoteAddr, "err", err)
+		} else {
+			h.rec.Record(r.Context(), op, outcome, err,
+				append([]any{"tenant", req.caller.Tenant, "subject", textsplit.Truncate(req.caller.Subject, maxLogIDBytes), "remote", r.RemoteAddr}, req.what...)...)
+		}
 		if err != nil {
 			if status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)

@@ -1040,3 +1040,30 @@ func TestStoreErrorIsNotAnswered(t *testing.T) {
 		t.Errorf("the log does not name the store's error: %s", r.logs)
 	}
 }
+
+// TestRefusedBearerFloodLogsBoundedLines: requests refused before they
+// authenticate (a bad identity token; a connector without enrollment), as
+// anyone on the internet can send, are each answered and counted, but
+// their log lines are bounded per remote host (loglimit.NewSources: 10 at
+// once). Before, every one logged a line.
+func TestRefusedBearerFloodLogsBoundedLines(t *testing.T) {
+	for _, configured := range []bool{true, false} {
+		r := newRig(t, configured)
+		want, outcome := http.StatusUnauthorized, "unauthorized"
+		if !configured {
+			want, outcome = http.StatusNotFound, "not_configured"
+		}
+		for range 100 {
+			if code, _ := r.post(t, "/relay/provision", "not-a-token", map[string]any{"gatewayId": "gw"}); code != want {
+				t.Fatalf("configured %v: a bad bearer answered %d, want %d", configured, code, want)
+			}
+		}
+		r.logMu.Lock()
+		n := strings.Count(r.logs.String(), `"msg":"relay credential request"`)
+		r.logMu.Unlock()
+		if n < 1 || n > 10 || r.metrics.n["relay_provision/"+outcome] != 100 {
+			t.Fatalf("configured %v: 100 refused requests from one host logged %d lines (want 1 to 10) and counted %d (want 100)",
+				configured, n, r.metrics.n["relay_provision/"+outcome])
+		}
+	}
+}

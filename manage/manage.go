@@ -46,7 +46,9 @@ import (
 
 	"connector/contract"
 	"connector/idtoken"
+	"connector/internal/clock"
 	"connector/internal/httpjson"
+	"connector/internal/loglimit"
 	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/registry"
@@ -90,6 +92,10 @@ type Config struct {
 	// Limiter limits the changes each gateway stores (change.Limiter,
 	// shared with POST /relay/policy); nil is one of the Handler's own.
 	Limiter *change.Limiter
+	// Refusals bounds the log lines of refused bearers per remote host
+	// (loglimit.NewSources, shared with the other routes of the public
+	// listener); nil is one of the Handler's own.
+	Refusals *loglimit.Limiter
 }
 
 // MaxBodyBytes bounds a request body.
@@ -109,6 +115,9 @@ func New(cfg Config) *Handler {
 	cfg.Metrics = cmp.Or[change.Metrics](cfg.Metrics, change.Nop{})
 	if cfg.Limiter == nil {
 		cfg.Limiter = change.NewLimiter(nil)
+	}
+	if cfg.Refusals == nil {
+		cfg.Refusals = loglimit.NewSources(clock.System)
 	}
 	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "manage change", Metrics: cfg.Metrics}}
 }
@@ -139,9 +148,10 @@ func (e *authError) Error() string { return e.reason + ": " + e.err.Error() }
 
 // authenticate checks header's bearer: an identity token when
 // Config.Identity is set and the bearer is shaped as a JWT (the gateway's
-// upgrade token has no dot), else the gateway's token. A refused bearer is
-// an *authError; an identity token's gateway that is not its tenant's is
-// registry.ErrNotFound.
+// upgrade token has no dot), else the gateway's token. A refused bearer,
+// or a gateway token whose gateway the registry no longer gives its
+// tenant, is an *authError; an identity token's gateway that is not its
+// tenant's is registry.ErrNotFound.
 func (h *Handler) authenticate(ctx context.Context, header string) (caller, error) {
 	token, ok := strings.CutPrefix(header, "Bearer ")
 	if token = strings.TrimSpace(token); ok && h.cfg.Identity != nil && strings.Count(token, ".") == 2 {
@@ -159,7 +169,14 @@ func (h *Handler) authenticate(ctx context.Context, header string) (caller, erro
 	if err != nil {
 		return caller{via: "gateway"}, &authError{contract.Refusal(err).Reason, err}
 	}
-	return caller{tenant: tenant, gateway: gateway, via: "gateway"}, nil
+	// Auth knows the gateways this instance last applied; one deleted on
+	// another instance since (a deprovision) is refused as its next
+	// upgrade will be, so nothing it writes outlives it.
+	c := caller{tenant: tenant, gateway: gateway, via: "gateway"}
+	if ok, err := h.cfg.Registry.GatewayOf(ctx, tenant, gateway); err != nil || !ok {
+		return c, cmp.Or(err, error(&authError{contract.ReasonUnauthorized, fmt.Errorf("gateway %q is no longer tenant %q's", gateway, tenant)}))
+	}
+	return c, nil
 }
 
 // changeFunc runs one route for the caller with its parsed body: it
@@ -177,7 +194,7 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 			if c.via == "identity" { // idtoken's errors never echo the token
 				args = append(args, "err", refused.err)
 			}
-			h.cfg.Log.Info("manage request refused", args...)
+			h.cfg.Refusals.LogFrom(h.cfg.Log, slog.LevelInfo, r.RemoteAddr, "manage request refused", args...)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
 			httpjson.Error(w, http.StatusUnauthorized, refused.reason)
 			return

@@ -488,3 +488,38 @@ func TestDeprovisionDropsWhatItsGatewayWroteMeanwhile(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedBearerFloodLogsBoundedLines: requests with a bad bearer, as
+// anyone on the internet can send, are each answered 401, but their log
+// lines are bounded per remote host (loglimit.NewSources: 10 at once).
+// Before, every one logged a line.
+func TestRefusedBearerFloodLogsBoundedLines(t *testing.T) {
+	r := newRig(t)
+	for range 200 {
+		r.post(t, "nobody", "/manage/link", "", http.StatusUnauthorized)
+	}
+	if n := strings.Count(r.logs.String(), `"msg":"manage request refused"`); n < 1 || n > 10 {
+		t.Fatalf("200 refused bearers from one host logged %d lines, want 1 to 10", n)
+	}
+}
+
+// TestDeprovisionedGatewayOnAStaleInstanceIsRefused: after gw-a's
+// deprovision, an instance that has not applied it yet (here the rig's
+// Auth, which still takes gw-a's token) refuses gw-a's calls 401, as its
+// next upgrade will be, and stores nothing for them. Before, such a call
+// stored a scope claim for tenant a that no gateway was left to release.
+func TestDeprovisionedGatewayOnAStaleInstanceIsRefused(t *testing.T) {
+	r := newRig(t)
+	r.post(t, "gw-a", "/manage/deprovision", `{}`, http.StatusOK)
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","channelId":"601"}`, http.StatusUnauthorized)
+	s, err := r.reg.Stored(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range s.Bindings {
+		if b.Tenant == "a" {
+			t.Fatalf("after gw-a's deprovision, its call on a stale instance stored %+v", b)
+		}
+	}
+	r.post(t, "gw-b", "/manage/scope", `{"platform":"discord","channelId":"602"}`, http.StatusOK)
+}

@@ -16,12 +16,14 @@ import (
 
 // TestAdminCLIRotateWithoutGraceSaysTheOldSecretsEnded: "gateway rotate …
 // 0s" says the previous secrets end now, not that they "stay valid until"
-// this instant; with a grace it says until when.
+// this instant, and that the sockets on them close (as the relay does:
+// TestRemovedSecretClosesItsSockets; before, it said they stayed until
+// they reconnected); with a grace it says until when.
 func TestAdminCLIRotateWithoutGraceSaysTheOldSecretsEnded(t *testing.T) {
 	_, srv := adminCLIRig(t)
 	code, out, errOut := runCmd(t, "admin", "-url", srv.URL, "gateway", "rotate", "acme", "acme-gw", "0s")
 	if code != 0 || !strings.Contains(out, "GATEWAY_RELAY_SECRET=") ||
-		errOut != "the previous secrets are no longer valid: an upgrade signed with one is refused (4401) from now on; open sockets stay until they reconnect\n" {
+		errOut != "the previous secrets are no longer valid: the sockets that authenticated with one are closed (4401 revoked) and an upgrade signed with one is refused (4401)\n" {
 		t.Fatalf("rotate 0s: exit %d\nstdout %q\nstderr %q", code, out, errOut)
 	}
 	code, _, errOut = runCmd(t, "admin", "-url", srv.URL, "gateway", "rotate", "acme", "acme-gw", "10m")

@@ -288,7 +288,7 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "GATEWAY_RELAY_ID=%s\nGATEWAY_RELAY_SECRET=%s\n", s.ID, s.Secret)
 		switch {
 		case c.endsPrevious:
-			fmt.Fprintln(stderr, "the previous secrets are no longer valid: an upgrade signed with one is refused (4401) from now on; open sockets stay until they reconnect")
+			fmt.Fprintln(stderr, "the previous secrets are no longer valid: the sockets that authenticated with one are closed (4401 revoked) and an upgrade signed with one is refused (4401)")
 		case s.PreviousValidUntil != "":
 			fmt.Fprintf(stderr, "the previous secrets stay valid until %s\n", s.PreviousValidUntil)
 		}

@@ -189,14 +189,9 @@ func (l *live) applyLocked(ctx context.Context) error {
 		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
 	}
 	tenants := relayTenants(s)
-	l.keys.set(tenants)
-	l.keys.setCreated(s.Tenants)
+	created := l.keys.set(tenants)
 	if err := l.relay.SetTenants(tenants); err != nil {
 		return failed(slog.LevelError, "registry not applied to the relay", err)
-	}
-	created := make(map[string]time.Time, len(tenants))
-	for _, t := range tenants {
-		created[t.ID] = t.Created
 	}
 	for _, k := range l.keepers {
 		k.SetTenants(created)
@@ -297,8 +292,8 @@ func (l *live) stop() {
 // tenant's session settings as the registry changes them.
 type sessionKeys struct {
 	fn atomic.Pointer[platform.KeyFunc]
-	// created is when each stored tenant was created
-	// (registry.Tenant.Created), as the registry last applied says.
+	// created is when each tenant was created (relay.Tenant.Created,
+	// zero for a declared one), as the registry last applied says.
 	created atomic.Pointer[map[string]time.Time]
 }
 
@@ -308,31 +303,23 @@ func newSessionKeys(tenants []relay.Tenant) *sessionKeys {
 	return k
 }
 
-func (k *sessionKeys) set(tenants []relay.Tenant) {
+// set follows tenants' session settings and creation times, and returns
+// the creation times (platform.TenantKeeper's map).
+func (k *sessionKeys) set(tenants []relay.Tenant) map[string]time.Time {
 	fn := relay.KeyFunc(tenants)
-	k.fn.Store(&fn)
-}
-
-// setCreated keeps the creation times of tenants.
-func (k *sessionKeys) setCreated(tenants []registry.Tenant) {
 	created := make(map[string]time.Time, len(tenants))
 	for _, t := range tenants {
-		if !t.Created.IsZero() {
-			created[t.ID] = t.Created
-		}
+		created[t.ID] = t.Created
 	}
+	k.fn.Store(&fn)
 	k.created.Store(&created)
+	return created
 }
 
 // since is the vault's Config.Since: when tenant was created, zero when
 // it was declared, or stored before creation times were kept, or is not
 // known.
-func (k *sessionKeys) since(tenant string) time.Time {
-	if created := k.created.Load(); created != nil {
-		return (*created)[tenant]
-	}
-	return time.Time{}
-}
+func (k *sessionKeys) since(tenant string) time.Time { return (*k.created.Load())[tenant] }
 
 // key is the platform.KeyFunc the platforms are built with.
 func (k *sessionKeys) key(tenant string, src *session.Source) string {

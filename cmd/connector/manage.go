@@ -49,9 +49,10 @@ func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, identity 
 			}
 			return nil
 		},
-		Log:     log,
-		Metrics: gatewayChanges{am},
-		Limiter: c.changes,
+		Log:      log,
+		Metrics:  gatewayChanges{am},
+		Limiter:  c.changes,
+		Refusals: c.refusals,
 	})
 }
 

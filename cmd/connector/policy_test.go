@@ -98,7 +98,7 @@ func TestStockGatewayPolicyThenHello(t *testing.T) {
 	if got := next(); got != "unaddressed 2" {
 		t.Fatalf("inbound %q after requireAddress false, want %q", got, "unaddressed 2")
 	}
-	if !strings.Contains(r.child.stderr.String(), `"msg":"relevance policy declared","tenant":"t1","gateway_id":"gw1"`) {
+	if !strings.Contains(r.child.stderr.String(), `"msg":"relevance policy declared","op":"relay_policy","outcome":"ok","tenant":"t1","gateway_id":"gw1"`) {
 		t.Error("the declaration was not logged")
 	}
 }

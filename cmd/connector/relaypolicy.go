@@ -1,11 +1,13 @@
 package main
 
 import (
+	"log/slog"
 	"net/http"
 	"slices"
 
 	"connector/contract"
 	"connector/internal/httpjson"
+	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/registry"
 	"connector/registry/change"
@@ -34,54 +36,43 @@ type policyRequest struct {
 
 // relayPolicyHandler serves POST /relay/policy.
 func (c *connector) relayPolicyHandler() http.Handler {
+	rec := change.Recorder{Apply: c.live.apply, Log: c.log, Line: "relevance policy declared", Metrics: gatewayChanges{c.live.metrics}}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant, gatewayID, err := c.relay.Authenticate(r.Header.Get("Authorization"))
 		if err != nil {
 			reason := contract.Refusal(err).Reason
 			c.live.metrics.gateways.WithLabelValues("relay_policy", "unauthorized").Inc()
-			c.log.Info("relevance policy refused", "remote", r.RemoteAddr, "reason", reason)
+			c.refusals.LogFrom(c.log, slog.LevelInfo, r.RemoteAddr, "relevance policy refused", "remote", r.RemoteAddr, "reason", reason)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
 			httpjson.Error(w, http.StatusUnauthorized, reason)
 			return
 		}
-		if err := c.changes.Check(tenant, gatewayID); err != nil {
-			c.live.metrics.gateways.WithLabelValues("relay_policy", "rate_limited").Inc()
-			c.log.Info("relevance policy refused", "tenant", tenant, "gateway_id", gatewayID, "remote", r.RemoteAddr, "reason", "rate_limited")
-			change.SetRetryAfter(w.Header(), err)
-			httpjson.Error(w, http.StatusTooManyRequests, err.Error())
-			return
-		}
 		var req policyRequest
-		// Unknown fields ignored, as the other gateway routes do: the body grows additively.
-		if err := change.Decode(http.MaxBytesReader(w, r.Body, maxPolicyBodyBytes), &req, false); err != nil {
-			c.live.metrics.gateways.WithLabelValues("relay_policy", "invalid").Inc()
-			httpjson.Error(w, http.StatusBadRequest, err.Error())
-			return
+		err = c.changes.Check(tenant, gatewayID)
+		if err == nil { // unknown fields ignored, as the other gateway routes do: the body grows additively
+			err = change.Decode(http.MaxBytesReader(w, r.Body, maxPolicyBodyBytes), &req, false)
 		}
-		if req.Platform != contract.PlatformRelay && !slices.ContainsFunc(c.platforms, func(p platform.Platform) bool { return p.Name() == req.Platform }) {
-			c.live.metrics.gateways.WithLabelValues("relay_policy", "invalid").Inc()
-			httpjson.Error(w, http.StatusBadRequest, "platform is not one this connector fronts")
-			return
+		if err == nil && req.Platform != contract.PlatformRelay && !slices.ContainsFunc(c.platforms, func(p platform.Platform) bool { return p.Name() == req.Platform }) {
+			err = change.Invalid("platform is not one this connector fronts")
 		}
-		err = c.live.reg.SetPolicy(r.Context(), registry.Policy{
-			Tenant: tenant, Platform: req.Platform, Gateway: gatewayID,
-			RequireAddress: req.RequireAddress, FreeResponseScopes: req.FreeResponseScopes, AllowOtherBots: req.AllowOtherBots,
-		})
+		if err == nil {
+			err = c.live.reg.SetPolicy(r.Context(), registry.Policy{
+				Tenant: tenant, Platform: req.Platform, Gateway: gatewayID,
+				RequireAddress: req.RequireAddress, FreeResponseScopes: req.FreeResponseScopes, AllowOtherBots: req.AllowOtherBots,
+			})
+		}
 		outcome, status := change.Outcome(err)
-		c.live.metrics.gateways.WithLabelValues("relay_policy", outcome).Inc()
-		args := []any{"tenant", tenant, "gateway_id", gatewayID, "platform", req.Platform,
-			"require_address", req.RequireAddress, "free_response_scopes", len(req.FreeResponseScopes),
-			"allow_other_bots", req.AllowOtherBots, "outcome", outcome}
-		if err != nil {
-			args = append(args, "err", err)
+		if err == nil {
+			c.changes.Spend(tenant, gatewayID)
 		}
-		c.log.Info("relevance policy declared", args...)
+		rec.Record(r.Context(), "relay_policy", outcome, err, "tenant", tenant, "gateway_id", gatewayID, "remote", r.RemoteAddr,
+			"platform", textsplit.Truncate(req.Platform, 64), "require_address", req.RequireAddress, "free_response_scopes", len(req.FreeResponseScopes),
+			"allow_other_bots", req.AllowOtherBots)
 		if err != nil {
+			change.SetRetryAfter(w.Header(), err)
 			httpjson.Error(w, status, change.Message(err))
 			return
 		}
-		c.changes.Spend(tenant, gatewayID)
-		_ = c.live.apply(r.Context())
 		httpjson.Write(w, http.StatusOK, map[string]bool{"ok": true})
 	})
 }

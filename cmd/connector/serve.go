@@ -31,6 +31,7 @@ import (
 	"connector/enroll"
 	"connector/internal/clock"
 	"connector/internal/cluster"
+	"connector/internal/loglimit"
 	"connector/media"
 	"connector/platform"
 	"connector/platform/nexscope"
@@ -297,6 +298,9 @@ type connector struct {
 	// changes limits the registry changes of each gateway credential
 	// (/manage/*, POST /relay/policy, POST /relay/provision).
 	changes *change.Limiter
+	// refusals bounds the log lines of requests the public listener's
+	// HTTP routes refuse before they authenticate, per remote host.
+	refusals *loglimit.Limiter
 	// node is this instance among those sharing the redis backend
 	// (internal/cluster); nil for one instance. serveReloading closes it
 	// once the relay and the platforms stopped.
@@ -342,12 +346,11 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	}
 	tenants := relayTenants(effective)
 	keys := newSessionKeys(tenants)
-	keys.setCreated(effective.Tenants)
 	m := newMetrics()
 	am := newAdminMetrics(m)
 	m.watchStore(st)
 	leased := newLeaseMetrics(m).count(st)
-	c := &connector{cfg: cfg, log: log, changes: change.NewLimiter(nil)}
+	c := &connector{cfg: cfg, log: log, changes: change.NewLimiter(nil), refusals: loglimit.NewSources(clock.System)}
 	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, cluster.DefaultLeaseTTL)
 	deps, err := platformDeps(cfg, log, leased, keys, m, leaseTTL)
 	if err != nil {
@@ -423,7 +426,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	}
 	routes, err := publicRoutes(srv, platforms, mediaRoutes, map[string]http.Handler{"POST /relay/policy": c.relayPolicyHandler()},
 		mh.Routes(), enroll.New(enroll.HandlerConfig{Verifier: identity, Registry: reg, Platforms: platformNames(platforms), Apply: c.live.apply, Log: log,
-			Metrics: gatewayChanges{am}, Limiter: c.changes}).Routes())
+			Metrics: gatewayChanges{am}, Limiter: c.changes, Refusals: c.refusals}).Routes())
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ package loglimit
 import (
 	"context"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -153,4 +154,22 @@ func (l *Limiter) Log(log *slog.Logger, level slog.Level, key, msg string, args 
 	if ok {
 		write(log, level, suppressed, msg, args)
 	}
+}
+
+// NewSources returns the Limiter of the lines that requests refused before
+// they authenticate cause (a bad bearer on an HTTP route), keyed by the
+// remote host (LogFrom): 10 lines per 10 s a host, 100 per 100 ms in all,
+// 4,096 hosts remembered.
+func NewSources(c clock.Clock) *Limiter {
+	return NewLimiter(Rate{Burst: 10, Every: 10 * time.Second}, Rate{Burst: 100, Every: 100 * time.Millisecond}, 4096, c)
+}
+
+// LogFrom is Log keyed by the host of remote (host:port, an
+// http.Request's RemoteAddr), so one client's ports share its allowance.
+func (l *Limiter) LogFrom(log *slog.Logger, level slog.Level, remote, msg string, args ...any) {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	l.Log(log, level, host, msg, args...)
 }
