@@ -667,43 +667,36 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	if !p.track() {
 		return
 	}
-	tenant, action := string(req.Fields[0]), req.Fields[1]
-	// The forwarder's caller gives up after budget: an action still
-	// running then would act after the gateway was told it failed. One
-	// spent when it was forwarded (0 or less; a field that is no number
-	// counts as spent) is not executed at all: send and prompt do not
-	// wait on their context.
-	budget := forwardedExecTimeout
-	var field struct {
-		Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
-	}
-	if json.Unmarshal(action, &field) != nil {
-		field.Budget = nil // the action's decoding fails below
-	}
-	if field.Budget != nil {
-		budgetMs, err := strconv.ParseInt(string(field.Budget), 10, 64)
-		if err != nil {
-			budgetMs = 0
-		}
-		budget = time.Duration(min(budgetMs, forwardedExecTimeout.Milliseconds())) * time.Millisecond
-	}
-	go func() {
+	go func() { // decoded here, not on the channel's reader: an action may be megabytes
 		defer p.wg.Done()
-		var a contract.Action
+		var a struct {
+			contract.Action
+			Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
+		}
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
-		if json.Unmarshal(action, &a) == nil {
+		if json.Unmarshal(req.Fields[1], &a) == nil {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
+			}
+			// The forwarder's caller gives up after budget: an action still
+			// running then would act after the gateway was told it failed.
+			// One spent when it was forwarded (0 or less; a field that is no
+			// number counts as spent) is not executed at all: send and prompt
+			// do not wait on their context. send_media waits for the room's
+			// lock and its recipients within it.
+			budget := forwardedExecTimeout
+			if a.Budget != nil {
+				ms, err := strconv.ParseInt(string(a.Budget), 10, 64)
+				if err != nil {
+					ms = 0
+				}
+				budget = time.Duration(min(ms, forwardedExecTimeout.Milliseconds())) * time.Millisecond
 			}
 			if budget <= 0 {
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
 			} else {
-				// send and prompt do not wait; send_media waits for the
-				// room's lock and its recipients, within what the
-				// forwarder's caller had left (at most the relay's default
-				// bound of an op).
 				ctx, cancel := context.WithTimeout(cl.ctx, budget)
-				res = platform.Execute(ctx, &p.here, p, tenant, &a)
+				res = platform.Execute(ctx, &p.here, p, string(req.Fields[0]), &a.Action)
 				cancel()
 			}
 		}
