@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/redistest"
 	"connector/platform"
@@ -356,4 +357,55 @@ func TestRemoteJoinRacingTheDropIsUnknownRoom(t *testing.T) {
 	unlock()
 	expectError(bob, CodeUnknownRoom)
 	expectClose(bob, CloseUnknownRoom)
+}
+
+// TestForwardToAHomeThatDroppedTheRoomEndsWhenHomedHere: a gateway's send
+// through an instance that still has a room bound, forwarded to the home
+// as that home drops the room (its Bind ran first), is answered by no one:
+// it fails unavailable once the forwarding instance takes the room's
+// lease, not at the end of the gateway's deadline.
+func TestForwardToAHomeThatDroppedTheRoomEndsWhenHomedHere(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	i0 := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	gate := make(chan struct{}) // i1 bids for no lease until it is closed
+	i1 := startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		bid := d.Exclusive
+		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil
+			}
+			return bid(ctx, lease, run)
+		}
+	})
+	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	for _, in := range []*instance{i0, i1} {
+		if err := in.p.Bind(lab); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "i0 the home of lab", func() bool { r := i0.p.room("lab"); return r != nil && r.homeHeld() })
+	if err := i0.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*testTimeout)
+	defer cancel()
+	done := make(chan contract.Result, 1)
+	go func() {
+		done <- i1.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: "lab", Content: "hi"})
+	}()
+	waitFor(t, "i1 forwarding the send", goroutineIn("nexscope.(*fleet).forwardExec(", "cluster.(*Node).Call("))
+	close(gate)
+	select {
+	case res := <-done:
+		if res.Success || res.Code != contract.CodeUnavailable {
+			t.Fatalf("send forwarded to the home that dropped lab: %+v, want unavailable", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("send forwarded to the home that dropped lab unanswered %v after i1 could take lab's lease", testTimeout)
+	}
+	if r := i1.p.room("lab"); !r.homeHeld() {
+		t.Fatal("i1 not the home of lab")
+	}
 }
