@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"strconv"
 	"sync"
@@ -133,8 +134,8 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		cl.joinHere(string(m.Fields[0]), string(m.Fields[1]), m.From, string(m.Fields[2]))
 	})
 	node.Handle(msgJoined, 2, func(m cluster.Msg) {
-		if e := cl.edge(m.Fields[0]); e != nil {
-			e.link.answer(m.From, string(m.Fields[1]))
+		if l := cl.edgeLink(m.Fields[0]); l != nil {
+			l.answer(m.From, string(m.Fields[1]))
 		}
 	})
 	node.Handle(msgIn, 4, func(m cluster.Msg) {
@@ -302,6 +303,17 @@ func (cl *fleet) edge(conn []byte) *member {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	return cl.edges[string(conn)]
+}
+
+// edgeLink returns the link of this instance's socket conn in a room homed
+// elsewhere (joinRemote may take it back).
+func (cl *fleet) edgeLink(conn []byte) *edgeLink {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if m := cl.edges[string(conn)]; m != nil {
+		return m.link
+	}
+	return nil
 }
 
 // edgeOf returns this instance's socket conn in a room homed on home:
@@ -483,7 +495,9 @@ func (cl *fleet) homeBeat(home string, list []byte) {
 // joinRemote joins m, a socket of this instance, to its room at the room's
 // home, asking again every beat until the home answers or joinBeats beats
 // and the bound of a ghost probe pass. It returns the Close that refuses m,
-// or nil once joined.
+// nil once joined, or errHomedHere, m's link taken back, once this
+// instance is the room's home (the home asked dropped the room or lost
+// its lease): m joins here.
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
@@ -496,6 +510,16 @@ func (cl *fleet) joinRemote(m *member) error {
 		if try == tries {
 			m.leave()
 			return CloseNoHome
+		}
+		r.mu.Lock()
+		away := r.away
+		r.mu.Unlock()
+		if r.homeHeld() {
+			cl.mu.Lock()
+			delete(cl.edges, conn)
+			m.link = nil
+			cl.mu.Unlock()
+			return errHomedHere
 		}
 		cl.node.SendWait(cl.ctx, roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
 		expired := make(chan struct{})
@@ -512,10 +536,15 @@ func (cl *fleet) joinRemote(m *member) error {
 		case <-m.link.done:
 			t.Stop()
 			return CloseGoingAway
+		case <-away.Done():
+			t.Stop()
 		case <-expired:
 		}
 	}
 }
+
+// errHomedHere is joinRemote's answer once the room is homed here.
+var errHomedHere = errors.New("nexscope: the room is homed on this instance")
 
 // refusalClose is the Close a home's refusal code stands for.
 func refusalClose(code int) Close {
@@ -536,6 +565,9 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	r := p.room(roomName)
 	if r == nil || !validName(name) || !r.homeHeld() {
 		return // not (any more) the room's home: the home answers
+	}
+	if edge == cl.node.Instance() {
+		return // its own socket, which joins here (joinRemote)
 	}
 	key := edge + "/" + conn
 	cl.mu.Lock()

@@ -409,3 +409,51 @@ func TestForwardToAHomeThatDroppedTheRoomEndsWhenHomedHere(t *testing.T) {
 		t.Fatal("i1 not the home of lab")
 	}
 }
+
+// TestJoinThroughAnEdgeHomedMeanwhileJoinsHere: a client joining through
+// an instance that still has a room bound, as the room's home drops it,
+// joins at that instance once it takes the room's lease: a member of the
+// room there like any other, not one of its own remote members whose
+// every frame crossed Redis or a stream to itself and back.
+func TestJoinThroughAnEdgeHomedMeanwhileJoinsHere(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	i0 := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	gate := make(chan struct{}) // i1 bids for no lease until it is closed
+	i1 := startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		bid := d.Exclusive
+		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil
+			}
+			return bid(ctx, lease, run)
+		}
+	})
+	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	for _, in := range []*instance{i0, i1} {
+		if err := in.p.Bind(lab); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "i0 the home of lab", func() bool { r := i0.p.room("lab"); return r != nil && r.homeHeld() })
+	if err := i0.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	bob := i1.dialURL(t, "/ws/lab", "name=bob&token="+testToken+"&v=1", nil)
+	waitFor(t, "i1 joining bob at lab's home", goroutineIn("nexscope.(*fleet).joinRemote("))
+	close(gate)
+	bob.ExpectPresence("bob", "hermes")
+	r := i1.p.room("lab")
+	r.mu.Lock()
+	m := r.members["bob"]
+	r.mu.Unlock()
+	if m == nil || m.link != nil || m.remote != nil {
+		t.Fatalf("bob at i1, the home of lab: member %v, through a link %v, remote %v; want a member with its socket here",
+			m != nil, m != nil && m.link != nil, m != nil && m.remote != nil)
+	}
+	bob.SendJSON(msg("m1", "bob", []string{"hermes"}, "hi"))
+	if a := bob.Expect("ack"); a["msgId"] != "m1" {
+		t.Fatalf("bob got %v, want the ack of m1", a)
+	}
+}
