@@ -359,16 +359,15 @@ func TestRemoteJoinRacingTheDropIsUnknownRoom(t *testing.T) {
 	expectClose(bob, CloseUnknownRoom)
 }
 
-// TestForwardToAHomeThatDroppedTheRoomEndsWhenHomedHere: a gateway's send
-// through an instance that still has a room bound, forwarded to the home
-// as that home drops the room (its Bind ran first), is answered by no one:
-// it fails unavailable once the forwarding instance takes the room's
-// lease, not at the end of the gateway's deadline.
-func TestForwardToAHomeThatDroppedTheRoomEndsWhenHomedHere(t *testing.T) {
+// droppedAtHome starts two instances with lab bound to t1, i1 bidding for
+// no lease until gate is closed, and has i0, lab's home, drop lab (its
+// Bind runs first).
+func droppedAtHome(t *testing.T) (i0, i1 *instance, gate chan struct{}) {
+	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
-	i0 := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
-	gate := make(chan struct{}) // i1 bids for no lease until it is closed
-	i1 := startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+	i0 = startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	gate = make(chan struct{})
+	i1 = startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
 		bid := d.Exclusive
 		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
 			select {
@@ -389,24 +388,39 @@ func TestForwardToAHomeThatDroppedTheRoomEndsWhenHomedHere(t *testing.T) {
 	if err := i0.p.Bind(nil); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*testTimeout)
-	defer cancel()
-	done := make(chan contract.Result, 1)
-	go func() {
-		done <- i1.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: "lab", Content: "hi"})
-	}()
-	waitFor(t, "i1 forwarding the send", goroutineIn("nexscope.(*fleet).forwardExec(", "cluster.(*Node).Call("))
-	close(gate)
-	select {
-	case res := <-done:
-		if res.Success || res.Code != contract.CodeUnavailable {
-			t.Fatalf("send forwarded to the home that dropped lab: %+v, want unavailable", res)
-		}
-	case <-time.After(testTimeout):
-		t.Fatalf("send forwarded to the home that dropped lab unanswered %v after i1 could take lab's lease", testTimeout)
-	}
-	if r := i1.p.room("lab"); !r.homeHeld() {
-		t.Fatal("i1 not the home of lab")
+	return i0, i1, gate
+}
+
+// TestForwardToAHomeThatDroppedTheRoomGivesUp: a gateway's send through
+// an instance that still has a room bound, forwarded to the home as that
+// home drops the room, is answered by no one: it fails unavailable once
+// the forwarding instance takes the room's lease, or drops the room too,
+// not at the end of the gateway's deadline.
+func TestForwardToAHomeThatDroppedTheRoomGivesUp(t *testing.T) {
+	for _, then := range []string{"homed here", "dropped here"} {
+		t.Run(then, func(t *testing.T) {
+			_, i1, gate := droppedAtHome(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*testTimeout)
+			defer cancel()
+			done := make(chan contract.Result, 1)
+			go func() {
+				done <- i1.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: "lab", Content: "hi"})
+			}()
+			waitFor(t, "i1 forwarding the send", goroutineIn("nexscope.(*fleet).forwardExec(", "cluster.(*Node).Call("))
+			if then == "homed here" {
+				close(gate)
+			} else if err := i1.p.Bind(nil); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case res := <-done:
+				if res.Success || res.Code != contract.CodeUnavailable {
+					t.Fatalf("send forwarded to the home that dropped lab: %+v, want unavailable", res)
+				}
+			case <-time.After(testTimeout):
+				t.Fatalf("send forwarded to the home that dropped lab unanswered %v after i1 %s", testTimeout, then)
+			}
+		})
 	}
 }
 
@@ -416,30 +430,7 @@ func TestForwardToAHomeThatDroppedTheRoomEndsWhenHomedHere(t *testing.T) {
 // room there like any other, not one of its own remote members whose
 // every frame crossed Redis or a stream to itself and back.
 func TestJoinThroughAnEdgeHomedMeanwhileJoinsHere(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	i0 := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
-	gate := make(chan struct{}) // i1 bids for no lease until it is closed
-	i1 := startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
-		bid := d.Exclusive
-		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-				return nil
-			}
-			return bid(ctx, lease, run)
-		}
-	})
-	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
-	for _, in := range []*instance{i0, i1} {
-		if err := in.p.Bind(lab); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, "i0 the home of lab", func() bool { r := i0.p.room("lab"); return r != nil && r.homeHeld() })
-	if err := i0.p.Bind(nil); err != nil {
-		t.Fatal(err)
-	}
+	_, i1, gate := droppedAtHome(t)
 	bob := i1.dialURL(t, "/ws/lab", "name=bob&token="+testToken+"&v=1", nil)
 	waitFor(t, "i1 joining bob at lab's home", goroutineIn("nexscope.(*fleet).joinRemote("))
 	close(gate)

@@ -42,9 +42,10 @@ type room struct {
 	// tenure is, while this instance is the home of a room of several
 	// instances, the room lease's context (store.Held); under mu.
 	tenure context.Context
-	// away ends when this instance becomes the room's home (becomeHome):
-	// a forward to the former home still unanswered then gives up
-	// (fleet.forwardExec). Under mu; resign starts another.
+	// away ends when this instance becomes the room's home (becomeHome)
+	// or drops the room (Platform.dropIdle): a forward to the home still
+	// unanswered then gives up (fleet.forwardExec). Under mu; resign
+	// starts another.
 	away   context.Context
 	arrive context.CancelFunc
 
