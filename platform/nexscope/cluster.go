@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"strconv"
 	"sync"
@@ -71,6 +72,15 @@ const (
 // 30 s.
 const budgetKey = "nexscope_budget_ms"
 
+// execKey is the key of a forwarded action's JSON that names it (a ULID,
+// newMsgID): its home executes it once however often it arrives (go-redis
+// sends a PUBLISH again when its reply was lost), remembering it for
+// execMemory, past its budget.
+const (
+	execKey    = "nexscope_exec"
+	execMemory = 2 * forwardedExecTimeout
+)
+
 // Cluster tuning.
 const (
 	// joinBeats is how many beats an edge waits for a room's home to answer
@@ -116,6 +126,9 @@ type fleet struct {
 	edges   map[string]*member // this instance's sockets in rooms homed elsewhere, by conn
 	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool    // remote joins being decided, by edge/conn
+	// execs are the forwarded actions taken here lately, by execKey, until
+	// when each is remembered.
+	execs map[string]time.Time
 	// left are the homes a socket of this instance left lately, by name:
 	// the beats still to send each, whether or not a socket here is homed
 	// there then, so that a leave lost on the way is repaired (edgeBeat).
@@ -127,7 +140,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	cl := &fleet{
 		p: p, node: node, ctx: ctx, stop: stop,
 		edges: make(map[string]*member), remotes: make(map[string]*member),
-		joining: make(map[string]bool), left: make(map[string]int),
+		joining: make(map[string]bool), left: make(map[string]int), execs: make(map[string]time.Time),
 	}
 	cl.streams = newStreams(cl)
 	node.Handle(msgJoin, 3, func(m cluster.Msg) {
@@ -343,7 +356,9 @@ func (cl *fleet) sendBeats() {
 	toHome := make(map[string][]byte)
 	toEdge := make(map[string][]byte)
 	var lost []*member
+	now := cl.p.deps.Clock.Now()
 	cl.mu.Lock()
+	maps.DeleteFunc(cl.execs, func(_ string, until time.Time) bool { return now.After(until) })
 	for conn, m := range cl.edges {
 		if h := m.link.home; h != "" {
 			if cl.node.Gone(h, m.link.since) {
@@ -683,7 +698,8 @@ func (cl *fleet) forwardExec(ctx context.Context, r *room, tenant string, a *con
 	// The budget is relative: the instances' clocks may disagree, so a
 	// deadline would move by their skew; counted from the home's receipt,
 	// it ends one hop late at most (as the answer's way back takes one).
-	action = append(strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10), append([]byte{','}, action[1:]...)...)
+	head := strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10)
+	action = append(append(head, `,"`+execKey+`":"`+cl.p.newMsgID()+`",`...), action[1:]...)
 	raw, ok := cl.node.Call(ctx, roomPrefix+r.name, msgExec, []byte(tenant), action)
 	if !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
@@ -711,11 +727,15 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		var a struct {
 			contract.Action
 			Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
+			Exec   string          `json:"nexscope_exec"`      // execKey
 		}
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
 		if json.Unmarshal(req.Fields[1], &a) == nil {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
+			}
+			if !cl.firstExec(a.Exec) {
+				return // a copy sent again: the first is answered
 			}
 			// The forwarder's caller gives up after budget: an action still
 			// running then would act after the gateway was told it failed.
@@ -742,6 +762,21 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		raw, _ := json.Marshal(res) // a Result always encodes
 		cl.node.Reply(req, raw)
 	}()
+}
+
+// firstExec reports whether the forwarded action id ("": unnamed) was not
+// taken here lately, and remembers it.
+func (cl *fleet) firstExec(id string) bool {
+	if id == "" {
+		return true
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if _, seen := cl.execs[id]; seen {
+		return false
+	}
+	cl.execs[id] = cl.p.deps.Clock.Now().Add(execMemory)
+	return true
 }
 
 // homeLink is, at a room's home, the far end of a remote member: its edge

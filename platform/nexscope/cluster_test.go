@@ -46,6 +46,9 @@ type instance struct {
 	// lose, when set, loses the messages this instance publishes for which
 	// it returns true, as pub/sub may.
 	lose atomic.Pointer[func(channel string, msg []byte) bool]
+	// again, when set, publishes twice the messages for which it returns
+	// true, as go-redis sends a PUBLISH again after a lost reply.
+	again atomic.Pointer[func(channel string, msg []byte) bool]
 }
 
 // lossyPubSub is an instance's pub/sub, which loses what in.lose says.
@@ -57,6 +60,11 @@ type lossyPubSub struct {
 func (p lossyPubSub) Publish(ctx context.Context, channel string, msg []byte) error {
 	if lose := p.in.lose.Load(); lose != nil && (*lose)(channel, msg) {
 		return nil
+	}
+	if again := p.in.again.Load(); again != nil && (*again)(channel, msg) {
+		if err := p.PubSub.Publish(ctx, channel, msg); err != nil {
+			return err
+		}
 	}
 	return p.PubSub.Publish(ctx, channel, msg)
 }
