@@ -799,8 +799,12 @@ type homeLink struct {
 	reported int64        // remoteReader: consumed as last reported
 }
 
-// received queues a frame the member sent; a gap closes the member.
+// received queues a frame the member sent; a gap closes the member, a
+// frame taken before is dropped (go-redis sent its PUBLISH again).
 func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
+	if seq <= l.in.Received() {
+		return
+	}
 	if !l.in.Take(seq) {
 		m.log.Warn("nexscope frames from the member's instance lost; closing it", "want_seq", l.in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)
@@ -996,8 +1000,12 @@ func (l *edgeLink) consumedUpTo(total int64) {
 	wsconn.Signal(l.credit)
 }
 
-// received queues a frame the home sent for the member; a gap closes it.
+// received queues a frame the home sent for the member; a gap closes it,
+// a frame taken before is dropped (go-redis sent its PUBLISH again).
 func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
+	if seq <= l.in.Received() {
+		return
+	}
 	if !l.in.Take(seq) {
 		m.log.Warn("nexscope frames from the room's home lost; closing the member", "want_seq", l.in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)

@@ -879,3 +879,42 @@ func TestClusterMemberTheHomeDroppedIsClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterMemberFramesSentTwiceAreTakenOnce: a member's frame whose
+// PUBLISH arrives twice (go-redis sends it again when the reply to the
+// first was lost), either way between its edge and its home, is taken
+// once: the member is not closed with 1011 as if frames were lost, and
+// nobody gets the msg twice.
+func TestClusterMemberFramesSentTwiceAreTakenOnce(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := home.joinWith(t, "alice", "alice")
+	bob := edge.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	twice := func(_ string, msg []byte) bool { t := cluster.Type(msg); return t == msgIn || t == msgOut }
+	edge.again.Store(&twice)
+	home.again.Store(&twice)
+	bob.SendJSON(msg("m1", "bob", []string{"alice"}, "to alice"))
+	if a := bob.Expect("ack"); a["msgId"] != "m1" {
+		t.Fatalf("bob got %v, want the ack of m1", a)
+	}
+	alice.SendJSON(msg("m2", "alice", []string{"bob"}, "to bob"))
+	if m := bob.Expect("msg"); m["msgId"] != "m2" {
+		t.Fatalf("bob got %v, want m2", m)
+	}
+	for _, c := range []*client{alice, bob} {
+		c.SendJSON(map[string]any{"type": "ping"})
+	}
+	if m := alice.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("alice got %v, want m1", m)
+	}
+	for _, c := range []*client{alice, bob} {
+		for m := c.Next(); m["type"] != "pong"; m = c.Next() {
+			if m["type"] != "ack" {
+				t.Fatalf("%s got %v before its pong, want nothing more", c.Name, m)
+			}
+		}
+	}
+}
