@@ -147,7 +147,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		cl.joinHere(string(m.Fields[0]), string(m.Fields[1]), m.From, string(m.Fields[2]))
 	})
 	node.Handle(msgJoined, 2, func(m cluster.Msg) {
-		if l := cl.edgeLink(m.Fields[0]); l != nil {
+		if _, l := cl.edge(m.Fields[0]); l != nil {
 			l.answer(m.From, string(m.Fields[1]))
 		}
 	})
@@ -311,22 +311,15 @@ func (cl *fleet) home(runCtx, hctx context.Context, r *room) error {
 	return nil
 }
 
-// edge returns this instance's socket conn in a room homed elsewhere.
-func (cl *fleet) edge(conn []byte) *member {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	return cl.edges[string(conn)]
-}
-
-// edgeLink returns the link of this instance's socket conn in a room homed
-// elsewhere (joinRemote may take it back).
-func (cl *fleet) edgeLink(conn []byte) *edgeLink {
+// edge returns this instance's socket conn in a room homed elsewhere, and
+// its link (read under mu: joinRemote may take it back).
+func (cl *fleet) edge(conn []byte) (*member, *edgeLink) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if m := cl.edges[string(conn)]; m != nil {
-		return m.link
+		return m, m.link
 	}
-	return nil
+	return nil, nil
 }
 
 // edgeOf returns this instance's socket conn in a room homed on home:
@@ -662,7 +655,7 @@ func (cl *fleet) probe(m *member) bool {
 // when it is alive (member.answersProbe). A socket this instance does not hold is
 // not alive.
 func (cl *fleet) probeHere(req cluster.Msg) {
-	m := cl.edge(req.Fields[0])
+	m, _ := cl.edge(req.Fields[0])
 	if m == nil {
 		cl.node.Reply(req, cluster.Flag(false))
 		return
