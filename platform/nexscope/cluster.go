@@ -505,7 +505,8 @@ func (cl *fleet) homeBeat(home string, list []byte) {
 // and the bound of a ghost probe pass. It returns the Close that refuses m,
 // nil once joined, or errHomedHere, m's link taken back, once this
 // instance is the room's home (the home asked dropped the room or lost
-// its lease): m joins here.
+// its lease): m joins here. A room this instance dropped meanwhile
+// refuses m as unknown.
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
@@ -520,8 +521,12 @@ func (cl *fleet) joinRemote(m *member) error {
 			return CloseNoHome
 		}
 		r.mu.Lock()
-		away := r.away
+		away, dropped := r.away, r.dropped
 		r.mu.Unlock()
+		if dropped { // here (Platform.dropIdle): refused as a join here is
+			m.leave()
+			return CloseUnknownRoom
+		}
 		if r.homeHeld() {
 			cl.mu.Lock()
 			delete(cl.edges, conn)

@@ -448,3 +448,18 @@ func TestJoinThroughAnEdgeHomedMeanwhileJoinsHere(t *testing.T) {
 		t.Fatalf("bob got %v, want the ack of m1", a)
 	}
 }
+
+// TestJoinThroughAnEdgeThatDropsTheRoomIsUnknownRoom: a client joining
+// through an instance that drops the room meanwhile (no home answering
+// yet) is refused as one joining there after the drop: unknown_room
+// (4017), not 1013 after the join's timeout.
+func TestJoinThroughAnEdgeThatDropsTheRoomIsUnknownRoom(t *testing.T) {
+	_, i1, _ := droppedAtHome(t)
+	bob := i1.dialURL(t, "/ws/lab", "name=bob&token="+testToken+"&v=1", nil)
+	waitFor(t, "i1 joining bob at lab's home", goroutineIn("nexscope.(*fleet).joinRemote("))
+	if err := i1.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	expectError(bob, CodeUnknownRoom)
+	expectClose(bob, CloseUnknownRoom)
+}
