@@ -732,8 +732,14 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
 			}
-			if !cl.firstExec(a.Exec) {
-				return // a copy sent again: the first is answered
+			if a.Exec != "" {
+				cl.mu.Lock()
+				_, seen := cl.execs[a.Exec]
+				cl.execs[a.Exec] = cl.p.deps.Clock.Now().Add(execMemory)
+				cl.mu.Unlock()
+				if seen {
+					return // a copy sent again: the first is answered
+				}
 			}
 			// The forwarder's caller gives up after budget: an action still
 			// running then would act after the gateway was told it failed.
@@ -760,21 +766,6 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		raw, _ := json.Marshal(res) // a Result always encodes
 		cl.node.Reply(req, raw)
 	}()
-}
-
-// firstExec reports whether the forwarded action id ("": unnamed) was not
-// taken here lately, and remembers it.
-func (cl *fleet) firstExec(id string) bool {
-	if id == "" {
-		return true
-	}
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if _, seen := cl.execs[id]; seen {
-		return false
-	}
-	cl.execs[id] = cl.p.deps.Clock.Now().Add(execMemory)
-	return true
 }
 
 // homeLink is, at a room's home, the far end of a remote member: its edge
