@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"maps"
 	"math"
 	"strconv"
 	"sync"
@@ -70,6 +72,15 @@ const (
 // 30 s.
 const budgetKey = "nexscope_budget_ms"
 
+// execKey is the key of a forwarded action's JSON that names it (a ULID,
+// newMsgID): its home executes it once however often it arrives (go-redis
+// sends a PUBLISH again when its reply was lost), remembering it for
+// execMemory, past its budget.
+const (
+	execKey    = "nexscope_exec"
+	execMemory = 2 * forwardedExecTimeout
+)
+
 // Cluster tuning.
 const (
 	// joinBeats is how many beats an edge waits for a room's home to answer
@@ -115,6 +126,9 @@ type fleet struct {
 	edges   map[string]*member // this instance's sockets in rooms homed elsewhere, by conn
 	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool    // remote joins being decided, by edge/conn
+	// execs are the forwarded actions taken here lately, by execKey, until
+	// when each is remembered.
+	execs map[string]time.Time
 	// left are the homes a socket of this instance left lately, by name:
 	// the beats still to send each, whether or not a socket here is homed
 	// there then, so that a leave lost on the way is repaired (edgeBeat).
@@ -126,15 +140,15 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	cl := &fleet{
 		p: p, node: node, ctx: ctx, stop: stop,
 		edges: make(map[string]*member), remotes: make(map[string]*member),
-		joining: make(map[string]bool), left: make(map[string]int),
+		joining: make(map[string]bool), left: make(map[string]int), execs: make(map[string]time.Time),
 	}
 	cl.streams = newStreams(cl)
 	node.Handle(msgJoin, 3, func(m cluster.Msg) {
 		cl.joinHere(string(m.Fields[0]), string(m.Fields[1]), m.From, string(m.Fields[2]))
 	})
 	node.Handle(msgJoined, 2, func(m cluster.Msg) {
-		if e := cl.edge(m.Fields[0]); e != nil {
-			e.link.answer(m.From, string(m.Fields[1]))
+		if _, l := cl.edge(m.Fields[0]); l != nil {
+			l.answer(m.From, string(m.Fields[1]))
 		}
 	})
 	node.Handle(msgIn, 4, func(m cluster.Msg) {
@@ -297,11 +311,15 @@ func (cl *fleet) home(runCtx, hctx context.Context, r *room) error {
 	return nil
 }
 
-// edge returns this instance's socket conn in a room homed elsewhere.
-func (cl *fleet) edge(conn []byte) *member {
+// edge returns this instance's socket conn in a room homed elsewhere, and
+// its link (read under mu: joinRemote may take it back).
+func (cl *fleet) edge(conn []byte) (*member, *edgeLink) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return cl.edges[string(conn)]
+	if m := cl.edges[string(conn)]; m != nil {
+		return m, m.link
+	}
+	return nil, nil
 }
 
 // edgeOf returns this instance's socket conn in a room homed on home:
@@ -331,7 +349,9 @@ func (cl *fleet) sendBeats() {
 	toHome := make(map[string][]byte)
 	toEdge := make(map[string][]byte)
 	var lost []*member
+	now := cl.p.deps.Clock.Now()
 	cl.mu.Lock()
+	maps.DeleteFunc(cl.execs, func(_ string, until time.Time) bool { return now.After(until) })
 	for conn, m := range cl.edges {
 		if h := m.link.home; h != "" {
 			if cl.node.Gone(h, m.link.since) {
@@ -483,7 +503,10 @@ func (cl *fleet) homeBeat(home string, list []byte) {
 // joinRemote joins m, a socket of this instance, to its room at the room's
 // home, asking again every beat until the home answers or joinBeats beats
 // and the bound of a ghost probe pass. It returns the Close that refuses m,
-// or nil once joined.
+// nil once joined, or errHomedHere, m's link taken back, once this
+// instance is the room's home (the home asked dropped the room or lost
+// its lease): m joins here. A room this instance dropped meanwhile
+// refuses m as unknown.
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
@@ -496,6 +519,20 @@ func (cl *fleet) joinRemote(m *member) error {
 		if try == tries {
 			m.leave()
 			return CloseNoHome
+		}
+		r.mu.Lock()
+		away, dropped := r.away, r.dropped
+		r.mu.Unlock()
+		if dropped { // here (Platform.dropIdle): refused as a join here is
+			m.leave()
+			return CloseUnknownRoom
+		}
+		if r.homeHeld() {
+			cl.mu.Lock()
+			delete(cl.edges, conn)
+			m.link = nil
+			cl.mu.Unlock()
+			return errHomedHere
 		}
 		cl.node.SendWait(cl.ctx, roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
 		expired := make(chan struct{})
@@ -512,10 +549,15 @@ func (cl *fleet) joinRemote(m *member) error {
 		case <-m.link.done:
 			t.Stop()
 			return CloseGoingAway
+		case <-away.Done():
+			t.Stop()
 		case <-expired:
 		}
 	}
 }
+
+// errHomedHere is joinRemote's answer once the room is homed here.
+var errHomedHere = errors.New("nexscope: the room is homed on this instance")
 
 // refusalClose is the Close a home's refusal code stands for.
 func refusalClose(code int) Close {
@@ -536,6 +578,9 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	r := p.room(roomName)
 	if r == nil || !validName(name) || !r.homeHeld() {
 		return // not (any more) the room's home: the home answers
+	}
+	if edge == cl.node.Instance() {
+		return // its own socket, which joins here (joinRemote)
 	}
 	key := edge + "/" + conn
 	cl.mu.Lock()
@@ -615,7 +660,7 @@ func (cl *fleet) probe(m *member) bool {
 // when it is alive (member.answersProbe). A socket this instance does not hold is
 // not alive.
 func (cl *fleet) probeHere(req cluster.Msg) {
-	m := cl.edge(req.Fields[0])
+	m, _ := cl.edge(req.Fields[0])
 	if m == nil {
 		cl.node.Reply(req, cluster.Flag(false))
 		return
@@ -631,8 +676,15 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 
 // forwardExec asks the home of r to execute a (the home authorizes it)
 // within what is left of ctx's deadline and waits for its result until
-// ctx ends.
+// ctx ends, this instance becomes the room's home (the home asked
+// dropped the room or lost its lease, and will not answer) or drops it.
 func (cl *fleet) forwardExec(ctx context.Context, r *room, tenant string, a *contract.Action) contract.Result {
+	r.mu.Lock()
+	away := r.away
+	r.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(away, cancel)()
 	action, err := json.Marshal(a)
 	if err != nil {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: action cannot be encoded")
@@ -644,7 +696,8 @@ func (cl *fleet) forwardExec(ctx context.Context, r *room, tenant string, a *con
 	// The budget is relative: the instances' clocks may disagree, so a
 	// deadline would move by their skew; counted from the home's receipt,
 	// it ends one hop late at most (as the answer's way back takes one).
-	action = append(strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10), append([]byte{','}, action[1:]...)...)
+	head := strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10)
+	action = append(append(head, `,"`+execKey+`":"`+cl.p.newMsgID()+`",`...), action[1:]...)
 	raw, ok := cl.node.Call(ctx, roomPrefix+r.name, msgExec, []byte(tenant), action)
 	if !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
@@ -667,43 +720,46 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	if !p.track() {
 		return
 	}
-	tenant, action := string(req.Fields[0]), req.Fields[1]
-	// The forwarder's caller gives up after budget: an action still
-	// running then would act after the gateway was told it failed. One
-	// spent when it was forwarded (0 or less; a field that is no number
-	// counts as spent) is not executed at all: send and prompt do not
-	// wait on their context.
-	budget := forwardedExecTimeout
-	var field struct {
-		Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
-	}
-	if json.Unmarshal(action, &field) != nil {
-		field.Budget = nil // the action's decoding fails below
-	}
-	if field.Budget != nil {
-		budgetMs, err := strconv.ParseInt(string(field.Budget), 10, 64)
-		if err != nil {
-			budgetMs = 0
-		}
-		budget = time.Duration(min(budgetMs, forwardedExecTimeout.Milliseconds())) * time.Millisecond
-	}
-	go func() {
+	go func() { // decoded here, not on the channel's reader: an action may be megabytes
 		defer p.wg.Done()
-		var a contract.Action
+		var a struct {
+			contract.Action
+			Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
+			Exec   string          `json:"nexscope_exec"`      // execKey
+		}
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
-		if json.Unmarshal(action, &a) == nil {
+		if json.Unmarshal(req.Fields[1], &a) == nil {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
+			}
+			if a.Exec != "" {
+				cl.mu.Lock()
+				_, seen := cl.execs[a.Exec]
+				cl.execs[a.Exec] = cl.p.deps.Clock.Now().Add(execMemory)
+				cl.mu.Unlock()
+				if seen {
+					return // a copy sent again: the first is answered
+				}
+			}
+			// The forwarder's caller gives up after budget: an action still
+			// running then would act after the gateway was told it failed.
+			// One spent when it was forwarded (0 or less; a field that is no
+			// number counts as spent) is not executed at all: send and prompt
+			// do not wait on their context. send_media waits for the room's
+			// lock and its recipients within it.
+			budget := forwardedExecTimeout
+			if a.Budget != nil {
+				ms, err := strconv.ParseInt(string(a.Budget), 10, 64)
+				if err != nil {
+					ms = 0
+				}
+				budget = time.Duration(min(ms, forwardedExecTimeout.Milliseconds())) * time.Millisecond
 			}
 			if budget <= 0 {
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
 			} else {
-				// send and prompt do not wait; send_media waits for the
-				// room's lock and its recipients, within what the
-				// forwarder's caller had left (at most the relay's default
-				// bound of an op).
 				ctx, cancel := context.WithTimeout(cl.ctx, budget)
-				res = platform.Execute(ctx, &p.here, p, tenant, &a)
+				res = platform.Execute(ctx, &p.here, p, string(req.Fields[0]), &a.Action)
 				cancel()
 			}
 		}
@@ -732,8 +788,12 @@ type homeLink struct {
 	reported int64        // remoteReader: consumed as last reported
 }
 
-// received queues a frame the member sent; a gap closes the member.
+// received queues a frame the member sent; a gap closes the member, a
+// frame taken before is dropped (go-redis sent its PUBLISH again).
 func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
+	if seq <= l.in.Received() {
+		return
+	}
 	if !l.in.Take(seq) {
 		m.log.Warn("nexscope frames from the member's instance lost; closing it", "want_seq", l.in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)
@@ -929,8 +989,12 @@ func (l *edgeLink) consumedUpTo(total int64) {
 	wsconn.Signal(l.credit)
 }
 
-// received queues a frame the home sent for the member; a gap closes it.
+// received queues a frame the home sent for the member; a gap closes it,
+// a frame taken before is dropped (go-redis sent its PUBLISH again).
 func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
+	if seq <= l.in.Received() {
+		return
+	}
 	if !l.in.Take(seq) {
 		m.log.Warn("nexscope frames from the room's home lost; closing the member", "want_seq", l.in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/cluster"
 	"connector/internal/redistest"
 	"connector/media"
 	"connector/media/mediatest"
@@ -223,5 +224,62 @@ func TestClusterForwardedExecBudget(t *testing.T) {
 	}
 	if f := alice.Expect("msg"); f["text"] != "no budget" {
 		t.Fatalf("alice got %v, want the msg of the call without a budget", f)
+	}
+}
+
+// TestClusterForwardedActionDecodedOffTheReader: the home decodes a
+// forwarded action on a goroutine of its own, not on the goroutine that
+// reads the room's channel: a gateway's send of megabytes held up every
+// join, leave and action of the room behind it for as long as its
+// decoding took. execHere, the channel's handler, returns in a fraction
+// of the time a mere scan of such an action takes.
+func TestClusterForwardedActionDecodedOffTheReader(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{in}, DefaultRoom)
+	action := []byte(`{"op":"send","chat_id":"default","content":"` + strings.Repeat("a", 4<<20) + `"}`)
+	start := time.Now()
+	if !json.Valid(action) {
+		t.Fatal("invalid action")
+	}
+	scan := time.Since(start)
+	start = time.Now()
+	in.p.cluster.execHere(cluster.Msg{Type: msgExec, From: "i9", Fields: [][]byte{[]byte("t1"), action}})
+	if took := time.Since(start); took > scan/4 {
+		t.Fatalf("execHere took %v on the channel's reader, a scan of the action %v: it decodes the action there", took, scan)
+	}
+}
+
+// TestClusterForwardedActionSentTwiceExecutesOnce: a forwarded send whose
+// PUBLISH reaches the home twice (go-redis sends it again when the reply
+// to the first was lost) is executed once: the member gets one msg. The
+// send after it, published once, is read by the home after both copies.
+func TestClusterForwardedActionSentTwiceExecutesOnce(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	send := func(text string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		if res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: text}); !res.Success {
+			t.Fatalf("send %q through the edge: %+v", text, res)
+		}
+	}
+	twice := func(_ string, msg []byte) bool { return cluster.Type(msg) == msgExec }
+	edge.again.Store(&twice)
+	send("once")
+	edge.again.Store(nil)
+	send("after")
+	waitFor(t, "the home done with the sends", func() bool { return !goroutineIn("nexscope.(*fleet).execHere")() })
+	alice.SendJSON(map[string]any{"type": "ping"})
+	got := map[any]int{}
+	for m := alice.Next(); m["type"] != "pong"; m = alice.Next() {
+		got[m["text"]]++
+	}
+	if got["once"] != 1 || got["after"] != 1 || len(got) != 2 {
+		t.Fatalf("alice got the msgs %v, want once and after, once each", got)
 	}
 }

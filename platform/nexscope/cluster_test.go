@@ -46,6 +46,9 @@ type instance struct {
 	// lose, when set, loses the messages this instance publishes for which
 	// it returns true, as pub/sub may.
 	lose atomic.Pointer[func(channel string, msg []byte) bool]
+	// again, when set, publishes twice the messages for which it returns
+	// true, as go-redis sends a PUBLISH again after a lost reply.
+	again atomic.Pointer[func(channel string, msg []byte) bool]
 }
 
 // lossyPubSub is an instance's pub/sub, which loses what in.lose says.
@@ -57,6 +60,11 @@ type lossyPubSub struct {
 func (p lossyPubSub) Publish(ctx context.Context, channel string, msg []byte) error {
 	if lose := p.in.lose.Load(); lose != nil && (*lose)(channel, msg) {
 		return nil
+	}
+	if again := p.in.again.Load(); again != nil && (*again)(channel, msg) {
+		if err := p.PubSub.Publish(ctx, channel, msg); err != nil {
+			return err
+		}
 	}
 	return p.PubSub.Publish(ctx, channel, msg)
 }
@@ -868,6 +876,45 @@ func TestClusterMemberTheHomeDroppedIsClosed(t *testing.T) {
 		}
 		if !strings.Contains(string(b), `"code":"undelivered"`) || !strings.Contains(string(b), `"msgId":"m1"`) {
 			t.Fatalf("alice got %s, want only undelivered for m1 before the close", b)
+		}
+	}
+}
+
+// TestClusterMemberFramesSentTwiceAreTakenOnce: a member's frame whose
+// PUBLISH arrives twice (go-redis sends it again when the reply to the
+// first was lost), either way between its edge and its home, is taken
+// once: the member is not closed with 1011 as if frames were lost, and
+// nobody gets the msg twice.
+func TestClusterMemberFramesSentTwiceAreTakenOnce(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := home.joinWith(t, "alice", "alice")
+	bob := edge.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	twice := func(_ string, msg []byte) bool { t := cluster.Type(msg); return t == msgIn || t == msgOut }
+	edge.again.Store(&twice)
+	home.again.Store(&twice)
+	bob.SendJSON(msg("m1", "bob", []string{"alice"}, "to alice"))
+	if a := bob.Expect("ack"); a["msgId"] != "m1" {
+		t.Fatalf("bob got %v, want the ack of m1", a)
+	}
+	alice.SendJSON(msg("m2", "alice", []string{"bob"}, "to bob"))
+	if m := bob.Expect("msg"); m["msgId"] != "m2" {
+		t.Fatalf("bob got %v, want m2", m)
+	}
+	for _, c := range []*client{alice, bob} {
+		c.SendJSON(map[string]any{"type": "ping"})
+	}
+	if m := alice.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("alice got %v, want m1", m)
+	}
+	for _, c := range []*client{alice, bob} {
+		for m := c.Next(); m["type"] != "pong"; m = c.Next() {
+			if m["type"] != "ack" {
+				t.Fatalf("%s got %v before its pong, want nothing more", c.Name, m)
+			}
 		}
 	}
 }

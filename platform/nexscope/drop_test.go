@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/redistest"
 	"connector/platform"
@@ -354,6 +355,111 @@ func TestRemoteJoinRacingTheDropIsUnknownRoom(t *testing.T) {
 		t.Fatal("lab not dropped at i0")
 	}
 	unlock()
+	expectError(bob, CodeUnknownRoom)
+	expectClose(bob, CloseUnknownRoom)
+}
+
+// droppedAtHome starts two instances with lab bound to t1, i1 bidding for
+// no lease until gate is closed, and has i0, lab's home, drop lab (its
+// Bind runs first).
+func droppedAtHome(t *testing.T) (i0, i1 *instance, gate chan struct{}) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	i0 = startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	gate = make(chan struct{})
+	i1 = startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		bid := d.Exclusive
+		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil
+			}
+			return bid(ctx, lease, run)
+		}
+	})
+	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	for _, in := range []*instance{i0, i1} {
+		if err := in.p.Bind(lab); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "i0 the home of lab", func() bool { r := i0.p.room("lab"); return r != nil && r.homeHeld() })
+	if err := i0.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	return i0, i1, gate
+}
+
+// TestForwardToAHomeThatDroppedTheRoomGivesUp: a gateway's send through
+// an instance that still has a room bound, forwarded to the home as that
+// home drops the room, is answered by no one: it fails unavailable once
+// the forwarding instance takes the room's lease, or drops the room too,
+// not at the end of the gateway's deadline.
+func TestForwardToAHomeThatDroppedTheRoomGivesUp(t *testing.T) {
+	for _, then := range []string{"homed here", "dropped here"} {
+		t.Run(then, func(t *testing.T) {
+			_, i1, gate := droppedAtHome(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*testTimeout)
+			defer cancel()
+			done := make(chan contract.Result, 1)
+			go func() {
+				done <- i1.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: "lab", Content: "hi"})
+			}()
+			waitFor(t, "i1 forwarding the send", goroutineIn("nexscope.(*fleet).forwardExec(", "cluster.(*Node).Call("))
+			if then == "homed here" {
+				close(gate)
+			} else if err := i1.p.Bind(nil); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case res := <-done:
+				if res.Success || res.Code != contract.CodeUnavailable {
+					t.Fatalf("send forwarded to the home that dropped lab: %+v, want unavailable", res)
+				}
+			case <-time.After(testTimeout):
+				t.Fatalf("send forwarded to the home that dropped lab unanswered %v after i1 %s", testTimeout, then)
+			}
+		})
+	}
+}
+
+// TestJoinThroughAnEdgeHomedMeanwhileJoinsHere: a client joining through
+// an instance that still has a room bound, as the room's home drops it,
+// joins at that instance once it takes the room's lease: a member of the
+// room there like any other, not one of its own remote members whose
+// every frame crossed Redis or a stream to itself and back.
+func TestJoinThroughAnEdgeHomedMeanwhileJoinsHere(t *testing.T) {
+	_, i1, gate := droppedAtHome(t)
+	bob := i1.dialURL(t, "/ws/lab", "name=bob&token="+testToken+"&v=1", nil)
+	waitFor(t, "i1 joining bob at lab's home", goroutineIn("nexscope.(*fleet).joinRemote("))
+	close(gate)
+	bob.ExpectPresence("bob", "hermes")
+	r := i1.p.room("lab")
+	r.mu.Lock()
+	m := r.members["bob"]
+	r.mu.Unlock()
+	if m == nil || m.link != nil || m.remote != nil {
+		t.Fatalf("bob at i1, the home of lab: member %v, through a link %v, remote %v; want a member with its socket here",
+			m != nil, m != nil && m.link != nil, m != nil && m.remote != nil)
+	}
+	bob.SendJSON(msg("m1", "bob", []string{"hermes"}, "hi"))
+	if a := bob.Expect("ack"); a["msgId"] != "m1" {
+		t.Fatalf("bob got %v, want the ack of m1", a)
+	}
+}
+
+// TestJoinThroughAnEdgeThatDropsTheRoomIsUnknownRoom: a client joining
+// through an instance that drops the room meanwhile (no home answering
+// yet) is refused as one joining there after the drop: unknown_room
+// (4017), not 1013 after the join's timeout.
+func TestJoinThroughAnEdgeThatDropsTheRoomIsUnknownRoom(t *testing.T) {
+	_, i1, _ := droppedAtHome(t)
+	bob := i1.dialURL(t, "/ws/lab", "name=bob&token="+testToken+"&v=1", nil)
+	waitFor(t, "i1 joining bob at lab's home", goroutineIn("nexscope.(*fleet).joinRemote("))
+	if err := i1.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
 	expectError(bob, CodeUnknownRoom)
 	expectClose(bob, CloseUnknownRoom)
 }

@@ -16,7 +16,7 @@ func (m *member) handleText(data []byte) {
 	case "file-end":
 		m.handleFileEnd(&f)
 	case "ping":
-		m.send(appendPong(make([]byte, 0, 40), m.p.nowMs()))
+		m.send(appendTS(append(make([]byte, 0, 40), `{"type":"pong"`...), m.p.nowMs()))
 	default:
 		m.send(errorFrame(CodeUnknownType, "unknown frame type"))
 	}

@@ -75,9 +75,11 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer p.unregister(m)
+	err = errHomedHere
 	if p.cluster != nil && !r.homeHeld() {
 		err = p.cluster.joinRemote(m) // the room's home is another instance
-	} else {
+	}
+	if err == errHomedHere {
 		err = r.join(m)
 		if err == CloseNameTaken && r.replaceGhost(name) {
 			err = r.join(m)

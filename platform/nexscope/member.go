@@ -242,8 +242,8 @@ func (m *member) send(data []byte) {
 // is another is abandoned instead when c means the home will not answer it
 // any more (unanswered.go).
 func (m *member) kick(c Close) {
-	if m.link != nil && abandons(c) {
-		m.link.abandon(m, c)
+	if l := m.link; l != nil && abandons(c) { // read once: joinRemote may take it back
+		l.abandon(m, c)
 		return
 	}
 	if c == CloseSlowConsumer {
@@ -282,9 +282,9 @@ func (m *member) leave() {
 		return
 	}
 	m.alive.Stop()
-	switch {
-	case m.link != nil:
-		m.link.leave(m)
+	switch l := m.link; { // read once: joinRemote may take it back
+	case l != nil:
+		l.leave(m)
 	case m.remote != nil:
 		m.room.leave(m)
 		m.remote.in.q.Close(wsconn.Drop, false)

@@ -163,9 +163,6 @@ func stringValue(raw []byte) (s []byte, ok bool) {
 
 // jsonString decodes a raw JSON string (escapes included).
 func jsonString(raw []byte) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' {
-		return "", false
-	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", false

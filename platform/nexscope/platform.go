@@ -303,6 +303,9 @@ func (p *Platform) dropIdle(r *room) {
 	r.mu.Lock()
 	r.dropped = r.tenant() == "" && len(r.members) == 0
 	dropped := r.dropped
+	if dropped {
+		r.arrive() // a forward to its home gives up (fleet.forwardExec)
+	}
 	r.mu.Unlock() // nothing queued: no member
 	if dropped {
 		delete(p.rooms, r.name)

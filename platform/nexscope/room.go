@@ -42,6 +42,12 @@ type room struct {
 	// tenure is, while this instance is the home of a room of several
 	// instances, the room lease's context (store.Held); under mu.
 	tenure context.Context
+	// away ends when this instance becomes the room's home (becomeHome)
+	// or drops the room (Platform.dropIdle): a forward to the home still
+	// unanswered then gives up (fleet.forwardExec). Under mu; resign
+	// starts another.
+	away   context.Context
+	arrive context.CancelFunc
 
 	mu sync.Mutex
 	// dropped is set once Platform.dropIdle dropped the room: no one
@@ -91,6 +97,7 @@ func newRoom(p *Platform, rc Room, keep bool) *room {
 		members: make(map[string]*member),
 	}
 	r.home.Store(p.cluster == nil) // a single instance hosts every room
+	r.away, r.arrive = context.WithCancel(context.Background())
 	r.bound.Store(&roomBinding{})
 	if rc.Tenant != "" {
 		r.mu.Lock()
@@ -226,6 +233,7 @@ func (r *room) becomeHome(tenure context.Context) {
 	r.mu.Lock()
 	r.home.Store(true)
 	r.tenure = tenure
+	r.arrive()
 	r.mu.Unlock()
 }
 
@@ -255,6 +263,7 @@ func (r *room) resign(c Close) {
 	r.mu.Lock()
 	r.home.Store(false)
 	r.tenure = nil
+	r.away, r.arrive = context.WithCancel(context.Background())
 	members := slices.Collect(maps.Values(r.members))
 	t := r.transfer
 	if t != nil {

@@ -331,19 +331,23 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 }
 
 // ticketHere answers another instance's ticket request: this instance's
-// address and a fresh ticket for it, valid for LostBeats beats and one
-// stream; "" when this instance takes no streams. The tickets expired by
-// then, of instances that never dialed, are dropped.
+// address and a ticket for it, valid for LostBeats beats and one stream
+// (the one it holds unused, so that a request go-redis published twice
+// does not void the ticket the first answer gave); "" when this instance
+// takes no streams. The tickets expired by then, of instances that never
+// dialed, are dropped.
 func (s *streams) ticketHere(req cluster.Msg) {
-	var t ticket
-	_, _ = rand.Read(t.secret[:]) // never fails (crypto/rand)
 	now := s.cl.p.deps.Clock.Now()
-	t.expires = now.Add(s.beats(cluster.LostBeats))
 	var res []byte // none: this instance takes no streams
 	s.mu.Lock()
 	if s.addr != "" {
 		maps.DeleteFunc(s.tickets, func(_ string, t ticket) bool { return now.After(t.expires) })
-		s.tickets[req.From] = t
+		t, ok := s.tickets[req.From]
+		if !ok {
+			_, _ = rand.Read(t.secret[:]) // never fails (crypto/rand)
+			t.expires = now.Add(s.beats(cluster.LostBeats))
+			s.tickets[req.From] = t
+		}
 		res = []byte(s.addr + " " + hex.EncodeToString(t.secret[:]))
 	}
 	s.mu.Unlock()

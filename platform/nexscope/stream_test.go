@@ -831,3 +831,32 @@ func TestStreamMessageLengthAllocatesNothingUnsent(t *testing.T) {
 		t.Fatalf("a message announced at %d bytes, of which 16 KiB were sent, allocated %d bytes; want under 32 MiB", maxStreamMessage-1, got)
 	}
 }
+
+// TestStreamTicketAskedTwiceOpens: a ticket request that reaches the
+// instance twice (go-redis published it again after a lost reply) is
+// answered twice with the same ticket: the dialer, which takes the first
+// answer, opens the stream. Pub/sub loses the member frames here, so they
+// must take the streams.
+func TestStreamTicketAskedTwiceOpens(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, clusterLeaseTTL)
+	for _, in := range ins {
+		streamAddr(t, in)
+		lose := func(channel string, msg []byte) bool {
+			typ := cluster.Type(msg)
+			return strings.HasPrefix(channel, cluster.Inbox("")) && (typ == msgIn || typ == msgOut || typ == msgJoined)
+		}
+		twice := func(_ string, msg []byte) bool { return cluster.Type(msg) == msgStream }
+		in.lose.Store(&lose)
+		in.again.Store(&twice)
+	}
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	alice.SendJSON(msg("m1", "alice", []string{"bob"}, "over the stream"))
+	if m := bob.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("bob got %v, want m1", m)
+	}
+}

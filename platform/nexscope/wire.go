@@ -93,9 +93,6 @@ func appendError(dst []byte, code ErrorCode, message string, msgID []byte) []byt
 	return append(dst, '}')
 }
 
-// appendPong appends {"type":"pong","ts":ts}.
-func appendPong(dst []byte, ts int64) []byte { return appendTS(append(dst, `{"type":"pong"`...), ts) }
-
 // botMsg is a msg or file-start the connector's bot sends.
 type botMsg struct {
 	msgID, from, threadID, text string
