@@ -34,6 +34,7 @@ import (
 //	owner:<n>:{<tenant>}<session key>  expiring owner (n = len(tenant)), PX
 //	lease:{<name>}         "<token>:<holder>", PX the lease's TTL
 //	leasetoken:{<name>}    the last fencing token (INCR)
+//	leaseanswer:{<name>}:<release>  a release's answer for its resends, PX
 //	claim:<key>            a claim's expiry "<Unix s> <tag><ns, 9 digits>" by the store's clock
 //	                       (tag: random, per write), PX as garbage collection
 //	registry:{<namespace>} hash key -> entry
@@ -74,9 +75,9 @@ type redisStore struct {
 	// Config.RedisReplicaTimeout.
 	minReplicas    int
 	replicaTimeout time.Duration
-	// regAnswerPX is how long (ms) a registry write's answer is kept for
-	// its resends (registryWriteScript): past go-redis's last one
-	// (resendWindow).
+	// regAnswerPX is how long (ms) a registry write's or a lease
+	// release's answer is kept for its resends (registryWriteScript,
+	// heldScript): past go-redis's last one (resendWindow).
 	regAnswerPX int64
 	// pipe sends the ledger's appends, acks and reads, the capabilities'
 	// writes and the pub/sub publishes, every command queued while the
@@ -751,13 +752,18 @@ redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
 return {1, token, ARGV[1], tonumber(ARGV[2])}
 `)
 
-// heldScript: KEYS lease; ARGV "<token>:<holder>", ttl ms. When that is
-// the lease, renews it for the ttl, or releases it when the ttl is 0, and
-// returns 1; else returns 0.
+// heldScript: KEYS lease and, for a release, its answer; ARGV
+// "<token>:<holder>", ttl ms, the answer's PX. When that is the lease,
+// renews it for the ttl, or releases it when the ttl is 0, and returns 1;
+// else returns 0. A release's answer (its key fresh for each) is kept, as
+// a registry write's is, for a resend of the release, which would find the
+// lease gone.
 var heldScript = redis.NewScript(`
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then return 1 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if ARGV[2] == '0' then
   redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
@@ -863,7 +869,7 @@ func (ls redisLeases) Release(ctx context.Context, name string, l Lease) error {
 // leaves the lease to expire).
 func (ls redisLeases) ifHeld(ctx context.Context, op, name string, l Lease, ttl time.Duration) error {
 	keys := []string{ls.key(name)}
-	call := scriptCall(heldScript, keys, leaseValue(l), 0)
+	call := scriptCall(heldScript, append(keys, ls.s.p+"leaseanswer:"+tagged(name)+":"+rand.Text()), leaseValue(l), 0, ls.s.regAnswerPX)
 	if ttl > 0 {
 		call = leaseCall(heldScript, ttl, keys, leaseValue(l), pxMillis(ttl))
 	}

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -235,5 +236,44 @@ func TestRedisRegistryAnswerOutlastsResends(t *testing.T) {
 				t.Fatalf("answer kept %v; go-redis's %d resends may each dial for %v: want at least %v", pttl, o.MaxRetries, dials, want)
 			}
 		})
+	}
+}
+
+// TestRedisLeaseReleaseReplyLost: a lease Release whose reply is lost after
+// it ran (go-redis sends it again) answers that it released the lease.
+// Before, the resend found the lease gone and answered ErrNotHeld, so the
+// relay took a tenant it had handed over for one it still drove.
+func TestRedisLeaseReleaseReplyLost(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	proxy := newReplyDropper(t, srv.Addr())
+	cfg := redisConfig(srv)
+	cfg.RedisURL = "redis://" + proxy.ln.Addr().String() + "/0"
+	leases := opener(t, cfg)(nil).Leases()
+	ctx := t.Context()
+
+	// The scripts loaded first: a lost NOSCRIPT reply is no test.
+	warm, _, err := leases.Acquire(ctx, "warm", "warm-holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leases.Release(ctx, "warm", warm); err != nil {
+		t.Fatal(err)
+	}
+	l, ok, err := leases.Acquire(ctx, "job", "lost-holder", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("Acquire = %+v, %v, %v", l, ok, err)
+	}
+	proxy.arm("lost-holder")
+	if err := leases.Release(ctx, "job", l); err != nil {
+		t.Fatalf("release whose reply was lost: %v; want released", err)
+	}
+	if n := proxy.dropped.Swap(0); n != 1 {
+		t.Fatalf("release: %d replies dropped, want 1", n)
+	}
+	if h, ok, err := leases.Holder(ctx, "job"); ok || err != nil {
+		t.Fatalf("Holder after the release = %+v, %v, %v; want free", h, ok, err)
+	}
+	if err := leases.Release(ctx, "job", l); !errors.Is(err, store.ErrNotHeld) {
+		t.Fatalf("a second Release: err %v, want ErrNotHeld", err)
 	}
 }
