@@ -31,8 +31,9 @@ const redisDialBudget = 5 * (5*time.Second + 100*time.Millisecond)
 
 // resendWindow is how long after a command's first send go-redis may still
 // send it again, under c's options, which a redis_url may set
-// (max_retries, dial_timeout, write_timeout, max_retry_backoff): each send
-// may first dial for the client's dial budget (DialerRetries dials of
+// (max_retries, pool_timeout, dial_timeout, write_timeout,
+// max_retry_backoff): each send may first wait its pool timeout for a
+// connection and dial for the client's dial budget (DialerRetries dials of
 // DialTimeout, DialerRetryTimeout apart), write and read for their
 // timeouts, then back off. A Redis Cluster's client has go-redis's
 // defaults (redisSends, redisDialBudget) and read, its read timeout.
@@ -43,7 +44,7 @@ func resendWindow(c redis.UniversalClient, read time.Duration) time.Duration {
 	}
 	opt := o.Options()
 	dial := time.Duration(opt.DialerRetries) * (opt.DialTimeout + opt.DialerRetryTimeout)
-	send := dial + max(opt.WriteTimeout, 0) + max(opt.ReadTimeout, 0) + opt.MaxRetryBackoff + time.Second
+	send := opt.PoolTimeout + dial + max(opt.WriteTimeout, 0) + max(opt.ReadTimeout, 0) + opt.MaxRetryBackoff + time.Second
 	return time.Duration(max(opt.MaxRetries, 0)+1) * send
 }
 

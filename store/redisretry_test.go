@@ -201,13 +201,14 @@ func TestRedisClaimReplyLost(t *testing.T) {
 // TestRedisRegistryAnswerOutlastsResends: a registry write's kept answer
 // lasts until go-redis's last resend even when each resend first dials for
 // the client's whole dial budget (a failover: the old primary black-holed,
-// the new one named by Sentinel only after dials time out). Before, it was
+// the new one named by Sentinel only after dials time out), after waiting
+// its pool timeout for a connection (the pool busy). Before, it was
 // kept four read timeouts (16 s), and a resend after it expired answered
 // from its second run (a create answered as a conflict).
 func TestRedisRegistryAnswerOutlastsResends(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	// go-redis's defaults, and a URL that sends more often and dials longer.
-	for _, query := range []string{"", "?max_retries=7&dial_timeout=10s&max_retry_backoff=2s"} {
+	for _, query := range []string{"", "?max_retries=7&dial_timeout=10s&max_retry_backoff=2s", "?pool_timeout=60s"} {
 		t.Run("url"+query, func(t *testing.T) {
 			cfg := redisConfig(srv)
 			cfg.RedisURL += query
@@ -232,7 +233,7 @@ func TestRedisRegistryAnswerOutlastsResends(t *testing.T) {
 			o := redis.NewClient(opt).Options() // go-redis's defaults where the URL sets none
 			resends := time.Duration(o.MaxRetries)
 			dials := time.Duration(o.DialerRetries) * (o.DialTimeout + o.DialerRetryTimeout)
-			if want := resends * (dials + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
+			if want := resends * (o.PoolTimeout + dials + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
 				t.Fatalf("answer kept %v; go-redis's %d resends may each dial for %v: want at least %v", pttl, o.MaxRetries, dials, want)
 			}
 		})
