@@ -204,13 +204,11 @@ func tagged(name string) string {
 
 var tagEscaper = strings.NewReplacer(`\`, `\\`, `}`, `\)`)
 
+// keys are tenant's seq counter, stream and bytes counter.
 func (l redisLedger) keys(tenant string) []string {
 	p, t := l.s.p, tagged(tenant)
 	return []string{p + "seq:" + t, p + "log:" + t, p + "bytes:" + t}
 }
-
-// logKey is tenant's stream.
-func (l redisLedger) logKey(tenant string) string { return l.s.p + "log:" + tagged(tenant) }
 
 // indexKey is the set of the tenants that ever appended.
 func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
@@ -297,7 +295,7 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 	if afterSeq == math.MaxUint64 {
 		return nil, ctx.Err()
 	}
-	key, start := l.logKey(tenant), "(0-"+strconv.FormatUint(afterSeq, 10)
+	key, start := l.keys(tenant)[1], "(0-"+strconv.FormatUint(afterSeq, 10)
 	cmd := l.s.pipelined(ctx, pipeCall{key: key, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 		return p.XRangeN(ctx, key, start, "+", int64(max))
 	}}).cmd
@@ -422,7 +420,7 @@ func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int,
 	calls := make([]pipeCall, 0, len(acks))
 	for tenant, seqs := range acks {
 		if len(seqs) > 0 {
-			calls = append(calls, scriptCall(ackScript, l.ackKeys(tenant), ackArgs(seqs)...))
+			calls = append(calls, scriptCall(ackScript, l.keys(tenant)[1:], ackArgs(seqs)...))
 		}
 	}
 	removed := 0
@@ -439,13 +437,6 @@ func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int,
 		return removed, fmt.Errorf("store: ack: %w", errors.Join(errs...))
 	}
 	return removed, nil
-}
-
-// ackKeys are the keys of ackScript and trimScript: tenant's stream and
-// its bytes counter.
-func (l redisLedger) ackKeys(tenant string) []string {
-	p, t := l.s.p, tagged(tenant)
-	return []string{p + "log:" + t, p + "bytes:" + t}
 }
 
 func ackArgs(seqs []uint64) []any {
@@ -510,7 +501,7 @@ func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]
 		return nil, err
 	}
 	rule := bounds.at(l.s.clock.Now())
-	res, err := trimScript.Run(ctx, l.s.c, l.ackKeys(tenant), rule.maxEntries, rule.maxBytes, rule.cutoff).Slice()
+	res, err := trimScript.Run(ctx, l.s.c, l.keys(tenant)[1:], rule.maxEntries, rule.maxBytes, rule.cutoff).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("store: trim tenant %q: %w", tenant, rerr(err))
 	}
@@ -557,7 +548,7 @@ func (l redisLedger) Stats(ctx context.Context, tenant string) (Stats, error) {
 	}
 	var n *redis.IntCmd
 	var b *redis.StringCmd
-	keys := l.ackKeys(tenant)
+	keys := l.keys(tenant)[1:]
 	_, err := l.s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		n = p.XLen(ctx, keys[0])
 		b = p.Get(ctx, keys[1])
@@ -583,7 +574,7 @@ func (l redisLedger) Tenants(ctx context.Context) ([]string, error) {
 	lens := make([]*redis.IntCmd, len(all))
 	_, err = l.s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range all {
-			lens[i] = p.XLen(ctx, l.logKey(t))
+			lens[i] = p.XLen(ctx, l.keys(t)[1])
 		}
 		return nil
 	})
@@ -784,8 +775,11 @@ if not v then return false end
 return {v, redis.call('PTTL', KEYS[1])}
 `)
 
-// key is the lease name's key.
-func (ls redisLeases) key(name string) string { return ls.s.p + "lease:" + tagged(name) }
+// keys are the lease name's key and its fencing token counter.
+func (ls redisLeases) keys(name string) []string {
+	p, tag := ls.s.p, tagged(name)
+	return []string{p + "lease:" + tag, p + "leasetoken:" + tag}
+}
 
 func leaseValue(l Lease) string { return strconv.FormatUint(l.Token, 10) + ":" + l.Holder }
 
@@ -802,8 +796,7 @@ func (ls redisLeases) Acquire(ctx context.Context, name, holder string, ttl time
 	if err := checkLeaseArgs(name, holder, ttl); err != nil {
 		return Lease{}, false, err
 	}
-	p, tag := ls.s.p, tagged(name)
-	call := leaseCall(acquireScript, ttl, []string{p + "lease:" + tag, p + "leasetoken:" + tag}, holder, pxMillis(ttl))
+	call := leaseCall(acquireScript, ttl, ls.keys(name), holder, pxMillis(ttl))
 	reply := ls.s.pipelined(ctx, call)
 	var res []any
 	err := reply.cmd.Err()
@@ -868,7 +861,7 @@ func (ls redisLeases) Release(ctx context.Context, name string, l Lease) error {
 // ErrNotReplicated; a release does not wait for them (a lost release
 // leaves the lease to expire).
 func (ls redisLeases) ifHeld(ctx context.Context, op, name string, l Lease, ttl time.Duration) error {
-	keys := []string{ls.key(name)}
+	keys := ls.keys(name)[:1]
 	call := scriptCall(heldScript, append(keys, ls.s.p+"leaseanswer:"+tagged(name)+":"+rand.Text()), leaseValue(l), 0, ls.s.regAnswerPX)
 	if ttl > 0 {
 		call = leaseCall(heldScript, ttl, keys, leaseValue(l), pxMillis(ttl))
@@ -891,8 +884,7 @@ func (ls redisLeases) Drop(ctx context.Context, name string) error {
 	if err := checkName("lease name", name); err != nil {
 		return err
 	}
-	p, tag := ls.s.p, tagged(name)
-	if err := dropScript.Run(ctx, ls.s.c, []string{p + "lease:" + tag, p + "leasetoken:" + tag}).Err(); err != nil {
+	if err := dropScript.Run(ctx, ls.s.c, ls.keys(name)).Err(); err != nil {
 		return fmt.Errorf("store: drop lease %q: %w", name, rerr(err))
 	}
 	return nil
@@ -902,7 +894,7 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 	if err := checkName("lease name", name); err != nil {
 		return Lease{}, false, err
 	}
-	res, err := holderScript.Run(ctx, ls.s.c, []string{ls.key(name)}).Slice()
+	res, err := holderScript.Run(ctx, ls.s.c, ls.keys(name)[:1]).Slice()
 	if errors.Is(err, redis.Nil) {
 		return Lease{}, false, nil
 	}
