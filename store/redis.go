@@ -781,8 +781,6 @@ func (ls redisLeases) keys(name string) []string {
 	return []string{p + "lease:" + tag, p + "leasetoken:" + tag}
 }
 
-func leaseValue(l Lease) string { return strconv.FormatUint(l.Token, 10) + ":" + l.Holder }
-
 // lease builds a Lease from its token and holder and the remaining TTL.
 func (ls redisLeases) lease(token, holder string, pttl int64) (Lease, error) {
 	t, err := strconv.ParseUint(token, 10, 64)
@@ -861,10 +859,10 @@ func (ls redisLeases) Release(ctx context.Context, name string, l Lease) error {
 // ErrNotReplicated; a release does not wait for them (a lost release
 // leaves the lease to expire).
 func (ls redisLeases) ifHeld(ctx context.Context, op, name string, l Lease, ttl time.Duration) error {
-	keys := ls.keys(name)[:1]
-	call := scriptCall(heldScript, append(keys, ls.s.p+"leaseanswer:"+tagged(name)+":"+rand.Text()), leaseValue(l), 0, ls.s.regAnswerPX)
+	keys, v := ls.keys(name)[:1], strconv.FormatUint(l.Token, 10)+":"+l.Holder
+	call := scriptCall(heldScript, append(keys, ls.s.p+"leaseanswer:"+tagged(name)+":"+rand.Text()), v, 0, ls.s.regAnswerPX)
 	if ttl > 0 {
-		call = leaseCall(heldScript, ttl, keys, leaseValue(l), pxMillis(ttl))
+		call = leaseCall(heldScript, ttl, keys, v, pxMillis(ttl))
 	}
 	reply := ls.s.pipelined(ctx, call)
 	ok, err := redisInt(reply.cmd)

@@ -120,12 +120,6 @@ func redisTLS(t *tls.Config, on bool) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12}
 }
 
-// parseURLErr is redis.ParseURL's error.
-func parseURLErr(u string) error {
-	_, err := redis.ParseURL(u)
-	return err
-}
-
 // portInRange reports whether port, a URL's (digits; "": the default),
 // is a TCP port.
 func portInRange(port string) bool {
@@ -146,6 +140,7 @@ func CheckRedis(cfg Config) error {
 	}
 	// The URL may carry a password: errors name the problem, not the URL.
 	u, err := url.Parse(cfg.RedisURL)
+	_, perr := redis.ParseURL(cfg.RedisURL)
 	switch {
 	case modes == 0:
 		return errors.New("the redis backend needs store.redis_url, store.redis_sentinel or store.redis_cluster_addrs")
@@ -161,7 +156,7 @@ func CheckRedis(cfg Config) error {
 		return errors.New("store.redis_url: not a URL")
 	case cfg.RedisURL != "" && u.Scheme != "redis" && u.Scheme != "rediss":
 		return errors.New("store.redis_url: the scheme must be redis or rediss (TLS)")
-	case cfg.RedisURL != "" && parseURLErr(cfg.RedisURL) != nil:
+	case cfg.RedisURL != "" && perr != nil:
 		// The URL may carry a password: name the problem, not the URL.
 		return errors.New("store.redis_url: does not parse as redis[s]://[user:password@]host[:port][/db][?option=value]")
 	case cfg.RedisURL != "" && !portInRange(u.Port()):

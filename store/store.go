@@ -568,11 +568,6 @@ func checkOwnerArgs(tenant, sessionKey string) error {
 	return cmp.Or(checkName("tenant", tenant), checkName("session key", sessionKey))
 }
 
-// checkOwnerSetArgs rejects bad Owners.Set arguments.
-func checkOwnerSetArgs(tenant, sessionKey string, ttl time.Duration) error {
-	return cmp.Or(checkOwnerArgs(tenant, sessionKey), checkTTL(ttl))
-}
-
 // checkLeaseArgs rejects bad Leases.Acquire or Renew arguments.
 func checkLeaseArgs(name, holder string, ttl time.Duration) error {
 	return cmp.Or(checkName("lease name", name), checkName("lease holder", holder), checkTTL(ttl))
@@ -690,7 +685,7 @@ type expiringOwners struct {
 }
 
 func (w expiringOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
+	if err := cmp.Or(checkOwnerArgs(tenant, sessionKey), checkTTL(ttl)); err != nil {
 		return err
 	}
 	return opErr("set owner", w.s.putExpiring(ctx, true, tenant, sessionKey, encodeOwner(o), w.clock.Now().Add(ttl)))
