@@ -197,10 +197,9 @@ func (rs *redisSubs) write() {
 				// The connection was replaced without key, or is down:
 				// take key out of the PubSub's channels again, so no
 				// reconnection subscribes it.
-				delete(rs.chans, op.key)
+				rs.unsubscribe(op.key)
 				op.ch.err = err
 				close(op.ch.failed)
-				_ = rs.ps.Unsubscribe(noDial, op.key)
 			}
 			rs.mu.Unlock()
 		}

@@ -155,7 +155,10 @@ func TestRedisFailedSubscribeDoesNotDialAgain(t *testing.T) {
 	if n := dials.Load(); n != 1 {
 		t.Fatalf("%d connections dialled by a failed subscribe, want 1 (its own): its cleanup dialled again", n)
 	}
-	if _, ok := rs.chans["a"]; ok {
+	rs.mu.Lock()
+	_, left := rs.chans["a"]
+	rs.mu.Unlock()
+	if left {
 		t.Fatal("a failed subscribe left its channel")
 	}
 }
