@@ -183,7 +183,9 @@ func (rs *redisSubs) write() {
 		for _, op := range ops {
 			if !op.sub {
 				if rs.ps.Unsubscribe(noDial, op.key) != nil {
+					rs.mu.Lock()
 					rs.unsubscribed(op.key) // not written: no reply comes
+					rs.mu.Unlock()
 				}
 				continue
 			}
