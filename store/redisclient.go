@@ -35,8 +35,11 @@ const redisDialBudget = 5 * (5*time.Second + 100*time.Millisecond)
 // max_retry_backoff): each send may first wait its pool timeout for a
 // connection and dial for the client's dial budget (DialerRetries dials of
 // DialTimeout, DialerRetryTimeout apart), write and read for their
-// timeouts, then back off. A Redis Cluster's client has go-redis's
-// defaults (redisSends, redisDialBudget) and read, its read timeout.
+// timeouts, then back off. On a Redis Cluster the pipelines go through
+// node clients that go-redis gives no retries (ClusterOptions.MaxRetries
+// unset), so they are sent once; the window is then go-redis's defaults
+// (redisSends, redisDialBudget) and read, its read timeout: more than
+// enough.
 func resendWindow(c redis.UniversalClient, read time.Duration) time.Duration {
 	o, ok := c.(interface{ Options() *redis.Options })
 	if !ok {
