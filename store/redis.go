@@ -860,9 +860,11 @@ func (ls redisLeases) Release(ctx context.Context, name string, l Lease) error {
 // leaves the lease to expire).
 func (ls redisLeases) ifHeld(ctx context.Context, op, name string, l Lease, ttl time.Duration) error {
 	keys, v := ls.keys(name)[:1], strconv.FormatUint(l.Token, 10)+":"+l.Holder
-	call := scriptCall(heldScript, append(keys, ls.s.p+"leaseanswer:"+tagged(name)+":"+rand.Text()), v, 0, ls.s.regAnswerPX)
+	var call pipeCall
 	if ttl > 0 {
 		call = leaseCall(heldScript, ttl, keys, v, pxMillis(ttl))
+	} else {
+		call = scriptCall(heldScript, append(keys, ls.s.p+"leaseanswer:"+tagged(name)+":"+rand.Text()), v, 0, ls.s.regAnswerPX)
 	}
 	reply := ls.s.pipelined(ctx, call)
 	ok, err := redisInt(reply.cmd)
