@@ -158,9 +158,13 @@ func (s *redisStore) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	// The client first: a round trip under way (a server that does not
+	// answer) fails at once instead of holding Close up for go-redis's
+	// resends, and what is still queued fails with ErrClosed.
+	err := s.c.Close()
 	s.subs.close()
 	s.pipe.close()
-	return s.c.Close()
+	return err
 }
 
 // pxMillis converts d to a PX argument: whole milliseconds, at least 1.

@@ -25,6 +25,11 @@ type replyDropper struct {
 	marker  atomic.Pointer[[]byte]
 	dropped atomic.Int64
 	wg      sync.WaitGroup
+	// hold, once set, makes every reply lost with its connection kept
+	// open: a server that no longer answers. held is closed at the first.
+	hold     atomic.Bool
+	held     chan struct{}
+	heldOnce sync.Once
 }
 
 // newReplyDropper proxies to target until t ends.
@@ -34,7 +39,7 @@ func newReplyDropper(t *testing.T, target string) *replyDropper {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &replyDropper{ln: ln, target: target}
+	p := &replyDropper{ln: ln, target: target, held: make(chan struct{})}
 	p.wg.Go(p.serve)
 	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
 	return p
@@ -72,6 +77,10 @@ func (p *replyDropper) pipe(client net.Conn) {
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := server.Read(buf)
+			if n > 0 && p.hold.Load() {
+				p.heldOnce.Do(func() { close(p.held) })
+				continue
+			}
 			if n > 0 && drop.Load() {
 				p.dropped.Add(1)
 				return // the command ran; its reply is lost
@@ -276,5 +285,51 @@ func TestRedisLeaseReleaseReplyLost(t *testing.T) {
 	}
 	if err := leases.Release(ctx, "job", l); !errors.Is(err, store.ErrNotHeld) {
 		t.Fatalf("a second Release: err %v, want ErrNotHeld", err)
+	}
+}
+
+// TestRedisCloseCutsARoundTripShort: Close returns at once while a
+// pipeline waits for a server that no longer answers (a black-holed
+// primary at shutdown), and the call under way fails. Before, Close
+// waited for go-redis to give the pipeline up: four sends of a read
+// timeout each.
+func TestRedisCloseCutsARoundTripShort(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	proxy := newReplyDropper(t, srv.Addr())
+	cfg := redisConfig(srv)
+	cfg.RedisURL = "redis://" + proxy.ln.Addr().String() + "/0"
+	s := opener(t, cfg)(nil)
+	ctx := t.Context()
+	if _, err := s.Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("warm")}}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.hold.Store(true)
+	appended := make(chan error, 1)
+	go func() {
+		_, err := s.Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("unanswered")}})
+		appended <- err
+	}()
+	select {
+	case <-proxy.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the append to reach the server")
+	}
+	closed := make(chan struct{})
+	go func() {
+		_ = s.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a round trip to a server that does not answer")
+	}
+	select {
+	case err := <-appended:
+		if err == nil {
+			t.Fatal("an append the server never answered succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the append cut short by Close")
 	}
 }

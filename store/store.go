@@ -78,7 +78,8 @@ type Store interface {
 	// Claims are expiring markers one caller holds at a time.
 	Claims() Claims
 	// Close releases the store: it ends every subscription and, for the
-	// embedded backend, unlocks the data directory. It is idempotent.
+	// embedded backend, unlocks the data directory; on the redis backend
+	// a call under way fails. It is idempotent.
 	Close() error
 }
 
