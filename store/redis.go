@@ -34,6 +34,7 @@ import (
 //	owner:<n>:{<tenant>}<session key>  expiring owner (n = len(tenant)), PX
 //	lease:{<name>}         "<token>:<holder>", PX the lease's TTL
 //	leasetoken:{<name>}    the last fencing token (INCR)
+//	leaseanswer:{<name>}:<release>  a release's answer for its resends, PX
 //	claim:<key>            a claim's expiry "<Unix s> <tag><ns, 9 digits>" by the store's clock
 //	                       (tag: random, per write), PX as garbage collection
 //	registry:{<namespace>} hash key -> entry
@@ -74,9 +75,9 @@ type redisStore struct {
 	// Config.RedisReplicaTimeout.
 	minReplicas    int
 	replicaTimeout time.Duration
-	// regAnswerPX is how long (ms) a registry write's answer is kept for
-	// its resends (registryWriteScript): past go-redis's last one
-	// (resendWindow).
+	// regAnswerPX is how long (ms) a registry write's or a lease
+	// release's answer is kept for its resends (registryWriteScript,
+	// heldScript): past go-redis's last one (resendWindow).
 	regAnswerPX int64
 	// pipe sends the ledger's appends, acks and reads, the capabilities'
 	// writes and the pub/sub publishes, every command queued while the
@@ -157,9 +158,13 @@ func (s *redisStore) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	// The client first: a round trip under way (a server that does not
+	// answer) fails at once instead of holding Close up for go-redis's
+	// resends, and what is still queued fails with ErrClosed.
+	err := s.c.Close()
 	s.subs.close()
 	s.pipe.close()
-	return s.c.Close()
+	return err
 }
 
 // pxMillis converts d to a PX argument: whole milliseconds, at least 1.
@@ -203,13 +208,11 @@ func tagged(name string) string {
 
 var tagEscaper = strings.NewReplacer(`\`, `\\`, `}`, `\)`)
 
+// keys are tenant's seq counter, stream and bytes counter.
 func (l redisLedger) keys(tenant string) []string {
 	p, t := l.s.p, tagged(tenant)
 	return []string{p + "seq:" + t, p + "log:" + t, p + "bytes:" + t}
 }
-
-// logKey is tenant's stream.
-func (l redisLedger) logKey(tenant string) string { return l.s.p + "log:" + tagged(tenant) }
 
 // indexKey is the set of the tenants that ever appended.
 func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
@@ -296,7 +299,7 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 	if afterSeq == math.MaxUint64 {
 		return nil, ctx.Err()
 	}
-	key, start := l.logKey(tenant), "(0-"+strconv.FormatUint(afterSeq, 10)
+	key, start := l.keys(tenant)[1], "(0-"+strconv.FormatUint(afterSeq, 10)
 	cmd := l.s.pipelined(ctx, pipeCall{key: key, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 		return p.XRangeN(ctx, key, start, "+", int64(max))
 	}}).cmd
@@ -421,7 +424,7 @@ func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int,
 	calls := make([]pipeCall, 0, len(acks))
 	for tenant, seqs := range acks {
 		if len(seqs) > 0 {
-			calls = append(calls, scriptCall(ackScript, l.ackKeys(tenant), ackArgs(seqs)...))
+			calls = append(calls, scriptCall(ackScript, l.keys(tenant)[1:], ackArgs(seqs)...))
 		}
 	}
 	removed := 0
@@ -438,13 +441,6 @@ func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int,
 		return removed, fmt.Errorf("store: ack: %w", errors.Join(errs...))
 	}
 	return removed, nil
-}
-
-// ackKeys are the keys of ackScript and trimScript: tenant's stream and
-// its bytes counter.
-func (l redisLedger) ackKeys(tenant string) []string {
-	p, t := l.s.p, tagged(tenant)
-	return []string{p + "log:" + t, p + "bytes:" + t}
 }
 
 func ackArgs(seqs []uint64) []any {
@@ -509,7 +505,7 @@ func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]
 		return nil, err
 	}
 	rule := bounds.at(l.s.clock.Now())
-	res, err := trimScript.Run(ctx, l.s.c, l.ackKeys(tenant), rule.maxEntries, rule.maxBytes, rule.cutoff).Slice()
+	res, err := trimScript.Run(ctx, l.s.c, l.keys(tenant)[1:], rule.maxEntries, rule.maxBytes, rule.cutoff).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("store: trim tenant %q: %w", tenant, rerr(err))
 	}
@@ -556,7 +552,7 @@ func (l redisLedger) Stats(ctx context.Context, tenant string) (Stats, error) {
 	}
 	var n *redis.IntCmd
 	var b *redis.StringCmd
-	keys := l.ackKeys(tenant)
+	keys := l.keys(tenant)[1:]
 	_, err := l.s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		n = p.XLen(ctx, keys[0])
 		b = p.Get(ctx, keys[1])
@@ -582,7 +578,7 @@ func (l redisLedger) Tenants(ctx context.Context) ([]string, error) {
 	lens := make([]*redis.IntCmd, len(all))
 	_, err = l.s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range all {
-			lens[i] = p.XLen(ctx, l.logKey(t))
+			lens[i] = p.XLen(ctx, l.keys(t)[1])
 		}
 		return nil
 	})
@@ -751,13 +747,18 @@ redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
 return {1, token, ARGV[1], tonumber(ARGV[2])}
 `)
 
-// heldScript: KEYS lease; ARGV "<token>:<holder>", ttl ms. When that is
-// the lease, renews it for the ttl, or releases it when the ttl is 0, and
-// returns 1; else returns 0.
+// heldScript: KEYS lease and, for a release, its answer; ARGV
+// "<token>:<holder>", ttl ms, the answer's PX. When that is the lease,
+// renews it for the ttl, or releases it when the ttl is 0, and returns 1;
+// else returns 0. A release's answer (its key fresh for each) is kept, as
+// a registry write's is, for a resend of the release, which would find the
+// lease gone.
 var heldScript = redis.NewScript(`
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then return 1 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if ARGV[2] == '0' then
   redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
@@ -778,10 +779,11 @@ if not v then return false end
 return {v, redis.call('PTTL', KEYS[1])}
 `)
 
-// key is the lease name's key.
-func (ls redisLeases) key(name string) string { return ls.s.p + "lease:" + tagged(name) }
-
-func leaseValue(l Lease) string { return strconv.FormatUint(l.Token, 10) + ":" + l.Holder }
+// keys are the lease name's key and its fencing token counter.
+func (ls redisLeases) keys(name string) []string {
+	p, tag := ls.s.p, tagged(name)
+	return []string{p + "lease:" + tag, p + "leasetoken:" + tag}
+}
 
 // lease builds a Lease from its token and holder and the remaining TTL.
 func (ls redisLeases) lease(token, holder string, pttl int64) (Lease, error) {
@@ -796,8 +798,7 @@ func (ls redisLeases) Acquire(ctx context.Context, name, holder string, ttl time
 	if err := checkLeaseArgs(name, holder, ttl); err != nil {
 		return Lease{}, false, err
 	}
-	p, tag := ls.s.p, tagged(name)
-	call := leaseCall(acquireScript, ttl, []string{p + "lease:" + tag, p + "leasetoken:" + tag}, holder, pxMillis(ttl))
+	call := leaseCall(acquireScript, ttl, ls.keys(name), holder, pxMillis(ttl))
 	reply := ls.s.pipelined(ctx, call)
 	var res []any
 	err := reply.cmd.Err()
@@ -862,10 +863,12 @@ func (ls redisLeases) Release(ctx context.Context, name string, l Lease) error {
 // ErrNotReplicated; a release does not wait for them (a lost release
 // leaves the lease to expire).
 func (ls redisLeases) ifHeld(ctx context.Context, op, name string, l Lease, ttl time.Duration) error {
-	keys := []string{ls.key(name)}
-	call := scriptCall(heldScript, keys, leaseValue(l), 0)
+	keys, v := ls.keys(name)[:1], strconv.FormatUint(l.Token, 10)+":"+l.Holder
+	var call pipeCall
 	if ttl > 0 {
-		call = leaseCall(heldScript, ttl, keys, leaseValue(l), pxMillis(ttl))
+		call = leaseCall(heldScript, ttl, keys, v, pxMillis(ttl))
+	} else {
+		call = scriptCall(heldScript, append(keys, ls.s.p+"leaseanswer:"+tagged(name)+":"+rand.Text()), v, 0, ls.s.regAnswerPX)
 	}
 	reply := ls.s.pipelined(ctx, call)
 	ok, err := redisInt(reply.cmd)
@@ -885,8 +888,7 @@ func (ls redisLeases) Drop(ctx context.Context, name string) error {
 	if err := checkName("lease name", name); err != nil {
 		return err
 	}
-	p, tag := ls.s.p, tagged(name)
-	if err := dropScript.Run(ctx, ls.s.c, []string{p + "lease:" + tag, p + "leasetoken:" + tag}).Err(); err != nil {
+	if err := dropScript.Run(ctx, ls.s.c, ls.keys(name)).Err(); err != nil {
 		return fmt.Errorf("store: drop lease %q: %w", name, rerr(err))
 	}
 	return nil
@@ -896,7 +898,7 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 	if err := checkName("lease name", name); err != nil {
 		return Lease{}, false, err
 	}
-	res, err := holderScript.Run(ctx, ls.s.c, []string{ls.key(name)}).Slice()
+	res, err := holderScript.Run(ctx, ls.s.c, ls.keys(name)[:1]).Slice()
 	if errors.Is(err, redis.Nil) {
 		return Lease{}, false, nil
 	}

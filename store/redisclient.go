@@ -31,11 +31,15 @@ const redisDialBudget = 5 * (5*time.Second + 100*time.Millisecond)
 
 // resendWindow is how long after a command's first send go-redis may still
 // send it again, under c's options, which a redis_url may set
-// (max_retries, dial_timeout, write_timeout, max_retry_backoff): each send
-// may first dial for the client's dial budget (DialerRetries dials of
+// (max_retries, pool_timeout, dial_timeout, write_timeout,
+// max_retry_backoff): each send may first wait its pool timeout for a
+// connection and dial for the client's dial budget (DialerRetries dials of
 // DialTimeout, DialerRetryTimeout apart), write and read for their
-// timeouts, then back off. A Redis Cluster's client has go-redis's
-// defaults (redisSends, redisDialBudget) and read, its read timeout.
+// timeouts, then back off. On a Redis Cluster the pipelines go through
+// node clients that go-redis gives no retries (ClusterOptions.MaxRetries
+// unset), so they are sent once; the window is then go-redis's defaults
+// (redisSends, redisDialBudget) and read, its read timeout: more than
+// enough.
 func resendWindow(c redis.UniversalClient, read time.Duration) time.Duration {
 	o, ok := c.(interface{ Options() *redis.Options })
 	if !ok {
@@ -43,7 +47,7 @@ func resendWindow(c redis.UniversalClient, read time.Duration) time.Duration {
 	}
 	opt := o.Options()
 	dial := time.Duration(opt.DialerRetries) * (opt.DialTimeout + opt.DialerRetryTimeout)
-	send := dial + max(opt.WriteTimeout, 0) + max(opt.ReadTimeout, 0) + opt.MaxRetryBackoff + time.Second
+	send := opt.PoolTimeout + dial + max(opt.WriteTimeout, 0) + max(opt.ReadTimeout, 0) + opt.MaxRetryBackoff + time.Second
 	return time.Duration(max(opt.MaxRetries, 0)+1) * send
 }
 
@@ -119,12 +123,6 @@ func redisTLS(t *tls.Config, on bool) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12}
 }
 
-// parseURLErr is redis.ParseURL's error.
-func parseURLErr(u string) error {
-	_, err := redis.ParseURL(u)
-	return err
-}
-
 // portInRange reports whether port, a URL's (digits; "": the default),
 // is a TCP port.
 func portInRange(port string) bool {
@@ -145,6 +143,7 @@ func CheckRedis(cfg Config) error {
 	}
 	// The URL may carry a password: errors name the problem, not the URL.
 	u, err := url.Parse(cfg.RedisURL)
+	_, perr := redis.ParseURL(cfg.RedisURL)
 	switch {
 	case modes == 0:
 		return errors.New("the redis backend needs store.redis_url, store.redis_sentinel or store.redis_cluster_addrs")
@@ -160,7 +159,7 @@ func CheckRedis(cfg Config) error {
 		return errors.New("store.redis_url: not a URL")
 	case cfg.RedisURL != "" && u.Scheme != "redis" && u.Scheme != "rediss":
 		return errors.New("store.redis_url: the scheme must be redis or rediss (TLS)")
-	case cfg.RedisURL != "" && parseURLErr(cfg.RedisURL) != nil:
+	case cfg.RedisURL != "" && perr != nil:
 		// The URL may carry a password: name the problem, not the URL.
 		return errors.New("store.redis_url: does not parse as redis[s]://[user:password@]host[:port][/db][?option=value]")
 	case cfg.RedisURL != "" && !portInRange(u.Port()):

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -54,26 +53,43 @@ func (p redisPubSub) Subscribe(ctx context.Context, channel string) (<-chan []by
 // Redis Cluster too: go-redis's cluster PubSub connects to one node, the
 // primary of the slot of one of its channels, and the cluster bus brings
 // every node each PUBLISH). The connection is opened by the first
-// Subscribe and kept until the store is closed. One goroutine (dispatch)
-// reads it: it hands each message to every subscriber of its channel, and
-// each server confirmation of a SUBSCRIBE to the Subscribe calls waiting
-// for it. go-redis reconnects after a connection error and subscribes every
-// channel again; what was published meanwhile is lost.
+// SUBSCRIBE and kept until the store is closed. One goroutine (write)
+// writes every SUBSCRIBE and UNSUBSCRIBE, in the order the channels map
+// changed, so no caller waits for a go-redis call (which may dial a
+// connection that is down, and holds the PubSub meanwhile). One goroutine
+// (dispatch) reads the connection: it hands each message to every
+// subscriber of its channel, and each server confirmation of a SUBSCRIBE
+// to the Subscribe calls waiting for it. go-redis reconnects after a
+// connection error and subscribes every channel again; what was published
+// meanwhile is lost.
 type redisSubs struct {
 	c redis.UniversalClient
+	// ctx ends when the store closes; the writes use it.
+	ctx    context.Context
+	cancel context.CancelFunc
 
-	// mu guards what follows. It is held while SUBSCRIBE and UNSUBSCRIBE
-	// are written, so the server sees them in the order the map changed.
+	// mu guards what follows.
 	mu     sync.Mutex
 	closed bool
 	ps     *redis.PubSub         // nil until the first Subscribe
 	chans  map[string]*redisChan // Redis channel -> its subscribers
+	ops    []subOp               // the writes write has not taken yet
+	wake   chan struct{}         // a write queued
+	wrote  chan struct{}         // closed when write returns; nil until it starts
 	done   chan struct{}         // closed when dispatch returns
-	stop   chan struct{}         // closed by close
-	// leaving counts each channel's UNSUBSCRIBEs written whose reply
+	// leaving counts each channel's UNSUBSCRIBEs queued whose reply
 	// dispatch has not read: a confirmation read before them answers a
 	// SUBSCRIBE sent earlier (a reconnection's), not the channel's last.
 	leaving map[string]int
+}
+
+// subOp is a SUBSCRIBE (sub) or UNSUBSCRIBE of key to write; ch, for a
+// channel's first SUBSCRIBE, is the channel whose Subscribe calls fail
+// with it.
+type subOp struct {
+	key string
+	sub bool
+	ch  *redisChan
 }
 
 // redisChan is one subscribed Redis channel.
@@ -85,10 +101,15 @@ type redisChan struct {
 	// the channel never takes an earlier one's confirmation for its own.
 	ready     chan struct{}
 	confirmed bool
+	// failed is closed, with err set, when its SUBSCRIBE could not be
+	// written (the connection down): the channel is dropped.
+	failed chan struct{}
+	err    error
 }
 
 func newRedisSubs(c redis.UniversalClient) *redisSubs {
-	return &redisSubs{c: c, chans: make(map[string]*redisChan), leaving: make(map[string]int), stop: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &redisSubs{c: c, ctx: ctx, cancel: cancel, chans: make(map[string]*redisChan), leaving: make(map[string]int), wake: make(chan struct{}, 1)}
 }
 
 // subscribe adds a subscriber of the Redis channel key and returns once the
@@ -103,31 +124,17 @@ func (rs *redisSubs) subscribe(ctx context.Context, key string) (<-chan []byte, 
 		return nil, nil, ErrClosed
 	}
 	if rs.ps == nil {
-		rs.ps = rs.c.Subscribe(ctx) // no channel: connects with the first
+		rs.ps = rs.c.Subscribe(rs.ctx) // no channel: connects with the first
+	}
+	if rs.wrote == nil {
+		rs.wrote = make(chan struct{})
+		go rs.write()
 	}
 	ch := rs.chans[key]
 	if ch == nil {
-		ch = &redisChan{subs: make(map[subscription]struct{}), ready: make(chan struct{})}
-		// Without ctx's deadline: go-redis writes on the shared connection
-		// with it, and a write failed by a deadline that passed while this
-		// call waited for its turn would drop every subscription's
-		// connection. ctx's cancellation still ends a dial.
-		err := rs.ps.Subscribe(noDeadline{ctx}, key)
-		if err == nil && rs.done == nil {
-			// Started after the first SUBSCRIBE written, whose channel
-			// then picks the node of a Redis Cluster.
-			rs.done = make(chan struct{})
-			go rs.dispatch(rs.ps.ChannelWithSubscriptions(redis.WithChannelSize(SubscriptionBuffer)))
-		}
-		if err != nil {
-			// The connection was replaced without key, or is down: take
-			// key out of the PubSub's channels again, so no reconnection
-			// subscribes it.
-			rs.unsubscribe(key)
-			rs.mu.Unlock()
-			return nil, nil, fmt.Errorf("store: subscribe: %w", rerr(err))
-		}
+		ch = &redisChan{subs: make(map[subscription]struct{}), ready: make(chan struct{}), failed: make(chan struct{})}
 		rs.chans[key] = ch
+		rs.queue(subOp{key: key, sub: true, ch: ch})
 	}
 	sub := make(subscription, SubscriptionBuffer)
 	ch.subs[sub] = struct{}{}
@@ -137,14 +144,68 @@ func (rs *redisSubs) subscribe(ctx context.Context, key string) (<-chan []byte, 
 	cancel := func() { once.Do(func() { rs.leave(key, ch, sub) }) }
 	select {
 	case <-ch.ready:
+	case <-ch.failed:
+		return nil, nil, fmt.Errorf("store: subscribe: %w", rerr(ch.err))
 	case <-ctx.Done():
 		cancel()
 		return nil, nil, fmt.Errorf("store: subscribe: %w", ctx.Err())
-	case <-rs.stop:
+	case <-rs.ctx.Done():
 		return nil, nil, ErrClosed
 	}
 	stopAfter := context.AfterFunc(ctx, cancel)
 	return sub, func() { stopAfter(); cancel() }, nil
+}
+
+// queue hands op to write; rs.mu is held.
+func (rs *redisSubs) queue(op subOp) {
+	rs.ops = append(rs.ops, op)
+	select {
+	case rs.wake <- struct{}{}:
+	default:
+	}
+}
+
+// write writes the queued SUBSCRIBEs and UNSUBSCRIBEs in order until the
+// store closes, and starts dispatch after the first SUBSCRIBE written,
+// whose channel then picks the node of a Redis Cluster.
+func (rs *redisSubs) write() {
+	defer close(rs.wrote)
+	for {
+		select {
+		case <-rs.ctx.Done():
+			return
+		case <-rs.wake:
+		}
+		rs.mu.Lock()
+		ops := rs.ops
+		rs.ops = nil
+		rs.mu.Unlock()
+		for _, op := range ops {
+			if !op.sub {
+				if rs.ps.Unsubscribe(noDial, op.key) != nil {
+					rs.mu.Lock()
+					rs.unsubscribed(op.key) // not written: no reply comes
+					rs.mu.Unlock()
+				}
+				continue
+			}
+			err := rs.ps.Subscribe(rs.ctx, op.key)
+			rs.mu.Lock()
+			if err == nil && rs.done == nil && !rs.closed {
+				rs.done = make(chan struct{})
+				go rs.dispatch(rs.ps.ChannelWithSubscriptions(redis.WithChannelSize(SubscriptionBuffer)))
+			}
+			if err != nil && op.ch != nil && !op.ch.confirmed && rs.chans[op.key] == op.ch {
+				// The connection was replaced without key, or is down:
+				// take key out of the PubSub's channels again, so no
+				// reconnection subscribes it.
+				rs.unsubscribe(op.key)
+				op.ch.err = err
+				close(op.ch.failed)
+			}
+			rs.mu.Unlock()
+		}
+	}
 }
 
 // leave removes sub from ch and closes it; the last subscriber of a
@@ -162,15 +223,13 @@ func (rs *redisSubs) leave(key string, ch *redisChan, sub subscription) {
 	}
 }
 
-// unsubscribe forgets key and sends its UNSUBSCRIBE on the connection if
-// it is up. A failed write makes go-redis reconnect without key, which
-// ends its subscription too. rs.mu is held: a connection that is down is
-// not dialled (noDial); dispatch's reading reconnects it, without key.
+// unsubscribe forgets key and queues its UNSUBSCRIBE; rs.mu is held. write
+// sends it on the connection if it is up (noDial): a connection that is
+// down is reconnected by dispatch's reading, without key.
 func (rs *redisSubs) unsubscribe(key string) {
 	delete(rs.chans, key)
-	if rs.ps.Unsubscribe(noDial, key) == nil {
-		rs.leaving[key]++
-	}
+	rs.leaving[key]++
+	rs.queue(subOp{key: key})
 }
 
 // noDial is done from the start: go-redis writes with it on a connection
@@ -193,7 +252,9 @@ func (rs *redisSubs) dispatch(in <-chan any) {
 			case "subscribe":
 				rs.confirm(m.Channel)
 			case "unsubscribe":
+				rs.mu.Lock()
 				rs.unsubscribed(m.Channel)
+				rs.mu.Unlock()
 			}
 		}
 	}
@@ -226,7 +287,7 @@ func (rs *redisSubs) confirm(key string) {
 	}
 	if rs.leaving[key] > 0 {
 		delete(rs.leaving, key)
-		_ = rs.ps.Subscribe(noDial, key)
+		rs.queue(subOp{key: key, sub: true})
 		return
 	}
 	ch.confirmed = true
@@ -236,10 +297,9 @@ func (rs *redisSubs) confirm(key string) {
 	}
 }
 
-// unsubscribed counts the reply to an UNSUBSCRIBE of key.
+// unsubscribed counts the reply to an UNSUBSCRIBE of key, or one not
+// written; rs.mu is held.
 func (rs *redisSubs) unsubscribed(key string) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
 	if rs.leaving[key] > 1 {
 		rs.leaving[key]--
 	} else {
@@ -256,7 +316,7 @@ func (rs *redisSubs) close() {
 		return
 	}
 	rs.closed = true
-	close(rs.stop)
+	rs.cancel()
 	for _, ch := range rs.chans {
 		for sub := range ch.subs {
 			delete(ch.subs, sub)
@@ -264,18 +324,15 @@ func (rs *redisSubs) close() {
 		}
 	}
 	rs.chans = nil
-	ps, done := rs.ps, rs.done
+	ps, wrote, done := rs.ps, rs.wrote, rs.done
 	rs.mu.Unlock()
 	if ps != nil {
 		_ = ps.Close()
+	}
+	if wrote != nil {
+		<-wrote
 	}
 	if done != nil {
 		<-done
 	}
 }
-
-// noDeadline is a context without its parent's deadline, still done when
-// the parent is.
-type noDeadline struct{ context.Context }
-
-func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }

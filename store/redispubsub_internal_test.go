@@ -155,7 +155,10 @@ func TestRedisFailedSubscribeDoesNotDialAgain(t *testing.T) {
 	if n := dials.Load(); n != 1 {
 		t.Fatalf("%d connections dialled by a failed subscribe, want 1 (its own): its cleanup dialled again", n)
 	}
-	if _, ok := rs.chans["a"]; ok {
+	rs.mu.Lock()
+	_, left := rs.chans["a"]
+	rs.mu.Unlock()
+	if left {
 		t.Fatal("a failed subscribe left its channel")
 	}
 }
@@ -299,4 +302,81 @@ func TestRedisSubscribeAfterALostUnsubscribeReply(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("timed out waiting for the message")
 	}
+}
+
+// TestRedisSubscribeDoesNotWaitForAnotherDial: a Subscribe whose
+// connection is being dialled (a host that accepts and never answers)
+// holds up no other Subscribe: that one returns when its own ctx ends.
+// Before, the first dialled under rs.mu, and every other Subscribe,
+// cancel and delivery waited for its dial, whatever their contexts.
+func TestRedisSubscribeDoesNotWaitForAnotherDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 16)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held open, never answered
+		}
+	})
+	hangUp := func() { // the dials under way fail at once
+		for {
+			select {
+			case c := <-accepted:
+				_ = c.Close()
+			default:
+				return
+			}
+		}
+	}
+	defer hangUp()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ReadTimeout: time.Minute, ContextTimeoutEnabled: true})
+	defer c.Close()
+	rs := newRedisSubs(c)
+	defer rs.close()
+
+	first, cancelFirst := context.WithCancel(context.Background())
+	defer cancelFirst()
+	firstDone := make(chan struct{})
+	go func() {
+		defer close(firstDone)
+		_, _, _ = rs.subscribe(first, "a")
+	}()
+	select {
+	case conn := <-accepted:
+		accepted <- conn // closed at the end
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the first Subscribe to dial")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	returned := make(chan error, 1)
+	go func() {
+		_, _, err := rs.subscribe(ctx, "b")
+		returned <- err
+	}()
+	select {
+	case err := <-returned:
+		if err == nil {
+			t.Fatal("a Subscribe through a server that never answers succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a Subscribe whose ctx ended waited for another Subscribe's dial")
+	}
+	cancelFirst()
+	select {
+	case <-firstDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the first Subscribe to return after its cancel")
+	}
+	hangUp()
+	rs.close()
 }

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,11 @@ type replyDropper struct {
 	marker  atomic.Pointer[[]byte]
 	dropped atomic.Int64
 	wg      sync.WaitGroup
+	// hold, once set, makes every reply lost with its connection kept
+	// open: a server that no longer answers. held is closed at the first.
+	hold     atomic.Bool
+	held     chan struct{}
+	heldOnce sync.Once
 }
 
 // newReplyDropper proxies to target until t ends.
@@ -33,7 +39,7 @@ func newReplyDropper(t *testing.T, target string) *replyDropper {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &replyDropper{ln: ln, target: target}
+	p := &replyDropper{ln: ln, target: target, held: make(chan struct{})}
 	p.wg.Go(p.serve)
 	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
 	return p
@@ -71,6 +77,10 @@ func (p *replyDropper) pipe(client net.Conn) {
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := server.Read(buf)
+			if n > 0 && p.hold.Load() {
+				p.heldOnce.Do(func() { close(p.held) })
+				continue
+			}
 			if n > 0 && drop.Load() {
 				p.dropped.Add(1)
 				return // the command ran; its reply is lost
@@ -200,13 +210,14 @@ func TestRedisClaimReplyLost(t *testing.T) {
 // TestRedisRegistryAnswerOutlastsResends: a registry write's kept answer
 // lasts until go-redis's last resend even when each resend first dials for
 // the client's whole dial budget (a failover: the old primary black-holed,
-// the new one named by Sentinel only after dials time out). Before, it was
+// the new one named by Sentinel only after dials time out), after waiting
+// its pool timeout for a connection (the pool busy). Before, it was
 // kept four read timeouts (16 s), and a resend after it expired answered
 // from its second run (a create answered as a conflict).
 func TestRedisRegistryAnswerOutlastsResends(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	// go-redis's defaults, and a URL that sends more often and dials longer.
-	for _, query := range []string{"", "?max_retries=7&dial_timeout=10s&max_retry_backoff=2s"} {
+	for _, query := range []string{"", "?max_retries=7&dial_timeout=10s&max_retry_backoff=2s", "?pool_timeout=60s"} {
 		t.Run("url"+query, func(t *testing.T) {
 			cfg := redisConfig(srv)
 			cfg.RedisURL += query
@@ -231,9 +242,94 @@ func TestRedisRegistryAnswerOutlastsResends(t *testing.T) {
 			o := redis.NewClient(opt).Options() // go-redis's defaults where the URL sets none
 			resends := time.Duration(o.MaxRetries)
 			dials := time.Duration(o.DialerRetries) * (o.DialTimeout + o.DialerRetryTimeout)
-			if want := resends * (dials + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
+			if want := resends * (o.PoolTimeout + dials + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
 				t.Fatalf("answer kept %v; go-redis's %d resends may each dial for %v: want at least %v", pttl, o.MaxRetries, dials, want)
 			}
 		})
+	}
+}
+
+// TestRedisLeaseReleaseReplyLost: a lease Release whose reply is lost after
+// it ran (go-redis sends it again) answers that it released the lease.
+// Before, the resend found the lease gone and answered ErrNotHeld, so the
+// relay took a tenant it had handed over for one it still drove.
+func TestRedisLeaseReleaseReplyLost(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	proxy := newReplyDropper(t, srv.Addr())
+	cfg := redisConfig(srv)
+	cfg.RedisURL = "redis://" + proxy.ln.Addr().String() + "/0"
+	leases := opener(t, cfg)(nil).Leases()
+	ctx := t.Context()
+
+	// The scripts loaded first: a lost NOSCRIPT reply is no test.
+	warm, _, err := leases.Acquire(ctx, "warm", "warm-holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leases.Release(ctx, "warm", warm); err != nil {
+		t.Fatal(err)
+	}
+	l, ok, err := leases.Acquire(ctx, "job", "lost-holder", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("Acquire = %+v, %v, %v", l, ok, err)
+	}
+	proxy.arm("lost-holder")
+	if err := leases.Release(ctx, "job", l); err != nil {
+		t.Fatalf("release whose reply was lost: %v; want released", err)
+	}
+	if n := proxy.dropped.Swap(0); n != 1 {
+		t.Fatalf("release: %d replies dropped, want 1", n)
+	}
+	if h, ok, err := leases.Holder(ctx, "job"); ok || err != nil {
+		t.Fatalf("Holder after the release = %+v, %v, %v; want free", h, ok, err)
+	}
+	if err := leases.Release(ctx, "job", l); !errors.Is(err, store.ErrNotHeld) {
+		t.Fatalf("a second Release: err %v, want ErrNotHeld", err)
+	}
+}
+
+// TestRedisCloseCutsARoundTripShort: Close returns at once while a
+// pipeline waits for a server that no longer answers (a black-holed
+// primary at shutdown), and the call under way fails. Before, Close
+// waited for go-redis to give the pipeline up: four sends of a read
+// timeout each.
+func TestRedisCloseCutsARoundTripShort(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	proxy := newReplyDropper(t, srv.Addr())
+	cfg := redisConfig(srv)
+	cfg.RedisURL = "redis://" + proxy.ln.Addr().String() + "/0"
+	s := opener(t, cfg)(nil)
+	ctx := t.Context()
+	if _, err := s.Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("warm")}}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.hold.Store(true)
+	appended := make(chan error, 1)
+	go func() {
+		_, err := s.Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("unanswered")}})
+		appended <- err
+	}()
+	select {
+	case <-proxy.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the append to reach the server")
+	}
+	closed := make(chan struct{})
+	go func() {
+		_ = s.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a round trip to a server that does not answer")
+	}
+	select {
+	case err := <-appended:
+		if err == nil {
+			t.Fatal("an append the server never answered succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the append cut short by Close")
 	}
 }

@@ -78,7 +78,8 @@ type Store interface {
 	// Claims are expiring markers one caller holds at a time.
 	Claims() Claims
 	// Close releases the store: it ends every subscription and, for the
-	// embedded backend, unlocks the data directory. It is idempotent.
+	// embedded backend, unlocks the data directory; on the redis backend
+	// a call under way fails. It is idempotent.
 	Close() error
 }
 
@@ -568,11 +569,6 @@ func checkOwnerArgs(tenant, sessionKey string) error {
 	return cmp.Or(checkName("tenant", tenant), checkName("session key", sessionKey))
 }
 
-// checkOwnerSetArgs rejects bad Owners.Set arguments.
-func checkOwnerSetArgs(tenant, sessionKey string, ttl time.Duration) error {
-	return cmp.Or(checkOwnerArgs(tenant, sessionKey), checkTTL(ttl))
-}
-
 // checkLeaseArgs rejects bad Leases.Acquire or Renew arguments.
 func checkLeaseArgs(name, holder string, ttl time.Duration) error {
 	return cmp.Or(checkName("lease name", name), checkName("lease holder", holder), checkTTL(ttl))
@@ -690,7 +686,7 @@ type expiringOwners struct {
 }
 
 func (w expiringOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
+	if err := cmp.Or(checkOwnerArgs(tenant, sessionKey), checkTTL(ttl)); err != nil {
 		return err
 	}
 	return opErr("set owner", w.s.putExpiring(ctx, true, tenant, sessionKey, encodeOwner(o), w.clock.Now().Add(ttl)))

@@ -79,13 +79,6 @@ func BidIn(clk clock.Clock, cur Lease, ttl time.Duration) time.Duration {
 	return min(max(cur.Expires.Sub(clk.Now()), time.Millisecond), ttl)
 }
 
-// Lease is the lease as last acquired or renewed.
-func (t *Tenure) Lease() Lease {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.lease
-}
-
 // Held reports whether the holder may still act as the lease's owner: the
 // tenure has not ended and its view has not expired.
 func (t *Tenure) Held() bool {
