@@ -413,22 +413,23 @@ func (p *Platform) promptOf(ctx context.Context, number, sender string, m *messa
 	e, ok := p.vault.Get(ctx, promptKey(number, sender, msgID))
 	var rec promptRecord
 	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID ||
-		p.earlier(rec, e.Stored) {
+		p.postedEarlier(rec, e.Stored) {
 		return promptRecord{}, false
 	}
 	rec.stored, rec.msgID = e.Stored, msgID
 	return rec, true
 }
 
-// earlier reports whether rec, stored at stored, was posted by an earlier
-// tenant of its id, deleted since: its creation is not the tenant's now
-// (whatever the instances' clocks say), or, for a record kept without one,
-// it was stored before that creation (vault.Predates).
-func (p *Platform) earlier(rec promptRecord, stored time.Time) bool {
+// postedEarlier reports whether rec, stored at stored, was posted by an
+// earlier tenant of its id, deleted since: its creation is not the
+// tenant's now (earlier, whatever the instances' clocks say), or, for a
+// record kept without one, it was stored before that creation
+// (vault.Predates).
+func (p *Platform) postedEarlier(rec promptRecord, stored time.Time) bool {
 	if rec.Created.IsZero() {
 		return vault.Predates(p.vault, rec.Tenant, stored)
 	}
-	return !rec.Created.Equal(created(p.vault, rec.Tenant))
+	return earlier(p.vault, rec.Tenant, rec.Created)
 }
 
 // linkCode returns the code of a "/link <code>" text message the platform

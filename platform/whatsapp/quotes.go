@@ -50,6 +50,16 @@ func created(v vault.Store, tenant string) time.Time {
 	return time.Time{}
 }
 
+// earlier reports whether what was kept for tenant as created at kept is
+// an earlier tenant's of the id, deleted since: the tenant's creation now
+// is another. A tenant declared in the YAML now (no creation) is the one
+// stored under its id that it shadows, as the relay takes it, so what was
+// kept for that one is still its own.
+func earlier(v vault.Store, tenant string, kept time.Time) bool {
+	c := created(v, tenant)
+	return !c.IsZero() && !kept.Equal(c)
+}
+
 // add remembers text as message id of tenant's conversation with user.
 func (q *quotes) add(tenant, user, id, text string) {
 	if id != "" && text != "" {
@@ -62,7 +72,7 @@ func (q *quotes) add(tenant, user, id, text string) {
 func (q *quotes) text(tenant, user, id string) string {
 	k := quoteKey{tenant, user, id}
 	t, ok := q.cache.Get(k)
-	if ok && !t.created.Equal(created(q.vault, tenant)) {
+	if ok && earlier(q.vault, tenant, t.created) {
 		q.cache.Remove(k)
 		return ""
 	}
