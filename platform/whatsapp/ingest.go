@@ -156,7 +156,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		if vault.Predates(p.vault, tenant, sent) {
 			// Sent before the tenant (re-created under its id) began: a
 			// conversation stamped then would read as its predecessor's.
-			sent = created(p.vault, tenant)
+			sent = vault.Creation(p.vault, tenant)
 		}
 		if !p.newerRecorded(ctx, tenant, sender, sent) {
 			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent)
@@ -422,14 +422,14 @@ func (p *Platform) promptOf(ctx context.Context, number, sender string, m *messa
 
 // postedEarlier reports whether rec, stored at stored, was posted by an
 // earlier tenant of its id, deleted since: its creation is not the
-// tenant's now (earlier, whatever the instances' clocks say), or, for a
-// record kept without one, it was stored before that creation
+// tenant's now (vault.Earlier, whatever the instances' clocks say), or,
+// for a record kept without one, it was stored before that creation
 // (vault.Predates).
 func (p *Platform) postedEarlier(rec promptRecord, stored time.Time) bool {
 	if rec.Created.IsZero() {
 		return vault.Predates(p.vault, rec.Tenant, stored)
 	}
-	return earlier(p.vault, rec.Tenant, rec.Created)
+	return vault.Earlier(p.vault, rec.Tenant, rec.Created)
 }
 
 // linkCode returns the code of a "/link <code>" text message the platform

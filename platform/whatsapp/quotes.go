@@ -42,28 +42,10 @@ func newQuotes(v vault.Store) *quotes {
 	return &quotes{cache: c, vault: v}
 }
 
-// created is tenant's creation as v knows it (its Since; zero for none).
-func created(v vault.Store, tenant string) time.Time {
-	if s, ok := v.(interface{ Since(string) time.Time }); ok {
-		return s.Since(tenant)
-	}
-	return time.Time{}
-}
-
-// earlier reports whether what was kept for tenant as created at kept is
-// an earlier tenant's of the id, deleted since: the tenant's creation now
-// is another. A tenant declared in the YAML now (no creation) is the one
-// stored under its id that it shadows, as the relay takes it, so what was
-// kept for that one is still its own.
-func earlier(v vault.Store, tenant string, kept time.Time) bool {
-	c := created(v, tenant)
-	return !c.IsZero() && !kept.Equal(c)
-}
-
 // add remembers text as message id of tenant's conversation with user.
 func (q *quotes) add(tenant, user, id, text string) {
 	if id != "" && text != "" {
-		q.cache.Add(quoteKey{tenant, user, id}, quote{text: textsplit.Truncate(text, maxQuoteBytes), created: created(q.vault, tenant)})
+		q.cache.Add(quoteKey{tenant, user, id}, quote{text: textsplit.Truncate(text, maxQuoteBytes), created: vault.Creation(q.vault, tenant)})
 	}
 }
 
@@ -72,7 +54,7 @@ func (q *quotes) add(tenant, user, id, text string) {
 func (q *quotes) text(tenant, user, id string) string {
 	k := quoteKey{tenant, user, id}
 	t, ok := q.cache.Get(k)
-	if ok && earlier(q.vault, tenant, t.created) {
+	if ok && vault.Earlier(q.vault, tenant, t.created) {
 		q.cache.Remove(k)
 		return ""
 	}
