@@ -152,12 +152,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			p.drop(drop, number, sender)
 			return nil
 		}
-		sent := p.sentAt(m)
-		if vault.Predates(p.vault, tenant, sent) {
-			// Sent before the tenant (re-created under its id) began: a
-			// conversation stamped then would read as its predecessor's.
-			sent = vault.Creation(p.vault, tenant)
-		}
+		sent := p.sentAt(m) // before the tenant's creation, maybe: the vault judges the entry by the creation it keeps
 		if !p.newerRecorded(ctx, tenant, sender, sent) {
 			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent)
 		}
