@@ -355,16 +355,21 @@ func Creation(s Store, tenant string) time.Time {
 	return time.Time{}
 }
 
-// predates reports whether e was stored for an earlier tenant of k's
-// tenant id (Config.Since): under another creation (Earlier), or, stored
-// without one (before creations were kept, or while the tenant had none),
-// before the creation.
-func (m *Memory) predates(k Key, e Entry) bool {
-	if !e.Created.IsZero() {
-		return Earlier(m, k.Tenant, e.Created)
+// Outdated reports whether what was kept for tenant at at, under its
+// creation created (zero: kept without one, before creations were kept
+// or while the tenant had none), is an earlier tenant's of the id, deleted
+// since: under another creation (Earlier), else kept before the creation
+// (Predates). s judges its own entries so.
+func Outdated(s Store, tenant string, at, created time.Time) bool {
+	if !created.IsZero() {
+		return Earlier(s, tenant, created)
 	}
-	return Predates(m, k.Tenant, e.Stored)
+	return Predates(s, tenant, at)
 }
+
+// predates reports whether e was stored for an earlier tenant of k's
+// tenant id (Outdated).
+func (m *Memory) predates(k Key, e Entry) bool { return Outdated(m, k.Tenant, e.Stored, e.Created) }
 
 // Delete implements Store.
 func (m *Memory) Delete(_ context.Context, k Key) {

@@ -121,14 +121,13 @@ func creation(v vault.Store, tenant string) int64 {
 
 // earlierRecord reports whether a record of tenant stored at at under its
 // creation created (Unix microseconds; created 0: kept without one) is an
-// earlier tenant's of the id, deleted since: under another creation
-// (vault.Earlier, whatever the instances' clocks say), else stored before
-// the creation (vault.Predates).
+// earlier tenant's of the id, deleted since (vault.Outdated).
 func earlierRecord(v vault.Store, tenant string, at, created int64) bool {
+	var c time.Time
 	if created != 0 {
-		return vault.Earlier(v, tenant, time.UnixMicro(created))
+		c = time.UnixMicro(created)
 	}
-	return vault.Predates(v, tenant, time.UnixMicro(at))
+	return vault.Outdated(v, tenant, time.UnixMicro(at), c)
 }
 
 // turnStarted records a delivered turn of tenant: message ts of team in

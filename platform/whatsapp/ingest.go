@@ -408,23 +408,11 @@ func (p *Platform) promptOf(ctx context.Context, number, sender string, m *messa
 	e, ok := p.vault.Get(ctx, promptKey(number, sender, msgID))
 	var rec promptRecord
 	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID ||
-		p.postedEarlier(rec, e.Stored) {
+		vault.Outdated(p.vault, rec.Tenant, e.Stored, rec.Created) { // posted by an earlier tenant of the id
 		return promptRecord{}, false
 	}
 	rec.stored, rec.msgID = e.Stored, msgID
 	return rec, true
-}
-
-// postedEarlier reports whether rec, stored at stored, was posted by an
-// earlier tenant of its id, deleted since: its creation is not the
-// tenant's now (vault.Earlier, whatever the instances' clocks say), or,
-// for a record kept without one, it was stored before that creation
-// (vault.Predates).
-func (p *Platform) postedEarlier(rec promptRecord, stored time.Time) bool {
-	if rec.Created.IsZero() {
-		return vault.Predates(p.vault, rec.Tenant, stored)
-	}
-	return vault.Earlier(p.vault, rec.Tenant, rec.Created)
 }
 
 // linkCode returns the code of a "/link <code>" text message the platform
