@@ -42,7 +42,8 @@ type Grants struct {
 	clock    clock.Clock
 	log      *slog.Logger
 	// stored are the marks Posted stored lately (ChatGrantTTL/2), with
-	// when, which it does not store again and PostedBy does not read.
+	// their tenant's creation (vault.Entry.Created), which it does not
+	// store again and PostedBy does not read.
 	stored *ttlcache.Cache[vault.Key, time.Time]
 }
 
@@ -153,25 +154,24 @@ func (g *Grants) Posted(ctx context.Context, chat, message, tenant string) {
 	if g.stored.Contains(k) {
 		return
 	}
-	now := g.clock.Now()
-	if err := g.vault.Put(context.WithoutCancel(ctx), k, vault.Entry{Stored: now}); err != nil {
+	e := vault.Entry{Stored: g.clock.Now(), Created: vault.Creation(g.vault, tenant)}
+	if err := g.vault.Put(context.WithoutCancel(ctx), k, e); err != nil {
 		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 		return
 	}
-	g.stored.Add(k, now)
+	g.stored.Add(k, e.Created)
 }
 
 // PostedBy reports whether the bot posted message in chat for tenant, as
 // Posted remembered it. A mark this instance stored lately is known
 // without a store read (it lasts twice as long in the vault, and nothing
 // takes one back before its TTL), so edit-based streaming of a message
-// costs no read per edit, unless it was stored for an earlier tenant of
-// the id, deleted since (vault.Config.Since, which the vault applies to
-// what it reads).
+// costs no read per edit, unless it was stored under another creation of
+// the tenant (vault.Earlier): the vault judges that one.
 func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
 	k := g.postedKey(chat, message, tenant)
-	if at, ok := g.stored.Get(k); ok {
-		return !vault.Predates(g.vault, tenant, at)
+	if created, ok := g.stored.Get(k); ok && !vault.Earlier(g.vault, tenant, created) {
+		return true
 	}
 	_, ok := g.vault.Get(ctx, k)
 	return ok

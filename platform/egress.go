@@ -71,7 +71,8 @@ type Egress[P Platform, T any] struct {
 //     unavailable when its owner could not be looked up;
 //  5. in a chat tenant holds by grant (HoldGrant), which other tenants may
 //     hold too, an edit or delete names a message the bot posted for
-//     tenant there (Grants.PostedBy): egress_declined.
+//     tenant there, a thread_rename a topic it created there
+//     (Grants.PostedBy): egress_declined.
 //
 // The op then runs, charged to tenant (WithTenant); in a chat held by
 // grant, the message an op that names none answers is remembered as
@@ -110,7 +111,9 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		if hold, err = authorize(ctx, p, tenant, chatID); err != nil {
 			return refusal(p.Name(), err)
 		}
-		if hold == HoldGrant && (a.Op == contract.OpEdit || a.Op == contract.OpDelete) && (e.Grants == nil || !e.Grants.PostedBy(ctx, chatID, message, tenant)) {
+		// A thread that is a chat of its own (ThreadChats) is checked as a chat by its op.
+		ownOnly := a.Op == contract.OpEdit || a.Op == contract.OpDelete || (a.Op == contract.OpThreadRename && !e.ThreadChats)
+		if hold == HoldGrant && ownOnly && (e.Grants == nil || !e.Grants.PostedBy(ctx, chatID, message, tenant)) {
 			return contract.Declined(p.Name())
 		}
 	}

@@ -2,6 +2,7 @@ package platform_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -206,8 +207,20 @@ func TestThreadGrantLastsAsTheChatGrant(t *testing.T) {
 // Since moves to its new start), on a real redis-server. The new t1 holds
 // neither the grant nor the mark, neither on the instance that stored the
 // mark (which answers its marks from memory) nor on another; what it
-// stores itself counts.
+// stores itself counts. So too when the instance that created the new t1
+// has a clock 5 s behind (skewed): the entries were told apart by when
+// they were stored, which that skew got wrong, so the new t1 held the
+// grant and could edit the earlier t1's message.
 func TestGrantsOfAnEarlierTenant(t *testing.T) {
+	for _, skewed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("skewed %v", skewed), func(t *testing.T) { grantsOfAnEarlierTenant(t, skewed) })
+	}
+}
+
+// grantsOfAnEarlierTenant is TestGrantsOfAnEarlierTenant, the earlier t1
+// stored with a creation and the new one created by a clock 5 s behind
+// (skewed), or the earlier one stored without one.
+func grantsOfAnEarlierTenant(t *testing.T, skewed bool) {
 	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, Clock: clk, RedisURL: redistest.Start(t, redistest.Options{}).URL()})
 	if err != nil {
@@ -221,6 +234,9 @@ func TestGrantsOfAnEarlierTenant(t *testing.T) {
 		}
 		return time.Time{}
 	}}
+	if skewed {
+		began = clk.Now().Add(-time.Hour)
+	}
 	a := platform.NewGrants("chats", vault.NewDurable(st.Capabilities(), cfg), clk, nil)
 	b := platform.NewGrants("chats", vault.NewDurable(st.Capabilities(), cfg), clk, nil)
 	a.Add(t.Context(), "shared", "", "t1")
@@ -232,6 +248,9 @@ func TestGrantsOfAnEarlierTenant(t *testing.T) {
 	}
 	clk.Advance(time.Second)
 	began = clk.Now()
+	if skewed {
+		began = began.Add(-5 * time.Second)
+	}
 	for name, g := range map[string]*platform.Grants{"a": a, "b": b} {
 		if g.Has(t.Context(), "shared", "t1") {
 			t.Errorf("instance %s: the new t1 holds the earlier t1's grant", name)

@@ -41,9 +41,10 @@ func NewDurable(caps store.Capabilities, cfg Config) *Durable {
 
 // storedEntry is an Entry as the store keeps it.
 type storedEntry struct {
-	Value  string `json:"v"`
-	Ref    string `json:"ref,omitempty"`
-	Stored int64  `json:"stored"` // Unix microseconds
+	Value   string `json:"v"`
+	Ref     string `json:"ref,omitempty"`
+	Stored  int64  `json:"stored"`      // Unix microseconds
+	Created int64  `json:"c,omitempty"` // Unix microseconds (Entry.Created)
 }
 
 // storeKey is k's key in the store: the kind, then the tenant with its
@@ -61,7 +62,14 @@ func (d *Durable) Put(ctx context.Context, k Key, e Entry) error {
 	if e.Stored.IsZero() {
 		e.Stored = d.mem.clock.Now()
 	}
-	value, _ := json.Marshal(storedEntry{Value: e.Value.Reveal(), Ref: e.Ref, Stored: e.Stored.UnixMicro()}) // plain fields: cannot fail
+	if e.Created.IsZero() {
+		e.Created = d.Since(k.Tenant)
+	}
+	se := storedEntry{Value: e.Value.Reveal(), Ref: e.Ref, Stored: e.Stored.UnixMicro()}
+	if !e.Created.IsZero() {
+		se.Created = e.Created.UnixMicro()
+	}
+	value, _ := json.Marshal(se) // plain fields: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	if err := d.caps.Put(ctx, storeKey(k), value, e.Stored.Add(ttl)); err != nil {
@@ -106,6 +114,9 @@ func (d *Durable) Get(ctx context.Context, k Key) (Entry, bool) {
 		return Entry{}, false
 	}
 	e := Entry{Value: NewSecret(se.Value), Ref: se.Ref, Stored: time.UnixMicro(se.Stored)}
+	if se.Created != 0 {
+		e.Created = time.UnixMicro(se.Created)
+	}
 	if e.expiredAt(d.mem.clock.Now(), ttl) || d.mem.predates(k, e) {
 		d.expiries.Add(1)
 		d.misses.Add(1)

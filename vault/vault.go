@@ -154,6 +154,10 @@ type Entry struct {
 	Ref string
 	// Stored is when the capability was captured; it expires Stored + TTL.
 	Stored time.Time
+	// Created is its tenant's creation (Config.Since) when it was stored,
+	// which Put sets: one stored under another creation is an earlier
+	// tenant's of the id (Earlier), whatever the instances' clocks say.
+	Created time.Time
 }
 
 // check rejects a key Put cannot store: an unknown kind, or no tenant or
@@ -212,7 +216,8 @@ type Config struct {
 	Clock clock.Clock
 	// Since, when set, is when a tenant began (the registry's
 	// Tenant.Created; zero for always): an entry of the tenant stored
-	// before then is not found, whatever its kind's TTL says. It was
+	// under another creation (Entry.Created), or without one before then,
+	// is not found, whatever its kind's TTL says. It was
 	// stored for an earlier tenant of the id, deleted since, whose grants,
 	// posted messages and capabilities the tenant made again under the id
 	// must not inherit.
@@ -255,6 +260,9 @@ func (m *Memory) Put(_ context.Context, k Key, e Entry) error {
 	now := m.clock.Now()
 	if e.Stored.IsZero() {
 		e.Stored = now
+	}
+	if e.Created.IsZero() {
+		e.Created = m.Since(k.Tenant)
 	}
 	ttl, _ := k.Kind.TTL()
 	m.mu.Lock()
@@ -324,20 +332,44 @@ func (m *Memory) Since(tenant string) time.Time {
 // earlier tenant of the id, deleted since, as s judges its own entries
 // (Config.Since): false when s does not know when tenants began.
 func Predates(s Store, tenant string, at time.Time) bool {
-	b, ok := s.(interface{ Since(tenant string) time.Time })
-	if !ok {
-		return false
-	}
-	since := b.Since(tenant)
+	since := Creation(s, tenant)
 	return !since.IsZero() && at.UnixMicro() < since.UnixMicro()
 }
 
-// predates reports whether e was stored for an earlier tenant of k's
-// tenant id (Config.Since).
-func (m *Memory) predates(k Key, e Entry) bool {
-	since := m.Since(k.Tenant) // judged in whole microseconds, as a Durable stores Entry.Stored
-	return !since.IsZero() && e.Stored.UnixMicro() < since.UnixMicro()
+// Earlier reports whether what was kept for tenant as created at created
+// (a record kept outside s, with the creation s gave then: Creation) is
+// an earlier tenant's of the id, deleted since: the tenant's creation is
+// another now. A tenant without one (declared in the YAML, over the stored
+// tenant of its id, which the relay takes for the same) has no earlier.
+func Earlier(s Store, tenant string, created time.Time) bool {
+	since := Creation(s, tenant)
+	return !since.IsZero() && created.UnixMicro() != since.UnixMicro() // whole microseconds, as a Durable keeps them
 }
+
+// Creation is tenant's creation as s knows it (Config.Since; zero when s
+// does not know).
+func Creation(s Store, tenant string) time.Time {
+	if b, ok := s.(interface{ Since(tenant string) time.Time }); ok {
+		return b.Since(tenant)
+	}
+	return time.Time{}
+}
+
+// Outdated reports whether what was kept for tenant at at, under its
+// creation created (zero: kept without one, before creations were kept
+// or while the tenant had none), is an earlier tenant's of the id, deleted
+// since: under another creation (Earlier), else kept before the creation
+// (Predates). s judges its own entries so.
+func Outdated(s Store, tenant string, at, created time.Time) bool {
+	if !created.IsZero() {
+		return Earlier(s, tenant, created)
+	}
+	return Predates(s, tenant, at)
+}
+
+// predates reports whether e was stored for an earlier tenant of k's
+// tenant id (Outdated).
+func (m *Memory) predates(k Key, e Entry) bool { return Outdated(m, k.Tenant, e.Stored, e.Created) }
 
 // Delete implements Store.
 func (m *Memory) Delete(_ context.Context, k Key) {

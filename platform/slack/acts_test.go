@@ -837,37 +837,42 @@ func TestSlowFilesKeepTheirClaim(t *testing.T) {
 // start): a press of the earlier t1's prompt is dropped, not delivered to
 // the new t1; a press of the new t1's own prompt is.
 func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
-	clk := clocktest.New(time.Now()) // requests are signed at the time of day
-	var began atomic.Int64
-	since := func(tenant string) time.Time {
-		if us := began.Load(); tenant == "t1" && us != 0 {
-			return time.UnixMicro(us)
+	eachSkew(t, func(t *testing.T, skewed bool) {
+		clk := clocktest.New(time.Now()) // requests are signed at the time of day
+		var began atomic.Int64
+		since := func(tenant string) time.Time {
+			if us := began.Load(); tenant == "t1" && us != 0 {
+				return time.UnixMicro(us)
+			}
+			return time.Time{}
 		}
-		return time.Time{}
-	}
-	e := newEnvOn(t, newFake(t), nil, &platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
-	press := func(id string) {
-		t.Helper()
-		r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_id":"`+id+`","options":[{"id":"once","label":"Approve once"}]}`)
-		if !r.Success {
-			t.Fatalf("%+v", r)
+		if skewed {
+			began.Store(clk.Now().Add(-time.Hour).UnixMicro()) // the earlier t1's creation
 		}
-		if id == "p1" { // posted by the earlier t1, pressed once t1 was made again
-			clk.Advance(time.Second)
-			began.Store(clk.Now().UnixMicro())
-			clk.Advance(time.Second)
+		e := newEnvOn(t, newFake(t), nil, &platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+		press := func(id string) {
+			t.Helper()
+			r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_id":"`+id+`","options":[{"id":"once","label":"Approve once"}]}`)
+			if !r.Success {
+				t.Fatalf("%+v", r)
+			}
+			if id == "p1" { // posted by the earlier t1, pressed once t1 was made again
+				clk.Advance(time.Second)
+				began.Store(createdAt(clk.Now(), skewed))
+				clk.Advance(time.Second)
+			}
+			body := slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:"+id+":once", "Approve once")
+			if code, text := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+				t.Fatalf("press of %s: %d %s", id, code, text)
+			}
 		}
-		body := slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:"+id+":once", "Approve once")
-		if code, text := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
-			t.Fatalf("press of %s: %d %s", id, code, text)
+		press("p1")
+		e.sink.Empty(t)
+		press("p2")
+		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "p2" {
+			t.Fatalf("the new t1's press delivered to %s as %+v", d.Tenant, d.Event)
 		}
-	}
-	press("p1")
-	e.sink.Empty(t)
-	press("p2")
-	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "p2" {
-		t.Fatalf("the new t1's press delivered to %s as %+v", d.Tenant, d.Event)
-	}
+	})
 }
 
 // TestRemadeTenantStreamsAfresh: t1 sealed a draft stream and left
@@ -877,45 +882,50 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 // seal is not taken for a repeat of the earlier t1's seal, nor its frame
 // appended to the earlier t1's open stream.
 func TestRemadeTenantStreamsAfresh(t *testing.T) {
-	clk := clocktest.New(time.Now())
-	var began atomic.Int64
-	since := func(tenant string) time.Time {
-		if us := began.Load(); tenant == "t1" && us != 0 {
-			return time.UnixMicro(us)
+	eachSkew(t, func(t *testing.T, skewed bool) {
+		clk := clocktest.New(time.Now())
+		var began atomic.Int64
+		since := func(tenant string) time.Time {
+			if us := began.Load(); tenant == "t1" && us != 0 {
+				return time.UnixMicro(us)
+			}
+			return time.Time{}
 		}
-		return time.Time{}
-	}
-	e := newEnvOn(t, newFake(t), nil, &platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
-	frame := func(id int, content string, final bool) contract.Result {
-		t.Helper()
-		b, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": id, "content": content, "final": final,
-			"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda}})
-		r := e.execute(t, "t1", string(b))
-		if !r.Success {
-			t.Fatalf("draft %d %q: %+v", id, content, r)
+		if skewed {
+			began.Store(clk.Now().Add(-time.Hour).UnixMicro()) // the earlier t1's creation
 		}
-		return r
-	}
-	earlierSealed := frame(1, "Hello", false).MessageID
-	frame(1, "Hello.", true)
-	earlierOpen := frame(2, "Hi", false).MessageID
-	clk.Advance(time.Second)
-	began.Store(clk.Now().UnixMicro())
-	clk.Advance(time.Second)
-	if r := frame(2, "Hi there", false); r.MessageID == earlierOpen {
-		t.Fatalf("the new t1's frame appended to the earlier t1's open stream %s", earlierOpen)
-	}
-	own := frame(1, "Good", false).MessageID
-	if r := frame(1, "Good.", true); r.MessageID != own || own == earlierSealed {
-		t.Fatalf("the new t1's seal answered %s, want its own stream %s (the earlier t1's was %s)", r.MessageID, own, earlierSealed)
-	}
-	texts := map[string]bool{}
-	for _, m := range e.fake.Messages(chanGeneral) {
-		texts[m.Text] = true
-	}
-	if !texts["Good."] || !texts["Hi there"] || !texts["Hello."] {
-		t.Fatalf("messages %v, want the new t1's own besides the earlier t1's", texts)
-	}
+		e := newEnvOn(t, newFake(t), nil, &platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+		frame := func(id int, content string, final bool) contract.Result {
+			t.Helper()
+			b, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": id, "content": content, "final": final,
+				"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda}})
+			r := e.execute(t, "t1", string(b))
+			if !r.Success {
+				t.Fatalf("draft %d %q: %+v", id, content, r)
+			}
+			return r
+		}
+		earlierSealed := frame(1, "Hello", false).MessageID
+		frame(1, "Hello.", true)
+		earlierOpen := frame(2, "Hi", false).MessageID
+		clk.Advance(time.Second)
+		began.Store(createdAt(clk.Now(), skewed))
+		clk.Advance(time.Second)
+		if r := frame(2, "Hi there", false); r.MessageID == earlierOpen {
+			t.Fatalf("the new t1's frame appended to the earlier t1's open stream %s", earlierOpen)
+		}
+		own := frame(1, "Good", false).MessageID
+		if r := frame(1, "Good.", true); r.MessageID != own || own == earlierSealed {
+			t.Fatalf("the new t1's seal answered %s, want its own stream %s (the earlier t1's was %s)", r.MessageID, own, earlierSealed)
+		}
+		texts := map[string]bool{}
+		for _, m := range e.fake.Messages(chanGeneral) {
+			texts[m.Text] = true
+		}
+		if !texts["Good."] || !texts["Hi there"] || !texts["Hello."] {
+			t.Fatalf("messages %v, want the new t1's own besides the earlier t1's", texts)
+		}
+	})
 }
 
 // TestSealRecordOfAnEarlierReleaseCounts: a seal record an earlier

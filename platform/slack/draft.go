@@ -43,8 +43,9 @@ import (
 // a time; two instances racing on one stream (the old connection's last
 // frame still running while the new one's first arrives) may append a
 // frame twice or fail it, never open a second message. Records are kept
-// with when they were written, and one written for an earlier tenant of
-// its tenant's id, deleted since (vault.Predates), is none: a tenant
+// with when they were written and the tenant's creation then, and one
+// written for an earlier tenant of its tenant's id, deleted since
+// (earlierRecord), is none: a tenant
 // created again under the id streams afresh where its predecessor
 // streamed, under the same draft ids.
 
@@ -83,6 +84,8 @@ type stream struct {
 	// At is when the record was written, in Unix microseconds (zero in
 	// records written before it was kept, which count).
 	At int64 `json:"at,omitempty"`
+	// Created is the tenant's creation then (creation; 0: none, or not kept).
+	Created int64 `json:"c,omitempty"`
 }
 
 // sealRecord is the record of a sealed draft.
@@ -91,6 +94,8 @@ type sealRecord struct {
 	// At is when the draft was sealed, in Unix microseconds. A record
 	// stored before it was kept is the message's ts alone, and counts.
 	At int64 `json:"at"`
+	// Created is the tenant's creation then (creation; 0: none, or not kept).
+	Created int64 `json:"c,omitempty"`
 	// Turn is the turn of the seal (contract.Metadata.Turn); "" in records
 	// stored before it was kept.
 	Turn string `json:"turn,omitempty"`
@@ -135,11 +140,11 @@ type streams struct {
 	vault vault.Store
 }
 
-// predates reports whether a record of k written at at (Unix
-// microseconds; zero: not known) was written for an earlier tenant of k's
-// tenant id, deleted since.
-func (s *streams) predates(k streamKey, at int64) bool {
-	return at != 0 && vault.Predates(s.vault, k.tenant, time.UnixMicro(at))
+// predates reports whether a record of k written at at under created
+// (Unix microseconds; zero: not known) was written for an earlier tenant
+// of k's tenant id, deleted since (earlierRecord).
+func (s *streams) predates(k streamKey, at, created int64) bool {
+	return at != 0 && earlierRecord(s.vault, k.tenant, at, created)
 }
 
 func (k streamKey) stateKey() string { return "slack/stream/" + k.tenant + "/" + k.channel }
@@ -160,7 +165,7 @@ func (s *streams) load(ctx context.Context, k streamKey) (st stream, ok bool, er
 	if err := json.Unmarshal(raw, &st); err != nil || st.Sent < 0 {
 		return stream{}, false, errors.New("slack: unreadable stream record")
 	}
-	if s.predates(k, st.At) {
+	if s.predates(k, st.At, st.Created) {
 		return stream{}, false, nil
 	}
 	return st, true, nil
@@ -171,7 +176,7 @@ func (s *streams) save(ctx context.Context, k streamKey, st *stream) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	now := s.clock.Now()
-	st.At = now.UnixMicro()
+	st.At, st.Created = now.UnixMicro(), creation(s.vault, k.tenant)
 	raw, _ := json.Marshal(st) // plain fields: cannot fail
 	return s.state.Put(ctx, k.stateKey(), raw, now.Add(streamTTL))
 }
@@ -189,7 +194,7 @@ func (s *streams) sealed(ctx context.Context, k streamKey, draft int64) (sealRec
 	if !strings.HasPrefix(string(raw), "{") || json.Unmarshal(raw, &rec) != nil {
 		return sealRecord{TS: string(raw)}, true, nil // stored before records were stamped: the ts alone
 	}
-	if s.predates(k, rec.At) {
+	if s.predates(k, rec.At, rec.Created) {
 		return sealRecord{}, false, nil
 	}
 	return rec, true, nil
@@ -201,7 +206,7 @@ func (s *streams) seal(ctx context.Context, k streamKey, draft int64, turn, ts s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	now := s.clock.Now()
-	raw, _ := json.Marshal(sealRecord{TS: ts, At: now.UnixMicro(), Turn: turn}) // plain fields: cannot fail
+	raw, _ := json.Marshal(sealRecord{TS: ts, At: now.UnixMicro(), Created: creation(s.vault, k.tenant), Turn: turn}) // plain fields: cannot fail
 	return s.state.Put(ctx, k.sealKey(draft), raw, now.Add(streamTTL))
 }
 

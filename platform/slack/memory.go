@@ -31,7 +31,7 @@ type memory struct {
 	caps  store.Capabilities // the store's, else a platform.LocalState
 	clock clock.Clock
 	// vault judges whether a prompt was posted by an earlier tenant of
-	// its tenant's id (vault.Predates); nil judges none so.
+	// its tenant's id (earlierRecord); nil judges none so.
 	vault vault.Store
 }
 
@@ -77,7 +77,7 @@ func markKey(kind markKind, key string) string { return "slack/mark/" + string(k
 
 // has reports whether the marker kind/key is set. A thread marker
 // (threadMark's key) set for an earlier tenant of its tenant's id, deleted
-// since, is not (vault.Predates): a tenant created again under the id does
+// since, is not (earlierRecord): a tenant created again under the id does
 // not inherit its threads. One stored without its time (before it was
 // kept) counts.
 func (m *memory) has(ctx context.Context, kind markKind, key string) (bool, error) {
@@ -87,17 +87,47 @@ func (m *memory) has(ctx context.Context, kind markKind, key string) (bool, erro
 	if !ok || err != nil || kind == markTurn || len(value) == 0 {
 		return ok, err
 	}
-	at, perr := strconv.ParseInt(string(value), 10, 64)
-	return perr != nil || !vault.Predates(m.vault, key[strings.LastIndexByte(key, ':')+1:], time.UnixMicro(at)), nil
+	at, created, _ := strings.Cut(string(value), "/")
+	us, perr := strconv.ParseInt(at, 10, 64)
+	c, _ := strconv.ParseInt(created, 10, 64)
+	return perr != nil || !earlierRecord(m.vault, markTenant(key), us, c), nil
 }
 
+// markTenant is the tenant of a thread marker's key (threadMark).
+func markTenant(key string) string { return key[strings.LastIndexByte(key, ':')+1:] }
+
 // set sets the marker kind/key for memoryTTL from now, valued with when
-// (Unix microseconds).
+// (Unix microseconds) and, for a thread marker, "/" and its tenant's
+// creation (creation).
 func (m *memory) set(ctx context.Context, kind markKind, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	now := m.clock.Now()
-	return m.caps.Put(ctx, markKey(kind, key), []byte(strconv.FormatInt(now.UnixMicro(), 10)), now.Add(memoryTTL))
+	value := strconv.AppendInt(nil, now.UnixMicro(), 10)
+	if kind != markTurn {
+		value = strconv.AppendInt(append(value, '/'), creation(m.vault, markTenant(key)), 10)
+	}
+	return m.caps.Put(ctx, markKey(kind, key), value, now.Add(memoryTTL))
+}
+
+// creation is tenant's creation as v knows it (vault.Creation) in Unix
+// microseconds, 0 when it has none.
+func creation(v vault.Store, tenant string) int64 {
+	if c := vault.Creation(v, tenant); !c.IsZero() {
+		return c.UnixMicro()
+	}
+	return 0
+}
+
+// earlierRecord reports whether a record of tenant stored at at under its
+// creation created (Unix microseconds; created 0: kept without one) is an
+// earlier tenant's of the id, deleted since (vault.Outdated).
+func earlierRecord(v vault.Store, tenant string, at, created int64) bool {
+	var c time.Time
+	if created != 0 {
+		c = time.UnixMicro(created)
+	}
+	return vault.Outdated(v, tenant, time.UnixMicro(at), c)
 }
 
 // turnStarted records a delivered turn of tenant: message ts of team in
@@ -136,12 +166,14 @@ type promptOwner struct {
 	// records stored before it was kept, which only tenants created before
 	// then, judged by nothing, hold).
 	At int64 `json:"at,omitempty"`
+	// Created is the tenant's creation then (creation; 0: none, or not kept).
+	Created int64 `json:"c,omitempty"`
 }
 
 // promptPosted records that o posted the prompt message ts in channel.
 func (m *memory) promptPosted(ctx context.Context, channel, ts string, o promptOwner) error {
-	o.At = m.clock.Now().UnixMicro()
-	value, _ := json.Marshal(o) // two strings and an integer: cannot fail
+	o.At, o.Created = m.clock.Now().UnixMicro(), creation(m.vault, o.Tenant)
+	value, _ := json.Marshal(o) // strings and integers: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	return m.caps.Put(ctx, markKey(markPrompt, channel+":"+ts), value, m.clock.Now().Add(memoryTTL))
@@ -158,7 +190,7 @@ func (m *memory) promptOwnerOf(ctx context.Context, channel, ts string) (o promp
 	if err != nil || !found {
 		return promptOwner{}, false, err
 	}
-	if json.Unmarshal(value, &o) != nil || o.Tenant == "" || o.Team == "" || vault.Predates(m.vault, o.Tenant, time.UnixMicro(o.At)) {
+	if json.Unmarshal(value, &o) != nil || o.Tenant == "" || o.Team == "" || earlierRecord(m.vault, o.Tenant, o.At, o.Created) {
 		return promptOwner{}, false, nil
 	}
 	return o, true, nil

@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -124,37 +125,60 @@ func (c *shiftedClock) Advance(d time.Duration) { c.by.Add(int64(d)) }
 // for the new t1 (the thread was the earlier t1's); in a thread the new t1
 // posted into, one does.
 func TestThreadMarkersOfAnEarlierTenant(t *testing.T) {
-	clk := clocktest.New(time.Now()) // requests are signed at the time of day
-	var began atomic.Int64
-	since := func(tenant string) time.Time {
-		if us := began.Load(); tenant == "t1" && us != 0 {
-			return time.UnixMicro(us)
+	eachSkew(t, func(t *testing.T, skewed bool) {
+		clk := clocktest.New(time.Now()) // requests are signed at the time of day
+		var began atomic.Int64
+		since := func(tenant string) time.Time {
+			if us := began.Load(); tenant == "t1" && us != 0 {
+				return time.UnixMicro(us)
+			}
+			return time.Time{}
 		}
-		return time.Time{}
-	}
-	drops := &platformtest.LastDrop{}
-	e := newEnvOn(t, newFake(t), nil, &platform.Deps{Clock: clk, Metrics: drops, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
-	post := func(root string) {
-		t.Helper()
-		if r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"looking","metadata":{"thread_id":"`+root+`"}}`); !r.Success {
-			t.Fatalf("%+v", r)
+		if skewed {
+			began.Store(clk.Now().Add(-time.Hour).UnixMicro()) // the earlier t1's creation
 		}
+		drops := &platformtest.LastDrop{}
+		e := newEnvOn(t, newFake(t), nil, &platform.Deps{Clock: clk, Metrics: drops, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+		post := func(root string) {
+			t.Helper()
+			if r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"looking","metadata":{"thread_id":"`+root+`"}}`); !r.Success {
+				t.Fatalf("%+v", r)
+			}
+		}
+		const earlier, later = "1768490100.000100", "1768490200.000100"
+		post(earlier)
+		clk.Advance(time.Second)
+		began.Store(createdAt(clk.Now(), skewed)) // t1 deleted and created again
+		clk.Advance(time.Second)
+		post(later)
+		drops.Take()
+		e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490110.000100", earlier, "thanks"), http.StatusOK)
+		e.settled(t)
+		e.sink.Empty(t)
+		if r := drops.Take(); r != dropMentionRequired {
+			t.Fatalf("the reply in the earlier t1's thread: drop %q, want %s", r, dropMentionRequired)
+		}
+		e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490210.000100", later, "thanks"), http.StatusOK)
+		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Text != "thanks" {
+			t.Fatalf("the reply in the new t1's thread: %s %+v", d.Tenant, d.Event)
+		}
+	})
+}
+
+// eachSkew runs test as it is, and with t1's earlier creation kept (an
+// hour before) and its new one made by a clock 5 s behind (skewed): records
+// were told apart by when they were kept, which that skew got wrong.
+func eachSkew(t *testing.T, test func(t *testing.T, skewed bool)) {
+	for _, skewed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("skewed %v", skewed), func(t *testing.T) { test(t, skewed) })
 	}
-	const earlier, later = "1768490100.000100", "1768490200.000100"
-	post(earlier)
-	clk.Advance(time.Second)
-	began.Store(clk.Now().UnixMicro()) // t1 deleted and created again
-	clk.Advance(time.Second)
-	post(later)
-	drops.Take()
-	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490110.000100", earlier, "thanks"), http.StatusOK)
-	e.settled(t)
-	e.sink.Empty(t)
-	if r := drops.Take(); r != dropMentionRequired {
-		t.Fatalf("the reply in the earlier t1's thread: drop %q, want %s", r, dropMentionRequired)
+}
+
+// createdAt is t1's creation made at now, by a clock 5 s behind when
+// skewed.
+func createdAt(now time.Time, skewed bool) int64 {
+	if skewed {
+		return now.Add(-5 * time.Second).UnixMicro()
 	}
-	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490210.000100", later, "thanks"), http.StatusOK)
-	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Text != "thanks" {
-		t.Fatalf("the reply in the new t1's thread: %s %+v", d.Tenant, d.Event)
-	}
+	return now.UnixMicro()
 }

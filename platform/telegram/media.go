@@ -14,6 +14,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/netcause"
+	"connector/internal/textsplit"
 	"connector/media"
 )
 
@@ -32,8 +33,9 @@ const mediaDownloadTimeout = 2 * time.Minute
 // media_kind (sendPhoto, sendVoice, sendAudio, sendVideo, sendDocument),
 // streamed as multipart/form-data, with content as the MarkdownV2 caption
 // (plain if Telegram rejects the entities; a caption over 1,024 characters
-// follows as a send), into the topic of metadata.thread_id, replying to
-// reply_to. The result carries the media message's id.
+// follows as text messages), into the topic of metadata.thread_id,
+// replying to reply_to. Unlike a send it ends no draft stream: previews
+// stay (replacePreviews). The result carries the media message's id.
 func (p *Platform) sendMedia(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	obj, r, ok := p.deps.OpenMedia(ctx, platformName, tenant, a)
 	if !ok {
@@ -60,7 +62,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, chat int64, a *
 	}
 	id := strconv.Itoa(msg.ID)
 	if longCaption {
-		rest := p.send(ctx, tenant, chat, &contract.Action{Op: a.Op, Content: a.Content, Metadata: a.Metadata})
+		_, _, rest := p.sendParts(ctx, tenant, chat, &contract.Action{Op: a.Op, Metadata: a.Metadata}, textsplit.Split(a.Content, splitRules), nil)
 		if !rest.Success {
 			rest.Error += " (the media was sent; its caption was not)"
 			rest.MessageID = id

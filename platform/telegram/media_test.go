@@ -71,3 +71,37 @@ func TestRetriedUpdateReusesItsRehost(t *testing.T) {
 		t.Fatalf("getFile called %d times, want once", n)
 	}
 }
+
+// TestLongCaptionLeavesPreviews (docs/contract.md send_media): a group
+// draft stream shows its preview; a send_media into the chat, its caption
+// short or over 1,024 characters, ends no stream, so the preview stays
+// and the stream's next frame edits it. The long caption's text went out
+// as a send, which deleted the preview as the stream's reply would.
+func TestLongCaptionLeavesPreviews(t *testing.T) {
+	e := newEnv(t, nil)
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.p.deps.Media = store
+	info, err := store.Put("t2", strings.NewReader("png bytes"), "image/png", "a.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat := contract.ID(telegramtest.ChatT2)
+	for _, caption := range []string{"a short one", strings.Repeat("a", maxCaptionRunes+1)} {
+		if r := e.act(t, "t2", contract.Action{Op: contract.OpDraft, ChatID: chat, DraftID: 7, Content: "thinking"}); !r.Success {
+			t.Fatalf("draft frame: %+v", r)
+		}
+		if r := e.act(t, "t2", contract.Action{Op: contract.OpSendMedia, ChatID: chat, MediaKind: "image",
+			SourceURL: store.URL(info.ID), Content: caption}); !r.Success {
+			t.Fatalf("send_media with a caption of %d: %+v", len(caption), r)
+		}
+		if n := len(e.fake.Calls("deleteMessage")); n != 0 {
+			t.Fatalf("send_media with a caption of %d deleted %d previews", len(caption), n)
+		}
+	}
+	if n := len(e.fake.Calls("sendMessage")); n != 2 {
+		t.Fatalf("%d sendMessage calls, want the preview's and the long caption's", n)
+	}
+}

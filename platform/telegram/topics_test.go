@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -101,5 +102,54 @@ func TestTopicNamesSharedAndKeptAcrossRestarts(t *testing.T) {
 	rename.OnlyIfCurrentName, rename.OnlyIfConnectorCreated = nil, true
 	if r := execute(t, onState(t, fake, st), rename); r.Code != contract.CodeNameChanged {
 		t.Fatalf("only_if_connector_created after a member's rename = %+v, want name_changed", r)
+	}
+}
+
+// TestTopicOfAnotherTenantOnAGrant (docs/security.md rule 3): in a forum
+// group no tenant binds or claims, t1's user 501 and t2's user 505 both
+// wrote, so both act there on their grants. t1 creates a topic; t2's
+// rename of it, guarded by only_if_connector_created or not, is the
+// uniform decline and reaches no Telegram call, while t1 renames its own.
+// t2 used to rename it: the guard only asks whether the connector, for any
+// tenant, created the topic.
+func TestTopicOfAnotherTenantOnAGrant(t *testing.T) {
+	e := webhookEnv(t, nil)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}, {Kind: platform.BindUser, ID: "505", Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	const group = -100777
+	e.fake.AddForum(group)
+	for i, u := range []struct{ user, tenant string }{{"501", "t1"}, {"505", "t2"}} {
+		say := `{"update_id":88410090` + strconv.Itoa(i) + `,"message":{"message_id":` + strconv.Itoa(i+1) +
+			`,"date":1767225300,"chat":{"id":-100777,"type":"supergroup","title":"G","is_forum":true},"from":{"id":` + u.user + `,"is_bot":false,"first_name":"U"},"text":"hello"}}`
+		if code := e.post(t, []byte(say)); code != http.StatusOK {
+			t.Fatalf("%s's user's message: status %d", u.tenant, code)
+		}
+		if d := e.sink.Next(t); d.Tenant != u.tenant {
+			t.Fatalf("%s's user's message delivered to %q", u.tenant, d.Tenant)
+		}
+	}
+	chat := contract.ID(strconv.Itoa(group))
+	created := e.act(t, "t1", contract.Action{Op: contract.OpThreadCreate, ChatID: chat, ThreadName: "t1's topic"})
+	if !created.Success {
+		t.Fatalf("t1's thread_create on its grant: %+v", created)
+	}
+	rename := contract.Action{Op: contract.OpThreadRename, ChatID: chat, MessageID: contract.ID(created.ThreadID), ThreadName: "t2's now"}
+	for _, guarded := range []bool{true, false} {
+		rename.OnlyIfConnectorCreated = guarded
+		if r := e.act(t, "t2", rename); r != contract.Declined(platformName) {
+			t.Errorf("t2's rename of t1's topic (only_if_connector_created %v): %+v, want the decline", guarded, r)
+		}
+	}
+	if n := len(e.fake.Calls("editForumTopic")); n != 0 {
+		t.Fatalf("t2's renames made %d editForumTopic calls", n)
+	}
+	rename.ThreadName = "t1's renamed"
+	if r := e.act(t, "t1", rename); !r.Success {
+		t.Fatalf("t1's rename of its own topic: %+v", r)
+	}
+	topic, _ := strconv.Atoi(created.ThreadID)
+	if name, _ := e.fake.Topic(group, topic); name != "t1's renamed" {
+		t.Fatalf("topic named %q", name)
 	}
 }

@@ -152,12 +152,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			p.drop(drop, number, sender)
 			return nil
 		}
-		sent := p.sentAt(m)
-		if vault.Predates(p.vault, tenant, sent) {
-			// Sent before the tenant (re-created under its id) began: a
-			// conversation stamped then would read as its predecessor's.
-			sent = created(p.vault, tenant)
-		}
+		sent := p.sentAt(m) // before the tenant's creation, maybe: the vault judges the entry by the creation it keeps
 		if !p.newerRecorded(ctx, tenant, sender, sent) {
 			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent)
 		}
@@ -413,22 +408,11 @@ func (p *Platform) promptOf(ctx context.Context, number, sender string, m *messa
 	e, ok := p.vault.Get(ctx, promptKey(number, sender, msgID))
 	var rec promptRecord
 	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID ||
-		p.earlier(rec, e.Stored) {
+		vault.Outdated(p.vault, rec.Tenant, e.Stored, rec.Created) { // posted by an earlier tenant of the id
 		return promptRecord{}, false
 	}
 	rec.stored, rec.msgID = e.Stored, msgID
 	return rec, true
-}
-
-// earlier reports whether rec, stored at stored, was posted by an earlier
-// tenant of its id, deleted since: its creation is not the tenant's now
-// (whatever the instances' clocks say), or, for a record kept without one,
-// it was stored before that creation (vault.Predates).
-func (p *Platform) earlier(rec promptRecord, stored time.Time) bool {
-	if rec.Created.IsZero() {
-		return vault.Predates(p.vault, rec.Tenant, stored)
-	}
-	return !rec.Created.Equal(created(p.vault, rec.Tenant))
 }
 
 // linkCode returns the code of a "/link <code>" text message the platform

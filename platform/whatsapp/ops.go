@@ -9,6 +9,7 @@ import (
 	"connector/contract"
 	"connector/internal/textsplit"
 	"connector/platform"
+	"connector/vault"
 )
 
 // maxMessageRunes is the native adapter's MAX_MESSAGE_LENGTH: text is
@@ -168,7 +169,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contrac
 	if err != nil {
 		return p.failure(a.Op, err)
 	}
-	p.promptPosted(ctx, c.number, c.user, id, promptRecord{Tenant: tenant, PromptID: a.PromptID, Created: created(p.vault, tenant)})
+	p.promptPosted(ctx, c.number, c.user, id, promptRecord{Tenant: tenant, PromptID: a.PromptID, Created: vault.Creation(p.vault, tenant)})
 	return contract.OK(id)
 }
 

@@ -420,3 +420,53 @@ func remadeTenantQuotesNothing(t *testing.T, skewed bool) {
 		t.Fatalf("a reply to the new t1's answer quotes %q", text)
 	}
 }
+
+// TestTenantDeclaredOverItsStoredOne: t1, stored through the registry,
+// posts a prompt and an answer; the operator then declares t1 in the YAML,
+// which shadows the stored t1 (its creation reads zero now) and which the
+// relay keeps as the same tenant. A tap on the prompt is still t1's prompt
+// answer, and a reply to the answer still quotes it. Both were kept with
+// the stored t1's creation and taken for an earlier tenant's, as that is
+// not the zero one.
+func TestTenantDeclaredOverItsStoredOne(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	var began atomic.Int64
+	began.Store(clk.Now().Add(-time.Hour).UnixMicro())
+	since := func(tenant string) time.Time {
+		if us := began.Load(); tenant == "t1" && us != 0 {
+			return time.UnixMicro(us)
+		}
+		return time.Time{}
+	}
+	r := newRig(t, vault.NewMemory(vault.Config{Clock: clk, Since: since}), func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.D1")
+	prompt := r.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+		"options": []any{map[string]any{"id": "yes", "label": "Yes"}}})
+	answer := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "t1's answer"})
+	if !prompt.Success || !answer.Success {
+		t.Fatalf("t1's prompt %+v and send %+v", prompt, answer)
+	}
+	began.Store(0) // declared in the YAML now
+	clk.Advance(time.Second)
+	next := func(wamid string, msg []byte) *contract.Event {
+		t.Helper()
+		before := len(r.sink.all())
+		if code := r.post(t, msg); code != 200 {
+			t.Fatalf("%s: %d", wamid, code)
+		}
+		got := r.sink.all()[before:]
+		if len(got) != 1 || got[0].Tenant != "t1" || got[0].Event == nil {
+			t.Fatalf("%s delivered %+v, want one event delivered to t1", wamid, got)
+		}
+		return got[0].Event
+	}
+	if pr := next("wamid.D2", whatsapptest.Tap(biz1, ada, "Ada", "wamid.D2", prompt.MessageID, "hp1:p1:yes", "Yes", false)).PromptResponse; pr == nil || pr.OptionID != "yes" {
+		t.Errorf("a tap on t1's prompt once t1 is declared: %+v, want its answer", pr)
+	}
+	reply := whatsapptest.Message(biz1, ada, "Ada", map[string]any{"id": "wamid.D3", "type": "text", "text": map[string]any{"body": "why?"},
+		"context": map[string]any{"from": ada, "id": answer.MessageID}})
+	if ev := next("wamid.D3", reply); ev.ReplyTo == nil || ev.ReplyTo.Text != "t1's answer" {
+		t.Errorf("a reply to t1's answer once t1 is declared quotes %+v", ev.ReplyTo)
+	}
+}

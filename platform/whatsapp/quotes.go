@@ -42,18 +42,10 @@ func newQuotes(v vault.Store) *quotes {
 	return &quotes{cache: c, vault: v}
 }
 
-// created is tenant's creation as v knows it (its Since; zero for none).
-func created(v vault.Store, tenant string) time.Time {
-	if s, ok := v.(interface{ Since(string) time.Time }); ok {
-		return s.Since(tenant)
-	}
-	return time.Time{}
-}
-
 // add remembers text as message id of tenant's conversation with user.
 func (q *quotes) add(tenant, user, id, text string) {
 	if id != "" && text != "" {
-		q.cache.Add(quoteKey{tenant, user, id}, quote{text: textsplit.Truncate(text, maxQuoteBytes), created: created(q.vault, tenant)})
+		q.cache.Add(quoteKey{tenant, user, id}, quote{text: textsplit.Truncate(text, maxQuoteBytes), created: vault.Creation(q.vault, tenant)})
 	}
 }
 
@@ -62,7 +54,7 @@ func (q *quotes) add(tenant, user, id, text string) {
 func (q *quotes) text(tenant, user, id string) string {
 	k := quoteKey{tenant, user, id}
 	t, ok := q.cache.Get(k)
-	if ok && !t.created.Equal(created(q.vault, tenant)) {
+	if ok && vault.Earlier(q.vault, tenant, t.created) {
 		q.cache.Remove(k)
 		return ""
 	}
