@@ -79,10 +79,11 @@ const slashReplyWindow = 120 * time.Second
 // the gateway stamps the author of the chat's last inbound) of a command
 // whose response_url the vault holds under that session for the tenant,
 // delivered within slashReplyWindow and not answered yet (a claim, so of
-// the instances sharing the store one answers it). The reply's content is
-// claimed too: the same content sent again (a seal the gateway resends
-// after its connection dropped, while the first copy still posts) is
-// answered as done, never posted publicly. The response_url stays in the
+// the instances sharing the store one answers it). A seal's draft_id and
+// content are claimed too: the same seal sent again (the gateway resends
+// it after its connection dropped, while the first copy still posts) is
+// answered as done, never posted publicly; a send of the same words is a
+// message of its own. The response_url stays in the
 // vault; no frame ever carries it.
 func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	user := string(a.Metadata.UserID)
@@ -98,13 +99,17 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 		return contract.Result{}, false
 	}
 	// The command is named by a digest of its response_url (unique to it,
-	// and never the secret itself), the reply by its content's too.
+	// and never the secret itself), a seal by its draft_id's and
+	// content's too: the send of the same words is a message of its own.
 	digest := sha256.Sum256([]byte(e.Value.Reveal()))
 	claim := "slack/slash-reply/" + tenant + "/" + sessionKey + "/" + hex.EncodeToString(digest[:16])
-	content := sha256.Sum256([]byte(a.Content))
-	reply := claim + "/" + hex.EncodeToString(content[:16])
 	until := e.Stored.Add(slashReplyWindow)
-	mine, err := p.claims.Claim(ctx, reply, until)
+	reply, mine, err := "", true, error(nil)
+	if a.Op == contract.OpDraft {
+		content := sha256.Sum256([]byte(strconv.FormatInt(a.DraftID, 10) + "/" + a.Content))
+		reply = claim + "/" + hex.EncodeToString(content[:16])
+		mine, err = p.claims.Claim(ctx, reply, until)
+	}
 	first := mine
 	if mine && err == nil {
 		first, err = p.claims.Claim(ctx, claim, until)
@@ -132,8 +137,12 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 	return r, true
 }
 
-// releaseClaim releases a slash reply claim, taken until until.
+// releaseClaim releases a slash reply claim, taken until until (none
+// when key is empty).
 func (p *Platform) releaseClaim(ctx context.Context, key string, until time.Time) {
+	if key == "" {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	if err := p.claims.Release(ctx, key, until); err != nil {

@@ -349,3 +349,27 @@ func TestSlashReplySealResentStaysPrivate(t *testing.T) {
 		t.Fatalf("a later send: %+v, want it public", r)
 	}
 }
+
+// TestSlashReplyContentSentAgainLater: the agent answers a slash command
+// with a send and, within the two minutes, sends the same words again (a
+// later turn's answer): that is a message of its own, posted publicly as
+// any send after the command's reply, not answered as done with nothing
+// posted. So is a send of the words a seal answered a command with: only a
+// seal resent (the same draft_id) is the same reply.
+func TestSlashReplyContentSentAgainLater(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	const seal = `{"op":"draft","chat_id":"C0GEN00001","draft_id":1,"content":"all good","final":true,"metadata":{"scope_id":"T0AAA00001","user_id":"U0ADA00001"}}`
+	for i, reply := range []string{sprintf(slashSend, "all good", ""), seal} {
+		e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", e.fake.ResponseURL("r"+strconv.Itoa(i))))
+		e.sink.Next(t)
+		if r := e.execute(t, "t1", reply); !r.Success || r.MessageID != "" {
+			t.Fatalf("reply %d: %+v, want it private", i, r)
+		}
+		if r := e.execute(t, "t1", sprintf(slashSend, "all good", "")); !r.Success || r.MessageID == "" {
+			t.Fatalf("the same words sent after reply %d: %+v, want them public", i, r)
+		}
+		if posts, public := e.fake.Responses(), e.fake.Calls("chat.postMessage"); len(posts) != i+1 || len(public) != i+1 {
+			t.Fatalf("after reply %d: response_url posts %+v, %d public posts", i, posts, len(public))
+		}
+	}
+}
