@@ -262,3 +262,44 @@ func TestPressOfALinkedAuthorAfterItsGrantLapsed(t *testing.T) {
 		t.Fatalf("prompt updates %+v, want one", updates)
 	}
 }
+
+// TestSharedChannelOnOneTokenKeepsToItsMessages: without slack.client_id
+// the one bot_token serves every workspace, so in a Slack Connect channel
+// shared by A (t1's) and B (t2's) the bot posts for both tenants as one
+// bot user, and Slack would let either's edit or delete change the
+// other's message. There each tenant edits and deletes only the messages
+// the bot posted for it, as where tenants act on grants (platform.Execute):
+// another's is egress_declined, and nothing reaches Slack.
+func TestSharedChannelOnOneTokenKeepsToItsMessages(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	posted := map[string]string{}
+	for _, tenant := range []string{"t1", "t2"} {
+		r := e.execute(t, tenant, `{"op":"send","chat_id":"`+shared+`","content":"from `+tenant+`","metadata":{}}`)
+		if !r.Success || r.MessageID == "" {
+			t.Fatalf("%s's send: %+v", tenant, r)
+		}
+		posted[tenant] = r.MessageID
+	}
+	for _, c := range [][2]string{{"t1", "t2"}, {"t2", "t1"}} {
+		tenant, other := c[0], c[1]
+		updates, deletes := len(fake.Calls("chat.update")), len(fake.Calls("chat.delete"))
+		edit := `{"op":"edit","chat_id":"` + shared + `","message_id":"` + posted[other] + `","content":"hijacked"}`
+		del := `{"op":"delete","chat_id":"` + shared + `","message_id":"` + posted[other] + `"}`
+		for _, op := range []string{edit, del} {
+			if r := e.execute(t, tenant, op); r.Code != contract.CodeEgressDeclined {
+				t.Fatalf("%s on %s's message: %+v, want egress_declined", tenant, other, r)
+			}
+		}
+		if len(fake.Calls("chat.update")) != updates || len(fake.Calls("chat.delete")) != deletes {
+			t.Fatalf("%s changed %s's message", tenant, other)
+		}
+		if r := e.execute(t, tenant, `{"op":"edit","chat_id":"`+shared+`","message_id":"`+posted[tenant]+`","content":"edited"}`); !r.Success {
+			t.Fatalf("%s editing its own message: %+v", tenant, r)
+		}
+	}
+}
