@@ -301,7 +301,7 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack follow_up: content is empty")
 	}
-	ref, url, ok := p.takeResponseURL(ctx, tenant, a.SessionKey)
+	ref, url, stored, ok := p.takeResponseURL(ctx, tenant, a.SessionKey)
 	if !ok {
 		return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: no live response_url for this session")
 	}
@@ -315,7 +315,9 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	used := ref.used
 	defer func() { p.usedResponseURL(context.WithoutCancel(ctx), tenant, a.SessionKey, used) }()
 	for _, part := range parts {
-		if used >= maxResponseURLPosts {
+		post := p.claimPosts(ctx, tenant, a.SessionKey, url, stored, used, 1)
+		if len(post) == 0 {
+			used = maxResponseURLPosts
 			if ref.user == "" {
 				return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: the response_url took its five replies")
 			}
@@ -331,11 +333,11 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 			}
 			continue
 		}
-		msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: used == 0, Text: part}
+		msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: post[0] == 0, Text: part}
 		if err := p.postResponseURL(ctx, url, msg); err != nil {
 			return p.failure(contract.OpFollowUp, err)
 		}
-		used++
+		used = post[0] + 1
 	}
 	return contract.OK("")
 }
