@@ -283,9 +283,9 @@ const maxResponseURLPosts = 5
 // vault keeps under the command's session (kind slack.response_url,
 // looked up for the caller's tenant only): an ephemeral reply, the first
 // replacing the "Running /x…" acknowledgement, as natively. Slack takes at
-// most five posts per response_url; later parts go as ephemeral messages
-// to the command's user in its channel (chat.postEphemeral), never as a
-// public post, while the capability lives (30 minutes), with the token of
+// most five posts per response_url (each claimed once, claimPosts); later
+// parts go as ephemeral messages to the command's user in its channel
+// (chat.postEphemeral), never as a public post, while the capability lives (30 minutes), with the token of
 // the tenant's workspace in that channel (teamFor, as every action of the
 // tenant's there). Without it the result is capability_missing. The
 // response_url outlives the command's routing: tenant must still be
