@@ -285,9 +285,9 @@ const maxResponseURLPosts = 5
 // replacing the "Running /x…" acknowledgement, as natively. Slack takes at
 // most five posts per response_url (each claimed once, claimPosts); later
 // parts go as ephemeral messages to the command's user in its channel
-// (chat.postEphemeral), never as a public post, while the capability lives (30 minutes), with the token of
-// the tenant's workspace in that channel (teamFor, as every action of the
-// tenant's there). Without it the result is capability_missing. The
+// (chat.postEphemeral), never as a public post, while the capability
+// lives (30 minutes), with the token of the tenant's workspace in that
+// channel (teamFor, as every action of the tenant's there). Without it the result is capability_missing. The
 // response_url outlives the command's routing: tenant must still be
 // allowed in the command's channel (platform.Authorize, as a send there),
 // or the follow_up is declined with nothing posted.

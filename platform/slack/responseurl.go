@@ -104,8 +104,8 @@ const slashReplyWindow = 120 * time.Second
 // content are claimed too: the same seal sent again (the gateway resends
 // it after its connection dropped, while the first copy still posts) is
 // answered as done, never posted publicly; a send of the same words is a
-// message of its own. The response_url stays in the
-// vault; no frame ever carries it.
+// message of its own. The response_url stays in the vault; no frame ever
+// carries it.
 func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	user := string(a.Metadata.UserID)
 	if user == "" || strings.TrimSpace(string(a.ReplyTo)) != "" || a.Metadata.MessageID != "" || a.Metadata.ReplyToMessageID != "" {
