@@ -3,7 +3,6 @@ package slack
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -94,10 +93,11 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 // workspace has a bot of its own, and Slack keeps each to its messages.
 func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (platform.Hold, error) {
 	teams := *p.teams.Load()
-	if p.cfg.ClientID != "" || p.cfg.BotToken == "" || !slices.ContainsFunc(slices.Collect(maps.Values(teams)), func(t string) bool { return t != tenant }) {
-		return platform.HoldNone, nil
+	others := false
+	for _, t := range teams {
+		others = others || t != tenant
 	}
-	if owner, _ := p.owners.Load().Owner(platform.Chat{ID: chat}); owner != "" {
+	if owner, _ := p.owners.Load().Owner(platform.Chat{ID: chat}); p.cfg.ClientID != "" || p.cfg.BotToken == "" || !others || owner != "" {
 		return platform.HoldNone, nil
 	}
 	placed, err := p.place(ctx, tenant, chat)
