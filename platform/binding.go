@@ -135,8 +135,9 @@ const (
 	// it, or its by the platform's fallback (ChatTenant).
 	HoldOwn
 	// HoldGrant: the tenant acts there on an author-link grant (rule 3),
-	// as other tenants may: it edits and deletes only the messages the bot
-	// posted for it there (Execute, Grants.Posted).
+	// or beside another owner (a Slack Connect channel on one Slack
+	// bot_token), as other tenants may: it edits and deletes only the
+	// messages the bot posted for it there (Execute, Grants.Posted).
 	HoldGrant
 )
 

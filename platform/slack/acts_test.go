@@ -306,7 +306,7 @@ func TestSlashCommandReplayKeepsItsResponseURLUse(t *testing.T) {
 	if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
 		t.Fatalf("the replay: %d %s", code, resp)
 	}
-	if ref, _, ok := e.p.takeResponseURL(t.Context(), "t1", d.SessionKey); !ok || ref.used != 3 {
+	if ref, _, _, ok := e.p.takeResponseURL(t.Context(), "t1", d.SessionKey); !ok || ref.used != 3 {
 		t.Fatalf("after the replay the response_url is kept %v with %d posts used, want 3", ok, ref.used)
 	}
 }
@@ -327,7 +327,7 @@ func TestSlashCommandReplayLeavesALaterCommandsResponseURL(t *testing.T) {
 	e.sink.Next(t)
 	d := e.sink.Next(t)
 	e.sink.Empty(t)
-	if _, u, ok := e.p.takeResponseURL(t.Context(), "t1", d.SessionKey); !ok || u != later {
+	if _, u, _, ok := e.p.takeResponseURL(t.Context(), "t1", d.SessionKey); !ok || u != later {
 		t.Fatalf("after the replay the session keeps the response_url of %q (kept %v), want the later command's", u, ok)
 	}
 }

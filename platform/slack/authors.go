@@ -55,7 +55,8 @@ func (p *Platform) route(ctx context.Context, user, channel, team string, dm boo
 // one of its workspaces, and no claim of another tenant). The channel is
 // placed first (place), on any instance, whether this one saw it or not; a
 // channel that cannot be placed grants nothing. A chat the tenant has
-// neither claim nor grant of costs no lookup.
+// neither claim nor grant of costs no lookup, but on one bot_token
+// (sharedOnOneToken).
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	if !channelIDPattern.MatchString(chatID) {
 		return platform.HoldNone, nil
@@ -64,7 +65,7 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 	claimSpace, claimed := own.ClaimedIn(chatID, tenant)
 	grantSpace, granted := p.grants.Granted(ctx, chatID, tenant)
 	if !claimed && !granted {
-		return platform.HoldNone, nil
+		return p.sharedOnOneToken(ctx, chatID, tenant)
 	}
 	teams, err := p.place(ctx, tenant, chatID, claimSpace, grantSpace)
 	if err != nil || len(teams) == 0 {
@@ -79,6 +80,39 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 		hold = max(hold, h)
 	}
 	return hold, nil
+}
+
+// sharedOnOneToken is how tenant holds chat when bot_token alone serves
+// every workspace (no slack.client_id) and another tenant's workspace is
+// bound: a channel bound to no tenant itself, placed (place) in a
+// workspace bound to tenant and in one bound to another tenant (Slack
+// Connect), is held by grant (platform.HoldGrant): the bot posts there for
+// both as one bot user, which Slack lets edit and delete either's
+// messages, so each edits and deletes only its own (platform.Execute).
+// Else HoldNone, and ChatTenant decides; with OAuth installs each
+// workspace has a bot of its own, and Slack keeps each to its messages.
+func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (platform.Hold, error) {
+	teams := *p.teams.Load()
+	others := false
+	for _, t := range teams {
+		others = others || t != tenant
+	}
+	if owner, _ := p.owners.Load().Owner(platform.Chat{ID: chat}); p.cfg.ClientID != "" || p.cfg.BotToken == "" || !others || owner != "" {
+		return platform.HoldNone, nil
+	}
+	placed, err := p.place(ctx, tenant, chat)
+	if err != nil {
+		return platform.HoldNone, err
+	}
+	mine, other := false, false
+	for _, team := range placed {
+		t := teams[team]
+		mine, other = mine || t == tenant, other || (t != "" && t != tenant)
+	}
+	if mine && other {
+		return platform.HoldGrant, nil
+	}
+	return platform.HoldNone, nil
 }
 
 // place returns the workspaces channel chat is in: those this instance

@@ -24,10 +24,10 @@ const (
 )
 
 // ownershipEnv is the fixture world plus workspace C, with bindings
-// (besides the fixture's).
-func ownershipEnv(t *testing.T, bindings ...platform.Binding) *env {
+// (besides the fixture's), on deps as newEnv's.
+func ownershipEnv(t *testing.T, deps *platform.Deps, bindings ...platform.Binding) *env {
 	t.Helper()
-	e := newEnv(t, nil, nil)
+	e := newEnv(t, nil, deps)
 	e.fake.AddTeam(teamC)
 	e.fake.AddChannel(teamC.ID, slacktest.Channel{ID: chanNew, Name: "new-general"})
 	e.fake.AddChannel(teamC.ID, slacktest.Channel{ID: dmCat, IsIM: true, Peer: userCat})
@@ -53,7 +53,7 @@ func ownershipEnv(t *testing.T, bindings ...platform.Binding) *env {
 // tenant under the owner floor (no mention needed), which may then answer
 // there; nobody else may.
 func TestOwnershipOrder(t *testing.T) {
-	e := ownershipEnv(t,
+	e := ownershipEnv(t, nil,
 		platform.Binding{Kind: platform.BindUser, ID: userAda, Tenant: "t2"},
 		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"},
 		platform.Binding{Kind: platform.BindScope, ID: "C0CLM00001", Tenant: "t3", Space: teamC.ID},
@@ -108,7 +108,7 @@ func TestOwnershipOrder(t *testing.T) {
 // stops being t2's once its workspace is bound to another tenant.
 func TestGrantYieldsToALaterBinding(t *testing.T) {
 	link := platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"}
-	e := ownershipEnv(t, link)
+	e := ownershipEnv(t, nil, link)
 	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490100.000100", "", "status?"), http.StatusOK)
 	e.sink.Next(t)
 	if granted, _ := e.p.ChatGranted(context.Background(), chanNew, "t2"); granted != platform.HoldGrant {
@@ -129,7 +129,7 @@ func TestGrantYieldsToALaterBinding(t *testing.T) {
 // instance saw it in, else in one of the asking tenant's workspaces; a
 // channel in none of them is unknown, as is a non-Slack id.
 func TestLocateChat(t *testing.T) {
-	e := ownershipEnv(t)
+	e := ownershipEnv(t, nil)
 	e.p.seenIn(chanNew, teamC.ID)
 	if c, err := e.p.LocateChat(platform.WithTenant(context.Background(), "t1"), chanNew); err != nil || c.Space != teamC.ID || c.DM {
 		t.Fatalf("seen channel: %+v %v", c, err)
@@ -226,5 +226,80 @@ func TestGrantPlacedOnEveryInstance(t *testing.T) {
 	}
 	if r := send(c, "t1", chanNew); !r.Success {
 		t.Fatalf("t1 in its workspace: %+v", r)
+	}
+}
+
+// TestPressOfALinkedAuthorAfterItsGrantLapsed: in a workspace nobody
+// binds, a linked author's DM reaches its tenant by grant, which lapses a
+// day after the author last wrote; the prompt the tenant posted there is
+// remembered for 7 days. The author's press a day later is delivered, as
+// the author's message would be (and renews the grant: the tenant may
+// update its prompt), never dropped as prompt_not_owned.
+func TestPressOfALinkedAuthorAfterItsGrantLapsed(t *testing.T) {
+	e := ownershipEnv(t, nil, platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"})
+	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, dmCat, userCat, "1768490100.000100", "", "deploy?"), http.StatusOK)
+	e.sink.Next(t)
+	r := e.execute(t, "t2", `{"op":"prompt","chat_id":"`+dmCat+`","content":"Deploy?","prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("prompt: %+v", r)
+	}
+	// The grant lapses (requests are signed at the time of day: the clock
+	// cannot move a day on, so the grant, platform.Grants' key, goes).
+	e.p.deps.Vault.Delete(context.Background(), vault.Key{Tenant: "t2", SessionKey: "5:slack/" + dmCat, Kind: vault.KindChatGrant})
+	if _, granted := e.p.grants.Granted(context.Background(), dmCat, "t2"); granted {
+		t.Fatal("the grant is still held")
+	}
+	body := slacktest.Press(teamC.ID, dmCat, userCat, r.MessageID, "", "hp1:p1:once", "Approve once")
+	if code, text := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+		t.Fatalf("press: %d %s", code, text)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "p1" {
+		t.Fatalf("the press delivered to %s as %+v", d.Tenant, d.Event)
+	}
+	e.stop() // waits for the prompt's update
+	e.stop = func() {}
+	if updates := e.fake.Calls("chat.update"); len(updates) != 1 {
+		t.Fatalf("prompt updates %+v, want one", updates)
+	}
+}
+
+// TestSharedChannelOnOneTokenKeepsToItsMessages: without slack.client_id
+// the one bot_token serves every workspace, so in a Slack Connect channel
+// shared by A (t1's) and B (t2's) the bot posts for both tenants as one
+// bot user, and Slack would let either's edit or delete change the
+// other's message. There each tenant edits and deletes only the messages
+// the bot posted for it, as where tenants act on grants (platform.Execute):
+// another's is egress_declined, and nothing reaches Slack.
+func TestSharedChannelOnOneTokenKeepsToItsMessages(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	posted := map[string]string{}
+	for _, tenant := range []string{"t1", "t2"} {
+		r := e.execute(t, tenant, `{"op":"send","chat_id":"`+shared+`","content":"from `+tenant+`","metadata":{}}`)
+		if !r.Success || r.MessageID == "" {
+			t.Fatalf("%s's send: %+v", tenant, r)
+		}
+		posted[tenant] = r.MessageID
+	}
+	for _, c := range [][2]string{{"t1", "t2"}, {"t2", "t1"}} {
+		tenant, other := c[0], c[1]
+		updates, deletes := len(fake.Calls("chat.update")), len(fake.Calls("chat.delete"))
+		edit := `{"op":"edit","chat_id":"` + shared + `","message_id":"` + posted[other] + `","content":"hijacked"}`
+		del := `{"op":"delete","chat_id":"` + shared + `","message_id":"` + posted[other] + `"}`
+		for _, op := range []string{edit, del} {
+			if r := e.execute(t, tenant, op); r.Code != contract.CodeEgressDeclined {
+				t.Fatalf("%s on %s's message: %+v, want egress_declined", tenant, other, r)
+			}
+		}
+		if len(fake.Calls("chat.update")) != updates || len(fake.Calls("chat.delete")) != deletes {
+			t.Fatalf("%s changed %s's message", tenant, other)
+		}
+		if r := e.execute(t, tenant, `{"op":"edit","chat_id":"`+shared+`","message_id":"`+posted[tenant]+`","content":"edited"}`); !r.Success {
+			t.Fatalf("%s editing its own message: %+v", tenant, r)
+		}
 	}
 }

@@ -376,7 +376,10 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 // memoryTTL ago, or a store without it) is dropped, and so is one of a
 // prompt whose tenant may no longer act in its channel (mayAct, as an
 // action there): the prompt outlives its chat's routing, which may have
-// moved to another tenant since (prompt_not_owned).
+// moved to another tenant since (prompt_not_owned). A press of a user the
+// chat routes to the prompt's tenant by claim or author link renews its
+// grant first, as the user's message there would: a grant lapses a day
+// after the chat's last such message, the prompt lives 7 days.
 func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Time, delivered func()) error {
 	if p.sink.Load() == nil {
 		return errNotRunning
@@ -391,6 +394,10 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 		return nil
 	}
 	tenant, team := owner.Tenant, owner.Team
+	dm := strings.HasPrefix(pr.channel, "D")
+	if r, ok := p.owners.Load().Route(pr.user, platform.Chat{ID: pr.channel, Space: pr.team, DM: dm}); ok && r.Grant && r.Tenant == tenant {
+		p.grants.Add(ctx, pr.channel, pr.team, tenant) // as the presser's message there would (route)
+	}
 	switch ok, err := p.mayAct(ctx, tenant, pr.channel); {
 	case err != nil:
 		return err
@@ -400,7 +407,7 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	}
 	// Authorized before the dedupe: a press that is not admitted takes
 	// no prompt from the users who are.
-	if drop := p.policy(tenant).refusal(pr.user, strings.HasPrefix(pr.channel, "D")); drop != "" {
+	if drop := p.policy(tenant).refusal(pr.user, dm); drop != "" {
 		p.drop(drop, "")
 		return nil
 	}

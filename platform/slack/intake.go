@@ -309,23 +309,28 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 	rec := r.rec
 	rec.Body = bytes.Clone(rec.Body) // the request's buffer is reused once it is answered
 	p.intake.queueMu.Lock()
-	defer p.intake.queueMu.Unlock()
 	p.intake.take(key, chat)
 	p.intake.claimed(key, until)
-	p.queueIntake(run, key, chat, rec)
+	queued := p.queueIntake(run, key, chat, rec)
+	p.intake.queueMu.Unlock()
+	if !queued {
+		p.releaseIntake(key, until)
+	}
 	return nil
 }
 
-// queueIntake gives entry key, held, its turn in chat.
-func (p *Platform) queueIntake(ctx context.Context, key, chat string, rec intakeRecord) {
+// queueIntake gives entry key, held, its turn in chat. When the queues
+// refuse it (Run is ending) it is no longer held and false is returned:
+// the caller releases its claim once it let queueMu go (a store call).
+func (p *Platform) queueIntake(ctx context.Context, key, chat string, rec intakeRecord) bool {
 	ok := p.queues.Go(ctx, chat, func() {
 		p.handleIntake(ctx, key, rec)
 		p.intake.done(key, chat)
 	})
 	if !ok {
-		p.releaseHeld(key)
 		p.intake.done(key, chat)
 	}
+	return ok
 }
 
 // handleIntake handles entry key until it is delivered, deliberately
@@ -506,7 +511,7 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		first[c.chat] = true
 		return p.deliveredBefore(ctx, c, stored)
 	})
-	var held []claimedEntry // held here meanwhile: let go
+	var held []claimedEntry // held here meanwhile, or refused: let go
 	p.intake.queueMu.Lock()
 	queue = slices.DeleteFunc(queue, func(c claimedEntry) bool {
 		if !p.intake.take(c.key, c.chat) {
@@ -521,7 +526,9 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	}
 	for _, c := range queue {
 		p.intake.resumed.Add(1)
-		p.queueIntake(ctx, c.key, c.chat, c.rec)
+		if !p.queueIntake(ctx, c.key, c.chat, c.rec) {
+			held = append(held, c)
+		}
 	}
 	p.intake.queueMu.Unlock()
 	for _, c := range held {

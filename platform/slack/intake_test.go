@@ -1298,3 +1298,60 @@ func TestIntakeFailedRenewalCountedWhileTheClaimSurelyHeld(t *testing.T) {
 	in.claimed("k", t0.Add(intakeClaimTTL+time.Second)) // a renewal that answered
 	sent(t0.Add(intakeClaimTTL), t0.Add(2*intakeClaimTTL))
 }
+
+// releaseProbe is a store whose intake claim releases count those made
+// while the intake's queue lock was held.
+type releaseProbe struct {
+	store.Store
+	p                atomic.Pointer[Platform]
+	released, locked atomic.Int64
+}
+
+func (s *releaseProbe) Claims() store.Claims { return releaseProbeClaims{s.Store.Claims(), s} }
+
+type releaseProbeClaims struct {
+	store.Claims
+	s *releaseProbe
+}
+
+func (c releaseProbeClaims) Release(ctx context.Context, key string, expires time.Time) error {
+	if p := c.s.p.Load(); p != nil && strings.HasPrefix(key, "slack/intake/") {
+		c.s.released.Add(1)
+		if !p.intake.queueMu.TryLock() {
+			c.s.locked.Add(1)
+		} else {
+			p.intake.queueMu.Unlock()
+		}
+	}
+	return c.Claims.Release(ctx, key, expires)
+}
+
+// TestIntakeRefusedEntryReleasedOutsideTheQueueLock: an entry a sweep
+// took that the chat queues refuse (Run is ending) gives its claim up
+// once the queue lock is let go, not under it: the release is a store
+// call (up to intakeStoreTimeout) every request the intake takes would
+// wait behind. Released, the entry is taken by the next sweep.
+func TestIntakeRefusedEntryReleasedOutsideTheQueueLock(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &releaseProbe{Store: mem}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Clock: clk, Cluster: newNode(t, st, "i0")})
+	st.p.Store(e.p)
+	rec := intakeRecord{Route: routeEvents, Received: clk.Now().UnixNano(),
+		Body: slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "left behind"))}
+	if _, err := mem.Registry().Put(t.Context(), intakeNamespace, intakeKey(teamA.ID+"/"+dmAda, rec), mustJSON(t, rec)); err != nil {
+		t.Fatal(err)
+	}
+	e.p.sweepIntake(t.Context(), e.p.queues.Close) // taken, then refused
+	e.p.queues.Open()
+	if n, locked := st.released.Load(), st.locked.Load(); n != 1 || locked != 0 {
+		t.Fatalf("%d intake claims released, %d of them under the queue lock; want one, not under it", n, locked)
+	}
+	e.sink.Empty(t)
+	e.p.sweepIntake(t.Context(), nil)
+	if d := e.sink.Next(t); d.Event.Text != "left behind" {
+		t.Fatalf("the next sweep delivered %+v, want the entry", d.Event)
+	}
+	intakeEmpty(t, mem)
+}

@@ -283,11 +283,11 @@ const maxResponseURLPosts = 5
 // vault keeps under the command's session (kind slack.response_url,
 // looked up for the caller's tenant only): an ephemeral reply, the first
 // replacing the "Running /x…" acknowledgement, as natively. Slack takes at
-// most five posts per response_url; later parts go as ephemeral messages
-// to the command's user in its channel (chat.postEphemeral), never as a
-// public post, while the capability lives (30 minutes), with the token of
-// the tenant's workspace in that channel (teamFor, as every action of the
-// tenant's there). Without it the result is capability_missing. The
+// most five posts per response_url (each claimed once, claimPosts); later
+// parts go as ephemeral messages to the command's user in its channel
+// (chat.postEphemeral), never as a public post, while the capability
+// lives (30 minutes), with the token of the tenant's workspace in that
+// channel (teamFor, as every action of the tenant's there). Without it the result is capability_missing. The
 // response_url outlives the command's routing: tenant must still be
 // allowed in the command's channel (platform.Authorize, as a send there),
 // or the follow_up is declined with nothing posted.
@@ -301,7 +301,7 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack follow_up: content is empty")
 	}
-	ref, url, ok := p.takeResponseURL(ctx, tenant, a.SessionKey)
+	ref, url, stored, ok := p.takeResponseURL(ctx, tenant, a.SessionKey)
 	if !ok {
 		return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: no live response_url for this session")
 	}
@@ -315,7 +315,9 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	used := ref.used
 	defer func() { p.usedResponseURL(context.WithoutCancel(ctx), tenant, a.SessionKey, used) }()
 	for _, part := range parts {
-		if used >= maxResponseURLPosts {
+		post := p.claimPosts(ctx, tenant, a.SessionKey, url, stored, used, 1)
+		if len(post) == 0 {
+			used = maxResponseURLPosts
 			if ref.user == "" {
 				return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: the response_url took its five replies")
 			}
@@ -331,11 +333,11 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 			}
 			continue
 		}
-		msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: used == 0, Text: part}
+		msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: post[0] == 0, Text: part}
 		if err := p.postResponseURL(ctx, url, msg); err != nil {
 			return p.failure(contract.OpFollowUp, err)
 		}
-		used++
+		used = post[0] + 1
 	}
 	return contract.OK("")
 }

@@ -47,14 +47,35 @@ func parseResponseRef(s string) responseRef {
 	return r
 }
 
-// takeResponseURL returns the response_url kept for tenant's session and
-// what is kept beside it.
-func (p *Platform) takeResponseURL(ctx context.Context, tenant, sessionKey string) (ref responseRef, u string, ok bool) {
+// takeResponseURL returns the response_url kept for tenant's session,
+// what is kept beside it and when it was stored.
+func (p *Platform) takeResponseURL(ctx context.Context, tenant, sessionKey string) (ref responseRef, u string, stored time.Time, ok bool) {
 	e, ok := p.deps.Vault.Get(ctx, vault.Key{Tenant: tenant, SessionKey: sessionKey, Kind: kindResponseURL})
 	if !ok {
-		return responseRef{}, "", false
+		return responseRef{}, "", time.Time{}, false
 	}
-	return parseResponseRef(e.Ref), e.Value.Reveal(), true
+	return parseResponseRef(e.Ref), e.Value.Reveal(), e.Stored, true
+}
+
+// claimPosts claims up to n of the posts left to response_url u, stored
+// at stored for tenant's session, from post used on, and returns their
+// indexes (0 is the post that replaces the acknowledgement). Each post is
+// a claim until the response_url expires, so follow_ups and replies
+// running at once, on any instance, never take more than Slack's five
+// between them (the use count in the vault only says where to look
+// first). A claim the store did not answer is taken all the same: Slack
+// refuses a sixth post itself.
+func (p *Platform) claimPosts(ctx context.Context, tenant, sessionKey, u string, stored time.Time, used, n int) []int {
+	digest := sha256.Sum256([]byte(u))
+	prefix := "slack/response-post/" + tenant + "/" + sessionKey + "/" + hex.EncodeToString(digest[:16]) + "/"
+	ttl, _ := kindResponseURL.TTL()
+	var posts []int
+	for ; used < maxResponseURLPosts && len(posts) < n; used++ {
+		if took, err := p.claims.Claim(ctx, prefix+strconv.Itoa(used), stored.Add(ttl)); took || err != nil {
+			posts = append(posts, used)
+		}
+	}
+	return posts
 }
 
 // slashReplyWindow is how long after a slash command the first reply of
@@ -79,11 +100,12 @@ const slashReplyWindow = 120 * time.Second
 // the gateway stamps the author of the chat's last inbound) of a command
 // whose response_url the vault holds under that session for the tenant,
 // delivered within slashReplyWindow and not answered yet (a claim, so of
-// the instances sharing the store one answers it). The reply's content is
-// claimed too: the same content sent again (a seal the gateway resends
-// after its connection dropped, while the first copy still posts) is
-// answered as done, never posted publicly. The response_url stays in the
-// vault; no frame ever carries it.
+// the instances sharing the store one answers it). A seal's draft_id and
+// content are claimed too: the same seal sent again (the gateway resends
+// it after its connection dropped, while the first copy still posts) is
+// answered as done, never posted publicly; a send of the same words is a
+// message of its own. The response_url stays in the vault; no frame ever
+// carries it.
 func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	user := string(a.Metadata.UserID)
 	if user == "" || strings.TrimSpace(string(a.ReplyTo)) != "" || a.Metadata.MessageID != "" || a.Metadata.ReplyToMessageID != "" {
@@ -98,13 +120,17 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 		return contract.Result{}, false
 	}
 	// The command is named by a digest of its response_url (unique to it,
-	// and never the secret itself), the reply by its content's too.
+	// and never the secret itself), a seal by its draft_id's and
+	// content's too: the send of the same words is a message of its own.
 	digest := sha256.Sum256([]byte(e.Value.Reveal()))
 	claim := "slack/slash-reply/" + tenant + "/" + sessionKey + "/" + hex.EncodeToString(digest[:16])
-	content := sha256.Sum256([]byte(a.Content))
-	reply := claim + "/" + hex.EncodeToString(content[:16])
 	until := e.Stored.Add(slashReplyWindow)
-	mine, err := p.claims.Claim(ctx, reply, until)
+	reply, mine, err := "", true, error(nil)
+	if a.Op == contract.OpDraft {
+		content := sha256.Sum256([]byte(strconv.FormatInt(a.DraftID, 10) + "/" + a.Content))
+		reply = claim + "/" + hex.EncodeToString(content[:16])
+		mine, err = p.claims.Claim(ctx, reply, until)
+	}
 	first := mine
 	if mine && err == nil {
 		first, err = p.claims.Claim(ctx, claim, until)
@@ -123,7 +149,7 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 		p.releaseClaim(ctx, reply, until)
 		return contract.Result{}, false // answered already (on another instance)
 	}
-	r := p.privateReply(ctx, tenant, t.team, sessionKey, ref, e.Value.Reveal(), a.Content)
+	r := p.privateReply(ctx, tenant, t.team, sessionKey, ref, e.Value.Reveal(), e.Stored, a.Content)
 	for key, took := range map[string]bool{reply: mine, claim: first} {
 		if took && !r.Success { // not answered: the gateway's retry is the command's reply too
 			p.releaseClaim(ctx, key, until)
@@ -132,8 +158,12 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 	return r, true
 }
 
-// releaseClaim releases a slash reply claim, taken until until.
+// releaseClaim releases a slash reply claim, taken until until (none
+// when key is empty).
 func (p *Platform) releaseClaim(ctx context.Context, key string, until time.Time) {
+	if key == "" {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	if err := p.claims.Release(ctx, key, until); err != nil {
@@ -147,24 +177,23 @@ func (p *Platform) releaseClaim(ctx context.Context, key string, until time.Time
 // if a post fails, every part with chat.postEphemeral (with workspace
 // team's token: the tenant's, teamFor) instead; if that fails too, the
 // result fails (nothing is posted publicly).
-func (p *Platform) privateReply(ctx context.Context, tenant, team, sessionKey string, ref responseRef, url, content string) contract.Result {
+func (p *Platform) privateReply(ctx context.Context, tenant, team, sessionKey string, ref responseRef, url string, stored time.Time, content string) contract.Result {
 	parts := mrkdwnParts(content)
-	used, err := ref.used, error(nil)
-	if room := maxResponseURLPosts - used; room > 0 {
-		posts := parts
+	var err error
+	if slots := p.claimPosts(ctx, tenant, sessionKey, url, stored, ref.used, len(parts)); len(slots) > 0 {
+		room, posts := len(slots), parts
 		if len(posts) > room {
 			posts = slices.Clone(parts[:room])
 			posts[room-1] = strings.TrimRightFunc(posts[room-1], pytext.IsSpace) +
 				"\n\n_[Reply truncated: " + strconv.Itoa(len(parts)-room) + " more part(s) exceeded Slack's ephemeral reply limit.]_"
 		}
-		for _, part := range posts {
-			msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: used == 0, Text: part}
+		for i, part := range posts {
+			msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: slots[i] == 0, Text: part}
 			if err = p.postResponseURL(ctx, url, msg); err != nil {
 				break
 			}
-			used++
 		}
-		p.usedResponseURL(context.WithoutCancel(ctx), tenant, sessionKey, used)
+		p.usedResponseURL(context.WithoutCancel(ctx), tenant, sessionKey, slots[room-1]+1)
 		if err == nil {
 			return contract.OK("")
 		}

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -347,5 +349,100 @@ func TestSlashReplySealResentStaysPrivate(t *testing.T) {
 	}
 	if r := b.execute(t, "t1", sprintf(slashSend, "and another thing", "")); !r.Success || r.MessageID == "" {
 		t.Fatalf("a later send: %+v, want it public", r)
+	}
+}
+
+// TestSlashReplyContentSentAgainLater: the agent answers a slash command
+// with a send and, within the two minutes, sends the same words again (a
+// later turn's answer): that is a message of its own, posted publicly as
+// any send after the command's reply, not answered as done with nothing
+// posted. So is a send of the words a seal answered a command with: only a
+// seal resent (the same draft_id) is the same reply.
+func TestSlashReplyContentSentAgainLater(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	const seal = `{"op":"draft","chat_id":"C0GEN00001","draft_id":1,"content":"all good","final":true,"metadata":{"scope_id":"T0AAA00001","user_id":"U0ADA00001"}}`
+	for i, reply := range []string{sprintf(slashSend, "all good", ""), seal} {
+		e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", e.fake.ResponseURL("r"+strconv.Itoa(i))))
+		e.sink.Next(t)
+		if r := e.execute(t, "t1", reply); !r.Success || r.MessageID != "" {
+			t.Fatalf("reply %d: %+v, want it private", i, r)
+		}
+		if r := e.execute(t, "t1", sprintf(slashSend, "all good", "")); !r.Success || r.MessageID == "" {
+			t.Fatalf("the same words sent after reply %d: %+v, want them public", i, r)
+		}
+		if posts, public := e.fake.Responses(), e.fake.Calls("chat.postMessage"); len(posts) != i+1 || len(public) != i+1 {
+			t.Fatalf("after reply %d: response_url posts %+v, %d public posts", i, posts, len(public))
+		}
+	}
+}
+
+// TestFollowUpsAtOnceTakeFiveResponsePosts: two follow_ups of a command
+// run at once, on two instances: the first is posting its first part when
+// the second, of five parts, starts. Between them they post through the
+// response_url five times, as Slack takes, and one post replaces the
+// acknowledgement; the parts beyond go ephemerally. Each read the use
+// count before the other stored it, and together they posted eight.
+func TestFollowUpsAtOnceTakeFiveResponsePosts(t *testing.T) {
+	st := newSharedStore(t)
+	fake := newFake(t)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	var waited atomic.Bool
+	upstream, err := url.Parse(fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/response/") && waited.CompareAndSwap(false, true) { // the first post waits
+			started <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
+	vaultOn := vault.NewDurable(st.Capabilities(), vault.Config{})
+	instance := func(name string) *env {
+		return newEnvOn(t, fake, func(c *Config) { c.APIURL = proxy.URL + "/" }, &platform.Deps{Store: st, Vault: vaultOn, Cluster: newNode(t, st, name)})
+	}
+	a, b := instance("i0"), instance("i1")
+	a.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", proxy.URL+"/response/r1"))
+	d := a.sink.Next(t)
+	followUp := func(content string) string {
+		return `{"op":"follow_up","session_key":"` + d.SessionKey + `","kind":"slack.response_url","content":"` + content + `"}`
+	}
+	part := strings.Repeat(strings.Repeat("x", 999)+`\n`, 39)
+	first := make(chan contract.Result, 1)
+	go func() { first <- a.execute(t, "t1", followUp(part+part+part)) }()
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first follow_up's post", waitFor)
+	}
+	if r := b.execute(t, "t1", followUp(strings.Repeat(part, 5))); !r.Success {
+		t.Fatalf("the second follow_up: %+v", r)
+	}
+	releaseOnce()
+	select {
+	case r := <-first:
+		if !r.Success {
+			t.Fatalf("the first follow_up: %+v", r)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first follow_up", waitFor)
+	}
+	posts, replacing := fake.Responses(), 0
+	for _, p := range posts {
+		if p.Body["replace_original"] == true {
+			replacing++
+		}
+	}
+	if len(posts) != 5 || replacing != 1 || len(fake.Calls("chat.postEphemeral")) != 3 {
+		t.Fatalf("%d response_url posts (%d replacing the acknowledgement), %d ephemeral; want 5 (1), 3",
+			len(posts), replacing, len(fake.Calls("chat.postEphemeral")))
 	}
 }
