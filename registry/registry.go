@@ -1363,8 +1363,7 @@ const nsOwnership = "registry/ownership"
 // put-back failed stands (on the primary at least) and is
 // errBindingStays. next's tenant
 // must exist (else ErrNotFound), and a deletion of it meanwhile takes
-// next back (keptFor), a write that stays so too; a take-back that failed
-// is errBindingStays. It needs no
+// next back (keptFor), a write that stays so too. It needs no
 // lock of its caller's, and takes bindMu for its rounds.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) (guard, written []byte, err error) {
 	var value []byte
@@ -1383,15 +1382,10 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 	guard, wrote, err := r.swapBindingLocked(ctx, key, next, value, decide)
 	r.bindMu.Unlock()
 	if next != nil && (wrote || errors.Is(err, errBindingStays)) {
-		stays := false
 		if kerr := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
 			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
-			stays = err != nil && !errors.Is(err, store.ErrNotReplicated)
 			return err
 		}); kerr != nil {
-			if stays {
-				kerr = fmt.Errorf("%w: %w", errBindingStays, kerr)
-			}
 			return nil, nil, kerr
 		}
 	}
