@@ -496,7 +496,8 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 // replicas did not acknowledge, as DeleteTenant does: another instance may
 // have written for it meanwhile (a gateway, a binding), which must not
 // outlive it. Failing that, it stays being deleted (DeleteTenant finishes
-// it); one changed meanwhile stays.
+// it), or created when even its tombstone could not be written; one
+// changed meanwhile stays.
 func (r *Registry) takeBackTenant(ctx context.Context, id string, data []byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
