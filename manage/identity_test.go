@@ -36,7 +36,7 @@ func (r *rig) withIdentity(t *testing.T, key *rsa.PrivateKey) counts {
 	m := counts{}
 	r.logs.Reset()
 	r.h = manage.New(manage.Config{
-		Registry: r.reg, Auth: bearers{"gw-a": "a", "gw-b": "b"}, Identity: v,
+		Registry: r.reg, Auth: r.auth, Identity: v,
 		Apply:     func(context.Context) error { r.applied++; return nil },
 		Platforms: []string{"discord", "telegram"},
 		Log:       slog.New(slog.NewJSONHandler(r.logs, nil)),

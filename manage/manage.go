@@ -56,10 +56,11 @@ import (
 )
 
 // Authenticator checks a gateway's side-channel bearer, the whole
-// Authorization header (relay.Server). Identity tokens are not its job:
+// Authorization header (relay.Server), and returns the key of the secret
+// it was signed with (registry.Registry.GatewayHolds). Identity tokens are not its job:
 // the Handler routes a bearer shaped as a JWT to Config.Identity.
 type Authenticator interface {
-	Authenticate(header string) (tenant, gatewayID string, err error)
+	Authenticate(header string) (tenant, gatewayID string, key []byte, err error)
 }
 
 // Config configures the Handler.
@@ -165,15 +166,16 @@ func (h *Handler) authenticate(ctx context.Context, header string) (caller, erro
 		}
 		return c, nil
 	}
-	tenant, gateway, err := h.cfg.Auth.Authenticate(header)
+	tenant, gateway, key, err := h.cfg.Auth.Authenticate(header)
 	if err != nil {
 		return caller{via: "gateway"}, &authError{contract.Refusal(err).Reason, err}
 	}
 	// Auth knows the gateways this instance last applied; one deleted on
-	// another instance since (a deprovision) is refused as its next
-	// upgrade will be, so nothing it writes outlives it.
+	// another instance since (a deprovision), or made again under its id
+	// for its tenant made again, is refused as its next upgrade will be,
+	// so nothing it writes outlives it or reaches the new tenant.
 	c := caller{tenant: tenant, gateway: gateway, via: "gateway"}
-	if ok, err := h.cfg.Registry.GatewayOf(ctx, tenant, gateway); err != nil || !ok {
+	if ok, err := h.cfg.Registry.GatewayHolds(ctx, tenant, gateway, key); err != nil || !ok {
 		return c, cmp.Or(err, error(&authError{contract.ReasonUnauthorized, fmt.Errorf("gateway %q is no longer tenant %q's", gateway, tenant)}))
 	}
 	return c, nil

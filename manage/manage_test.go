@@ -16,6 +16,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
+	"connector/internal/redistest"
 	"connector/manage"
 	"connector/platform"
 	"connector/registry"
@@ -23,21 +24,25 @@ import (
 	"connector/store"
 )
 
-// bearers authenticates "Bearer <gateway>" for the gateways it names, as
-// relay.Server.Authenticate does for real tokens (cmd/connector's
-// black-box tests use the real one).
-type bearers map[string]string // gateway -> tenant
+// bearers authenticates "Bearer <gateway>" for the gateways it names, with
+// the secret it knows them by, as relay.Server.Authenticate does for real
+// tokens (cmd/connector's black-box tests use the real one).
+type bearers map[string]bearer
 
-func (b bearers) Authenticate(header string) (string, string, error) {
+// bearer is a gateway's tenant and secret, as an instance last applied them.
+type bearer struct{ tenant, secret string }
+
+func (b bearers) Authenticate(header string) (string, string, []byte, error) {
 	gw, _ := strings.CutPrefix(header, "Bearer ")
 	if t, ok := b[gw]; ok {
-		return t, gw, nil
+		return t.tenant, gw, []byte(t.secret), nil
 	}
-	return "", "", contract.ErrTokenExpired
+	return "", "", nil, contract.ErrTokenExpired
 }
 
 type rig struct {
 	reg     *registry.Registry
+	auth    bearers
 	mux     *http.ServeMux
 	h       *manage.Handler
 	applied int
@@ -54,18 +59,20 @@ func newRig(t *testing.T) *rig {
 // newRigOn is newRig on st.
 func newRigOn(t *testing.T, st store.Store) *rig {
 	t.Helper()
-	r := &rig{reg: registry.New(st, clock.System), mux: http.NewServeMux(), logs: &bytes.Buffer{}}
+	r := &rig{reg: registry.New(st, clock.System), auth: bearers{}, mux: http.NewServeMux(), logs: &bytes.Buffer{}}
 	ctx := context.Background()
 	for _, id := range []string{"a", "b"} {
 		if err := r.reg.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.reg.CreateGateway(ctx, id, "gw-"+id); err != nil {
+		secret, err := r.reg.CreateGateway(ctx, id, "gw-"+id)
+		if err != nil {
 			t.Fatal(err)
 		}
+		r.auth["gw-"+id] = bearer{id, secret}
 	}
 	r.h = manage.New(manage.Config{
-		Registry: r.reg, Auth: bearers{"gw-a": "a", "gw-b": "b"},
+		Registry: r.reg, Auth: r.auth,
 		Apply:     func(context.Context) error { r.applied++; return nil },
 		Platforms: []string{"discord", "telegram"},
 		Log:       slog.New(slog.NewJSONHandler(r.logs, nil)),
@@ -209,7 +216,7 @@ func (l *locator) LocateChat(ctx context.Context, chatID string) (platform.Chat,
 // platform.ScopeLocator (Telegram has none here).
 func (r *rig) placeDiscordWith(loc *locator) {
 	r.h = manage.New(manage.Config{
-		Registry: r.reg, Auth: bearers{"gw-a": "a", "gw-b": "b"}, Apply: func(context.Context) error { return nil },
+		Registry: r.reg, Auth: r.auth, Apply: func(context.Context) error { return nil },
 		Platforms: []string{"discord", "telegram"},
 		Locator: func(name string) platform.ScopeLocator {
 			if name == "discord" {
@@ -317,7 +324,7 @@ func TestGatewayRateLimit(t *testing.T) {
 	r := newRig(t)
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
 	r.h = manage.New(manage.Config{
-		Registry: r.reg, Auth: bearers{"gw-a": "a", "gw-b": "b"},
+		Registry: r.reg, Auth: r.auth,
 		Apply:     func(context.Context) error { return nil },
 		Platforms: []string{"discord", "telegram"},
 		Limiter:   change.NewLimiter(clk),
@@ -522,4 +529,43 @@ func TestDeprovisionedGatewayOnAStaleInstanceIsRefused(t *testing.T) {
 		}
 	}
 	r.post(t, "gw-b", "/manage/scope", `{"platform":"discord","channelId":"602"}`, http.StatusOK)
+}
+
+// TestGatewayMadeAgainForATenantMadeAgainRefusesTheOldToken: tenant a
+// deleted and created again, with a gateway of the same id, on instance
+// one; instance two has not applied that yet (its Auth still takes the
+// old gw-a's secret), and refuses the old secret 401 on /manage/*, storing
+// nothing for the new tenant. Before, GatewayOf could not tell the two
+// gw-a apart: the old gateway's token claimed a chat for the new tenant.
+func TestGatewayMadeAgainForATenantMadeAgainRefusesTheOldToken(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	open := func() store.Store {
+		st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	ctx := context.Background()
+	one, two := newRigOn(t, open()), registry.New(open(), clock.System)
+	stale := &rig{reg: two, auth: bearers{"gw-a": one.auth["gw-a"]}, mux: http.NewServeMux(), logs: &bytes.Buffer{}}
+	stale.placeDiscordWith(&locator{guilds: map[string]string{"601": "500"}})
+	if err := one.reg.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.reg.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.reg.CreateGateway(ctx, "a", "gw-a"); err != nil {
+		t.Fatal(err)
+	}
+	stale.post(t, "gw-a", "/manage/scope", `{"platform":"discord","guildId":"500","channelId":"601"}`, http.StatusUnauthorized)
+	s, err := two.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Bindings) != 0 {
+		t.Fatalf("the old gw-a's token on a stale instance stored %+v for the new tenant a", s.Bindings)
+	}
 }

@@ -17,9 +17,9 @@ const DefaultUploadTimeout = 2 * time.Minute
 
 // Authenticator verifies a request's Authorization header: the gateway's
 // own HMAC bearer token, the one its /relay upgrade carries. It returns
-// the gateway's tenant and id.
+// the gateway's tenant and id, and the key of the secret it signed with.
 type Authenticator interface {
-	Authenticate(authorization string) (tenant, gatewayID string, err error)
+	Authenticate(authorization string) (tenant, gatewayID string, key []byte, err error)
 }
 
 // HandlerConfig configures Handler.
@@ -70,7 +70,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusMethodNotAllowed, "method not allowed")
 		return
 	}
-	tenant, _, err := h.cfg.Auth.Authenticate(r.Header.Get("Authorization"))
+	tenant, _, _, err := h.cfg.Auth.Authenticate(r.Header.Get("Authorization"))
 	if err != nil {
 		h.cfg.Log.Debug("media request refused", "reason", "unauthorized", "err", err)
 		httpjson.Error(w, http.StatusUnauthorized, "unauthorized")

@@ -24,11 +24,11 @@ import (
 // tokens is an Authenticator: a header "Bearer <token>" maps to a tenant.
 type tokens map[string]string
 
-func (t tokens) Authenticate(h string) (string, string, error) {
+func (t tokens) Authenticate(h string) (string, string, []byte, error) {
 	if tenant, ok := t[strings.TrimPrefix(h, "Bearer ")]; ok && strings.HasPrefix(h, "Bearer ") {
-		return tenant, "gw-" + tenant, nil
+		return tenant, "gw-" + tenant, nil, nil
 	}
-	return "", "", errors.New("bad token")
+	return "", "", nil, errors.New("bad token")
 }
 
 func newStore(t *testing.T, cfg Config) (*Store, *clocktest.Fake) {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"connector/platform"
-	"connector/store"
 )
 
 // This file owns what the Hermes management plane (/manage/*, package
@@ -107,16 +106,19 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 
 // RedeemLinkCode consumes code and links (platformName, user) to the
 // tenant that issued it, which it returns. A code is redeemed once: of
-// concurrent redeemers (on any instance) one wins; the user it linked
-// sending it again is answered so. An unknown, expired or other-platform
-// code, or one another user spent, is ErrNotFound; a link that would take
-// the tenant past MaxTenantBindings is ErrLimit, the code unspent.
+// concurrent redeemers (on any instance) one wins; the user it was spent
+// for sending it again is answered so, and linked when its link is
+// missing (the redemption that spent it failed, or its instance stopped,
+// before linking). An unknown, expired or other-platform code, or one
+// another user spent, is ErrNotFound; a link that would take the tenant
+// past MaxTenantBindings is ErrLimit, the code unspent.
 //
-// The link is written before the code is consumed, and taken back when
-// the code is gone by then: so a deprovision of the tenant (DropManaged,
-// which removes the codes before the links), on any instance, either
-// finds the link or leaves the redemption nothing to consume. Either way
-// no link outlives it.
+// The code is consumed (marked spent for the user) before the link is
+// written, so no instance stopping in between leaves a link with its code
+// redeemable. The code is looked at again after the link: when it is gone
+// by then, a deprovision of the tenant (DropManaged, which removes the
+// codes before the links), on any instance, ran meanwhile, and the link
+// written is taken back: no link outlives it.
 func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code string) (string, error) {
 	norm, ok := NormalizeLinkCode(code)
 	if !ok {
@@ -138,84 +140,54 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 		return "", cmp.Or(err, ErrNotFound)
 	}
 	b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindUser, ID: user, Tenant: c.Tenant})
-	if c.Redeemed != "" {
-		// The user it linked sending it again (a resend, a retry after a
-		// refusal whose link stayed) is answered linked while the link
-		// stands; anyone else finds it spent.
-		if err != nil || c.Redeemed != b.key() {
-			return "", ErrNotFound
-		}
-		_, linked, err := r.kv.Get(ctx, nsBindings, b.key())
-		if err != nil || !linked {
-			return "", cmp.Or(err, ErrNotFound)
-		}
-		return c.Tenant, nil
-	}
-	if err != nil {
-		return "", err
+	if err != nil || c.Redeemed != "" && c.Redeemed != b.key() {
+		return "", cmp.Or(err, ErrNotFound)
 	}
 	release, err := r.reserve(ctx, c.Tenant, b)
 	if err != nil {
 		return "", err
 	}
 	defer release()
-	// Write the link, then consume the code (mark it redeemed by this
-	// link) or take the link back, for a request given up meanwhile too
-	// (the store may apply a write whose caller stopped waiting): one
-	// code makes one link. A code another redemption of the same link
-	// consumed meanwhile (the user sent it twice) leaves the link, which
-	// that one's success counts on.
+	// Consume, link and look again on a context the request does not
+	// cancel: the store may apply a write whose caller stopped waiting. A
+	// consumption or link refused (the replicas did not acknowledge it, the
+	// store failed) leaves the code spent for the user, whose resend links.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	spent := c
-	spent.Redeemed = b.key()
-	value, err := json.Marshal(spent)
-	if err != nil {
-		return "", err
+	if c.Redeemed == "" {
+		c.Redeemed = b.key()
+		value, err := json.Marshal(c)
+		if err != nil {
+			return "", err
+		}
+		if consumed, err := r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value); err != nil {
+			return "", err
+		} else if !consumed { // another redemption's: the same user's resend goes on
+			if ok, err := r.spentFor(ctx, want, b); err != nil || !ok {
+				return "", cmp.Or(err, ErrNotFound)
+			}
+		}
 	}
 	link, err := r.bind(ctx, b, nil)
-	if errors.Is(err, errBindingStays) { // a refused link that stands keeps its code spent
-		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
-	}
 	if err != nil {
 		return "", err
 	}
-	consumed, err := r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
-	// A consumption the replicas did not acknowledge applied on the
-	// primary (store.ErrNotReplicated): the code is given back once the
-	// link is taken back, so the refused redemption does not burn it; a
-	// link that stays keeps it spent.
-	spentThere := errors.Is(err, store.ErrNotReplicated)
-	if err == nil && !consumed {
-		var now linkCode
-		if _, ok, gerr := r.getRaw(ctx, nsLinkCodes, want, &now); gerr != nil {
-			err = gerr
-		} else {
-			consumed = ok && now.Redeemed == b.key()
+	if ok, err := r.spentFor(ctx, want, b); err != nil || !ok {
+		if link != nil { // the code went meanwhile (a deprovision): so does the link this wrote
+			_, uerr := r.kv.CompareAndSwap(ctx, nsBindings, b.key(), link, nil)
+			r.notify(ctx)
+			err = cmp.Or(err, uerr)
 		}
+		return "", cmp.Or(err, ErrNotFound)
 	}
-	if err == nil && consumed {
-		return c.Tenant, nil
-	}
-	// linked: the link stays, its take-back failing.
-	linked := false
-	if link != nil { // the code went meanwhile: another redeemer, or a deprovision
-		_, uerr := r.kv.CompareAndSwap(ctx, nsBindings, b.key(), link, nil)
-		// A take-back the replicas did not acknowledge applied on the
-		// primary, as the consumption it answers did.
-		linked = uerr != nil && !errors.Is(uerr, store.ErrNotReplicated)
-		if uerr != nil && err == nil {
-			err = uerr
-		}
-		r.notify(ctx)
-	}
-	switch { // one code, one link: a code given back with its link standing would make a second
-	case spentThere && !linked:
-		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, value, raw) // failing that, it stays spent
-	case linked && !spentThere: // its consumption failed
-		_, _ = r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
-	}
-	return "", cmp.Or(err, ErrNotFound)
+	return c.Tenant, nil
+}
+
+// spentFor reports whether link code want is stored spent for b.
+func (r *Registry) spentFor(ctx context.Context, want string, b Binding) (bool, error) {
+	var c linkCode
+	_, ok, err := r.getRaw(ctx, nsLinkCodes, want, &c)
+	return ok && c.Redeemed == b.key(), err
 }
 
 // NormalizeLinkCode spells code as issued: upper case, without the

@@ -407,14 +407,22 @@ func TestUndecodableLinkCodeIsSwept(t *testing.T) {
 
 // TestRedeemRacesADeprovisionOnRedis: two instances on one redis-server;
 // while instance one redeems tenant a's link code, instance two drops
-// what the management plane made for a (a deprovision), just before and
-// just after the redemption consumes the code. No link to a survives
-// either, and a redemption whose code the deprovision took is
-// ErrNotFound. Before, a redemption that had consumed its code linked the
-// user after the deprovision had cleared the tenant's links.
+// what the management plane made for a (a deprovision): before the
+// redemption consumes the code, after it did, and after the link is
+// written. No link to a survives any, and the redemption, whose code the
+// deprovision took, is ErrNotFound. Before, a redemption that had
+// consumed its code linked the user after the deprovision had cleared the
+// tenant's links.
 func TestRedeemRacesADeprovisionOnRedis(t *testing.T) {
-	for _, when := range []string{"before", "after"} {
-		t.Run(when, func(t *testing.T) {
+	for _, when := range []struct {
+		name, namespace string
+		before          bool
+	}{
+		{"before the consumption", "registry/linkcodes", true},
+		{"after the consumption", "registry/linkcodes", false},
+		{"after the link", "registry/ownership", false},
+	} {
+		t.Run(when.name, func(t *testing.T) {
 			ctx := context.Background()
 			hooked, one, two := hookedOnRedis(t)
 			if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
@@ -426,7 +434,7 @@ func TestRedeemRacesADeprovisionOnRedis(t *testing.T) {
 			}
 			raced := false
 			hook := func(op, namespace, _ string) {
-				if raced || op != "delete" && op != "cas" || namespace != "registry/linkcodes" { // the code consumed: deleted, or marked redeemed
+				if raced || op != "cas" || namespace != when.namespace {
 					return
 				}
 				raced = true
@@ -434,20 +442,17 @@ func TestRedeemRacesADeprovisionOnRedis(t *testing.T) {
 					t.Errorf("deprovision while the code is redeemed: %v", err)
 				}
 			}
-			if when == "before" {
+			if when.before {
 				hooked.before = hook
 			} else {
 				hooked.after = hook
 			}
 			_, err = one.RedeemLinkCode(ctx, "telegram", "4001", code)
 			if !raced {
-				t.Fatal("the hook never ran: the redemption consumed no code")
+				t.Fatal("the hook never ran")
 			}
-			if when == "before" && !errors.Is(err, registry.ErrNotFound) {
+			if !errors.Is(err, registry.ErrNotFound) {
 				t.Fatalf("redeeming a code the deprovision took: %v, want ErrNotFound", err)
-			}
-			if when == "after" && err != nil {
-				t.Fatalf("redeeming before the deprovision: %v", err)
 			}
 			s, _ := effective(t, two)
 			if got := bindingsOf(s, "a", platform.BindUser); len(got) != 0 {
@@ -599,17 +604,16 @@ func TestSetPrincipalRacingABindOnRedis(t *testing.T) {
 	}
 }
 
-// TestRedeemFindingItsLinkMadeMeanwhileLeavesItOnRedis: two instances on
-// one redis-server; a user sends two codes of one tenant. While instance
+// TestRedeemCodeInFlightIsNotAnotherUsersOnRedis: two instances on one
+// redis-server; a user sends two codes of one tenant. While instance
 // one's redemption of the first is about to write the link, instance two
 // redeems the second for the same user (the same link, answered
-// "linked") and another user the first. Instance one's write loses to the
-// link, which its next round finds there: nothing to write; its code is
-// gone, so it is ErrNotFound, and the link it did not write stays.
-// Before, bind's "wrote" stayed set from the lost round: instance one took
-// for its own the link instance two had answered "linked" for, and took
-// it back.
-func TestRedeemFindingItsLinkMadeMeanwhileLeavesItOnRedis(t *testing.T) {
+// "linked"), and another user sends the first: refused, the code spent
+// for the first user. Instance one's write loses to the link, which its
+// next round finds there: nothing to write, and it answers linked. Before,
+// the link was written before the code was consumed: the other user was
+// linked by a code whose first redemption was still under way.
+func TestRedeemCodeInFlightIsNotAnotherUsersOnRedis(t *testing.T) {
 	ctx := context.Background()
 	hooked, one, two := hookedOnRedis(t)
 	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
@@ -624,12 +628,11 @@ func TestRedeemFindingItsLinkMadeMeanwhileLeavesItOnRedis(t *testing.T) {
 		codes[i] = code
 	}
 	var raced atomic.Bool
-	var twoErr error
+	var twoErr, otherErr error
 	hooked.before = func(op, namespace, _ string) {
 		if op == "cas" && namespace == "registry/bindings" && raced.CompareAndSwap(false, true) {
-			if _, twoErr = two.RedeemLinkCode(ctx, "telegram", "4601", codes[1]); twoErr == nil {
-				_, twoErr = two.RedeemLinkCode(ctx, "telegram", "4602", codes[0])
-			}
+			_, twoErr = two.RedeemLinkCode(ctx, "telegram", "4601", codes[1])
+			_, otherErr = two.RedeemLinkCode(ctx, "telegram", "4602", codes[0])
 		}
 	}
 	_, oneErr := one.RedeemLinkCode(ctx, "telegram", "4601", codes[0])
@@ -637,62 +640,21 @@ func TestRedeemFindingItsLinkMadeMeanwhileLeavesItOnRedis(t *testing.T) {
 	if !raced.Load() {
 		t.Fatal("the hook never ran: instance one wrote no link")
 	}
-	if twoErr != nil {
-		t.Fatalf("instance two's redemptions while instance one's link is in flight: %v", twoErr)
+	if twoErr != nil || oneErr != nil {
+		t.Fatalf("the user's two redemptions: %v on instance two, %v on instance one; want both linked", twoErr, oneErr)
 	}
-	if !errors.Is(oneErr, registry.ErrNotFound) {
-		t.Fatalf("instance one's redemption of a code another user spent meanwhile: %v, want ErrNotFound", oneErr)
+	if !errors.Is(otherErr, registry.ErrNotFound) {
+		t.Fatalf("another user's redemption of a code whose redemption is under way: %v, want ErrNotFound", otherErr)
 	}
 	s, _ := effective(t, two)
-	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"telegram:4601", "telegram:4602"}) {
-		t.Fatalf("links of a after instance two linked both users: %q, want telegram:4601 and telegram:4602", got)
-	}
-}
-
-// TestRedeemKeepsTheCodeSpentWhileItsLinkStaysOnRedis: a redemption whose
-// code's consumption fails for its store (nothing written), and whose
-// link's take-back fails too, leaves the link standing: the code is spent
-// all the same, so another user sending it is not linked as well. Before,
-// only a consumption refused for want of replicas was followed so: after
-// a plain store error the code stayed redeemable, two links of one code.
-func TestRedeemKeepsTheCodeSpentWhileItsLinkStaysOnRedis(t *testing.T) {
-	ctx := context.Background()
-	hooked, one, two := hookedOnRedis(t)
-	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	code, _, err := two.IssueLinkCode(ctx, "a", "gw-a", "", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unreachable := errors.New("store unreachable (injected)")
-	codes, links := 0, 0
-	hooked.put = func(namespace, _ string) error {
-		switch namespace {
-		case "registry/linkcodes":
-			if codes++; codes == 1 { // the consumption
-				return unreachable
-			}
-		case "registry/bindings":
-			if links++; links == 2 { // the link's take-back
-				return unreachable
-			}
-		}
-		return nil
-	}
-	if _, err := one.RedeemLinkCode(ctx, "telegram", "4801", code); err == nil || codes == 0 || links < 2 {
-		t.Fatalf("a redemption whose consumption and take-back fail: %v (%d code writes, %d link writes), want an error", err, codes, links)
-	}
-	_, second := two.RedeemLinkCode(ctx, "telegram", "4802", code)
-	s, _ := effective(t, two)
-	if got := bindingsOf(s, "a", platform.BindUser); len(got) != 1 || !errors.Is(second, registry.ErrNotFound) {
-		t.Fatalf("one code, a failed redemption whose link stayed, then another user's (%v): links %q, want the first link only and the code spent", second, got)
+	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"telegram:4601"}) {
+		t.Fatalf("links of a: %q, want telegram:4601 alone", got)
 	}
 }
 
 // TestRedeemTakesBackItsOwnLinkOnlyOnRedis: two instances on one
-// redis-server; while instance one redeems tenant a's code, before it
-// consumes it, instance two deprovisions a (the code and the link go),
+// redis-server; while instance one redeems tenant a's code, after its link
+// is written, instance two deprovisions a (the code and the link go),
 // and the same user redeems a new code of a there. Instance one finds its
 // code gone and takes its link back, leaving the link the new code made:
 // that user was answered linked. Before, the take-back compared the bytes
@@ -709,8 +671,8 @@ func TestRedeemTakesBackItsOwnLinkOnlyOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	raced := false
-	hooked.before = func(op, namespace, _ string) {
-		if raced || op != "cas" || namespace != "registry/linkcodes" { // the code about to be consumed
+	hooked.after = func(op, namespace, _ string) {
+		if raced || op != "cas" || namespace != "registry/ownership" { // the link written
 			return
 		}
 		raced = true
@@ -778,5 +740,56 @@ func TestRedeemKeepsTheCodeSpentWhenItsLinkCannotBeJudgedOnRedis(t *testing.T) {
 	s, _ := effective(t, two)
 	if got := bindingsOf(s, "a", platform.BindUser); len(got) != 1 || !errors.Is(second, registry.ErrNotFound) {
 		t.Fatalf("one code, a failed redemption whose link stayed, then another user's (%v): links %q, want the first link only and the code spent", second, got)
+	}
+}
+
+// TestRedeemStoppingMidwayMakesOneLinkOnRedis: two instances on one
+// redis-server; instance one stops (here: every store call of it fails
+// from then on) right after a redemption's first write of the code or the
+// link, or right after its link is written. One code still makes one
+// link: another user sending it on instance two is refused, and the user
+// it was spent for, sending it again there, is linked. Before, the link
+// was written before the code was consumed: an instance stopping in
+// between left the link standing and the code redeemable, and the next
+// user was linked as well.
+func TestRedeemStoppingMidwayMakesOneLinkOnRedis(t *testing.T) {
+	for _, after := range []string{"its first write", "its link"} {
+		t.Run(after, func(t *testing.T) {
+			ctx := context.Background()
+			hooked, one, two := hookedOnRedis(t)
+			if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			code, _, err := two.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stopped := false
+			hooked.after = func(op, namespace, _ string) {
+				first := namespace == "registry/linkcodes" || namespace == "registry/bindings"
+				if op == "cas" && (after == "its first write" && first || after == "its link" && namespace == "registry/ownership") {
+					stopped = true
+				}
+			}
+			dead := errors.New("instance stopped (injected)")
+			hooked.put = func(string, string) error {
+				if stopped {
+					return dead
+				}
+				return nil
+			}
+			hooked.get = hooked.put
+			if _, err := one.RedeemLinkCode(ctx, "telegram", "5001", code); !stopped || err == nil {
+				t.Fatalf("a redemption whose instance stopped after %s: %v (stopped: %v), want an error", after, err, stopped)
+			}
+			_, other := two.RedeemLinkCode(ctx, "telegram", "5002", code)
+			tenant, again := two.RedeemLinkCode(ctx, "telegram", "5001", code)
+			s, _ := effective(t, two)
+			got := bindingsOf(s, "a", platform.BindUser)
+			if !errors.Is(other, registry.ErrNotFound) || again != nil || tenant != "a" || !slices.Equal(got, []string{"telegram:5001"}) {
+				t.Fatalf("one code, its redemption's instance stopped after %s; then another user's (%v), then the user's again (%q, %v): links %q, want the user's alone",
+					after, other, tenant, again, got)
+			}
+		})
 	}
 }

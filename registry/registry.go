@@ -496,7 +496,8 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 // replicas did not acknowledge, as DeleteTenant does: another instance may
 // have written for it meanwhile (a gateway, a binding), which must not
 // outlive it. Failing that, it stays being deleted (DeleteTenant finishes
-// it); one changed meanwhile stays.
+// it), or created when even its tombstone could not be written; one
+// changed meanwhile stays.
 func (r *Registry) takeBackTenant(ctx context.Context, id string, data []byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
@@ -1363,8 +1364,7 @@ const nsOwnership = "registry/ownership"
 // put-back failed stands (on the primary at least) and is
 // errBindingStays. next's tenant
 // must exist (else ErrNotFound), and a deletion of it meanwhile takes
-// next back (keptFor), a write that stays so too; a take-back that failed
-// is errBindingStays. It needs no
+// next back (keptFor), a write that stays so too. It needs no
 // lock of its caller's, and takes bindMu for its rounds.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) (guard, written []byte, err error) {
 	var value []byte
@@ -1383,15 +1383,10 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 	guard, wrote, err := r.swapBindingLocked(ctx, key, next, value, decide)
 	r.bindMu.Unlock()
 	if next != nil && (wrote || errors.Is(err, errBindingStays)) {
-		stays := false
 		if kerr := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
 			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
-			stays = err != nil && !errors.Is(err, store.ErrNotReplicated)
 			return err
 		}); kerr != nil {
-			if stays {
-				kerr = fmt.Errorf("%w: %w", errBindingStays, kerr)
-			}
 			return nil, nil, kerr
 		}
 	}

@@ -63,14 +63,14 @@ func TestEnrollNotReplicatedGivesTheTokenBackOnRedis(t *testing.T) {
 	}
 }
 
-// TestRedeemNotReplicatedGivesTheCodeBackOnRedis: with redis_min_replicas
-// and the replica lost after a redemption wrote its link, the code's
-// consumption (a registry CompareAndSwap) applies on the primary but fails
-// with store.ErrNotReplicated. The redemption is refused, its link taken
-// back and its code given back: the same user's retry links once the
-// store is whole. Before, the code stayed spent on the primary: a refused
-// redemption had burnt its code, and the user had to ask for a new one.
-func TestRedeemNotReplicatedGivesTheCodeBackOnRedis(t *testing.T) {
+// TestRedeemNotReplicatedKeepsTheCodeForItsUserOnRedis: with
+// redis_min_replicas and the replica lost, a redemption's consumption of
+// its code (a registry CompareAndSwap, its first write) applies on the
+// primary but fails with store.ErrNotReplicated. The redemption is
+// refused with no link written, and the code stays spent for its user:
+// another user is refused, and the same user's retry links once the store
+// is whole. A refused redemption does not burn its code for its user.
+func TestRedeemNotReplicatedKeepsTheCodeForItsUserOnRedis(t *testing.T) {
 	ctx := context.Background()
 	primary := redistest.Start(t, redistest.Options{})
 	replica := redistest.StartReplicas(t, primary, 1)[0]
@@ -86,7 +86,7 @@ func TestRedeemNotReplicatedGivesTheCodeBackOnRedis(t *testing.T) {
 	}
 	killed := false
 	hooked.before = func(op, namespace, _ string) {
-		if op == "cas" && namespace == "registry/linkcodes" && !killed { // the link written
+		if op == "cas" && namespace == "registry/linkcodes" && !killed { // the code about to be consumed
 			killed = true
 			replica.Kill(t)
 			loss.lost.Store(true)
@@ -104,7 +104,10 @@ func TestRedeemNotReplicatedGivesTheCodeBackOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(s.Bindings) != 0 {
-		t.Fatalf("after the refused redemption: bindings %v, want its link taken back", s.Bindings)
+		t.Fatalf("after the refused redemption: bindings %v, want no link", s.Bindings)
+	}
+	if _, err := plain.RedeemLinkCode(ctx, "telegram", "4202", code); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("another user's redemption of the code spent for 4201: %v, want ErrNotFound", err)
 	}
 	if tenant, err := plain.RedeemLinkCode(ctx, "telegram", "4201", code); err != nil || tenant != "a" {
 		t.Fatalf("the code of the refused redemption, again: %q, %v (it was burnt)", tenant, err)
@@ -256,10 +259,12 @@ func TestRedeemGivenUpDuringTheLinkOnRedis(t *testing.T) {
 // TestRedeemNotReplicatedTakesTheLinkBackOnRedis: with redis_min_replicas
 // and the replica lost right before a redemption's link is written, the
 // link's write applies on the primary but fails with
-// store.ErrNotReplicated: the redemption is refused, the link taken back
-// and the code left redeemable, so one code still makes one link. Before,
-// the link stayed on the primary with the code unspent: the refused user
-// was linked, and the next user to send the code was linked too.
+// store.ErrNotReplicated: the redemption is refused and the link taken
+// back, the code spent for the refused user (consumed before the link):
+// another user is refused, the refused user's retry links, so one code
+// still makes one link. Before the link was taken back, it stayed on the
+// primary with the code unspent: the refused user was linked, and the
+// next user to send the code was linked too.
 func TestRedeemNotReplicatedTakesTheLinkBackOnRedis(t *testing.T) {
 	ctx := context.Background()
 	primary := redistest.Start(t, redistest.Options{})
@@ -289,15 +294,21 @@ func TestRedeemNotReplicatedTakesTheLinkBackOnRedis(t *testing.T) {
 	if !errors.Is(first, store.ErrNotReplicated) {
 		t.Fatalf("a redemption losing the replica before its link is written: %v, want ErrNotReplicated", first)
 	}
-	if _, err := plain.RedeemLinkCode(ctx, "telegram", "4402", code); err != nil {
-		t.Fatalf("the code of the refused redemption, by another user: %v", err)
+	if s, err := plain.Stored(ctx); err != nil || len(s.Bindings) != 0 {
+		t.Fatalf("after the refused redemption: bindings %v (%v), want its link taken back", s.Bindings, err)
+	}
+	if _, err := plain.RedeemLinkCode(ctx, "telegram", "4402", code); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("the code of the refused redemption, by another user: %v, want ErrNotFound", err)
+	}
+	if _, err := plain.RedeemLinkCode(ctx, "telegram", "4401", code); err != nil {
+		t.Fatalf("the refused user's retry: %v", err)
 	}
 	s, err := plain.Stored(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Bindings) != 1 || s.Bindings[0].ID != "4402" {
-		t.Fatalf("one code, a redemption refused for want of the replica, then another: bindings %v, want the second's link alone", s.Bindings)
+	if len(s.Bindings) != 1 || s.Bindings[0].ID != "4401" {
+		t.Fatalf("one code, a redemption refused for want of the replica, then its retry: bindings %v, want the retry's link alone", s.Bindings)
 	}
 }
 
@@ -427,59 +438,6 @@ func TestCreateTenantNotReplicatedLeavesNoTenantOnRedis(t *testing.T) {
 	}
 	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
 		t.Fatalf("the retry of the refused creation: %v, want the tenant made", err)
-	}
-}
-
-// TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkStaysOnRedis: with
-// redis_min_replicas and the replica lost after a redemption wrote its
-// link, the code's consumption fails with store.ErrNotReplicated, and the
-// link's take-back fails too (the store unreachable a moment). The code
-// then stays spent: its link stands, so one code still makes one link.
-// Before, the code was given back whether or not the link was taken back:
-// the next user to send it was linked as well, two links of one code.
-func TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkStaysOnRedis(t *testing.T) {
-	ctx := context.Background()
-	primary := redistest.Start(t, redistest.Options{})
-	replica := redistest.StartReplicas(t, primary, 1)[0]
-	loss := lossOf(t, primary)
-	hooked := &hookedStore{Store: loss}
-	strict, plain := registry.New(hooked, clock.System), registry.New(loss.patient, clock.System)
-	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	code, _, err := plain.IssueLinkCode(ctx, "a", "gw-a", "", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	hooked.before = func(op, namespace, _ string) {
-		if op == "cas" && namespace == "registry/linkcodes" && !killed { // the link written
-			killed = true
-			replica.Kill(t)
-			loss.lost.Store(true)
-		}
-	}
-	unreachable := errors.New("store unreachable (injected)")
-	hooked.put = func(namespace, _ string) error {
-		if killed && namespace == "registry/bindings" { // the link's take-back
-			return unreachable
-		}
-		return nil
-	}
-	_, first := strict.RedeemLinkCode(ctx, "telegram", "4501", code)
-	if !killed {
-		t.Fatalf("the hook never ran: the redemption consumed no code (%v)", first)
-	}
-	if first == nil {
-		t.Fatal("a redemption whose code's consumption was not replicated succeeded")
-	}
-	_, second := plain.RedeemLinkCode(ctx, "telegram", "4502", code)
-	s, err := plain.Stored(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(s.Bindings) != 1 || !errors.Is(second, registry.ErrNotFound) {
-		t.Fatalf("one code, a refused redemption (%v) whose link stayed, then another user's (%v): links %v, want the first link only and the code spent", first, second, s.Bindings)
 	}
 }
 

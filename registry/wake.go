@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"connector/contract"
 	"connector/store"
 	"connector/wake"
 )
@@ -148,12 +149,38 @@ func (r *Registry) WakeTargets(ctx context.Context, tenant string) ([]wake.Targe
 // GatewayOf reports whether gateway id belongs to tenant, in the declared
 // layer or, unless the YAML declares the id, the stored one.
 func (r *Registry) GatewayOf(ctx context.Context, tenant, id string) (bool, error) {
+	g, ok, err := r.gatewayNamed(ctx, id)
+	return ok && g.Tenant == tenant, err
+}
+
+// GatewayHolds is GatewayOf for a gateway that authenticated with key
+// (contract.Token.Match's): the gateway must still have the secret too. A
+// gateway made again under the id (its tenant deleted and created again,
+// on any instance) has secrets of its own, so a token of the earlier one,
+// which an instance that has not applied the change still takes, is not
+// the new gateway's.
+func (r *Registry) GatewayHolds(ctx context.Context, tenant, id string, key []byte) (bool, error) {
+	g, ok, err := r.gatewayNamed(ctx, id)
+	if err != nil || !ok || g.Tenant != tenant {
+		return false, err
+	}
+	var secrets []string
+	for _, s := range g.liveSecrets(r.clock.Now()) {
+		secrets = append(secrets, s.Value)
+	}
+	keys, err := contract.NewTokenKeys(secrets)
+	return err == nil && keys.Holds(key), nil
+}
+
+// gatewayNamed returns gateway id, declared or, unless the YAML declares
+// the id, stored.
+func (r *Registry) gatewayNamed(ctx context.Context, id string) (Gateway, bool, error) {
 	for _, g := range r.declared.Load().Gateways {
 		if g.ID == id {
-			return g.Tenant == tenant, nil
+			return g, true, nil
 		}
 	}
 	var g Gateway
 	_, ok, err := r.getRaw(ctx, nsGateways, id, &g)
-	return ok && g.Tenant == tenant, err
+	return g, ok, err
 }

@@ -46,12 +46,14 @@ func (s *Server) authenticate(header string) (gw *gatewayRecord, key []byte, cla
 
 // Authenticate verifies the Authorization header of an HTTP side-channel
 // request (POST /relay/policy, the media routes), which carries the same bearer token as an
-// upgrade, and returns the gateway's tenant and id. The error never
-// carries the token or a secret.
-func (s *Server) Authenticate(header string) (tenant, gatewayID string, err error) {
-	gw, _, _, err := s.authenticate(header)
+// upgrade, and returns the gateway's tenant and id, and the key of the
+// secret the token was signed with (registry.Registry.GatewayHolds tells
+// whether the stored gateway still has it). The error never carries the
+// token or a secret.
+func (s *Server) Authenticate(header string) (tenant, gatewayID string, key []byte, err error) {
+	gw, key, _, err := s.authenticate(header)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
-	return gw.tenant.id, gw.id, nil
+	return gw.tenant.id, gw.id, key, nil
 }

@@ -59,6 +59,6 @@ func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, identity 
 // relayAuth is c's relay as a manage.Authenticator.
 type relayAuth struct{ c *connector }
 
-func (a relayAuth) Authenticate(header string) (string, string, error) {
+func (a relayAuth) Authenticate(header string) (string, string, []byte, error) {
 	return a.c.relay.Authenticate(header)
 }

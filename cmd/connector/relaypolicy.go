@@ -38,8 +38,12 @@ type policyRequest struct {
 func (c *connector) relayPolicyHandler() http.Handler {
 	rec := change.Recorder{Apply: c.live.apply, Log: c.log, Line: "relevance policy declared", Metrics: gatewayChanges{c.live.metrics}}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant, gatewayID, err := c.relay.Authenticate(r.Header.Get("Authorization"))
-		if err != nil {
+		tenant, gatewayID, key, err := c.relay.Authenticate(r.Header.Get("Authorization"))
+		held := false
+		if err == nil { // as on /manage/*: a gateway deleted, or made again under its id, on another instance is refused
+			held, err = c.live.reg.GatewayHolds(r.Context(), tenant, gatewayID, key)
+		}
+		if err == nil && !held || err != nil && tenant == "" { // a store that failed is answered 500 below
 			reason := contract.Refusal(err).Reason
 			c.live.metrics.gateways.WithLabelValues("relay_policy", "unauthorized").Inc()
 			c.refusals.LogFrom(c.log, slog.LevelInfo, r.RemoteAddr, "relevance policy refused", "remote", r.RemoteAddr, "reason", reason)
@@ -48,7 +52,9 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			return
 		}
 		var req policyRequest
-		err = c.changes.Check(tenant, gatewayID)
+		if err == nil {
+			err = c.changes.Check(tenant, gatewayID)
+		}
 		if err == nil { // unknown fields ignored, as the other gateway routes do: the body grows additively
 			err = change.Decode(http.MaxBytesReader(w, r.Body, maxPolicyBodyBytes), &req, false)
 		}
