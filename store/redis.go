@@ -74,10 +74,10 @@ type redisStore struct {
 	// Config.RedisReplicaTimeout.
 	minReplicas    int
 	replicaTimeout time.Duration
-	// regAnswerPX is how long (ms) a registry write's answer is kept for
-	// its resends (registryWriteScript): past go-redis's last one
-	// (resendWindow).
-	regAnswerPX int64
+	// resend is how long go-redis may send a command again after its
+	// first send (resendWindow): a registry write's answer is kept that
+	// long for its resends (registryWriteScript), and ResendWindow gives it.
+	resend time.Duration
 	// pipe sends the ledger's appends, acks and reads, the capabilities'
 	// writes and the pub/sub publishes, every command queued while the
 	// previous round trip was under way in one pipeline per server
@@ -102,8 +102,8 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 	s := &redisStore{
 		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, clock: cfg.Clock,
 		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
-		regAnswerPX: pxMillis(resendWindow(c, readTimeoutFor(cfg))),
-		subs:        newRedisSubs(c),
+		resend: resendWindow(c, readTimeoutFor(cfg)),
+		subs:   newRedisSubs(c),
 	}
 	if err := s.init(ctx); err != nil {
 		_ = c.Close()
@@ -160,6 +160,17 @@ func (s *redisStore) Close() error {
 	s.subs.close()
 	s.pipe.close()
 	return s.c.Close()
+}
+
+// ResendWindow is how long after a message's first PUBLISH st may publish
+// it again (go-redis sends a command again when its reply was lost:
+// resendWindow), so how long a subscriber that takes each message once
+// must remember it; zero for a store that never publishes one twice.
+func ResendWindow(st Store) time.Duration {
+	if s, ok := st.(*redisStore); ok {
+		return s.resend
+	}
+	return 0
 }
 
 // pxMillis converts d to a PX argument: whole milliseconds, at least 1.
@@ -981,7 +992,7 @@ func (s *redisStore) writeRegistry(ctx context.Context, namespace string, w regW
 		return "0"
 	}
 	keys := append(s.registryKeys(namespace), s.p+"registryanswer:"+tagged(namespace)+":"+rand.Text())
-	call := scriptCall(registryWriteScript, keys, w.key, int(w.when), flag(w.old != nil), w.old, flag(w.del), w.value, s.regAnswerPX)
+	call := scriptCall(registryWriteScript, keys, w.key, int(w.when), flag(w.old != nil), w.old, flag(w.del), w.value, pxMillis(s.resend))
 	call.replicate = true
 	reply := s.pipelined(ctx, call)
 	rev, err := redisInt(reply.cmd)
