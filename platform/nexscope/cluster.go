@@ -514,8 +514,9 @@ func (cl *fleet) homeBeat(home string, list []byte) {
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
-	m.link = &edgeLink{cl: cl, conn: conn, joined: make(chan string, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
+	l := &edgeLink{cl: cl, conn: conn, joined: make(chan string, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
 	cl.mu.Lock()
+	m.link = l
 	cl.edges[conn] = m
 	cl.mu.Unlock()
 	tries := joinBeats + int((nameProbeTimeout+2*cl.node.Beat()-1)/cl.node.Beat()) // joinBeats, then ⌈probe bound⌉
@@ -531,18 +532,18 @@ func (cl *fleet) joinRemote(m *member) error {
 			m.leave()
 			return CloseUnknownRoom
 		}
-		if r.homeHeld() {
-			cl.mu.Lock()
-			delete(cl.edges, conn)
-			m.link = nil
-			cl.mu.Unlock()
+		wake := away.Done()
+		if !r.homeHeld() {
+			cl.node.SendWait(cl.ctx, roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
+		} else if cl.takeBack(m) {
 			return errHomedHere
+		} else {
+			wake = nil // the home answered before: its answer stands
 		}
-		cl.node.SendWait(cl.ctx, roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
 		expired := make(chan struct{})
 		t := cl.p.deps.Clock.AfterFunc(cl.node.Beat(), func() { close(expired) })
 		select {
-		case refusal := <-m.link.joined:
+		case refusal := <-l.joined:
 			t.Stop()
 			if refusal != "" {
 				m.leave()
@@ -550,14 +551,28 @@ func (cl *fleet) joinRemote(m *member) error {
 				return refusalClose(code)
 			}
 			return nil
-		case <-m.link.done:
+		case <-l.done:
 			t.Stop()
 			return CloseGoingAway
-		case <-away.Done():
+		case <-wake:
 			t.Stop()
 		case <-expired:
 		}
 	}
+}
+
+// takeBack takes the link of m, joining the room homed here now, back
+// unless the home it asked answered (the frames of a member it took may
+// be on their way to its link): m then joins here.
+func (cl *fleet) takeBack(m *member) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if m.link.answered {
+		return false
+	}
+	delete(cl.edges, m.link.conn)
+	m.link = nil
+	return true
 }
 
 // errHomedHere is joinRemote's answer once the room is homed here.
