@@ -508,8 +508,8 @@ func (cl *fleet) homeBeat(home string, list []byte) {
 // home, asking again every beat until the home answers or joinBeats beats
 // and the bound of a ghost probe pass. It returns the Close that refuses m,
 // nil once joined, or errHomedHere, m's link taken back, once this
-// instance is the room's home (the home asked dropped the room or lost
-// its lease): m joins here. A room this instance dropped meanwhile
+// instance is the room's home before the home asked answered (it dropped
+// the room or lost its lease): m joins here. A room this instance dropped meanwhile
 // refuses m as unknown.
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
