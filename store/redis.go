@@ -75,10 +75,11 @@ type redisStore struct {
 	// Config.RedisReplicaTimeout.
 	minReplicas    int
 	replicaTimeout time.Duration
-	// regAnswerPX is how long (ms) a registry write's or a lease
-	// release's answer is kept for its resends (registryWriteScript,
-	// heldScript): past go-redis's last one (resendWindow).
-	regAnswerPX int64
+	// resend is how long go-redis may send a command again after its
+	// first send (resendWindow): a registry write's or a lease release's
+	// answer is kept that long for its resends (registryWriteScript,
+	// heldScript), and ResendWindow gives it.
+	resend time.Duration
 	// pipe sends the ledger's appends, acks and reads, the capabilities'
 	// writes and the pub/sub publishes, every command queued while the
 	// previous round trip was under way in one pipeline per server
@@ -103,8 +104,8 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 	s := &redisStore{
 		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, clock: cfg.Clock,
 		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
-		regAnswerPX: pxMillis(resendWindow(c, readTimeoutFor(cfg))),
-		subs:        newRedisSubs(c),
+		resend: resendWindow(c, readTimeoutFor(cfg)),
+		subs:   newRedisSubs(c),
 	}
 	if err := s.init(ctx); err != nil {
 		_ = c.Close()
@@ -165,6 +166,17 @@ func (s *redisStore) Close() error {
 	s.subs.close()
 	s.pipe.close()
 	return err
+}
+
+// ResendWindow is how long after a message's first PUBLISH st may publish
+// it again (go-redis sends a command again when its reply was lost:
+// resendWindow), so how long a subscriber that takes each message once
+// must remember it; zero for a store that never publishes one twice.
+func ResendWindow(st Store) time.Duration {
+	if s, ok := st.(*redisStore); ok {
+		return s.resend
+	}
+	return 0
 }
 
 // pxMillis converts d to a PX argument: whole milliseconds, at least 1.
@@ -868,7 +880,7 @@ func (ls redisLeases) ifHeld(ctx context.Context, op, name string, l Lease, ttl 
 	if ttl > 0 {
 		call = leaseCall(heldScript, ttl, keys, v, pxMillis(ttl))
 	} else {
-		call = scriptCall(heldScript, append(keys, ls.s.p+"leaseanswer:"+tagged(name)+":"+rand.Text()), v, 0, ls.s.regAnswerPX)
+		call = scriptCall(heldScript, append(keys, ls.s.p+"leaseanswer:"+tagged(name)+":"+rand.Text()), v, 0, pxMillis(ls.s.resend))
 	}
 	reply := ls.s.pipelined(ctx, call)
 	ok, err := redisInt(reply.cmd)
@@ -983,7 +995,7 @@ func (s *redisStore) writeRegistry(ctx context.Context, namespace string, w regW
 		return "0"
 	}
 	keys := append(s.registryKeys(namespace), s.p+"registryanswer:"+tagged(namespace)+":"+rand.Text())
-	call := scriptCall(registryWriteScript, keys, w.key, int(w.when), flag(w.old != nil), w.old, flag(w.del), w.value, s.regAnswerPX)
+	call := scriptCall(registryWriteScript, keys, w.key, int(w.when), flag(w.old != nil), w.old, flag(w.del), w.value, pxMillis(s.resend))
 	call.replicate = true
 	reply := s.pipelined(ctx, call)
 	rev, err := redisInt(reply.cmd)

@@ -120,7 +120,7 @@ func (c *connector) startInstance(o *options, i int, prefix string, platforms []
 		Store:         st,
 	}
 	if o.Instances > 1 {
-		node, err := cluster.New(cluster.Config{Instance: "relaybench-" + strconv.Itoa(i), PubSub: st.PubSub()})
+		node, err := cluster.New(cluster.Config{Instance: "relaybench-" + strconv.Itoa(i), PubSub: st.PubSub(), ResendWindow: store.ResendWindow(st)})
 		if err != nil {
 			closeStore()
 			return err

@@ -68,6 +68,9 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Clock times beats and liveness; nil means clock.System.
 	Clock clock.Clock
+	// ResendWindow is how long after its first send PubSub may deliver a
+	// message again (store.ResendWindow); zero: never.
+	ResendWindow time.Duration
 	// Log receives the node's lines; nil discards.
 	Log *slog.Logger
 }
@@ -127,6 +130,10 @@ type Msg struct {
 	// req names the request a Call's message answers.
 	req []byte
 }
+
+// ResendWindow is Config.ResendWindow: how long a handler that takes each
+// message once must remember it.
+func (n *Node) ResendWindow() time.Duration { return n.cfg.ResendWindow }
 
 // New starts a Node: it subscribes to the instance's inbox and starts the
 // outbox and the beat. Close stops it.

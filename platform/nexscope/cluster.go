@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
 	"math"
 	"strconv"
 	"sync"
@@ -74,11 +73,13 @@ const budgetKey = "nexscope_budget_ms"
 
 // execKey is the key of a forwarded action's JSON that names it (a ULID,
 // newMsgID): its home executes it once however often it arrives (go-redis
-// sends a PUBLISH again when its reply was lost), remembering it for
-// execMemory, past its budget.
+// sends a PUBLISH again when its reply was lost), remembering it for the
+// store's resend window (cluster.Node.ResendWindow), the latest maxExecs at
+// most: a flood of forwards costs a bounded memory, and only a copy of
+// one forgotten early runs again.
 const (
-	execKey    = "nexscope_exec"
-	execMemory = 2 * forwardedExecTimeout
+	execKey  = "nexscope_exec"
+	maxExecs = 1 << 16
 )
 
 // Cluster tuning.
@@ -127,8 +128,9 @@ type fleet struct {
 	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool    // remote joins being decided, by edge/conn
 	// execs are the forwarded actions taken here lately, by execKey, until
-	// when each is remembered.
-	execs map[string]time.Time
+	// when each is remembered; execOrder lists them oldest first.
+	execs     map[string]time.Time
+	execOrder []string
 	// left are the homes a socket of this instance left lately, by name:
 	// the beats still to send each, whether or not a socket here is homed
 	// there then, so that a leave lost on the way is repaired (edgeBeat).
@@ -351,7 +353,9 @@ func (cl *fleet) sendBeats() {
 	var lost []*member
 	now := cl.p.deps.Clock.Now()
 	cl.mu.Lock()
-	maps.DeleteFunc(cl.execs, func(_ string, until time.Time) bool { return now.After(until) })
+	for len(cl.execOrder) > 0 && now.After(cl.execs[cl.execOrder[0]]) {
+		cl.forgetExec()
+	}
 	for conn, m := range cl.edges {
 		if h := m.link.home; h != "" {
 			if cl.node.Gone(h, m.link.since) {
@@ -504,14 +508,15 @@ func (cl *fleet) homeBeat(home string, list []byte) {
 // home, asking again every beat until the home answers or joinBeats beats
 // and the bound of a ghost probe pass. It returns the Close that refuses m,
 // nil once joined, or errHomedHere, m's link taken back, once this
-// instance is the room's home (the home asked dropped the room or lost
-// its lease): m joins here. A room this instance dropped meanwhile
+// instance is the room's home before the home asked answered (it dropped
+// the room or lost its lease): m joins here. A room this instance dropped meanwhile
 // refuses m as unknown.
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
-	m.link = &edgeLink{cl: cl, conn: conn, joined: make(chan string, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
+	l := &edgeLink{cl: cl, conn: conn, joined: make(chan string, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
 	cl.mu.Lock()
+	m.link = l
 	cl.edges[conn] = m
 	cl.mu.Unlock()
 	tries := joinBeats + int((nameProbeTimeout+2*cl.node.Beat()-1)/cl.node.Beat()) // joinBeats, then ⌈probe bound⌉
@@ -527,18 +532,18 @@ func (cl *fleet) joinRemote(m *member) error {
 			m.leave()
 			return CloseUnknownRoom
 		}
-		if r.homeHeld() {
-			cl.mu.Lock()
-			delete(cl.edges, conn)
-			m.link = nil
-			cl.mu.Unlock()
+		wake := away.Done()
+		if !r.homeHeld() {
+			cl.node.SendWait(cl.ctx, roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
+		} else if cl.takeBack(m) {
 			return errHomedHere
+		} else {
+			wake = nil // the home answered before: its answer stands
 		}
-		cl.node.SendWait(cl.ctx, roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
 		expired := make(chan struct{})
 		t := cl.p.deps.Clock.AfterFunc(cl.node.Beat(), func() { close(expired) })
 		select {
-		case refusal := <-m.link.joined:
+		case refusal := <-l.joined:
 			t.Stop()
 			if refusal != "" {
 				m.leave()
@@ -546,14 +551,28 @@ func (cl *fleet) joinRemote(m *member) error {
 				return refusalClose(code)
 			}
 			return nil
-		case <-m.link.done:
+		case <-l.done:
 			t.Stop()
 			return CloseGoingAway
-		case <-away.Done():
+		case <-wake:
 			t.Stop()
 		case <-expired:
 		}
 	}
+}
+
+// takeBack takes the link of m, joining the room homed here now, back
+// unless the home it asked answered (the frames of a member it took may
+// be on their way to its link): m then joins here.
+func (cl *fleet) takeBack(m *member) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if m.link.answered {
+		return false
+	}
+	delete(cl.edges, m.link.conn)
+	m.link = nil
+	return true
 }
 
 // errHomedHere is joinRemote's answer once the room is homed here.
@@ -732,14 +751,8 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
 			}
-			if a.Exec != "" {
-				cl.mu.Lock()
-				_, seen := cl.execs[a.Exec]
-				cl.execs[a.Exec] = cl.p.deps.Clock.Now().Add(execMemory)
-				cl.mu.Unlock()
-				if seen {
-					return // a copy sent again: the first is answered
-				}
+			if a.Exec != "" && cl.taken(a.Exec) {
+				return // a copy sent again: the first is answered
 			}
 			// The forwarder's caller gives up after budget: an action still
 			// running then would act after the gateway was told it failed.
@@ -766,6 +779,28 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		raw, _ := json.Marshal(res) // a Result always encodes
 		cl.node.Reply(req, raw)
 	}()
+}
+
+// taken reports whether the forwarded action exec was taken here before,
+// and remembers it (execKey).
+func (cl *fleet) taken(exec string) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if _, ok := cl.execs[exec]; ok {
+		return true
+	}
+	if len(cl.execOrder) == maxExecs {
+		cl.forgetExec()
+	}
+	cl.execs[exec] = cl.p.deps.Clock.Now().Add(cl.node.ResendWindow())
+	cl.execOrder = append(cl.execOrder, exec)
+	return false
+}
+
+// forgetExec forgets the oldest forwarded action remembered; under mu.
+func (cl *fleet) forgetExec() {
+	delete(cl.execs, cl.execOrder[0])
+	cl.execOrder = cl.execOrder[1:]
 }
 
 // homeLink is, at a room's home, the far end of a remote member: its edge

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/internal/redistest"
 	"connector/media"
@@ -281,5 +282,63 @@ func TestClusterForwardedActionSentTwiceExecutesOnce(t *testing.T) {
 	}
 	if got["once"] != 1 || got["after"] != 1 || len(got) != 2 {
 		t.Fatalf("alice got the msgs %v, want once and after, once each", got)
+	}
+}
+
+// forwardedSend is a forwarded send of text to the default room named exec,
+// as its home's channel delivers it.
+func forwardedSend(exec, text string) cluster.Msg {
+	action := `{"nexscope_budget_ms":5000,"nexscope_exec":"` + exec + `","op":"send","chat_id":"default","content":"` + text + `"}`
+	return cluster.Msg{Type: msgExec, From: "i9", Fields: [][]byte{[]byte("t1"), []byte(action)}}
+}
+
+// TestClusterForwardedActionCopyPastAMinuteExecutesOnce: a forwarded
+// send's copy that reaches the home over a minute after the first, within
+// the store's resend window (go-redis may send a PUBLISH again that late:
+// each of its sends may first dial a new primary for 25 s), is not
+// executed again: the home remembers it for that window, not a minute.
+func TestClusterForwardedActionCopyPastAMinuteExecutesOnce(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	clk := &jumpClock{Clock: clock.System}
+	in := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL, func(d *platform.Deps) { d.Clock = clk })
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	cl := in.p.cluster
+	cl.execHere(forwardedSend("01JEXEC", "once"))
+	if m := alice.Expect("msg"); m["text"] != "once" {
+		t.Fatalf("alice got %v, want the msg once", m)
+	}
+	clk.jump(time.Minute + time.Second)
+	cl.sendBeats() // a beat forgets what is past its time
+	cl.execHere(forwardedSend("01JEXEC", "once"))
+	waitFor(t, "the home done with the copy", func() bool { return !goroutineIn("nexscope.(*fleet).execHere")() })
+	alice.SendJSON(map[string]any{"type": "ping"})
+	for m := alice.Next(); m["type"] != "pong"; m = alice.Next() {
+		t.Fatalf("alice got %v after the copy, want nothing before her pong", m)
+	}
+}
+
+// TestClusterForwardedActionsRememberedAreBounded: the home remembers the
+// latest maxExecs forwarded actions at most, however many arrive within
+// the store's resend window: a flood of forwards costs bounded memory.
+func TestClusterForwardedActionsRememberedAreBounded(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{in}, DefaultRoom)
+	cl := in.p.cluster
+	for i := range maxExecs + 10 {
+		m := forwardedSend("exec"+strconv.Itoa(i), "x")
+		m.Fields[1] = bytes.Replace(m.Fields[1], []byte(`"nexscope_budget_ms":5000`), []byte(`"nexscope_budget_ms":0`), 1) // answered, not executed
+		cl.execHere(m)
+	}
+	waitFor(t, "the home done with the forwards", func() bool { return !goroutineIn("nexscope.(*fleet).execHere")() })
+	cl.mu.Lock()
+	n, order := len(cl.execs), len(cl.execOrder)
+	cl.mu.Unlock()
+	if n != maxExecs || order != maxExecs {
+		t.Fatalf("the home remembers %d forwarded actions (%d in order), want the latest %d", n, order, maxExecs)
+	}
+	if !cl.taken("exec" + strconv.Itoa(maxExecs+9)) {
+		t.Fatal("the latest forwarded action is forgotten")
 	}
 }

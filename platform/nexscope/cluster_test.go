@@ -99,7 +99,7 @@ func startInstanceWith(t testing.TB, srv *redistest.Server, cfg Config, name str
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", name)
 	in := &instance{name: name, st: st}
-	node, err := cluster.New(cluster.Config{Instance: name, PubSub: lossyPubSub{st.PubSub(), in}, LeaseTTL: ttl, Log: log})
+	node, err := cluster.New(cluster.Config{Instance: name, PubSub: lossyPubSub{st.PubSub(), in}, LeaseTTL: ttl, ResendWindow: store.ResendWindow(st), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

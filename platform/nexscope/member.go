@@ -237,12 +237,25 @@ func (m *member) send(data []byte) {
 	}
 }
 
+// linked is m's link to its room's home, nil when the room is homed
+// here: read under the fleet's mu, as joinRemote sets it and may take it
+// back while another goroutine (a shutdown) kicks m.
+func (m *member) linked() *edgeLink {
+	cl := m.p.cluster
+	if cl == nil {
+		return nil
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return m.link
+}
+
 // kick removes the member from its room and ends its socket with c at once
 // (queued frames are dropped). A member on this instance whose room's home
 // is another is abandoned instead when c means the home will not answer it
 // any more (unanswered.go).
 func (m *member) kick(c Close) {
-	if l := m.link; l != nil && abandons(c) { // read once: joinRemote may take it back
+	if l := m.linked(); l != nil && abandons(c) {
 		l.abandon(m, c)
 		return
 	}
@@ -282,7 +295,7 @@ func (m *member) leave() {
 		return
 	}
 	m.alive.Stop()
-	switch l := m.link; { // read once: joinRemote may take it back
+	switch l := m.linked(); {
 	case l != nil:
 		l.leave(m)
 	case m.remote != nil:
