@@ -231,7 +231,7 @@ var tagEscaper = strings.NewReplacer(`\`, `\\`, `}`, `\)`)
 // keys are tenant's seq counter, stream and bytes counter.
 func (l redisLedger) keys(tenant string) []string {
 	p, t := l.s.p, tagged(tenant)
-	return []string{p + "seq:" + t, p + "log:" + t, p + "bytes:" + t, p + "replid:" + t}
+	return []string{p + "seq:" + t, p + "log:" + t, p + "bytes:" + t}
 }
 
 // indexKey is the set of the tenants that ever appended.
@@ -260,7 +260,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 			return p.SAdd(ctx, key, tenant)
 		}})
 	}
-	add := scriptCall(appendScript, l.keys(tenant), args...)
+	add := scriptCall(appendScript, append(l.keys(tenant), l.s.p+"replid:"+tagged(tenant)), args...)
 	add.replicate = true
 	calls = append(calls, add)
 	replies := l.s.pipelinedAll(ctx, calls)
