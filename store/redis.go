@@ -25,6 +25,8 @@ import (
 //	epoch                  the epoch (SET NX once)
 //	layout                 the key layout, redisLayout (SET NX once)
 //	seq:{<tenant>}         the tenant's last assigned seq (INCRBY)
+//	replid:{<tenant>}      the replication id of the primary that last
+//	                       assigned one (appendScript)
 //	log:{<tenant>}         the tenant's ledger: a stream with ids 0-<seq>,
 //	                       fields k kind, p platform, s session key,
 //	                       c chat id, r received (Unix µs), d payload
@@ -191,8 +193,26 @@ type redisLedger struct{ s *redisStore }
 // record's generation (field g) is a field of its own, which versions that
 // knew none pass over, and which reads back as zero from records they
 // stored.
+//
+// A seq is never given out twice, not even across a failover: a primary
+// may number records (which a driver's Tail reads, or a refused append's
+// removal names) that its replicas never get, and the replica promoted
+// then has the counter behind them. So the script keeps the replication id
+// of the primary that last numbered the tenant's records, which a primary
+// changes on promotion (and on a restart that did not keep it), and under
+// another one it moves the counter past the next multiple of 2^32 first:
+// seqs skip, and a primary would have to number 2^32 records its replicas
+// never got for one to come again.
 var appendScript = redis.NewScript(`
 local n = tonumber(ARGV[2])
+local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
+if redis.call('GET', KEYS[4]) ~= replid then
+  local last = tonumber(redis.call('GET', KEYS[1]))
+  if last then
+    redis.call('SET', KEYS[1], (math.floor(last / 4294967296) + 1) * 4294967296)
+  end
+  redis.call('SET', KEYS[4], replid)
+end
 local last = redis.call('INCRBY', KEYS[1], n)
 local first = last - n + 1
 local size = 0
@@ -252,7 +272,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 			return p.SAdd(ctx, key, tenant)
 		}})
 	}
-	add := scriptCall(appendScript, l.keys(tenant), args...)
+	add := scriptCall(appendScript, append(l.keys(tenant), l.s.p+"replid:"+tagged(tenant)), args...)
 	add.replicate = true
 	calls = append(calls, add)
 	replies := l.s.pipelinedAll(ctx, calls)

@@ -91,7 +91,9 @@ type Ledger interface {
 	// grow by one per record and are never reused, even after acks, trims,
 	// restarts or from another instance; only a Stage whose records were
 	// not stored (its commit failed, or the process died first) leaves a
-	// gap. Append returns only once the records are durable. The store
+	// gap, and so does the redis backend under a new primary (a failover,
+	// a restart: it resumes past the next multiple of 2^32, appendScript).
+	// Append returns only once the records are durable. The store
 	// copies recs; their Seq is ignored, and a zero Received is set to the
 	// store's clock. Received is kept to the microsecond.
 	Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error)
