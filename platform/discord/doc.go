@@ -57,6 +57,8 @@
 // group_dm, unknown_channel, auto_thread_unsupported, auto_thread_failed,
 // malformed, lookup_failed; for interactions also duplicate,
 // dedupe_unavailable, unsupported_interaction, overloaded,
+// interaction_expired (over the Gateway, past Discord's 3 s answer window
+// by its id's snowflake time: replayed after a RESUME),
 // prompt_not_owned (a press of a prompt whose buttons name another
 // tenant than the one it routes to: promptTag), earlier_tenant_prompt (a
 // press of a prompt of an earlier tenant of the id, by the creation its

@@ -104,7 +104,7 @@ func TestInteractionsRouteByAuthor(t *testing.T) {
 	}
 	expect("Ada's button press", "a", "/once")
 	var gw map[string]any
-	_ = json.Unmarshal(byUser(t, slashBody("8206", "tok-8206", guildOther, chanOther), userBob), &gw)
+	_ = json.Unmarshal(byUser(t, slashBody(liveID(8206), "tok-8206", guildOther, chanOther), userBob), &gw)
 	e.dispatch(t, "INTERACTION_CREATE", gw)
 	expect("Bob's slash command over the Gateway", "b", "/model gpt")
 

@@ -279,12 +279,20 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 // grant, the wait for a slot) runs on a goroutine of its own, at most
 // maxAdmitting at once: past that the interaction is dropped, left
 // unanswered, and Discord shows its user a failure, rather than holding up
-// the messages read after it.
+// the messages read after it. One older than Discord's answer window (by
+// its id's snowflake time; replayed after a RESUME) is dropped.
 func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 	received := p.clock.Now()
 	var in wireInteraction
 	if err := json.Unmarshal(raw, &in); err != nil || in.ID == "" || !isSnowflake(in.ID) {
 		p.metrics.Dropped(platformName, "malformed")
+		return
+	}
+	if at, err := discordgo.SnowflakeTimestamp(in.ID); err == nil && received.Sub(at) > answerWindow {
+		// Replayed after a RESUME past Discord's answer window: it can no
+		// longer be acknowledged, its user was shown a failure and may
+		// have tried again, so the agent would get both.
+		p.metrics.Dropped(platformName, "interaction_expired")
 		return
 	}
 	if p.enter() == nil {
