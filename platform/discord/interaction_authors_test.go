@@ -153,7 +153,9 @@ func TestPromptPressInASharedDMReachesItsPoster(t *testing.T) {
 // has a clock 5 s behind Discord's (skewed): the press was judged by the
 // message's snowflake time against the creation, which that skew put
 // before it, and went to the new t1. A prompt's buttons posted by an
-// earlier version (untagged) are still judged by that time.
+// earlier version (untagged) are still judged by that time. A t1 declared
+// in the YAML over the stored one (no creation now) is that t1 and gets
+// the press (declared), as the vault judges its entries.
 func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -165,6 +167,7 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 		{"tagged", 0, false, "earlier_tenant_prompt"},
 		{"skewed", -5 * time.Second, false, "earlier_tenant_prompt"},
 		{"untagged", 0, true, "earlier_tenant_prompt"},
+		{"declared", 0, false, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -175,7 +178,8 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 
 // pressOfAnEarlierTenantsPrompt is TestPressOfAnEarlierTenantsPrompt with
 // the new t1 created by a clock skew off Discord's, its buttons pressed
-// without their tag when legacy, the earlier t1's press dropped as drop.
+// without their tag when legacy, the earlier t1's press dropped as drop
+// ("": t1 declared in the YAML instead, and the press delivered).
 func pressOfAnEarlierTenantsPrompt(t *testing.T, skew time.Duration, legacy bool, drop string) {
 	var began atomic.Int64
 	since := func(tenant string) time.Time {
@@ -200,6 +204,9 @@ func pressOfAnEarlierTenantsPrompt(t *testing.T, skew time.Duration, legacy bool
 				t.Fatal(err)
 			}
 			began.Store(posted.Add(time.Millisecond + skew).UnixMicro())
+			if drop == "" {
+				began.Store(0) // no creation: declared in the YAML
+			}
 			platformtest.WaitUntil(t, "the wall clock past the new t1's creation", func() bool {
 				return time.Now().UnixMicro() > began.Load()+1000
 			})
@@ -217,8 +224,14 @@ func pressOfAnEarlierTenantsPrompt(t *testing.T, skew time.Duration, legacy bool
 		}
 	}
 	press("f00dba.00000001")
-	e.metrics.waitDrop(t, drop, 1)
-	e.sink.Empty(t)
+	if drop == "" {
+		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "f00dba.00000001" {
+			t.Fatalf("the declared t1's press delivered to %s as %+v", d.Tenant, d.Event)
+		}
+	} else {
+		e.metrics.waitDrop(t, drop, 1)
+		e.sink.Empty(t)
+	}
 	press("f00dba.00000002")
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "f00dba.00000002" {
 		t.Fatalf("the new t1's press delivered to %s as %+v", d.Tenant, d.Event)
