@@ -110,7 +110,7 @@ func (p *Platform) promptDrop(tenant, customID, messageID string) string {
 	created := vault.Creation(p.vault, tenant)
 	switch {
 	case tag != "" && tag[:min(len(tag), 8)] != tagOf(tenant, ""):
-		return "prompt_not_owned"
+		return "prompt_not_owned" // past here a tag holds tenant's 8 characters
 	case created.IsZero() || tag == p.promptTag(tenant):
 		return ""
 	case tag != "" && tag[8:] != tagOf(tenant, strconv.FormatInt(time.Time{}.UnixMicro(), 10)):
