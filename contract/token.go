@@ -117,7 +117,7 @@ func BearerToken(header string) (string, error) {
 	return strings.TrimSpace(header[len(prefix):]), nil
 }
 
-// TokenKeys is one gateway's rotation list, ready for Verify. The zero
+// TokenKeys is one gateway's rotation list, ready for Match. The zero
 // value holds no key: no token verifies against it, and checking one takes
 // as long as against a full list.
 type TokenKeys struct {
@@ -175,7 +175,7 @@ type TokenWindow struct {
 	MaxLifetime time.Duration
 }
 
-// Verify checks the signature against every slot of keys (nil means none)
+// Match checks the signature against every slot of keys (nil means none)
 // and then exp against now. It computes MaxSecretsPerGateway HMACs and
 // compares each in constant time, with no early exit, whatever keys holds,
 // so its time tells neither whether the gateway id exists nor how many
@@ -187,15 +187,10 @@ type TokenWindow struct {
 // lies more than w.MaxLifetime plus w.Skew ahead: the gateway mints 300 s
 // tokens, so only a token minted to outlive a leak, or a gateway clock far
 // ahead, gets there.
-func (t Token) Verify(keys *TokenKeys, now time.Time, w TokenWindow) error {
-	_, err := t.Match(keys, now, w)
-	return err
-}
-
-// Match is Verify that also returns the key the token was signed with
-// (nil with an error), so that TokenKeys.Holds can tell later whether a
-// new rotation list still has it. Which slot matched leaves its time
-// unchanged.
+//
+// It returns the key the token was signed with (nil with an error), so
+// that TokenKeys.Holds can tell later whether a new rotation list still
+// has it. Which slot matched leaves its time unchanged.
 func (t Token) Match(keys *TokenKeys, now time.Time, w TokenWindow) ([]byte, error) {
 	if keys == nil {
 		keys = &TokenKeys{}

@@ -128,7 +128,17 @@ func TestDiscordPromptRoundTrip(t *testing.T) {
 		t.Fatalf("prompt = %+v", res)
 	}
 
-	body, err := l.fake.PressButton("8400", "press-token-8400", res.MessageID, "hp1:f00dba.1234abcd:deny", "777", "grace.h")
+	deny := "" // the button's custom_id: the token and its tenant's tag
+	for _, m := range l.fake.Messages(discordtest.ThreadPlan) {
+		for _, row := range m.Components {
+			for _, b := range row.Components {
+				if m.ID == res.MessageID && strings.HasPrefix(b.CustomID, "hp1:f00dba.1234abcd:deny:") {
+					deny = b.CustomID
+				}
+			}
+		}
+	}
+	body, err := l.fake.PressButton("8400", "press-token-8400", res.MessageID, deny, "777", "grace.h")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func TestEgressPromptButtons(t *testing.T) {
 	}{{"once", 1}, {"session", 3}, {"always", 2}, {"deny", 4}, {"c4", 2}, {"c5", 2}, {"other", 2}}
 	for i, w := range want {
 		b := rows[i/5].Components[i%5]
-		if b.Type != 2 || b.CustomID != "hp1:a1b2c3.0000beef:"+w.id || b.Style != w.style || len([]rune(b.Label)) > 80 {
+		if b.Type != 2 || b.CustomID != "hp1:a1b2c3.0000beef:"+w.id+":"+e.p.promptTag("t1") || b.Style != w.style || len([]rune(b.Label)) > 80 {
 			t.Errorf("button %d = %+v, want custom_id for %s style %d", i, b, w.id, w.style)
 		}
 	}

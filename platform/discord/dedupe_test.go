@@ -174,7 +174,7 @@ func TestStopWhileClaimingAGatewayInteraction(t *testing.T) {
 	e.p.seen = claims
 	e.startReady(t)
 	var in map[string]any
-	if err := json.Unmarshal(slashBody("8620", "tok-8620", guildLab, chanGeneral), &in); err != nil {
+	if err := json.Unmarshal(slashBody(liveID(8620), "tok-8620", guildLab, chanGeneral), &in); err != nil {
 		t.Fatal(err)
 	}
 	e.dispatch(t, "INTERACTION_CREATE", in)

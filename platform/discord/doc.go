@@ -57,8 +57,13 @@
 // group_dm, unknown_channel, auto_thread_unsupported, auto_thread_failed,
 // malformed, lookup_failed; for interactions also duplicate,
 // dedupe_unavailable, unsupported_interaction, overloaded,
-// earlier_tenant_prompt (a press of a prompt posted before its tenant's
-// creation: an earlier tenant's of the id, vault.Predates), and the
+// interaction_expired (over the Gateway, past Discord's 3 s answer window
+// by its id's snowflake time: replayed after a RESUME),
+// prompt_not_owned (a press of a prompt whose buttons name another
+// tenant than the one it routes to: promptTag), earlier_tenant_prompt (a
+// press of a prompt of an earlier tenant of the id, by the creation its
+// buttons name or, without one, by its message's time, vault.Predates),
+// and the
 // webhook's refusals oversized (413) and rejected_<HTTP status text>; for
 // /link DMs link_edit, link_rate_limited and link_shed. A guild message
 // dropped as not_mentioned or mentions_others is kept as its channel's
@@ -80,7 +85,7 @@
 // components) written, which confirms the interaction to Discord (else
 // the webhook answers 503; webhook.go). The event is: a slash command as the
 // command message "/name args", a component press as its custom_id (a
-// prompt button "hp1:<prompt>:<option>" as a prompt_response with text
+// prompt button "hp1:<prompt>:<option>:<tag>" as a prompt_response with text
 // "/<option>"), a modal as "custom_id=value" lines. The token is never in
 // anything sent to a gateway. Interactions that arrive over the Gateway
 // (no endpoint URL configured) are processed the same way and acknowledged
@@ -96,7 +101,7 @@
 // supported_ops. send_media (media.go) posts the object source_url names
 // as files[0] of a multipart message, streamed from the media store, with
 // the first piece of content as its text. prompt posts buttons whose
-// custom_id is the hp1 token (prompt.go); react and delete are msgops.go;
+// custom_id is the hp1 token and its tenant's tag (prompt.go); react and delete are msgops.go;
 // threads.go creates and renames threads and remembers the ones the
 // connector created (docs/contract.md).
 // Chat ids, message ids and reply_to must be Discord ids (digits), so no

@@ -362,12 +362,13 @@ func TestGatewayInteractionAcksThroughCallback(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	var in map[string]any
-	if err := json.Unmarshal(slashBody("8400", "gateway-delivered-token", guildLab, chanGeneral), &in); err != nil {
+	id := liveID(8400)
+	if err := json.Unmarshal(slashBody(id, "gateway-delivered-token", guildLab, chanGeneral), &in); err != nil {
 		t.Fatal(err)
 	}
 	e.dispatch(t, "INTERACTION_CREATE", in)
 	req, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
-		return r.Method == "POST" && r.Path == "/api/v9/interactions/8400/gateway-delivered-token/callback"
+		return r.Method == "POST" && r.Path == "/api/v9/interactions/"+id+"/gateway-delivered-token/callback"
 	})
 	if err != nil || string(req.Body) != `{"type":5}` {
 		t.Fatalf("callback = %s %v", req.Body, err)
@@ -466,7 +467,7 @@ func TestGatewayInteractionProcessingIsBounded(t *testing.T) {
 		return e.p.Status().Ready && e.p.snap.loaded.Load()
 	})
 	var in map[string]any
-	if err := json.Unmarshal(slashBody("8410", "stalled-gateway-token", guildLab, chanGeneral), &in); err != nil {
+	if err := json.Unmarshal(slashBody(liveID(8410), "stalled-gateway-token", guildLab, chanGeneral), &in); err != nil {
 		t.Fatal(err)
 	}
 	e.dispatch(t, "INTERACTION_CREATE", in)
@@ -572,26 +573,28 @@ func TestGatewayInteractionAdmissionOffTheReader(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { close(claims.release) }) }
 	t.Cleanup(release) // before Run's cleanup, which waits for the claims
-	interaction := func(id string) {
+	interaction := func(n int) string {
+		id := liveID(n)
 		var in map[string]any
 		if err := json.Unmarshal(slashBody(id, "token-"+id, guildLab, chanGeneral), &in); err != nil {
 			t.Fatal(err)
 		}
 		e.dispatch(t, "INTERACTION_CREATE", in)
+		return id
 	}
-	interaction("8501")
-	claims.waitEntered(t, "discord/interaction/8501")
+	first := interaction(8501)
+	claims.waitEntered(t, "discord/interaction/"+first)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7031", threadPlan, guildLab, "behind a slow claim?", true))
 	if d := e.sink.Next(t); d.Event.Source.MessageID != "7031" {
 		t.Fatalf("delivery = %+v, want message 7031 while the interaction's claim hangs", d.Event)
 	}
-	interaction("8502")
-	claims.waitEntered(t, "discord/interaction/8502")
-	interaction("8503") // over the bound of 2
+	second := interaction(8502)
+	claims.waitEntered(t, "discord/interaction/"+second)
+	over := interaction(8503) // over the bound of 2
 	e.metrics.waitDrop(t, "overloaded", 1)
-	e.logs.WaitFor(t, "8503")
+	e.logs.WaitFor(t, over)
 	release()
-	for _, id := range []string{"8501", "8502"} {
+	for _, id := range []string{first, second} {
 		if _, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
 			return r.Path == "/api/v9/interactions/"+id+"/token-"+id+"/callback"
 		}); err != nil {
@@ -612,19 +615,7 @@ func TestGatewayInteractionAdmissionOffTheReader(t *testing.T) {
 // autocomplete), not held until RequestTimeout or shutdown.
 func TestGatewayInteractionCallbackIsBounded(t *testing.T) {
 	t.Parallel()
-	autocomplete := func(id, token string) []byte {
-		var in map[string]any
-		if err := json.Unmarshal(slashBody(id, token, guildLab, chanGeneral), &in); err != nil {
-			t.Fatal(err)
-		}
-		in["type"] = 4
-		b, _ := json.Marshal(in)
-		return b
-	}
-	for name, body := range map[string][]byte{
-		"deferred":     slashBody("8420", "token-8420", guildLab, chanGeneral),
-		"autocomplete": autocomplete("8421", "token-8421"),
-	} {
+	for name, kind := range map[string]int{"deferred": 2, "autocomplete": 4} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, discordtest.Options{}, func(c *Config) { c.RequestTimeout = time.Hour })
@@ -644,9 +635,10 @@ func TestGatewayInteractionCallbackIsBounded(t *testing.T) {
 			e.startReady(t)
 			t.Cleanup(func() { close(release) }) // before the fake closes
 			var in map[string]any
-			if err := json.Unmarshal(body, &in); err != nil {
+			if err := json.Unmarshal(slashBody(liveID(8420), "token-8420", guildLab, chanGeneral), &in); err != nil {
 				t.Fatal(err)
 			}
+			in["type"] = kind // an application command, or its autocomplete
 			e.dispatch(t, "INTERACTION_CREATE", in)
 			select {
 			case <-ended:
@@ -687,5 +679,41 @@ func TestGatewayNewSessionAfterLiveClose(t *testing.T) {
 				t.Fatalf("delivery on the new session = %+v", d)
 			}
 		})
+	}
+}
+
+// TestGatewayInteractionPastItsWindow: an interaction the Gateway delivers
+// over 3 s after Discord made it (replayed after a RESUME) can no longer
+// be acknowledged, and its user, shown a failure, may have tried again: it
+// is dropped (interaction_expired), neither delivered nor called back. It
+// was delivered, so the agent got the turn twice. A live one is delivered.
+func TestGatewayInteractionPastItsWindow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	var in map[string]any
+	stale := idAt(time.Now().Add(-4*time.Second), 8430)
+	if err := json.Unmarshal(slashBody(stale, "stale-token", guildLab, chanGeneral), &in); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "INTERACTION_CREATE", in)
+	e.metrics.waitDrop(t, "interaction_expired", 1)
+	live := liveID(8431)
+	if err := json.Unmarshal(slashBody(live, "live-token", guildLab, chanGeneral), &in); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "INTERACTION_CREATE", in)
+	if d := e.sink.Next(t); d.Event == nil || d.Event.MessageID != live {
+		t.Fatalf("delivery = %+v, want the live interaction %s alone", d.Event, live)
+	}
+	if _, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
+		return r.Path == "/api/v9/interactions/"+live+"/live-token/callback"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range e.fake.Requests() {
+		if strings.Contains(r.Path, stale) {
+			t.Fatalf("the expired interaction called back: %s %s", r.Method, r.Path)
+		}
 	}
 }

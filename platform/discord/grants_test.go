@@ -3,6 +3,8 @@ package discord
 import (
 	"context"
 	"encoding/json"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -252,4 +254,58 @@ func TestAutoThreadOnAGrant(t *testing.T) {
 	if r := send("t3"); r.Code != contract.CodeEgressDeclined {
 		t.Fatalf("t3's send into t2's auto-thread = %+v, want egress_declined", r)
 	}
+}
+
+// TestAutoThreadGrantedOnce: the auto-thread of Ada's message is granted
+// to her tenant once, when it is made: her later messages in it cost the
+// store no grant write (a fresh grant is not stored again, as Grants.Add
+// promises). It was copied onto itself at every message in the thread
+// (the thread, which the connector made, counted as auto-threaded again).
+func TestAutoThreadGrantedOnce(t *testing.T) {
+	t.Parallel()
+	v := &grantWrites{Memory: vault.NewMemory(vault.Config{})}
+	e := newEnvDeps(t, platform.Deps{Vault: v}, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("7121", chanGeneral, guildLab, "ada to her agent", true))
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Source.ChatID != "7121" {
+		t.Fatalf("Ada's message delivered to %q in %+v, want t2 in its auto-thread", d.Tenant, d.Event.Source)
+	}
+	for _, id := range []string{"7122", "7123", "7124"} {
+		e.dispatch(t, "MESSAGE_CREATE", msg(id, "7121", guildLab, "and this", false))
+		if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Source.ChatID != "7121" || !d.Event.Source.AutoThreadCreated {
+			t.Fatalf("Ada's message %s delivered to %q in %+v, want t2 in her auto-thread", id, d.Tenant, d.Event.Source)
+		}
+	}
+	if n := v.writes("7121"); n != 1 {
+		t.Fatalf("the auto-thread's grant was written %d times, want once", n)
+	}
+}
+
+// grantWrites is a vault that counts the writes of chat grants, by chat.
+type grantWrites struct {
+	*vault.Memory
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (g *grantWrites) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindChatGrant {
+		g.mu.Lock()
+		if g.n == nil {
+			g.n = map[string]int{}
+		}
+		g.n[k.SessionKey[strings.LastIndexByte(k.SessionKey, '/')+1:]]++
+		g.mu.Unlock()
+	}
+	return g.Memory.Put(ctx, k, e)
+}
+
+// writes is how many grants of chat were written.
+func (g *grantWrites) writes(chat string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n[chat]
 }

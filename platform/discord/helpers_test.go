@@ -251,3 +251,16 @@ func sessionStr(s string) session.Nullable { return session.Str(s) }
 func ownersUnknownResult() contract.Result {
 	return platform.OwnerUnknown(platformName, errOwnersUnknown)
 }
+
+// liveID is a snowflake of now with n in its low bits: the id of an
+// interaction Discord sends now (one whose id is older than the answer
+// window is dropped when it comes over the Gateway).
+func liveID(n int) string { return idAt(time.Now(), n) }
+
+// idAt is a snowflake of at with n in its low bits.
+func idAt(at time.Time, n int) string {
+	return strconv.FormatUint(uint64(at.UnixMilli()-discordEpochMs)<<22|uint64(n), 10)
+}
+
+// discordEpochMs is Discord's snowflake epoch, the first millisecond of 2015.
+const discordEpochMs = 1420070400000

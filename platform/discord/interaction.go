@@ -36,7 +36,7 @@ func (n *normalizer) interaction(ctx context.Context, in *wireInteraction) (*tur
 		t.ev.Text, t.ev.MessageType = in.Data.CustomID, contract.MessageText
 		// A button of a prompt op becomes its answer; another
 		// integration's custom_id stays text, as the contract keeps it.
-		if promptID, optionID, ok := contract.ParsePromptToken(in.Data.CustomID); ok {
+		if promptID, optionID, _, ok := promptPress(in.Data.CustomID); ok {
 			pr := &contract.PromptResponse{PromptID: promptID, OptionID: optionID}
 			if in.Message != nil {
 				pr.PromptMessageID = in.Message.ID

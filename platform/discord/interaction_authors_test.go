@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"bytes"
 	"encoding/json"
 	"sync/atomic"
 	"testing"
@@ -103,7 +104,7 @@ func TestInteractionsRouteByAuthor(t *testing.T) {
 	}
 	expect("Ada's button press", "a", "/once")
 	var gw map[string]any
-	_ = json.Unmarshal(byUser(t, slashBody("8206", "tok-8206", guildOther, chanOther), userBob), &gw)
+	_ = json.Unmarshal(byUser(t, slashBody(liveID(8206), "tok-8206", guildOther, chanOther), userBob), &gw)
 	e.dispatch(t, "INTERACTION_CREATE", gw)
 	expect("Bob's slash command over the Gateway", "b", "/model gpt")
 
@@ -131,7 +132,7 @@ func TestPromptPressInASharedDMReachesItsPoster(t *testing.T) {
 	if !r.Success {
 		t.Fatalf("t2's prompt in Ada's DM = %+v", r)
 	}
-	body, err := e.fake.PressButton("8301", "tok-8301", r.MessageID, "hp1:f00dba.1234abcd:once", userAda, "ada.l")
+	body, err := e.fake.PressButton("8301", "tok-8301", r.MessageID, buttonOf(t, e, chanDMAda, r.MessageID, "once"), userAda, "ada.l")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,12 +147,40 @@ func TestPromptPressInASharedDMReachesItsPoster(t *testing.T) {
 }
 
 // TestPressOfAnEarlierTenantsPrompt: t1 posted a prompt, and is deleted and
-// created again under its id (the vault's Since moves past the prompt's
-// snowflake): a press of the earlier t1's prompt is dropped, not delivered
-// to the new t1 as its prompt's answer; a press of the new t1's own prompt
-// is.
+// created again under its id: a press of the earlier t1's prompt is
+// dropped, not delivered to the new t1 as its prompt's answer; a press of
+// the new t1's own prompt is. So too when the instance that made t1 again
+// has a clock 5 s behind Discord's (skewed): the press was judged by the
+// message's snowflake time against the creation, which that skew put
+// before it, and went to the new t1. A prompt's buttons posted by an
+// earlier version (untagged) are still judged by that time. A t1 declared
+// in the YAML over the stored one (no creation now) is that t1 and gets
+// the press (declared), as the vault judges its entries.
 func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		skew   time.Duration
+		legacy bool
+		drop   string
+	}{
+		{"tagged", 0, false, "earlier_tenant_prompt"},
+		{"skewed", -5 * time.Second, false, "earlier_tenant_prompt"},
+		{"untagged", 0, true, "earlier_tenant_prompt"},
+		{"declared", 0, false, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pressOfAnEarlierTenantsPrompt(t, c.skew, c.legacy, c.drop)
+		})
+	}
+}
+
+// pressOfAnEarlierTenantsPrompt is TestPressOfAnEarlierTenantsPrompt with
+// the new t1 created by a clock skew off Discord's, its buttons pressed
+// without their tag when legacy, the earlier t1's press dropped as drop
+// ("": t1 declared in the YAML instead, and the press delivered).
+func pressOfAnEarlierTenantsPrompt(t *testing.T, skew time.Duration, legacy bool, drop string) {
 	var began atomic.Int64
 	since := func(tenant string) time.Time {
 		if us := began.Load(); tenant == "t1" && us != 0 {
@@ -159,6 +188,7 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 		}
 		return time.Time{}
 	}
+	began.Store(time.Now().Add(-time.Hour).UnixMicro()) // the earlier t1's creation
 	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since})}, discordtest.Options{}, nil)
 	e.startReady(t)
 	url := e.webhookServer(t)
@@ -173,24 +203,106 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			began.Store(posted.Add(time.Millisecond).UnixMicro())
+			began.Store(posted.Add(time.Millisecond + skew).UnixMicro())
+			if drop == "" {
+				began.Store(0) // no creation: declared in the YAML
+			}
 			platformtest.WaitUntil(t, "the wall clock past the new t1's creation", func() bool {
 				return time.Now().UnixMicro() > began.Load()+1000
 			})
 		}
-		body, err := e.fake.PressButton("840"+id[len(id)-1:], "tok-"+id, r.MessageID, "hp1:"+id+":once", userAda, "ada.l")
+		button := buttonOf(t, e, chanGeneral, r.MessageID, "once")
+		body, err := e.fake.PressButton("840"+id[len(id)-1:], "tok-"+id, r.MessageID, button, userAda, "ada.l")
 		if err != nil {
 			t.Fatal(err)
+		}
+		if legacy {
+			body = bytes.ReplaceAll(body, []byte(button), []byte("hp1:"+id+":once"))
 		}
 		if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), body)); code != 200 || ack != `{"type":6}` {
 			t.Fatalf("press of %s = %d %s", id, code, ack)
 		}
 	}
 	press("f00dba.00000001")
-	e.metrics.waitDrop(t, "earlier_tenant_prompt", 1)
-	e.sink.Empty(t)
+	if drop == "" {
+		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "f00dba.00000001" {
+			t.Fatalf("the declared t1's press delivered to %s as %+v", d.Tenant, d.Event)
+		}
+	} else {
+		e.metrics.waitDrop(t, drop, 1)
+		e.sink.Empty(t)
+	}
 	press("f00dba.00000002")
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "f00dba.00000002" {
 		t.Fatalf("the new t1's press delivered to %s as %+v", d.Tenant, d.Event)
 	}
+}
+
+// TestPressAfterTheChatMoved: t1 prompts in its guild's channel and in
+// Ada's DM (she is linked to it); then the guild is rebound to t2, and
+// Ada's link moves to t2. A press of either of t1's prompts is dropped
+// (prompt_not_owned): it went by the chat's route of the moment, to t2,
+// which got t1's prompt_id and Ada's choice. (t1 still holds the DM by
+// grant, but a press reaches only the tenant it routes to.) t2's own
+// prompt in the channel is answered.
+func TestPressAfterTheChatMoved(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.DMTenant = "" })
+	e.startReady(t)
+	url := e.webhookServer(t)
+	bind := func(tenant string) {
+		t.Helper()
+		if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: tenant}, {Kind: platform.BindUser, ID: userAda, Tenant: tenant}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prompt := func(tenant, chat, id string) (msgID, button string) {
+		t.Helper()
+		r := execute(t, e, tenant, `{"op":"prompt","chat_id":"`+chat+`","content":"deploy?","prompt_id":"`+id+`","options":[{"id":"once","label":"Approve once"}],"metadata":{}}`)
+		if !r.Success {
+			t.Fatalf("%s's prompt in %s = %+v", tenant, chat, r)
+		}
+		return r.MessageID, buttonOf(t, e, chat, r.MessageID, "once")
+	}
+	press := func(interaction, msgID, button string) {
+		t.Helper()
+		body, err := e.fake.PressButton(interaction, "tok-"+interaction, msgID, button, userAda, "ada.l")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), body)); code != 200 || ack != `{"type":6}` {
+			t.Fatalf("press %s = %d %s", interaction, code, ack)
+		}
+	}
+	bind("t1")
+	e.p.spoke.Add(t.Context(), chanDMAda, "", "t1") // as her /link for t1 in the DM
+	inGuild, guildButton := prompt("t1", chanGeneral, "f00dba.00000001")
+	inDM, dmButton := prompt("t1", chanDMAda, "f00dba.00000002")
+	bind("t2")
+	press("8501", inGuild, guildButton)
+	press("8502", inDM, dmButton)
+	e.metrics.waitDrop(t, "prompt_not_owned", 2)
+	e.sink.Empty(t)
+	msgID, button := prompt("t2", chanGeneral, "f00dba.00000003")
+	press("8503", msgID, button)
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "f00dba.00000003" {
+		t.Fatalf("t2's press delivered to %s as %+v", d.Tenant, d.Event)
+	}
+}
+
+// buttonOf is the custom_id of option's button on the prompt message
+// msgID in channel.
+func buttonOf(t *testing.T, e *env, channel, msgID, option string) string {
+	t.Helper()
+	for _, m := range e.fake.Messages(channel) {
+		for _, row := range m.Components {
+			for _, b := range row.Components {
+				if _, o, _, ok := promptPress(b.CustomID); ok && o == option && m.ID == msgID {
+					return b.CustomID
+				}
+			}
+		}
+	}
+	t.Fatalf("no button %q on message %s in %s", option, msgID, channel)
+	return ""
 }

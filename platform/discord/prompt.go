@@ -3,11 +3,17 @@ package discord
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/bwmarrin/discordgo"
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/vault"
 )
 
 // Discord's message component limits: 5 action rows of 5 buttons, labels of
@@ -27,12 +33,13 @@ var buttonStyles = map[string]discordgo.ButtonStyle{
 }
 
 // opPrompt posts the question with one button per option, each carrying
-// the callback token hp1:<prompt_id>:<option_id> as its custom_id. A
+// the callback token hp1:<prompt_id>:<option_id> and the posting tenant's
+// promptTag as its custom_id, "<token>:<tag>". A
 // question over 2,000 code points is split; the buttons ride the last
 // piece, whose id is the result's message_id (the message a press names as
 // prompt_message_id). A press comes back through the interactions endpoint
 // as a prompt_response inbound (interaction.go).
-func (p *Platform) opPrompt(ctx context.Context, _, chatID string, a *contract.Action) contract.Result {
+func (p *Platform) opPrompt(ctx context.Context, tenant, chatID string, a *contract.Action) contract.Result {
 	buttons, err := contract.PromptButtons(a, buttonsPerRow*maxPromptRows)
 	if err != nil {
 		return contract.Failed(contract.CodeBadRequest, "discord prompt: "+err.Error())
@@ -48,7 +55,7 @@ func (p *Platform) opPrompt(ctx context.Context, _, chatID string, a *contract.A
 			body.Reference = ref
 		}
 		if i == len(pieces)-1 {
-			body.Components = buttonRows(buttons)
+			body.Components = buttonRows(buttons, p.promptTag(tenant))
 		}
 		var m messageAnswer
 		err := p.rest(ctx, "POST", discordgo.EndpointChannelMessages(chatID), &body, &m)
@@ -60,8 +67,64 @@ func (p *Platform) opPrompt(ctx context.Context, _, chatID string, a *contract.A
 	return contract.OK(last)
 }
 
-// buttonRows lays buttons out in action rows of buttonsPerRow.
-func buttonRows(buttons []contract.PromptButton) []discordgo.MessageComponent {
+// promptTag names tenant and its creation (vault.Creation) on the
+// buttons of the prompts it posts, as two digests of 8 characters (a
+// custom_id holds 100; the buttons, which Discord's users can read, name
+// neither): a press answers a prompt only for the tenant, and the
+// creation of it, its buttons name (promptDrop), whatever the instances'
+// clocks say.
+func (p *Platform) promptTag(tenant string) string {
+	return tagOf(tenant, "") + tagOf(tenant, strconv.FormatInt(vault.Creation(p.vault, tenant).UnixMicro(), 10))
+}
+
+// tagOf is a digest of tenant and of what follows it, 8 characters.
+func tagOf(tenant, created string) string {
+	sum := sha256.Sum256([]byte(tenant + "/" + created))
+	return base64.RawURLEncoding.EncodeToString(sum[:6])
+}
+
+// promptPress reads a button's custom_id as a prompt's: its token's
+// prompt and option ids, and the tag after it ("" on the buttons of a
+// prompt posted before they carried one); ok is false for another
+// integration's custom_id.
+func promptPress(customID string) (promptID, optionID, tag string, ok bool) {
+	token := customID
+	if strings.Count(customID, ":") == 3 {
+		i := strings.LastIndexByte(customID, ':')
+		token, tag = customID[:i], customID[i+1:]
+	}
+	promptID, optionID, ok = contract.ParsePromptToken(token)
+	return promptID, optionID, tag, ok
+}
+
+// promptDrop is why a press of a prompt's button with customID, on
+// message messageID, is no answer of tenant's (the tenant it routes to),
+// or "": its buttons name another tenant (prompt_not_owned: the chat's
+// routing moved since), or another creation of tenant, an earlier tenant
+// of the id deleted since (earlier_tenant_prompt; as vault.Earlier, not
+// when tenant has no creation now). Buttons posted without a creation, or
+// by an earlier version without a tag, are judged by the message's
+// snowflake time instead (vault.Predates).
+func (p *Platform) promptDrop(tenant, customID, messageID string) string {
+	_, _, tag, _ := promptPress(customID)
+	created := vault.Creation(p.vault, tenant)
+	switch {
+	case tag != "" && tag[:min(len(tag), 8)] != tagOf(tenant, ""):
+		return "prompt_not_owned" // past here a tag holds tenant's 8 characters
+	case created.IsZero() || tag == p.promptTag(tenant):
+		return ""
+	case tag != "" && tag[8:] != tagOf(tenant, strconv.FormatInt(time.Time{}.UnixMicro(), 10)):
+		return "earlier_tenant_prompt"
+	}
+	if posted, err := discordgo.SnowflakeTimestamp(messageID); err == nil && vault.Predates(p.vault, tenant, posted) {
+		return "earlier_tenant_prompt"
+	}
+	return ""
+}
+
+// buttonRows lays buttons out in action rows of buttonsPerRow, each
+// button's custom_id its token and tag.
+func buttonRows(buttons []contract.PromptButton, tag string) []discordgo.MessageComponent {
 	rows := make([]discordgo.MessageComponent, 0, (len(buttons)+buttonsPerRow-1)/buttonsPerRow)
 	var row *discordgo.ActionsRow
 	for i, b := range buttons {
@@ -70,7 +133,7 @@ func buttonRows(buttons []contract.PromptButton) []discordgo.MessageComponent {
 			rows = append(rows, row)
 		}
 		row.Components = append(row.Components, discordgo.Button{
-			Style: cmp.Or(buttonStyles[b.Style], discordgo.SecondaryButton), Label: textsplit.TruncateRunes(b.Label, maxButtonLabel), CustomID: b.Token,
+			Style: cmp.Or(buttonStyles[b.Style], discordgo.SecondaryButton), Label: textsplit.TruncateRunes(b.Label, maxButtonLabel), CustomID: b.Token + ":" + tag,
 		})
 	}
 	return rows

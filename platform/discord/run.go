@@ -72,10 +72,11 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		p.dropped(err, "message_id", m.ID)
 		return
 	}
-	if src := &t.ev.Source; src.AutoThreadCreated {
-		// The turn is keyed on the thread made of the message: a tenant
-		// granted the channel (route) is granted the thread too, so it can
-		// answer there.
+	if src := &t.ev.Source; src.AutoThreadCreated && !it.edit && src.ChatID != m.ChannelID {
+		// The turn is keyed on the thread made of the message just now (not
+		// one posted in a thread the connector made, nor an edit of a
+		// thread's first message): a tenant granted the channel (route) is
+		// granted the thread too, so it can answer there.
 		p.spoke.AddThread(ctx, m.ChannelID, src.ChatID, tenant)
 	}
 	attached := p.attachContext(k, t)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/bwmarrin/discordgo"
 
-	"connector/contract"
 	"connector/platform"
 	"connector/session"
 	"connector/vault"
@@ -124,7 +123,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		chat.Parent = ch.ParentID // a thread the cache lacks (an instance without the Gateway)
 	}
 	pressed := ""
-	if _, _, ok := contract.ParsePromptToken(in.Data.CustomID); ok && in.Type == discordgo.InteractionMessageComponent && in.Message != nil {
+	if _, _, _, ok := promptPress(in.Data.CustomID); ok && in.Type == discordgo.InteractionMessageComponent && in.Message != nil {
 		pressed = in.Message.ID
 	}
 	tenant, _, drop := p.route(admit, author, chat, pressed)
@@ -244,8 +243,10 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 	token := vault.NewSecret(in.Token)
 	in.Token = ""
 	t, err := p.normalizer(tenant).interaction(ctx, in)
-	if err == nil && t.ev.PromptResponse != nil && p.earlierPrompt(tenant, t.ev.PromptResponse.PromptMessageID) {
-		err = drop("earlier_tenant_prompt")
+	if err == nil && t.ev.PromptResponse != nil {
+		if reason := p.promptDrop(tenant, in.Data.CustomID, t.ev.PromptResponse.PromptMessageID); reason != "" {
+			err = drop(reason)
+		}
 	}
 	if err != nil {
 		p.dropped(err, "interaction_id", in.ID)
@@ -271,15 +272,6 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 	return p.deliver(ctx, tenant, t, received)
 }
 
-// earlierPrompt reports whether the prompt message a press answers was
-// posted before tenant's creation (its snowflake's time; vault.Predates):
-// by an earlier tenant of the id, deleted since, whose prompts' answers
-// the tenant made again under the id must not get.
-func (p *Platform) earlierPrompt(tenant, messageID string) bool {
-	posted, err := discordgo.SnowflakeTimestamp(messageID)
-	return err == nil && vault.Predates(p.vault, tenant, posted)
-}
-
 // gatewayInteraction handles INTERACTION_CREATE delivered over the Gateway
 // (when no interactions endpoint URL is set): same dedupe and processing,
 // acknowledged through POST /interactions/{id}/{token}/callback. It runs on
@@ -287,12 +279,20 @@ func (p *Platform) earlierPrompt(tenant, messageID string) bool {
 // grant, the wait for a slot) runs on a goroutine of its own, at most
 // maxAdmitting at once: past that the interaction is dropped, left
 // unanswered, and Discord shows its user a failure, rather than holding up
-// the messages read after it.
+// the messages read after it. One older than Discord's answer window (by
+// its id's snowflake time; replayed after a RESUME) is dropped.
 func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 	received := p.clock.Now()
 	var in wireInteraction
 	if err := json.Unmarshal(raw, &in); err != nil || in.ID == "" || !isSnowflake(in.ID) {
 		p.metrics.Dropped(platformName, "malformed")
+		return
+	}
+	if at, err := discordgo.SnowflakeTimestamp(in.ID); err == nil && received.Sub(at) > answerWindow {
+		// Replayed after a RESUME past Discord's answer window: it can no
+		// longer be acknowledged, its user was shown a failure and may
+		// have tried again, so the agent would get both.
+		p.metrics.Dropped(platformName, "interaction_expired")
 		return
 	}
 	if p.enter() == nil {

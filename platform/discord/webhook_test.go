@@ -182,7 +182,7 @@ func TestInteractionConfirmedOnlyOnceDelivered(t *testing.T) {
 	}
 
 	var in map[string]any
-	if err := json.Unmarshal(slashBody("8102", "refused-gateway-token", guildLab, chanRandom), &in); err != nil {
+	if err := json.Unmarshal(slashBody(liveID(8102), "refused-gateway-token", guildLab, chanRandom), &in); err != nil {
 		t.Fatal(err)
 	}
 	e.dispatch(t, "INTERACTION_CREATE", in)

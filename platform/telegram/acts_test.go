@@ -1,14 +1,18 @@
 package telegram
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/telegram/telegramtest"
+	"connector/vault"
 )
 
 // Chats of testChats used by the op tests.
@@ -304,5 +308,68 @@ func TestPromptPressInASharedGroupReachesItsPoster(t *testing.T) {
 	}
 	if d := e.sink.Next(t); d.Tenant != "t3" {
 		t.Fatalf("press in t3's claimed group delivered to %q, want t3", d.Tenant)
+	}
+}
+
+// TestPressOfAnEarlierTenantsPrompt: t1 prompted user 501 in the DM, and is
+// deleted and created again under its id: a press of the earlier t1's
+// prompt (its message dated a second before the new t1's creation) is
+// dropped and its spinner stopped, not delivered to the new t1 as its
+// prompt's answer; a press of a prompt dated in the second of the creation
+// (Telegram dates in whole seconds) is the new t1's.
+func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
+	created := time.Now().Truncate(time.Second).Add(-time.Minute + 300*time.Millisecond)
+	since := func(tenant string) time.Time {
+		if tenant == "t1" {
+			return created
+		}
+		return time.Time{}
+	}
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since}), Metrics: m}, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	e.startWebhook(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.act(t, "t1", promptAction("501", contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("t1's prompt: %+v", r)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	press := func(update int64, posted time.Time) {
+		t.Helper()
+		body, err := e.fake.PressButton(update, map[string]any{"id": int64(501), "type": "private", "first_name": "Ada"}, msgID,
+			"hp1:f00dba.1234abcd:once", map[string]any{"id": int64(501), "is_bot": false, "first_name": "Ada"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var u map[string]any
+		if err := json.Unmarshal(body, &u); err != nil {
+			t.Fatal(err)
+		}
+		u["callback_query"].(map[string]any)["message"].(map[string]any)["date"] = posted.Unix()
+		if body, err = json.Marshal(u); err != nil {
+			t.Fatal(err)
+		}
+		if code := e.post(t, body); code != http.StatusOK {
+			t.Fatalf("press: status %d", code)
+		}
+	}
+	press(884100910, created.Add(-time.Second))
+	platformtest.WaitUntil(t, "the earlier t1's press dropped", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropEarlierTenantPrompt] == 1
+	})
+	if calls := e.calls(t, "answerCallbackQuery", 1); calls[0].Form["callback_query_id"] != "cq884100910" {
+		t.Errorf("answerCallbackQuery %v, want the dropped press's", calls[0].Form)
+	}
+	e.sink.Empty(t)
+	press(884100911, created)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+		t.Fatalf("the new t1's press delivered to %q as %+v", d.Tenant, d.Event)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"connector/platform"
+	"connector/vault"
 )
 
 // errNotRunning answers updates that arrive while Run is not running.
@@ -94,6 +95,13 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		return readied{}
 	}
 	tenant, owner, drop := p.route(ctx, in)
+	if drop == "" && in.prompted != 0 && vault.Predates(p.deps.Vault, tenant, time.Unix(in.prompted+1, 0).Add(-time.Microsecond)) {
+		// A press of a prompt whose message's whole second went before the
+		// tenant's creation: an earlier tenant's of the id, deleted since,
+		// whose answers the tenant made again must not get.
+		drop = dropEarlierTenantPrompt
+		p.queueCallbackAnswer(in.callbackID)
+	}
 	if drop != "" {
 		p.drop(drop, u.ID, in.chatID)
 		return readied{}

@@ -38,6 +38,9 @@ type inbound struct {
 	stop bool
 	// callbackID is set for a callback query, answered after delivery.
 	callbackID string
+	// prompted is when a pressed prompt was posted (its message's date,
+	// Unix seconds; 0 when Telegram did not send the message).
+	prompted int64
 }
 
 // Drop reasons (platform.Metrics.Dropped).
@@ -51,6 +54,9 @@ const (
 	// dropForeignCallback: a button press whose callback data is not a
 	// prompt op's hp1 token (another integration's button).
 	dropForeignCallback = "foreign_callback"
+	// dropEarlierTenantPrompt: a press of a prompt posted before its
+	// tenant's creation, by an earlier tenant of the id (ready).
+	dropEarlierTenantPrompt = "earlier_tenant_prompt"
 )
 
 // normalize maps u to the event the native Hermes Telegram adapter would
@@ -129,6 +135,9 @@ func callbackInbound(cq *models.CallbackQuery, m *mapping) (inbound, string) {
 		return inbound{}, dropUnsupported
 	}
 	in := inbound{chatID: chat.ID, callbackID: cq.ID}
+	if msg != nil {
+		in.prompted = int64(msg.Date)
+	}
 	// Only a prompt op's buttons become events; another integration's
 	// callback data is dropped, never forwarded as text (its spinner is
 	// still stopped: handle answers every callback query).
