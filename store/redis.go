@@ -515,7 +515,13 @@ func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]
 	}
 	rule := bounds.at(l.s.clock.Now())
 	keys := append(l.keys(tenant)[1:], l.s.p+"trimanswer:"+tagged(tenant)+":"+rand.Text())
-	res, err := trimScript.Run(ctx, l.s.c, keys, rule.maxEntries, rule.maxBytes, rule.cutoff, l.s.regAnswerPX).Slice()
+	// Pipelined: on a Redis Cluster it is then sent once (resendWindow).
+	cmd := l.s.pipelined(ctx, scriptCall(trimScript, keys, rule.maxEntries, rule.maxBytes, rule.cutoff, l.s.regAnswerPX)).cmd
+	var res []any
+	err := cmd.Err()
+	if c, ok := cmd.(*redis.Cmd); ok && err == nil {
+		res, err = c.Slice()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: trim tenant %q: %w", tenant, rerr(err))
 	}
