@@ -47,6 +47,10 @@ type netStore struct {
 	// until their context ends; holderCalls counts those reads.
 	stuckLeases atomic.Bool
 	holderCalls atomic.Int32
+	// takenOnRelease, when set, has instance ix take a lease before its
+	// release runs (standing for a lease that expired and was taken), and
+	// is closed then.
+	takenOnRelease chan struct{}
 
 	mu   sync.Mutex
 	lose func(channel string, msg []byte) bool
@@ -201,6 +205,15 @@ func (l netLeases) Renew(ctx context.Context, name string, lease store.Lease, tt
 func (l netLeases) Release(ctx context.Context, name string, lease store.Lease) error {
 	if l.n.cut.Load() {
 		return errCut
+	}
+	if l.n.takenOnRelease != nil {
+		if err := l.n.Store.Leases().Release(ctx, name, lease); err != nil {
+			return err
+		}
+		if _, ok, err := l.n.Store.Leases().Acquire(ctx, name, "ix", time.Hour); !ok || err != nil {
+			return fmt.Errorf("netStore: ix did not take %s: %v", name, err)
+		}
+		close(l.n.takenOnRelease)
 	}
 	return l.n.Store.Leases().Release(ctx, name, lease)
 }
@@ -1359,6 +1372,40 @@ func TestClusterDriverWithoutSocketsHandsTheTenantOver(t *testing.T) {
 			t.Fatalf("i0, with ga's socket, did not take the tenant from i1, which has none, within %v", relaytest.Timeout)
 		}
 		runtime.Gosched() // a beat's lease calls signal nothing: step on
+	}
+}
+
+// A driver without sockets whose release, as it hands the tenant over,
+// finds the lease taken by another instance (it expired meanwhile) stops
+// driving in that beat: it no longer drives the tenant beside the lease's
+// holder.
+func TestClusterHandOverOfALeaseTakenStopsDriving(t *testing.T) {
+	r := newClusterRig(t, 2)
+	taken := make(chan struct{})
+	r.inst[1].net.takenOnRelease = taken
+	r.inst[1].discord.deliver("t1", "c1", "u0", "e0")
+	if who := r.waitAcquired(t); who != "i1" {
+		t.Fatalf("%s took the tenant's lease, want i1 (it stored e0)", who)
+	}
+	ga := r.dial(t, 0, "ga", "discord")
+	if first, _ := ga.NextInbound(t); first.Text != "e0" {
+		t.Fatalf("ga got %q, want e0", first.Text)
+	}
+	deadline := time.After(relaytest.Timeout)
+	for released := false; !released; {
+		r.advance(1)
+		select {
+		case <-taken:
+			released = true
+		case <-deadline:
+			t.Fatalf("i1, without sockets, did not give the tenant's lease up within %v", relaytest.Timeout)
+		default:
+			runtime.Gosched() // a beat's lease calls signal nothing: step on
+		}
+	}
+	// The beat that released ends before ClusterTenure reads.
+	if tn := relay.ClusterTenure(r.inst[1].h.Server, "t1"); tn != nil {
+		t.Fatalf("i1 still drives the tenant under its ended tenure after its release found the lease taken")
 	}
 }
 

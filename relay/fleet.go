@@ -722,8 +722,8 @@ func (f *tenantFleet) beat(ctx context.Context) {
 // instance has one (it took the tenant in for inbound nobody drove, or its
 // own sockets left; a socket reconnecting to it within the beat keeps it
 // the driver): that instance takes the lease at its next beat, and drives
-// its sockets without a hop between instances. It reports whether it gave
-// the lease up.
+// its sockets without a hop between instances. It reports whether it
+// stopped driving.
 func (f *tenantFleet) handOver(ctx context.Context) bool {
 	h := f.h
 	h.mu.Lock()
@@ -738,11 +738,14 @@ func (f *tenantFleet) handOver(ctx context.Context) bool {
 		return false
 	}
 	f.seatless = false
+	// Release ends the tenure even when it fails: the lease is no longer
+	// this instance's to drive under (another took it, ErrNotHeld, or it
+	// expires unrenewed).
 	if err := f.tenure.Release(ctx); err != nil {
-		f.fl.srv.log.Warn("tenant lease not given up to an instance with its sockets", "tenant", h.id, "err", err)
-		return false
+		f.fl.srv.log.Warn("tenant lease not given up: another instance took it, or it expires", "tenant", h.id, "err", err)
+	} else {
+		f.fl.srv.log.Info("tenant handed over: its sockets are on other instances", "tenant", h.id)
 	}
-	f.fl.srv.log.Info("tenant handed over: its sockets are on other instances", "tenant", h.id)
 	f.tenure = nil
 	f.stopDriving()
 	// Its sockets' instance takes the lease within a beat; this one checks

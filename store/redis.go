@@ -31,6 +31,7 @@ import (
 //	                       fields k kind, p platform, s session key,
 //	                       c chat id, r received (Unix µs), d payload
 //	bytes:{<tenant>}       the sum of the stream's payload lengths
+//	trimanswer:{<tenant>}:<trim>  a trim's dropped entries (JSON) for its resends, PX
 //	ledgers                set of the tenants that ever appended (SADD)
 //	cap:<key>              expiring capability value, PX as garbage collection
 //	owner:<n>:{<tenant>}<session key>  expiring owner (n = len(tenant)), PX
@@ -78,9 +79,10 @@ type redisStore struct {
 	minReplicas    int
 	replicaTimeout time.Duration
 	// resend is how long go-redis may send a command again after its
-	// first send (resendWindow): a registry write's or a lease release's
-	// answer is kept that long for its resends (registryWriteScript,
-	// heldScript), and ResendWindow gives it.
+	// first send (resendWindow): a registry write's, a lease release's or
+	// a trim's answer is kept that long for its resends
+	// (registryWriteScript, heldScript, trimScript), and ResendWindow
+	// gives it.
 	resend time.Duration
 	// pipe sends the ledger's appends, acks and reads, the capabilities'
 	// writes and the pub/sub publishes, every command queued while the
@@ -492,13 +494,18 @@ func redisInt(cmd redis.Cmder) (int64, error) {
 	return c.Int64()
 }
 
-// trimScript is trimRule.drop over the stream, oldest first: ARGV are the
-// max entries, max bytes and the cutoff in Unix µs (0: none). It returns
-// {id, kind, platform, bytes, received} per dropped entry. An entry whose
+// trimScript is trimRule.drop over the stream, oldest first: KEYS the
+// stream, its bytes counter and the trim's answer (its key fresh for
+// each); ARGV the max entries, max bytes, the cutoff in Unix µs (0: none)
+// and the answer's PX. It returns {id, kind, platform, bytes, received}
+// per dropped entry, and keeps that answer, as a registry write's is, for
+// a resend of the trim, which would find them gone. An entry whose
 // receipt time does not decode (another program or version wrote it) is
 // older than any cutoff: no instance can read it (Read). It stops at an
 // entry the connector did not write, which Read removes (foreignScript).
 var trimScript = redis.NewScript(`
+local kept = redis.call('GET', KEYS[3])
+if kept then return cjson.decode(kept) end
 local maxN, maxB, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = redis.call('XLEN', KEYS[1])
 local b = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -528,7 +535,10 @@ while not done and n > 0 do
   end
   start = '(' .. es[#es][1]
 end
-if #out > 0 then redis.call('SET', KEYS[2], b) end
+if #out > 0 then
+  redis.call('SET', KEYS[2], b)
+  redis.call('SET', KEYS[3], cjson.encode(out), 'PX', ARGV[4])
+end
 return out
 `)
 
@@ -537,7 +547,14 @@ func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]
 		return nil, err
 	}
 	rule := bounds.at(l.s.clock.Now())
-	res, err := trimScript.Run(ctx, l.s.c, l.keys(tenant)[1:], rule.maxEntries, rule.maxBytes, rule.cutoff).Slice()
+	keys := append(l.keys(tenant)[1:], l.s.p+"trimanswer:"+tagged(tenant)+":"+rand.Text())
+	// Pipelined: on a Redis Cluster it is then sent once (resendWindow).
+	cmd := l.s.pipelined(ctx, scriptCall(trimScript, keys, rule.maxEntries, rule.maxBytes, rule.cutoff, pxMillis(l.s.resend))).cmd
+	var res []any
+	err := cmd.Err()
+	if c, ok := cmd.(*redis.Cmd); ok && err == nil {
+		res, err = c.Slice()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: trim tenant %q: %w", tenant, rerr(err))
 	}

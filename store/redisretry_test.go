@@ -333,3 +333,38 @@ func TestRedisCloseCutsARoundTripShort(t *testing.T) {
 		t.Fatal("timed out waiting for the append cut short by Close")
 	}
 }
+
+// TestRedisTrimReplyLost: a Trim whose reply is lost after it ran (go-redis
+// sends it again) answers the entries it dropped. Before, the resend found
+// them gone and answered none, so they were never logged nor counted as
+// dropped.
+func TestRedisTrimReplyLost(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	proxy := newReplyDropper(t, srv.Addr())
+	cfg := redisConfig(srv)
+	cfg.RedisURL = "redis://" + proxy.ln.Addr().String() + "/0"
+	l := opener(t, cfg)(nil).Ledger()
+	ctx := t.Context()
+
+	// The script loaded first: a lost NOSCRIPT reply is no test.
+	if _, err := l.Trim(ctx, "warm", store.Bounds{MaxEntries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, "lost-trim", []store.Record{{Platform: "discord", Payload: []byte("old")}, {Platform: "discord", Payload: []byte("new")}}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.arm("lost-trim")
+	dropped, err := l.Trim(ctx, "lost-trim", store.Bounds{MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := proxy.dropped.Swap(0); n != 1 {
+		t.Fatalf("trim: %d replies dropped, want 1", n)
+	}
+	if len(dropped) != 1 || dropped[0].Seq != 1 || dropped[0].Platform != "discord" || dropped[0].Bytes != 3 {
+		t.Fatalf("trim whose reply was lost dropped %+v; want seq 1 (discord, 3 bytes)", dropped)
+	}
+	if recs, err := l.Read(ctx, "lost-trim", 0, 10); err != nil || len(recs) != 1 || recs[0].Seq != 2 {
+		t.Fatalf("after the trim: %+v, %v; want seq 2 alone", recs, err)
+	}
+}
