@@ -76,7 +76,7 @@ type Config struct {
 	// Max bounds the unauthenticated connections held at once; it must be
 	// positive.
 	Max int
-	// MaxPerSource bounds those of one source (Source); zero or a value
+	// MaxPerSource bounds those of one source (netsource.Of); zero or a value
 	// above Max means Max.
 	MaxPerSource int
 	// Log receives lines about refusals, at most one a minute per reason,
