@@ -49,6 +49,13 @@ func (c *connector) relayPolicyHandler() http.Handler {
 		}
 		var req policyRequest
 		err = c.changes.Check(tenant, gatewayID)
+		kept := false
+		if err == nil { // the relay knows the gateways this instance last applied: one deleted since on another instance stores nothing
+			kept, err = c.live.reg.GatewayOf(r.Context(), tenant, gatewayID)
+		}
+		if err == nil && !kept {
+			err = change.Refuse(http.StatusUnauthorized, contract.ReasonUnauthorized, "%s", contract.ReasonUnauthorized)
+		}
 		if err == nil { // unknown fields ignored, as the other gateway routes do: the body grows additively
 			err = change.Decode(http.MaxBytesReader(w, r.Body, maxPolicyBodyBytes), &req, false)
 		}
@@ -69,6 +76,9 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			"platform", textsplit.Truncate(req.Platform, 64), "require_address", req.RequireAddress, "free_response_scopes", len(req.FreeResponseScopes),
 			"allow_other_bots", req.AllowOtherBots)
 		if err != nil {
+			if status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
+			}
 			change.SetRetryAfter(w.Header(), err)
 			httpjson.Error(w, status, change.Message(err))
 			return
