@@ -339,7 +339,7 @@ func New(cfg Config) (_ *Server, err error) {
 		conns:        make(map[string]*conn),
 		ops:          make(map[*outboundOp]struct{}),
 		logs: serverLogs{
-			sources: loglimit.NewLimiter(sourceLogRate, allSourcesLogRate, sourceLogKeys, cfg.Clock),
+			sources: loglimit.NewSources(cfg.Clock),
 			tenants: loglimit.NewLimiter(tenantLogRate, allTenantsLogRate, len(cfg.Tenants), cfg.Clock),
 		},
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"connector/contract"
 	"connector/enroll"
 	"connector/internal/nonneg"
 	"connector/media"
@@ -236,9 +237,10 @@ type GatewayConfig struct {
 	// they would share its secrets.
 	ID string `yaml:"id"`
 	// Secrets are accepted GATEWAY_RELAY_SECRET values, several while one is
-	// rotated. More come from the environment variable
-	// CONNECTOR_GATEWAY_SECRETS_<ID> (comma-separated; the id upper-cased,
-	// every character outside A-Z and 0-9 replaced by "_").
+	// rotated, at most 8 with the environment's. More come from the
+	// environment variable CONNECTOR_GATEWAY_SECRETS_<ID> (comma-separated;
+	// the id upper-cased, every character outside A-Z and 0-9 replaced by
+	// "_").
 	Secrets []string `yaml:"secrets"`
 }
 
@@ -447,10 +449,8 @@ func (c *Config) validateTenants() error {
 			if len(g.Secrets) == 0 {
 				return fmt.Errorf("config: %s.secrets: at least one secret is required (or set %s)", gkey, GatewaySecretsEnv(g.ID))
 			}
-			for si, s := range g.Secrets {
-				if s == "" {
-					return fmt.Errorf("config: %s.secrets[%d]: empty", gkey, si)
-				}
+			if _, err := contract.NewTokenKeys(g.Secrets); err != nil { // the relay's rule: 1 to 8, none empty
+				return fmt.Errorf("config: %s.secrets: %w", gkey, err)
 			}
 		}
 	}

@@ -115,10 +115,12 @@ func TestNoExpiryApplyAfterStop(t *testing.T) {
 	}
 }
 
-// TestSighupNotAppliedChangesNothing: a SIGHUP whose file validates but
-// that the relay refuses (nine secrets for a gateway, which serve would
-// not start with) is counted not_applied and leaves the declared layer as
-// it was: later applies (admin changes, polls) are not refused for it.
+// TestSighupNotAppliedChangesNothing: a file with nine secrets for a
+// gateway, which the relay refuses, does not validate (a SIGHUP with it is
+// unreadable; before, it validated and was counted not_applied). A config
+// the relay refuses all the same (here that one, made past validation) is
+// counted not_applied and leaves the declared layer as it was: later
+// applies (admin changes, polls) are not refused for it.
 func TestSighupNotAppliedChangesNothing(t *testing.T) {
 	st := memStore(t)
 	good := "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"
@@ -131,10 +133,16 @@ func TestSighupNotAppliedChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
-	bad, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1, s2, s3, s4, s5, s6, s7, s8, s9]}]\n"), dataDir: t.TempDir()}, noEnv)
+	nine := "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1, s2, s3, s4, s5, s6, s7, s8, s9]}]\n"
+	if _, _, err := loadOrDefault(sources{configPath: writeConfig(t, nine), dataDir: t.TempDir()}, noEnv); err == nil ||
+		!strings.Contains(err.Error(), "tenants[0].gateways[0].secrets: 9 secrets, at most 8") {
+		t.Fatalf("a file with nine secrets for a gateway: %v, want refused naming the key", err)
+	}
+	bad, _, err := loadOrDefault(sources{configPath: writeConfig(t, good), dataDir: t.TempDir()}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
+	bad.Tenants[0].Gateways[0].Secrets = strings.Fields("s1 s2 s3 s4 s5 s6 s7 s8 s9")
 	hangups := make(chan os.Signal, 1)
 	c.reload = &reloader{hangups: hangups, read: func() (*Config, error) { return bad, nil }}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -75,6 +75,9 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			"platform", textsplit.Truncate(req.Platform, 64), "require_address", req.RequireAddress, "free_response_scopes", len(req.FreeResponseScopes),
 			"allow_other_bots", req.AllowOtherBots)
 		if err != nil {
+			if status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
+			}
 			change.SetRetryAfter(w.Header(), err)
 			httpjson.Error(w, status, change.Message(err))
 			return

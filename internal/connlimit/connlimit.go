@@ -42,7 +42,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"sync"
 	"syscall"
@@ -50,6 +49,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/internal/loglimit"
+	"connector/internal/netsource"
 )
 
 // Reasons a connection is refused or closed by the Listener, as passed to
@@ -76,7 +76,7 @@ type Config struct {
 	// Max bounds the unauthenticated connections held at once; it must be
 	// positive.
 	Max int
-	// MaxPerSource bounds those of one source (Source); zero or a value
+	// MaxPerSource bounds those of one source (netsource.Of); zero or a value
 	// above Max means Max.
 	MaxPerSource int
 	// Log receives lines about refusals, at most one a minute per reason,
@@ -204,7 +204,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 // c's source when the source is at its share, else the longest-idle one at
 // the limit; false (with c's socket closed) when there is no room.
 func (l *Listener) admit(c *conn) bool {
-	src := Source(c.RemoteAddr())
+	src := netsource.Of(c.RemoteAddr().String())
 	l.mu.Lock()
 	var victim net.Conn
 	reason, limit, what := "", 0, ""
@@ -265,22 +265,6 @@ func (l *Listener) forgetLocked(c net.Conn) {
 	if l.sources[st.source]--; l.sources[st.source] <= 0 {
 		delete(l.sources, st.source)
 	}
-}
-
-// Source names the source an address counts against: an IPv4 address
-// (IPv4-mapped IPv6 included), the /64 prefix of an IPv6 address, or the
-// whole address string when it is not IP.
-func Source(addr net.Addr) string {
-	ap, err := netip.ParseAddrPort(addr.String())
-	if err != nil {
-		return addr.String()
-	}
-	ip := ap.Addr().Unmap()
-	if ip.Is4() {
-		return ip.String()
-	}
-	p, _ := ip.WithZone("").Prefix(64)
-	return p.String()
 }
 
 // ConnState is the http.Server ConnState hook: it tracks which connections

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -390,24 +389,5 @@ func TestOneSourceCannotTakeEverySlot(t *testing.T) {
 	want := []string{ReasonSourceLimit, ReasonEvictedIdle, ReasonEvictedIdle}
 	if got := s.refusals(); !slices.Equal(got, want) {
 		t.Fatalf("refusals %v, want %v", got, want)
-	}
-}
-
-func TestSource(t *testing.T) {
-	for addr, want := range map[string]string{
-		"192.0.2.7:443":              "192.0.2.7",
-		"[::ffff:192.0.2.7]:443":     "192.0.2.7",
-		"[2001:db8:1:2:3:4:5:6]:443": "2001:db8:1:2::/64",
-		"[2001:db8:1:2:ffff::1]:80":  "2001:db8:1:2::/64",
-		"[fe80::1%eth0]:80":          "fe80::/64",
-		"@":                          "@",
-	} {
-		var a net.Addr = &net.UnixAddr{Name: addr, Net: "unix"}
-		if addr != "@" {
-			a = net.TCPAddrFromAddrPort(netip.MustParseAddrPort(addr))
-		}
-		if got := Source(a); got != want {
-			t.Errorf("Source(%s) = %q, want %q", addr, got, want)
-		}
 	}
 }

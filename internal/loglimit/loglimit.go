@@ -16,7 +16,6 @@ package loglimit
 import (
 	"context"
 	"log/slog"
-	"net"
 	"sync"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"connector/internal/clock"
+	"connector/internal/netsource"
 )
 
 // Rate is an allowance of log lines: Burst at once, then one more per
@@ -157,19 +157,16 @@ func (l *Limiter) Log(log *slog.Logger, level slog.Level, key, msg string, args 
 }
 
 // NewSources returns the Limiter of the lines that requests refused before
-// they authenticate cause (a bad bearer on an HTTP route), keyed by the
-// remote host (LogFrom): 10 lines per 10 s a host, 100 per 100 ms in all,
-// 4,096 hosts remembered.
+// they authenticate cause (a bad bearer on an HTTP route, a refused
+// upgrade), keyed by the remote source (LogFrom): 10 lines per 10 s a
+// source, 100 per 100 ms in all, 4,096 sources remembered.
 func NewSources(c clock.Clock) *Limiter {
 	return NewLimiter(Rate{Burst: 10, Every: 10 * time.Second}, Rate{Burst: 100, Every: 100 * time.Millisecond}, 4096, c)
 }
 
-// LogFrom is Log keyed by the host of remote (host:port, an
-// http.Request's RemoteAddr), so one client's ports share its allowance.
+// LogFrom is Log keyed by the source of remote (host:port, an
+// http.Request's RemoteAddr; netsource.Of), so one host's ports and IPv6
+// addresses share its allowance.
 func (l *Limiter) LogFrom(log *slog.Logger, level slog.Level, remote, msg string, args ...any) {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	l.Log(log, level, host, msg, args...)
+	l.Log(log, level, netsource.Of(remote), msg, args...)
 }

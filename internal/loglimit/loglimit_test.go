@@ -2,6 +2,7 @@ package loglimit
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -116,5 +117,21 @@ func TestLimiterBoundsEachKeyAndAllKeys(t *testing.T) {
 	l.Log(log, slog.LevelInfo, "a", "refused", "remote", "a")
 	if got := out.take(); len(got) != 3 || strings.Count(strings.Join(got, "\n"), "remote=a") != 2 {
 		t.Fatalf("wrote %q, want c's line and 2 of a's", got)
+	}
+}
+
+// TestSourcesShareOneAllowancePerSource: LogFrom keys by the remote's
+// source (netsource.Of), so a host changing its port or its address within
+// its IPv6 /64 keeps one allowance. Before, each address had its own: 20
+// addresses of one /64 wrote 20 lines.
+func TestSourcesShareOneAllowancePerSource(t *testing.T) {
+	var out lines
+	log := out.logger(slog.LevelInfo)
+	l := NewSources(clocktest.New(time.Unix(1767225600, 0)))
+	for i := range 20 {
+		l.LogFrom(log, slog.LevelInfo, fmt.Sprintf("[2001:db8:1:2::%x]:%d", i+1, 40000+i), "refused")
+	}
+	if got := out.take(); len(got) != 10 {
+		t.Fatalf("20 addresses of one /64 wrote %d lines, want 10", len(got))
 	}
 }
