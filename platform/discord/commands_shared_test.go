@@ -355,12 +355,32 @@ func TestRemadeTenantLosesTheEarlierManifest(t *testing.T) {
 // TestRemadeTenantLosesTheEarlierManifestOneInstance is
 // TestRemadeTenantLosesTheEarlierManifest with one instance, whose
 // manifests are kept in memory; the first hello comes before the first
-// registry apply.
+// registry apply. Also when t2 is made again by an instance whose clock
+// runs 5 s behind the one that made it first, within those 5 s (skewed:
+// the new creation time is the earlier one). Creations were ordered by
+// time, so then the earlier t2's manifest was still t2's, and its guild
+// kept the earlier t2's commands.
 func TestRemadeTenantLosesTheEarlierManifestOneInstance(t *testing.T) {
 	t.Parallel()
+	for _, skewed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("skewed %v", skewed), func(t *testing.T) {
+			t.Parallel()
+			remadeTenantLosesTheEarlierManifestOneInstance(t, skewed)
+		})
+	}
+}
+
+// remadeTenantLosesTheEarlierManifestOneInstance is
+// TestRemadeTenantLosesTheEarlierManifestOneInstance, t2 made again by a
+// clock 5 s behind (skewed).
+func remadeTenantLosesTheEarlierManifestOneInstance(t *testing.T, skewed bool) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
-	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	first := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	again := first.Add(24 * time.Hour)
+	if skewed {
+		again = first.Add(2*time.Second - 5*time.Second)
+	}
 	e.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, e.fake, guildOther, "Old", []string{"ask"})
 	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first})
