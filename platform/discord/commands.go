@@ -282,14 +282,6 @@ func (c *commandSync) currentLocked(tenant string, created time.Time) bool {
 	return ok && (t.IsZero() || created.Equal(t))
 }
 
-// created is when tenant was created, as setTenants last gave it (zero
-// when declared, or not known).
-func (c *commandSync) created(tenant string) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.tenants[tenant]
-}
-
 // setTenants records the configured tenants and their creation: the
 // manifests of any other, or of an earlier creation, are ignored from now
 // on, and forgotten (deleted from the store by the next look). The guilds

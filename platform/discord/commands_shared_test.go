@@ -20,6 +20,7 @@ import (
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
 	"connector/store"
+	"connector/vault"
 )
 
 // sharedPair is two instances of the platform on one real redis-server
@@ -588,13 +589,23 @@ func TestHelloBeforeThePlatformsApplyOfTheRemadeTenant(t *testing.T) {
 
 // TestRemadeTenantGetsNoEarlierChannelContext: guild chatter the earlier
 // t2 held back as channel context must not reach t2 made again under its
-// id (it was received before the new t2's creation), while chatter held
-// for the new t2 still does.
+// id, while chatter held for the new t2 still does, also before the
+// platform's SetTenants (the registry's apply gives the vault the new
+// creation first). The chatter was keyed under the platform's own copy
+// of the creation, which that apply updates after the relay's.
 func TestRemadeTenantGetsNoEarlierChannelContext(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, discordtest.Options{}, nil)
+	var t2 atomic.Pointer[time.Time] // t2's creation, as the vault gives it
+	since := func(tenant string) time.Time {
+		if c := t2.Load(); c != nil && tenant == "t2" {
+			return *c
+		}
+		return time.Time{}
+	}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since})}, discordtest.Options{}, nil)
 	e.startReady(t)
 	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	t2.Store(&first)
 	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first})
 	chatter := func(id, text string) {
 		e.dispatch(t, "MESSAGE_CREATE", msg(id, chanOther, guildOther, text, false))
@@ -604,7 +615,7 @@ func TestRemadeTenantGetsNoEarlierChannelContext(t *testing.T) {
 		})
 	}
 	chatter("7600", "the earlier t2's chatter")
-	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": again})
+	t2.Store(&again) // the registry's apply, before the platform's SetTenants
 	chatter("7601", "the new t2's chatter")
 	e.dispatch(t, "MESSAGE_CREATE", msg("7602", chanOther, guildOther, "hello", true))
 	d := e.sink.Next(t)
