@@ -98,8 +98,7 @@ type RelevanceTaker interface {
 
 // TenantKeeper is implemented by platforms that keep state of a tenant's
 // that must end with the tenant (Discord's command manifests, what the
-// nexscope bridge remembers of a room's messages and prompt, the group
-// messages Telegram's observe mode holds back as context), and by the
+// nexscope bridge remembers of a room's messages and prompt), and by the
 // media store (the objects of stored tenants), and by WhatsApp, which
 // labels a delivery status with its sender only if configured. SetTenants
 // is given every configured tenant, id -> its creation time

@@ -61,10 +61,15 @@ type conn struct {
 	inbound atomic.Uint64
 
 	closeCode atomic.Int32 // the code we closed with, for the log line
-	// closing is set once closeWith was called, revoked when it closed
-	// for a revocation: the reader then acts on nothing but acks, and on
-	// nothing at all once revoked.
-	closing, revoked atomic.Bool
+	// closing is set once closeWith was called: the reader then acts on
+	// nothing but acks.
+	closing atomic.Bool
+	// unrevoked ends (revoke) when c closes for a revocation: the reader
+	// then acts on nothing at all, and the outbound ops c started, still
+	// running, are cancelled (their ctx's parent), so none acts once its
+	// gateway, its secret or its tenant's creation is gone.
+	unrevoked context.Context
+	revoke    context.CancelFunc
 
 	// Owned by the read loop.
 	// identities are the hello'd platforms, each once, in first-hello
@@ -88,9 +93,10 @@ type conn struct {
 func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, remote string) *conn {
 	id := s.connID.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
+	unrevoked, revoke := context.WithCancel(context.Background())
 	c := &conn{
 		id: id, key: s.incarnation + "." + strconv.FormatUint(id, 10), srv: s, gw: gw, hub: gw.tenant,
-		ws: ws, raw: raw, ctx: ctx, cancel: cancel,
+		ws: ws, raw: raw, ctx: ctx, cancel: cancel, unrevoked: unrevoked, revoke: revoke,
 		log:      s.log.With("tenant", gw.tenant.id, "gateway_id", gw.id, "conn", id, "remote", remote),
 		logs:     loglimit.NewBucket(connLogRate, s.cfg.Clock),
 		outSlots: make(chan struct{}, s.cfg.MaxOutboundInFlight),
@@ -185,7 +191,7 @@ func (c *conn) pushed(err error) bool {
 // (Server.closeSocket).
 func (c *conn) closeWith(e contract.Close) {
 	if e == contract.EndRevoked {
-		c.revoked.Store(true)
+		c.revoke()
 	}
 	c.closing.Store(true)
 	flush := e != contract.EndTooSlow && e != contract.EndPingTimeout

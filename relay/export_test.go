@@ -119,6 +119,13 @@ func CloseConns(s *Server, e contract.Close) {
 	}
 }
 
+// Conns is how many gateway connections s holds open.
+func Conns(s *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
 // A connection's interrupt rate: InterruptBurst at once, then one per
 // InterruptEvery.
 const (

@@ -48,7 +48,7 @@ func (c *conn) handleLine(line []byte) {
 		c.ignore(ignoredMalformed, slog.LevelWarn, "skipping malformed frame", "err", err, "bytes", len(line))
 		return
 	}
-	if c.closing.Load() && (f.Type != contract.TypeInboundAck || c.revoked.Load()) {
+	if c.closing.Load() && (f.Type != contract.TypeInboundAck || c.unrevoked.Err() != nil) {
 		return
 	}
 	// Frames go to the handlers by value: taking f's address here would move
@@ -152,7 +152,7 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 	// Read before the revocation is checked again: a drop of the tenant's
 	// state since handleLine checked it shows in the count (noteProfile).
 	drops := c.hub.drops.Load()
-	if c.revoked.Load() {
+	if c.unrevoked.Err() != nil {
 		return
 	}
 	reqID := string(f.RequestID)
@@ -189,8 +189,10 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 			}
 		}()
 		// Not c.ctx: an op the platform already started is answered even if
-		// the gateway reconnects meanwhile, and shutdown waits for it.
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OutboundTimeout)
+		// the gateway reconnects meanwhile, and shutdown waits for it. A
+		// revocation cancels it: a gateway removed, or a tenant deleted and
+		// made again under its id, acts nowhere after.
+		ctx, cancel := context.WithTimeout(c.unrevoked, s.cfg.OutboundTimeout)
 		defer cancel()
 		op.finish(c.execute(ctx, target, &a, op))
 	}()

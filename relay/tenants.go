@@ -107,7 +107,8 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //   - a tenant whose Created changed to another time was deleted and
 //     created again under
 //     its id: the earlier tenant's connections are closed with 4401
-//     "revoked", its buffered inbound is dropped (from memory and the
+//     "revoked" (their outbound ops still running, of connections ended
+//     too, cancelled), its buffered inbound is dropped (from memory and the
 //     store; Ledger.Begin), and its session owners and chat profiles are
 //     forgotten, before the new tenant's gateways may connect. Among
 //     several instances the new tenant has its own lease (leaseName), so
@@ -305,13 +306,23 @@ func (s *Server) recoverAdded(h *hub) {
 
 // closeGateways closes with 4401 "revoked" every open connection of each
 // gateway in revoked, or only those on a secret it no longer has where
-// revoked says so.
+// revoked says so, and revokes those that ended already but still run
+// outbound ops (conn.unrevoked).
 func (s *Server) closeGateways(revoked map[*gatewayRecord]bool) {
+	hit := func(c *conn) bool {
+		stale, ok := revoked[c.gw]
+		return ok && (!stale || !c.gw.keys.Load().Holds(c.secret))
+	}
 	s.mu.Lock()
 	var conns []*conn
 	for _, c := range s.conns {
-		if stale, ok := revoked[c.gw]; ok && (!stale || !c.gw.keys.Load().Holds(c.secret)) {
+		if hit(c) {
 			conns = append(conns, c)
+		}
+	}
+	for op := range s.ops {
+		if s.conns[op.c.key] != op.c && hit(op.c) {
+			op.c.revoke()
 		}
 	}
 	s.mu.Unlock()

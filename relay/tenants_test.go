@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -493,11 +494,25 @@ func (m outboundDone) Outbound(_, op, _ string, _ time.Duration) { m.done <- op 
 
 // An outbound op of a tenant's gateway that is still running when the
 // tenant is deleted and created again under its id (its connection
-// revoked) does not leave its chat's profile to the new tenant: the new
-// tenant's inbound of that chat carries no profile. The op noted it after
-// the earlier tenant's profiles were dropped before, and the new tenant's
-// gateway got the earlier tenant's profile name on that chat's inbound.
+// revoked) is cancelled: it does not act in the chat, now the new
+// tenant's, nor leave its chat's profile to the new tenant: the new
+// tenant's inbound of that chat carries no profile. The op ran on (its
+// platform call made as the tenant id, now the new tenant's), and before
+// that it noted the profile after the earlier tenant's profiles were
+// dropped, and the new tenant's gateway got the earlier tenant's profile
+// name on that chat's inbound. Also when the gateway closed its socket
+// (ended) before the tenant was made again: the op, its connection gone,
+// was not cancelled then either.
 func TestOutboundOfAnEarlierTenantLeavesNoProfile(t *testing.T) {
+	for _, ended := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ended %v", ended), func(t *testing.T) { outboundOfAnEarlierTenant(t, ended) })
+	}
+}
+
+// outboundOfAnEarlierTenant is TestOutboundOfAnEarlierTenantLeavesNoProfile,
+// the op's connection closed by its gateway before the tenant is made
+// again (ended).
+func outboundOfAnEarlierTenant(t *testing.T, ended bool) {
 	p := newFake("discord", map[string]string{"c1": "t1"})
 	tenant := func(created time.Time, secret string) []relay.Tenant {
 		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secret}}}}}
@@ -517,18 +532,31 @@ func TestOutboundOfAnEarlierTenantLeavesNoProfile(t *testing.T) {
 		t.Fatalf("the platform started an action on %q, want c1", chat)
 	}
 
+	if ended {
+		_ = old.CloseNow()
+		for deadline := time.Now().Add(relaytest.Timeout); relay.Conns(h.Server) > 0; runtime.Gosched() { // polling: the relay signals nothing
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after %v waiting for the relay to end the closed socket's connection", relaytest.Timeout)
+			}
+		}
+	}
 	if err := h.Server.SetTenants(tenant(now.Add(-time.Hour), "s2")); err != nil {
 		t.Fatal(err)
 	}
-	if code, reason := old.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
-		t.Fatalf("earlier tenant's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	if !ended {
+		if code, reason := old.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+			t.Fatalf("earlier tenant's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+		}
 	}
-	release()
-	p.nextEgress(t)
 	select {
 	case <-m.done:
 	case <-time.After(relaytest.Timeout):
-		t.Fatalf("timed out after %v waiting for the earlier tenant's op to be answered", relaytest.Timeout)
+		t.Fatalf("timed out after %v waiting for the earlier tenant's op to end", relaytest.Timeout)
+	}
+	select {
+	case e := <-p.egress:
+		t.Fatalf("the earlier tenant's op acted after the tenant was made again: %+v", e)
+	default:
 	}
 
 	gw := h.Dial(t, "gw1", "s2")

@@ -31,8 +31,8 @@ type Tenant struct {
 }
 
 // TenantOf is tenant id as created at created: registry.Tenant.Created as
-// the platform last applied it (platform.TenantKeeper), zero when the
-// tenant is declared or its creation not known.
+// the platform knows it (platform.TenantKeeper, vault.Creation), zero when
+// the tenant is declared or its creation not known.
 func TenantOf(id string, created time.Time) Tenant {
 	t := Tenant{id: id}
 	if !created.IsZero() { // the zero time has no Unix nanoseconds

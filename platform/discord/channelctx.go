@@ -17,10 +17,10 @@ import (
 // never kept, nor anything of a tenant whose channel_context is off. Memory is bounded by package chatcontext (per channel the
 // latest 20 messages within 32 KiB, 1,024 channels) and per instance.
 
-// contextKey names a channel (or thread) of a tenant, as created
-// (registry.Tenant.Created, as SetTenants last gave it): a tenant deleted
-// and made again under its id never gets the chatter held for the earlier
-// one, received before its creation.
+// contextKey names a channel (or thread) of a tenant, as created (the
+// vault's vault.Creation, which the registry's apply updates first): a
+// tenant deleted and made again under its id never gets the chatter held
+// for the earlier one.
 type contextKey struct {
 	tenant  chatcontext.Tenant
 	channel string

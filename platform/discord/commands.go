@@ -63,8 +63,9 @@ import (
 // the tenant (SetTenants) it is ignored and deleted, so a tenant deleted and
 // made again under its id starts without commands until its gateway sends a
 // manifest. A manifest is kept with the creation time of the tenant it was
-// sent for (registry.Tenant.Created), so one of an earlier creation is
-// ignored and deleted too, and the re-created tenant's guilds emptied, when
+// sent for (registry.Tenant.Created), so one of another creation is
+// ignored (whichever instance's clock made either), and one of an earlier
+// creation deleted too, and the re-created tenant's guilds emptied, when
 // the deletion and the creation came in one registry apply. The instances
 // that delete it are those that saw the tenant configured and then not, or
 // that started since: one whose registry apply lags never deletes the
@@ -271,21 +272,14 @@ func (c *commandSync) queueTenantLocked(tenant string, empty bool) {
 
 // currentLocked reports whether a manifest of tenant sent for its creation
 // at created is to be used: the tenant is configured (or SetTenants not
-// called yet) and was not made again since. Called under mu.
+// called yet) and this is its creation (whichever clock made it), or it
+// has none (declared). Called under mu.
 func (c *commandSync) currentLocked(tenant string, created time.Time) bool {
 	if c.tenants == nil {
 		return true
 	}
 	t, ok := c.tenants[tenant]
-	return ok && !created.Before(t)
-}
-
-// created is when tenant was created, as setTenants last gave it (zero
-// when declared, or not known).
-func (c *commandSync) created(tenant string) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.tenants[tenant]
+	return ok && (t.IsZero() || created.Equal(t))
 }
 
 // setTenants records the configured tenants and their creation: the
@@ -305,7 +299,7 @@ func (c *commandSync) setTenants(created map[string]time.Time) {
 		case !ok:
 			left = true
 			c.forget[tenant] = was
-		case now.After(was): // deleted and made again
+		case !now.Equal(was): // deleted and made again, by any clock
 			left, remade = true, true
 			c.queueTenantLocked(tenant, true)
 		}
@@ -776,7 +770,7 @@ func (c *commandSync) look(ctx context.Context) {
 			if !ok && (c.forgetAll || saw && !m.Created.After(left)) || ok && m.Created.Before(created) {
 				gone = append(gone, e)
 			}
-			if !ok || m.Created.Before(created) {
+			if !c.currentLocked(e.Key, m.Created) {
 				continue
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
 	"connector/store"
+	"connector/vault"
 )
 
 // sharedPair is two instances of the platform on one real redis-server
@@ -355,12 +356,32 @@ func TestRemadeTenantLosesTheEarlierManifest(t *testing.T) {
 // TestRemadeTenantLosesTheEarlierManifestOneInstance is
 // TestRemadeTenantLosesTheEarlierManifest with one instance, whose
 // manifests are kept in memory; the first hello comes before the first
-// registry apply.
+// registry apply. Also when t2 is made again by an instance whose clock
+// runs 5 s behind the one that made it first, within those 5 s (skewed:
+// the new creation time is the earlier one). Creations were ordered by
+// time, so then the earlier t2's manifest was still t2's, and its guild
+// kept the earlier t2's commands.
 func TestRemadeTenantLosesTheEarlierManifestOneInstance(t *testing.T) {
 	t.Parallel()
+	for _, skewed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("skewed %v", skewed), func(t *testing.T) {
+			t.Parallel()
+			remadeTenantLosesTheEarlierManifestOneInstance(t, skewed)
+		})
+	}
+}
+
+// remadeTenantLosesTheEarlierManifestOneInstance is
+// TestRemadeTenantLosesTheEarlierManifestOneInstance, t2 made again by a
+// clock 5 s behind (skewed).
+func remadeTenantLosesTheEarlierManifestOneInstance(t *testing.T, skewed bool) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
-	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	first := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	again := first.Add(24 * time.Hour)
+	if skewed {
+		again = first.Add(2*time.Second - 5*time.Second)
+	}
 	e.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, e.fake, guildOther, "Old", []string{"ask"})
 	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first})
@@ -568,13 +589,23 @@ func TestHelloBeforeThePlatformsApplyOfTheRemadeTenant(t *testing.T) {
 
 // TestRemadeTenantGetsNoEarlierChannelContext: guild chatter the earlier
 // t2 held back as channel context must not reach t2 made again under its
-// id (it was received before the new t2's creation), while chatter held
-// for the new t2 still does.
+// id, while chatter held for the new t2 still does, also before the
+// platform's SetTenants (the registry's apply gives the vault the new
+// creation first). The chatter was keyed under the platform's own copy
+// of the creation, which that apply updates after the relay's.
 func TestRemadeTenantGetsNoEarlierChannelContext(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, discordtest.Options{}, nil)
+	var t2 atomic.Pointer[time.Time] // t2's creation, as the vault gives it
+	since := func(tenant string) time.Time {
+		if c := t2.Load(); c != nil && tenant == "t2" {
+			return *c
+		}
+		return time.Time{}
+	}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since})}, discordtest.Options{}, nil)
 	e.startReady(t)
 	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	t2.Store(&first)
 	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first})
 	chatter := func(id, text string) {
 		e.dispatch(t, "MESSAGE_CREATE", msg(id, chanOther, guildOther, text, false))
@@ -584,7 +615,7 @@ func TestRemadeTenantGetsNoEarlierChannelContext(t *testing.T) {
 		})
 	}
 	chatter("7600", "the earlier t2's chatter")
-	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": again})
+	t2.Store(&again) // the registry's apply, before the platform's SetTenants
 	chatter("7601", "the new t2's chatter")
 	e.dispatch(t, "MESSAGE_CREATE", msg("7602", chanOther, guildOther, "hello", true))
 	d := e.sink.Next(t)

@@ -9,6 +9,7 @@ import (
 	"connector/platform"
 	"connector/platform/chatcontext"
 	"connector/session"
+	"connector/vault"
 )
 
 // Run implements platform.Platform: it connects the Gateway and ingests
@@ -61,7 +62,7 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		return
 	}
 	t, err := n.message(platform.WithTenant(ctx, tenant), m, it.edit)
-	k := contextKey{tenant: chatcontext.TenantOf(tenant, p.cmds.created(tenant)), channel: m.ChannelID}
+	k := contextKey{tenant: chatcontext.TenantOf(tenant, vault.Creation(p.deps.Vault, tenant)), channel: m.ChannelID}
 	var d *dropError
 	switch {
 	case errors.As(err, &d) && d.seen != nil:

@@ -19,6 +19,7 @@ import (
 	"connector/internal/loglimit"
 	"connector/internal/textsplit"
 	"connector/platform"
+	"connector/vault"
 )
 
 // sealedDrafts bounds Platform.sealed, this instance's record of the
@@ -234,10 +235,10 @@ func (p *Platform) draftKey(tenant string, chat, draft int64) draftKey {
 	return draftKey{tenant: tenant, created: p.creation(tenant), chat: chat, draft: draft}
 }
 
-// creation is tenant's creation (createdOf) in Unix nanoseconds, 0 for a
-// declared tenant (the zero time has no Unix nanoseconds).
+// creation is tenant's creation (vault.Creation) in Unix nanoseconds, 0
+// for a declared tenant (the zero time has no Unix nanoseconds).
 func (p *Platform) creation(tenant string) int64 {
-	if c := p.createdOf(tenant); !c.IsZero() {
+	if c := vault.Creation(p.deps.Vault, tenant); !c.IsZero() {
 		return c.UnixNano()
 	}
 	return 0
@@ -283,7 +284,7 @@ func turnPreviewKey(tenant string, chat int64, thread int, turn string) string {
 // previews in a group chat's topic (topicTurns, the latest topicTurns
 // kept), so a send naming no turn, which ends every open stream of the
 // topic, finds their previews on any instance (replacePreviews). It names
-// the tenant as created (SetTenants; 0 for a declared tenant): a tenant
+// the tenant as created (creation; 0 for a declared tenant): a tenant
 // deleted and made again under its id lists its own turns, and its send
 // leaves the earlier tenant's previews as they are, as its streams do.
 func (p *Platform) topicPreviewsKey(tenant string, chat int64, thread int) string {

@@ -445,7 +445,9 @@ func TestGroupFirstFrameRacingItsSeal(t *testing.T) {
 }
 
 // sharedStoreEnv is an env whose platform and a second instance of it
-// (other) share a store on a real redis-server and the fake clock clk.
+// (other) share a store on a real redis-server and the fake clock clk;
+// each has a vault on the store whose tenants were created as e.created
+// says.
 func sharedStoreEnv(t *testing.T, clk *clocktest.Fake) (e *env, other *Platform) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -455,8 +457,14 @@ func sharedStoreEnv(t *testing.T, clk *clocktest.Fake) (e *env, other *Platform)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	e = newEnvDeps(t, platform.Deps{Store: st, Clock: clk}, nil)
-	other, err = New(e.p.cfg, platform.Deps{Store: st, Clock: clk})
+	made := &creations{}
+	deps := platform.Deps{Store: st, Clock: clk}
+	made.vault(&deps)
+	e = newEnvDeps(t, deps, nil)
+	e.created = made
+	deps = platform.Deps{Store: st, Clock: clk}
+	made.vault(&deps)
+	other, err = New(e.p.cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -961,11 +969,17 @@ func retriedSealWhileSent(t *testing.T, clk *clocktest.Fake) {
 		return n
 	}
 	h := holdFirst(t, "sendMessage")
-	e := newEnvDeps(t, platform.Deps{Store: st, Clock: clk, Cluster: node("i0")}, func(c *Config) { c.APIServerURL = h.URL })
+	created := &creations{}
+	deps := platform.Deps{Store: st, Clock: clk, Cluster: node("i0")}
+	created.vault(&deps)
+	e := newEnvDeps(t, deps, func(c *Config) { c.APIServerURL = h.URL })
+	e.created = created
 	h.to(e.fake.URL)
 	cfg := e.p.cfg
 	cfg.APIServerURL = e.fake.URL
-	other, err := New(cfg, platform.Deps{Store: st, Clock: clk, Cluster: node("i1")})
+	deps = platform.Deps{Store: st, Clock: clk, Cluster: node("i1")}
+	created.vault(&deps)
+	other, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1030,11 +1044,7 @@ func sendOfATenantMadeAgain(t *testing.T, there bool) {
 	chat := telegramtest.ChatT2
 	tenant := testChats[chat]
 	id, _ := strconv.ParseInt(chat, 10, 64)
-	made := func(at time.Time) {
-		for _, p := range []*Platform{e.p, other} {
-			p.SetTenants(map[string]time.Time{tenant: at})
-		}
-	}
+	made := func(at time.Time) { e.created.made(tenant, at) }
 	act := func(p *Platform, a contract.Action) contract.Result {
 		t.Helper()
 		a.ChatID = contract.ID(chat)
@@ -1090,11 +1100,7 @@ func sealOfATenantMadeAgain(t *testing.T, chat string, there, skewed bool) {
 	defer cancel()
 	tenant := testChats[chat]
 	id, _ := strconv.ParseInt(chat, 10, 64)
-	made := func(at time.Time) {
-		for _, p := range []*Platform{e.p, other} {
-			p.SetTenants(map[string]time.Time{tenant: at})
-		}
-	}
+	made := func(at time.Time) { e.created.made(tenant, at) }
 	seal := func(p *Platform) contract.Result {
 		t.Helper()
 		a := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
@@ -1161,8 +1167,11 @@ func groupStreamOfATenantMadeAgain(t *testing.T, where string, skewed bool) {
 	)
 	switch where {
 	case "here without a store":
-		e = newEnvOn(t, clk, nil)
-		second = e.p
+		deps := platform.Deps{Clock: clk}
+		made := &creations{}
+		made.vault(&deps)
+		e = newEnvDeps(t, deps, nil)
+		e.created, second = made, e.p
 	case "here":
 		e, _ = sharedStoreEnv(t, clk)
 		second = e.p
@@ -1174,11 +1183,7 @@ func groupStreamOfATenantMadeAgain(t *testing.T, where string, skewed bool) {
 	chat := telegramtest.ChatT2
 	tenant := testChats[chat]
 	id, _ := strconv.ParseInt(chat, 10, 64)
-	made := func(at time.Time) {
-		for _, p := range []*Platform{e.p, second} {
-			p.SetTenants(map[string]time.Time{tenant: at})
-		}
-	}
+	made := func(at time.Time) { e.created.made(tenant, at) }
 	act := func(p *Platform, a contract.Action) contract.Result {
 		t.Helper()
 		a.ChatID, a.DraftID = contract.ID(chat), 1
@@ -1226,11 +1231,17 @@ func TestSealOfATenantMadeAgainWhileTheEarlierOnesIsSent(t *testing.T) {
 		return n
 	}
 	h := holdFirst(t, "sendMessage")
-	e := newEnvDeps(t, platform.Deps{Store: st, Clock: clk, Cluster: node("i0")}, func(c *Config) { c.APIServerURL = h.URL })
+	created := &creations{}
+	deps := platform.Deps{Store: st, Clock: clk, Cluster: node("i0")}
+	created.vault(&deps)
+	e := newEnvDeps(t, deps, func(c *Config) { c.APIServerURL = h.URL })
+	e.created = created
 	h.to(e.fake.URL)
 	cfg := e.p.cfg
 	cfg.APIServerURL = e.fake.URL
-	other, err := New(cfg, platform.Deps{Store: st, Clock: clk, Cluster: node("i1")})
+	deps = platform.Deps{Store: st, Clock: clk, Cluster: node("i1")}
+	created.vault(&deps)
+	other, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1238,11 +1249,7 @@ func TestSealOfATenantMadeAgainWhileTheEarlierOnesIsSent(t *testing.T) {
 	chat := telegramtest.ChatAda
 	tenant := testChats[chat]
 	id, _ := strconv.ParseInt(chat, 10, 64)
-	made := func(at time.Time) {
-		for _, p := range []*Platform{e.p, other} {
-			p.SetTenants(map[string]time.Time{tenant: at})
-		}
-	}
+	made := func(at time.Time) { e.created.made(tenant, at) }
 	seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
 	made(clk.Now().Add(-time.Hour))
 	first := make(chan contract.Result, 1)

@@ -238,14 +238,18 @@ func TestObservedAfterADeliveryInOneAnswer(t *testing.T) {
 // id (it was received before the new t1's creation), while one held back
 // for the new t1 still does. Long polling against the fake Bot API.
 func TestRemadeTenantGetsNoEarlierObservedContext(t *testing.T) {
-	e := pollingEnv(t, func(c *Config) {
+	var deps platform.Deps
+	created := &creations{}
+	created.vault(&deps)
+	e := newEnvDeps(t, deps, func(c *Config) {
 		if err := yaml.Unmarshal([]byte("{tenants: {t1: {require_mention: true, observe_unmentioned_group_messages: true, group_allowed_chats: -4001234567}}}"), c); err != nil {
 			t.Fatal(err)
 		}
 	})
+	e.run(t)
 	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
 	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
-	e.p.SetTenants(map[string]time.Time{"t1": first})
+	created.made("t1", first)
 	chatter := func(id int, text string) {
 		e.fake.Enqueue(parityRaw(t, "say("+text+")@group", id))
 		held := `"reason":"observed","chat_id":-4001234567,"update_id":` + strconv.Itoa(id) + "}"
@@ -254,7 +258,7 @@ func TestRemadeTenantGetsNoEarlierObservedContext(t *testing.T) {
 		})
 	}
 	chatter(1, "the earlier t1's chatter")
-	e.p.SetTenants(map[string]time.Time{"t1": again})
+	created.made("t1", again)
 	chatter(2, "the new t1's chatter")
 	e.fake.Enqueue(parityRaw(t, "say(@hermes_test_bot hi)@group", 3))
 	d := e.sink.Next(t)

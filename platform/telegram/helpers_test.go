@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/platform/telegram/telegramtest"
+	"connector/vault"
 )
 
 // TestMain fails the package when a goroutine of this package or of the
@@ -46,6 +48,9 @@ type env struct {
 	logs *telegramtest.LogBuffer
 	// hook is the webhook endpoint (webhook mode only).
 	hook string
+	// created are the tenants' creations its vault gives, nil without
+	// one of sharedStoreEnv's.
+	created *creations
 }
 
 // newEnv builds a platform against a fake Bot API; configure adjusts the
@@ -94,6 +99,42 @@ func newEnvDeps(t *testing.T, deps platform.Deps, configure func(*Config)) *env 
 	}
 	t.Cleanup(p.transport.CloseIdleConnections)
 	return &env{p: p, fake: fake, sink: newSink(), logs: logs}
+}
+
+// creations are the tenants' creations a test's vaults give
+// (vault.Config.Since), as the registry's apply sets them before anything
+// else learns of them.
+type creations struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// vault gives deps a vault (on deps.Store, else in memory) whose tenants
+// were created as c says.
+func (c *creations) vault(deps *platform.Deps) {
+	cfg := vault.Config{Clock: deps.Clock, Since: c.since}
+	if deps.Store != nil {
+		deps.Vault = vault.NewDurable(deps.Store.Capabilities(), cfg)
+	} else {
+		deps.Vault = vault.NewMemory(cfg)
+	}
+}
+
+// since is vault.Config.Since.
+func (c *creations) since(tenant string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at[tenant]
+}
+
+// made records tenant as (deleted and) created at at.
+func (c *creations) made(tenant string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at == nil {
+		c.at = map[string]time.Time{}
+	}
+	c.at[tenant] = at
 }
 
 // webhookEnv runs a webhook-mode platform with its route on a loopback

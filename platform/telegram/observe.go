@@ -1,14 +1,12 @@
 package telegram
 
 import (
-	"maps"
-	"time"
-
 	"github.com/go-telegram/bot/models"
 
 	"connector/contract"
 	"connector/platform/chatcontext"
 	"connector/session"
+	"connector/vault"
 )
 
 // This file owns observe mode (observe_unmentioned_group_messages) after
@@ -26,10 +24,10 @@ import (
 // as chat topic.
 
 // observedKey names the chat topic of a message (thread 0: none) for the
-// tenant it was delivered to, as created (registry.Tenant.Created, as
-// SetTenants last gave it): a tenant deleted and made again under its id
-// never gets the messages held back for the earlier one, received before
-// its creation.
+// tenant it was delivered to, as created (the vault's vault.Creation,
+// which the registry's apply updates first): a tenant deleted and made
+// again under its id never gets the messages held back for the earlier
+// one; they age out of the bounded log.
 type observedKey struct {
 	tenant chatcontext.Tenant
 	topic  topicKey
@@ -37,26 +35,7 @@ type observedKey struct {
 
 // observedKeyOf is the key of msg for tenant.
 func (p *Platform) observedKeyOf(tenant string, msg *models.Message) observedKey {
-	return observedKey{tenant: chatcontext.TenantOf(tenant, p.createdOf(tenant)), topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
-}
-
-// createdOf is tenant's creation time as SetTenants last gave it (zero for
-// a declared tenant, or before any).
-func (p *Platform) createdOf(tenant string) time.Time {
-	if c := p.created.Load(); c != nil {
-		return (*c)[tenant]
-	}
-	return time.Time{}
-}
-
-// SetTenants implements platform.TenantKeeper: the messages observe mode
-// holds back from now on are kept under each tenant's creation, so those
-// held for any other tenant, or for an earlier creation of one (deleted
-// and made again under its id, even within one apply of the registry),
-// never ride a delivery again; they age out of the bounded log.
-func (p *Platform) SetTenants(created map[string]time.Time) {
-	c := maps.Clone(created)
-	p.created.Store(&c)
+	return observedKey{tenant: chatcontext.TenantOf(tenant, vault.Creation(p.deps.Vault, tenant)), topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
 }
 
 // contextMessage is a held-back event as context: its text and sender.

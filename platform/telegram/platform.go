@@ -50,9 +50,6 @@ type Platform struct {
 	// absent.
 	policies atomic.Pointer[map[string]*policy]
 	observed *chatcontext.Log[observedKey]
-	// created are the configured tenants' creation times, as SetTenants
-	// last gave them (nil before): observedKey holds them.
-	created  atomic.Pointer[map[string]time.Time]
 	sealed   *lru.Cache[draftKey, sealedDraft] // see sealedDrafts
 	seals    store.Capabilities                // every instance's seals and group previews (draft.go), in deps.Store; nil without one
 	previews *lru.Cache[draftKey, *preview]    // open draft streams of group chats
@@ -103,7 +100,6 @@ var (
 	_ platform.ChatGranter    = (*Platform)(nil)
 	_ platform.RelevanceTaker = (*Platform)(nil)
 	_ platform.ScopeLocator   = (*Platform)(nil)
-	_ platform.TenantKeeper   = (*Platform)(nil)
 )
 
 // allowedUpdates are the update types the connector ingests.
