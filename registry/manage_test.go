@@ -323,6 +323,36 @@ func TestSpentCodeOutlivesAnotherIssueOnRedis(t *testing.T) {
 	}
 }
 
+// TestResentCodeDoesNotUndoAnUnlinkOnRedis: a user linked by a code, then
+// unlinked (admin unbind, /manage unlink) on another instance within the
+// code's lifetime, resends the code: it is refused and the user stays
+// unlinked. Before, the resend of the spent code found the link missing
+// and made it again, undoing the removal.
+func TestResentCodeDoesNotUndoAnUnlinkOnRedis(t *testing.T) {
+	ctx := context.Background()
+	one, two := twoOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "telegram", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.RedeemLinkCode(ctx, "telegram", "42", code); err != nil {
+		t.Fatal(err)
+	}
+	if err := two.Unbind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindUser, ID: "42", Tenant: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.RedeemLinkCode(ctx, "telegram", "42", code); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("the unlinked user's resend of the spent code: %v, want ErrNotFound", err)
+	}
+	s, _ := effective(t, one)
+	if got := bindingsOf(s, "a", platform.BindUser); len(got) != 0 {
+		t.Fatalf("links of a after the unlink and the resend: %q, want none", got)
+	}
+}
+
 // TestSpentCodesAreNotOutstanding: a tenant's redeemed codes, kept until
 // they would have expired, do not count against its MaxLinkCodes.
 func TestSpentCodesAreNotOutstanding(t *testing.T) {
