@@ -70,6 +70,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusMethodNotAllowed, "method not allowed")
 		return
 	}
+	// No registry.GatewayHolds here, unlike /manage/* and /relay/policy,
+	// which write the shared store: the objects are this instance's, kept
+	// per tenant creation (SetTenants), so a stale instance's token of a
+	// gateway deleted or made again elsewhere reaches only what the same
+	// applied view holds, gone when the change applies.
 	tenant, _, _, err := h.cfg.Auth.Authenticate(r.Header.Get("Authorization"))
 	if err != nil {
 		h.cfg.Log.Debug("media request refused", "reason", "unauthorized", "err", err)

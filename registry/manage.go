@@ -109,7 +109,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 // concurrent redeemers (on any instance) one wins; the user it was spent
 // for sending it again is answered so, and linked when its link is
 // missing (the redemption that spent it failed, or its instance stopped,
-// before linking). An unknown, expired or other-platform code, or one
+// before linking; an Unbind of the link ends the code). An unknown, expired or other-platform code, or one
 // another user spent, is ErrNotFound; a link that would take the tenant
 // past MaxTenantBindings is ErrLimit, the code unspent.
 //

@@ -323,6 +323,77 @@ func TestSpentCodeOutlivesAnotherIssueOnRedis(t *testing.T) {
 	}
 }
 
+// TestResentCodeDoesNotUndoAnUnlinkOnRedis: a user linked by a code, then
+// unlinked (an admin unbind) on another instance within the
+// code's lifetime, resends the code: it is refused and the user stays
+// unlinked. Before, the resend of the spent code found the link missing
+// and made it again, undoing the removal.
+func TestResentCodeDoesNotUndoAnUnlinkOnRedis(t *testing.T) {
+	ctx := context.Background()
+	one, two := twoOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "telegram", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.RedeemLinkCode(ctx, "telegram", "42", code); err != nil {
+		t.Fatal(err)
+	}
+	if err := two.Unbind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindUser, ID: "42", Tenant: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.RedeemLinkCode(ctx, "telegram", "42", code); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("the unlinked user's resend of the spent code: %v, want ErrNotFound", err)
+	}
+	s, _ := effective(t, one)
+	if got := bindingsOf(s, "a", platform.BindUser); len(got) != 0 {
+		t.Fatalf("links of a after the unlink and the resend: %q, want none", got)
+	}
+}
+
+// TestRedeemRacesAnUnbindOnRedis: an admin unbind of the user's link on
+// instance two, after instance one consumed the code (before its link,
+// and after it), leaves the user unlinked, and instance one says so.
+func TestRedeemRacesAnUnbindOnRedis(t *testing.T) {
+	for _, namespace := range []string{"registry/linkcodes", "registry/ownership"} {
+		t.Run("after the cas of "+namespace, func(t *testing.T) {
+			ctx := context.Background()
+			hooked, one, two := hookedOnRedis(t)
+			if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raced := false
+			hooked.after = func(op, ns, _ string) {
+				if !raced && op == "cas" && ns == namespace {
+					raced = true
+					err := two.Unbind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindUser, ID: "4001", Tenant: "a"})
+					if err != nil && !errors.Is(err, registry.ErrNotFound) {
+						t.Errorf("unbind while the code is redeemed: %v", err)
+					}
+				}
+			}
+			_, err = one.RedeemLinkCode(ctx, "telegram", "4001", code)
+			hooked.after = nil
+			if !raced {
+				t.Fatal("the hook never ran")
+			}
+			if !errors.Is(err, registry.ErrNotFound) {
+				t.Fatalf("redeeming while the link is unbound: %v, want ErrNotFound", err)
+			}
+			s, _ := effective(t, two)
+			if got := bindingsOf(s, "a", platform.BindUser); len(got) != 0 {
+				t.Fatalf("links of a after the unbind: %q", got)
+			}
+		})
+	}
+}
+
 // TestSpentCodesAreNotOutstanding: a tenant's redeemed codes, kept until
 // they would have expired, do not count against its MaxLinkCodes.
 func TestSpentCodesAreNotOutstanding(t *testing.T) {

@@ -1287,7 +1287,9 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 
 // Unbind removes b's scope from b.Tenant. A scope the YAML gives
 // b.Tenant is ErrDeclared; one it gives another tenant is ErrNotFound, as
-// one nobody holds.
+// one nobody holds. A link (platform.BindUser) goes with the spent link
+// codes that made it, first, so the user's resend of one links no more
+// and a redemption linking meanwhile takes its link back (RedeemLinkCode).
 func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	b, err := CanonicalBinding(b)
 	if err != nil {
@@ -1297,6 +1299,11 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	defer r.mu.Unlock()
 	if d, ok := r.declaredBinding(b); ok && d.Tenant == b.Tenant {
 		return ErrDeclared
+	}
+	if b.Kind == platform.BindUser {
+		if _, err := r.sweep(ctx, nsLinkCodes, b.Tenant, func(c expiring) bool { return c.Redeemed == b.key() }); err != nil {
+			return err
+		}
 	}
 	_, _, err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding, _ []byte) (bool, error) {
 		if cur == nil || cur.Tenant != b.Tenant {
