@@ -135,6 +135,9 @@ type fleet struct {
 	// the beats still to send each, whether or not a socket here is homed
 	// there then, so that a leave lost on the way is repaired (edgeBeat).
 	left map[string]int
+	// decode decodes a forwarded action (json.Unmarshal; a test holds a
+	// decoding on it).
+	decode func(data []byte, v any) error
 }
 
 func newCluster(p *Platform, node *cluster.Node) *fleet {
@@ -143,6 +146,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		p: p, node: node, ctx: ctx, stop: stop,
 		edges: make(map[string]*member), remotes: make(map[string]*member),
 		joining: make(map[string]bool), left: make(map[string]int), execs: make(map[string]time.Time),
+		decode: json.Unmarshal,
 	}
 	cl.streams = newStreams(cl)
 	node.Handle(msgJoin, 3, func(m cluster.Msg) {
@@ -747,7 +751,7 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			Exec   string          `json:"nexscope_exec"`      // execKey
 		}
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
-		if json.Unmarshal(req.Fields[1], &a) == nil {
+		if cl.decode(req.Fields[1], &a) == nil {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
 			}
