@@ -699,12 +699,10 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 
 // forwardExec asks the home of r to execute a (the home authorizes it)
 // within what is left of ctx's deadline and waits for its result until
-// ctx ends, this instance becomes the room's home (the home asked
-// dropped the room or lost its lease, and will not answer) or drops it.
-func (cl *fleet) forwardExec(ctx context.Context, r *room, tenant string, a *contract.Action) contract.Result {
-	r.mu.Lock()
-	away := r.away
-	r.mu.Unlock()
+// ctx ends, or away (r.away) does: this instance becomes the room's home
+// (the home asked dropped the room or lost its lease, and will not answer)
+// or drops it.
+func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, a *contract.Action) contract.Result {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(away, cancel)()
