@@ -135,6 +135,9 @@ type fleet struct {
 	// the beats still to send each, whether or not a socket here is homed
 	// there then, so that a leave lost on the way is repaired (edgeBeat).
 	left map[string]int
+	// decode decodes a forwarded action (json.Unmarshal; a test holds a
+	// decoding on it).
+	decode func(data []byte, v any) error
 }
 
 func newCluster(p *Platform, node *cluster.Node) *fleet {
@@ -143,6 +146,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		p: p, node: node, ctx: ctx, stop: stop,
 		edges: make(map[string]*member), remotes: make(map[string]*member),
 		joining: make(map[string]bool), left: make(map[string]int), execs: make(map[string]time.Time),
+		decode: json.Unmarshal,
 	}
 	cl.streams = newStreams(cl)
 	node.Handle(msgJoin, 3, func(m cluster.Msg) {
@@ -695,12 +699,10 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 
 // forwardExec asks the home of r to execute a (the home authorizes it)
 // within what is left of ctx's deadline and waits for its result until
-// ctx ends, this instance becomes the room's home (the home asked
-// dropped the room or lost its lease, and will not answer) or drops it.
-func (cl *fleet) forwardExec(ctx context.Context, r *room, tenant string, a *contract.Action) contract.Result {
-	r.mu.Lock()
-	away := r.away
-	r.mu.Unlock()
+// ctx ends, or away (r.away) does: this instance becomes the room's home
+// (the home asked dropped the room or lost its lease, and will not answer)
+// or drops it.
+func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, a *contract.Action) contract.Result {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(away, cancel)()
@@ -747,7 +749,7 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			Exec   string          `json:"nexscope_exec"`      // execKey
 		}
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
-		if json.Unmarshal(req.Fields[1], &a) == nil {
+		if cl.decode(req.Fields[1], &a) == nil {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
 			}

@@ -232,22 +232,46 @@ func TestClusterForwardedExecBudget(t *testing.T) {
 // forwarded action on a goroutine of its own, not on the goroutine that
 // reads the room's channel: a gateway's send of megabytes held up every
 // join, leave and action of the room behind it for as long as its
-// decoding took. execHere, the channel's handler, returns in a fraction
-// of the time a mere scan of such an action takes.
+// decoding took. With one action's decoding held, execHere, the channel's
+// handler, returns, and the action forwarded after it is executed first.
 func TestClusterForwardedActionDecodedOffTheReader(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	in := startInstance(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL)
 	homeOf(t, []*instance{in}, DefaultRoom)
-	action := []byte(`{"op":"send","chat_id":"default","content":"` + strings.Repeat("a", 4<<20) + `"}`)
-	start := time.Now()
-	if !json.Valid(action) {
-		t.Fatal("invalid action")
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	cl := in.p.cluster
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	cl.decode = func(data []byte, v any) error {
+		if bytes.Contains(data, []byte(`"held"`)) {
+			once.Do(func() { close(held) })
+			<-release
+		}
+		return json.Unmarshal(data, v)
 	}
-	scan := time.Since(start)
-	start = time.Now()
-	in.p.cluster.execHere(cluster.Msg{Type: msgExec, From: "i9", Fields: [][]byte{[]byte("t1"), action}})
-	if took := time.Since(start); took > scan/4 {
-		t.Fatalf("execHere took %v on the channel's reader, a scan of the action %v: it decodes the action there", took, scan)
+	returned := make(chan struct{})
+	go func() {
+		cl.execHere(forwardedSend("01JHELD", "held"))
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(testTimeout):
+		close(release)
+		t.Fatalf("execHere still runs after %v with the action's decoding held: it decodes on the room channel's reader", testTimeout)
+	}
+	select {
+	case <-held:
+	case <-time.After(testTimeout):
+		t.Fatalf("the forwarded action's decoding did not start within %v", testTimeout)
+	}
+	cl.execHere(forwardedSend("01JNEXT", "next"))
+	if m := alice.Expect("msg"); m["text"] != "next" {
+		t.Fatalf("alice got %v, want the msg forwarded after the held one", m)
+	}
+	close(release)
+	if m := alice.Expect("msg"); m["text"] != "held" {
+		t.Fatalf("alice got %v, want the held msg once released", m)
 	}
 }
 

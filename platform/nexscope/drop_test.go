@@ -424,6 +424,41 @@ func TestForwardToAHomeThatDroppedTheRoomGivesUp(t *testing.T) {
 	}
 }
 
+// TestSendHomedHereAsItLooksRunsHere: a gateway's send through an
+// instance that becomes the room's home between forwarded's look at
+// homeHeld and its read of the room's away runs here. It failed
+// unavailable at once: forwardExec found away ended and gave up, though
+// this instance was the home. Here the look is made to see no home (home
+// cleared under r.mu, as becomeHome sets it), the send held on r.mu, and
+// home set again as becomeHome leaves it.
+func TestSendHomedHereAsItLooksRunsHere(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	r := in.p.room(DefaultRoom)
+	r.mu.Lock()
+	r.home.Store(false)
+	done := make(chan contract.Result, 1)
+	go func() {
+		done <- in.p.Execute(context.Background(), "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	}()
+	waitFor(t, "the send held on the room's lock after its look at homeHeld", goroutineIn(".forwarded.func1(", "sync.(*Mutex).Lock("))
+	r.home.Store(true)
+	r.mu.Unlock()
+	select {
+	case res := <-done:
+		if !res.Success {
+			t.Fatalf("send through the instance homed as it looked: %+v, want it run here", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("send through the instance homed as it looked unanswered after %v", testTimeout)
+	}
+	if m := alice.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("alice got %v, want the send", m)
+	}
+}
+
 // TestJoinThroughAnEdgeHomedMeanwhileJoinsHere: a client joining through
 // an instance that still has a room bound, as the room's home drops it,
 // joins at that instance once it takes the room's lease: a member of the

@@ -50,7 +50,8 @@ func newEgress() (edge, here platform.Egress[*Platform, *room]) {
 }
 
 // forwarded runs op here when the room is homed here (and its lease still
-// held: room.homeHeld), else has its home execute the action. The home opens send_media's source_url itself: a
+// held: room.homeHeld), also when it became so as forwarded looked, else
+// has its home execute the action. The home opens send_media's source_url itself: a
 // public URL it downloads, a re-host it finds when the gateway uploaded it
 // there. A re-host stored on this instance cannot reach the home (the media
 // store is per instance): that send_media fails with unavailable.
@@ -64,7 +65,13 @@ func forwarded(op platform.Op[*Platform, *room]) platform.Op[*Platform, *room] {
 				"nexscope send_media: the media is stored on this instance and the room is served by another; "+
 					"route a gateway's /relay/media and /relay to one instance")
 		}
-		return p.cluster.forwardExec(ctx, r, tenant, a)
+		r.mu.Lock()
+		away := r.away // read after homeHeld: it ends when this instance becomes the home
+		r.mu.Unlock()
+		if away.Err() != nil && r.homeHeld() {
+			return op(p, ctx, tenant, r, a)
+		}
+		return p.cluster.forwardExec(ctx, away, r, tenant, a)
 	}
 }
 
