@@ -23,6 +23,10 @@ var (
 	allTenantsLogRate = loglimit.Rate{Burst: 100, Every: 100 * time.Millisecond}
 )
 
+// tenantLogKeys is how many tenants' allowances are remembered: a fixed
+// bound, since tenants are also made while the relay runs (the admin API).
+const tenantLogKeys = 4096
+
 // serverLogs are the Server's log allowances shared by connections.
 type serverLogs struct {
 	sources *loglimit.Limiter // refused upgrades, by source (loglimit.NewSources)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -251,5 +252,45 @@ func TestRefusedUpgradeFloodLogsBoundedLines(t *testing.T) {
 	const maxLines = 10 // one remote address's allowance
 	if n := logs.count("gateway refused"); n > maxLines {
 		t.Fatalf("%d refused upgrades from one address logged %d lines, want at most %d", refusals, n, maxLines)
+	}
+}
+
+// TestDroppedInterruptLogPerTenantCoversTenantsMadeAtRuntime: tenants
+// made while the relay runs (the admin API) each keep their own allowance
+// of dropped-interrupt lines: two of them taking turns get 10 lines each,
+// never a fresh allowance at every turn. The clock stands still, so no
+// allowance refills.
+func TestDroppedInterruptLogPerTenantCoversTenantsMadeAtRuntime(t *testing.T) {
+	logs := newLogBuffer()
+	h := relaytest.StartConfig(t, relay.Config{
+		Clock: clocktest.New(time.Now()),
+		Log:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err := h.Server.SetTenants([]relay.Tenant{
+		{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}},
+		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{"s2"}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	gws := []*relaytest.Gateway{h.Dial(t, "gw1", "s1"), h.Dial(t, "gw2", "s2")}
+	for _, gw := range gws {
+		gw.Hello(t, contract.PlatformRelay, "")
+	}
+	for i := range 15 {
+		for _, gw := range gws {
+			gw.Send(t, map[string]any{"type": "interrupt", "session_key": "agent:main:relay:dm:" + strconv.Itoa(i), "reason": nil})
+			// Frames are handled in order: once this result is back, the
+			// interrupt has been handled, so the tenants take turns.
+			gw.Outbound(t, "", map[string]any{"op": "no_such_op"})
+		}
+	}
+	dropped := map[string]int{}
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "interrupt dropped") {
+			dropped[strings.TrimSpace(line[strings.LastIndex(line, "tenant="):])]++
+		}
+	}
+	if len(dropped) != 2 || dropped["tenant=t1"] != 10 || dropped["tenant=t2"] != 10 {
+		t.Fatalf("interrupt dropped lines by tenant: %v, want 10 for each of t1 and t2:\n%s", dropped, logs.String())
 	}
 }

@@ -340,7 +340,7 @@ func New(cfg Config) (_ *Server, err error) {
 		ops:          make(map[*outboundOp]struct{}),
 		logs: serverLogs{
 			sources: loglimit.NewSources(cfg.Clock),
-			tenants: loglimit.NewLimiter(tenantLogRate, allTenantsLogRate, len(cfg.Tenants), cfg.Clock),
+			tenants: loglimit.NewLimiter(tenantLogRate, allTenantsLogRate, tenantLogKeys, cfg.Clock),
 		},
 
 		descriptorFrames: make(map[string][]byte),
