@@ -204,11 +204,15 @@ type redisLedger struct{ s *redisStore }
 // changes on promotion (and on a restart that did not keep it), and under
 // another one it moves the counter past the next multiple of 2^32 first:
 // seqs skip, and a primary would have to number 2^32 records its replicas
-// never got for one to come again.
-var appendScript = redis.NewScript(`
+// never got for one to come again. A server whose INFO names no
+// master_replid (some proxies) is not checked: seqs may repeat after a
+// failover there.
+var appendScript = redis.NewScript(appendLua)
+
+const appendLua = `
 local n = tonumber(ARGV[2])
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
-if redis.call('GET', KEYS[4]) ~= replid then
+if replid and redis.call('GET', KEYS[4]) ~= replid then
   local last = tonumber(redis.call('GET', KEYS[1]))
   if last then
     redis.call('SET', KEYS[1], (math.floor(last / 4294967296) + 1) * 4294967296)
@@ -226,7 +230,7 @@ for i = 0, n - 1 do
 end
 redis.call('INCRBY', KEYS[3], size)
 return first
-`)
+`
 
 // tagged is name in braces, the hash tag of its keys: Redis Cluster hashes
 // a key by what its first { and the next } enclose, so the keys of one name

@@ -1,12 +1,16 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"connector/internal/redistest"
 )
 
 // replyError is an error reply of the server, as go-redis reports one.
@@ -47,6 +51,27 @@ func TestNotServing(t *testing.T) {
 	} {
 		if got := notServing(c.err); got != c.want {
 			t.Errorf("notServing(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// A server or proxy whose INFO replication names no master_replid: the
+// shipped append script, its INFO call answered by such a text, numbers
+// appends on (no check, no jump) instead of failing each one.
+func TestAppendScriptWithoutMasterReplid(t *testing.T) {
+	call := "redis.call('INFO', 'replication')"
+	if strings.Count(appendLua, call) != 1 {
+		t.Fatalf("appendLua calls %s %d times, want once", call, strings.Count(appendLua, call))
+	}
+	script := strings.Replace(appendLua, call, `'# Replication\r\nrole:master\r\nconnected_slaves:0\r\n'`, 1)
+	srv := redistest.Start(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	keys := []string{"seq:{t}", "log:{t}", "bytes:{t}", "replid:{t}"}
+	for want := int64(1); want <= 2; want++ {
+		got, err := c.Eval(context.Background(), script, keys, "t", 1, 0, "", "", "", 0, "x", 0).Int64()
+		if err != nil || got != want {
+			t.Fatalf("append %d without master_replid = %d, %v; want seq %d", want, got, err, want)
 		}
 	}
 }
