@@ -67,7 +67,8 @@ type conn struct {
 	// unrevoked ends (revoke) when c closes for a revocation: the reader
 	// then acts on nothing at all, and the outbound ops c started, still
 	// running, are cancelled (their ctx's parent), so none acts once its
-	// gateway, its secret or its tenant's creation is gone.
+	// gateway, its secret or its tenant's creation is gone, and none is
+	// answered (conn.answer).
 	unrevoked context.Context
 	revoke    context.CancelFunc
 

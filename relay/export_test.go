@@ -119,6 +119,16 @@ func CloseConns(s *Server, e contract.Close) {
 	}
 }
 
+// RevokeConns revokes every gateway connection of s without closing it,
+// as closeWith(EndRevoked) does just before it closes the send queue.
+func RevokeConns(s *Server) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		c.revoke()
+	}
+}
+
 // Conns is how many gateway connections s holds open.
 func Conns(s *Server) int {
 	s.mu.Lock()

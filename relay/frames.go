@@ -340,8 +340,8 @@ func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action, among []
 	return p.Name(), ctx, nil
 }
 
-// answer enqueues the outbound_result for reqID and records the op under
-// platformName (a configured platform or noPlatform).
+// answer enqueues the outbound_result for reqID, unless c was revoked, and
+// records the op under platformName (a configured platform or noPlatform).
 func (c *conn) answer(reqID, platformName, op string, r contract.Result, start time.Time) {
 	code := "ok"
 	if !r.Success {
@@ -355,7 +355,9 @@ func (c *conn) answer(reqID, platformName, op string, r contract.Result, start t
 		op = "unknown" // gateway-chosen strings never become metric labels
 	}
 	c.srv.cfg.Metrics.Outbound(platformName, op, code, took)
-	c.enqueue(contract.AppendOutboundResult(nil, reqID, r))
+	if c.unrevoked.Err() == nil { // a revoked gateway is told nothing more, not even how its ops ended
+		c.enqueue(contract.AppendOutboundResult(nil, reqID, r))
+	}
 }
 
 // truncateForLog bounds a gateway-supplied string before it is logged or

@@ -286,6 +286,44 @@ func TestRevokedGatewaysLaterFramesAreNotActedOn(t *testing.T) {
 	}
 }
 
+// An outbound op cancelled by its connection's revocation is not answered:
+// the revoked gateway gets the 4401 and nothing before it. revoke ran
+// before the send queue was closed, so the op, noticing the cancellation
+// in between, queued "unavailable: no answer before the deadline", not
+// flagged ambiguous though the platform may have acted, and the close
+// flushed it ahead of the 4401. The test opens that window wide: it
+// revokes, waits for the op to end, then closes.
+func TestOutboundCancelledByARevocationIsNotAnswered(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	m := outboundDone{done: make(chan string, 10)}
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:   []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t), Metrics: m,
+	})
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	release := p.slowChat("c1")
+	defer release()
+	gw.Send(t, map[string]any{"type": "outbound", "requestId": "r1", "platform": "discord", "action": sendAction("c1", "hi")})
+	if chat := p.nextEntered(t); chat != "c1" {
+		t.Fatalf("the platform started an action on %q, want c1", chat)
+	}
+
+	relay.RevokeConns(h.Server)
+	select {
+	case <-m.done:
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for the revoked connection's op to end", relaytest.Timeout)
+	}
+	relay.CloseConns(h.Server, contract.EndRevoked)
+	if code, reason := gw.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+		t.Fatalf("revoked socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	}
+	if f, err := gw.Client.Next(context.Background(), contract.TypeOutboundResult); err == nil {
+		t.Fatalf("the revoked gateway was answered before the 4401: %s", f.Raw)
+	}
+}
+
 // TestTenantAddedWhileRunningGetsItsStoredInbound: a tenant the store holds
 // inbound for, left out of the configuration at the last start, gets that
 // inbound once SetTenants adds it back, without waiting for a restart.
