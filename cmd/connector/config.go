@@ -133,9 +133,10 @@ type StoreConfig struct {
 	// Backend is embedded (a bbolt file in the data directory; no
 	// external service; one process at a time) or redis (Redis 6.2 or
 	// later shared by several instances: one server, a primary found
-	// through Sentinel, or a Redis Cluster). Default embedded; a Redis
-	// address (redis_url, redis_sentinel, redis_cluster_addrs) with it is
-	// refused.
+	// through Sentinel, or a Redis Cluster; behind a server or proxy whose
+	// `INFO replication` names no `master_replid`, seqs may repeat after a
+	// failover, docs/durability.md). Default embedded; a Redis address
+	// (redis_url, redis_sentinel, redis_cluster_addrs) with it is refused.
 	Backend string `yaml:"backend"`
 	// Path is the data directory: the embedded store's file (connector.db)
 	// and the secrets embedded defaults generate. The -data-dir flag and
