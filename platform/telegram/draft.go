@@ -248,11 +248,6 @@ type draftKey struct {
 	draft  int64
 }
 
-// draftKey is the key of stream draft of tenant's chat.
-func (p *Platform) draftKey(tenant string, chat, draft int64) draftKey {
-	return draftKey{tenant: tenant, chat: chat, draft: draft}
-}
-
 // stream is k as the store keys name it: tenant, chat, draft_id.
 func (k draftKey) stream() string {
 	return k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10)
@@ -507,7 +502,7 @@ func (p *Platform) inStream(ctx context.Context, tenant string, chat int64, a *c
 		return op()
 	}
 	var r contract.Result
-	k := p.draftKey(tenant, chat, a.DraftID)
+	k := draftKey{tenant, chat, a.DraftID}
 	if err := p.dmStreams.Do(ctx, k, func() error { r = op(); return nil }); err != nil {
 		return p.failure(contract.OpDraft, err)
 	}
@@ -517,7 +512,7 @@ func (p *Platform) inStream(ctx context.Context, tenant string, chat int64, a *c
 // showDraft shows a private chat's draft frame through sendMessageDraft,
 // unless its stream was sealed (sealedStream).
 func (p *Platform) showDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
-	k := p.draftKey(tenant, chat, a.DraftID)
+	k := draftKey{tenant, chat, a.DraftID}
 	if p.sealedStream(ctx, k, a) {
 		return contract.OK("")
 	}
@@ -549,7 +544,7 @@ func (p *Platform) showDraft(ctx context.Context, tenant string, chat int64, a *
 // gone) and records it in the store. A frame of a stream sealed within
 // sealRetryWindow, on any instance sharing the store, shows nothing.
 func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
-	k := p.draftKey(tenant, chat, a.DraftID)
+	k := draftKey{tenant, chat, a.DraftID}
 	if p.sealedStream(ctx, k, a) {
 		return contract.OK("")
 	}
@@ -617,7 +612,7 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 // is recorded, so a frame racing it shows nothing (and, once it is, does
 // not wait for the rest of the parts).
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
-	k := p.draftKey(tenant, chat, a.DraftID)
+	k := draftKey{tenant, chat, a.DraftID}
 	if id, ok := p.resealed(ctx, k, a); ok {
 		return contract.OK(id)
 	}
@@ -769,7 +764,7 @@ func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat
 	if !ok || draft == 0 {
 		return
 	}
-	if r, ok, _ := p.storedPreview(ctx, p.draftKey(tenant, chat, draft), turn); ok && !r.Sealed {
+	if r, ok, _ := p.storedPreview(ctx, draftKey{tenant, chat, draft}, turn); ok && !r.Sealed {
 		p.deletePreview(ctx, chat, r.ID)
 	}
 	_ = p.seals.Delete(sctx, key) // best effort: a send of the turn then finds the preview gone

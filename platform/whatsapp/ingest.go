@@ -94,21 +94,21 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 	number := strings.TrimSpace(v.Metadata.PhoneNumberID)
 	sender, wamid := strings.TrimSpace(m.From), strings.TrimSpace(m.ID)
 	return p.turns.Do(ctx, number+"/"+sender, func() error {
-		if wamid != "" && p.delivered(ctx, number, wamid) {
-			p.drop(dropDuplicate, number, sender)
-			return nil
-		}
 		if wamid != "" {
+			if p.delivered(ctx, number, wamid) {
+				p.drop(dropDuplicate, number, sender)
+				return nil
+			}
 			key := "whatsapp_cloud/message/" + number + "/" + wamid
 			claimed, err := p.claim(ctx, key, "message")
 			if err != nil {
 				return err
 			}
 			defer p.unclaim(key, claimed)
-		}
-		if wamid != "" && p.deps.Cluster != nil && p.delivered(ctx, number, wamid) { // delivered while we took the claim
-			p.drop(dropDuplicate, number, sender)
-			return nil
+			if p.deps.Cluster != nil && p.delivered(ctx, number, wamid) { // delivered while we took the claim
+				p.drop(dropDuplicate, number, sender)
+				return nil
+			}
 		}
 		if code, ok := p.linkCode(m, sender); ok {
 			if reason := p.links.Submit(sender, func(ctx context.Context) { p.redeemLink(ctx, number, sender, code) }); reason != "" {

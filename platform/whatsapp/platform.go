@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -194,17 +193,13 @@ func (p *Platform) gate(tenant string) *access {
 
 // ownNumber is the business number a tenant sends from when its
 // conversation names none: the lowest id it owns, "" for none.
-func (p *Platform) ownNumber(tenant string) string {
-	var ids []string
+func (p *Platform) ownNumber(tenant string) (own string) {
 	for id, t := range *p.numbers.Load() {
-		if t == tenant {
-			ids = append(ids, id)
+		if t == tenant && (own == "" || id < own) {
+			own = id
 		}
 	}
-	if len(ids) == 0 {
-		return ""
-	}
-	return slices.Min(ids)
+	return own
 }
 
 // Bind implements platform.Binder: bindings of kind phone_number (a phone
