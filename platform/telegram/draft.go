@@ -419,7 +419,8 @@ func (p *Platform) wireDraftID(k draftKey) int64 {
 // preview is the message a draft stream of a group chat is shown in:
 // Telegram streams drafts into private chats only, so elsewhere the first
 // frame sends a message and later frames edit it. mu orders the frames of
-// one stream and guards id, asked and done; thread and turn never change.
+// one stream and guards id, asked and done; thread, turn and created never
+// change.
 type preview struct {
 	mu     sync.Mutex
 	id     int    // the message; 0 until sent (or adopted), and after it was gone
