@@ -112,23 +112,30 @@ func (p *Platform) resealed(ctx context.Context, k draftKey, a *contract.Action)
 // it, made on any instance; one found is remembered here too. A record the
 // store cannot give is logged and taken as none: the seal is sent, as it
 // was before any instance shared it.
-func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, bool) {
-	var s sealedDraft
-	if p.seals == nil {
-		return s, false
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	defer cancel()
-	raw, ok, err := p.seals.Get(ctx, k.sealKey())
-	if err != nil {
-		p.storeWarn("telegram draft seal not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
-		return s, false
-	}
-	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(k, s) {
-		return s, false
+func (p *Platform) storedSeal(ctx context.Context, k draftKey) (s sealedDraft, ok bool) {
+	if ok, _ := p.storedRecord(ctx, k, k.sealKey(), "seal", &s); !ok || !p.recent(k, s) {
+		return sealedDraft{}, false
 	}
 	p.sealed.Add(k, s)
 	return s, true
+}
+
+// storedRecord reads stream k's JSON record under key into v, written by
+// any instance; ok is false when the store has none (or there is no
+// store) or it is unreadable. A record the store cannot give is logged,
+// naming what, and answers err.
+func (p *Platform) storedRecord(ctx context.Context, k draftKey, key, what string, v any) (ok bool, err error) {
+	if p.seals == nil {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	raw, ok, err := p.seals.Get(ctx, key)
+	if err != nil {
+		p.storeWarn("telegram draft "+what+" not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		return false, err
+	}
+	return ok && json.Unmarshal(raw, v) == nil, nil
 }
 
 // sealedStream reports whether frame a is a late one of stream k: the
@@ -303,18 +310,8 @@ const topicTurns = 16
 // holds it, written by any instance; ok is false when there is none (or no
 // store). A record the store cannot give is logged and answers err.
 func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (r previewRecord, ok bool, err error) {
-	if p.seals == nil {
-		return r, false, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	defer cancel()
-	raw, ok, err := p.seals.Get(ctx, k.previewKey(turn))
-	if err != nil {
-		p.storeWarn("telegram draft preview not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
-		return r, false, err
-	}
-	if !ok || json.Unmarshal(raw, &r) != nil || r.ID == 0 || p.earlier(k.tenant, r.Created) {
-		return previewRecord{}, false, nil
+	if ok, err = p.storedRecord(ctx, k, k.previewKey(turn), "preview", &r); !ok || r.ID == 0 || p.earlier(k.tenant, r.Created) {
+		return previewRecord{}, false, err
 	}
 	return r, true, nil
 }
