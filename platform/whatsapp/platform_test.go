@@ -1256,3 +1256,43 @@ func TestRetriedMessageReusesItsRehost(t *testing.T) {
 		t.Fatalf("the media store holds %d objects, want the image once", n)
 	}
 }
+
+// TestSendWaitingWhileItsNumberIsRebound: t1's send to a user waits for
+// its number's budget, and meanwhile the number is bound to t2. The send
+// is declined and nothing goes out from the number, now t2's. It was
+// authorized once, before the wait, and went out as t1's from t2's
+// number.
+func TestSendWaitingWhileItsNumberIsRebound(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(c *Config, d *platform.Deps) { c.NumberPerSecond, c.ChatPerSecond, d.Clock = 1, -1, clk })
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.W1")
+	send := func() contract.Result {
+		return r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "hi", "reply_to": nil})
+	}
+	if res := send(); !res.Success {
+		t.Fatalf("the first send: %+v", res)
+	}
+	var done atomic.Int32
+	var second contract.Result
+	go func() {
+		defer done.Add(1)
+		second = send()
+	}()
+	finished := func() int { return int(done.Load()) }
+	waiting := func() int { return r.p.numberBudget(biz1.PhoneNumberID).Waiting("t1") }
+	clk.Settle(t, 1, finished, waiting)
+	if waiting() != 1 {
+		t.Fatal("the second send does not wait for the number's budget")
+	}
+	if err := r.p.Bind([]platform.Binding{{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Drive(t, 1, finished, waiting)
+	if second.Code != contract.CodeEgressDeclined {
+		t.Errorf("the send after the rebind: %+v, want declined", second)
+	}
+	if n := len(r.fake.Sent()); n != 1 {
+		t.Fatalf("%d messages sent, want the first alone", n)
+	}
+}
