@@ -121,12 +121,11 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		var live liveTap
 		rec, tapped := p.promptOf(ctx, number, sender, m)
 		if tapped { // a tap on a prompt of the connector's: its poster's
-			own := p.owners.Load()
-			if !own.MayAct(rec.Tenant, chatOf(sender, number), func() bool { return own.Linked(sender, rec.Tenant) }) {
+			if !p.mayAct(rec.Tenant, sender, number) {
 				p.drop(dropPromptNotOwned, number, sender)
 				return nil
 			}
-			tenant, owner = rec.Tenant, own.Linked(sender, rec.Tenant)
+			tenant, owner = rec.Tenant, p.owners.Load().Linked(sender, rec.Tenant)
 			if !rec.Answered {
 				key := "whatsapp_cloud/prompt/" + number + "/" + sender + "/" + rec.msgID
 				release, err := p.claim(ctx, key, "prompt")
