@@ -116,7 +116,8 @@
 // with sendMessageDraft in private chats, a preview message sent and edited
 // elsewhere, which the reply replaces, draft.go);
 // the descriptor's supported_ops are the keys of the handler table. An action on a chat the
-// tenant does not own gets contract.Declined. send splits content over
+// tenant does not own gets contract.Declined, also one whose chat it lost
+// while a call waited for its turn (paced). send splits content over
 // 4,096 code points at paragraph, line or word boundaries (carrying code
 // fences across parts), renders markdown as MarkdownV2 with full escaping
 // (the backslash included), falls back to plain text when Telegram rejects

@@ -44,11 +44,13 @@ const sealRetryWindow = 5 * time.Minute
 // and JSON in Platform.seals). Only a seal of the same content within
 // sealRetryWindow, of the same turn, is its repeat; any other starts the
 // stream anew. Only a frame of the same turn is a late one (sealedStream).
+// One an earlier tenant of the id made is none (earlier).
 type sealedDraft struct {
-	ID   string    `json:"id"`             // the message (its first part)
-	At   time.Time `json:"at"`             // when it was sealed
-	Sum  uint64    `json:"sum"`            // contentSum of the sealed content
-	Turn string    `json:"turn,omitempty"` // contract.Metadata.Turn of the seal
+	ID      string    `json:"id"`             // the message (its first part)
+	At      time.Time `json:"at"`             // when it was sealed
+	Sum     uint64    `json:"sum"`            // contentSum of the sealed content
+	Turn    string    `json:"turn,omitempty"` // contract.Metadata.Turn of the seal
+	Created time.Time `json:"c,omitzero"`     // the tenant's creation (vault.Creation) when it sealed
 }
 
 // contentSum is the digest of a seal's content that tells a repeated seal
@@ -59,16 +61,26 @@ func contentSum(content string) uint64 {
 	return h.Sum64()
 }
 
-// recent reports whether s was sealed within sealRetryWindow.
-func (p *Platform) recent(s sealedDraft) bool {
-	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow
+// recent reports whether s, a seal of stream k, was sealed within
+// sealRetryWindow, by the tenant as it is now.
+func (p *Platform) recent(k draftKey, s sealedDraft) bool {
+	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow && !p.earlier(k.tenant, s.Created)
+}
+
+// earlier reports whether a record of tenant's streams, made under its
+// creation created, is an earlier tenant's of the id, deleted and made
+// again since (vault.Earlier: the creations are compared, not clocks). A
+// tenant declared in the YAML over its stored one (no creation) is the
+// same tenant and keeps its streams.
+func (p *Platform) earlier(tenant string, created time.Time) bool {
+	return vault.Earlier(p.deps.Vault, tenant, created)
 }
 
 // recentSeal is stream k's seal on this instance, when it was sealed
 // within sealRetryWindow (recent).
 func (p *Platform) recentSeal(k draftKey) (sealedDraft, bool) {
 	s, ok := p.sealed.Get(k)
-	return s, ok && p.recent(s)
+	return s, ok && p.recent(k, s)
 }
 
 // resealedHere is the message a repeated seal a of stream k answers, if it
@@ -100,23 +112,30 @@ func (p *Platform) resealed(ctx context.Context, k draftKey, a *contract.Action)
 // it, made on any instance; one found is remembered here too. A record the
 // store cannot give is logged and taken as none: the seal is sent, as it
 // was before any instance shared it.
-func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, bool) {
-	var s sealedDraft
-	if p.seals == nil {
-		return s, false
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	defer cancel()
-	raw, ok, err := p.seals.Get(ctx, k.sealKey())
-	if err != nil {
-		p.storeWarn("telegram draft seal not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
-		return s, false
-	}
-	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(s) {
-		return s, false
+func (p *Platform) storedSeal(ctx context.Context, k draftKey) (s sealedDraft, ok bool) {
+	if ok, _ := p.storedRecord(ctx, k, k.sealKey(), "seal", &s); !ok || !p.recent(k, s) {
+		return sealedDraft{}, false
 	}
 	p.sealed.Add(k, s)
 	return s, true
+}
+
+// storedRecord reads stream k's JSON record under key into v, written by
+// any instance; ok is false when the store has none (or there is no
+// store) or it is unreadable. A record the store cannot give is logged,
+// naming what, and answers err.
+func (p *Platform) storedRecord(ctx context.Context, k draftKey, key, what string, v any) (ok bool, err error) {
+	if p.seals == nil {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	raw, ok, err := p.seals.Get(ctx, key)
+	if err != nil {
+		p.storeWarn("telegram draft "+what+" not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		return false, err
+	}
+	return ok && json.Unmarshal(raw, v) == nil, nil
 }
 
 // sealedStream reports whether frame a is a late one of stream k: the
@@ -136,7 +155,7 @@ func (p *Platform) sealedStream(ctx context.Context, k draftKey, a *contract.Act
 // instance, and for sealRetryWindow in the store when there is one (a
 // failure is logged: only a retry reaching another instance sends again).
 func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id string) (stored bool) {
-	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content), Turn: a.Metadata.Turn()}
+	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content), Turn: a.Metadata.Turn(), Created: vault.Creation(p.deps.Vault, k.tenant)}
 	p.sealed.Add(k, s)
 	if p.seals == nil {
 		return false
@@ -156,9 +175,16 @@ func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id 
 const sealPoll = 250 * time.Millisecond
 
 // sealingKey is the store claim of seal a of stream k being sent: the
-// same content and turn, as a repeat has (repeatedBy).
+// same content and turn, as a repeat has (repeatedBy), by the tenant as
+// created (in Unix nanoseconds, 0 for a declared tenant), so the seal of
+// a tenant made again under its id waits for none of the earlier one's.
 func (p *Platform) sealingKey(k draftKey, a *contract.Action) string {
-	return "telegram/sealing/" + k.stream() + "/" + strconv.FormatUint(contentSum(a.Content), 16) + "/" + a.Metadata.Turn()
+	var created int64
+	if c := vault.Creation(p.deps.Vault, k.tenant); !c.IsZero() {
+		created = c.UnixNano()
+	}
+	return "telegram/sealing/" + k.tenant + "/" + strconv.FormatInt(created, 10) + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10) +
+		"/" + strconv.FormatUint(contentSum(a.Content), 16) + "/" + a.Metadata.Turn()
 }
 
 // claimSeal takes seal a of stream k for this instance while it is sent,
@@ -219,34 +245,19 @@ func (p *Platform) storeWarn(msg string, args ...any) {
 	p.storeLogs.Log(p.log, slog.LevelWarn, msg, args...)
 }
 
-// draftKey names one draft stream of a tenant's chat, under the tenant's
-// creation (creation): a tenant made again under its id, even by an
-// instance whose clock disagrees, never finds the streams, seals or
-// previews of the earlier one.
+// draftKey names one draft stream of a tenant's chat. Its seals and
+// previews keep the tenant's creation, so a tenant made again under its
+// id, even by an instance whose clock disagrees, never takes up those of
+// the earlier one (earlier).
 type draftKey struct {
-	tenant  string
-	created int64
-	chat    int64
-	draft   int64
+	tenant string
+	chat   int64
+	draft  int64
 }
 
-// draftKey is the key of stream draft of tenant's chat.
-func (p *Platform) draftKey(tenant string, chat, draft int64) draftKey {
-	return draftKey{tenant: tenant, created: p.creation(tenant), chat: chat, draft: draft}
-}
-
-// creation is tenant's creation (vault.Creation) in Unix nanoseconds, 0
-// for a declared tenant (the zero time has no Unix nanoseconds).
-func (p *Platform) creation(tenant string) int64 {
-	if c := vault.Creation(p.deps.Vault, tenant); !c.IsZero() {
-		return c.UnixNano()
-	}
-	return 0
-}
-
-// stream is k as the store keys name it: tenant, creation, chat, draft_id.
+// stream is k as the store keys name it: tenant, chat, draft_id.
 func (k draftKey) stream() string {
-	return k.tenant + "/" + strconv.FormatInt(k.created, 10) + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10)
+	return k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10)
 }
 
 // sealKey is the store key of stream k's seal record.
@@ -262,8 +273,9 @@ const previewWindow = 24 * time.Hour
 // (JSON under previewKey), shared by the instances so the stream's frames
 // and seal edit it whichever instance they reach.
 type previewRecord struct {
-	ID     int  `json:"id"`               // the message
-	Sealed bool `json:"sealed,omitempty"` // it became the stream's reply
+	ID      int       `json:"id"`               // the message
+	Sealed  bool      `json:"sealed,omitempty"` // it became the stream's reply
+	Created time.Time `json:"c,omitzero"`       // the tenant's creation when it was shown (earlier)
 }
 
 // previewKey is the store key of the preview record of stream k's turn:
@@ -283,12 +295,11 @@ func turnPreviewKey(tenant string, chat int64, thread int, turn string) string {
 // topicPreviewsKey is the store key listing the turns of tenant's open
 // previews in a group chat's topic (topicTurns, the latest topicTurns
 // kept), so a send naming no turn, which ends every open stream of the
-// topic, finds their previews on any instance (replacePreviews). It names
-// the tenant as created (creation; 0 for a declared tenant): a tenant
-// deleted and made again under its id lists its own turns, and its send
-// leaves the earlier tenant's previews as they are, as its streams do.
-func (p *Platform) topicPreviewsKey(tenant string, chat int64, thread int) string {
-	return "telegram/preview-topic/" + tenant + "/" + strconv.FormatInt(p.creation(tenant), 10) + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread)
+// topic, finds their previews on any instance (replacePreviews). The
+// previews an earlier tenant of the id listed stay as they are: their
+// records are not the tenant's (storedPreview).
+func topicPreviewsKey(tenant string, chat int64, thread int) string {
+	return "telegram/preview-topic/" + tenant + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread)
 }
 
 // topicTurns bounds the turns topicPreviewsKey lists: the gateway streams
@@ -299,18 +310,8 @@ const topicTurns = 16
 // holds it, written by any instance; ok is false when there is none (or no
 // store). A record the store cannot give is logged and answers err.
 func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (r previewRecord, ok bool, err error) {
-	if p.seals == nil {
-		return r, false, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	defer cancel()
-	raw, ok, err := p.seals.Get(ctx, k.previewKey(turn))
-	if err != nil {
-		p.storeWarn("telegram draft preview not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
-		return r, false, err
-	}
-	if !ok || json.Unmarshal(raw, &r) != nil || r.ID == 0 {
-		return r, false, nil
+	if ok, err = p.storedRecord(ctx, k, k.previewKey(turn), "preview", &r); !ok || r.ID == 0 || p.earlier(k.tenant, r.Created) {
+		return previewRecord{}, false, err
 	}
 	return r, true, nil
 }
@@ -325,7 +326,7 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 	defer cancel()
-	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed}) // plain fields: cannot fail
+	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed, Created: pv.created}) // plain fields: cannot fail
 	expires := p.deps.Clock.Now().Add(previewWindow)
 	err := p.seals.Put(ctx, k.previewKey(pv.turn), raw, expires)
 	if err == nil && !sealed && pv.turn != "" {
@@ -336,7 +337,7 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 		return
 	}
 	if !sealed && pv.turn != "" {
-		if err := p.listTopicTurn(ctx, p.topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires); err != nil {
+		if err := p.listTopicTurn(ctx, topicPreviewsKey(k.tenant, k.chat, pv.thread), pv.turn, expires); err != nil {
 			p.storeWarn("telegram topic's preview list not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 		}
 	}
@@ -415,13 +416,16 @@ func (p *Platform) wireDraftID(k draftKey) int64 {
 // preview is the message a draft stream of a group chat is shown in:
 // Telegram streams drafts into private chats only, so elsewhere the first
 // frame sends a message and later frames edit it. mu orders the frames of
-// one stream and guards id, asked and done; thread and turn never change.
+// one stream and guards id, asked and done; thread, turn and created never
+// change.
 type preview struct {
 	mu     sync.Mutex
 	id     int    // the message; 0 until sent (or adopted), and after it was gone
 	thread int    // the topic it is in
 	turn   string // the turn it answers (contract.Metadata.Turn)
-	asked  bool   // the store was asked for the stream's preview (adoptPreview)
+	// created is the tenant's creation (vault.Creation) when it was opened.
+	created time.Time
+	asked   bool // the store was asked for the stream's preview (adoptPreview)
 	// done is set once the preview left Platform.previews (sealed or
 	// replaced): a frame that was waiting for it takes the stream's next
 	// preview instead.
@@ -429,20 +433,21 @@ type preview struct {
 }
 
 // openPreview returns the preview of stream k, locked, adding one for a's
-// topic and turn when there is none. An open preview of another turn is of
-// a stream the gateway left (it restarted, or the tenant was deleted and
-// made again under its id: either names draft ids from 1 again, never
-// within a turn): it is left as it is, and a's stream gets a preview of
-// its own, as the store keeps one per turn (previewKey).
+// topic and turn when there is none. An open preview of another turn, or
+// of an earlier tenant of the id, is of a stream the gateway left (it
+// restarted, or the tenant was deleted and made again under its id: either
+// names draft ids from 1 again, never within a turn): it is left as it is,
+// and a's stream gets a preview of its own, as the store keeps one per turn
+// (previewKey).
 func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
 	turn := a.Metadata.Turn()
 	for {
-		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn}
+		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn, created: vault.Creation(p.deps.Vault, k.tenant)}
 		if old, ok, _ := p.previews.PeekOrAdd(k, pv); ok {
 			pv = old
 		}
 		pv.mu.Lock()
-		if !pv.done && pv.turn != turn && pv.turn != "" && turn != "" {
+		if !pv.done && (pv.turn != turn && pv.turn != "" && turn != "" || p.earlier(k.tenant, pv.created)) {
 			p.closePreview(k, pv)
 		}
 		if !pv.done {
@@ -495,7 +500,7 @@ func (p *Platform) inStream(ctx context.Context, tenant string, chat int64, a *c
 		return op()
 	}
 	var r contract.Result
-	k := p.draftKey(tenant, chat, a.DraftID)
+	k := draftKey{tenant, chat, a.DraftID}
 	if err := p.dmStreams.Do(ctx, k, func() error { r = op(); return nil }); err != nil {
 		return p.failure(contract.OpDraft, err)
 	}
@@ -505,7 +510,7 @@ func (p *Platform) inStream(ctx context.Context, tenant string, chat int64, a *c
 // showDraft shows a private chat's draft frame through sendMessageDraft,
 // unless its stream was sealed (sealedStream).
 func (p *Platform) showDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
-	k := p.draftKey(tenant, chat, a.DraftID)
+	k := draftKey{tenant, chat, a.DraftID}
 	if p.sealedStream(ctx, k, a) {
 		return contract.OK("")
 	}
@@ -537,7 +542,7 @@ func (p *Platform) showDraft(ctx context.Context, tenant string, chat int64, a *
 // gone) and records it in the store. A frame of a stream sealed within
 // sealRetryWindow, on any instance sharing the store, shows nothing.
 func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
-	k := p.draftKey(tenant, chat, a.DraftID)
+	k := draftKey{tenant, chat, a.DraftID}
 	if p.sealedStream(ctx, k, a) {
 		return contract.OK("")
 	}
@@ -605,7 +610,7 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 // is recorded, so a frame racing it shows nothing (and, once it is, does
 // not wait for the rest of the parts).
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
-	k := p.draftKey(tenant, chat, a.DraftID)
+	k := draftKey{tenant, chat, a.DraftID}
 	if id, ok := p.resealed(ctx, k, a); ok {
 		return contract.OK(id)
 	}
@@ -684,13 +689,12 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 	}
 	thread, turn := topicThread(a.Metadata.ThreadID), a.Metadata.Turn()
 	here := false // a preview of a's turn was deleted here
-	created := p.creation(tenant)
 	for _, k := range p.previews.Keys() {
-		if k.tenant != tenant || k.created != created || k.chat != chat {
+		if k.tenant != tenant || k.chat != chat {
 			continue
 		}
 		pv, ok := p.previews.Peek(k)
-		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) {
+		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) || p.earlier(tenant, pv.created) {
 			continue
 		}
 		pv.mu.Lock()
@@ -726,7 +730,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 // lists for tenant's topic (topicPreviewsKey), which other instances may
 // have shown, and forgets the list.
 func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat int64, thread int) {
-	key := p.topicPreviewsKey(tenant, chat, thread)
+	key := topicPreviewsKey(tenant, chat, thread)
 	sctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	raw, ok, err := p.seals.Get(sctx, key)
@@ -758,7 +762,7 @@ func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat
 	if !ok || draft == 0 {
 		return
 	}
-	if r, ok, _ := p.storedPreview(ctx, p.draftKey(tenant, chat, draft), turn); ok && !r.Sealed {
+	if r, ok, _ := p.storedPreview(ctx, draftKey{tenant, chat, draft}, turn); ok && !r.Sealed {
 		p.deletePreview(ctx, chat, r.ID)
 	}
 	_ = p.seals.Delete(sctx, key) // best effort: a send of the turn then finds the preview gone

@@ -1314,3 +1314,51 @@ func TestTopicPreviewListNotReadIsLoggedAsSuch(t *testing.T) {
 		t.Fatalf("logs:\n%s", logs)
 	}
 }
+
+// TestStreamOfATenantDeclaredOverItsStoredOne: a stored tenant's stream
+// shows a frame and is sealed; the operator then declares the tenant in
+// the YAML over its stored one (its creation becomes zero: the relay takes
+// it for the same tenant), and the gateway's retry of the seal reaches the
+// same instance or another sharing the store (a real redis-server). The
+// retry answers the seal's message and posts nothing. The seal records
+// were keyed by the tenant's creation, which the declaration moved to 0,
+// so the retry was sent again.
+func TestStreamOfATenantDeclaredOverItsStoredOne(t *testing.T) {
+	for _, chat := range []string{telegramtest.ChatAda, telegramtest.ChatT2} {
+		for _, there := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s retried where sealed %v", chat, there), func(t *testing.T) {
+				clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+				e, other := sharedStoreEnv(t, clk)
+				ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+				defer cancel()
+				tenant := testChats[chat]
+				id, _ := strconv.ParseInt(chat, 10, 64)
+				act := func(p *Platform, final bool) contract.Result {
+					t.Helper()
+					a := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: final}
+					a.Metadata.MessageID = "77"
+					r := p.Execute(ctx, tenant, &a)
+					if !r.Success {
+						t.Fatalf("draft (final %v): %+v", final, r)
+					}
+					return r
+				}
+				e.created.made(tenant, clk.Now().Add(-time.Hour))
+				act(e.p, false)
+				first := act(e.p, true)
+				clk.Advance(time.Second)
+				e.created.made(tenant, time.Time{}) // declared in the YAML
+				retrier := other
+				if there {
+					retrier = e.p
+				}
+				if again := act(retrier, true); again.MessageID != first.MessageID {
+					t.Fatalf("the retried seal answered %s, want the seal's %s", again.MessageID, first.MessageID)
+				}
+				if msgs := e.fake.Messages(id); len(msgs) != 1 {
+					t.Fatalf("the chat has %v, want the reply alone", msgs)
+				}
+			})
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/internal/refusedtest"
+	"connector/platform"
 	"connector/platform/telegram/telegramtest"
 )
 
@@ -504,4 +505,43 @@ func squeeze(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// TestSendWaitingWhileItsChatIsRebound: t2's send into its group waits
+// for its share of the bot's budget, and meanwhile the group is bound to
+// t1. The send is declined and nothing is posted into the group, now
+// t1's. It was authorized once, before the wait, and was posted as t2's
+// into t1's group.
+func TestSendWaitingWhileItsChatIsRebound(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newEnvDeps(t, platform.Deps{Clock: clk}, func(c *Config) { c.GlobalPerSecond = 1 })
+	const group = telegramtest.ChatT2
+	send := contract.Action{Op: contract.OpSend, ChatID: group, Content: "hello"}
+	if r := e.act(t, "t2", send); !r.Success {
+		t.Fatalf("the first send: %+v", r)
+	}
+	var (
+		second   contract.Result
+		finished atomic.Int64
+	)
+	go func() {
+		defer finished.Add(1)
+		second = e.act(t, "t2", send)
+	}()
+	done := func() int { return int(finished.Load()) }
+	waiting := func() int { return e.p.budget.Waiting("t2") }
+	clk.Settle(t, 1, done, waiting)
+	if waiting() != 1 {
+		t.Fatal("the second send does not wait for the budget")
+	}
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindChat, ID: group, Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Drive(t, 1, done, waiting)
+	if second.Code != contract.CodeEgressDeclined {
+		t.Errorf("the send after the rebind: %+v, want declined", second)
+	}
+	if n := len(e.fake.Calls("sendMessage")); n != 1 {
+		t.Fatalf("%d messages sent, want the first alone", n)
+	}
 }

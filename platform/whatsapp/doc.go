@@ -37,7 +37,8 @@
 // (docs/contract.md). A tenant may act on a user (chat_id = wa_id) who
 // wrote to one of its numbers (the conversation, kept in the vault) or is
 // linked to it, from the number of that conversation (sender); anything
-// else gets the uniform decline. A message (send, prompt, react,
+// else gets the uniform decline, also a message whose number or link
+// changed so while it waited for its turn (post). A message (send, prompt, react,
 // send_media) fails with window_closed, unsent, when the 24-hour
 // customer-service window is closed: the user last wrote to the
 // conversation's number more than 24 hours ago (Meta would accept the

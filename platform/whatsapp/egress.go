@@ -139,9 +139,11 @@ func (p *Platform) appShare(ctx context.Context, tenant string) error {
 }
 
 // failure turns an egress error into a result whose text carries no
-// secret: the window's own code, rate_limited with a hint, unavailable for
-// what may be retried (no answer, the network, Meta's 5xx), platform_error
-// for the rest, with Meta's code and message.
+// secret: the uniform decline for a conversation the tenant lost while
+// the message waited (errRebound), the window's own code, rate_limited
+// with a hint, unavailable for what may be retried (no answer, the
+// network, Meta's 5xx), platform_error for the rest, with Meta's code and
+// message.
 func (p *Platform) failure(op string, err error) contract.Result {
 	var ge *GraphError
 	prefix := "whatsapp_cloud " + op + ": "
@@ -149,6 +151,8 @@ func (p *Platform) failure(op string, err error) contract.Result {
 		return r
 	}
 	switch {
+	case errors.Is(err, errRebound):
+		return contract.Declined(platformName)
 	case errors.As(err, &ge) && ge.Code == codeReengagement:
 		return windowClosed(prefix)
 	case errors.As(err, &ge) && rateLimitCodes[ge.Code]:
@@ -162,6 +166,10 @@ func (p *Platform) failure(op string, err error) contract.Result {
 	}
 	return contract.Failed(contract.CodePlatformError, prefix+p.errorText(err))
 }
+
+// errRebound fails a message whose conversation the tenant could no
+// longer act in once its turn came (post).
+var errRebound = errors.New("whatsapp: the conversation is no longer the tenant's")
 
 // windowClosed is the result of a message the 24-hour customer-service
 // window refuses.

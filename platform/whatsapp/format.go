@@ -47,7 +47,7 @@ func formatMessage(content string) string {
 		if strings.HasPrefix(m, "\x00FENCE") {
 			list = fences
 		}
-		i, err := strconv.Atoi(strings.Trim(m, "\x00FENCODE"))
+		i, err := strconv.Atoi(strings.Trim(m, "\x00FENCOD"))
 		if err != nil || i >= len(list) {
 			return m
 		}

@@ -94,21 +94,21 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 	number := strings.TrimSpace(v.Metadata.PhoneNumberID)
 	sender, wamid := strings.TrimSpace(m.From), strings.TrimSpace(m.ID)
 	return p.turns.Do(ctx, number+"/"+sender, func() error {
-		if wamid != "" && p.delivered(ctx, number, wamid) {
-			p.drop(dropDuplicate, number, sender)
-			return nil
-		}
 		if wamid != "" {
+			if p.delivered(ctx, number, wamid) {
+				p.drop(dropDuplicate, number, sender)
+				return nil
+			}
 			key := "whatsapp_cloud/message/" + number + "/" + wamid
-			claimed, err := p.claim(ctx, key, "message")
+			release, err := p.claim(ctx, key, "message")
 			if err != nil {
 				return err
 			}
-			defer p.unclaim(key, claimed)
-		}
-		if wamid != "" && p.deps.Cluster != nil && p.delivered(ctx, number, wamid) { // delivered while we took the claim
-			p.drop(dropDuplicate, number, sender)
-			return nil
+			defer release()
+			if p.deps.Cluster != nil && p.delivered(ctx, number, wamid) { // delivered while we took the claim
+				p.drop(dropDuplicate, number, sender)
+				return nil
+			}
 		}
 		if code, ok := p.linkCode(m, sender); ok {
 			if reason := p.links.Submit(sender, func(ctx context.Context) { p.redeemLink(ctx, number, sender, code) }); reason != "" {
@@ -121,19 +121,18 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		var live liveTap
 		rec, tapped := p.promptOf(ctx, number, sender, m)
 		if tapped { // a tap on a prompt of the connector's: its poster's
-			own := p.owners.Load()
-			if !own.MayAct(rec.Tenant, chatOf(sender, number), func() bool { return own.Linked(sender, rec.Tenant) }) {
+			if !p.mayAct(rec.Tenant, sender, number) {
 				p.drop(dropPromptNotOwned, number, sender)
 				return nil
 			}
-			tenant, owner = rec.Tenant, own.Linked(sender, rec.Tenant)
+			tenant, owner = rec.Tenant, p.owners.Load().Linked(sender, rec.Tenant)
 			if !rec.Answered {
 				key := "whatsapp_cloud/prompt/" + number + "/" + sender + "/" + rec.msgID
-				claimed, err := p.claim(ctx, key, "prompt")
+				release, err := p.claim(ctx, key, "prompt")
 				if err != nil {
 					return err
 				}
-				defer p.unclaim(key, claimed)
+				defer release()
 				if again, ok := p.promptOf(ctx, number, sender, m); p.deps.Cluster == nil || ok && !again.Answered { // not answered meanwhile
 					live = liveTap(rec.PromptID)
 				}
@@ -266,36 +265,29 @@ const pendingTTL = 3 * time.Minute
 // storing it now (the claim ends with that, or after pendingTTL if it
 // crashed, so a copy is delayed, never lost). Once the claim is taken, a
 // message delivered (or a prompt answered) meanwhile, its claim already
-// released, is found by the caller's second look. With a single instance (Deps.Cluster nil) the
-// per-chat queue keeps copies apart, and nothing is written. expires is
-// the claim's, for unclaim.
-func (p *Platform) claim(ctx context.Context, key, what string) (expires time.Time, err error) {
+// released, is found by the caller's second look. With a single instance
+// (Deps.Cluster nil) the per-chat queue keeps copies apart, and nothing
+// is written. release gives the claim up once what it claimed is
+// delivered or failed; one another instance took since it lapsed stays.
+func (p *Platform) claim(ctx context.Context, key, what string) (release func(), err error) {
 	if p.deps.Cluster == nil || p.deps.Store == nil {
-		return time.Time{}, nil
+		return func() {}, nil
 	}
-	expires = p.clock.Now().Add(pendingTTL)
-	switch taken, err := p.deps.Store.Claims().Claim(ctx, key, expires); {
+	claims, expires := p.deps.Store.Claims(), p.clock.Now().Add(pendingTTL)
+	switch taken, err := claims.Claim(ctx, key, expires); {
 	case err != nil:
-		return time.Time{}, fmt.Errorf("whatsapp: claim %s: %w", what, err)
+		return nil, fmt.Errorf("whatsapp: claim %s: %w", what, err)
 	case !taken:
 		p.metrics.Dropped(platformName, "in_progress_elsewhere")
-		return time.Time{}, errElsewhere
+		return nil, errElsewhere
 	}
-	return expires, nil
-}
-
-// unclaim releases key's claim, taken until expires (claim), once what it
-// claimed is delivered or failed; one another instance took since it
-// lapsed stays.
-func (p *Platform) unclaim(key string, expires time.Time) {
-	if p.deps.Cluster == nil || p.deps.Store == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := p.deps.Store.Claims().Release(ctx, key, expires); err != nil {
-		p.log.Warn("whatsapp claim not released; a redelivery waits for it to expire", "err", err)
-	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := claims.Release(ctx, key, expires); err != nil {
+			p.log.Warn("whatsapp claim not released; a redelivery waits for it to expire", "err", err)
+		}
+	}, nil
 }
 
 // drop counts and logs a message that is not delivered.

@@ -98,13 +98,19 @@ const (
 )
 
 // post sends one /messages payload from the conversation's number, paced,
-// marked with its sender (senderMark).
+// marked with its sender (senderMark). Once its turn comes, the message
+// goes out only while tenant may still act on the user from that number
+// (mayAct): a number bound to another tenant, or a link ended, while it
+// waited declines it (errRebound).
 func (p *Platform) post(ctx context.Context, tenant string, c chat, msg map[string]any) (string, error) {
 	if mark := senderMark + tenant; len(mark) <= maxCallback {
 		msg["biz_opaque_callback_data"] = mark
 	}
 	var id string
 	err := p.paced(ctx, tenant, c.number, c.user, func(ctx context.Context) (err error) {
+		if !p.mayAct(tenant, c.user, c.number) {
+			return errRebound
+		}
 		id, err = p.graph.sendMessage(ctx, c.number, msg)
 		return err
 	})

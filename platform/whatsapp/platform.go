@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -194,17 +193,13 @@ func (p *Platform) gate(tenant string) *access {
 
 // ownNumber is the business number a tenant sends from when its
 // conversation names none: the lowest id it owns, "" for none.
-func (p *Platform) ownNumber(tenant string) string {
-	var ids []string
+func (p *Platform) ownNumber(tenant string) (own string) {
 	for id, t := range *p.numbers.Load() {
-		if t == tenant {
-			ids = append(ids, id)
+		if t == tenant && (own == "" || id < own) {
+			own = id
 		}
 	}
-	if len(ids) == 0 {
-		return ""
-	}
-	return slices.Min(ids)
+	return own
 }
 
 // Bind implements platform.Binder: bindings of kind phone_number (a phone
@@ -278,20 +273,27 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // number it goes out from, when the ownership order lets it: the
 // conversation the user's last message routed to tenant opened, while its
 // number is tenant's own or (a number no tenant owns) reached tenant by
-// author link (platform.Ownership.MayAct), which holds only while the user
-// is still linked to tenant (the conversation outlives a revoked link or
-// an unbound number by up to 30 days); else, for a user linked to
-// tenant, tenant's own lowest number. ok is false otherwise.
+// author link (mayAct), which holds only while the user is still linked
+// to tenant (the conversation outlives a revoked link or an unbound number
+// by up to 30 days); else, for a user linked to tenant, tenant's own
+// lowest number. ok is false otherwise.
 func (p *Platform) sender(ctx context.Context, tenant, user string) (chat, bool) {
-	own := p.owners.Load()
-	linked := func() bool { return own.Linked(user, tenant) } // how a number no tenant owns reaches one (Route, rule 3)
-	if cv, ok := p.conversation(ctx, tenant, user); ok && own.MayAct(tenant, chatOf(user, cv.Number), linked) {
+	if cv, ok := p.conversation(ctx, tenant, user); ok && p.mayAct(tenant, user, cv.Number) {
 		return chat{user: user, number: cv.Number, last: cv.Last, wrote: cv.wrote}, true
 	}
-	if number := p.ownNumber(tenant); number != "" && linked() {
+	if number := p.ownNumber(tenant); number != "" && p.owners.Load().Linked(user, tenant) {
 		return chat{user: user, number: number}, true
 	}
 	return chat{}, false
+}
+
+// mayAct reports whether the ownership order lets tenant act on user from
+// number (platform.Ownership.MayAct): the number is tenant's own, or no
+// tenant's and the user is linked to tenant (how such a number reaches
+// one: Route, rule 3).
+func (p *Platform) mayAct(tenant, user, number string) bool {
+	own := p.owners.Load()
+	return own.MayAct(tenant, chatOf(user, number), func() bool { return own.Linked(user, tenant) })
 }
 
 // conv is a tenant's conversation with a user: the business number the

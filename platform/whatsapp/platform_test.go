@@ -1256,3 +1256,66 @@ func TestRetriedMessageReusesItsRehost(t *testing.T) {
 		t.Fatalf("the media store holds %d objects, want the image once", n)
 	}
 }
+
+// TestSendWaitingWhileItsNumberIsRebound: t1's send to a user waits for
+// its number's budget, and meanwhile the number is bound to t2. The send
+// is declined and nothing goes out from the number, now t2's. It was
+// authorized once, before the wait, and went out as t1's from t2's
+// number. A send that waits while the user writes to another of t1's
+// numbers goes out all the same.
+func TestSendWaitingWhileItsNumberIsRebound(t *testing.T) {
+	t.Run("rebound", func(t *testing.T) { sendWaiting(t, true) })
+	t.Run("the user wrote to another of its numbers", func(t *testing.T) { sendWaiting(t, false) })
+}
+
+// sendWaiting is TestSendWaitingWhileItsNumberIsRebound: t1 owns both
+// numbers until, with rebound, the first is bound to t2 while the send
+// waits; else the user writes to the second meanwhile.
+func sendWaiting(t *testing.T, rebound bool) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(c *Config, d *platform.Deps) { c.NumberPerSecond, c.ChatPerSecond, d.Clock = 1, -1, clk })
+	bind := func(first string) {
+		t.Helper()
+		if err := r.p.Bind([]platform.Binding{{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: first},
+			{Kind: platform.BindPhoneNumber, ID: biz2.PhoneNumberID, Tenant: "t1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind("t1")
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.W1")
+	send := func() contract.Result {
+		return r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "hi", "reply_to": nil})
+	}
+	if res := send(); !res.Success {
+		t.Fatalf("the first send: %+v", res)
+	}
+	var done atomic.Int32
+	var second contract.Result
+	go func() {
+		defer done.Add(1)
+		second = send()
+	}()
+	finished := func() int { return int(done.Load()) }
+	waiting := func() int { return r.p.numberBudget(biz1.PhoneNumberID).Waiting("t1") }
+	clk.Settle(t, 1, finished, waiting)
+	if waiting() != 1 {
+		t.Fatal("the second send does not wait for the number's budget")
+	}
+	if !rebound {
+		r.converse(t, biz2, ada, "wamid.W2")
+		clk.Drive(t, 1, finished, waiting)
+		if sent := r.fake.Sent(); !second.Success || len(sent) != 2 || sent[1].PhoneNumberID != biz1.PhoneNumberID {
+			t.Fatalf("the send after the user wrote to t1's other number: %+v, sent %+v; want it sent from the first", second, sent)
+		}
+		return
+	}
+	bind("t2")
+	clk.Drive(t, 1, finished, waiting)
+	if second.Code != contract.CodeEgressDeclined {
+		t.Errorf("the send after the rebind: %+v, want declined", second)
+	}
+	if n := len(r.fake.Sent()); n != 1 {
+		t.Fatalf("%d messages sent, want the first alone", n)
+	}
+}
