@@ -196,15 +196,17 @@ func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string) {
 // PromptPoster is the tenant a button press by user answers in a chat it
 // reached by grant (its DM, or a chat no binding covers): the tenant that
 // posted the prompt message (the mark Posted stores for a chat held by
-// grant), one user is linked to or the one Prompted recorded, while it
-// may act in chat, else home, the tenant the press routes to.
+// grant), one user is linked to or, in a DM, the one Prompted recorded,
+// while it may act in chat, else home, the tenant the press routes to.
 func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) string {
 	if g.PostedBy(ctx, chat.ID, message, home) {
 		return home
 	}
 	tenants := own.LinkedTenants(user)
-	if e, ok := g.vault.Get(ctx, g.posterKey(chat.ID, message)); ok {
-		tenants = append(tenants, e.Ref)
+	if chat.DM {
+		if e, ok := g.vault.Get(ctx, g.posterKey(chat.ID, message)); ok {
+			tenants = append(tenants, e.Ref) // the DM's user was linked to it
+		}
 	}
 	for _, t := range tenants {
 		if t != home && g.PostedBy(ctx, chat.ID, message, t) && own.MayAct(t, chat, func() bool { return own.Linked(user, t) || g.Has(ctx, chat.ID, t) }) {
