@@ -177,18 +177,39 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 	return ok
 }
 
-// PromptPoster is the tenant a button press by user, linked to several
-// tenants, answers in a chat it reached by grant (its DM, or a chat no
-// binding covers): the linked tenant that posted the prompt message (the
-// mark Posted stores for a chat held by grant) while it may act in chat,
-// else home, the tenant the press routes to.
+// posterKey is the vault key of the record naming (Ref) the tenant a
+// prompt message in chat was posted for (Prompted); its tenant is none's
+// (a tenant id holds no ':').
+func (g *Grants) posterKey(chat, message string) vault.Key {
+	return g.postedKey(chat, message, "poster:")
+}
+
+// Prompted records, beside Posted's mark, that the prompt message in chat
+// was posted for tenant, so a press of it finds its poster (PromptPoster)
+// when the presser's link no longer names it.
+func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string) {
+	if err := g.vault.Put(context.WithoutCancel(ctx), g.posterKey(chat, message), vault.Entry{Ref: tenant}); err != nil {
+		g.log.Warn("prompt poster not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
+	}
+}
+
+// PromptPoster is the tenant a button press by user answers in a chat it
+// reached by grant (its DM, or a chat no binding covers): the tenant that
+// posted the prompt message (the mark Posted stores for a chat held by
+// grant), one user is linked to or, in a DM, the one Prompted recorded,
+// while it may act in chat, else home, the tenant the press routes to.
 func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) string {
-	tenants := own.LinkedTenants(user)
-	if len(tenants) < 2 || g.PostedBy(ctx, chat.ID, message, home) {
+	if g.PostedBy(ctx, chat.ID, message, home) {
 		return home
 	}
+	tenants := own.LinkedTenants(user)
+	if chat.DM {
+		if e, ok := g.vault.Get(ctx, g.posterKey(chat.ID, message)); ok {
+			tenants = append(tenants, e.Ref) // the DM's user was linked to it
+		}
+	}
 	for _, t := range tenants {
-		if t != home && g.PostedBy(ctx, chat.ID, message, t) && own.MayAct(t, chat, func() bool { return true }) {
+		if t != home && g.PostedBy(ctx, chat.ID, message, t) && own.MayAct(t, chat, func() bool { return own.Linked(user, t) || g.Has(ctx, chat.ID, t) }) {
 			return t
 		}
 	}

@@ -76,7 +76,8 @@ type Egress[P Platform, T any] struct {
 //
 // The op then runs, charged to tenant (WithTenant); in a chat held by
 // grant, the message an op that names none answers is remembered as
-// tenant's (Grants.Posted), and a thread a thread_create made there, on
+// tenant's (Grants.Posted; a prompt's poster also by the message alone,
+// Grants.Prompted), and a thread a thread_create made there, on
 // a platform whose threads are chats (ThreadChats), is granted to tenant
 // alone, for as long as its grant of the chat lasts
 // (Grants.AddThread), so it may post in it before anyone writes there. An op that names a message (edit, delete,
@@ -120,6 +121,9 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	r := op(p, ctx, tenant, chat, a)
 	if hold == HoldGrant && e.Grants != nil && r.MessageID != "" && message == "" {
 		e.Grants.Posted(ctx, chatID, r.MessageID, tenant)
+		if a.Op == contract.OpPrompt {
+			e.Grants.Prompted(ctx, chatID, r.MessageID, tenant)
+		}
 	}
 	if hold == HoldGrant && e.ThreadChats && e.Grants != nil && a.Op == contract.OpThreadCreate && r.Success && r.ThreadID != "" {
 		e.Grants.AddThread(ctx, chatID, r.ThreadID, tenant)

@@ -1,6 +1,8 @@
 package discord
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -44,6 +46,11 @@ func TestEgressPromptButtons(t *testing.T) {
 		if b.Type != 2 || b.CustomID != "hp1:a1b2c3.0000beef:"+w.id+":"+e.p.promptTag("t1") || b.Style != w.style || len([]rune(b.Label)) > 80 {
 			t.Errorf("button %d = %+v, want custom_id for %s style %d", i, b, w.id, w.style)
 		}
+	}
+	// The tag is keyed by the bot token: whoever reads a button cannot
+	// confirm a guessed tenant id by hashing it.
+	if guess := sha256.Sum256([]byte("t1/")); strings.Contains(rows[0].Components[0].CustomID, base64.RawURLEncoding.EncodeToString(guess[:6])) {
+		t.Errorf("custom_id %q holds the unsalted digest of t1", rows[0].Components[0].CustomID)
 	}
 
 	bad := map[string]string{

@@ -42,8 +42,8 @@ func chatOfInfo(ci chanInfo) platform.Chat {
 // takes the event (platform.DropPrincipal, or dropUnclaimed). A tenant
 // reached by claim or author link is granted the channel. pressed is the
 // prompt message a button press answers ("" for any other event): in a
-// chat reached by grant, the press goes to the linked tenant that posted
-// it (platform.Grants.PromptPoster).
+// chat reached by grant, the press goes to the tenant that posted it
+// while it may act there (platform.Grants.PromptPoster).
 func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pressed string) (tenant string, owner bool, drop string) {
 	own := p.owners.Load()
 	r, ok := own.Route(author, c)

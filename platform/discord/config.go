@@ -18,7 +18,9 @@ import (
 // names its default.
 type Config struct {
 	// BotToken is the bot's token, without the "Bot " prefix. Required. It
-	// never appears in logs, errors, metrics or frames.
+	// never appears in logs, errors, metrics or frames. It keys the digests
+	// on prompt buttons: after a rotation, a press of a button posted
+	// before is dropped (prompt_not_owned).
 	BotToken string `yaml:"bot_token"`
 	// PublicKey is the application's Ed25519 public key from the developer
 	// portal, hex encoded (64 hex digits). Required: it verifies

@@ -31,6 +31,29 @@ func execute(t *testing.T, e *env, tenant string, action string) contract.Result
 	return e.p.Execute(ctx, tenant, &a)
 }
 
+// TestEgressBadGatewayNotSentAgain: a send Discord answers 502 for is
+// answered platform_error after one request. discordgo sent it again up
+// to three times, and Discord's edge answers 502 for a message its API
+// may have posted: the chat got it up to four times.
+func TestEgressBadGatewayNotSentAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	var posts atomic.Int64
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.Method != http.MethodPost || r.URL.Path != "/api/v9/channels/"+chanGeneral+"/messages" {
+			return false
+		}
+		posts.Add(1)
+		w.WriteHeader(http.StatusBadGateway)
+		return true
+	})
+	r := execute(t, e, "t1", `{"op":"send","chat_id":"`+chanGeneral+`","content":"deployed","metadata":{}}`)
+	if r.Success || r.Code != contract.CodePlatformError || posts.Load() != 1 {
+		t.Fatalf("send = %+v after %d requests, want platform_error after one", r, posts.Load())
+	}
+}
+
 // TestEgressPartlySent: a send, an edit or a follow_up whose later piece
 // Discord refuses reports how many pieces went out and the first one's
 // id, in the words every platform uses (platform.SendParts); the piece

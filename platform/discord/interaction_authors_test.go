@@ -240,11 +240,12 @@ func pressOfAnEarlierTenantsPrompt(t *testing.T, skew time.Duration, legacy bool
 
 // TestPressAfterTheChatMoved: t1 prompts in its guild's channel and in
 // Ada's DM (she is linked to it); then the guild is rebound to t2, and
-// Ada's link moves to t2. A press of either of t1's prompts is dropped
+// Ada's link moves to t2. A press of t1's prompt in the channel is dropped
 // (prompt_not_owned): it went by the chat's route of the moment, to t2,
-// which got t1's prompt_id and Ada's choice. (t1 still holds the DM by
-// grant, but a press reaches only the tenant it routes to.) t2's own
-// prompt in the channel is answered.
+// which got t1's prompt_id and Ada's choice. A press of t1's prompt in
+// the DM, which t1 still holds by grant, reaches t1 (it was dropped too,
+// though t1 may still act there: nothing named the poster once Ada's link
+// no longer did). t2's own prompt in the channel is answered.
 func TestPressAfterTheChatMoved(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.DMTenant = "" })
@@ -280,8 +281,11 @@ func TestPressAfterTheChatMoved(t *testing.T) {
 	inDM, dmButton := prompt("t1", chanDMAda, "f00dba.00000002")
 	bind("t2")
 	press("8501", inGuild, guildButton)
+	e.metrics.waitDrop(t, "prompt_not_owned", 1)
 	press("8502", inDM, dmButton)
-	e.metrics.waitDrop(t, "prompt_not_owned", 2)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "f00dba.00000002" {
+		t.Fatalf("the press in the DM delivered to %s as %+v, want t1's answer", d.Tenant, d.Event)
+	}
 	e.sink.Empty(t)
 	msgID, button := prompt("t2", chanGeneral, "f00dba.00000003")
 	press("8503", msgID, button)

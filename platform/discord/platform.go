@@ -206,6 +206,7 @@ func (p *Platform) discordSession(client *http.Client) *discordgo.Session {
 	s.Client = client
 	s.LogLevel = -1 // discordgo logs through the global logger; we log ourselves
 	s.ShouldRetryOnRateLimit = false
+	s.MaxRestRetries = 0 // a 502 may answer a message Discord posted: never sent again
 	return s
 }
 

@@ -3,6 +3,7 @@ package discord
 import (
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"strconv"
@@ -70,17 +71,20 @@ func (p *Platform) opPrompt(ctx context.Context, tenant, chatID string, a *contr
 // promptTag names tenant and its creation (vault.Creation) on the
 // buttons of the prompts it posts, as two digests of 8 characters (a
 // custom_id holds 100; the buttons, which Discord's users can read, name
-// neither): a press answers a prompt only for the tenant, and the
-// creation of it, its buttons name (promptDrop), whatever the instances'
-// clocks say.
+// neither, and keyed by the bot token, so a guessed tenant id cannot be
+// confirmed from them): a press answers a prompt only for the tenant, and
+// the creation of it, its buttons name (promptDrop), whatever the
+// instances' clocks say.
 func (p *Platform) promptTag(tenant string) string {
-	return tagOf(tenant, "") + tagOf(tenant, strconv.FormatInt(vault.Creation(p.vault, tenant).UnixMicro(), 10))
+	return p.tagOf(tenant, "") + p.tagOf(tenant, strconv.FormatInt(vault.Creation(p.vault, tenant).UnixMicro(), 10))
 }
 
-// tagOf is a digest of tenant and of what follows it, 8 characters.
-func tagOf(tenant, created string) string {
-	sum := sha256.Sum256([]byte(tenant + "/" + created))
-	return base64.RawURLEncoding.EncodeToString(sum[:6])
+// tagOf is a digest of tenant and of what follows it, 8 characters, keyed
+// by the bot token.
+func (p *Platform) tagOf(tenant, created string) string {
+	mac := hmac.New(sha256.New, []byte("connector discord prompt tag\x00"+p.cfg.BotToken))
+	mac.Write([]byte(tenant + "/" + created))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)[:6])
 }
 
 // promptPress reads a button's custom_id as a prompt's: its token's
@@ -109,11 +113,11 @@ func (p *Platform) promptDrop(tenant, customID, messageID string) string {
 	_, _, tag, _ := promptPress(customID)
 	created := vault.Creation(p.vault, tenant)
 	switch {
-	case tag != "" && tag[:min(len(tag), 8)] != tagOf(tenant, ""):
+	case tag != "" && tag[:min(len(tag), 8)] != p.tagOf(tenant, ""):
 		return "prompt_not_owned" // past here a tag holds tenant's 8 characters
 	case created.IsZero() || tag == p.promptTag(tenant):
 		return ""
-	case tag != "" && tag[8:] != tagOf(tenant, strconv.FormatInt(time.Time{}.UnixMicro(), 10)):
+	case tag != "" && tag[8:] != p.tagOf(tenant, strconv.FormatInt(time.Time{}.UnixMicro(), 10)):
 		return "earlier_tenant_prompt"
 	}
 	if posted, err := discordgo.SnowflakeTimestamp(messageID); err == nil && vault.Predates(p.vault, tenant, posted) {
