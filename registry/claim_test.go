@@ -1633,3 +1633,48 @@ func TestRefusedBindingThatStaysIsTakenBackWithItsTenantOnRedis(t *testing.T) {
 		t.Fatalf("the tenant made again under the id holds %v: the deleted tenant's chat", s.Bindings)
 	}
 }
+
+// TestWakeTakeBackKeepsATenantMadeAgainOnRedis: right after instance
+// one's write of tenant a's wake URL, instance two deletes a, makes it
+// again with the gateway of the id and registers the same URL for it.
+// Instance one takes its write back (a's deletion began after it read a)
+// and the new a's URL stays: before, the take-back compared the bytes,
+// which the new a's write had made identical, and removed it.
+func TestWakeTakeBackKeepsATenantMadeAgainOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	const url = "https://a.example/wake"
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw-w"); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, namespace, _ string) {
+		if raced || op != "cas" || namespace != "registry/wake" {
+			return
+		}
+		raced = true
+		err := two.DeleteTenant(ctx, "a")
+		err = cmp.Or(err, two.CreateTenant(ctx, registry.Tenant{ID: "a"}))
+		if err == nil {
+			_, err = two.CreateGateway(ctx, "a", "gw-w")
+		}
+		if err := cmp.Or(err, two.SetWake(ctx, "a", "gw-w", url)); err != nil {
+			t.Fatalf("instance two's a made again, with gw-w and its wake URL: %v", err)
+		}
+	}
+	err := one.SetWake(ctx, "a", "gw-w", url)
+	hooked.after = nil
+	if !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("the old a's wake URL: %v (raced %v), want ErrNotFound", err, raced)
+	}
+	wakes, err := two.Wakes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wakes["a"]["gw-w"] != url {
+		t.Errorf("wake URLs %v: the new a's is gone", wakes)
+	}
+}

@@ -1382,7 +1382,7 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 			return nil, nil, err
 		}
 		gen = t.Gen
-		if value, err = json.Marshal(writtenBinding{*next, rand.Text()}); err != nil {
+		if value, err = stamped(*next); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -1404,11 +1404,20 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 	return guard, value, nil
 }
 
-// writtenBinding is a binding as swapBinding writes it: with a random
-// value of its write (never empty).
-type writtenBinding struct {
-	Binding
-	Written string `json:"written"`
+// stamped is v, a struct, as JSON with a field "written" of random value:
+// bytes no other write makes, so a take-back of them (a CompareAndSwap
+// from them) never removes what another write made since, the same entry
+// for a tenant made again under the id too.
+func stamped(v any) ([]byte, error) {
+	data, err := json.Marshal(v)
+	if err != nil || len(data) < 2 || data[len(data)-1] != '}' {
+		return nil, cmp.Or(err, fmt.Errorf("registry: %T is no JSON object", v))
+	}
+	sep := ","
+	if len(data) == 2 {
+		sep = ""
+	}
+	return fmt.Appendf(data[:len(data)-1], `%s"written":%q}`, sep, rand.Text()), nil
 }
 
 // swapBindingLocked is swapBinding's rounds, under bindMu: the guard it

@@ -49,7 +49,8 @@ func (r *Registry) SetWake(ctx context.Context, tenant, gateway, rawURL string) 
 // deletion and a re-creation by another tenant, on any instance) or the
 // tenant's deletion began, the entry is put back as it was and it is
 // ErrNotFound. So a wake URL never replaces or removes one another tenant
-// registered for its gateway of the id. A URL the replicas did not
+// registered for its gateway of the id, nor, written stamped, the same
+// URL the tenant made again under the id registered since. A URL the replicas did not
 // acknowledge (store.ErrNotReplicated) is put back too, and is that error.
 func (r *Registry) writeWake(ctx context.Context, tenant, gen, gateway, rawURL string) error {
 	return againIfRaced(func() error {
@@ -65,7 +66,7 @@ func (r *Registry) writeWake(ctx context.Context, tenant, gen, gateway, rawURL s
 		if err != nil {
 			return err
 		}
-		value, err := json.Marshal(Wake{Gateway: gateway, Tenant: tenant, URL: rawURL})
+		value, err := stamped(Wake{Gateway: gateway, Tenant: tenant, URL: rawURL})
 		if err != nil {
 			return err
 		}
