@@ -1678,3 +1678,40 @@ func TestWakeTakeBackKeepsATenantMadeAgainOnRedis(t *testing.T) {
 		t.Errorf("wake URLs %v: the new a's is gone", wakes)
 	}
 }
+
+// TestPolicyTakeBackKeepsATenantMadeAgainOnRedis: right after instance
+// one stores tenant a's policy, instance two deletes a, makes it again
+// and stores the same policy for it. Instance one takes its write back
+// and the new a's policy stays: before, the take-back compared bytes the
+// new a's write had made identical, and removed it.
+func TestPolicyTakeBackKeepsATenantMadeAgainOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	p := registry.Policy{Tenant: "a", Platform: "discord", Gateway: "gw-a", RequireAddress: true}
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, namespace, _ string) {
+		if raced || op != "put" || namespace != "registry/policies" {
+			return
+		}
+		raced = true
+		err := cmp.Or(two.DeleteTenant(ctx, "a"), two.CreateTenant(ctx, registry.Tenant{ID: "a"}), two.SetPolicy(ctx, p))
+		if err != nil {
+			t.Fatalf("instance two's a made again, with its policy: %v", err)
+		}
+	}
+	err := one.SetPolicy(ctx, p)
+	hooked.after = nil
+	if !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("the old a's policy: %v (raced %v), want ErrNotFound", err, raced)
+	}
+	s, err := two.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Policies) != 1 || s.Policies[0].Tenant != "a" || !s.Policies[0].RequireAddress {
+		t.Errorf("policies %+v: the new a's is gone", s.Policies)
+	}
+}

@@ -1547,14 +1547,15 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 	return e.Value, true, nil
 }
 
-// put stores v under key for tenant, read of generation gen, and tells
-// every instance; a deletion of the tenant meanwhile takes it back
-// (keptFor). A fresh entry (an enrollment token, a link code) is written
+// put stores v, a struct, under key for tenant, read of generation gen,
+// and tells every instance; a deletion of the tenant meanwhile takes it
+// back (keptFor), never the same entry the tenant made again under the
+// id wrote since (stamped). A fresh entry (an enrollment token, a link code) is written
 // only while its key is free, and taken back when the replicas did not
 // acknowledge it (store.ErrNotReplicated): a refused code does not count
 // as outstanding.
 func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any, fresh bool) error {
-	data, err := json.Marshal(v)
+	data, err := stamped(v)
 	if err != nil {
 		return err
 	}
