@@ -213,7 +213,7 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 			} else {
 				var req *Request
 				if req, err = ParseRequest(body); err == nil {
-					what, answer, err = do(r.Context(), c, req)
+					what, answer, err = do(registry.ForGateway(r.Context(), c.gateway), c, req)
 				}
 			}
 		}
@@ -367,7 +367,9 @@ func (h *Handler) dmDefault(ctx context.Context, c caller, req *Request) ([]any,
 // It drops them first, once the gateway is found its tenant's and not
 // declared: a deprovision that fails keeps the gateway, whose credentials
 // a retry needs. Once the gateway is gone it drops them again: what the
-// gateway's own calls wrote between the two steps goes too.
+// gateway's own calls wrote between the two steps goes too, and a call
+// of the gateway's that writes after that takes its write back (its
+// changes run on registry.ForGateway): 404.
 func (h *Handler) deprovision(ctx context.Context, c caller, _ *Request) ([]any, map[string]any, error) {
 	if slices.ContainsFunc(h.cfg.Registry.Declared().Gateways, func(g registry.Gateway) bool { return g.ID == c.gateway }) {
 		return nil, nil, fmt.Errorf("%w (this gateway)", registry.ErrDeclared)

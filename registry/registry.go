@@ -695,8 +695,10 @@ func (r *Registry) removeMarked(ctx context.Context, namespace string, e store.E
 }
 
 // keptFor follows a write for tenant made after reading it of generation
-// gen: nil while the tenant is still of gen. Else a DeleteTenant began
-// after that read, on some instance, and its sweep may have missed the
+// gen: nil while the tenant is still of gen, and the gateway ctx is for
+// (ForGateway), if any, still the tenant's. Else a DeleteTenant began
+// after that read, or the gateway was removed (a deprovision), on some
+// instance, and the sweep or drop that followed may have missed the
 // write: undo takes it back, and it is ErrNotFound. It looks, and undo
 // runs, on ctx without its cancellation (bounded by releaseTimeout): a
 // request given up right after its write is judged all the same; undo
@@ -706,13 +708,31 @@ func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func(ct
 	defer cancel()
 	t, err := r.tenant(ctx, tenant)
 	if err == nil && t.Gen == gen {
-		return nil
+		ok := true
+		if gateway, by := ctx.Value(gatewayKey{}).(string); by {
+			ok, err = r.GatewayOf(ctx, tenant, gateway)
+		}
+		if ok && err == nil {
+			return nil
+		}
 	}
 	if uerr := undo(ctx); uerr != nil && (err == nil || errors.Is(err, ErrNotFound)) {
 		err = uerr
 	}
 	r.notify(ctx)
 	return cmp.Or(err, ErrNotFound)
+}
+
+// gatewayKey is the context key of ForGateway.
+type gatewayKey struct{}
+
+// ForGateway returns ctx for the writes gateway asks for (the management
+// plane's): one that lands once the gateway is no longer its tenant's (a
+// deprovision, on any instance, which drops what the management plane
+// made for the tenant once the gateway is gone) is taken back, as one
+// that lands once its tenant's deletion began (keptFor).
+func ForGateway(ctx context.Context, gateway string) context.Context {
+	return context.WithValue(ctx, gatewayKey{}, gateway)
 }
 
 // CreateGateway stores a new gateway of tenant with a fresh secret, which
