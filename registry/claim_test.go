@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -928,47 +929,48 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 	}
 	writes := []struct {
 		name, op, namespace string
+		key                 string // a part of the key written, if not every key
 		write               func() error
 	}{
-		{"provision", "cas", "registry/gateways", func() error {
+		{"provision", "cas", "registry/gateways", "", func() error {
 			_, _, err := one.Provision(ctx, "a", "gw-p", "minter", admit)
 			return err
 		}},
-		{"enroll", "cas", "registry/gateways", func() error {
+		{"enroll", "cas", "registry/gateways", "", func() error {
 			token, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
 			if err == nil {
 				_, err = one.Enroll(ctx, "a", token, "gw-e", "")
 			}
 			return err
 		}},
-		{"bind-own", "cas", "registry/bindings", func() error {
+		{"bind-own", "cas", "registry/bindings", "", func() error {
 			return one.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1501", Tenant: "a"})
 		}},
-		{"claim", "cas", "registry/bindings", func() error {
+		{"claim", "cas", "registry/bindings", "", func() error {
 			return one.Claim(ctx, "a", "telegram", platform.Chat{ID: "-1502"})
 		}},
-		{"link", "cas", "registry/bindings", func() error { return link("4501") }},
-		{"enroll-token", "cas", "registry/enroll", func() error {
+		{"link", "cas", "registry/bindings", "", func() error { return link("4501") }},
+		{"enroll-token", "cas", "registry/enroll", "", func() error {
 			_, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
 			return err
 		}},
-		{"link-code", "cas", "registry/linkcodes", func() error {
+		{"link-code", "cas", "registry/linkcodes", "", func() error {
 			_, _, err := one.IssueLinkCode(ctx, "a", "gw", "telegram", 0)
 			return err
 		}},
-		{"principal", "put", "registry/bindings", func() error {
+		{"principal", "cas", "registry/bindings", "/principal/", func() error {
 			return one.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"4503"})
 		}},
-		{"dm-default", "put", "registry/bindings", func() error {
+		{"dm-default", "cas", "registry/bindings", "/dm_default/", func() error {
 			if err := link("4504"); err != nil {
 				return err
 			}
 			return one.SetDMDefault(ctx, "a", "telegram", "4504")
 		}},
-		{"policy", "put", "registry/policies", func() error {
+		{"policy", "cas", "registry/policies", "", func() error {
 			return one.SetPolicy(ctx, registry.Policy{Tenant: "a", Platform: "telegram", Gateway: "gw", RequireAddress: true})
 		}},
-		{"wake", "cas", "registry/wake", func() error {
+		{"wake", "cas", "registry/wake", "", func() error {
 			if _, err := one.CreateGateway(ctx, "a", "gw-w"); err != nil {
 				return err
 			}
@@ -981,8 +983,8 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			raced := false
-			hooked.before = func(op, namespace, _ string) {
-				if raced || op != w.op || namespace != w.namespace {
+			hooked.before = func(op, namespace, key string) {
+				if raced || op != w.op || namespace != w.namespace || !strings.Contains(key, w.key) {
 					return
 				}
 				raced = true
@@ -1693,7 +1695,7 @@ func TestPolicyTakeBackKeepsATenantMadeAgainOnRedis(t *testing.T) {
 	}
 	raced := false
 	hooked.after = func(op, namespace, _ string) {
-		if raced || op != "put" || namespace != "registry/policies" {
+		if raced || op != "cas" || namespace != "registry/policies" {
 			return
 		}
 		raced = true

@@ -581,7 +581,7 @@ func TestSetPrincipalRaceOnRedis(t *testing.T) {
 	}
 	raced := false
 	hooked.before = func(op, namespace, key string) {
-		if raced || op != "put" || namespace != "registry/bindings" || !strings.Contains(key, "/allow/") {
+		if raced || op != "cas" || namespace != "registry/bindings" || !strings.Contains(key, "/allow/") {
 			return
 		}
 		raced = true
@@ -648,7 +648,7 @@ func TestSetPrincipalRacingABindOnRedis(t *testing.T) {
 	}
 	raced := false
 	hooked.before = func(op, namespace, key string) {
-		if raced || op != "put" || namespace != "registry/bindings" || !strings.Contains(key, "/allow/") {
+		if raced || op != "cas" || namespace != "registry/bindings" || !strings.Contains(key, "/allow/") {
 			return
 		}
 		raced = true

@@ -549,14 +549,19 @@ func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Ten
 }
 
 // swapTenant stores t as tenant id if it is still raw, and returns it as
-// stored: a tenant another instance changed or began deleting meanwhile
-// is ErrConflict, not written over.
+// stored (stamped): a tenant another instance changed or began deleting
+// meanwhile is ErrConflict, not written over. A write the replicas did
+// not acknowledge (store.ErrNotReplicated) is taken back, and is that
+// error.
 func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t storedTenant) ([]byte, error) {
-	data, err := json.Marshal(t)
+	data, err := stamped(t)
 	if err != nil {
 		return nil, err
 	}
 	swapped, err := r.kv.CompareAndSwap(ctx, nsTenants, id, raw, data)
+	if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
+		_ = r.takeBack(ctx, nsTenants, id, data, raw)
+	}
 	r.notify(ctx)
 	if err != nil || !swapped {
 		return nil, cmp.Or(err, fmt.Errorf("%w: tenant %q changed meanwhile; try again", ErrConflict, id))
@@ -1568,36 +1573,48 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 }
 
 // put stores v, a struct, under key for tenant, read of generation gen,
-// and tells every instance; a deletion of the tenant meanwhile takes it
-// back (keptFor), never the same entry the tenant made again under the
-// id wrote since (stamped). A fresh entry (an enrollment token, a link code) is written
-// only while its key is free, and taken back when the replicas did not
-// acknowledge it (store.ErrNotReplicated): a refused code does not count
-// as outstanding.
+// in place of what the key holds (a fresh entry, an enrollment token or a
+// link code, only while the key is free), and tells every instance. A
+// write the replicas did not acknowledge (store.ErrNotReplicated) is
+// taken back, what it replaced back in place, and is that error: a
+// refused code does not count as outstanding. A deletion of the tenant
+// meanwhile takes it back too (keptFor). Neither take-back removes the
+// same entry another write made since (stamped), for a tenant made again
+// under the id either.
 func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any, fresh bool) error {
 	data, err := stamped(v)
 	if err != nil {
 		return err
 	}
-	if !fresh {
-		_, err = r.kv.Put(ctx, namespace, key, data)
-	} else if created, cerr := r.kv.CompareAndSwap(ctx, namespace, key, nil, data); errors.Is(cerr, store.ErrNotReplicated) {
-		_ = r.takeBack(ctx, namespace, key, data, nil)
-		err = cerr
-	} else if err = cerr; err == nil && !created {
-		err = fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
+	for range maxSwaps {
+		var old store.Entry
+		if !fresh {
+			if old, _, err = r.kv.Get(ctx, namespace, key); err != nil {
+				return err
+			}
+		}
+		swapped, err := r.kv.CompareAndSwap(ctx, namespace, key, old.Value, data)
+		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
+			_ = r.takeBack(ctx, namespace, key, data, old.Value)
+		}
+		if err != nil {
+			return err
+		}
+		if swapped {
+			if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
+				_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
+				return err
+			}); err != nil {
+				return err
+			}
+			r.notify(ctx)
+			return nil
+		}
+		if fresh {
+			return fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
+		}
 	}
-	if err != nil {
-		return err
-	}
-	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
-		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
-		return err
-	}); err != nil {
-		return err
-	}
-	r.notify(ctx)
-	return nil
+	return fmt.Errorf("%w: %s entry %q kept changing while being written; try again", ErrConflict, namespace, key)
 }
 
 // notify tells every instance to look again. A lost notification is made
