@@ -558,10 +558,7 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t stor
 	if err != nil {
 		return nil, err
 	}
-	swapped, err := r.kv.CompareAndSwap(ctx, nsTenants, id, raw, data)
-	if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-		_ = r.takeBack(ctx, nsTenants, id, data, raw)
-	}
+	swapped, err := r.swap(ctx, nsTenants, id, raw, data)
 	r.notify(ctx)
 	if err != nil || !swapped {
 		return nil, cmp.Or(err, fmt.Errorf("%w: tenant %q changed meanwhile; try again", ErrConflict, id))
@@ -788,6 +785,17 @@ func (r *Registry) takeBack(ctx context.Context, namespace, key string, data, wa
 	return nil
 }
 
+// swap is the store's CompareAndSwap of key from old to value; a swap the
+// replicas did not acknowledge (store.ErrNotReplicated), applied on the
+// primary, is taken back (takeBack), and is that error.
+func (r *Registry) swap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	swapped, err := r.kv.CompareAndSwap(ctx, namespace, key, old, value)
+	if errors.Is(err, store.ErrNotReplicated) {
+		_ = r.takeBack(ctx, namespace, key, value, old)
+	}
+	return swapped, err
+}
+
 // createGatewayLocked stores g with a fresh secret minted for minter (see
 // Secret.Minter), and returns the secret and the gateway as stored. The caller has checked that g's
 // id is free (not declared, not stored) and that its tenant exists, of
@@ -796,7 +804,7 @@ func (r *Registry) takeBack(ctx context.Context, namespace, key string, data, wa
 // instance stored meanwhile is ErrExists, never replaced. A deletion of
 // the tenant meanwhile removes it again (keptFor): ErrNotFound. A write
 // the replicas did not acknowledge (store.ErrNotReplicated) is taken back
-// (takeBack), and is that error.
+// (swap), and is that error.
 func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, gen string) (string, []byte, error) {
 	secret := newSecret()
 	g.Secrets = []Secret{{Value: secret, Minter: minter}}
@@ -804,10 +812,7 @@ func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, g
 	if err != nil {
 		return "", nil, err
 	}
-	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
-		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-			_ = r.takeBack(ctx, nsGateways, g.ID, data, nil)
-		}
+	if created, err := r.swap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
 		return "", nil, cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
 	if err := r.keptFor(ctx, g.Tenant, gen, func(ctx context.Context) error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
@@ -918,7 +923,7 @@ func againIfRaced(decide func() error) error {
 // errRaced, and nothing is written, so a secret another instance has
 // handed out meanwhile is never dropped, nor another tenant's gateway of
 // the id replaced. A write the replicas did not acknowledge
-// (store.ErrNotReplicated) is taken back (takeBack), and is that error.
+// (store.ErrNotReplicated) is taken back (swap), and is that error.
 func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grace time.Duration, minter string) (string, []byte, error) {
 	grace = cmp.Or(grace, DefaultGrace)
 	now := r.clock.Now()
@@ -942,10 +947,7 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 	if err != nil {
 		return "", nil, err
 	}
-	if swapped, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, raw, data); err != nil || !swapped {
-		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-			_ = r.takeBack(ctx, nsGateways, g.ID, data, raw)
-		}
+	if swapped, err := r.swap(ctx, nsGateways, g.ID, raw, data); err != nil || !swapped {
 		return "", nil, cmp.Or(err, errRaced)
 	}
 	r.notify(ctx)
@@ -1593,10 +1595,7 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 				return err
 			}
 		}
-		swapped, err := r.kv.CompareAndSwap(ctx, namespace, key, old.Value, data)
-		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-			_ = r.takeBack(ctx, namespace, key, data, old.Value)
-		}
+		swapped, err := r.swap(ctx, namespace, key, old.Value, data)
 		if err != nil {
 			return err
 		}

@@ -4,11 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"connector/contract"
-	"connector/store"
 	"connector/wake"
 )
 
@@ -70,10 +68,7 @@ func (r *Registry) writeWake(ctx context.Context, tenant, gen, gateway, rawURL s
 		if err != nil {
 			return err
 		}
-		if swapped, err := r.kv.CompareAndSwap(ctx, nsWake, gateway, e.Value, value); err != nil || !swapped {
-			if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-				_ = r.takeBack(ctx, nsWake, gateway, value, e.Value)
-			}
+		if swapped, err := r.swap(ctx, nsWake, gateway, e.Value, value); err != nil || !swapped {
 			return cmp.Or(err, errRaced)
 		}
 		undo := func(ctx context.Context) error {
