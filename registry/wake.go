@@ -124,19 +124,16 @@ func (r *Registry) Wakes(ctx context.Context) (map[string]map[string]string, err
 // WakeTargets returns the wake URLs of tenant's gateways: those registered
 // for a gateway that still belongs to the tenant.
 func (r *Registry) WakeTargets(ctx context.Context, tenant string) ([]wake.Target, error) {
-	var wakes []Wake
-	if err := list(ctx, r.kv, nsWake, &wakes); err != nil {
+	wakes, err := r.Wakes(ctx)
+	if err != nil {
 		return nil, err
 	}
 	var out []wake.Target
-	for _, w := range wakes {
-		if w.Tenant != tenant {
-			continue
-		}
-		if ok, err := r.GatewayOf(ctx, tenant, w.Gateway); err != nil {
+	for gateway, url := range wakes[tenant] {
+		if ok, err := r.GatewayOf(ctx, tenant, gateway); err != nil {
 			return nil, err
 		} else if ok {
-			out = append(out, wake.Target{Tenant: tenant, Gateway: w.Gateway, URL: w.URL})
+			out = append(out, wake.Target{Tenant: tenant, Gateway: gateway, URL: url})
 		}
 	}
 	return out, nil
