@@ -137,7 +137,10 @@ func (h *Handler) Routes() map[string]http.Handler {
 
 // caller is the authenticated gateway: via says which bearer ("gateway"
 // or "identity"); subject is an identity token's sub (for the log).
-type caller struct{ tenant, gateway, via, subject string }
+type caller struct {
+	tenant, gateway, via, subject string
+	key                           []byte // the gateway token's (Authenticator), nil for an identity token
+}
 
 // authError is a refused bearer; reason is the 401 answer's error.
 type authError struct {
@@ -174,7 +177,7 @@ func (h *Handler) authenticate(ctx context.Context, header string) (caller, erro
 	// another instance since (a deprovision), or made again under its id
 	// for its tenant made again, is refused as its next upgrade will be,
 	// so nothing it writes outlives it or reaches the new tenant.
-	c := caller{tenant: tenant, gateway: gateway, via: "gateway"}
+	c := caller{tenant: tenant, gateway: gateway, via: "gateway", key: key}
 	if ok, err := h.cfg.Registry.GatewayHolds(ctx, tenant, gateway, key); err != nil || !ok {
 		return c, cmp.Or(err, error(&authError{contract.ReasonUnauthorized, fmt.Errorf("gateway %q is no longer tenant %q's", gateway, tenant)}))
 	}
@@ -213,7 +216,7 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 			} else {
 				var req *Request
 				if req, err = ParseRequest(body); err == nil {
-					what, answer, err = do(registry.ForGateway(r.Context(), c.gateway), c, req)
+					what, answer, err = do(registry.ForGateway(r.Context(), c.gateway, c.key), c, req)
 				}
 			}
 		}

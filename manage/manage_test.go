@@ -600,3 +600,21 @@ func TestDeprovisionTakesBackAClaimAuthenticatedBefore(t *testing.T) {
 	}
 	r.post(t, "gw-b", "/manage/scope", `{"platform":"discord","guildId":"500","channelId":"601"}`, http.StatusOK)
 }
+
+// TestDeprovisionTakesBackAClaimThoughItsGatewayIsMadeAgain: as
+// TestDeprovisionTakesBackAClaimAuthenticatedBefore, with gw-a made again
+// (its next boot's provision) before the claim is written: the claim of
+// the old gw-a's token is taken back all the same, the new gw-a holding
+// another secret. Before, the new gw-a passed for the old one.
+func TestDeprovisionTakesBackAClaimThoughItsGatewayIsMadeAgain(t *testing.T) {
+	r := newRig(t)
+	loc := &locator{guilds: map[string]string{"601": "500"}}
+	r.placeDiscordWith(loc)
+	loc.before = func() {
+		r.post(t, "gw-a", "/manage/deprovision", `{}`, http.StatusOK)
+		if _, err := r.reg.CreateGateway(context.Background(), "a", "gw-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","guildId":"500","channelId":"601"}`, http.StatusNotFound)
+}

@@ -893,7 +893,7 @@ func TestLinkCodeOfAGatewayDeprovisionedMeanwhileOnRedis(t *testing.T) {
 			t.Fatalf("instance two's deprovision of gw: %v", err)
 		}
 	}
-	_, _, err := one.IssueLinkCode(registry.ForGateway(ctx, "gw"), "a", "gw", "", 0)
+	_, _, err := one.IssueLinkCode(registry.ForGateway(ctx, "gw", nil), "a", "gw", "", 0)
 	hooked.after = nil
 	if !raced || !errors.Is(err, registry.ErrNotFound) {
 		t.Errorf("a link code of gw, deprovisioned meanwhile: %v (raced %v), want ErrNotFound", err, raced)

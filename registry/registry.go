@@ -698,7 +698,7 @@ func (r *Registry) removeMarked(ctx context.Context, namespace string, e store.E
 
 // keptFor follows a write for tenant made after reading it of generation
 // gen: nil while the tenant is still of gen, and the gateway ctx is for
-// (ForGateway), if any, still the tenant's. Else a DeleteTenant began
+// (ForGateway), if any, still the tenant's, with its key. Else a DeleteTenant began
 // after that read, or the gateway was removed (a deprovision), on some
 // instance, and the sweep or drop that followed may have missed the
 // write: undo takes it back, and it is ErrNotFound. It looks, and undo
@@ -711,8 +711,10 @@ func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func(ct
 	t, err := r.tenant(ctx, tenant)
 	if err == nil && t.Gen == gen {
 		ok := true
-		if gateway, by := ctx.Value(gatewayKey{}).(string); by {
-			ok, err = r.GatewayOf(ctx, tenant, gateway)
+		if by, set := ctx.Value(gatewayKey{}).(caller); set && by.key != nil {
+			ok, err = r.GatewayHolds(ctx, tenant, by.gateway, by.key)
+		} else if set {
+			ok, err = r.GatewayOf(ctx, tenant, by.gateway)
 		}
 		if ok && err == nil {
 			return nil
@@ -725,16 +727,25 @@ func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func(ct
 	return cmp.Or(err, ErrNotFound)
 }
 
-// gatewayKey is the context key of ForGateway.
+// gatewayKey is the context key of ForGateway, whose caller it holds.
 type gatewayKey struct{}
 
+// caller is the gateway a write is for, and the key it authenticated
+// with (nil: none).
+type caller struct {
+	gateway string
+	key     []byte
+}
+
 // ForGateway returns ctx for the writes gateway asks for (the management
-// plane's): one that lands once the gateway is no longer its tenant's (a
-// deprovision, on any instance, which drops what the management plane
-// made for the tenant once the gateway is gone) is taken back, as one
-// that lands once its tenant's deletion began (keptFor).
-func ForGateway(ctx context.Context, gateway string) context.Context {
-	return context.WithValue(ctx, gatewayKey{}, gateway)
+// plane's), authenticated with key (GatewayHolds; nil: an identity
+// token's gateway, GatewayOf): one that lands once the gateway is no
+// longer its tenant's, or with key no longer its (a deprovision, on any
+// instance, which drops what the management plane made for the tenant
+// once the gateway is gone; the gateway made again since), is taken back,
+// as one that lands once its tenant's deletion began (keptFor).
+func ForGateway(ctx context.Context, gateway string, key []byte) context.Context {
+	return context.WithValue(ctx, gatewayKey{}, caller{gateway, key})
 }
 
 // CreateGateway stores a new gateway of tenant with a fresh secret, which
