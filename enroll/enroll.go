@@ -279,11 +279,6 @@ func (h *Handler) enroll(req *request) (any, error) {
 	if body.EnrollmentToken == "" {
 		return nil, change.Invalid("enrollmentToken is required")
 	}
-	if body.WakeURL != "" {
-		if _, err := wake.ValidateURL(body.WakeURL); err != nil {
-			return nil, change.Invalid("wakeUrl: %v", err)
-		}
-	}
 	ctx, tenant := req.r.Context(), req.caller.Tenant
 	secret, err := h.cfg.Registry.Enroll(ctx, tenant, body.EnrollmentToken, body.GatewayID, body.WakeURL)
 	if err != nil {

@@ -137,7 +137,10 @@ func (h *Handler) Routes() map[string]http.Handler {
 
 // caller is the authenticated gateway: via says which bearer ("gateway"
 // or "identity"); subject is an identity token's sub (for the log).
-type caller struct{ tenant, gateway, via, subject string }
+type caller struct {
+	tenant, gateway, via, subject string
+	key                           []byte // the gateway token's (Authenticator), nil for an identity token
+}
 
 // authError is a refused bearer; reason is the 401 answer's error.
 type authError struct {
@@ -174,7 +177,7 @@ func (h *Handler) authenticate(ctx context.Context, header string) (caller, erro
 	// another instance since (a deprovision), or made again under its id
 	// for its tenant made again, is refused as its next upgrade will be,
 	// so nothing it writes outlives it or reaches the new tenant.
-	c := caller{tenant: tenant, gateway: gateway, via: "gateway"}
+	c := caller{tenant: tenant, gateway: gateway, via: "gateway", key: key}
 	if ok, err := h.cfg.Registry.GatewayHolds(ctx, tenant, gateway, key); err != nil || !ok {
 		return c, cmp.Or(err, error(&authError{contract.ReasonUnauthorized, fmt.Errorf("gateway %q is no longer tenant %q's", gateway, tenant)}))
 	}
@@ -213,7 +216,7 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 			} else {
 				var req *Request
 				if req, err = ParseRequest(body); err == nil {
-					what, answer, err = do(r.Context(), c, req)
+					what, answer, err = do(registry.ForGateway(r.Context(), c.gateway, c.key), c, req)
 				}
 			}
 		}
@@ -367,7 +370,9 @@ func (h *Handler) dmDefault(ctx context.Context, c caller, req *Request) ([]any,
 // It drops them first, once the gateway is found its tenant's and not
 // declared: a deprovision that fails keeps the gateway, whose credentials
 // a retry needs. Once the gateway is gone it drops them again: what the
-// gateway's own calls wrote between the two steps goes too.
+// gateway's own calls wrote between the two steps goes too, and a call
+// of the gateway's that writes after that takes its write back (its
+// changes run on registry.ForGateway): 404.
 func (h *Handler) deprovision(ctx context.Context, c caller, _ *Request) ([]any, map[string]any, error) {
 	if slices.ContainsFunc(h.cfg.Registry.Declared().Gateways, func(g registry.Gateway) bool { return g.ID == c.gateway }) {
 		return nil, nil, fmt.Errorf("%w (this gateway)", registry.ErrDeclared)

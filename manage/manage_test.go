@@ -198,9 +198,16 @@ func FuzzParseRequest(f *testing.F) {
 type locator struct {
 	guilds map[string]string
 	askers []string
+	// before, when set, runs once before a lookup: another request's
+	// change while a claim is being placed.
+	before func()
 }
 
 func (l *locator) LocateChat(ctx context.Context, chatID string) (platform.Chat, error) {
+	if before := l.before; before != nil {
+		l.before = nil
+		before()
+	}
 	l.askers = append(l.askers, platform.TenantOf(ctx))
 	g, ok := l.guilds[chatID]
 	switch {
@@ -568,4 +575,46 @@ func TestGatewayMadeAgainForATenantMadeAgainRefusesTheOldToken(t *testing.T) {
 	if len(s.Bindings) != 0 {
 		t.Fatalf("the old gw-a's token on a stale instance stored %+v for the new tenant a", s.Bindings)
 	}
+}
+
+// TestDeprovisionTakesBackAClaimAuthenticatedBefore: a scope claim of
+// gw-a authenticated before gw-a's deprovision and written after it (its
+// chat placed while the deprovision ran) is taken back and answered 404;
+// gw-b's claim of the chat then stands. Before, it stayed: it came after
+// the deprovision's second drop, and no gateway was left whose
+// credentials could release it.
+func TestDeprovisionTakesBackAClaimAuthenticatedBefore(t *testing.T) {
+	r := newRig(t)
+	loc := &locator{guilds: map[string]string{"601": "500"}}
+	r.placeDiscordWith(loc)
+	loc.before = func() { r.post(t, "gw-a", "/manage/deprovision", `{}`, http.StatusOK) }
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","guildId":"500","channelId":"601"}`, http.StatusNotFound)
+	s, err := r.reg.Stored(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range s.Bindings {
+		if b.Tenant == "a" {
+			t.Fatalf("after gw-a's deprovision, its claim authenticated before it stored %+v", b)
+		}
+	}
+	r.post(t, "gw-b", "/manage/scope", `{"platform":"discord","guildId":"500","channelId":"601"}`, http.StatusOK)
+}
+
+// TestDeprovisionTakesBackAClaimThoughItsGatewayIsMadeAgain: as
+// TestDeprovisionTakesBackAClaimAuthenticatedBefore, with gw-a made again
+// (its next boot's provision) before the claim is written: the claim of
+// the old gw-a's token is taken back all the same, the new gw-a holding
+// another secret. Before, the new gw-a passed for the old one.
+func TestDeprovisionTakesBackAClaimThoughItsGatewayIsMadeAgain(t *testing.T) {
+	r := newRig(t)
+	loc := &locator{guilds: map[string]string{"601": "500"}}
+	r.placeDiscordWith(loc)
+	loc.before = func() {
+		r.post(t, "gw-a", "/manage/deprovision", `{}`, http.StatusOK)
+		if _, err := r.reg.CreateGateway(context.Background(), "a", "gw-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","guildId":"500","channelId":"601"}`, http.StatusNotFound)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -928,47 +929,48 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 	}
 	writes := []struct {
 		name, op, namespace string
+		key                 string // a part of the key written, if not every key
 		write               func() error
 	}{
-		{"provision", "cas", "registry/gateways", func() error {
+		{"provision", "cas", "registry/gateways", "", func() error {
 			_, _, err := one.Provision(ctx, "a", "gw-p", "minter", admit)
 			return err
 		}},
-		{"enroll", "cas", "registry/gateways", func() error {
+		{"enroll", "cas", "registry/gateways", "", func() error {
 			token, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
 			if err == nil {
 				_, err = one.Enroll(ctx, "a", token, "gw-e", "")
 			}
 			return err
 		}},
-		{"bind-own", "cas", "registry/bindings", func() error {
+		{"bind-own", "cas", "registry/bindings", "", func() error {
 			return one.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1501", Tenant: "a"})
 		}},
-		{"claim", "cas", "registry/bindings", func() error {
+		{"claim", "cas", "registry/bindings", "", func() error {
 			return one.Claim(ctx, "a", "telegram", platform.Chat{ID: "-1502"})
 		}},
-		{"link", "cas", "registry/bindings", func() error { return link("4501") }},
-		{"enroll-token", "cas", "registry/enroll", func() error {
+		{"link", "cas", "registry/bindings", "", func() error { return link("4501") }},
+		{"enroll-token", "cas", "registry/enroll", "", func() error {
 			_, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
 			return err
 		}},
-		{"link-code", "cas", "registry/linkcodes", func() error {
+		{"link-code", "cas", "registry/linkcodes", "", func() error {
 			_, _, err := one.IssueLinkCode(ctx, "a", "gw", "telegram", 0)
 			return err
 		}},
-		{"principal", "put", "registry/bindings", func() error {
+		{"principal", "cas", "registry/bindings", "/principal/", func() error {
 			return one.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"4503"})
 		}},
-		{"dm-default", "put", "registry/bindings", func() error {
+		{"dm-default", "cas", "registry/bindings", "/dm_default/", func() error {
 			if err := link("4504"); err != nil {
 				return err
 			}
 			return one.SetDMDefault(ctx, "a", "telegram", "4504")
 		}},
-		{"policy", "put", "registry/policies", func() error {
+		{"policy", "cas", "registry/policies", "", func() error {
 			return one.SetPolicy(ctx, registry.Policy{Tenant: "a", Platform: "telegram", Gateway: "gw", RequireAddress: true})
 		}},
-		{"wake", "cas", "registry/wake", func() error {
+		{"wake", "cas", "registry/wake", "", func() error {
 			if _, err := one.CreateGateway(ctx, "a", "gw-w"); err != nil {
 				return err
 			}
@@ -981,8 +983,8 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			raced := false
-			hooked.before = func(op, namespace, _ string) {
-				if raced || op != w.op || namespace != w.namespace {
+			hooked.before = func(op, namespace, key string) {
+				if raced || op != w.op || namespace != w.namespace || !strings.Contains(key, w.key) {
 					return
 				}
 				raced = true
@@ -1631,5 +1633,87 @@ func TestRefusedBindingThatStaysIsTakenBackWithItsTenantOnRedis(t *testing.T) {
 	}
 	if s, _ := effective(t, two); len(s.Bindings) != 0 {
 		t.Fatalf("the tenant made again under the id holds %v: the deleted tenant's chat", s.Bindings)
+	}
+}
+
+// TestWakeTakeBackKeepsATenantMadeAgainOnRedis: right after instance
+// one's write of tenant a's wake URL, instance two deletes a, makes it
+// again with the gateway of the id and registers the same URL for it.
+// Instance one takes its write back (a's deletion began after it read a)
+// and the new a's URL stays: before, the take-back compared the bytes,
+// which the new a's write had made identical, and removed it.
+func TestWakeTakeBackKeepsATenantMadeAgainOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	const url = "https://a.example/wake"
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw-w"); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, namespace, _ string) {
+		if raced || op != "cas" || namespace != "registry/wake" {
+			return
+		}
+		raced = true
+		err := two.DeleteTenant(ctx, "a")
+		err = cmp.Or(err, two.CreateTenant(ctx, registry.Tenant{ID: "a"}))
+		if err == nil {
+			_, err = two.CreateGateway(ctx, "a", "gw-w")
+		}
+		if err := cmp.Or(err, two.SetWake(ctx, "a", "gw-w", url)); err != nil {
+			t.Fatalf("instance two's a made again, with gw-w and its wake URL: %v", err)
+		}
+	}
+	err := one.SetWake(ctx, "a", "gw-w", url)
+	hooked.after = nil
+	if !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("the old a's wake URL: %v (raced %v), want ErrNotFound", err, raced)
+	}
+	wakes, err := two.Wakes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wakes["a"]["gw-w"] != url {
+		t.Errorf("wake URLs %v: the new a's is gone", wakes)
+	}
+}
+
+// TestPolicyTakeBackKeepsATenantMadeAgainOnRedis: right after instance
+// one stores tenant a's policy, instance two deletes a, makes it again
+// and stores the same policy for it. Instance one takes its write back
+// and the new a's policy stays: before, the take-back compared bytes the
+// new a's write had made identical, and removed it.
+func TestPolicyTakeBackKeepsATenantMadeAgainOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	p := registry.Policy{Tenant: "a", Platform: "discord", Gateway: "gw-a", RequireAddress: true}
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, namespace, _ string) {
+		if raced || op != "cas" || namespace != "registry/policies" {
+			return
+		}
+		raced = true
+		err := cmp.Or(two.DeleteTenant(ctx, "a"), two.CreateTenant(ctx, registry.Tenant{ID: "a"}), two.SetPolicy(ctx, p))
+		if err != nil {
+			t.Fatalf("instance two's a made again, with its policy: %v", err)
+		}
+	}
+	err := one.SetPolicy(ctx, p)
+	hooked.after = nil
+	if !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("the old a's policy: %v (raced %v), want ErrNotFound", err, raced)
+	}
+	s, err := two.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Policies) != 1 || s.Policies[0].Tenant != "a" || !s.Policies[0].RequireAddress {
+		t.Errorf("policies %+v: the new a's is gone", s.Policies)
 	}
 }

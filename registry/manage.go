@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -253,17 +252,13 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 		}
 		entry.Allow = append(entry.Allow, b.ID)
 	}
-	value, err := json.Marshal(entry)
-	if err != nil {
-		return err
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
 		return err
 	}
-	if err := r.put(ctx, tenant, t.Gen, nsBindings, p.key(), json.RawMessage(value), false); err != nil {
+	if err := r.put(ctx, tenant, t.Gen, nsBindings, p.key(), entry, false); err != nil {
 		return err
 	}
 	// Make the allow-list the stored principal's, until it stays the
@@ -272,9 +267,9 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	// SetPrincipal did not store (none: unbound; no Rev: an operator's
 	// Bind, an instance of an earlier version) keeps the allow-list as
 	// it is, as it would coming after this request.
+	cur := entry
 	for range maxSwaps {
-		var cur principalEntry
-		if json.Unmarshal(value, &cur) == nil && cur.Rev != "" {
+		if cur.Rev != "" {
 			if err := r.dropBindings(ctx, func(b Binding) bool {
 				return b.Tenant == tenant && b.Platform == platformName && b.Kind == platform.BindAllow && !slices.Contains(cur.Allow, b.ID)
 			}); err != nil {
@@ -291,11 +286,14 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 		if err != nil {
 			return err
 		}
-		if bytes.Equal(e.Value, value) {
-			r.notify(ctx) // the principal, and a list dropped but not written
-			return nil
+		var now principalEntry
+		_ = json.Unmarshal(e.Value, &now) // none, or a corrupt one: no Rev
+		if now.Rev != cur.Rev {           // another request's principal, or none
+			cur = now
+			continue
 		}
-		value = e.Value
+		r.notify(ctx) // the principal, and a list dropped but not written
+		return nil
 	}
 	return fmt.Errorf("%w: tenant %q's principal on %s kept changing meanwhile; try again", ErrConflict, tenant, platformName)
 }

@@ -581,7 +581,7 @@ func TestSetPrincipalRaceOnRedis(t *testing.T) {
 	}
 	raced := false
 	hooked.before = func(op, namespace, key string) {
-		if raced || op != "put" || namespace != "registry/bindings" || !strings.Contains(key, "/allow/") {
+		if raced || op != "cas" || namespace != "registry/bindings" || !strings.Contains(key, "/allow/") {
 			return
 		}
 		raced = true
@@ -648,7 +648,7 @@ func TestSetPrincipalRacingABindOnRedis(t *testing.T) {
 	}
 	raced := false
 	hooked.before = func(op, namespace, key string) {
-		if raced || op != "put" || namespace != "registry/bindings" || !strings.Contains(key, "/allow/") {
+		if raced || op != "cas" || namespace != "registry/bindings" || !strings.Contains(key, "/allow/") {
 			return
 		}
 		raced = true
@@ -862,5 +862,43 @@ func TestRedeemStoppingMidwayMakesOneLinkOnRedis(t *testing.T) {
 					after, other, tenant, again, got)
 			}
 		})
+	}
+}
+
+// TestLinkCodeOfAGatewayDeprovisionedMeanwhileOnRedis: right after
+// instance one stores a link code gw asked for, instance two deprovisions
+// gw (removes it, then drops what the management plane made for its
+// tenant, the codes first). The code is taken back and the issue is
+// ErrNotFound: no code of a gateway gone stays redeemable.
+func TestLinkCodeOfAGatewayDeprovisionedMeanwhileOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw"); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, namespace, _ string) {
+		if raced || op != "cas" || namespace != "registry/linkcodes" {
+			return
+		}
+		raced = true
+		err := two.DeleteGateway(ctx, "a", "gw")
+		if err == nil {
+			_, err = two.DropManaged(ctx, "a")
+		}
+		if err != nil {
+			t.Fatalf("instance two's deprovision of gw: %v", err)
+		}
+	}
+	_, _, err := one.IssueLinkCode(registry.ForGateway(ctx, "gw", nil), "a", "gw", "", 0)
+	hooked.after = nil
+	if !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("a link code of gw, deprovisioned meanwhile: %v (raced %v), want ErrNotFound", err, raced)
+	}
+	if left, _, err := hooked.Store.Registry().List(ctx, "registry/linkcodes"); err != nil || len(left) != 0 {
+		t.Errorf("%d link codes left (%v), want none", len(left), err)
 	}
 }

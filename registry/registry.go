@@ -549,14 +549,16 @@ func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Ten
 }
 
 // swapTenant stores t as tenant id if it is still raw, and returns it as
-// stored: a tenant another instance changed or began deleting meanwhile
-// is ErrConflict, not written over.
+// stored (stamped): a tenant another instance changed or began deleting
+// meanwhile is ErrConflict, not written over. A write the replicas did
+// not acknowledge (store.ErrNotReplicated) is taken back, and is that
+// error.
 func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t storedTenant) ([]byte, error) {
-	data, err := json.Marshal(t)
+	data, err := stamped(t)
 	if err != nil {
 		return nil, err
 	}
-	swapped, err := r.kv.CompareAndSwap(ctx, nsTenants, id, raw, data)
+	swapped, err := r.swap(ctx, nsTenants, id, raw, data)
 	r.notify(ctx)
 	if err != nil || !swapped {
 		return nil, cmp.Or(err, fmt.Errorf("%w: tenant %q changed meanwhile; try again", ErrConflict, id))
@@ -695,8 +697,10 @@ func (r *Registry) removeMarked(ctx context.Context, namespace string, e store.E
 }
 
 // keptFor follows a write for tenant made after reading it of generation
-// gen: nil while the tenant is still of gen. Else a DeleteTenant began
-// after that read, on some instance, and its sweep may have missed the
+// gen: nil while the tenant is still of gen, and the gateway ctx is for
+// (ForGateway), if any, still the tenant's, with its key. Else a DeleteTenant began
+// after that read, or the gateway was removed (a deprovision), on some
+// instance, and the sweep or drop that followed may have missed the
 // write: undo takes it back, and it is ErrNotFound. It looks, and undo
 // runs, on ctx without its cancellation (bounded by releaseTimeout): a
 // request given up right after its write is judged all the same; undo
@@ -706,13 +710,42 @@ func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func(ct
 	defer cancel()
 	t, err := r.tenant(ctx, tenant)
 	if err == nil && t.Gen == gen {
-		return nil
+		ok := true
+		if by, set := ctx.Value(gatewayKey{}).(caller); set && by.key != nil {
+			ok, err = r.GatewayHolds(ctx, tenant, by.gateway, by.key)
+		} else if set {
+			ok, err = r.GatewayOf(ctx, tenant, by.gateway)
+		}
+		if ok && err == nil {
+			return nil
+		}
 	}
 	if uerr := undo(ctx); uerr != nil && (err == nil || errors.Is(err, ErrNotFound)) {
 		err = uerr
 	}
 	r.notify(ctx)
 	return cmp.Or(err, ErrNotFound)
+}
+
+// gatewayKey is the context key of ForGateway, whose caller it holds.
+type gatewayKey struct{}
+
+// caller is the gateway a write is for, and the key it authenticated
+// with (nil: none).
+type caller struct {
+	gateway string
+	key     []byte
+}
+
+// ForGateway returns ctx for the writes gateway asks for (the management
+// plane's), authenticated with key (GatewayHolds; nil: an identity
+// token's gateway, GatewayOf): one that lands once the gateway is no
+// longer its tenant's, or with key no longer its (a deprovision, on any
+// instance, which drops what the management plane made for the tenant
+// once the gateway is gone; the gateway made again since), is taken back,
+// as one that lands once its tenant's deletion began (keptFor).
+func ForGateway(ctx context.Context, gateway string, key []byte) context.Context {
+	return context.WithValue(ctx, gatewayKey{}, caller{gateway, key})
 }
 
 // CreateGateway stores a new gateway of tenant with a fresh secret, which
@@ -763,6 +796,17 @@ func (r *Registry) takeBack(ctx context.Context, namespace, key string, data, wa
 	return nil
 }
 
+// swap is the store's CompareAndSwap of key from old to value; a swap the
+// replicas did not acknowledge (store.ErrNotReplicated), applied on the
+// primary, is taken back (takeBack), and is that error.
+func (r *Registry) swap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	swapped, err := r.kv.CompareAndSwap(ctx, namespace, key, old, value)
+	if errors.Is(err, store.ErrNotReplicated) {
+		_ = r.takeBack(ctx, namespace, key, value, old)
+	}
+	return swapped, err
+}
+
 // createGatewayLocked stores g with a fresh secret minted for minter (see
 // Secret.Minter), and returns the secret and the gateway as stored. The caller has checked that g's
 // id is free (not declared, not stored) and that its tenant exists, of
@@ -771,7 +815,7 @@ func (r *Registry) takeBack(ctx context.Context, namespace, key string, data, wa
 // instance stored meanwhile is ErrExists, never replaced. A deletion of
 // the tenant meanwhile removes it again (keptFor): ErrNotFound. A write
 // the replicas did not acknowledge (store.ErrNotReplicated) is taken back
-// (takeBack), and is that error.
+// (swap), and is that error.
 func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, gen string) (string, []byte, error) {
 	secret := newSecret()
 	g.Secrets = []Secret{{Value: secret, Minter: minter}}
@@ -779,10 +823,7 @@ func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, g
 	if err != nil {
 		return "", nil, err
 	}
-	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
-		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-			_ = r.takeBack(ctx, nsGateways, g.ID, data, nil)
-		}
+	if created, err := r.swap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
 		return "", nil, cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
 	if err := r.keptFor(ctx, g.Tenant, gen, func(ctx context.Context) error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
@@ -893,7 +934,7 @@ func againIfRaced(decide func() error) error {
 // errRaced, and nothing is written, so a secret another instance has
 // handed out meanwhile is never dropped, nor another tenant's gateway of
 // the id replaced. A write the replicas did not acknowledge
-// (store.ErrNotReplicated) is taken back (takeBack), and is that error.
+// (store.ErrNotReplicated) is taken back (swap), and is that error.
 func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grace time.Duration, minter string) (string, []byte, error) {
 	grace = cmp.Or(grace, DefaultGrace)
 	now := r.clock.Now()
@@ -917,10 +958,7 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 	if err != nil {
 		return "", nil, err
 	}
-	if swapped, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, raw, data); err != nil || !swapped {
-		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-			_ = r.takeBack(ctx, nsGateways, g.ID, data, raw)
-		}
+	if swapped, err := r.swap(ctx, nsGateways, g.ID, raw, data); err != nil || !swapped {
 		return "", nil, cmp.Or(err, errRaced)
 	}
 	r.notify(ctx)
@@ -1382,7 +1420,7 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 			return nil, nil, err
 		}
 		gen = t.Gen
-		if value, err = json.Marshal(writtenBinding{*next, rand.Text()}); err != nil {
+		if value, err = stamped(*next); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -1404,11 +1442,20 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 	return guard, value, nil
 }
 
-// writtenBinding is a binding as swapBinding writes it: with a random
-// value of its write (never empty).
-type writtenBinding struct {
-	Binding
-	Written string `json:"written"`
+// stamped is v, a struct, as JSON with a field "written" of random value:
+// bytes no other write makes, so a take-back of them (a CompareAndSwap
+// from them) never removes what another write made since, the same entry
+// for a tenant made again under the id too.
+func stamped(v any) ([]byte, error) {
+	data, err := json.Marshal(v)
+	if err != nil || len(data) < 2 || data[len(data)-1] != '}' {
+		return nil, cmp.Or(err, fmt.Errorf("registry: %T is no JSON object", v))
+	}
+	sep := ","
+	if len(data) == 2 {
+		sep = ""
+	}
+	return fmt.Appendf(data[:len(data)-1], `%s"written":%q}`, sep, rand.Text()), nil
 }
 
 // swapBindingLocked is swapBinding's rounds, under bindMu: the guard it
@@ -1538,36 +1585,46 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 	return e.Value, true, nil
 }
 
-// put stores v under key for tenant, read of generation gen, and tells
-// every instance; a deletion of the tenant meanwhile takes it back
-// (keptFor). A fresh entry (an enrollment token, a link code) is written
-// only while its key is free, and taken back when the replicas did not
-// acknowledge it (store.ErrNotReplicated): a refused code does not count
-// as outstanding.
+// put stores v, a struct, under key for tenant, read of generation gen,
+// in place of what the key holds (a fresh entry, an enrollment token or a
+// link code, only while the key is free), and tells every instance. A
+// write the replicas did not acknowledge (store.ErrNotReplicated) is
+// taken back, what it replaced back in place, and is that error: a
+// refused code does not count as outstanding. A deletion of the tenant
+// meanwhile takes it back too (keptFor). Neither take-back removes the
+// same entry another write made since (stamped), for a tenant made again
+// under the id either.
 func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any, fresh bool) error {
-	data, err := json.Marshal(v)
+	data, err := stamped(v)
 	if err != nil {
 		return err
 	}
-	if !fresh {
-		_, err = r.kv.Put(ctx, namespace, key, data)
-	} else if created, cerr := r.kv.CompareAndSwap(ctx, namespace, key, nil, data); errors.Is(cerr, store.ErrNotReplicated) {
-		_ = r.takeBack(ctx, namespace, key, data, nil)
-		err = cerr
-	} else if err = cerr; err == nil && !created {
-		err = fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
+	for range maxSwaps {
+		var old store.Entry
+		if !fresh {
+			if old, _, err = r.kv.Get(ctx, namespace, key); err != nil {
+				return err
+			}
+		}
+		swapped, err := r.swap(ctx, namespace, key, old.Value, data)
+		if err != nil {
+			return err
+		}
+		if swapped {
+			if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
+				_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
+				return err
+			}); err != nil {
+				return err
+			}
+			r.notify(ctx)
+			return nil
+		}
+		if fresh {
+			return fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
+		}
 	}
-	if err != nil {
-		return err
-	}
-	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
-		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
-		return err
-	}); err != nil {
-		return err
-	}
-	r.notify(ctx)
-	return nil
+	return fmt.Errorf("%w: %s entry %q kept changing while being written; try again", ErrConflict, namespace, key)
 }
 
 // notify tells every instance to look again. A lost notification is made

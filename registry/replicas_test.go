@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -698,5 +699,51 @@ func TestRefusedNewEntriesAreTakenBackOnRedis(t *testing.T) {
 	}
 	if wakes, err := plain.Wakes(ctx); err != nil || len(wakes) != 0 {
 		t.Errorf("wake URLs after the refused registration: %v, %v; want none", wakes, err)
+	}
+}
+
+// TestRefusedChangesAreTakenBackOnRedis: with redis_min_replicas and the
+// replica gone, a policy, a DM default, a principal and a tenant's
+// session settings apply on the primary but fail with
+// store.ErrNotReplicated: each is taken back, the earlier value back in
+// place. Before, they stayed on the primary, answered as failed.
+func TestRefusedChangesAreTakenBackOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	loss := lossOf(t, primary)
+	strict, plain := registry.New(loss, clock.System), registry.New(loss.patient, clock.System)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Bind(ctx, registry.Binding{Platform: "discord", Kind: "user", ID: "42", Tenant: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.SetPolicy(ctx, registry.Policy{Tenant: "a", Platform: "discord", Gateway: "gw"}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := plain.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica.Kill(t)
+	loss.lost.Store(true)
+	profile := &registry.Session{Profile: "p"}
+	for what, err := range map[string]error{
+		"policy":     strict.SetPolicy(ctx, registry.Policy{Tenant: "a", Platform: "discord", Gateway: "gw", RequireAddress: true}),
+		"dm default": strict.SetDMDefault(ctx, "a", "discord", "42"),
+		"principal":  strict.SetPrincipal(ctx, "a", "discord", "any", nil),
+		"session":    strict.SetSession(ctx, "a", profile),
+	} {
+		if !errors.Is(err, store.ErrNotReplicated) {
+			t.Errorf("the %s without the replica: %v, want ErrNotReplicated", what, err)
+		}
+	}
+	after, err := plain.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(after, before) {
+		t.Errorf("after the refused changes the registry holds %+v, want %+v as before", after, before)
 	}
 }

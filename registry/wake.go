@@ -4,11 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"connector/contract"
-	"connector/store"
 	"connector/wake"
 )
 
@@ -49,7 +47,8 @@ func (r *Registry) SetWake(ctx context.Context, tenant, gateway, rawURL string) 
 // deletion and a re-creation by another tenant, on any instance) or the
 // tenant's deletion began, the entry is put back as it was and it is
 // ErrNotFound. So a wake URL never replaces or removes one another tenant
-// registered for its gateway of the id. A URL the replicas did not
+// registered for its gateway of the id, nor, written stamped, the same
+// URL the tenant made again under the id registered since. A URL the replicas did not
 // acknowledge (store.ErrNotReplicated) is put back too, and is that error.
 func (r *Registry) writeWake(ctx context.Context, tenant, gen, gateway, rawURL string) error {
 	return againIfRaced(func() error {
@@ -65,14 +64,11 @@ func (r *Registry) writeWake(ctx context.Context, tenant, gen, gateway, rawURL s
 		if err != nil {
 			return err
 		}
-		value, err := json.Marshal(Wake{Gateway: gateway, Tenant: tenant, URL: rawURL})
+		value, err := stamped(Wake{Gateway: gateway, Tenant: tenant, URL: rawURL})
 		if err != nil {
 			return err
 		}
-		if swapped, err := r.kv.CompareAndSwap(ctx, nsWake, gateway, e.Value, value); err != nil || !swapped {
-			if errors.Is(err, store.ErrNotReplicated) { // applied on the primary
-				_ = r.takeBack(ctx, nsWake, gateway, value, e.Value)
-			}
+		if swapped, err := r.swap(ctx, nsWake, gateway, e.Value, value); err != nil || !swapped {
 			return cmp.Or(err, errRaced)
 		}
 		undo := func(ctx context.Context) error {
@@ -128,19 +124,16 @@ func (r *Registry) Wakes(ctx context.Context) (map[string]map[string]string, err
 // WakeTargets returns the wake URLs of tenant's gateways: those registered
 // for a gateway that still belongs to the tenant.
 func (r *Registry) WakeTargets(ctx context.Context, tenant string) ([]wake.Target, error) {
-	var wakes []Wake
-	if err := list(ctx, r.kv, nsWake, &wakes); err != nil {
+	wakes, err := r.Wakes(ctx)
+	if err != nil {
 		return nil, err
 	}
 	var out []wake.Target
-	for _, w := range wakes {
-		if w.Tenant != tenant {
-			continue
-		}
-		if ok, err := r.GatewayOf(ctx, tenant, w.Gateway); err != nil {
+	for gateway, url := range wakes[tenant] {
+		if ok, err := r.GatewayOf(ctx, tenant, gateway); err != nil {
 			return nil, err
 		} else if ok {
-			out = append(out, wake.Target{Tenant: tenant, Gateway: w.Gateway, URL: w.URL})
+			out = append(out, wake.Target{Tenant: tenant, Gateway: gateway, URL: url})
 		}
 	}
 	return out, nil
