@@ -492,13 +492,15 @@ func (fl *fleet) start() error {
 }
 
 // stop ends the beats and the goroutines and gives up the leases this
-// instance holds, so other instances take its tenants over at once.
+// instance holds, so other instances take its tenants over at once; what
+// was acknowledged here leaves the store first (handOver).
 func (fl *fleet) stop(ctx context.Context) {
 	if fl.stopBeats != nil {
 		fl.stopBeats() // a beat under way ends first
 	}
 	fl.cancel()
 	fl.wg.Wait()
+	fl.srv.ledgers.Flush(ctx)
 	for _, h := range fl.srv.hubs() {
 		f := h.fleet
 		f.beatMu.Lock() // a nudged beat under way ends first
@@ -738,6 +740,10 @@ func (f *tenantFleet) handOver(ctx context.Context) bool {
 		return false
 	}
 	f.seatless = false
+	// What was acknowledged here leaves the store before the lease does:
+	// the next driver reads the stored ledger from the start.
+	f.stopDriving()
+	f.fl.srv.ledgers.Flush(ctx)
 	// Release ends the tenure even when it fails: the lease is no longer
 	// this instance's to drive under (another took it, ErrNotHeld, or it
 	// expires unrenewed).
@@ -747,7 +753,6 @@ func (f *tenantFleet) handOver(ctx context.Context) bool {
 		f.fl.srv.log.Info("tenant handed over: its sockets are on other instances", "tenant", h.id)
 	}
 	f.tenure = nil
-	f.stopDriving()
 	// Its sockets' instance takes the lease within a beat; this one checks
 	// it again only a lease TTL from now.
 	f.drivenUntil.Store(f.fl.node.Clock().Now().UnixNano())
