@@ -1459,6 +1459,21 @@ func TestClusterShutdownWritesItsRemovalsFirst(t *testing.T) {
 	}
 }
 
+// A driver whose tenant leaves its configuration (a YAML reload that
+// reaches it first) writes the removals of what was acknowledged through
+// it before it gives the tenant's lease up, as one handing it over does.
+func TestClusterTenantLeavingWritesItsRemovalsFirst(t *testing.T) {
+	r, ga, _ := ackedThroughI1(t)
+	if err := r.inst[1].h.Server.SetTenants(nil); err != nil {
+		t.Fatal(err)
+	}
+	r.waitTakenBy(t, "i0", "the instance still serving the tenant")
+	r.inst[0].discord.deliver("t1", "c1", "u1", "e1")
+	if ev, _ := ga.NextInbound(t); ev.Text != "e1" {
+		t.Fatalf("after t1 left i1 ga got %q, want e1 (e0 was acknowledged)", ev.Text)
+	}
+}
+
 // ackedThroughI1 returns a rig where i1 drives t1, having stored e0 with no
 // socket of the tenant, and ga on i0 acknowledged e0 through it; i1's
 // removals are held (stallSweep) until release.

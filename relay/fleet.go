@@ -385,17 +385,7 @@ func (f *tenantFleet) renew(created time.Time) {
 	defer f.beatMu.Unlock()
 	earlier := f.lease.Swap(new(leaseName(h.id, created)))
 	defer f.retire(*earlier)
-	if f.driving.Load() {
-		if f.tenure != nil {
-			ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
-			if err := f.tenure.Release(ctx); err != nil && f.fl.ctx.Err() == nil {
-				f.fl.srv.log.Warn("earlier tenant's lease not given up: it expires", "tenant", h.id, "err", err)
-			}
-			cancel()
-			f.tenure = nil
-		}
-		f.stopDriving()
-	}
+	f.giveUp("earlier tenant's lease not given up: it expires")
 	h.mu.Lock()
 	f.driver = ""
 	for c, s := range h.seats {
@@ -424,17 +414,31 @@ func (f *tenantFleet) leave() {
 	if f.bid != nil {
 		f.bid.Stop()
 	}
-	if f.tenure != nil {
-		ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
-		if err := f.tenure.Release(ctx); err != nil && f.fl.ctx.Err() == nil {
-			f.fl.srv.log.Warn("lease of a tenant gone not given up: it expires", "tenant", f.h.id, "err", err)
-		}
-		cancel()
-		f.tenure = nil
-	}
+	f.giveUp("lease of a tenant gone not given up: it expires")
+}
+
+// giveUp stops driving the tenant, under beatMu, and gives its lease up:
+// what was acknowledged here leaves the store first, as the next driver
+// reads the stored ledger from the start. A failed release, logged as
+// failed unless the fleet stopped, ends the tenure too: the lease is no
+// longer this instance's to drive under (another took it, or it expires
+// unrenewed). It reports whether it released the lease.
+func (f *tenantFleet) giveUp(failed string) bool {
 	if f.driving.Load() {
 		f.stopDriving()
 	}
+	if f.tenure == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
+	defer cancel()
+	f.fl.srv.ledgers.Flush(context.WithoutCancel(ctx))
+	err := f.tenure.Release(ctx)
+	f.tenure = nil
+	if err != nil && f.fl.ctx.Err() == nil {
+		f.fl.srv.log.Warn(failed, "tenant", f.h.id, "err", err)
+	}
+	return err == nil
 }
 
 // retire drops the lease name from the store, under beatMu once this
@@ -681,7 +685,7 @@ func (f *tenantFleet) beat(ctx context.Context) {
 	defer cancel()
 	if f.driving.Load() {
 		if f.tenure.Held() {
-			if !f.handOver(ctx) {
+			if !f.handOver() {
 				f.holdRemotes()
 			}
 			return
@@ -726,7 +730,7 @@ func (f *tenantFleet) beat(ctx context.Context) {
 // the driver): that instance takes the lease at its next beat, and drives
 // its sockets without a hop between instances. It reports whether it
 // stopped driving.
-func (f *tenantFleet) handOver(ctx context.Context) bool {
+func (f *tenantFleet) handOver() bool {
 	h := f.h
 	h.mu.Lock()
 	away := len(h.seats) == 0 && len(f.peers) > 0
@@ -740,19 +744,9 @@ func (f *tenantFleet) handOver(ctx context.Context) bool {
 		return false
 	}
 	f.seatless = false
-	// What was acknowledged here leaves the store before the lease does:
-	// the next driver reads the stored ledger from the start.
-	f.stopDriving()
-	f.fl.srv.ledgers.Flush(ctx)
-	// Release ends the tenure even when it fails: the lease is no longer
-	// this instance's to drive under (another took it, ErrNotHeld, or it
-	// expires unrenewed).
-	if err := f.tenure.Release(ctx); err != nil {
-		f.fl.srv.log.Warn("tenant lease not given up: another instance took it, or it expires", "tenant", h.id, "err", err)
-	} else {
+	if f.giveUp("tenant lease not given up: another instance took it, or it expires") {
 		f.fl.srv.log.Info("tenant handed over: its sockets are on other instances", "tenant", h.id)
 	}
-	f.tenure = nil
 	// Its sockets' instance takes the lease within a beat; this one checks
 	// it again only a lease TTL from now.
 	f.drivenUntil.Store(f.fl.node.Clock().Now().UnixNano())
