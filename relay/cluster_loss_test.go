@@ -70,9 +70,10 @@ type netStore struct {
 	sweeps, swept chan struct{}
 }
 
-// stallSweep has the instance's next age sweep (a minute apart) hold the
-// goroutine that writes its removals until release is called, or the test
-// ends: it advances r beat by beat until the sweep starts.
+// stallSweep has the instance's next age sweep (a minute apart, from when
+// its ledgers' goroutine started) hold that goroutine, which writes its
+// removals too, until release is called, or the test ends: it advances r
+// beat by beat until the sweep starts.
 func (n *netStore) stallSweep(t *testing.T, r *clusterRig) (release func()) {
 	t.Helper()
 	gate, swept := make(chan struct{}), make(chan struct{}, 1)
@@ -81,20 +82,17 @@ func (n *netStore) stallSweep(t *testing.T, r *clusterRig) (release func()) {
 	n.mu.Unlock()
 	release = sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(release) // before the instances shut down
-	for range 2 * time.Minute / beat {
+	for deadline := time.Now().Add(relaytest.Timeout); ; runtime.Gosched() { // the sweep signals when it starts
 		r.advance(1)
 		select {
 		case <-swept:
 			return release
 		default:
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s's age sweep to start", relaytest.Timeout, n.inst)
+		}
 	}
-	select {
-	case <-swept:
-	case <-time.After(relaytest.Timeout):
-		t.Fatalf("timed out after %v waiting for %s's age sweep to start", relaytest.Timeout, n.inst)
-	}
-	return release
 }
 
 // count is how many messages of type typ it published (not lost).
