@@ -552,7 +552,10 @@ func (fl *fleet) ownerLoop() {
 			if err != nil && fl.ctx.Err() == nil {
 				fl.srv.log.Warn("session owner not stored: an interrupt after a takeover may not find it",
 					"tenant", w.h.id, "err", err)
-				w.h.fleet.forgetOwnerNote(w.sessionKey)
+				f := w.h.fleet // the session's next dispatch writes its owner again
+				f.ownMu.Lock()
+				f.owned.Remove(w.sessionKey)
+				f.ownMu.Unlock()
 			}
 		}
 	}
@@ -576,13 +579,6 @@ func (f *tenantFleet) noteOwner(c ledger.Consumer, sessionKey, chatID string) {
 		f.owned.Add(sessionKey, ownerNote{c: c, chatID: chatID, written: now})
 	default:
 	}
-}
-
-// forgetOwnerNote makes the session's next dispatch write its owner again.
-func (f *tenantFleet) forgetOwnerNote(sessionKey string) {
-	f.ownMu.Lock()
-	f.owned.Remove(sessionKey)
-	f.ownMu.Unlock()
 }
 
 // store is both fleet roles' store: it stores ds, in one store write, for
@@ -1078,7 +1074,10 @@ func (f *tenantFleet) ackRemote(inst, conn string, gen, seq uint64, id string) {
 // generation gen, under hub.mu, and returns its seat when it came in
 // order on a live link; a gap breaks the link.
 func (f *tenantFleet) takeAckLocked(inst, conn string, gen, seq uint64) *remoteSeat {
-	rs := f.remoteLocked(inst, conn)
+	var rs *remoteSeat
+	if p := f.peers[inst]; p != nil {
+		rs = p.seats[conn]
+	}
 	if rs == nil || rs.gen != gen || rs.broken {
 		return nil
 	}
@@ -1095,14 +1094,6 @@ func (f *tenantFleet) takeAckLocked(inst, conn string, gen, seq uint64) *remoteS
 func (f *tenantFleet) breakRemoteLocked(rs *remoteSeat) {
 	rs.broken = true
 	f.h.ledger.Detach(rs)
-}
-
-// remoteLocked returns the seat of inst's connection conn, under hub.mu.
-func (f *tenantFleet) remoteLocked(inst, conn string) *remoteSeat {
-	if p := f.peers[inst]; p != nil {
-		return p.seats[conn]
-	}
-	return nil
 }
 
 func (f *tenantFleet) detachRemote(inst, conn string) {
