@@ -377,8 +377,9 @@ func leaseName(id string, created time.Time) string {
 // renew has the tenant, deleted and created again under its id at
 // created (hub.renew), bid for its own lease from its next beat, which it
 // nudges: this instance gives up the earlier tenant's lease if it drove
-// it (its ledger is forgotten), and forgets the driver it followed and
-// the session owners it stored.
+// it (its ledger is forgotten), and forgets the driver it followed (the
+// session owners it stored are forgotten as every tenure begins,
+// startDriving).
 func (f *tenantFleet) renew(created time.Time) {
 	h := f.h
 	f.beatMu.Lock()
@@ -391,9 +392,6 @@ func (f *tenantFleet) renew(created time.Time) {
 	for c, s := range h.seats {
 		endLinkLocked(c, s)
 	}
-	f.ownMu.Lock()
-	f.owned.Purge()
-	f.ownMu.Unlock()
 	h.mu.Unlock()
 	f.drivenUntil.Store(0)
 	f.nudgeBeat()
