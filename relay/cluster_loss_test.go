@@ -82,7 +82,8 @@ func (n *netStore) stallSweep(t *testing.T, r *clusterRig) (release func()) {
 	n.mu.Unlock()
 	release = sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(release) // before the instances shut down
-	for deadline := time.Now().Add(relaytest.Timeout); ; runtime.Gosched() { // the sweep signals when it starts
+	// Polled: the sweep signals when it starts, not when its timer is armed.
+	for deadline := time.Now().Add(relaytest.Timeout); ; runtime.Gosched() {
 		r.advance(1)
 		select {
 		case <-swept:
