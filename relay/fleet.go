@@ -377,33 +377,21 @@ func leaseName(id string, created time.Time) string {
 // renew has the tenant, deleted and created again under its id at
 // created (hub.renew), bid for its own lease from its next beat, which it
 // nudges: this instance gives up the earlier tenant's lease if it drove
-// it (its ledger is forgotten), and forgets the driver it followed and
-// the session owners it stored.
+// it (its ledger is forgotten), and forgets the driver it followed (the
+// session owners it stored are forgotten as every tenure begins,
+// startDriving).
 func (f *tenantFleet) renew(created time.Time) {
 	h := f.h
 	f.beatMu.Lock()
 	defer f.beatMu.Unlock()
 	earlier := f.lease.Swap(new(leaseName(h.id, created)))
 	defer f.retire(*earlier)
-	if f.driving.Load() {
-		if f.tenure != nil {
-			ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
-			if err := f.tenure.Release(ctx); err != nil && f.fl.ctx.Err() == nil {
-				f.fl.srv.log.Warn("earlier tenant's lease not given up: it expires", "tenant", h.id, "err", err)
-			}
-			cancel()
-			f.tenure = nil
-		}
-		f.stopDriving()
-	}
+	f.giveUp("earlier tenant's lease not given up: it expires")
 	h.mu.Lock()
 	f.driver = ""
 	for c, s := range h.seats {
 		endLinkLocked(c, s)
 	}
-	f.ownMu.Lock()
-	f.owned.Purge()
-	f.ownMu.Unlock()
 	h.mu.Unlock()
 	f.drivenUntil.Store(0)
 	f.nudgeBeat()
@@ -424,17 +412,31 @@ func (f *tenantFleet) leave() {
 	if f.bid != nil {
 		f.bid.Stop()
 	}
-	if f.tenure != nil {
-		ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
-		if err := f.tenure.Release(ctx); err != nil && f.fl.ctx.Err() == nil {
-			f.fl.srv.log.Warn("lease of a tenant gone not given up: it expires", "tenant", f.h.id, "err", err)
-		}
-		cancel()
-		f.tenure = nil
-	}
+	f.giveUp("lease of a tenant gone not given up: it expires")
+}
+
+// giveUp stops driving the tenant, under beatMu, and gives its lease up:
+// what was acknowledged here leaves the store first, as the next driver
+// reads the stored ledger from the start. A failed release, logged as
+// failed unless the fleet stopped, ends the tenure too: the lease is no
+// longer this instance's to drive under (another took it, or it expires
+// unrenewed). It reports whether it released the lease.
+func (f *tenantFleet) giveUp(failed string) bool {
 	if f.driving.Load() {
 		f.stopDriving()
 	}
+	if f.tenure == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
+	defer cancel()
+	f.fl.srv.ledgers.Flush(context.WithoutCancel(ctx))
+	err := f.tenure.Release(ctx)
+	f.tenure = nil
+	if err != nil && f.fl.ctx.Err() == nil {
+		f.fl.srv.log.Warn(failed, "tenant", f.h.id, "err", err)
+	}
+	return err == nil
 }
 
 // retire drops the lease name from the store, under beatMu once this
@@ -492,13 +494,15 @@ func (fl *fleet) start() error {
 }
 
 // stop ends the beats and the goroutines and gives up the leases this
-// instance holds, so other instances take its tenants over at once.
+// instance holds, so other instances take its tenants over at once; what
+// was acknowledged here leaves the store first (handOver).
 func (fl *fleet) stop(ctx context.Context) {
 	if fl.stopBeats != nil {
 		fl.stopBeats() // a beat under way ends first
 	}
 	fl.cancel()
 	fl.wg.Wait()
+	fl.srv.ledgers.Flush(ctx)
 	for _, h := range fl.srv.hubs() {
 		f := h.fleet
 		f.beatMu.Lock() // a nudged beat under way ends first
@@ -546,7 +550,10 @@ func (fl *fleet) ownerLoop() {
 			if err != nil && fl.ctx.Err() == nil {
 				fl.srv.log.Warn("session owner not stored: an interrupt after a takeover may not find it",
 					"tenant", w.h.id, "err", err)
-				w.h.fleet.forgetOwnerNote(w.sessionKey)
+				f := w.h.fleet // the session's next dispatch writes its owner again
+				f.ownMu.Lock()
+				f.owned.Remove(w.sessionKey)
+				f.ownMu.Unlock()
 			}
 		}
 	}
@@ -570,13 +577,6 @@ func (f *tenantFleet) noteOwner(c ledger.Consumer, sessionKey, chatID string) {
 		f.owned.Add(sessionKey, ownerNote{c: c, chatID: chatID, written: now})
 	default:
 	}
-}
-
-// forgetOwnerNote makes the session's next dispatch write its owner again.
-func (f *tenantFleet) forgetOwnerNote(sessionKey string) {
-	f.ownMu.Lock()
-	f.owned.Remove(sessionKey)
-	f.ownMu.Unlock()
 }
 
 // store is both fleet roles' store: it stores ds, in one store write, for
@@ -679,7 +679,7 @@ func (f *tenantFleet) beat(ctx context.Context) {
 	defer cancel()
 	if f.driving.Load() {
 		if f.tenure.Held() {
-			if !f.handOver(ctx) {
+			if !f.handOver() {
 				f.holdRemotes()
 			}
 			return
@@ -724,7 +724,7 @@ func (f *tenantFleet) beat(ctx context.Context) {
 // the driver): that instance takes the lease at its next beat, and drives
 // its sockets without a hop between instances. It reports whether it
 // stopped driving.
-func (f *tenantFleet) handOver(ctx context.Context) bool {
+func (f *tenantFleet) handOver() bool {
 	h := f.h
 	h.mu.Lock()
 	away := len(h.seats) == 0 && len(f.peers) > 0
@@ -738,16 +738,9 @@ func (f *tenantFleet) handOver(ctx context.Context) bool {
 		return false
 	}
 	f.seatless = false
-	// Release ends the tenure even when it fails: the lease is no longer
-	// this instance's to drive under (another took it, ErrNotHeld, or it
-	// expires unrenewed).
-	if err := f.tenure.Release(ctx); err != nil {
-		f.fl.srv.log.Warn("tenant lease not given up: another instance took it, or it expires", "tenant", h.id, "err", err)
-	} else {
+	if f.giveUp("tenant lease not given up: another instance took it, or it expires") {
 		f.fl.srv.log.Info("tenant handed over: its sockets are on other instances", "tenant", h.id)
 	}
-	f.tenure = nil
-	f.stopDriving()
 	// Its sockets' instance takes the lease within a beat; this one checks
 	// it again only a lease TTL from now.
 	f.drivenUntil.Store(f.fl.node.Clock().Now().UnixNano())
@@ -1079,7 +1072,10 @@ func (f *tenantFleet) ackRemote(inst, conn string, gen, seq uint64, id string) {
 // generation gen, under hub.mu, and returns its seat when it came in
 // order on a live link; a gap breaks the link.
 func (f *tenantFleet) takeAckLocked(inst, conn string, gen, seq uint64) *remoteSeat {
-	rs := f.remoteLocked(inst, conn)
+	var rs *remoteSeat
+	if p := f.peers[inst]; p != nil {
+		rs = p.seats[conn]
+	}
 	if rs == nil || rs.gen != gen || rs.broken {
 		return nil
 	}
@@ -1096,14 +1092,6 @@ func (f *tenantFleet) takeAckLocked(inst, conn string, gen, seq uint64) *remoteS
 func (f *tenantFleet) breakRemoteLocked(rs *remoteSeat) {
 	rs.broken = true
 	f.h.ledger.Detach(rs)
-}
-
-// remoteLocked returns the seat of inst's connection conn, under hub.mu.
-func (f *tenantFleet) remoteLocked(inst, conn string) *remoteSeat {
-	if p := f.peers[inst]; p != nil {
-		return p.seats[conn]
-	}
-	return nil
 }
 
 func (f *tenantFleet) detachRemote(inst, conn string) {

@@ -203,8 +203,9 @@ type Config struct {
 	// recently used are forgotten).
 	SessionOwners int
 	// Unserved, when set, is called when an entry comes into the ledger
-	// (Append, or Tail) that no attached consumer serves: it is buffered
-	// until a gateway connects (the wake poke). It is called with the
+	// (Append, or Tail), or is left waiting by a consumer going idle or
+	// detaching, that no attached consumer serves: it is buffered until a
+	// gateway connects (the wake poke). It is called with the
 	// ledger's mutex held: it must not block nor call into the Ledger.
 	Unserved func(tenant string)
 	// Clock is the time of entries' ages and of the sweep.
@@ -906,6 +907,7 @@ func (l *Ledger) Idle(c Consumer) {
 	s.idle = true
 	l.unattachLocked(s)
 	l.dispatchLocked()
+	l.noteUnservedLocked(l.pending...)
 }
 
 // Detach forgets c, which has closed, and puts its unacknowledged entries
@@ -929,6 +931,7 @@ func (l *Ledger) Detach(c Consumer) {
 	slices.SortFunc(l.pending, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
 	s.inflight, s.inflightBytes, s.looseBytes = 0, 0, 0
 	l.dispatchLocked()
+	l.noteUnservedLocked(l.pending...)
 }
 
 func (l *Ledger) unattachLocked(s *seat) {

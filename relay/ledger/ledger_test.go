@@ -1031,6 +1031,32 @@ func TestUnservedReportsBufferedEntriesNoConsumerServes(t *testing.T) {
 	want(t, "on recovery", calls, "t1")
 }
 
+// TestUnservedReportsEntriesPutBackWithNoConsumer: an entry a consumer
+// held that goes back in line when it detaches (an idle gateway that went
+// to sleep), or one held back by a full window when its consumer goes
+// idle, waits with no consumer serving it: Config.Unserved hears of it.
+func TestUnservedReportsEntriesPutBackWithNoConsumer(t *testing.T) {
+	var calls []string
+	r := newRig(t, func(c *Config) {
+		c.AckWindow = 1
+		c.Unserved = func(tenant string) { calls = append(calls, tenant) }
+	})
+	a := &fakeConsumer{}
+	r.Serve(a, "discord")
+	r.add(t, "s1", "held")
+	r.Idle(a)
+	calls = nil
+	r.Detach(a)
+	want(t, "after the idle holder detached", calls, "t1")
+
+	b := &fakeConsumer{}
+	r.Serve(b, "discord")
+	r.add(t, "s2", "waits behind the window")
+	calls = nil
+	r.Idle(b)
+	want(t, "after the consumer whose window was full went idle", calls, "t1")
+}
+
 // AppendAll stores a batch in one Stage, in order, and offers it in
 // order; a commit that fails takes none of it back into the ledger.
 func TestAppendAllStoresABatchInOneStageOrNone(t *testing.T) {
