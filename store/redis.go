@@ -32,6 +32,9 @@ import (
 //	                       c chat id, r received (Unix µs), d payload
 //	bytes:{<tenant>}       the sum of the stream's payload lengths
 //	trimanswer:{<tenant>}:<trim>  a trim's dropped entries (JSON) for its resends, PX
+//	answers:{<tenant>}     hash: an append's or ack's id -> its answer, for
+//	                       its resends (answerLua), PX
+//	oldanswers:{<tenant>}  the answers before those, PX
 //	ledgers                set of the tenants that ever appended (SADD)
 //	cap:<key>              expiring capability value, PX as garbage collection
 //	owner:<n>:{<tenant>}<session key>  expiring owner (n = len(tenant)), PX
@@ -194,7 +197,7 @@ type redisLedger struct{ s *redisStore }
 // (seven arguments each) and adds them to the stream with ids 0-<seq>. A
 // record's generation (field g) is a field of its own, which versions that
 // knew none pass over, and which reads back as zero from records they
-// stored.
+// stored. ARGV[1] and ARGV[2] are the append's answer (answerLua).
 //
 // A seq is never given out twice, not even across a failover: a primary
 // may number records (which a driver's Tail reads, or a refused append's
@@ -209,8 +212,8 @@ type redisLedger struct{ s *redisStore }
 // failover there.
 var appendScript = redis.NewScript(appendLua)
 
-const appendLua = `
-local n = tonumber(ARGV[2])
+const appendLua = answerLua + `
+local n = tonumber(ARGV[3])
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
 if replid and redis.call('GET', KEYS[4]) ~= replid then
   local last = tonumber(redis.call('GET', KEYS[1]))
@@ -223,13 +226,35 @@ local last = redis.call('INCRBY', KEYS[1], n)
 local first = last - n + 1
 local size = 0
 for i = 0, n - 1 do
-  local a = 3 + i * 7
+  local a = 4 + i * 7
   redis.call('XADD', KEYS[2], string.format('0-%d', first + i),
     'k', ARGV[a], 'p', ARGV[a + 1], 's', ARGV[a + 2], 'c', ARGV[a + 3], 'r', ARGV[a + 4], 'd', ARGV[a + 5], 'g', ARGV[a + 6])
   size = size + string.len(ARGV[a + 5])
 end
 redis.call('INCRBY', KEYS[3], size)
-return first
+return answer(first)
+`
+
+// answerLua begins the scripts of Append and Ack, whose last two KEYS are
+// the tenant's answers and those before them, ARGV[1] the call's id (fresh
+// for each) and ARGV[2] the answers' PX. go-redis sends a pipeline again
+// when it lost the reply (an EOF, a read timeout) even when the server ran
+// it: a resent append would store its records twice, a resent ack report
+// none removed. So a script returns answer(v), which keeps v under its id,
+// and a resend finds it and returns it at once. The answers of one tenant
+// share a hash, not a key per call: at 1024 it becomes the older one (the
+// one before it goes), so the last 1024 calls' answers at least are kept, a
+// whole pipeline's included, for ARGV[2] ms after the tenant's last call.
+const answerLua = `
+local answers, older = KEYS[#KEYS - 1], KEYS[#KEYS]
+local done = redis.call('HGET', answers, ARGV[1]) or redis.call('HGET', older, ARGV[1])
+if done then return tonumber(done) end
+local function answer(v)
+  if redis.call('HLEN', answers) >= 1024 then redis.call('RENAME', answers, older) end
+  redis.call('HSET', answers, ARGV[1], v)
+  redis.call('PEXPIRE', answers, ARGV[2])
+  return v
+end
 `
 
 // tagged is name in braces, the hash tag of its keys: Redis Cluster hashes
@@ -252,6 +277,12 @@ func (l redisLedger) keys(tenant string) []string {
 	return []string{p + "seq:" + t, p + "log:" + t, p + "bytes:" + t}
 }
 
+// answerKeys are tenant's answers hashes (answerLua).
+func (l redisLedger) answerKeys(tenant string) []string {
+	p, t := l.s.p, tagged(tenant)
+	return []string{p + "answers:" + t, p + "oldanswers:" + t}
+}
+
 // indexKey is the set of the tenants that ever appended.
 func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
 
@@ -263,8 +294,8 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, ctx.Err()
 	}
 	now := l.s.clock.Now()
-	args := make([]any, 0, 2+7*len(recs))
-	args = append(args, tenant, len(recs))
+	args := make([]any, 0, 3+7*len(recs))
+	args = append(args, rand.Text(), pxMillis(l.s.resend), len(recs))
 	for i := range recs {
 		r := &recs[i]
 		received := receivedAt(r.Received, now)
@@ -278,7 +309,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 			return p.SAdd(ctx, key, tenant)
 		}})
 	}
-	add := scriptCall(appendScript, append(l.keys(tenant), l.s.p+"replid:"+tagged(tenant)), args...)
+	add := scriptCall(appendScript, slices.Concat(l.keys(tenant), []string{l.s.p + "replid:" + tagged(tenant)}, l.answerKeys(tenant)), args...)
 	add.replicate = true
 	calls = append(calls, add)
 	replies := l.s.pipelinedAll(ctx, calls)
@@ -427,11 +458,12 @@ func streamSeq(id string) (uint64, bool) {
 	return seq, err == nil
 }
 
-// ackScript deletes the entries 0-<seq> for each seq in ARGV and keeps
-// the bytes counter.
-var ackScript = redis.NewScript(`
+// ackScript deletes the entries 0-<seq> for each seq in ARGV from the
+// third on and keeps the bytes counter; its first two ARGV and last two
+// KEYS are its answer's (answerLua).
+var ackScript = redis.NewScript(answerLua + `
 local removed, size = 0, 0
-for i = 1, #ARGV do
+for i = 3, #ARGV do
   local id = '0-' .. ARGV[i]
   local e = redis.call('XRANGE', KEYS[1], id, id)
   if #e > 0 then
@@ -443,8 +475,9 @@ for i = 1, #ARGV do
     removed = removed + 1
   end
 end
-if removed > 0 then redis.call('DECRBY', KEYS[2], size) end
-return removed
+if removed == 0 then return 0 end
+redis.call('DECRBY', KEYS[2], size)
+return answer(removed)
 `)
 
 func (l redisLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
@@ -462,7 +495,7 @@ func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int,
 	calls := make([]pipeCall, 0, len(acks))
 	for tenant, seqs := range acks {
 		if len(seqs) > 0 {
-			calls = append(calls, scriptCall(ackScript, l.keys(tenant)[1:], ackArgs(seqs)...))
+			calls = append(calls, scriptCall(ackScript, append(l.keys(tenant)[1:], l.answerKeys(tenant)...), l.ackArgs(seqs)...))
 		}
 	}
 	removed := 0
@@ -481,8 +514,10 @@ func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int,
 	return removed, nil
 }
 
-func ackArgs(seqs []uint64) []any {
-	args := make([]any, 0, len(seqs))
+// ackArgs are ackScript's ARGV: its answer's id and PX, then seqs.
+func (l redisLedger) ackArgs(seqs []uint64) []any {
+	args := make([]any, 0, 2+len(seqs))
+	args = append(args, rand.Text(), pxMillis(l.s.resend))
 	for _, seq := range seqs {
 		args = append(args, strconv.FormatUint(seq, 10))
 	}
