@@ -111,7 +111,7 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 	s := &redisStore{
 		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, clock: cfg.Clock,
 		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
-		resend: resendWindow(c, readTimeoutFor(cfg)),
+		resend: resendWindow(c, readTimeoutFor(cfg), cfg.RedisSentinel != nil && cfg.RedisSentinel.TLS),
 		subs:   newRedisSubs(c),
 	}
 	if err := s.init(ctx); err != nil {

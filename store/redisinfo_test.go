@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -74,5 +75,29 @@ func TestAppendScriptWithoutMasterReplid(t *testing.T) {
 		if err != nil || got != want {
 			t.Fatalf("append %d without master_replid = %d, %v; want seq %d", want, got, err, want)
 		}
+	}
+}
+
+// TestResendWindowCountsTheSentinelLookup: through Sentinel with TLS, each
+// dial may take go-redis's lookup of the primary (within the dial's
+// deadline) and then a TLS dial with a deadline of its own, so the resend
+// window counts twice the dial timeout per dial. Before, it counted once,
+// and an answer could expire before the last resend.
+func TestResendWindowCountsTheSentinelLookup(t *testing.T) {
+	window := func(tls bool) (time.Duration, *redis.Options) {
+		cfg := Config{RedisSentinel: &RedisSentinel{Master: "m", Addrs: []string{"127.0.0.1:1"}, TLS: tls}}
+		c, _, _, err := redisClient(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return resendWindow(c, readTimeoutFor(cfg), tls), c.(*redis.Client).Options()
+	}
+	plain, o := window(false)
+	withTLS, _ := window(true)
+	lookups := time.Duration(o.MaxRetries+1) * time.Duration(o.DialerRetries) * o.DialTimeout
+	if withTLS-plain != lookups {
+		t.Fatalf("resend window through Sentinel with TLS %v, without %v: want %v more (a lookup of up to %v before each of the %d sends' %d dials)",
+			withTLS, plain, lookups, o.DialTimeout, o.MaxRetries+1, o.DialerRetries)
 	}
 }

@@ -239,11 +239,13 @@ func TestRedisRegistryAnswerOutlastsResends(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			opt.ReadTimeout = 3 * time.Second // the store's (readTimeoutFor)
 			o := redis.NewClient(opt).Options() // go-redis's defaults where the URL sets none
 			resends := time.Duration(o.MaxRetries)
 			dials := time.Duration(o.DialerRetries) * (o.DialTimeout + o.DialerRetryTimeout)
-			if want := resends * (o.PoolTimeout + dials + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
-				t.Fatalf("answer kept %v; go-redis's %d resends may each dial for %v: want at least %v", pttl, o.MaxRetries, dials, want)
+			handshake := 4 * (o.WriteTimeout + o.ReadTimeout) // HELLO, options, maintenance notifications, CLIENT SETINFO
+			if want := resends * (o.PoolTimeout + dials + handshake + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
+				t.Fatalf("answer kept %v; go-redis's %d resends may each dial for %v and set the connection up for %v: want at least %v", pttl, o.MaxRetries, dials, handshake, want)
 			}
 		})
 	}
