@@ -239,7 +239,7 @@ func TestRedisRegistryAnswerOutlastsResends(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opt.ReadTimeout = 3 * time.Second // the store's (readTimeoutFor)
+			opt.ReadTimeout = 3 * time.Second   // the store's (readTimeoutFor)
 			o := redis.NewClient(opt).Options() // go-redis's defaults where the URL sets none
 			resends := time.Duration(o.MaxRetries)
 			dials := time.Duration(o.DialerRetries) * (o.DialTimeout + o.DialerRetryTimeout)
