@@ -31,9 +31,8 @@ import (
 //	                       fields k kind, p platform, s session key,
 //	                       c chat id, r received (Unix µs), d payload
 //	bytes:{<tenant>}       the sum of the stream's payload lengths
-//	trimanswer:{<tenant>}:<trim>  a trim's dropped entries (JSON) for its resends, PX
-//	answers:{<tenant>}     hash: an append's or ack's id -> its answer, for
-//	                       its resends (answerLua), PX
+//	answers:{<tenant>}     hash: an append's, ack's or trim's id -> its
+//	                       answer, for its resends (answerLua), PX
 //	oldanswers:{<tenant>}  the answers before those, PX
 //	ledgers                set of the tenants that ever appended (SADD)
 //	cap:<key>              expiring capability value, PX as garbage collection
@@ -83,8 +82,8 @@ type redisStore struct {
 	replicaTimeout time.Duration
 	// resend is how long go-redis may send a command again after its
 	// first send (resendWindow): a registry write's, a lease release's or
-	// a trim's answer is kept that long for its resends
-	// (registryWriteScript, heldScript, trimScript), and ResendWindow
+	// a ledger call's answer is kept that long for its resends
+	// (registryWriteScript, heldScript, answerLua), and ResendWindow
 	// gives it.
 	resend time.Duration
 	// pipe sends the ledger's appends, acks and reads, the capabilities'
@@ -235,23 +234,24 @@ redis.call('INCRBY', KEYS[3], size)
 return answer(first)
 `
 
-// answerLua begins the scripts of Append and Ack, whose last two KEYS are
+// answerLua begins the scripts of Append, Ack and Trim, whose last two KEYS are
 // the tenant's answers and those before them, ARGV[1] the call's id (fresh
 // for each) and ARGV[2] the answers' PX. go-redis sends a pipeline again
 // when it lost the reply (an EOF, a read timeout) even when the server ran
-// it: a resent append would store its records twice, a resent ack report
-// none removed. So a script returns answer(v), which keeps v under its id,
-// and a resend finds it and returns it at once. The answers of one tenant
+// it: a resent append would store its records twice, a resent ack or trim
+// report none removed. So a script returns answer(v), which keeps v (a
+// number, or a trim's table as JSON) under its id, and a resend finds it
+// and returns it at once. The answers of one tenant
 // share a hash, not a key per call: at 1024 it becomes the older one (the
 // one before it goes), so the last 1024 calls' answers at least are kept, a
 // whole pipeline's included, for ARGV[2] ms after the tenant's last call.
 const answerLua = `
 local answers, older = KEYS[#KEYS - 1], KEYS[#KEYS]
-local done = redis.call('HGET', answers, ARGV[1]) or redis.call('HGET', older, ARGV[1])
-if done then return tonumber(done) end
+local answered = redis.call('HGET', answers, ARGV[1]) or redis.call('HGET', older, ARGV[1])
+if answered then return tonumber(answered) or cjson.decode(answered) end
 local function answer(v)
   if redis.call('HLEN', answers) >= 1024 then redis.call('RENAME', answers, older) end
-  redis.call('HSET', answers, ARGV[1], v)
+  redis.call('HSET', answers, ARGV[1], type(v) == 'table' and cjson.encode(v) or v)
   redis.call('PEXPIRE', answers, ARGV[2])
   return v
 end
@@ -534,18 +534,15 @@ func redisInt(cmd redis.Cmder) (int64, error) {
 }
 
 // trimScript is trimRule.drop over the stream, oldest first: KEYS the
-// stream, its bytes counter and the trim's answer (its key fresh for
-// each); ARGV the max entries, max bytes, the cutoff in Unix µs (0: none)
-// and the answer's PX. It returns {id, kind, platform, bytes, received}
-// per dropped entry, and keeps that answer, as a registry write's is, for
-// a resend of the trim, which would find them gone. An entry whose
+// stream and its bytes counter, then its answer's (answerLua); ARGV its
+// answer's, then the max entries, max bytes and the cutoff in Unix µs (0:
+// none). It returns {id, kind, platform, bytes, received} per dropped
+// entry, which a resend of the trim would find gone. An entry whose
 // receipt time does not decode (another program or version wrote it) is
 // older than any cutoff: no instance can read it (Read). It stops at an
 // entry the connector did not write, which Read removes (foreignScript).
-var trimScript = redis.NewScript(`
-local kept = redis.call('GET', KEYS[3])
-if kept then return cjson.decode(kept) end
-local maxN, maxB, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+var trimScript = redis.NewScript(answerLua + `
+local maxN, maxB, cutoff = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local n = redis.call('XLEN', KEYS[1])
 local b = tonumber(redis.call('GET', KEYS[2]) or '0')
 local out = {}
@@ -574,11 +571,9 @@ while not done and n > 0 do
   end
   start = '(' .. es[#es][1]
 end
-if #out > 0 then
-  redis.call('SET', KEYS[2], b)
-  redis.call('SET', KEYS[3], cjson.encode(out), 'PX', ARGV[4])
-end
-return out
+if #out == 0 then return out end
+redis.call('SET', KEYS[2], b)
+return answer(out)
 `)
 
 func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]Dropped, error) {
@@ -586,9 +581,9 @@ func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]
 		return nil, err
 	}
 	rule := bounds.at(l.s.clock.Now())
-	keys := append(l.keys(tenant)[1:], l.s.p+"trimanswer:"+tagged(tenant)+":"+rand.Text())
+	keys := append(l.keys(tenant)[1:], l.answerKeys(tenant)...)
 	// Pipelined: on a Redis Cluster it is then sent once (resendWindow).
-	cmd := l.s.pipelined(ctx, scriptCall(trimScript, keys, rule.maxEntries, rule.maxBytes, rule.cutoff, pxMillis(l.s.resend))).cmd
+	cmd := l.s.pipelined(ctx, scriptCall(trimScript, keys, rand.Text(), pxMillis(l.s.resend), rule.maxEntries, rule.maxBytes, rule.cutoff)).cmd
 	var res []any
 	err := cmd.Err()
 	if c, ok := cmd.(*redis.Cmd); ok && err == nil {
