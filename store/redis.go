@@ -234,16 +234,16 @@ redis.call('INCRBY', KEYS[3], size)
 return answer(first)
 `
 
-// answerLua begins the scripts of Append, Ack and Trim, whose last two KEYS are
-// the tenant's answers and those before them, ARGV[1] the call's id (fresh
-// for each) and ARGV[2] the answers' PX. go-redis sends a pipeline again
-// when it lost the reply (an EOF, a read timeout) even when the server ran
-// it: a resent append would store its records twice, a resent ack or trim
-// report none removed. So a script returns answer(v), which keeps v (a
-// number, or a trim's table as JSON) under its id, and a resend finds it
-// and returns it at once. The answers of one tenant
-// share a hash, not a key per call: at 1024 it becomes the older one (the
-// one before it goes), so the last 1024 calls' answers at least are kept, a
+// answerLua begins the scripts of Append, Ack and Trim, whose last two
+// KEYS are the tenant's answers and those before them, ARGV[1] the call's
+// id (fresh for each) and ARGV[2] the answers' PX. go-redis sends a
+// pipeline again when it lost the reply (an EOF, a read timeout) even when
+// the server ran it: a resent append would store its records twice, a
+// resent ack or trim report none removed. So a script returns answer(v),
+// which keeps v (a number, or a trim's table as JSON) under its id, and a
+// resend finds it and returns it at once. The answers of one tenant share
+// a hash, not a key per call: at 1024 it becomes the older one (the one
+// before it goes), so the last 1024 calls' answers at least are kept, a
 // whole pipeline's included, for ARGV[2] ms after the tenant's last call.
 const answerLua = `
 local answers, older = KEYS[#KEYS - 1], KEYS[#KEYS]
