@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -55,7 +56,8 @@ import (
 // registry namespace's on its name's (tagged); tenants spread over the
 // shards. The one set shared by every tenant, ledgers, is
 // written apart from the scripts: once per tenant and store, before its
-// first append, and never shrinks; Tenants reads it and keeps the tenants
+// first append (and after one numbered 1: its keys were lost), and never
+// shrinks; Tenants reads it and keeps the tenants
 // whose stream holds entries.
 
 // redisExpirySlack is added to the PX of capabilities and owners, whose
@@ -286,6 +288,14 @@ func (l redisLedger) answerKeys(tenant string) []string {
 // indexKey is the set of the tenants that ever appended.
 func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
 
+// indexCall adds tenant to the set of the tenants that ever appended.
+func (l redisLedger) indexCall(tenant string) pipeCall {
+	key := l.indexKey()
+	return pipeCall{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return p.SAdd(ctx, key, tenant)
+	}}
+}
+
 func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
 	if err := checkName("tenant", tenant); err != nil {
 		return nil, err
@@ -304,10 +314,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	calls := make([]pipeCall, 0, 2)
 	_, indexed := l.s.indexed.Load(tenant)
 	if !indexed {
-		key := l.indexKey()
-		calls = append(calls, pipeCall{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
-			return p.SAdd(ctx, key, tenant)
-		}})
+		calls = append(calls, l.indexCall(tenant))
 	}
 	add := scriptCall(appendScript, slices.Concat(l.keys(tenant), []string{l.s.p + "replid:" + tagged(tenant)}, l.answerKeys(tenant)), args...)
 	add.replicate = true
@@ -323,12 +330,18 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	}
 	seqs := appendedSeqs(first, len(recs))
 	failed := stored.unreplicated
-	if !indexed {
+	switch {
+	case !indexed:
 		if err := replies[0].err(); err != nil {
 			failed = err
 		} else {
 			l.s.indexed.Store(tenant, struct{}{})
 		}
+	case first == 1:
+		// The tenant's numbering started over: its keys are gone (a
+		// failover before its first append reached a replica, a server
+		// restarted without its data), and from the set with them.
+		failed = cmp.Or(failed, l.s.pipelined(ctx, l.indexCall(tenant)).err())
 	}
 	if failed != nil {
 		// Stored, maybe, but not as the caller asked: not to be confirmed,
