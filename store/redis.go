@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -31,7 +32,9 @@ import (
 //	                       fields k kind, p platform, s session key,
 //	                       c chat id, r received (Unix µs), d payload
 //	bytes:{<tenant>}       the sum of the stream's payload lengths
-//	trimanswer:{<tenant>}:<trim>  a trim's dropped entries (JSON) for its resends, PX
+//	answers:{<tenant>}     hash: an append's, ack's or trim's id -> its
+//	                       answer, for its resends (answerLua), PX
+//	oldanswers:{<tenant>}  the answers before those, PX
 //	ledgers                set of the tenants that ever appended (SADD)
 //	cap:<key>              expiring capability value, PX as garbage collection
 //	owner:<n>:{<tenant>}<session key>  expiring owner (n = len(tenant)), PX
@@ -53,7 +56,8 @@ import (
 // registry namespace's on its name's (tagged); tenants spread over the
 // shards. The one set shared by every tenant, ledgers, is
 // written apart from the scripts: once per tenant and store, before its
-// first append, and never shrinks; Tenants reads it and keeps the tenants
+// first append (and after one numbered 1: its keys were lost), and never
+// shrinks; Tenants reads it and keeps the tenants
 // whose stream holds entries.
 
 // redisExpirySlack is added to the PX of capabilities and owners, whose
@@ -80,8 +84,8 @@ type redisStore struct {
 	replicaTimeout time.Duration
 	// resend is how long go-redis may send a command again after its
 	// first send (resendWindow): a registry write's, a lease release's or
-	// a trim's answer is kept that long for its resends
-	// (registryWriteScript, heldScript, trimScript), and ResendWindow
+	// a ledger call's answer is kept that long for its resends
+	// (registryWriteScript, heldScript, answerLua), and ResendWindow
 	// gives it.
 	resend time.Duration
 	// pipe sends the ledger's appends, acks and reads, the capabilities'
@@ -108,7 +112,7 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 	s := &redisStore{
 		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, clock: cfg.Clock,
 		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
-		resend: resendWindow(c, readTimeoutFor(cfg)),
+		resend: resendWindow(c, readTimeoutFor(cfg), cfg.RedisSentinel != nil && cfg.RedisSentinel.TLS),
 		subs:   newRedisSubs(c),
 	}
 	if err := s.init(ctx); err != nil {
@@ -194,7 +198,7 @@ type redisLedger struct{ s *redisStore }
 // (seven arguments each) and adds them to the stream with ids 0-<seq>. A
 // record's generation (field g) is a field of its own, which versions that
 // knew none pass over, and which reads back as zero from records they
-// stored.
+// stored. ARGV[1] and ARGV[2] are the append's answer (answerLua).
 //
 // A seq is never given out twice, not even across a failover: a primary
 // may number records (which a driver's Tail reads, or a refused append's
@@ -209,8 +213,8 @@ type redisLedger struct{ s *redisStore }
 // failover there.
 var appendScript = redis.NewScript(appendLua)
 
-const appendLua = `
-local n = tonumber(ARGV[2])
+const appendLua = answerLua + `
+local n = tonumber(ARGV[3])
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
 if replid and redis.call('GET', KEYS[4]) ~= replid then
   local last = tonumber(redis.call('GET', KEYS[1]))
@@ -223,13 +227,36 @@ local last = redis.call('INCRBY', KEYS[1], n)
 local first = last - n + 1
 local size = 0
 for i = 0, n - 1 do
-  local a = 3 + i * 7
+  local a = 4 + i * 7
   redis.call('XADD', KEYS[2], string.format('0-%d', first + i),
     'k', ARGV[a], 'p', ARGV[a + 1], 's', ARGV[a + 2], 'c', ARGV[a + 3], 'r', ARGV[a + 4], 'd', ARGV[a + 5], 'g', ARGV[a + 6])
   size = size + string.len(ARGV[a + 5])
 end
 redis.call('INCRBY', KEYS[3], size)
-return first
+return answer(first)
+`
+
+// answerLua begins the scripts of Append, Ack and Trim, whose last two
+// KEYS are the tenant's answers and those before them, ARGV[1] the call's
+// id (fresh for each) and ARGV[2] the answers' PX. go-redis sends a
+// pipeline again when it lost the reply (an EOF, a read timeout) even when
+// the server ran it: a resent append would store its records twice, a
+// resent ack or trim report none removed. So a script returns answer(v),
+// which keeps v (a number, or a trim's table as JSON) under its id, and a
+// resend finds it and returns it at once. The answers of one tenant share
+// a hash, not a key per call: at 1024 it becomes the older one (the one
+// before it goes), so the last 1024 calls' answers at least are kept, a
+// whole pipeline's included, for ARGV[2] ms after the tenant's last call.
+const answerLua = `
+local answers, older = KEYS[#KEYS - 1], KEYS[#KEYS]
+local answered = redis.call('HGET', answers, ARGV[1]) or redis.call('HGET', older, ARGV[1])
+if answered then return tonumber(answered) or cjson.decode(answered) end
+local function answer(v)
+  if redis.call('HLEN', answers) >= 1024 then redis.call('RENAME', answers, older) end
+  redis.call('HSET', answers, ARGV[1], type(v) == 'table' and cjson.encode(v) or v)
+  redis.call('PEXPIRE', answers, ARGV[2])
+  return v
+end
 `
 
 // tagged is name in braces, the hash tag of its keys: Redis Cluster hashes
@@ -252,8 +279,22 @@ func (l redisLedger) keys(tenant string) []string {
 	return []string{p + "seq:" + t, p + "log:" + t, p + "bytes:" + t}
 }
 
+// answerKeys are tenant's answers hashes (answerLua).
+func (l redisLedger) answerKeys(tenant string) []string {
+	p, t := l.s.p, tagged(tenant)
+	return []string{p + "answers:" + t, p + "oldanswers:" + t}
+}
+
 // indexKey is the set of the tenants that ever appended.
 func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
+
+// indexCall adds tenant to the set of the tenants that ever appended.
+func (l redisLedger) indexCall(tenant string) pipeCall {
+	key := l.indexKey()
+	return pipeCall{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return p.SAdd(ctx, key, tenant)
+	}}
+}
 
 func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
 	if err := checkName("tenant", tenant); err != nil {
@@ -263,8 +304,8 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, ctx.Err()
 	}
 	now := l.s.clock.Now()
-	args := make([]any, 0, 2+7*len(recs))
-	args = append(args, tenant, len(recs))
+	args := make([]any, 0, 3+7*len(recs))
+	args = append(args, rand.Text(), pxMillis(l.s.resend), len(recs))
 	for i := range recs {
 		r := &recs[i]
 		received := receivedAt(r.Received, now)
@@ -273,12 +314,9 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	calls := make([]pipeCall, 0, 2)
 	_, indexed := l.s.indexed.Load(tenant)
 	if !indexed {
-		key := l.indexKey()
-		calls = append(calls, pipeCall{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
-			return p.SAdd(ctx, key, tenant)
-		}})
+		calls = append(calls, l.indexCall(tenant))
 	}
-	add := scriptCall(appendScript, append(l.keys(tenant), l.s.p+"replid:"+tagged(tenant)), args...)
+	add := scriptCall(appendScript, slices.Concat(l.keys(tenant), []string{l.s.p + "replid:" + tagged(tenant)}, l.answerKeys(tenant)), args...)
 	add.replicate = true
 	calls = append(calls, add)
 	replies := l.s.pipelinedAll(ctx, calls)
@@ -292,12 +330,18 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	}
 	seqs := appendedSeqs(first, len(recs))
 	failed := stored.unreplicated
-	if !indexed {
+	switch {
+	case !indexed:
 		if err := replies[0].err(); err != nil {
 			failed = err
 		} else {
 			l.s.indexed.Store(tenant, struct{}{})
 		}
+	case first == 1:
+		// The tenant's numbering started over: its keys are gone (a
+		// failover before its first append reached a replica, a server
+		// restarted without its data), and from the set with them.
+		failed = cmp.Or(failed, l.s.pipelined(ctx, l.indexCall(tenant)).err())
 	}
 	if failed != nil {
 		// Stored, maybe, but not as the caller asked: not to be confirmed,
@@ -427,11 +471,12 @@ func streamSeq(id string) (uint64, bool) {
 	return seq, err == nil
 }
 
-// ackScript deletes the entries 0-<seq> for each seq in ARGV and keeps
-// the bytes counter.
-var ackScript = redis.NewScript(`
+// ackScript deletes the entries 0-<seq> for each seq in ARGV from the
+// third on and keeps the bytes counter; its first two ARGV and last two
+// KEYS are its answer's (answerLua).
+var ackScript = redis.NewScript(answerLua + `
 local removed, size = 0, 0
-for i = 1, #ARGV do
+for i = 3, #ARGV do
   local id = '0-' .. ARGV[i]
   local e = redis.call('XRANGE', KEYS[1], id, id)
   if #e > 0 then
@@ -443,8 +488,9 @@ for i = 1, #ARGV do
     removed = removed + 1
   end
 end
-if removed > 0 then redis.call('DECRBY', KEYS[2], size) end
-return removed
+if removed == 0 then return 0 end
+redis.call('DECRBY', KEYS[2], size)
+return answer(removed)
 `)
 
 func (l redisLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
@@ -462,7 +508,7 @@ func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int,
 	calls := make([]pipeCall, 0, len(acks))
 	for tenant, seqs := range acks {
 		if len(seqs) > 0 {
-			calls = append(calls, scriptCall(ackScript, l.keys(tenant)[1:], ackArgs(seqs)...))
+			calls = append(calls, scriptCall(ackScript, append(l.keys(tenant)[1:], l.answerKeys(tenant)...), l.ackArgs(seqs)...))
 		}
 	}
 	removed := 0
@@ -481,8 +527,10 @@ func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int,
 	return removed, nil
 }
 
-func ackArgs(seqs []uint64) []any {
-	args := make([]any, 0, len(seqs))
+// ackArgs are ackScript's ARGV: its answer's id and PX, then seqs.
+func (l redisLedger) ackArgs(seqs []uint64) []any {
+	args := make([]any, 0, 2+len(seqs))
+	args = append(args, rand.Text(), pxMillis(l.s.resend))
 	for _, seq := range seqs {
 		args = append(args, strconv.FormatUint(seq, 10))
 	}
@@ -499,18 +547,15 @@ func redisInt(cmd redis.Cmder) (int64, error) {
 }
 
 // trimScript is trimRule.drop over the stream, oldest first: KEYS the
-// stream, its bytes counter and the trim's answer (its key fresh for
-// each); ARGV the max entries, max bytes, the cutoff in Unix µs (0: none)
-// and the answer's PX. It returns {id, kind, platform, bytes, received}
-// per dropped entry, and keeps that answer, as a registry write's is, for
-// a resend of the trim, which would find them gone. An entry whose
+// stream and its bytes counter, then its answer's (answerLua); ARGV its
+// answer's, then the max entries, max bytes and the cutoff in Unix µs (0:
+// none). It returns {id, kind, platform, bytes, received} per dropped
+// entry, which a resend of the trim would find gone. An entry whose
 // receipt time does not decode (another program or version wrote it) is
 // older than any cutoff: no instance can read it (Read). It stops at an
 // entry the connector did not write, which Read removes (foreignScript).
-var trimScript = redis.NewScript(`
-local kept = redis.call('GET', KEYS[3])
-if kept then return cjson.decode(kept) end
-local maxN, maxB, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+var trimScript = redis.NewScript(answerLua + `
+local maxN, maxB, cutoff = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local n = redis.call('XLEN', KEYS[1])
 local b = tonumber(redis.call('GET', KEYS[2]) or '0')
 local out = {}
@@ -539,11 +584,9 @@ while not done and n > 0 do
   end
   start = '(' .. es[#es][1]
 end
-if #out > 0 then
-  redis.call('SET', KEYS[2], b)
-  redis.call('SET', KEYS[3], cjson.encode(out), 'PX', ARGV[4])
-end
-return out
+if #out == 0 then return out end
+redis.call('SET', KEYS[2], b)
+return answer(out)
 `)
 
 func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]Dropped, error) {
@@ -551,9 +594,9 @@ func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]
 		return nil, err
 	}
 	rule := bounds.at(l.s.clock.Now())
-	keys := append(l.keys(tenant)[1:], l.s.p+"trimanswer:"+tagged(tenant)+":"+rand.Text())
+	keys := append(l.keys(tenant)[1:], l.answerKeys(tenant)...)
 	// Pipelined: on a Redis Cluster it is then sent once (resendWindow).
-	cmd := l.s.pipelined(ctx, scriptCall(trimScript, keys, rule.maxEntries, rule.maxBytes, rule.cutoff, pxMillis(l.s.resend))).cmd
+	cmd := l.s.pipelined(ctx, scriptCall(trimScript, keys, rand.Text(), pxMillis(l.s.resend), rule.maxEntries, rule.maxBytes, rule.cutoff)).cmd
 	var res []any
 	err := cmd.Err()
 	if c, ok := cmd.(*redis.Cmd); ok && err == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -417,5 +418,39 @@ func TestRedisSeqsNeverGoBackAfterAFailover(t *testing.T) {
 	got, err := promoted.Read(ctx, "t1", lost[0], 10)
 	if err != nil || len(got) != 1 || string(got[0].Payload) != "confirmed" {
 		t.Fatalf("read past the lost record: %+v, %v; want the confirmed one", got, err)
+	}
+}
+
+// TestRedisTenantIndexedAgainAfterItsKeysAreLost: a tenant whose keys
+// are lost while an instance runs (a failover before its first append
+// reached a replica, a server restarted without its data, here deleted)
+// is listed by Tenants again once that instance appends for it. Before,
+// the instance remembered having added the tenant to the set once, and
+// its later records were neither recovered by a restart nor swept by age.
+func TestRedisTenantIndexedAgainAfterItsKeysAreLost(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	l := opener(t, cfg)(nil).Ledger()
+	ctx := t.Context()
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("lost")}}); err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client(t)
+	keys, err := admin.Keys(ctx, cfg.RedisPrefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !strings.HasSuffix(k, "epoch") && !strings.HasSuffix(k, "layout") {
+			if err := admin.Del(ctx, k).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("after")}}); err != nil {
+		t.Fatal(err)
+	}
+	if tenants, err := l.Tenants(ctx); err != nil || len(tenants) != 1 || tenants[0] != "t1" {
+		t.Fatalf("tenants after the keys were lost and an append: %v, %v; want [t1]", tenants, err)
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisReadTimeout is go-redis's default read timeout, which a pipeline
-// ending in WAIT must outlast.
+// redisReadTimeout is the clients' read timeout (go-redis's is 5 s) unless a
+// pipeline ending in WAIT needs longer (readTimeoutFor).
 const redisReadTimeout = 3 * time.Second
 
 // redisSends is how many times go-redis sends a command or pipeline at
@@ -29,25 +29,39 @@ const redisSends = 4
 // apart): a resend after a failover may dial that long before it is sent.
 const redisDialBudget = 5 * (5*time.Second + 100*time.Millisecond)
 
+// redisHandshake is how many round trips go-redis makes on a new
+// connection before it sends a command on it (HELLO, the connection's
+// options, its maintenance notifications, CLIENT SETINFO), each within a
+// write and a read timeout.
+const redisHandshake = 4
+
 // resendWindow is how long after a command's first send go-redis may still
 // send it again, under c's options, which a redis_url may set
 // (max_retries, pool_timeout, dial_timeout, write_timeout,
 // max_retry_backoff): each send may first wait its pool timeout for a
-// connection and dial for the client's dial budget (DialerRetries dials of
-// DialTimeout, DialerRetryTimeout apart), write and read for their
-// timeouts, then back off. On a Redis Cluster the pipelines go through
-// node clients that go-redis gives no retries (ClusterOptions.MaxRetries
-// unset), so they are sent once; the window is then go-redis's defaults
-// (redisSends, redisDialBudget) and read, its read timeout: more than
-// enough.
-func resendWindow(c redis.UniversalClient, read time.Duration) time.Duration {
+// connection, dial for the client's dial budget (DialerRetries dials of
+// DialTimeout, DialerRetryTimeout apart; twice DialTimeout each through
+// Sentinel with TLS, sentinelTLS: go-redis asks the Sentinels for the
+// primary within the dial's deadline, then dials it over TLS with a
+// deadline of its own) and set the connection up (redisHandshake), write
+// and read for their timeouts, then back off. On a Redis Cluster the
+// pipelines go through node clients that go-redis gives no retries
+// (ClusterOptions.MaxRetries unset), so they are sent once; the window is
+// then go-redis's defaults (redisSends, redisDialBudget) and read, its read
+// timeout: more than enough.
+func resendWindow(c redis.UniversalClient, read time.Duration, sentinelTLS bool) time.Duration {
 	o, ok := c.(interface{ Options() *redis.Options })
 	if !ok {
 		return redisSends * (redisDialBudget + read + time.Second)
 	}
 	opt := o.Options()
-	dial := time.Duration(opt.DialerRetries) * (opt.DialTimeout + opt.DialerRetryTimeout)
-	send := opt.PoolTimeout + dial + max(opt.WriteTimeout, 0) + max(opt.ReadTimeout, 0) + opt.MaxRetryBackoff + time.Second
+	dial := opt.DialTimeout
+	if sentinelTLS {
+		dial *= 2
+	}
+	dials := time.Duration(opt.DialerRetries) * (dial + opt.DialerRetryTimeout)
+	trip := max(opt.WriteTimeout, 0) + max(opt.ReadTimeout, 0)
+	send := opt.PoolTimeout + dials + (redisHandshake+1)*trip + opt.MaxRetryBackoff + time.Second
 	return time.Duration(max(opt.MaxRetries, 0)+1) * send
 }
 

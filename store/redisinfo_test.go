@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -67,11 +69,35 @@ func TestAppendScriptWithoutMasterReplid(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
-	keys := []string{"seq:{t}", "log:{t}", "bytes:{t}", "replid:{t}"}
+	keys := []string{"seq:{t}", "log:{t}", "bytes:{t}", "replid:{t}", "answers:{t}", "oldanswers:{t}"}
 	for want := int64(1); want <= 2; want++ {
-		got, err := c.Eval(context.Background(), script, keys, "t", 1, 0, "", "", "", 0, "x", 0).Int64()
+		got, err := c.Eval(context.Background(), script, keys, strconv.FormatInt(want, 10), 60000, 1, 0, "", "", "", 0, "x", 0).Int64()
 		if err != nil || got != want {
 			t.Fatalf("append %d without master_replid = %d, %v; want seq %d", want, got, err, want)
 		}
+	}
+}
+
+// TestResendWindowCountsTheSentinelLookup: through Sentinel with TLS, each
+// dial may take go-redis's lookup of the primary (within the dial's
+// deadline) and then a TLS dial with a deadline of its own, so the resend
+// window counts twice the dial timeout per dial. Before, it counted once,
+// and an answer could expire before the last resend.
+func TestResendWindowCountsTheSentinelLookup(t *testing.T) {
+	window := func(tls bool) (time.Duration, *redis.Options) {
+		cfg := Config{RedisSentinel: &RedisSentinel{Master: "m", Addrs: []string{"127.0.0.1:1"}, TLS: tls}}
+		c, _, _, err := redisClient(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return resendWindow(c, readTimeoutFor(cfg), tls), c.(*redis.Client).Options()
+	}
+	plain, o := window(false)
+	withTLS, _ := window(true)
+	lookups := time.Duration(o.MaxRetries+1) * time.Duration(o.DialerRetries) * o.DialTimeout
+	if withTLS-plain != lookups {
+		t.Fatalf("resend window through Sentinel with TLS %v, without %v: want %v more (a lookup of up to %v before each of the %d sends' %d dials)",
+			withTLS, plain, lookups, o.DialTimeout, o.MaxRetries+1, o.DialerRetries)
 	}
 }

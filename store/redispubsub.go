@@ -75,8 +75,8 @@ type redisSubs struct {
 	chans  map[string]*redisChan // Redis channel -> its subscribers
 	ops    []subOp               // the writes write has not taken yet
 	wake   chan struct{}         // a write queued
-	wrote  chan struct{}         // closed when write returns; nil until it starts
-	done   chan struct{}         // closed when dispatch returns
+	// writing and dispatching say write and dispatch started.
+	writing, dispatching bool
 	// leaving counts each channel's UNSUBSCRIBEs queued whose reply
 	// dispatch has not read: a confirmation read before them answers a
 	// SUBSCRIBE sent earlier (a reconnection's), not the channel's last.
@@ -126,8 +126,8 @@ func (rs *redisSubs) subscribe(ctx context.Context, key string) (<-chan []byte, 
 	if rs.ps == nil {
 		rs.ps = rs.c.Subscribe(rs.ctx) // no channel: connects with the first
 	}
-	if rs.wrote == nil {
-		rs.wrote = make(chan struct{})
+	if !rs.writing {
+		rs.writing = true
 		go rs.write()
 	}
 	ch := rs.chans[key]
@@ -169,7 +169,6 @@ func (rs *redisSubs) queue(op subOp) {
 // store closes, and starts dispatch after the first SUBSCRIBE written,
 // whose channel then picks the node of a Redis Cluster.
 func (rs *redisSubs) write() {
-	defer close(rs.wrote)
 	for {
 		select {
 		case <-rs.ctx.Done():
@@ -191,8 +190,8 @@ func (rs *redisSubs) write() {
 			}
 			err := rs.ps.Subscribe(rs.ctx, op.key)
 			rs.mu.Lock()
-			if err == nil && rs.done == nil && !rs.closed {
-				rs.done = make(chan struct{})
+			if err == nil && !rs.dispatching && !rs.closed {
+				rs.dispatching = true
 				go rs.dispatch(rs.ps.ChannelWithSubscriptions(redis.WithChannelSize(SubscriptionBuffer)))
 			}
 			if err != nil && op.ch != nil && !op.ch.confirmed && rs.chans[op.key] == op.ch {
@@ -242,7 +241,6 @@ var noDial = func() context.Context {
 
 // dispatch reads the PubSub until it is closed.
 func (rs *redisSubs) dispatch(in <-chan any) {
-	defer close(rs.done)
 	for m := range in {
 		switch m := m.(type) {
 		case *redis.Message:
@@ -308,7 +306,11 @@ func (rs *redisSubs) unsubscribed(key string) {
 }
 
 // close closes every subscription and the connection; later subscribe
-// calls fail with ErrClosed.
+// calls fail with ErrClosed. It does not wait for the connection's close:
+// go-redis holds the PubSub while it connects, up to a read timeout for a
+// handshake a server does not answer (that connection is not the client's
+// yet, so closing the client does not cut it), and write and dispatch end
+// once it is closed.
 func (rs *redisSubs) close() {
 	rs.mu.Lock()
 	if rs.closed {
@@ -324,15 +326,9 @@ func (rs *redisSubs) close() {
 		}
 	}
 	rs.chans = nil
-	ps, wrote, done := rs.ps, rs.wrote, rs.done
+	ps := rs.ps
 	rs.mu.Unlock()
 	if ps != nil {
-		_ = ps.Close()
-	}
-	if wrote != nil {
-		<-wrote
-	}
-	if done != nil {
-		<-done
+		go ps.Close()
 	}
 }

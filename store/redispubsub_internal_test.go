@@ -180,7 +180,7 @@ func TestRedisStaleConfirmationDoesNotConfirm(t *testing.T) {
 	rs.ps = c.Subscribe(ctx)
 	replies := rs.ps.ChannelWithSubscriptions()
 	mid := make(chan any) // unbuffered: a send returns once dispatch took the one before
-	rs.done = make(chan struct{})
+	rs.dispatching = true
 	go rs.dispatch(mid)
 	next := func(want string) any {
 		t.Helper()
@@ -379,4 +379,63 @@ func TestRedisSubscribeDoesNotWaitForAnotherDial(t *testing.T) {
 	}
 	hangUp()
 	rs.close()
+}
+
+// TestRedisCloseDoesNotWaitForAHandshake: close returns at once while the
+// subscriptions' connection is in its handshake with a server that never
+// answers. Before, it waited for the PubSub, which go-redis holds for the
+// handshake's read timeout (the connection not yet tracked, so closing the
+// client does not cut it).
+func TestRedisCloseDoesNotWaitForAHandshake(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Go(func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c // held open, never answered
+		}
+	})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ReadTimeout: time.Minute, ContextTimeoutEnabled: true})
+	defer c.Close()
+	rs := newRedisSubs(c)
+	returned := make(chan error, 1)
+	go func() {
+		_, _, err := rs.subscribe(context.Background(), "a")
+		returned <- err
+	}()
+	var conn net.Conn
+	select {
+	case conn = <-accepted:
+		defer conn.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the Subscribe to dial")
+	}
+	// The handshake's first command read: the client waits for its reply.
+	if _, err := conn.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		_ = c.Close()
+		rs.close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("close waited for a handshake with a server that does not answer")
+	}
+	select {
+	case err := <-returned:
+		if err == nil {
+			t.Fatal("a Subscribe closed in its handshake succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the Subscribe ended by close")
+	}
 }

@@ -239,11 +239,13 @@ func TestRedisRegistryAnswerOutlastsResends(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			opt.ReadTimeout = 3 * time.Second   // the store's (readTimeoutFor)
 			o := redis.NewClient(opt).Options() // go-redis's defaults where the URL sets none
 			resends := time.Duration(o.MaxRetries)
 			dials := time.Duration(o.DialerRetries) * (o.DialTimeout + o.DialerRetryTimeout)
-			if want := resends * (o.PoolTimeout + dials + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
-				t.Fatalf("answer kept %v; go-redis's %d resends may each dial for %v: want at least %v", pttl, o.MaxRetries, dials, want)
+			handshake := 4 * (o.WriteTimeout + o.ReadTimeout) // HELLO, options, maintenance notifications, CLIENT SETINFO
+			if want := resends * (o.PoolTimeout + dials + handshake + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
+				t.Fatalf("answer kept %v; go-redis's %d resends may each dial for %v and set the connection up for %v: want at least %v", pttl, o.MaxRetries, dials, handshake, want)
 			}
 		})
 	}
@@ -366,5 +368,51 @@ func TestRedisTrimReplyLost(t *testing.T) {
 	}
 	if recs, err := l.Read(ctx, "lost-trim", 0, 10); err != nil || len(recs) != 1 || recs[0].Seq != 2 {
 		t.Fatalf("after the trim: %+v, %v; want seq 2 alone", recs, err)
+	}
+}
+
+// TestRedisAppendAckReplyLost: an Append and an Ack whose replies are lost
+// after they ran (go-redis sends them again) answer as their first runs
+// did. Before, the resent append stored its record a second time under
+// the next seq, and the resent ack reported none removed.
+func TestRedisAppendAckReplyLost(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	proxy := newReplyDropper(t, srv.Addr())
+	cfg := redisConfig(srv)
+	cfg.RedisURL = "redis://" + proxy.ln.Addr().String() + "/0"
+	l := opener(t, cfg)(nil).Ledger()
+	ctx := t.Context()
+
+	// The scripts loaded and the tenant indexed first: a lost NOSCRIPT
+	// reply is no test.
+	if _, err := l.Append(ctx, "lost-append", []store.Record{{Payload: []byte("warm")}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.Ack(ctx, "lost-append", 1); n != 1 || err != nil {
+		t.Fatalf("ack: %d, %v", n, err)
+	}
+	proxy.arm("lost-payload")
+	seqs, err := l.Append(ctx, "lost-append", []store.Record{{Payload: []byte("lost-payload")}, {Payload: []byte("next")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := proxy.dropped.Swap(0); n != 1 {
+		t.Fatalf("append: %d replies dropped, want 1", n)
+	}
+	if len(seqs) != 2 || seqs[0] != 2 || seqs[1] != 3 {
+		t.Fatalf("append whose reply was lost: seqs %v, want [2 3]", seqs)
+	}
+	if st, err := l.Stats(ctx, "lost-append"); err != nil || st.Entries != 2 || st.Bytes != 16 {
+		t.Fatalf("after an append whose reply was lost: %+v, %v; want its 2 records (16 bytes) once", st, err)
+	}
+	proxy.arm("log:{lost-append}")
+	if n, err := l.Ack(ctx, "lost-append", seqs...); n != 2 || err != nil {
+		t.Fatalf("ack whose reply was lost: removed %d, %v; want 2", n, err)
+	}
+	if n := proxy.dropped.Swap(0); n != 1 {
+		t.Fatalf("ack: %d replies dropped, want 1", n)
+	}
+	if st, err := l.Stats(ctx, "lost-append"); err != nil || st.Entries != 0 || st.Bytes != 0 {
+		t.Fatalf("after the ack: %+v, %v; want none", st, err)
 	}
 }
