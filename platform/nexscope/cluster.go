@@ -127,8 +127,10 @@ type fleet struct {
 	edges   map[string]*member // this instance's sockets in rooms homed elsewhere, by conn
 	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool    // remote joins being decided, by edge/conn
-	// execs are the forwarded actions taken here lately, by execKey, until
-	// when each is remembered; execOrder lists them oldest first.
+	// execs are the forwarded actions taken here lately, by execKey, and
+	// the remote members that left before they joined, by leftPrefix and
+	// edge/conn, until when each is remembered; execOrder lists them
+	// oldest first.
 	execs     map[string]time.Time
 	execOrder []string
 	// left are the homes a socket of this instance left lately, by name:
@@ -179,11 +181,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 			e.closeQueue(c, string(m.Fields[3]) == "1")
 		}
 	})
-	node.Handle(msgLeave, 1, func(m cluster.Msg) {
-		if r := cl.remote(m.From, m.Fields[0]); r != nil {
-			r.kick(wsconn.Drop) // its socket is gone: nothing to tell the edge
-		}
-	})
+	node.Handle(msgLeave, 1, func(m cluster.Msg) { cl.leaveHere(m.From + "/" + string(m.Fields[0])) })
 	node.Handle(msgWritten, 2, func(m cluster.Msg) {
 		if r := cl.remote(m.From, m.Fields[0]); r != nil {
 			r.remote.wrote(r, int64(cluster.Uint(m.Fields[1])))
@@ -607,9 +605,9 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	}
 	key := edge + "/" + conn
 	cl.mu.Lock()
-	if cl.joining[key] {
+	if _, left := cl.execs[leftPrefix+key]; left || cl.joining[key] {
 		cl.mu.Unlock()
-		return // an edge asking again while the first ask is decided
+		return // its socket left already (leaveHere), or an edge asking again while the first ask is decided
 	}
 	if cl.remotes[key] != nil {
 		cl.mu.Unlock()
@@ -643,7 +641,11 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 			cl.decided(edge, conn, nil, strconv.Itoa(int(c.Code)))
 			return
 		}
-		cl.decided(edge, conn, m, "")
+		if !cl.decided(edge, conn, m, "") {
+			m.leave() // its socket left as it joined (leaveHere)
+			m.q.Close(wsconn.Drop, false)
+			return
+		}
 		m.log.Debug("nexscope remote member joined")
 		m.runRemote()
 		cl.mu.Lock()
@@ -656,15 +658,44 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 
 // decided ends the decision on the join of edge's conn and answers it: m
 // joined (refusal ""), or m is nil and refusal is the refusing close code.
-func (cl *fleet) decided(edge, conn string, m *member, refusal string) {
+// It reports false, answering nothing, when m's socket left meanwhile
+// (leaveHere): m is to leave.
+func (cl *fleet) decided(edge, conn string, m *member, refusal string) bool {
 	key := edge + "/" + conn
 	cl.mu.Lock()
 	delete(cl.joining, key)
-	if m != nil {
+	_, left := cl.execs[leftPrefix+key]
+	if m != nil && !left {
 		cl.remotes[key] = m
 	}
 	cl.mu.Unlock()
+	if m != nil && left {
+		return false
+	}
 	cl.send(edge, nil, msgJoined, []byte(conn), []byte(refusal))
+	return true
+}
+
+// leftPrefix prefixes the edge/conn of a remote member that left before
+// it joined among the keys fleet.execs remembers.
+const leftPrefix = "left:"
+
+// leaveHere removes key's remote member (edge/conn), whose socket is gone:
+// nothing to tell the edge. One not joined yet, its join on its way or
+// being decided (the edge sent the join again, or go-redis its PUBLISH,
+// after the leave), is remembered for the store's resend window, so that
+// join joins nobody: the name would be taken, and the member listed, until
+// the edge's next beat.
+func (cl *fleet) leaveHere(key string) {
+	cl.mu.Lock()
+	m := cl.remotes[key]
+	if m == nil {
+		cl.rememberLocked(leftPrefix + key)
+	}
+	cl.mu.Unlock()
+	if m != nil {
+		m.kick(wsconn.Drop)
+	}
 }
 
 // probe asks the edge of m, a remote member, whether m answers a WebSocket
@@ -791,12 +822,21 @@ func (cl *fleet) taken(exec string) bool {
 	if _, ok := cl.execs[exec]; ok {
 		return true
 	}
+	cl.rememberLocked(exec)
+	return false
+}
+
+// rememberLocked remembers key in execs for the store's resend window
+// (the latest maxExecs at most); under mu.
+func (cl *fleet) rememberLocked(key string) {
+	if _, ok := cl.execs[key]; ok {
+		return
+	}
 	if len(cl.execOrder) == maxExecs {
 		cl.forgetExec()
 	}
-	cl.execs[exec] = cl.p.deps.Clock.Now().Add(cl.node.ResendWindow())
-	cl.execOrder = append(cl.execOrder, exec)
-	return false
+	cl.execs[key] = cl.p.deps.Clock.Now().Add(cl.node.ResendWindow())
+	cl.execOrder = append(cl.execOrder, key)
 }
 
 // forgetExec forgets the oldest forwarded action remembered; under mu.
