@@ -107,6 +107,7 @@ func startInstanceWith(t testing.TB, srv *redistest.Server, cfg Config, name str
 	deps := platform.Deps{
 		Log:     log,
 		Cluster: node,
+		Store:   st,
 		Exclusive: func(ctx context.Context, lease string, run func(context.Context) error) error {
 			return store.RunExclusive(ctx, clock.System, st.Leases(), lease, name, ttl, run)
 		},
