@@ -769,8 +769,8 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 // home's.
 func (cl *fleet) execHere(req cluster.Msg) {
 	p := cl.p
-	if !p.track() {
-		return
+	if req.From == cl.node.Instance() || !p.track() {
+		return // its own forward, a copy read once it became the home: its forwardExec gives up (away)
 	}
 	go func() { // decoded here, not on the channel's reader: an action may be megabytes
 		defer p.wg.Done()

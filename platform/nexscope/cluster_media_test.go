@@ -414,3 +414,23 @@ func TestClusterForwardedActionCopyAtTheNextHomeExecutesNot(t *testing.T) {
 		t.Fatalf("bob got %v, want nothing before his pong: the send ran at the first home", m)
 	}
 }
+
+// TestClusterOwnForwardReadAsHomeExecutesNot: a copy of an instance's own
+// forwarded send (sent again every beat) that it reads from the room's
+// channel once it became the room's home is not executed: its forward
+// gives up unavailable then, so the gateway is not told unavailable for a
+// send that ran.
+func TestClusterOwnForwardReadAsHomeExecutesNot(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	own := forwardedSend("01JOWN", "own")
+	own.From = "i0"
+	in.p.cluster.execHere(own)
+	waitFor(t, "the home done with its own copy", func() bool { return !goroutineIn("nexscope.(*fleet).execHere")() })
+	alice.SendJSON(map[string]any{"type": "ping"})
+	for m := alice.Next(); m["type"] != "pong"; m = alice.Next() {
+		t.Fatalf("alice got %v, want nothing before her pong: the instance ran its own forward", m)
+	}
+}
