@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"strconv"
 	"sync/atomic"
+	"time"
 
+	"connector/internal/clock"
 	"connector/store"
 )
 
@@ -149,6 +151,16 @@ func Sender(msg []byte) string {
 // result until ctx ends (false). The handler registered with HandleCall
 // answers it with Reply.
 func (n *Node) Call(ctx context.Context, channel string, typ byte, fields ...[]byte) (result []byte, ok bool) {
+	return n.CallAgain(ctx, 0, channel, typ, func() [][]byte { return fields })
+}
+
+// CallAgain is Call that sends the request again every interval (0:
+// never) until it is answered, with the fields build gives each time: a
+// request published while nobody subscribed to channel (a lease between
+// holders) is lost, and a copy reaches whoever subscribed since. Every
+// copy is the one request, whose first result counts, so the handler must
+// act on it once however often it arrives.
+func (n *Node) CallAgain(ctx context.Context, every time.Duration, channel string, typ byte, build func() [][]byte) (result []byte, ok bool) {
 	ch := make(chan []byte, 1)
 	n.mu.Lock()
 	n.nextReq++
@@ -160,16 +172,29 @@ func (n *Node) Call(ctx context.Context, channel string, typ byte, fields ...[]b
 		delete(n.calls, req)
 		n.mu.Unlock()
 	}()
-	select {
-	case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}:
-	case <-ctx.Done():
-		return nil, false
-	}
-	select {
-	case res := <-ch:
-		return res, true
-	case <-ctx.Done():
-		return nil, false
+	again := make(chan struct{}, 1)
+	var t clock.Timer
+	for {
+		select {
+		case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), build())}:
+		case <-ctx.Done():
+			return nil, false
+		}
+		switch {
+		case every <= 0:
+		case t == nil:
+			t = n.cfg.Clock.AfterFunc(every, func() { again <- struct{}{} }) // once per send: again is drained before the next
+			defer t.Stop()
+		default:
+			t.Reset(every)
+		}
+		select {
+		case res := <-ch:
+			return res, true
+		case <-ctx.Done():
+			return nil, false
+		case <-again:
+		}
 	}
 }
 

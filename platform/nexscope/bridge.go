@@ -93,9 +93,10 @@ func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) 
 	key := p.deps.Key(tenant, &src)
 	ref := msgRef{from: src.UserID.Value, thread: thread, hop: hop, valid: true}
 	r.mu.Lock()
+	r.refreshLocked()
 	bound := r.bound.Load() // its memory; bindLocked replaces both
 	if bound.tenant != tenant {
-		r.mu.Unlock()
+		r.unlock()
 		p.deps.Metrics.Dropped(platformName, dropRebound)
 		return false // rebound meanwhile: its memory and prompt are another tenant's
 	}
@@ -104,7 +105,7 @@ func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) 
 	if note == "" && string(role) != "userAgent" {
 		answer = r.answerPrompt(text)
 	}
-	r.mu.Unlock()
+	r.unlock()
 
 	d := platform.Delivery{
 		Kind:       platform.KindInbound,

@@ -17,6 +17,7 @@ import (
 	"connector/internal/cluster"
 	"connector/internal/wsconn"
 	"connector/platform"
+	"connector/store"
 )
 
 // Several instances (platform.Deps.Cluster set, a Redis shared by every
@@ -72,15 +73,17 @@ const (
 const budgetKey = "nexscope_budget_ms"
 
 // execKey is the key of a forwarded action's JSON that names it (a ULID,
-// newMsgID): its home executes it once however often it arrives (go-redis
-// sends a PUBLISH again when its reply was lost), remembering it for the
-// store's resend window (cluster.Node.ResendWindow), the latest maxExecs at
-// most: a flood of forwards costs a bounded memory, and only a copy of
-// one forgotten early runs again.
-const (
-	execKey  = "nexscope_exec"
-	maxExecs = 1 << 16
-)
+// newMsgID): it is executed once however often it arrives, at whichever
+// home (its forwarder sends it again every beat until answered, go-redis a
+// PUBLISH when its reply was lost): the home claims it first (fleet.claims,
+// the store's, shared by the instances) for forwardedExecTimeout and the
+// store's resend window (cluster.Node.ResendWindow), how long copies may
+// arrive.
+const execKey = "nexscope_exec"
+
+// maxLeft bounds fleet.gone: a flood of leaves costs bounded memory, and
+// only a join arriving after a leave forgotten early makes a ghost.
+const maxLeft = 1 << 16
 
 // Cluster tuning.
 const (
@@ -127,10 +130,12 @@ type fleet struct {
 	edges   map[string]*member // this instance's sockets in rooms homed elsewhere, by conn
 	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool    // remote joins being decided, by edge/conn
-	// execs are the forwarded actions taken here lately, by execKey, until
-	// when each is remembered; execOrder lists them oldest first.
-	execs     map[string]time.Time
-	execOrder []string
+	// claims are the forwarded actions taken (execKey), the store's claims
+	// (platform.ClaimsFor).
+	claims store.Claims
+	// gone are the remote members, by edge/conn, that left before they
+	// joined (leaveHere), for the store's resend window.
+	gone platform.LocalState
 	// left are the homes a socket of this instance left lately, by name:
 	// the beats still to send each, whether or not a socket here is homed
 	// there then, so that a leave lost on the way is repaired (edgeBeat).
@@ -145,7 +150,8 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	cl := &fleet{
 		p: p, node: node, ctx: ctx, stop: stop,
 		edges: make(map[string]*member), remotes: make(map[string]*member),
-		joining: make(map[string]bool), left: make(map[string]int), execs: make(map[string]time.Time),
+		joining: make(map[string]bool), left: make(map[string]int),
+		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
 		decode: json.Unmarshal,
 	}
 	cl.streams = newStreams(cl)
@@ -179,11 +185,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 			e.closeQueue(c, string(m.Fields[3]) == "1")
 		}
 	})
-	node.Handle(msgLeave, 1, func(m cluster.Msg) {
-		if r := cl.remote(m.From, m.Fields[0]); r != nil {
-			r.kick(wsconn.Drop) // its socket is gone: nothing to tell the edge
-		}
-	})
+	node.Handle(msgLeave, 1, func(m cluster.Msg) { cl.leaveHere(m.From + "/" + string(m.Fields[0])) })
 	node.Handle(msgWritten, 2, func(m cluster.Msg) {
 		if r := cl.remote(m.From, m.Fields[0]); r != nil {
 			r.remote.wrote(r, int64(cluster.Uint(m.Fields[1])))
@@ -355,11 +357,7 @@ func (cl *fleet) sendBeats() {
 	toHome := make(map[string][]byte)
 	toEdge := make(map[string][]byte)
 	var lost []*member
-	now := cl.p.deps.Clock.Now()
 	cl.mu.Lock()
-	for len(cl.execOrder) > 0 && now.After(cl.execs[cl.execOrder[0]]) {
-		cl.forgetExec()
-	}
 	for conn, m := range cl.edges {
 		if h := m.link.home; h != "" {
 			if cl.node.Gone(h, m.link.since) {
@@ -607,9 +605,9 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	}
 	key := edge + "/" + conn
 	cl.mu.Lock()
-	if cl.joining[key] {
+	if _, left, _ := cl.gone.Get(cl.ctx, key); left || cl.joining[key] {
 		cl.mu.Unlock()
-		return // an edge asking again while the first ask is decided
+		return // its socket left already (leaveHere), or an edge asking again while the first ask is decided
 	}
 	if cl.remotes[key] != nil {
 		cl.mu.Unlock()
@@ -643,7 +641,11 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 			cl.decided(edge, conn, nil, strconv.Itoa(int(c.Code)))
 			return
 		}
-		cl.decided(edge, conn, m, "")
+		if !cl.decided(edge, conn, m, "") {
+			m.leave() // its socket left as it joined (leaveHere)
+			m.q.Close(wsconn.Drop, false)
+			return
+		}
 		m.log.Debug("nexscope remote member joined")
 		m.runRemote()
 		cl.mu.Lock()
@@ -656,15 +658,40 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 
 // decided ends the decision on the join of edge's conn and answers it: m
 // joined (refusal ""), or m is nil and refusal is the refusing close code.
-func (cl *fleet) decided(edge, conn string, m *member, refusal string) {
+// It reports false, answering nothing, when m's socket left meanwhile
+// (leaveHere): m is to leave.
+func (cl *fleet) decided(edge, conn string, m *member, refusal string) bool {
 	key := edge + "/" + conn
 	cl.mu.Lock()
 	delete(cl.joining, key)
-	if m != nil {
+	_, left, _ := cl.gone.Get(cl.ctx, key)
+	if m != nil && !left {
 		cl.remotes[key] = m
 	}
 	cl.mu.Unlock()
+	if m != nil && left {
+		return false
+	}
 	cl.send(edge, nil, msgJoined, []byte(conn), []byte(refusal))
+	return true
+}
+
+// leaveHere removes key's remote member (edge/conn), whose socket is gone:
+// nothing to tell the edge. One not joined yet, its join on its way or
+// being decided (the edge sent the join again, or go-redis its PUBLISH,
+// after the leave), is remembered for the store's resend window, so that
+// join joins nobody: the name would be taken, and the member listed, until
+// the edge's next beat.
+func (cl *fleet) leaveHere(key string) {
+	cl.mu.Lock()
+	m := cl.remotes[key]
+	if m == nil {
+		_ = cl.gone.Put(cl.ctx, key, nil, cl.p.deps.Clock.Now().Add(cl.node.ResendWindow()))
+	}
+	cl.mu.Unlock()
+	if m != nil {
+		m.kick(wsconn.Drop)
+	}
 }
 
 // probe asks the edge of m, a remote member, whether m answers a WebSocket
@@ -698,10 +725,11 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 }
 
 // forwardExec asks the home of r to execute a (the home authorizes it)
-// within what is left of ctx's deadline and waits for its result until
-// ctx ends, or away (r.away) does: this instance becomes the room's home
-// (the home asked dropped the room or lost its lease, and will not answer)
-// or drops it.
+// within what is left of ctx's deadline, asking again every beat (a room
+// between homes reads no request: the next home reads a copy), and waits
+// for its result until ctx ends, or away (r.away) does: this instance
+// becomes the room's home (the home asked dropped the room or lost its
+// lease, and will not answer) or drops it.
 func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, a *contract.Action) contract.Result {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -710,16 +738,19 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	if err != nil {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: action cannot be encoded")
 	}
-	budget := forwardedExecTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		budget = min(budget, time.Until(dl))
-	}
-	// The budget is relative: the instances' clocks may disagree, so a
-	// deadline would move by their skew; counted from the home's receipt,
-	// it ends one hop late at most (as the answer's way back takes one).
-	head := strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10)
-	action = append(append(head, `,"`+execKey+`":"`+cl.p.newMsgID()+`",`...), action[1:]...)
-	raw, ok := cl.node.Call(ctx, roomPrefix+r.name, msgExec, []byte(tenant), action)
+	exec := cl.p.newMsgID()
+	raw, ok := cl.node.CallAgain(ctx, cl.node.Beat(), roomPrefix+r.name, msgExec, func() [][]byte {
+		budget := forwardedExecTimeout
+		if dl, ok := ctx.Deadline(); ok {
+			budget = min(budget, time.Until(dl))
+		}
+		// The budget is relative: the instances' clocks may disagree, so a
+		// deadline would move by their skew; counted from the home's
+		// receipt, it ends one hop late at most (as the answer's way back
+		// takes one).
+		head := strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10)
+		return [][]byte{[]byte(tenant), append(append(head, `,"`+execKey+`":"`+exec+`",`...), action[1:]...)}
+	})
 	if !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 	}
@@ -738,8 +769,8 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 // home's.
 func (cl *fleet) execHere(req cluster.Msg) {
 	p := cl.p
-	if !p.track() {
-		return
+	if req.From == cl.node.Instance() || !p.track() {
+		return // its own forward, a copy read once it became the home: its forwardExec gives up (away)
 	}
 	go func() { // decoded here, not on the channel's reader: an action may be megabytes
 		defer p.wg.Done()
@@ -753,8 +784,8 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
 			}
-			if a.Exec != "" && cl.taken(a.Exec) {
-				return // a copy sent again: the first is answered
+			if a.Exec != "" && !cl.claim(a.Exec) {
+				return // a copy sent again: the first is answered (or its claim failed: a copy may take it)
 			}
 			// The forwarder's caller gives up after budget: an action still
 			// running then would act after the gateway was told it failed.
@@ -783,26 +814,12 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	}()
 }
 
-// taken reports whether the forwarded action exec was taken here before,
-// and remembers it (execKey).
-func (cl *fleet) taken(exec string) bool {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if _, ok := cl.execs[exec]; ok {
-		return true
-	}
-	if len(cl.execOrder) == maxExecs {
-		cl.forgetExec()
-	}
-	cl.execs[exec] = cl.p.deps.Clock.Now().Add(cl.node.ResendWindow())
-	cl.execOrder = append(cl.execOrder, exec)
-	return false
-}
-
-// forgetExec forgets the oldest forwarded action remembered; under mu.
-func (cl *fleet) forgetExec() {
-	delete(cl.execs, cl.execOrder[0])
-	cl.execOrder = cl.execOrder[1:]
+// claim takes the forwarded action exec for this instance to execute
+// (execKey), and reports whether it did: false when an instance took it
+// before, or the claim failed.
+func (cl *fleet) claim(exec string) bool {
+	took, err := cl.claims.Claim(cl.ctx, "nexscope:exec:"+exec, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow()))
+	return err == nil && took
 }
 
 // homeLink is, at a room's home, the far end of a remote member: its edge

@@ -107,6 +107,7 @@ func startInstanceWith(t testing.TB, srv *redistest.Server, cfg Config, name str
 	deps := platform.Deps{
 		Log:     log,
 		Cluster: node,
+		Store:   st,
 		Exclusive: func(ctx context.Context, lease string, run func(context.Context) error) error {
 			return store.RunExclusive(ctx, clock.System, st.Leases(), lease, name, ttl, run)
 		},
@@ -916,5 +917,29 @@ func TestClusterMemberFramesSentTwiceAreTakenOnce(t *testing.T) {
 				t.Fatalf("%s got %v before its pong, want nothing more", c.Name, m)
 			}
 		}
+	}
+}
+
+// TestClusterJoinAfterItsLeaveJoinsNobody: a remote member's join that
+// reaches the room's home after its leave (the edge sent it again, or
+// go-redis its PUBLISH, as the socket left) joins nobody: no ghost of the
+// member takes its name until the edge's next beat.
+func TestClusterJoinAfterItsLeaveJoinsNobody(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 1, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice")
+	cl := home.p.cluster
+	cl.node.Dispatch(cluster.Encode(msgLeave, "i9", []byte("7")))
+	cl.node.Dispatch(cluster.Encode(msgJoin, "i9", []byte(DefaultRoom), []byte("carol"), []byte("7")))
+	cl.mu.Lock()
+	ghost := cl.joining["i9/7"] || cl.remotes["i9/7"] != nil
+	cl.mu.Unlock()
+	if ghost {
+		t.Fatal("the join that came after its leave is taken: carol's ghost joins")
+	}
+	alice.SendJSON(map[string]any{"type": "ping"})
+	if m := alice.Next(); m["type"] != "pong" {
+		t.Fatalf("alice got %v, want her pong and no presence listing carol", m)
 	}
 }

@@ -406,7 +406,7 @@ func TestForwardToAHomeThatDroppedTheRoomGivesUp(t *testing.T) {
 			go func() {
 				done <- i1.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: "lab", Content: "hi"})
 			}()
-			waitFor(t, "i1 forwarding the send", goroutineIn("nexscope.(*fleet).forwardExec(", "cluster.(*Node).Call("))
+			waitFor(t, "i1 forwarding the send", goroutineIn("nexscope.(*fleet).forwardExec(", "cluster.(*Node).CallAgain("))
 			if then == "homed here" {
 				close(gate)
 			} else if err := i1.p.Bind(nil); err != nil {

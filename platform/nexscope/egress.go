@@ -116,6 +116,7 @@ func (p *Platform) sendLocked(tenant string, r *room, a *contract.Action) contra
 	if a.Content == "" {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: send needs content")
 	}
+	r.refreshLocked()
 	if r.tenant() != tenant {
 		return contract.Declined(platformName) // rebound since Execute authorized the action
 	}

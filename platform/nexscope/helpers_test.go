@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"connector/platform"
 	"connector/platform/nexscope/nexscopetest"
 	"connector/platform/platformtest"
+	"connector/vault"
 )
 
 // The member client, waits and fixtures of nexscopetest, under this
@@ -57,6 +59,32 @@ type testRelay struct {
 	sink  *platformtest.Sink
 	logs  *syncBuffer
 	url   string // ws:// base
+	// created are the tenants' creations the Platform's vault knows
+	// (vault.Config.Since), under mu: setTenants sets them.
+	mu      sync.Mutex
+	created map[string]time.Time
+}
+
+// since is the vault's vault.Config.Since.
+func (tr *testRelay) since(tenant string) time.Time {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.created[tenant]
+}
+
+// setTenants applies tenants as the registry's apply does: the vault
+// learns their creations first, then the Platform (SetTenants).
+func (tr *testRelay) setTenants(tenants map[string]time.Time) {
+	tr.recreate(tenants)
+	tr.p.SetTenants(tenants)
+}
+
+// recreate sets the creations the vault knows, and nothing else: the
+// window of an apply before it reaches the Platform.
+func (tr *testRelay) recreate(tenants map[string]time.Time) {
+	tr.mu.Lock()
+	tr.created = tenants
+	tr.mu.Unlock()
 }
 
 // newRelay builds a Platform with a fake clock and captured logs.
@@ -79,7 +107,8 @@ func newRelayOn(t testing.TB, cfg Config, wrap func(*clocktest.Fake) clock.Clock
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := New(cfg, platform.Deps{Log: log, Clock: clk})
+	tr := &testRelay{clock: fake, logs: logs}
+	p, err := New(cfg, platform.Deps{Log: log, Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: tr.since})})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -89,7 +118,8 @@ func newRelayOn(t testing.TB, cfg Config, wrap func(*clocktest.Fake) clock.Clock
 	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &testRelay{p: p, srv: srv, clock: fake, logs: logs, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
+	tr.p, tr.srv, tr.url = p, srv, "ws"+strings.TrimPrefix(srv.URL, "http")
+	return tr
 }
 
 // startRelay is newRelay with Run started on a recording sink until the

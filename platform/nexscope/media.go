@@ -106,6 +106,7 @@ func (r *room) beginBotTransfer(ctx context.Context, tenant string, a *contract.
 		}
 	}
 	defer r.unlock()
+	r.refreshLocked()
 	if r.tenant() != tenant {
 		return nil, "", contract.Declined(platformName), false // rebound while it waited
 	}

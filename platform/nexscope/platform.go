@@ -15,6 +15,7 @@ import (
 	"connector/descriptor"
 	"connector/platform"
 	"connector/session"
+	"connector/vault"
 )
 
 // platformName is the platform value on the wire.
@@ -30,9 +31,9 @@ type Platform struct {
 	// rooms are the rooms by name, guarded by roomsMu; Bind adds rooms.
 	roomsMu sync.RWMutex
 	rooms   map[string]*room
-	// created is each tenant's creation as SetTenants last gave it, under
-	// roomsMu: Bind binds a room to the tenant's current creation.
-	created map[string]time.Time
+	// tenants are the tenants SetTenants last gave, under roomsMu
+	// (tenantGone); nil before the first.
+	tenants map[string]time.Time
 	// wanted are the rooms the last Bind binds, by name, under roomsMu:
 	// dropIdle keeps them (Bind may have looked one up and not bound it
 	// yet).
@@ -273,11 +274,10 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 		}
 	}
 	rooms := slices.Collect(maps.Values(p.rooms))
-	created := p.created
 	p.roomsMu.Unlock()
 	for _, r := range rooms {
 		r.mu.Lock()
-		r.bindLocked(want[r.name], created[want[r.name]])
+		r.bindLocked(want[r.name], p.creation(want[r.name]))
 		r.unlock()
 		p.dropIdle(r)
 	}
@@ -322,26 +322,30 @@ func (p *Platform) dropIdle(r *room) {
 func (p *Platform) tenantGone(tenant string) bool {
 	p.roomsMu.RLock()
 	defer p.roomsMu.RUnlock()
-	_, ok := p.created[tenant]
-	return p.created != nil && !ok
+	_, ok := p.tenants[tenant]
+	return p.tenants != nil && !ok
 }
 
-// SetTenants implements platform.TenantKeeper: a room bound to a tenant
-// created again since it was bound (deleted and made again under its id,
-// even within one apply of the registry) is bound afresh to the new
-// creation, so the bridge forgets what it remembered for the earlier one
-// (bindLocked). Bind, which follows, binds rooms to the creations given
-// here.
+// creation is tenant's creation as the vault knows it (vault.Creation,
+// which the registry's apply sets before it tells the relay or any
+// platform): zero for a declared tenant, or none.
+func (p *Platform) creation(tenant string) time.Time {
+	return vault.Creation(p.deps.Vault, tenant)
+}
+
+// SetTenants implements platform.TenantKeeper: it keeps the tenants
+// (tenantGone), and a room bound to a tenant created again since it was
+// bound (deleted and made again under its id) is bound afresh to the new
+// creation (room.refreshLocked), as the room's next bridged message or
+// op finds it already when the relay, told first, serves the new tenant.
 func (p *Platform) SetTenants(created map[string]time.Time) {
 	p.roomsMu.Lock()
-	p.created = created
+	p.tenants = created
 	rooms := slices.Collect(maps.Values(p.rooms))
 	p.roomsMu.Unlock()
 	for _, r := range rooms {
 		r.mu.Lock()
-		if at, ok := created[r.tenant()]; ok {
-			r.bindLocked(r.tenant(), at)
-		}
+		r.refreshLocked()
 		r.unlock()
 	}
 }

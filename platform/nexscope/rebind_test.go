@@ -365,7 +365,7 @@ func TestTenantCreatedAgainForgetsBridgeMemory(t *testing.T) {
 	tr := startRelay(t, boundConfig())
 	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	bindings := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
-	tr.p.SetTenants(map[string]time.Time{"t1": first})
+	tr.setTenants(map[string]time.Time{"t1": first})
 	if err := tr.p.Bind(bindings); err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +388,7 @@ func TestTenantCreatedAgainForgetsBridgeMemory(t *testing.T) {
 		t.Fatalf("delivery to %s, want t1", d.Tenant)
 	}
 
-	tr.p.SetTenants(map[string]time.Time{"t1": first.Add(time.Hour)}) // deleted and created again
+	tr.setTenants(map[string]time.Time{"t1": first.Add(time.Hour)}) // deleted and created again
 	if err := tr.p.Bind(bindings); err != nil {
 		t.Fatal(err)
 	}
@@ -403,6 +403,50 @@ func TestTenantCreatedAgainForgetsBridgeMemory(t *testing.T) {
 	d := tr.sink.Next(t)
 	if d.Tenant != "t1" || d.Event == nil || d.Event.PromptResponse != nil || d.Event.Text != "/once" {
 		t.Fatalf("delivery to %s: %+v, want a plain command, not an answer to the earlier t1's prompt", d.Tenant, d.Event)
+	}
+}
+
+// A room's tenant deleted and created again under its id, as the vault
+// knows it before the apply reaches nexscope (the relay, told first,
+// serves the new tenant's gateways in that window), is the new creation
+// at once: the earlier tenant's open prompt is not answered to the new
+// one, and the new one's send does not answer the earlier one's inbound.
+func TestTenantCreatedAgainIsForgottenBeforeSetTenants(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	tr.setTenants(map[string]time.Time{"t1": first})
+	if err := tr.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.ExpectPresence("alice", "bob", "hermes")
+	var a contract.Action
+	if err := json.Unmarshal([]byte(`{"op":"prompt","chat_id":"lab","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"old.1","metadata":{"user_id":"alice"},
+		"options":[{"id":"once","label":"Approve the earlier t1's deploy"},{"id":"deny","label":"Deny"}]}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &a); !res.Success {
+		t.Fatalf("prompt = %+v", res)
+	}
+	alice.Expect("msg")
+	bob.SendJSON(msg("m1", "bob", []string{"hermes"}, "for the earlier t1"))
+	bob.Expect("ack")
+	tr.sink.Next(t)
+
+	tr.recreate(map[string]time.Time{"t1": first.Add(time.Hour)}) // deleted and created again; SetTenants not yet
+	if res := tr.p.Execute(context.Background(), "t1", &contract.Action{Op: contract.OpSend, ChatID: "lab", Content: "hi"}); !res.Success {
+		t.Fatalf("send = %+v", res)
+	}
+	if m := bob.Expect("msg"); fmt.Sprint(m["to"]) != "[]" {
+		t.Fatalf("the new t1's send %v, want a broadcast, not a reply to bob's message to the earlier t1", m)
+	}
+	alice.Expect("msg")
+	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	if d := tr.sink.Next(t); d.Event == nil || d.Event.PromptResponse != nil || d.Event.Text != "/once" {
+		t.Fatalf("delivery %+v, want a plain command, not an answer to the earlier t1's prompt", d.Event)
 	}
 }
 
@@ -455,13 +499,13 @@ func TestBotFileAbortedWhenTheRoomResigns(t *testing.T) {
 // bot offline: the relay would drop the message as an unknown tenant's.
 func TestRoomOfADeletedTenantListsTheBotOffline(t *testing.T) {
 	tr := startRelay(t, boundConfig())
-	tr.p.SetTenants(map[string]time.Time{"t2": {}}) // t1 deleted
+	tr.setTenants(map[string]time.Time{"t2": {}}) // t1 deleted
 	alice := tr.join(t, "lab", "alice")
 	alice.SendJSON(msg("m1", "alice", []string{"hermes"}, "hello"))
 	if ack := alice.Expect("ack"); fmt.Sprint(ack["offline"]) != "[hermes]" {
 		t.Fatalf("ack %v, want hermes offline", ack)
 	}
-	tr.p.SetTenants(map[string]time.Time{"t1": {}, "t2": {}}) // t1 configured again
+	tr.setTenants(map[string]time.Time{"t1": {}, "t2": {}}) // t1 configured again
 	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "hello again"))
 	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
 		t.Fatalf("ack %v, want hermes delivered", ack)
@@ -498,7 +542,7 @@ func TestRefusedDeliveryAcrossRecreationRestoresNothing(t *testing.T) {
 	t.Cleanup(tr.run(t, sink))
 	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	bindings := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
-	tr.p.SetTenants(map[string]time.Time{"t1": first})
+	tr.setTenants(map[string]time.Time{"t1": first})
 	if err := tr.p.Bind(bindings); err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +559,7 @@ func TestRefusedDeliveryAcrossRecreationRestoresNothing(t *testing.T) {
 	alice.Expect("msg")
 	alice.SendJSON(msg("m1", "alice", []string{"hermes"}, "/once"))
 	<-sink.entered // the earlier t1's prompt answered, its delivery under way
-	tr.p.SetTenants(map[string]time.Time{"t1": first.Add(time.Hour)})
+	tr.setTenants(map[string]time.Time{"t1": first.Add(time.Hour)})
 	close(sink.release)
 	if ack := alice.Expect("ack"); fmt.Sprint(ack["offline"]) != "[hermes]" {
 		t.Fatalf("ack %v, want hermes offline", ack)
@@ -540,7 +584,7 @@ func TestTenantDeclaredInTheYAMLKeepsBridgeMemory(t *testing.T) {
 	bindings := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
 	apply := func(created time.Time) {
 		t.Helper()
-		tr.p.SetTenants(map[string]time.Time{"t1": created})
+		tr.setTenants(map[string]time.Time{"t1": created})
 		if err := tr.p.Bind(bindings); err != nil {
 			t.Fatal(err)
 		}
@@ -570,7 +614,7 @@ func TestTenantDeclaredInTheYAMLKeepsBridgeMemory(t *testing.T) {
 	}
 
 	apply(time.Time{})
-	tr.p.SetTenants(map[string]time.Time{}) // a reload that drops the room's binding meanwhile
+	tr.setTenants(map[string]time.Time{}) // a reload that drops the room's binding meanwhile
 	if err := tr.p.Bind(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -621,9 +665,9 @@ func (h *hookMetrics) Dropped(_, reason string) {
 func TestPromptTenantCreatedAgainWhileSent(t *testing.T) {
 	tr := newRelay(t, Config{Rooms: []Room{{Name: "lab", Tenant: "t1"}}, SendQueueBytes: 1, MaxPayload: 4096, MaxText: 8192})
 	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	tr.p.SetTenants(map[string]time.Time{"t1": first})
+	tr.setTenants(map[string]time.Time{"t1": first})
 	tr.p.deps.Metrics = &hookMetrics{reason: "slow_consumer", onDrop: func() {
-		tr.p.SetTenants(map[string]time.Time{"t1": first.Add(time.Hour)}) // deleted and created again
+		tr.setTenants(map[string]time.Time{"t1": first.Add(time.Hour)}) // deleted and created again
 	}}
 	sink := platformtest.NewSink(64)
 	t.Cleanup(tr.run(t, sink))

@@ -79,7 +79,7 @@ type msgRef struct {
 }
 
 // roomBinding is a bound room's tenant, the tenant's creation
-// (registry.Tenant.Created, zero for a declared tenant: Platform.SetTenants;
+// (registry.Tenant.Created, zero for a declared tenant: Platform.creation;
 // a stored tenant's when the YAML declared it after the room was bound to
 // it: bindLocked) and the bot member that stands for it.
 type roomBinding struct {
@@ -161,6 +161,17 @@ func (r *room) bindLocked(tenant string, created time.Time) {
 	}
 	if tenant != prev.tenant { // else created again: the same bot stays listed
 		r.broadcastPresenceLocked()
+	}
+}
+
+// refreshLocked binds the room afresh when its tenant's creation
+// (Platform.creation) is another than the one it was bound under: the
+// tenant was deleted and created again, and the bridge forgets what it
+// remembered for the earlier one (bindLocked). Under mu; unlock releases
+// it.
+func (r *room) refreshLocked() {
+	if t := r.tenant(); t != "" {
+		r.bindLocked(t, r.p.creation(t))
 	}
 }
 
