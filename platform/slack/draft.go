@@ -244,14 +244,13 @@ func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contra
 }
 
 // frame is draft in k's turn.
-func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) contract.Result {
+func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) (r contract.Result) {
 	if a.Final {
-		switch rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
-		case err != nil:
-			return p.streamUnreadable(err)
-		case ok && rec.repeatedBy(a):
-			return contract.OK(rec.TS)
+		expires, r, done := p.claimSeal(ctx, k, a)
+		if done {
+			return r
 		}
+		defer func() { p.releaseSeal(ctx, k, a, expires, r) }()
 	}
 	text := cutCursor(a.Content)
 	st, open, err := p.streams.load(ctx, k)
@@ -285,6 +284,66 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 		return contract.OK(ts)
 	}
 	return p.appendStream(ctx, t, k, &st, text)
+}
+
+// sealPoll is how often a seal waiting for its first copy (claimSeal)
+// looks for the copy's seal record.
+const sealPoll = 250 * time.Millisecond
+
+// sealingKey is the claim of seal a of k's stream while it is sent.
+func (s *streams) sealingKey(k streamKey, a *contract.Action) string {
+	return "slack/sealing/" + k.tenant + "/" + strconv.FormatInt(creation(s.vault, k.tenant), 10) + "/" + k.channel + "/" +
+		strconv.FormatInt(a.DraftID, 10) + "/" + a.Metadata.Turn()
+}
+
+// claimSeal answers seal a of k's stream (done) when it repeats one
+// sealed lately (sealRecord.repeatedBy), else takes it for this instance
+// while it is sent until expires (zero: not taken, the store did not
+// answer; logged, and the seal sent as without a claim). A copy of the
+// seal resent meanwhile (the gateway reconnected, to any instance) waits
+// for the seal's record and answers its message, and seals itself only
+// once the claim is released (releaseSeal: the first copy sealed nothing)
+// or lapsed (its instance died).
+func (p *Platform) claimSeal(ctx context.Context, k streamKey, a *contract.Action) (expires time.Time, r contract.Result, done bool) {
+	for {
+		switch rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
+		case err != nil:
+			return time.Time{}, p.streamUnreadable(err), true
+		case ok && rec.repeatedBy(a):
+			return time.Time{}, contract.OK(rec.TS), true
+		}
+		// The seal, until the request's deadline, then its record.
+		expires = platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
+		took, err := p.claims.Claim(ctx, p.streams.sealingKey(k, a), expires)
+		switch {
+		case err != nil:
+			p.log.Warn("slack draft seal not claimed", "err", err)
+			return time.Time{}, contract.Result{}, false
+		case took:
+			return expires, contract.Result{}, false
+		}
+		if err := p.clock.Sleep(ctx, sealPoll); err != nil {
+			return time.Time{}, p.failure(contract.OpDraft, err), true
+		}
+	}
+}
+
+// releaseSeal gives up the claim of seal a of k's stream, taken until
+// expires (claimSeal), when the seal failed with no record stored: a
+// resend then seals. A claim whose seal has a record (or may have: it
+// succeeded) is left to lapse, so no resend seals twice.
+func (p *Platform) releaseSeal(ctx context.Context, k streamKey, a *contract.Action, expires time.Time, r contract.Result) {
+	if expires.IsZero() || r.Success {
+		return
+	}
+	if rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); err != nil || ok && rec.repeatedBy(a) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if err := p.claims.Release(ctx, p.streams.sealingKey(k, a), expires); err != nil {
+		p.log.Warn("slack draft seal claim not released; a resend of the seal waits for it to lapse", "err", err)
+	}
 }
 
 // startStream starts a stream in the action's thread with text.
