@@ -381,7 +381,7 @@ func (p *Platform) appendStream(ctx context.Context, t target, k streamKey, st *
 		return contract.OK(st.TS)
 	}
 	delta := text[st.Sent:]
-	err := p.call(ctx, t.team, "chat.appendStream", func(ctx context.Context, c *slack.Client) error {
+	err := p.callIn(ctx, t.team, t.channel, "chat.appendStream", func(ctx context.Context, c *slack.Client) error {
 		_, _, err := c.AppendStreamContext(ctx, t.channel, st.TS, slack.MsgOptionMarkdownText(delta))
 		return err
 	})
@@ -403,7 +403,7 @@ func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, turn, fina
 	if final != "" && len(final) > st.Sent && st.extendedBy(final) {
 		opts = append(opts, slack.MsgOptionMarkdownText(final[st.Sent:]))
 	}
-	err := p.call(ctx, st.Team, "chat.stopStream", func(ctx context.Context, c *slack.Client) error {
+	err := p.callIn(ctx, st.Team, k.channel, "chat.stopStream", func(ctx context.Context, c *slack.Client) error {
 		_, _, err := c.StopStreamContext(ctx, k.channel, st.TS, opts...)
 		return err
 	})
