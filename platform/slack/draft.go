@@ -426,7 +426,6 @@ func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, turn, fina
 // stream.
 func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	k := streamKey{tenant, t.channel}
-	sealed := false
 	r := p.inTurn(ctx, k, func() contract.Result {
 		st, open, err := p.streams.load(ctx, k)
 		if err != nil || !open || st.Done || st.Sent == 0 {
@@ -440,10 +439,9 @@ func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a
 		if err != nil {
 			return contract.Result{} // post it normally; Slack ends the stream
 		}
-		sealed = true
 		return contract.OK(ts)
 	})
-	return r, sealed
+	return r, r.Success
 }
 
 // streamUnreadable answers a frame whose stream record the store did not
