@@ -336,11 +336,11 @@ func (p *Platform) releaseSeal(ctx context.Context, k streamKey, a *contract.Act
 	if expires.IsZero() || r.Success {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
 	if rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); err != nil || ok && rec.repeatedBy(a) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-	defer cancel()
 	if err := p.claims.Release(ctx, p.streams.sealingKey(k, a), expires); err != nil {
 		p.log.Warn("slack draft seal claim not released; a resend of the seal waits for it to lapse", "err", err)
 	}
