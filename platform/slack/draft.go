@@ -40,9 +40,13 @@ import (
 // itself is the gateway's, which sends it whole with every frame. A frame
 // that does not extend what the record says was streamed seals the stream
 // and fails, as natively. Frames of one stream on one instance run one at
-// a time; two instances racing on one stream (the old connection's last
-// frame still running while the new one's first arrives) may append a
-// frame twice or fail it, never open a second message. Records are kept
+// a time; a stream's first frame holds a claim while it starts the stream
+// (openStream), and a seal while it is sent (claimSeal), so a frame of
+// the stream that reaches another instance meanwhile (the gateway
+// reconnected there) waits for it. Two instances racing on later frames
+// may append a frame twice or fail it; only a seal reaching another
+// instance while the first frame still starts the stream is posted as a
+// message of its own. Records are kept
 // with when they were written and the tenant's creation then, and one
 // written for an earlier tenant of its tenant's id, deleted since
 // (earlierRecord), is none: a tenant
@@ -275,7 +279,7 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 		}
 		return r
 	case !open:
-		return p.startStream(ctx, tenant, t, a, k, text)
+		return p.openStream(ctx, tenant, t, a, k, text)
 	case a.Final:
 		ts, err := p.seal(ctx, k, &st, a.Metadata.Turn(), text)
 		if err != nil {
@@ -286,38 +290,36 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 	return p.appendStream(ctx, t, k, &st, text)
 }
 
-// sealPoll is how often a seal waiting for its first copy (claimSeal)
-// looks for the copy's seal record.
+// sealPoll is how often a frame waiting for another copy's claim
+// (claimFrame) looks for that copy's record.
 const sealPoll = 250 * time.Millisecond
 
-// sealingKey is the claim of seal a of k's stream while it is sent.
-func (s *streams) sealingKey(k streamKey, a *contract.Action) string {
-	return "slack/sealing/" + k.tenant + "/" + strconv.FormatInt(creation(s.vault, k.tenant), 10) + "/" + k.channel + "/" +
+// frameKey is the claim, named by kind ("sealing", "opening"), of seal
+// or first frame a of k's stream while it is sent.
+func (s *streams) frameKey(kind string, k streamKey, a *contract.Action) string {
+	return "slack/" + kind + "/" + k.tenant + "/" + strconv.FormatInt(creation(s.vault, k.tenant), 10) + "/" + k.channel + "/" +
 		strconv.FormatInt(a.DraftID, 10) + "/" + a.Metadata.Turn()
 }
 
-// claimSeal answers seal a of k's stream (done) when it repeats one
-// sealed lately (sealRecord.repeatedBy), else takes it for this instance
-// while it is sent until expires (zero: not taken, the store did not
-// answer; logged, and the seal sent as without a claim). A copy of the
-// seal resent meanwhile (the gateway reconnected, to any instance) waits
-// for the seal's record and answers its message, and seals itself only
-// once the claim is released (releaseSeal: the first copy sealed nothing)
-// or lapsed (its instance died).
-func (p *Platform) claimSeal(ctx context.Context, k streamKey, a *contract.Action) (expires time.Time, r contract.Result, done bool) {
+// claimFrame answers a frame (done) once settled does (it reads the
+// record another copy of the frame left), else takes key for this
+// instance while the frame is sent until expires (zero: not taken, the
+// store did not answer; logged, and the frame sent as without a claim).
+// A copy resent meanwhile (the gateway reconnected, to any instance)
+// waits for settled, polling every sealPoll, and sends itself only once
+// the claim is released (releaseFrame: the first copy sent nothing) or
+// lapsed (its instance died).
+func (p *Platform) claimFrame(ctx context.Context, key string, settled func() (contract.Result, bool)) (expires time.Time, r contract.Result, done bool) {
 	for {
-		switch rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
-		case err != nil:
-			return time.Time{}, p.streamUnreadable(err), true
-		case ok && rec.repeatedBy(a):
-			return time.Time{}, contract.OK(rec.TS), true
+		if r, ok := settled(); ok {
+			return time.Time{}, r, true
 		}
-		// The seal, until the request's deadline, then its record.
+		// The frame, until the request's deadline, then its record.
 		expires = platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
-		took, err := p.claims.Claim(ctx, p.streams.sealingKey(k, a), expires)
+		took, err := p.claims.Claim(ctx, key, expires)
 		switch {
 		case err != nil:
-			p.log.Warn("slack draft seal not claimed", "err", err)
+			p.log.Warn("slack draft frame not claimed", "err", err)
 			return time.Time{}, contract.Result{}, false
 		case took:
 			return expires, contract.Result{}, false
@@ -325,6 +327,27 @@ func (p *Platform) claimSeal(ctx context.Context, k streamKey, a *contract.Actio
 		if err := p.clock.Sleep(ctx, sealPoll); err != nil {
 			return time.Time{}, p.failure(contract.OpDraft, err), true
 		}
+	}
+}
+
+// claimSeal is claimFrame for seal a of k's stream: a repeat of a seal
+// recorded lately (sealRecord.repeatedBy) answers its message.
+func (p *Platform) claimSeal(ctx context.Context, k streamKey, a *contract.Action) (expires time.Time, r contract.Result, done bool) {
+	return p.claimFrame(ctx, p.streams.frameKey("sealing", k, a), func() (contract.Result, bool) {
+		switch rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
+		case err != nil:
+			return p.streamUnreadable(err), true
+		case ok && rec.repeatedBy(a):
+			return contract.OK(rec.TS), true
+		}
+		return contract.Result{}, false
+	})
+}
+
+// releaseFrame gives up claim key, taken until expires (claimFrame).
+func (p *Platform) releaseFrame(ctx context.Context, key string, expires time.Time) {
+	if err := p.claims.Release(ctx, key, expires); err != nil {
+		p.log.Warn("slack draft frame claim not released; a resend of the frame waits for it to lapse", "err", err)
 	}
 }
 
@@ -341,9 +364,34 @@ func (p *Platform) releaseSeal(ctx context.Context, k streamKey, a *contract.Act
 	if rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); err != nil || ok && rec.repeatedBy(a) {
 		return
 	}
-	if err := p.claims.Release(ctx, p.streams.sealingKey(k, a), expires); err != nil {
-		p.log.Warn("slack draft seal claim not released; a resend of the seal waits for it to lapse", "err", err)
+	p.releaseFrame(ctx, p.streams.frameKey("sealing", k, a), expires)
+}
+
+// openStream starts a stream (startStream) holding a claim while it is
+// started, so a frame of the same draft and turn that reaches another
+// instance meanwhile (the gateway reconnected there) waits for the
+// stream's record and appends to it instead of starting a second message.
+func (p *Platform) openStream(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey, text string) contract.Result {
+	key := p.streams.frameKey("opening", k, a)
+	expires, r, done := p.claimFrame(ctx, key, func() (contract.Result, bool) {
+		switch st, open, err := p.streams.load(ctx, k); {
+		case err != nil:
+			return p.streamUnreadable(err), true
+		case open && !st.Done && st.Draft == a.DraftID && !st.otherTurn(a):
+			return p.appendStream(ctx, t, k, &st, text), true
+		}
+		return contract.Result{}, false
+	})
+	if done {
+		return r
 	}
+	r = p.startStream(ctx, tenant, t, a, k, text)
+	if !r.Success && !expires.IsZero() { // nothing started: a resend starts it
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		defer cancel()
+		p.releaseFrame(ctx, key, expires)
+	}
+	return r
 }
 
 // startStream starts a stream in the action's thread with text.
