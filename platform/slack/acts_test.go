@@ -1204,11 +1204,18 @@ func TestStreamRecordOfANegativeLengthUnreadable(t *testing.T) {
 
 // TestStreamStartedOnceAcrossAReconnect: a gateway's connection drops
 // while its first frame of a stream is starting it (chat.startStream) on
-// one instance; it dials another and sends the next frame there. That
-// frame waits for the first to start the stream, then appends to it: one
-// message, not two. Before, it found no stream recorded yet and started a
-// second message.
+// one instance; it dials another and sends the next frame there, or the
+// seal. That frame waits for the first to start the stream, then appends
+// to it, or stops it with the rest: one message, not two. Before, it
+// found no stream recorded yet and started a second message (or posted
+// the seal's content as one).
 func TestStreamStartedOnceAcrossAReconnect(t *testing.T) {
+	for _, final := range []bool{false, true} {
+		t.Run("final "+strconv.FormatBool(final), func(t *testing.T) { streamStartedOnce(t, final) })
+	}
+}
+
+func streamStartedOnce(t *testing.T, final bool) {
 	st := newSharedStore(t)
 	fake := newFake(t)
 	started, release := make(chan struct{}, 1), make(chan struct{})
@@ -1236,20 +1243,20 @@ func TestStreamStartedOnceAcrossAReconnect(t *testing.T) {
 		return newEnvOn(t, fake, func(c *Config) { c.APIURL = proxy.URL + "/" }, &platform.Deps{Store: st, Clock: clk, Cluster: newNode(t, st, name)})
 	}
 	a, b := instance("i0", clock.System), instance("i1", clk)
-	frame := func(e *env, content string) contract.Result {
-		raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 7, "content": content,
+	frame := func(e *env, content string, final bool) contract.Result {
+		raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 7, "content": content, "final": final,
 			"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda}})
 		return e.execute(t, "t1", string(raw))
 	}
 	first, next := make(chan contract.Result, 1), make(chan contract.Result, 1)
-	go func() { first <- frame(a, "Hello") }()
+	go func() { first <- frame(a, "Hello", false) }()
 	select {
 	case <-started:
 	case <-time.After(waitFor):
 		t.Fatalf("timed out after %v waiting for the first frame's chat.startStream", waitFor)
 	}
 	timers := clk.Pending()
-	go func() { next <- frame(b, "Hello, world") }()
+	go func() { next <- frame(b, "Hello, world", final) }()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	pending := make(chan error, 1)
@@ -1282,7 +1289,13 @@ func TestStreamStartedOnceAcrossAReconnect(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatalf("timed out after %v waiting for the next frame", waitFor)
 	}
-	if n, m := len(fake.Calls("chat.startStream")), len(fake.Calls("chat.appendStream")); n != 1 || m != 1 {
-		t.Fatalf("%d streams started, %d frames appended; want one of each", n, m)
+	want := map[string]int{"chat.startStream": 1, "chat.appendStream": 1, "chat.stopStream": 0, "chat.postMessage": 0}
+	if final {
+		want["chat.appendStream"], want["chat.stopStream"] = 0, 1
+	}
+	for method, n := range want {
+		if got := len(fake.Calls(method)); got != n {
+			t.Errorf("%d %s, want %d", got, method, n)
+		}
 	}
 }

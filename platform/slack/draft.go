@@ -41,12 +41,11 @@ import (
 // that does not extend what the record says was streamed seals the stream
 // and fails, as natively. Frames of one stream on one instance run one at
 // a time; a stream's first frame holds a claim while it starts the stream
-// (openStream), and a seal while it is sent (claimSeal), so a frame of
+// (claimOpening), and a seal while it is sent (claimSeal), so a frame of
 // the stream that reaches another instance meanwhile (the gateway
-// reconnected there) waits for it. Two instances racing on later frames
-// may append a frame twice or fail it; only a seal reaching another
-// instance while the first frame still starts the stream is posted as a
-// message of its own. Records are kept
+// reconnected there) waits for it, never opening a second message. Two
+// instances racing on later frames may append a frame twice or fail it.
+// Records are kept
 // with when they were written and the tenant's creation then, and one
 // written for an earlier tenant of its tenant's id, deleted since
 // (earlierRecord), is none: a tenant
@@ -250,9 +249,9 @@ func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contra
 // frame is draft in k's turn.
 func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) (r contract.Result) {
 	if a.Final {
-		expires, r, done := p.claimSeal(ctx, k, a)
+		expires, answer, done := p.claimSeal(ctx, k, a)
 		if done {
-			return r
+			return answer
 		}
 		defer func() { p.releaseSeal(ctx, k, a, expires, r) }()
 	}
@@ -265,6 +264,23 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 	if open && (st.Draft != a.DraftID || st.otherTurn(a)) {
 		p.seal(ctx, k, &st, st.Turn, "")
 		open = false
+	}
+	if !open {
+		opened, expires, answer, done := p.claimOpening(ctx, k, a)
+		switch {
+		case done:
+			return answer
+		case opened != nil:
+			st, open = *opened, true
+		case !expires.IsZero():
+			defer func() {
+				if !r.Success && r.MessageID == "" { // nothing sent: a resend sends it
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+					defer cancel()
+					p.releaseFrame(ctx, p.streams.frameKey("opening", k, a), expires)
+				}
+			}()
+		}
 	}
 	switch {
 	case !open && a.Final:
@@ -279,7 +295,7 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 		}
 		return r
 	case !open:
-		return p.openStream(ctx, tenant, t, a, k, text)
+		return p.startStream(ctx, tenant, t, a, k, text)
 	case a.Final:
 		ts, err := p.seal(ctx, k, &st, a.Metadata.Turn(), text)
 		if err != nil {
@@ -367,31 +383,25 @@ func (p *Platform) releaseSeal(ctx context.Context, k streamKey, a *contract.Act
 	p.releaseFrame(ctx, p.streams.frameKey("sealing", k, a), expires)
 }
 
-// openStream starts a stream (startStream) holding a claim while it is
-// started, so a frame of the same draft and turn that reaches another
-// instance meanwhile (the gateway reconnected there) waits for the
-// stream's record and appends to it instead of starting a second message.
-func (p *Platform) openStream(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey, text string) contract.Result {
-	key := p.streams.frameKey("opening", k, a)
-	expires, r, done := p.claimFrame(ctx, key, func() (contract.Result, bool) {
-		switch st, open, err := p.streams.load(ctx, k); {
+// claimOpening is claimFrame for a frame a that finds no stream of its
+// draft open in k's chat: the first frame of a stream holds the claim
+// while it starts the stream (or, a seal, sends the reply), so a frame of
+// the same draft and turn that reaches another instance meanwhile (the
+// gateway reconnected there) waits for the stream's record and goes on
+// with that stream (st) instead of starting a second message.
+func (p *Platform) claimOpening(ctx context.Context, k streamKey, a *contract.Action) (st *stream, expires time.Time, r contract.Result, done bool) {
+	expires, r, done = p.claimFrame(ctx, p.streams.frameKey("opening", k, a), func() (contract.Result, bool) {
+		s, open, err := p.streams.load(ctx, k)
+		switch {
 		case err != nil:
 			return p.streamUnreadable(err), true
-		case open && !st.Done && st.Draft == a.DraftID && !st.otherTurn(a):
-			return p.appendStream(ctx, t, k, &st, text), true
+		case open && !s.Done && s.Draft == a.DraftID && !s.otherTurn(a):
+			st = &s
+			return contract.Result{}, true
 		}
 		return contract.Result{}, false
 	})
-	if done {
-		return r
-	}
-	r = p.startStream(ctx, tenant, t, a, k, text)
-	if !r.Success && !expires.IsZero() { // nothing started: a resend starts it
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-		defer cancel()
-		p.releaseFrame(ctx, key, expires)
-	}
-	return r
+	return st, expires, r, done && st == nil
 }
 
 // startStream starts a stream in the action's thread with text.
