@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
 	"connector/media"
@@ -1196,5 +1199,103 @@ func TestStreamRecordOfANegativeLengthUnreadable(t *testing.T) {
 	}
 	if r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"Hello","metadata":{"thread_id":"1768490100.000100"}}`); !r.Success || r.MessageID == "" {
 		t.Fatalf("a send on the record: %+v, want it posted", r)
+	}
+}
+
+// TestStreamStartedOnceAcrossAReconnect: a gateway's connection drops
+// while its first frame of a stream is starting it (chat.startStream) on
+// one instance; it dials another and sends the next frame there, or the
+// seal. That frame waits for the first to start the stream, then appends
+// to it, or stops it with the rest: one message, not two. Before, it
+// found no stream recorded yet and started a second message (or posted
+// the seal's content as one).
+func TestStreamStartedOnceAcrossAReconnect(t *testing.T) {
+	for _, final := range []bool{false, true} {
+		t.Run("final "+strconv.FormatBool(final), func(t *testing.T) { streamStartedOnce(t, final) })
+	}
+}
+
+func streamStartedOnce(t *testing.T, final bool) {
+	st := newSharedStore(t)
+	fake := newFake(t)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	var waited atomic.Bool
+	upstream, err := url.Parse(fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/chat.startStream" && waited.CompareAndSwap(false, true) { // the first start waits
+			started <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	clk := clocktest.New(time.Now())
+	instance := func(name string, clk clock.Clock) *env {
+		return newEnvOn(t, fake, func(c *Config) { c.APIURL = proxy.URL + "/" }, &platform.Deps{Store: st, Clock: clk, Cluster: newNode(t, st, name)})
+	}
+	a, b := instance("i0", clock.System), instance("i1", clk)
+	frame := func(e *env, content string, final bool) contract.Result {
+		raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 7, "content": content, "final": final,
+			"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda}})
+		return e.execute(t, "t1", string(raw))
+	}
+	first, next := make(chan contract.Result, 1), make(chan contract.Result, 1)
+	go func() { first <- frame(a, "Hello", false) }()
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first frame's chat.startStream", waitFor)
+	}
+	timers := clk.Pending()
+	go func() { next <- frame(b, "Hello, world", final) }()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	pending := make(chan error, 1)
+	go func() { pending <- clk.WaitPending(ctx, timers+1) }()
+	select {
+	case r := <-next:
+		t.Fatalf("the next frame was answered (%+v) while the first still started the stream", r)
+	case err := <-pending:
+		if err != nil {
+			t.Fatalf("waiting for the next frame to wait for the first: %v", err)
+		}
+	}
+	once.Do(func() { close(release) })
+	var ts string
+	select {
+	case r := <-first:
+		if !r.Success || r.MessageID == "" {
+			t.Fatalf("the first frame: %+v", r)
+		}
+		ts = r.MessageID
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first frame", waitFor)
+	}
+	clk.Advance(sealPoll)
+	select {
+	case r := <-next:
+		if !r.Success || r.MessageID != ts {
+			t.Fatalf("the next frame: %+v, want it in %s", r, ts)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the next frame", waitFor)
+	}
+	want := map[string]int{"chat.startStream": 1, "chat.appendStream": 1, "chat.stopStream": 0, "chat.postMessage": 0}
+	if final {
+		want["chat.appendStream"], want["chat.stopStream"] = 0, 1
+	}
+	for method, n := range want {
+		if got := len(fake.Calls(method)); got != n {
+			t.Errorf("%d %s, want %d", got, method, n)
+		}
 	}
 }

@@ -40,9 +40,12 @@ import (
 // itself is the gateway's, which sends it whole with every frame. A frame
 // that does not extend what the record says was streamed seals the stream
 // and fails, as natively. Frames of one stream on one instance run one at
-// a time; two instances racing on one stream (the old connection's last
-// frame still running while the new one's first arrives) may append a
-// frame twice or fail it, never open a second message. Records are kept
+// a time; a stream's first frame holds a claim while it starts the stream
+// (claimOpening), and a seal while it is sent (claimSeal), so a frame of
+// the stream that reaches another instance meanwhile (the gateway
+// reconnected there) waits for it, never opening a second message. Two
+// instances racing on later frames may append a frame twice or fail it.
+// Records are kept
 // with when they were written and the tenant's creation then, and one
 // written for an earlier tenant of its tenant's id, deleted since
 // (earlierRecord), is none: a tenant
@@ -244,14 +247,13 @@ func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contra
 }
 
 // frame is draft in k's turn.
-func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) contract.Result {
+func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) (r contract.Result) {
 	if a.Final {
-		switch rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
-		case err != nil:
-			return p.streamUnreadable(err)
-		case ok && rec.repeatedBy(a):
-			return contract.OK(rec.TS)
+		expires, answer, done := p.claimSeal(ctx, k, a)
+		if done {
+			return answer
 		}
+		defer func() { p.releaseSeal(ctx, k, a, expires, r) }()
 	}
 	text := cutCursor(a.Content)
 	st, open, err := p.streams.load(ctx, k)
@@ -262,6 +264,23 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 	if open && (st.Draft != a.DraftID || st.otherTurn(a)) {
 		p.seal(ctx, k, &st, st.Turn, "")
 		open = false
+	}
+	if !open {
+		opened, expires, answer, done := p.claimOpening(ctx, k, a)
+		switch {
+		case done:
+			return answer
+		case opened != nil:
+			st, open = *opened, true
+		case !expires.IsZero():
+			defer func() {
+				if !r.Success && r.MessageID == "" { // nothing sent: a resend sends it
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+					defer cancel()
+					p.releaseFrame(ctx, p.streams.frameKey("opening", k, a), expires)
+				}
+			}()
+		}
 	}
 	switch {
 	case !open && a.Final:
@@ -285,6 +304,104 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 		return contract.OK(ts)
 	}
 	return p.appendStream(ctx, t, k, &st, text)
+}
+
+// sealPoll is how often a frame waiting for another copy's claim
+// (claimFrame) looks for that copy's record.
+const sealPoll = 250 * time.Millisecond
+
+// frameKey is the claim, named by kind ("sealing", "opening"), of seal
+// or first frame a of k's stream while it is sent.
+func (s *streams) frameKey(kind string, k streamKey, a *contract.Action) string {
+	return "slack/" + kind + "/" + k.tenant + "/" + strconv.FormatInt(creation(s.vault, k.tenant), 10) + "/" + k.channel + "/" +
+		strconv.FormatInt(a.DraftID, 10) + "/" + a.Metadata.Turn()
+}
+
+// claimFrame answers a frame (done) once settled does (it reads the
+// record another copy of the frame left), else takes key for this
+// instance while the frame is sent until expires (zero: not taken, the
+// store did not answer; logged, and the frame sent as without a claim).
+// A copy resent meanwhile (the gateway reconnected, to any instance)
+// waits for settled, polling every sealPoll, and sends itself only once
+// the claim is released (releaseFrame: the first copy sent nothing) or
+// lapsed (its instance died).
+func (p *Platform) claimFrame(ctx context.Context, key string, settled func() (contract.Result, bool)) (expires time.Time, r contract.Result, done bool) {
+	for {
+		if r, ok := settled(); ok {
+			return time.Time{}, r, true
+		}
+		// The frame, until the request's deadline, then its record.
+		expires = platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
+		took, err := p.claims.Claim(ctx, key, expires)
+		switch {
+		case err != nil:
+			p.log.Warn("slack draft frame not claimed", "err", err)
+			return time.Time{}, contract.Result{}, false
+		case took:
+			return expires, contract.Result{}, false
+		}
+		if err := p.clock.Sleep(ctx, sealPoll); err != nil {
+			return time.Time{}, p.failure(contract.OpDraft, err), true
+		}
+	}
+}
+
+// claimSeal is claimFrame for seal a of k's stream: a repeat of a seal
+// recorded lately (sealRecord.repeatedBy) answers its message.
+func (p *Platform) claimSeal(ctx context.Context, k streamKey, a *contract.Action) (expires time.Time, r contract.Result, done bool) {
+	return p.claimFrame(ctx, p.streams.frameKey("sealing", k, a), func() (contract.Result, bool) {
+		switch rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
+		case err != nil:
+			return p.streamUnreadable(err), true
+		case ok && rec.repeatedBy(a):
+			return contract.OK(rec.TS), true
+		}
+		return contract.Result{}, false
+	})
+}
+
+// releaseFrame gives up claim key, taken until expires (claimFrame).
+func (p *Platform) releaseFrame(ctx context.Context, key string, expires time.Time) {
+	if err := p.claims.Release(ctx, key, expires); err != nil {
+		p.log.Warn("slack draft frame claim not released; a resend of the frame waits for it to lapse", "err", err)
+	}
+}
+
+// releaseSeal gives up the claim of seal a of k's stream, taken until
+// expires (claimSeal), when the seal failed with no record stored: a
+// resend then seals. A claim whose seal has a record (or may have: it
+// succeeded) is left to lapse, so no resend seals twice.
+func (p *Platform) releaseSeal(ctx context.Context, k streamKey, a *contract.Action, expires time.Time, r contract.Result) {
+	if expires.IsZero() || r.Success {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); err != nil || ok && rec.repeatedBy(a) {
+		return
+	}
+	p.releaseFrame(ctx, p.streams.frameKey("sealing", k, a), expires)
+}
+
+// claimOpening is claimFrame for a frame a that finds no stream of its
+// draft open in k's chat: the first frame of a stream holds the claim
+// while it starts the stream (or, a seal, sends the reply), so a frame of
+// the same draft and turn that reaches another instance meanwhile (the
+// gateway reconnected there) waits for the stream's record and goes on
+// with that stream (st) instead of starting a second message.
+func (p *Platform) claimOpening(ctx context.Context, k streamKey, a *contract.Action) (st *stream, expires time.Time, r contract.Result, done bool) {
+	expires, r, done = p.claimFrame(ctx, p.streams.frameKey("opening", k, a), func() (contract.Result, bool) {
+		s, open, err := p.streams.load(ctx, k)
+		switch {
+		case err != nil:
+			return p.streamUnreadable(err), true
+		case open && !s.Done && s.Draft == a.DraftID && !s.otherTurn(a):
+			st = &s
+			return contract.Result{}, true
+		}
+		return contract.Result{}, false
+	})
+	return st, expires, r, done && st == nil
 }
 
 // startStream starts a stream in the action's thread with text.
@@ -322,7 +439,7 @@ func (p *Platform) appendStream(ctx context.Context, t target, k streamKey, st *
 		return contract.OK(st.TS)
 	}
 	delta := text[st.Sent:]
-	err := p.call(ctx, t.team, "chat.appendStream", func(ctx context.Context, c *slack.Client) error {
+	err := p.callIn(ctx, t.team, t.channel, "chat.appendStream", func(ctx context.Context, c *slack.Client) error {
 		_, _, err := c.AppendStreamContext(ctx, t.channel, st.TS, slack.MsgOptionMarkdownText(delta))
 		return err
 	})
@@ -344,7 +461,7 @@ func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, turn, fina
 	if final != "" && len(final) > st.Sent && st.extendedBy(final) {
 		opts = append(opts, slack.MsgOptionMarkdownText(final[st.Sent:]))
 	}
-	err := p.call(ctx, st.Team, "chat.stopStream", func(ctx context.Context, c *slack.Client) error {
+	err := p.callIn(ctx, st.Team, k.channel, "chat.stopStream", func(ctx context.Context, c *slack.Client) error {
 		_, _, err := c.StopStreamContext(ctx, k.channel, st.TS, opts...)
 		return err
 	})
@@ -367,7 +484,6 @@ func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, turn, fina
 // stream.
 func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	k := streamKey{tenant, t.channel}
-	sealed := false
 	r := p.inTurn(ctx, k, func() contract.Result {
 		st, open, err := p.streams.load(ctx, k)
 		if err != nil || !open || st.Done || st.Sent == 0 {
@@ -381,10 +497,9 @@ func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a
 		if err != nil {
 			return contract.Result{} // post it normally; Slack ends the stream
 		}
-		sealed = true
 		return contract.OK(ts)
 	})
-	return r, sealed
+	return r, r.Success
 }
 
 // streamUnreadable answers a frame whose stream record the store did not

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -415,5 +416,47 @@ func TestDeclineDoesNotRevealExistence(t *testing.T) {
 	}
 	if c := e.lastCall(t, "chat.postMessage"); c.Team != teamB.ID {
 		t.Fatalf("posted with %s's token", c.Team)
+	}
+}
+
+// TestSendWaitingWhileItsChatIsRebound: t1's second send into its channel
+// waits for the channel's pace (one message a second), and meanwhile the
+// channel is bound to t2. The send is declined and nothing is posted into
+// the channel, now t2's. It was authorized once, before the wait, and was
+// posted as t1's into t2's channel.
+func TestSendWaitingWhileItsChatIsRebound(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, func(c *Config) { c.ChannelPerSecond = 1 }, &platform.Deps{Clock: clk})
+	e.p.seenIn(chanGeneral, teamA.ID)
+	const send = `{"op":"send","chat_id":"C0GEN00001","content":"hello","metadata":{"scope_id":"T0AAA00001"}}`
+	if r := e.execute(t, "t1", send); !r.Success {
+		t.Fatalf("the first send: %+v", r)
+	}
+	var (
+		second   contract.Result
+		finished atomic.Int64
+	)
+	go func() {
+		defer finished.Add(1)
+		second = e.execute(t, "t1", send)
+	}()
+	done := func() int { return int(finished.Load()) }
+	none := func() int { return 0 }
+	clk.Settle(t, 1, done, none)
+	if done() != 0 {
+		t.Fatalf("the second send did not wait for the channel's pace: %+v", second)
+	}
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindChannel, ID: chanGeneral, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Drive(t, 1, done, none)
+	if second.Code != contract.CodeEgressDeclined {
+		t.Errorf("the send after the rebind: %+v, want declined", second)
+	}
+	if n := len(e.fake.Calls("chat.postMessage")); n != 1 {
+		t.Fatalf("%d messages posted, want the first alone", n)
 	}
 }

@@ -103,7 +103,7 @@ func (p *Platform) edit(ctx context.Context, _ string, t target, a *contract.Act
 		return contract.Failed(contract.CodeBadRequest, "slack edit: content is empty")
 	}
 	text := mrkdwnParts(a.Content)[0]
-	err := p.call(ctx, t.team, "chat.update", func(ctx context.Context, c *slack.Client) error {
+	err := p.callIn(ctx, t.team, t.channel, "chat.update", func(ctx context.Context, c *slack.Client) error {
 		_, _, _, err := c.UpdateMessageContext(ctx, t.channel, ts, slack.MsgOptionText(text, false))
 		return err
 	})
@@ -123,7 +123,7 @@ func (p *Platform) deleteMessage(ctx context.Context, _ string, t target, a *con
 	if !messageTS.MatchString(ts) {
 		return contract.Failed(contract.CodeBadRequest, "slack delete: message_id is not a Slack message ts")
 	}
-	err := p.call(ctx, t.team, "chat.delete", func(ctx context.Context, c *slack.Client) error {
+	err := p.callIn(ctx, t.team, t.channel, "chat.delete", func(ctx context.Context, c *slack.Client) error {
 		_, _, err := c.DeleteMessageContext(ctx, t.channel, ts)
 		return err
 	})
@@ -153,7 +153,7 @@ func (p *Platform) react(ctx context.Context, _ string, t target, a *contract.Ac
 	if a.Remove {
 		method = "reactions.remove"
 	}
-	err := p.call(ctx, t.team, method, func(ctx context.Context, c *slack.Client) error {
+	err := p.callIn(ctx, t.team, t.channel, method, func(ctx context.Context, c *slack.Client) error {
 		if a.Remove {
 			return c.RemoveReactionContext(ctx, name, item)
 		}
@@ -261,7 +261,7 @@ func (p *Platform) typing(ctx context.Context, tenant string, t target, a *contr
 	if a.HasContent {
 		status = textsplit.TruncateRunes(a.Content, maxStatusRunes)
 	}
-	err := p.call(ctx, t.team, "assistant.threads.setStatus", func(ctx context.Context, c *slack.Client) error {
+	err := p.callIn(ctx, t.team, t.channel, "assistant.threads.setStatus", func(ctx context.Context, c *slack.Client) error {
 		return c.SetAssistantThreadsStatusContext(ctx, slack.AssistantThreadsSetStatusParameters{
 			ChannelID: t.channel, ThreadTS: thread, Status: status,
 		})

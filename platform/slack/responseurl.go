@@ -100,12 +100,10 @@ const slashReplyWindow = 120 * time.Second
 // the gateway stamps the author of the chat's last inbound) of a command
 // whose response_url the vault holds under that session for the tenant,
 // delivered within slashReplyWindow and not answered yet (a claim, so of
-// the instances sharing the store one answers it). A seal's draft_id and
-// content are claimed too: the same seal sent again (the gateway resends
-// it after its connection dropped, while the first copy still posts) is
-// answered as done, never posted publicly; a send of the same words is a
-// message of its own. The response_url stays in the vault; no frame ever
-// carries it.
+// the instances sharing the store one answers it). A seal sent again
+// while its first copy answers the command waits for that copy (the
+// seal's claim, claimSeal). The response_url stays in the vault; no frame
+// ever carries it.
 func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	user := string(a.Metadata.UserID)
 	if user == "" || strings.TrimSpace(string(a.ReplyTo)) != "" || a.Metadata.MessageID != "" || a.Metadata.ReplyToMessageID != "" {
@@ -120,55 +118,28 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 		return contract.Result{}, false
 	}
 	// The command is named by a digest of its response_url (unique to it,
-	// and never the secret itself), a seal by its draft_id's and
-	// content's too: the send of the same words is a message of its own.
+	// and never the secret itself).
 	digest := sha256.Sum256([]byte(e.Value.Reveal()))
 	claim := "slack/slash-reply/" + tenant + "/" + sessionKey + "/" + hex.EncodeToString(digest[:16])
 	until := e.Stored.Add(slashReplyWindow)
-	reply, mine, err := "", true, error(nil)
-	if a.Op == contract.OpDraft {
-		content := sha256.Sum256([]byte(strconv.FormatInt(a.DraftID, 10) + "/" + a.Content))
-		reply = claim + "/" + hex.EncodeToString(content[:16])
-		mine, err = p.claims.Claim(ctx, reply, until)
-	}
-	first := mine
-	if mine && err == nil {
-		first, err = p.claims.Claim(ctx, claim, until)
-	}
+	first, err := p.claims.Claim(ctx, claim, until)
 	switch {
 	case err != nil:
 		// Answered as the command's reply all the same: a private reply
 		// must not become public because the store did not answer.
 		p.log.Warn("slack slash reply claim not stored; answering it privately", "err", err)
-	case !mine:
-		// This very reply, sent again (a seal the gateway resends after
-		// its connection dropped, on any instance): it is answered, or
-		// being answered, privately; never posted publicly.
-		return contract.OK(""), true
 	case !first:
-		p.releaseClaim(ctx, reply, until)
 		return contract.Result{}, false // answered already (on another instance)
 	}
 	r := p.privateReply(ctx, tenant, t.team, sessionKey, ref, e.Value.Reveal(), e.Stored, a.Content)
-	for key, took := range map[string]bool{reply: mine, claim: first} {
-		if took && !r.Success { // not answered: the gateway's retry is the command's reply too
-			p.releaseClaim(ctx, key, until)
+	if first && !r.Success { // not answered: the gateway's retry is the command's reply too
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		defer cancel()
+		if err := p.claims.Release(ctx, claim, until); err != nil {
+			p.log.Warn("slack slash reply claim not released; until the reply window ends, a retry of the reply is not posted privately", "err", err)
 		}
 	}
 	return r, true
-}
-
-// releaseClaim releases a slash reply claim, taken until until (none
-// when key is empty).
-func (p *Platform) releaseClaim(ctx context.Context, key string, until time.Time) {
-	if key == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-	defer cancel()
-	if err := p.claims.Release(ctx, key, until); err != nil {
-		p.log.Warn("slack slash reply claim not released; until the reply window ends, a retry of the reply is not posted privately", "err", err)
-	}
 }
 
 // privateReply posts content to the command's user alone: through its

@@ -1,6 +1,8 @@
 package slack
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
@@ -286,69 +289,118 @@ func TestFollowUpAfterRebindDeclined(t *testing.T) {
 // while its seal of a slash command's reply (a draft's final frame with
 // nothing streamed, which is sent as the reply) is being posted through
 // the response_url; it dials another instance and sends the seal again
-// (the gateway retries an ambiguous seal once). The resend finds the
-// command's reply claimed by the first copy, still running: it is answered
-// as done and posts nothing, never publicly; the first copy posts the
-// reply privately, once. A later send of other content is public, as ever.
+// (the gateway retries an ambiguous seal once). The resend waits for the
+// first copy's outcome, never posting publicly: when the first copy
+// answers the command, the resend answers done and posts nothing (the
+// reply went once); when it fails (the response_url and
+// chat.postEphemeral both refuse it), the resend answers the command
+// privately itself, rather than answering done with the reply lost. A
+// later send of other content is public, as ever. A seal that answers no
+// command, resent while its first copy is posted, waits for it too and
+// answers its message: the reply is posted once, not twice.
 func TestSlashReplySealResentStaysPrivate(t *testing.T) {
-	st := newSharedStore(t)
-	fake := newFake(t)
-	started, release := make(chan struct{}, 1), make(chan struct{})
-	upstream, err := url.Parse(fake.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forward := httputil.NewSingleHostReverseProxy(upstream)
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/response/") { // the first post to a response_url waits
-			select {
-			case started <- struct{}{}:
-				select {
-				case <-release:
-				case <-r.Context().Done():
-				}
-			default:
+	for _, c := range []struct{ command, firstFails bool }{{true, false}, {true, true}, {false, false}} {
+		firstFails := c.firstFails
+		t.Run(fmt.Sprintf("command %v, first copy fails %v", c.command, firstFails), func(t *testing.T) {
+			st := newSharedStore(t)
+			fake := newFake(t)
+			started, release := make(chan struct{}, 1), make(chan struct{})
+			var waited, refuseEphemeral atomic.Bool
+			refuseEphemeral.Store(firstFails)
+			upstream, err := url.Parse(fake.URL)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		forward.ServeHTTP(w, r)
-	}))
-	t.Cleanup(proxy.Close)
-	t.Cleanup(func() { close(release) })
-	instance := func(name string) *env {
-		return newEnvOn(t, fake, func(c *Config) { c.APIURL = proxy.URL + "/" }, &platform.Deps{Store: st,
-			Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Cluster: newNode(t, st, name)})
-	}
-	a, b := instance("i0"), instance("i1")
-	a.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", proxy.URL+"/response/r1"))
-	a.sink.Next(t)
-	const seal = `{"op":"draft","chat_id":"C0GEN00001","draft_id":1,"content":"all good","final":true,"metadata":{"scope_id":"T0AAA00001","user_id":"U0ADA00001"}}`
-	first := make(chan contract.Result, 1)
-	go func() { first <- a.execute(t, "t1", seal) }()
-	select {
-	case <-started:
-	case <-time.After(waitFor):
-		t.Fatalf("timed out after %v waiting for the first seal's response_url post", waitFor)
-	}
-	if r := b.execute(t, "t1", seal); !r.Success || r.MessageID != "" {
-		t.Fatalf("the resent seal: %+v, want it answered as done", r)
-	}
-	if n := len(fake.Calls("chat.postMessage")); n != 0 {
-		t.Fatalf("the resent seal posted the command's reply publicly (%d chat.postMessage)", n)
-	}
-	release <- struct{}{}
-	select {
-	case r := <-first:
-		if !r.Success || r.MessageID != "" {
-			t.Fatalf("the first seal: %+v", r)
-		}
-	case <-time.After(waitFor):
-		t.Fatalf("timed out after %v waiting for the first seal", waitFor)
-	}
-	if posts := fake.Responses(); len(posts) != 1 || posts[0].ID != "r1" || posts[0].Body["text"] != "all good" {
-		t.Fatalf("response_url posts %+v, want the reply once", posts)
-	}
-	if r := b.execute(t, "t1", sprintf(slashSend, "and another thing", "")); !r.Success || r.MessageID == "" {
-		t.Fatalf("a later send: %+v, want it public", r)
+			forward := httputil.NewSingleHostReverseProxy(upstream)
+			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch {
+				case (strings.HasPrefix(r.URL.Path, "/response/") || r.URL.Path == "/chat.postMessage") && waited.CompareAndSwap(false, true): // the first post waits
+					started <- struct{}{}
+					select {
+					case <-release:
+					case <-r.Context().Done():
+					}
+					if firstFails {
+						http.Error(w, "no", http.StatusNotFound)
+						return
+					}
+				case r.URL.Path == "/chat.postEphemeral" && refuseEphemeral.CompareAndSwap(true, false):
+					_, _ = w.Write([]byte(`{"ok":false,"error":"restricted_action"}`))
+					return
+				}
+				forward.ServeHTTP(w, r)
+			}))
+			t.Cleanup(proxy.Close)
+			var once sync.Once
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			clk := clocktest.New(time.Now())
+			instance := func(name string, clk clock.Clock) *env {
+				return newEnvOn(t, fake, func(c *Config) { c.APIURL = proxy.URL + "/" }, &platform.Deps{Store: st, Clock: clk,
+					Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Cluster: newNode(t, st, name)})
+			}
+			a, b := instance("i0", clock.System), instance("i1", clk)
+			if c.command {
+				a.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", proxy.URL+"/response/r1"))
+				a.sink.Next(t)
+			}
+			const seal = `{"op":"draft","chat_id":"C0GEN00001","draft_id":1,"content":"all good","final":true,"metadata":{"scope_id":"T0AAA00001","user_id":"U0ADA00001"}}`
+			first, resent := make(chan contract.Result, 1), make(chan contract.Result, 1)
+			go func() { first <- a.execute(t, "t1", seal) }()
+			select {
+			case <-started:
+			case <-time.After(waitFor):
+				t.Fatalf("timed out after %v waiting for the first seal's response_url post", waitFor)
+			}
+			timers := clk.Pending()
+			go func() { resent <- b.execute(t, "t1", seal) }()
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			pending := make(chan error, 1)
+			go func() { pending <- clk.WaitPending(ctx, timers+1) }()
+			select {
+			case r := <-resent:
+				t.Fatalf("the resent seal was answered (%+v) while its first copy still posted", r)
+			case err := <-pending:
+				if err != nil {
+					t.Fatalf("waiting for the resent seal to wait for its first copy: %v", err)
+				}
+			}
+			once.Do(func() { close(release) })
+			want := ""
+			select {
+			case r := <-first:
+				if r.Success == firstFails || (r.MessageID == "") == !c.command {
+					t.Fatalf("the first seal: %+v", r)
+				}
+				want = r.MessageID
+			case <-time.After(waitFor):
+				t.Fatalf("timed out after %v waiting for the first seal", waitFor)
+			}
+			clk.Advance(sealPoll)
+			select {
+			case r := <-resent:
+				if !r.Success || r.MessageID != want {
+					t.Fatalf("the resent seal: %+v, want %q", r, want)
+				}
+			case <-time.After(waitFor):
+				t.Fatalf("timed out after %v waiting for the resent seal", waitFor)
+			}
+			if !c.command {
+				if n := len(fake.Calls("chat.postMessage")); n != 1 {
+					t.Fatalf("the reply was posted %d times", n)
+				}
+				return
+			}
+			if n := len(fake.Calls("chat.postMessage")); n != 0 {
+				t.Fatalf("the command's reply was posted publicly (%d chat.postMessage)", n)
+			}
+			if posts := fake.Responses(); len(posts) != 1 || posts[0].ID != "r1" || posts[0].Body["text"] != "all good" {
+				t.Fatalf("response_url posts %+v, want the reply once", posts)
+			}
+			if r := b.execute(t, "t1", sprintf(slashSend, "and another thing", "")); !r.Success || r.MessageID == "" {
+				t.Fatalf("a later send: %+v, want it public", r)
+			}
+		})
 	}
 }
 
