@@ -85,7 +85,7 @@ type role interface {
 	serve(c *conn, s *seat, platform string)
 	idle(c *conn, s *seat)
 	detach(c *conn, s *seat)
-	ack(c *conn, id string) bool
+	ack(c *conn, id []byte) bool
 	// interrupt delivers in to its session's owner, or sends it on to
 	// one, and reports whether it did.
 	interrupt(ctx context.Context, in interrupt) bool
@@ -111,7 +111,7 @@ func (r local) storeAll(ctx context.Context, ds []ledger.Delivery) error {
 func (r local) serve(c *conn, _ *seat, platform string) { r.h.ledger.Serve(c, platform) }
 func (r local) idle(c *conn, _ *seat)                   { r.h.ledger.Idle(c) }
 func (r local) detach(c *conn, _ *seat)                 { r.h.ledger.Detach(c) }
-func (r local) ack(_ *conn, id string) bool             { return r.h.ledger.Ack(id) }
+func (r local) ack(_ *conn, id []byte) bool             { return r.h.ledger.Ack(id) }
 
 // interrupt delivers in to the owner this instance's ledger knows.
 func (r local) interrupt(_ context.Context, in interrupt) bool {
@@ -210,7 +210,7 @@ func (h *hub) detach(c *conn) {
 }
 
 // ack removes an acknowledged entry; false when the bufferId is unknown.
-func (h *hub) ack(c *conn, id string) bool { return h.role.Load().ack(c, id) }
+func (h *hub) ack(c *conn, id []byte) bool { return h.role.Load().ack(c, id) }
 
 // interrupt delivers interrupt_inbound to the connection owning in's
 // session: the owner this instance knows, or, among several instances, the
