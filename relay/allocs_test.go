@@ -6,6 +6,7 @@ package relay
 import (
 	"context"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/platform"
@@ -91,6 +92,34 @@ func TestStampProfileAllocatesNothingWithoutAProfile(t *testing.T) {
 	d := platform.Delivery{Platform: "p", ChatID: "another chat", Forward: fw}
 	if n := testing.AllocsPerRun(1000, func() { h.stampProfile(&d) }); n != 0 {
 		t.Fatalf("stampProfile allocates %v times without a profile, want 0", n)
+	}
+}
+
+// Until the tenant's gateways noted a profile, stampProfile takes no lock:
+// with chatsMu held it still returns (it waited for the lock before:
+// a lock and a lookup per delivery). Once one is noted it stamps it.
+func TestStampProfileLocksNothingBeforeAProfile(t *testing.T) {
+	s, err := New(Config{Tenants: []Tenant{{ID: "t1", Gateways: []Gateway{{ID: "gw", Secrets: []string{"s"}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	h := s.hub("t1")
+	ev := &contract.Event{}
+	d := platform.Delivery{Platform: "p", ChatID: "c", Event: ev}
+	h.chatsMu.Lock()
+	done := make(chan struct{})
+	go func() { h.stampProfile(&d); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stampProfile waited 10 s for chatsMu with no profile noted")
+	}
+	h.chatsMu.Unlock()
+	h.noteProfile(0, "p", "c", "prof")
+	h.stampProfile(&d)
+	if d.Event.Source.Profile != "prof" || ev.Source.Profile != "" {
+		t.Fatalf("stamped %q (platform's event %q), want prof on a copy", d.Event.Source.Profile, ev.Source.Profile)
 	}
 }
 

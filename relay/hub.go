@@ -46,6 +46,9 @@ type hub struct {
 	chatsMu  sync.Mutex
 	chats    *simplelru.LRU[string, string]
 	profiles *simplelru.LRU[string, string]
+	// profiled is set once a profile was noted: until then, as for a
+	// single-profile gateway's tenant, stampProfile takes no lock.
+	profiled atomic.Bool
 	// drops counts the tenant's state dropped (drop), added to under
 	// chatsMu: an outbound op begun before one notes no profile.
 	drops atomic.Uint64
@@ -256,6 +259,7 @@ func (h *hub) noteProfile(drops uint64, platformName, chatID, profile string) {
 		return
 	}
 	h.profiles.Add(platformName+"\x00"+chatID, profile)
+	h.profiled.Store(true)
 }
 
 // stampProfile sets the profile of d's chat on its event's source or its
@@ -263,7 +267,7 @@ func (h *hub) noteProfile(drops uint64, platformName, chatID, profile string) {
 // instance's: in a cluster, an inbound stored by another instance than the
 // one that ran the outbound carries no profile (single-profile routing).
 func (h *hub) stampProfile(d *platform.Delivery) {
-	if d.ChatID == "" || (d.Event != nil && d.Event.Source.Profile != "") || (d.Forward != nil && d.Forward.Profile != nil) {
+	if d.ChatID == "" || !h.profiled.Load() || (d.Event != nil && d.Event.Source.Profile != "") || (d.Forward != nil && d.Forward.Profile != nil) {
 		return
 	}
 	h.chatsMu.Lock()
