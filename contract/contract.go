@@ -127,8 +127,8 @@ var ErrNotObject = errors.New("frame is not a JSON object")
 // A frame of an unknown type decodes without error; the caller ignores it.
 func DecodeGatewayFrame(line []byte) (GatewayFrame, error) {
 	line = bytes.TrimSpace(line)
-	if f, ok := decodeAck(line); ok {
-		return f, nil
+	if id, ok := DecodeAck(line); ok {
+		return GatewayFrame{Type: TypeInboundAck, BufferID: ID(id)}, nil
 	}
 	if len(line) == 0 || line[0] != '{' {
 		if json.Valid(line) {
@@ -148,25 +148,27 @@ func DecodeGatewayFrame(line []byte) (GatewayFrame, error) {
 // way the gateway's json.dumps writes it.
 const ackPrefix = `{"type": "inbound_ack", "bufferId": "`
 
-// decodeAck decodes the gateway's most frequent frame, an inbound_ack,
-// without reflection. It only accepts the exact spelling the gateway sends,
-// with a bufferId free of escapes and control characters (ours never have
-// any); every other line takes the general path, so both agree.
-func decodeAck(line []byte) (GatewayFrame, bool) {
-	rest, ok := bytes.CutPrefix(line, []byte(ackPrefix))
+// DecodeAck decodes the gateway's most frequent frame, an inbound_ack,
+// without reflection or allocation: it returns the bufferId, a slice of
+// line. It only accepts the exact spelling the gateway sends (blanks around
+// it aside), with a bufferId free of escapes and control characters (ours
+// never have any); every other line takes DecodeGatewayFrame's general
+// path, so both agree.
+func DecodeAck(line []byte) (bufferID []byte, ok bool) {
+	rest, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte(ackPrefix))
 	if !ok {
-		return GatewayFrame{}, false
+		return nil, false
 	}
 	id, tail, ok := bytes.Cut(rest, []byte{'"'})
 	if !ok || string(tail) != "}" {
-		return GatewayFrame{}, false
+		return nil, false
 	}
 	for _, b := range id {
 		if b < 0x20 || b == '\\' || b >= 0x80 {
-			return GatewayFrame{}, false
+			return nil, false
 		}
 	}
-	return GatewayFrame{Type: TypeInboundAck, BufferID: ID(id)}, true
+	return id, true
 }
 
 // SplitLines calls fn for every non-blank "\n"-separated line of msg. The

@@ -185,7 +185,7 @@ func FuzzDecodeGatewayFrame(f *testing.F) {
 	})
 }
 
-// decodeSlow is the general decoding path, for comparison with decodeAck.
+// decodeSlow is the general decoding path, for comparison with DecodeAck.
 func decodeSlow(line []byte) (GatewayFrame, error) {
 	var f GatewayFrame
 	err := json.Unmarshal(line, &f)
@@ -208,7 +208,7 @@ func TestDecodeAckFastPathAgreesWithJSON(t *testing.T) {
 			t.Errorf("%s: fast %+v %v, json %+v %v", line, got, gerr, want, werr)
 		}
 	}
-	if _, ok := decodeAck([]byte(`{"type": "inbound_ack", "bufferId": "a1b2c3d4-17"}`)); !ok {
+	if _, ok := DecodeAck([]byte(`{"type": "inbound_ack", "bufferId": "a1b2c3d4-17"}`)); !ok {
 		t.Fatal("the gateway's own spelling must take the fast path")
 	}
 }
@@ -217,12 +217,12 @@ func FuzzDecodeAck(f *testing.F) {
 	f.Add([]byte(`{"type": "inbound_ack", "bufferId": "a1b2c3d4-17"}`))
 	f.Add([]byte(`{"type": "inbound_ack", "bufferId": "\u0041"}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		fast, ok := decodeAck(line)
+		fast, ok := DecodeAck(line)
 		if !ok {
 			return
 		}
 		slow, err := decodeSlow(line)
-		if err != nil || slow.Type != fast.Type || slow.BufferID != fast.BufferID {
+		if err != nil || slow.Type != TypeInboundAck || string(slow.BufferID) != string(fast) {
 			t.Fatalf("%q: fast %+v, json %+v %v", line, fast, slow, err)
 		}
 	})
@@ -243,5 +243,12 @@ func TestDecodeAckAllocatesOnce(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("decoding an inbound_ack allocates %v times, want 1", n)
+	}
+	// DecodeAck returns the bufferId as a slice of the line: nothing.
+	if n := testing.AllocsPerRun(1000, func() {
+		id, _ := DecodeAck(line)
+		ok = ok && string(id) == "epoch-12345"
+	}); n != 0 || !ok {
+		t.Fatalf("DecodeAck allocates %v times (decoded: %v), want 0", n, ok)
 	}
 }

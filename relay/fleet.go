@@ -261,7 +261,7 @@ func newFleet(s *Server) *fleet {
 	})
 	n.Handle(msgAck, 5, func(m cluster.Msg) {
 		fl.atDriver(m, func(f *tenantFleet) {
-			f.ackRemote(m.From, string(m.Fields[1]), cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]), string(m.Fields[4]))
+			f.ackRemote(m.From, string(m.Fields[1]), cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]), m.Fields[4])
 		})
 	})
 	n.Handle(msgFrame, 5, func(m cluster.Msg) {
@@ -1060,7 +1060,7 @@ func (f *tenantFleet) serveRemote(inst, conn, platforms string, idle bool, gen, 
 }
 
 // ackRemote takes an ack from a socket on another instance.
-func (f *tenantFleet) ackRemote(inst, conn string, gen, seq uint64, id string) {
+func (f *tenantFleet) ackRemote(inst, conn string, gen, seq uint64, id []byte) {
 	h := f.h
 	h.ledger.Ack(id)
 	h.mu.Lock()
@@ -1316,7 +1316,7 @@ func (r remote) detach(c *conn, s *seat) {
 	}
 }
 
-func (r remote) ack(c *conn, id string) bool { return r.f.ackOut(c, id) }
+func (r remote) ack(c *conn, id []byte) bool { return r.f.ackOut(c, string(id)) }
 
 // interrupt goes to the stored owner, else to the driver.
 func (r remote) interrupt(ctx context.Context, in interrupt) bool {

@@ -43,6 +43,12 @@ const (
 // counted and skipped. Once the connection is closing, whose answers could
 // not reach the gateway, only acks are taken, and none after a revocation.
 func (c *conn) handleLine(line []byte) {
+	if id, ok := contract.DecodeAck(line); ok { // the most frequent frame, decoded in place
+		if !c.closing.Load() || c.unrevoked.Err() == nil {
+			c.handleAck(id)
+		}
+		return
+	}
 	f, err := contract.DecodeGatewayFrame(line)
 	if err != nil {
 		c.ignore(ignoredMalformed, slog.LevelWarn, "skipping malformed frame", "err", err, "bytes", len(line))
@@ -66,11 +72,17 @@ func (c *conn) handleLine(line []byte) {
 		c.enqueue([]byte(contract.GoingIdleAck))
 		c.logs.Log(c.log, slog.LevelInfo, "gateway going idle: inbound buffered until it reconnects")
 	case contract.TypeInboundAck:
-		if len(f.BufferID) > maxBufferIDBytes || !c.hub.ack(c, string(f.BufferID)) {
-			c.ignore(ignoredUnknownBufferID, slog.LevelDebug, "inbound_ack for an unknown bufferId", "buffer_id", truncateForLog(string(f.BufferID)))
-		}
+		c.handleAck([]byte(f.BufferID))
 	default:
 		c.ignore(ignoredUnknownType, slog.LevelDebug, "ignoring frame of unknown type", "type", truncateForLog(f.Type))
+	}
+}
+
+// handleAck takes the gateway's inbound_ack of id, which may be a slice of
+// the message read: nothing keeps it past the call.
+func (c *conn) handleAck(id []byte) {
+	if len(id) > maxBufferIDBytes || !c.hub.ack(c, id) {
+		c.ignore(ignoredUnknownBufferID, slog.LevelDebug, "inbound_ack for an unknown bufferId", "buffer_id", truncateForLog(string(id)))
 	}
 }
 

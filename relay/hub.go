@@ -46,6 +46,9 @@ type hub struct {
 	chatsMu  sync.Mutex
 	chats    *simplelru.LRU[string, string]
 	profiles *simplelru.LRU[string, string]
+	// profiled is set once a profile was noted: until then, as for a
+	// single-profile gateway's tenant, stampProfile takes no lock.
+	profiled atomic.Bool
 	// drops counts the tenant's state dropped (drop), added to under
 	// chatsMu: an outbound op begun before one notes no profile.
 	drops atomic.Uint64
@@ -85,7 +88,7 @@ type role interface {
 	serve(c *conn, s *seat, platform string)
 	idle(c *conn, s *seat)
 	detach(c *conn, s *seat)
-	ack(c *conn, id string) bool
+	ack(c *conn, id []byte) bool
 	// interrupt delivers in to its session's owner, or sends it on to
 	// one, and reports whether it did.
 	interrupt(ctx context.Context, in interrupt) bool
@@ -111,7 +114,7 @@ func (r local) storeAll(ctx context.Context, ds []ledger.Delivery) error {
 func (r local) serve(c *conn, _ *seat, platform string) { r.h.ledger.Serve(c, platform) }
 func (r local) idle(c *conn, _ *seat)                   { r.h.ledger.Idle(c) }
 func (r local) detach(c *conn, _ *seat)                 { r.h.ledger.Detach(c) }
-func (r local) ack(_ *conn, id string) bool             { return r.h.ledger.Ack(id) }
+func (r local) ack(_ *conn, id []byte) bool             { return r.h.ledger.Ack(id) }
 
 // interrupt delivers in to the owner this instance's ledger knows.
 func (r local) interrupt(_ context.Context, in interrupt) bool {
@@ -210,7 +213,7 @@ func (h *hub) detach(c *conn) {
 }
 
 // ack removes an acknowledged entry; false when the bufferId is unknown.
-func (h *hub) ack(c *conn, id string) bool { return h.role.Load().ack(c, id) }
+func (h *hub) ack(c *conn, id []byte) bool { return h.role.Load().ack(c, id) }
 
 // interrupt delivers interrupt_inbound to the connection owning in's
 // session: the owner this instance knows, or, among several instances, the
@@ -256,6 +259,7 @@ func (h *hub) noteProfile(drops uint64, platformName, chatID, profile string) {
 		return
 	}
 	h.profiles.Add(platformName+"\x00"+chatID, profile)
+	h.profiled.Store(true)
 }
 
 // stampProfile sets the profile of d's chat on its event's source or its
@@ -263,7 +267,7 @@ func (h *hub) noteProfile(drops uint64, platformName, chatID, profile string) {
 // instance's: in a cluster, an inbound stored by another instance than the
 // one that ran the outbound carries no profile (single-profile routing).
 func (h *hub) stampProfile(d *platform.Delivery) {
-	if d.ChatID == "" || (d.Event != nil && d.Event.Source.Profile != "") || (d.Forward != nil && d.Forward.Profile != nil) {
+	if d.ChatID == "" || !h.profiled.Load() || (d.Event != nil && d.Event.Source.Profile != "") || (d.Forward != nil && d.Forward.Profile != nil) {
 		return
 	}
 	h.chatsMu.Lock()

@@ -69,6 +69,15 @@ type Queue struct {
 	overhead      int64   // what a frame counts beyond its data (ChargeFrames)
 	linger        *Linger // nil: the writer exits as soon as it is idle
 
+	// start is q.run as a func value, made once: a go statement of a
+	// method value allocates its closure at every writer start.
+	start func()
+	// one backs frames, and writerOne the writer's batch, while they hold
+	// one frame: a connection whose writer restarts per event (events
+	// further apart than its linger) allocates no slice for either, and an
+	// idle one holds no buffer beyond them.
+	one, writerOne [1]Frame
+
 	mu      sync.Mutex
 	frames  []Frame
 	head    int
@@ -108,6 +117,8 @@ type parking struct {
 // take (0: one frame per Write).
 func NewQueue(w Writer, window, limit int64, batch int) *Queue {
 	q := &Queue{w: w, window: window, limit: limit, batch: batch, done: make(chan struct{})}
+	q.start = q.run
+	q.frames = q.one[:0]
 	if window > 0 {
 		q.space = make(chan struct{}, 1)
 	}
@@ -195,7 +206,7 @@ func (q *Queue) unlockAndWake() {
 	}
 	q.mu.Unlock()
 	if start {
-		go q.run()
+		go q.start()
 	}
 	if wake != nil {
 		Signal(wake)
@@ -318,7 +329,7 @@ func (q *Queue) dropLocked() {
 // exits (after lingering, see Linger), or ends the connection once the
 // queue closed.
 func (q *Queue) run() {
-	var batch []Frame
+	batch := q.writerOne[:0]
 	lingering := false
 	for {
 		q.mu.Lock()
@@ -350,7 +361,7 @@ func (q *Queue) run() {
 				}
 			}
 			q.running, q.parked = false, false
-			q.frames, q.head = nil, 0 // an idle connection keeps no buffer
+			q.frames, q.head = q.one[:0], 0 // an idle connection keeps no buffer
 			q.parking = nil
 			if q.linger != nil {
 				q.lastExit = q.linger.Clock.Now().UnixNano()

@@ -109,7 +109,7 @@ func TestTailAfterAFailover(t *testing.T) {
 	st.to(open(replica))
 	storeOne("confirmed")
 	for _, id := range before {
-		driver.Ack(id)
+		driver.Ack([]byte(id))
 	}
 	p.Flush(ctx)
 	after := tail("confirmed")

@@ -946,9 +946,9 @@ func (l *Ledger) unattachLocked(s *seat) {
 // ledger. Unknown ids (a duplicate ack, an entry already dropped, another
 // tenant's id) are ignored. The store forgets the entry shortly after
 // (Pool.Flush).
-func (l *Ledger) Ack(id string) bool {
+func (l *Ledger) Ack(id []byte) bool {
 	l.mu.Lock()
-	e := l.byID[id]
+	e := l.byID[string(id)]
 	if e == nil {
 		l.mu.Unlock()
 		return false

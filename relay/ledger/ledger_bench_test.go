@@ -34,7 +34,7 @@ func BenchmarkAppendAck(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		l.Ack(id)
+		l.Ack([]byte(id))
 	}
 }
 
@@ -63,7 +63,7 @@ func BenchmarkAppendAckTenants(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		l.Ack(id)
+		l.Ack([]byte(id))
 	}
 }
 
@@ -103,7 +103,7 @@ func TestAppendingStaysBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.Ack(id)
+		l.Ack([]byte(id))
 		l.mu.Lock()
 		most = max(most, len(l.appending))
 		l.mu.Unlock()

@@ -251,14 +251,14 @@ func TestAckWindowHoldsBackAndAckReleases(t *testing.T) {
 	}
 	want(t, "unwindowed", payloads(c.take()), "pass")
 
-	if !r.Ack(ids(got)[0]) {
+	if !r.Ack([]byte(ids(got)[0])) {
 		t.Fatal("ack of an entry in flight not found")
 	}
 	want(t, "after one ack", payloads(c.take()), "m2")
-	if r.Ack(ids(got)[0]) {
+	if r.Ack([]byte(ids(got)[0])) {
 		t.Fatal("a duplicate ack was found again")
 	}
-	if r.Ack("p-999") {
+	if r.Ack([]byte("p-999")) {
 		t.Fatal("an unknown bufferId was acknowledged")
 	}
 }
@@ -293,7 +293,7 @@ func TestByteWindowHoldsBackAndAckReleases(t *testing.T) {
 	r.add(t, "", "no session")
 	want(t, "an entry without an owner, to a consumer with room, however loaded", payloads(other.take()), "no session")
 
-	if !r.Ack(first) {
+	if !r.Ack([]byte(first)) {
 		t.Fatal("ack of an entry in flight not found")
 	}
 	want(t, "after one ack", payloads(small.take()), "m2-larger")
@@ -329,7 +329,7 @@ func TestByteWindowBoundsUnwindowed(t *testing.T) {
 	want(t, "unwindowed, within the byte window", payloads(remote.take()), "pass0", "pass1")
 	r.add(t, "s", "m0")
 	want(t, "a windowed entry beside them", payloads(remote.take()), "m0")
-	if !r.Ack(first) {
+	if !r.Ack([]byte(first)) {
 		t.Fatal("ack of an unwindowed entry in flight not found")
 	}
 	want(t, "after one ack", payloads(remote.take()), "pass2")
@@ -367,7 +367,7 @@ func TestByteWindowFreesUnwindowedOnWritten(t *testing.T) {
 	if n := r.Len(); n != 5 {
 		t.Fatalf("ledger holds %d entries, want the 5 unacknowledged", n)
 	}
-	r.Ack(sent[0])
+	r.Ack([]byte(sent[0]))
 	r.Detach(remote)
 	next := &byteWindowed{window: 20}
 	r.Serve(next, "discord")
@@ -384,8 +384,8 @@ func TestDetachRedeliversUnackedInOriginalOrder(t *testing.T) {
 		r.add(t, fmt.Sprint("s", i%2), fmt.Sprint("m", i))
 	}
 	first := a.take()
-	r.Ack(ids(first)[1])
-	r.Ack(ids(first)[4])
+	r.Ack([]byte(ids(first)[1]))
+	r.Ack([]byte(ids(first)[4]))
 	r.Detach(a)
 
 	b := &fakeConsumer{}
@@ -623,7 +623,7 @@ func TestEntryGoesOutBeforeItsCommitAndItsAckIsStoredAfter(t *testing.T) {
 	done := appendWithSlowCommit(t, r, slow)
 	got := c.take()
 	want(t, "offered while the commit is under way", payloads(got), "first")
-	if !r.Ack(ids(got)[0]) {
+	if !r.Ack([]byte(ids(got)[0])) {
 		t.Fatal("the ack of an entry whose commit is under way was not taken")
 	}
 	want(t, "stored before the commit is done, after the ack", r.stored(t), "first")
@@ -698,7 +698,7 @@ func TestAckedEntriesLeaveTheStore(t *testing.T) {
 	r.Serve(c, "discord")
 	a := r.add(t, "s1", "acked")
 	r.add(t, "s1", "kept")
-	r.Ack(a)
+	r.Ack([]byte(a))
 	want(t, "stored", r.stored(t), "kept")
 	if st := r.pool.Stats(); st.Removed != 1 || st.RemoveErrors != 0 {
 		t.Fatalf("stats %+v, want one removal", st)
@@ -715,7 +715,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	for i := range 5 {
 		sent = append(sent, r.add(t, fmt.Sprint("s", i%2), fmt.Sprint("m", i)))
 	}
-	r.Ack(sent[1])
+	r.Ack([]byte(sent[1]))
 	r.pool.Close(context.Background())
 
 	again := newRigOn(t, r.store, r.clock, nil)
@@ -750,7 +750,7 @@ func TestBoundsDropTheOldestEntriesInFlightIncluded(t *testing.T) {
 	}
 	want(t, "stored", r.stored(t), "m2", "m3", "m4")
 	want(t, "offered", payloads(c.take()), "m0", "m1", "m2", "m3")
-	if r.Ack("p-1") {
+	if r.Ack([]byte("p-1")) {
 		t.Fatal("the ack of a dropped entry found it")
 	}
 	r.Pump()
@@ -901,7 +901,7 @@ func TestTailTakesInWhatAnyInstanceStored(t *testing.T) {
 
 	// Acknowledged entries leave the store; after Reset (the tenant moved
 	// away and back) Tail reads what is left, with the same bufferIds.
-	driver.Ack(ids(got)[0])
+	driver.Ack([]byte(ids(got)[0]))
 	driver.pool.Flush(context.Background())
 	driver.Reset()
 	if driver.Len() != 0 {
@@ -945,7 +945,7 @@ func TestFlushWritesTenantsRemovalsTogether(t *testing.T) {
 		if _, err := l.Append(context.Background(), Delivery{Platform: "discord", SessionKey: "s", Payload: []byte(tenant)}); err != nil {
 			t.Fatal(err)
 		}
-		l.Ack(ids(c.take())[0])
+		l.Ack([]byte(ids(c.take())[0]))
 	}
 	r.pool.flushMu.Unlock()
 	r.pool.Flush(context.Background())
@@ -1390,14 +1390,14 @@ func TestForgottenLedgersRemovalsWrittenWithTheNextOnes(t *testing.T) {
 	// Hold the pool's goroutine off: both ledgers' removals wait for one
 	// flush.
 	r.pool.flushMu.Lock()
-	r.Ack(first)
+	r.Ack([]byte(first))
 	r.pool.Forget(r.Ledger)
 	next := r.pool.Ledger("t1")
 	id, err := next.Append(ctx, Delivery{Platform: "discord", SessionKey: "s3", Payload: []byte("acked on the next ledger")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	next.Ack(id)
+	next.Ack([]byte(id))
 	r.pool.flushMu.Unlock()
 	want(t, "stored", r.stored(t), "kept")
 	r.pool.flushMu.Lock() // drained is the flush's
@@ -1425,7 +1425,7 @@ func TestTailFromTheStartSkipsAnEntryAcknowledgedBeforeTheReset(t *testing.T) {
 		t.Fatalf("Tail took in %d (%v), want 2", n, err)
 	}
 	got := c.take()
-	if !r.Ack(ids(got)[0]) {
+	if !r.Ack([]byte(ids(got)[0])) {
 		t.Fatalf("ack of %q not taken", ids(got)[0])
 	}
 	r.Reset()

@@ -46,7 +46,7 @@ func TestTenantMetricsResolvedOncePerLedger(t *testing.T) {
 	if resolved, n := tm.of("t1"); resolved != 1 || n != 2 {
 		t.Fatalf("t1 resolved %d times, reported %d buffered; want once, 2", resolved, n)
 	}
-	if !r.Ack(first) {
+	if !r.Ack([]byte(first)) {
 		t.Fatalf("the ack of %s found nothing", first)
 	}
 	if _, n := tm.of("t1"); n != 1 {
