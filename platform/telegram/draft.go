@@ -673,7 +673,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // group chat's topic that a's reply replaces: those of a's turn, or every
 // one of the topic when a names no turn, as Telegram's sendMessage replaces
 // a native draft; never those of an earlier tenant under its id (deleted
-// and made again since: draftKey). A preview the store records as its stream's reply,
+// and made again since: earlier). A preview the store records as its stream's reply,
 // sealed on another instance after the gateway reconnected there, is
 // forgotten, not deleted; so is one whose record the store cannot give.
 // The preview of a's turn that another instance showed is found in the
