@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -316,12 +317,17 @@ func TestPromptPressInASharedGroupReachesItsPoster(t *testing.T) {
 // prompt (its message dated a second before the new t1's creation) is
 // dropped and its spinner stopped, not delivered to the new t1 as its
 // prompt's answer; a press of a prompt dated in the second of the creation
-// (Telegram dates in whole seconds) is the new t1's.
+// (Telegram dates in whole seconds) is the new t1's. So is a press of a
+// message Telegram no longer shows the bot (no date) once t1 is older than
+// datelessPressWindow; before, that press is dropped too: it was
+// delivered, undated, to the new t1.
 func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
-	created := time.Now().Truncate(time.Second).Add(-time.Minute + 300*time.Millisecond)
+	var creation atomic.Int64 // Unix nanoseconds: the vault reads it in the ingest
+	creation.Store(time.Now().Truncate(time.Second).Add(-time.Minute + 300*time.Millisecond).UnixNano())
+	created := time.Unix(0, creation.Load())
 	since := func(tenant string) time.Time {
 		if tenant == "t1" {
-			return created
+			return time.Unix(0, creation.Load())
 		}
 		return time.Time{}
 	}
@@ -371,5 +377,18 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 	press(884100911, created)
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
 		t.Fatalf("the new t1's press delivered to %q as %+v", d.Tenant, d.Event)
+	}
+	undated := time.Unix(0, 0) // an inaccessible message's date
+	press(884100912, undated)
+	platformtest.WaitUntil(t, "the undated press dropped", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropEarlierTenantPrompt] == 2
+	})
+	e.sink.Empty(t)
+	creation.Store(time.Now().Add(-datelessPressWindow - time.Minute).UnixNano())
+	press(884100913, undated)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+		t.Fatalf("the undated press of a t1 made long ago delivered to %q as %+v", d.Tenant, d.Event)
 	}
 }

@@ -79,7 +79,9 @@
 // foreign_callback (a button press whose callback data is not a prompt
 // op's hp1 token; its query is still answered), earlier_tenant_prompt (a
 // press of a prompt whose message's date, in whole seconds, went before
-// its tenant's creation: an earlier tenant's of the id; answered too),
+// its tenant's creation: an earlier tenant's of the id; or of an undated,
+// inaccessible message within datelessPressWindow of the creation;
+// answered too),
 // or the gate's topic_not_allowed, thread_ignored, mentions_other_bots,
 // chat_not_allowed, bot_not_mentioned, not_mentioned and observed. Redeliveries are dropped by update_id
 // (the last dedupe_window ids of the instance; with several instances a

@@ -44,7 +44,9 @@ const sealRetryWindow = 5 * time.Minute
 // and JSON in Platform.seals). Only a seal of the same content within
 // sealRetryWindow, of the same turn, is its repeat; any other starts the
 // stream anew. Only a frame of the same turn is a late one (sealedStream).
-// One an earlier tenant of the id made is none (earlier).
+// One an earlier tenant of the id made is none (vault.Earlier: the
+// creations are compared, not clocks; a tenant declared in the YAML over
+// its stored one is the same tenant).
 type sealedDraft struct {
 	ID      string    `json:"id"`             // the message (its first part)
 	At      time.Time `json:"at"`             // when it was sealed
@@ -64,16 +66,7 @@ func contentSum(content string) uint64 {
 // recent reports whether s, a seal of stream k, was sealed within
 // sealRetryWindow, by the tenant as it is now.
 func (p *Platform) recent(k draftKey, s sealedDraft) bool {
-	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow && !p.earlier(k.tenant, s.Created)
-}
-
-// earlier reports whether a record of tenant's streams, made under its
-// creation created, is an earlier tenant's of the id, deleted and made
-// again since (vault.Earlier: the creations are compared, not clocks). A
-// tenant declared in the YAML over its stored one (no creation) is the
-// same tenant and keeps its streams.
-func (p *Platform) earlier(tenant string, created time.Time) bool {
-	return vault.Earlier(p.deps.Vault, tenant, created)
+	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow && !vault.Earlier(p.deps.Vault, k.tenant, s.Created)
 }
 
 // recentSeal is stream k's seal on this instance, when it was sealed
@@ -248,7 +241,7 @@ func (p *Platform) storeWarn(msg string, args ...any) {
 // draftKey names one draft stream of a tenant's chat. Its seals and
 // previews keep the tenant's creation, so a tenant made again under its
 // id, even by an instance whose clock disagrees, never takes up those of
-// the earlier one (earlier).
+// the earlier one (vault.Earlier).
 type draftKey struct {
 	tenant string
 	chat   int64
@@ -275,7 +268,7 @@ const previewWindow = 24 * time.Hour
 type previewRecord struct {
 	ID      int       `json:"id"`               // the message
 	Sealed  bool      `json:"sealed,omitempty"` // it became the stream's reply
-	Created time.Time `json:"c,omitzero"`       // the tenant's creation when it was shown (earlier)
+	Created time.Time `json:"c,omitzero"`       // the tenant's creation when it was shown (vault.Earlier)
 }
 
 // previewKey is the store key of the preview record of stream k's turn:
@@ -310,7 +303,7 @@ const topicTurns = 16
 // holds it, written by any instance; ok is false when there is none (or no
 // store). A record the store cannot give is logged and answers err.
 func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (r previewRecord, ok bool, err error) {
-	if ok, err = p.storedRecord(ctx, k, k.previewKey(turn), "preview", &r); !ok || r.ID == 0 || p.earlier(k.tenant, r.Created) {
+	if ok, err = p.storedRecord(ctx, k, k.previewKey(turn), "preview", &r); !ok || r.ID == 0 || vault.Earlier(p.deps.Vault, k.tenant, r.Created) {
 		return previewRecord{}, false, err
 	}
 	return r, true, nil
@@ -447,7 +440,7 @@ func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
 			pv = old
 		}
 		pv.mu.Lock()
-		if !pv.done && (pv.turn != turn && pv.turn != "" && turn != "" || p.earlier(k.tenant, pv.created)) {
+		if !pv.done && (pv.turn != turn && pv.turn != "" && turn != "" || vault.Earlier(p.deps.Vault, k.tenant, pv.created)) {
 			p.closePreview(k, pv)
 		}
 		if !pv.done {
@@ -673,7 +666,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // group chat's topic that a's reply replaces: those of a's turn, or every
 // one of the topic when a names no turn, as Telegram's sendMessage replaces
 // a native draft; never those of an earlier tenant under its id (deleted
-// and made again since: draftKey). A preview the store records as its stream's reply,
+// and made again since: vault.Earlier). A preview the store records as its stream's reply,
 // sealed on another instance after the gateway reconnected there, is
 // forgotten, not deleted; so is one whose record the store cannot give.
 // The preview of a's turn that another instance showed is found in the
@@ -694,7 +687,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 			continue
 		}
 		pv, ok := p.previews.Peek(k)
-		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) || p.earlier(tenant, pv.created) {
+		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) || vault.Earlier(p.deps.Vault, tenant, pv.created) {
 			continue
 		}
 		pv.mu.Lock()

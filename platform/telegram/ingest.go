@@ -68,6 +68,26 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 	return nil
 }
 
+// datelessPressWindow is how long after its creation a tenant gets no
+// press of a prompt whose message Telegram no longer shows the bot (an
+// inaccessible message, no date: hours or days old), which may be an
+// earlier tenant's of the id (earlierPrompt).
+const datelessPressWindow = 30 * 24 * time.Hour
+
+// earlierPrompt reports whether a press of tenant's prompt posted at
+// prompted (its message's date, Unix seconds; 0 when Telegram did not send
+// the message) may answer an earlier tenant's of the id, deleted since,
+// which the tenant made again must not get: its whole second went before
+// the creation, or, undated, the tenant was made within
+// datelessPressWindow.
+func (p *Platform) earlierPrompt(tenant string, prompted int64) bool {
+	if prompted != 0 {
+		return vault.Predates(p.deps.Vault, tenant, time.Unix(prompted+1, 0).Add(-time.Microsecond))
+	}
+	c := vault.Creation(p.deps.Vault, tenant)
+	return !c.IsZero() && p.deps.Clock.Now().Sub(c) < datelessPressWindow
+}
+
 // readied is an update made ready for the sink.
 type readied struct {
 	// deliver is false when the update was dropped or consumed instead.
@@ -95,10 +115,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		return readied{}
 	}
 	tenant, owner, drop := p.route(ctx, in)
-	if drop == "" && in.prompted != 0 && vault.Predates(p.deps.Vault, tenant, time.Unix(in.prompted+1, 0).Add(-time.Microsecond)) {
-		// A press of a prompt whose message's whole second went before the
-		// tenant's creation: an earlier tenant's of the id, deleted since,
-		// whose answers the tenant made again must not get.
+	if drop == "" && in.event.PromptResponse != nil && p.earlierPrompt(tenant, in.prompted) {
 		drop = dropEarlierTenantPrompt
 		p.queueCallbackAnswer(in.callbackID)
 	}

@@ -55,7 +55,8 @@ const (
 	// prompt op's hp1 token (another integration's button).
 	dropForeignCallback = "foreign_callback"
 	// dropEarlierTenantPrompt: a press of a prompt posted before its
-	// tenant's creation, by an earlier tenant of the id (ready).
+	// tenant's creation (an earlier tenant's of the id), or undated soon
+	// after it (earlierPrompt).
 	dropEarlierTenantPrompt = "earlier_tenant_prompt"
 )
 
