@@ -668,21 +668,15 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 // removeMarked removes e while deleting reports the tenant still being
 // deleted, and reports whether it is done with e: removed, or the tenant
 // no longer being deleted. It first swaps e for a marked copy
-// (a field no entry has, of random value: e as every reader decodes it,
-// bytes no writer makes), and looks at the tenant after that: a tenant
-// made again under the id meanwhile that wrote the same bytes as e had
-// them marked, and gets them back; the marked copy goes only while
-// nothing replaced it. An entry that is no JSON object is removed
-// unmarked.
+// (stamped: e as every reader decodes it, bytes no writer makes), and
+// looks at the tenant after that: a tenant made again under the id
+// meanwhile that wrote the same bytes as e had them marked, and gets
+// them back; the marked copy goes only while nothing replaced it. An
+// entry that is no JSON object is removed unmarked.
 func (r *Registry) removeMarked(ctx context.Context, namespace string, e store.Entry, deleting func() (bool, error)) (bool, error) {
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(e.Value, &fields) != nil || fields == nil {
+	marked, err := stamped(json.RawMessage(e.Value))
+	if err != nil { // no JSON object
 		return r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, nil)
-	}
-	fields["swept"] = json.RawMessage(strconv.Quote(newSecret()))
-	marked, err := json.Marshal(fields)
-	if err != nil {
-		return false, err
 	}
 	if swapped, err := r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, marked); err != nil || !swapped {
 		return false, err
@@ -1442,10 +1436,11 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 	return guard, value, nil
 }
 
-// stamped is v, a struct, as JSON with a field "written" of random value:
-// bytes no other write makes, so a take-back of them (a CompareAndSwap
-// from them) never removes what another write made since, the same entry
-// for a tenant made again under the id too.
+// stamped is v, a struct or a JSON object, as JSON with a field
+// "written" of random value (last, so it is the one decoded): bytes no
+// other write makes, so a take-back of them (a CompareAndSwap from them)
+// never removes what another write made since, the same entry for a
+// tenant made again under the id too.
 func stamped(v any) ([]byte, error) {
 	data, err := json.Marshal(v)
 	if err != nil || len(data) < 2 || data[len(data)-1] != '}' {
