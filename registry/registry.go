@@ -551,14 +551,21 @@ func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Ten
 // swapTenant stores t as tenant id if it is still raw, and returns it as
 // stored (stamped): a tenant another instance changed or began deleting
 // meanwhile is ErrConflict, not written over. A write the replicas did
-// not acknowledge (store.ErrNotReplicated) is taken back, and is that
-// error.
+// not acknowledge (store.ErrNotReplicated) is that error, and taken back
+// unless it ends the tenant (its generation tombstone): a deletion on
+// another instance may have read the end and swept entries since, which
+// a tenant taken back would miss; it stays ended, and DeleteTenant run
+// again finishes it.
 func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t storedTenant) ([]byte, error) {
 	data, err := stamped(t)
 	if err != nil {
 		return nil, err
 	}
-	swapped, err := r.swap(ctx, nsTenants, id, raw, data)
+	swap := r.swap
+	if t.Gen == tombstone {
+		swap = r.kv.CompareAndSwap
+	}
+	swapped, err := swap(ctx, nsTenants, id, raw, data)
 	r.notify(ctx)
 	if err != nil || !swapped {
 		return nil, cmp.Or(err, fmt.Errorf("%w: tenant %q changed meanwhile; try again", ErrConflict, id))
