@@ -28,8 +28,8 @@
 // see in the named guild, or of a DM), 404 (not held, not linked), 409
 // (the chat is another tenant's: bound to it in the YAML or through the
 // admin API, claimed by it; declared in the YAML), 429 (too many
-// outstanding link codes; the gateway's changes past change.Limiter's
-// rate, with Retry-After), 500, or 503 (the platform could not be asked).
+// outstanding link codes; the gateway's requests past change.Limiter's
+// rate, refused ones too, with Retry-After), 500, or 503 (the platform could not be asked).
 package manage
 
 import (
@@ -90,8 +90,9 @@ type Config struct {
 	// Metrics counts changes, op naming the route (manage_link, …,
 	// link_redeem); nil discards.
 	Metrics change.Metrics
-	// Limiter limits the changes each gateway stores (change.Limiter,
-	// shared with POST /relay/policy); nil is one of the Handler's own.
+	// Limiter limits each gateway's requests whose body parses, refused
+	// or not (change.Limiter, shared with POST /relay/policy, which spends
+	// only its changes); nil is one of the Handler's own.
 	Limiter *change.Limiter
 	// Refusals bounds the log lines of refused bearers per remote host
 	// (loglimit.NewSources, shared with the other routes of the public
@@ -217,13 +218,13 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 				var req *Request
 				if req, err = ParseRequest(body); err == nil {
 					what, answer, err = do(registry.ForGateway(r.Context(), c.gateway, c.key), c, req)
+					// Refused too: a refusal read the registry (a claim reads
+					// every binding) or asked the platform (a claim's chat).
+					h.cfg.Limiter.Spend(c.tenant, c.gateway)
 				}
 			}
 		}
 		outcome, status := change.Outcome(err)
-		if err == nil {
-			h.cfg.Limiter.Spend(c.tenant, c.gateway)
-		}
 		args := []any{"tenant", c.tenant, "gateway_id", c.gateway, "auth", c.via}
 		if c.subject != "" {
 			args = append(args, "subject", textsplit.Truncate(c.subject, maxField)) // a signed claim, but up to 8 KiB

@@ -321,12 +321,14 @@ func TestScopeOfAnotherTenantsChat(t *testing.T) {
 	r.post(t, "gw-b", "/manage/scope", `{"platform":"discord","guildId":"700","channelId":"701"}`, http.StatusOK)
 }
 
-// TestGatewayRateLimit: the changes a gateway stores are limited to
+// TestGatewayRateLimit: a gateway's requests are limited to
 // change.GatewayBurst at once and then one per change.GatewayEvery; past
-// them every request is answered 429 with Retry-After; requests refused
-// otherwise spend nothing, and another gateway has its own allowance.
-// Before, one token could make every instance apply the registry again
-// with every request, without end.
+// them every request is answered 429 with Retry-After; refused requests
+// spend too, but not those whose body does not parse, and another gateway
+// has its own allowance. Before, one token could make every instance
+// apply the registry again with every request, without end, and refused
+// requests spent nothing: a gateway repeating a claim of another tenant's
+// chat had every binding read, and the platform asked, without end.
 func TestGatewayRateLimit(t *testing.T) {
 	r := newRig(t)
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
@@ -341,10 +343,13 @@ func TestGatewayRateLimit(t *testing.T) {
 		r.mux.Handle(p, h)
 	}
 	for range 2 * change.GatewayBurst {
-		r.post(t, "gw-a", "/manage/dm-default", `{"platform":"telegram","userId":"4001"}`, http.StatusNotFound)
+		r.post(t, "gw-a", "/manage/dm-default", `{"platform":"telegram","userId":`, http.StatusBadRequest)
 	}
 	principal := `{"platform":"telegram","principal":"any"}`
-	for range change.GatewayBurst {
+	claim := `{"platform":"telegram","channelId":"-1001"}`
+	r.post(t, "gw-b", "/manage/scope", claim, http.StatusOK)
+	for range change.GatewayBurst / 2 {
+		r.post(t, "gw-a", "/manage/scope", claim, http.StatusConflict)
 		r.post(t, "gw-a", "/manage/principal", principal, http.StatusOK)
 	}
 	req := httptest.NewRequest(http.MethodPost, "/manage/principal", strings.NewReader(principal))

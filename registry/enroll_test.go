@@ -41,6 +41,9 @@ func TestEnrollTokenSingleUse(t *testing.T) {
 	if _, err := r.Enroll(ctx, "acme", tok+"x", "gw1", ""); !errors.Is(err, registry.ErrEnrollToken) {
 		t.Fatalf("a wrong token: %v, want ErrEnrollToken", err)
 	}
+	if _, err := r.Enroll(ctx, "acme", tok, "gw1", "ftp://x/"); !errors.Is(err, registry.ErrInvalid) {
+		t.Fatalf("a bad wake URL: %v, want ErrInvalid, the token kept", err) // the one check of it (POST /relay/enroll's)
+	}
 	first, err := r.Enroll(ctx, "acme", tok, "gw1", "")
 	if err != nil || first == "" {
 		t.Fatalf("Enroll = %q, %v", first, err)

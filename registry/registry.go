@@ -551,14 +551,21 @@ func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Ten
 // swapTenant stores t as tenant id if it is still raw, and returns it as
 // stored (stamped): a tenant another instance changed or began deleting
 // meanwhile is ErrConflict, not written over. A write the replicas did
-// not acknowledge (store.ErrNotReplicated) is taken back, and is that
-// error.
+// not acknowledge (store.ErrNotReplicated) is that error, and taken back
+// unless it ends the tenant (its generation tombstone): a deletion on
+// another instance may have read the end and swept entries since, which
+// a tenant taken back would miss; it stays ended, and DeleteTenant run
+// again finishes it.
 func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t storedTenant) ([]byte, error) {
 	data, err := stamped(t)
 	if err != nil {
 		return nil, err
 	}
-	swapped, err := r.swap(ctx, nsTenants, id, raw, data)
+	swap := r.swap
+	if t.Gen == tombstone {
+		swap = r.kv.CompareAndSwap
+	}
+	swapped, err := swap(ctx, nsTenants, id, raw, data)
 	r.notify(ctx)
 	if err != nil || !swapped {
 		return nil, cmp.Or(err, fmt.Errorf("%w: tenant %q changed meanwhile; try again", ErrConflict, id))
@@ -668,21 +675,15 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 // removeMarked removes e while deleting reports the tenant still being
 // deleted, and reports whether it is done with e: removed, or the tenant
 // no longer being deleted. It first swaps e for a marked copy
-// (a field no entry has, of random value: e as every reader decodes it,
-// bytes no writer makes), and looks at the tenant after that: a tenant
-// made again under the id meanwhile that wrote the same bytes as e had
-// them marked, and gets them back; the marked copy goes only while
-// nothing replaced it. An entry that is no JSON object is removed
-// unmarked.
+// (stamped: e as every reader decodes it, bytes no writer makes), and
+// looks at the tenant after that: a tenant made again under the id
+// meanwhile that wrote the same bytes as e had them marked, and gets
+// them back; the marked copy goes only while nothing replaced it. An
+// entry that is no JSON object is removed unmarked.
 func (r *Registry) removeMarked(ctx context.Context, namespace string, e store.Entry, deleting func() (bool, error)) (bool, error) {
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(e.Value, &fields) != nil || fields == nil {
+	marked, err := stamped(json.RawMessage(e.Value))
+	if err != nil { // no JSON object
 		return r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, nil)
-	}
-	fields["swept"] = json.RawMessage(strconv.Quote(newSecret()))
-	marked, err := json.Marshal(fields)
-	if err != nil {
-		return false, err
 	}
 	if swapped, err := r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, marked); err != nil || !swapped {
 		return false, err
@@ -1442,10 +1443,11 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 	return guard, value, nil
 }
 
-// stamped is v, a struct, as JSON with a field "written" of random value:
-// bytes no other write makes, so a take-back of them (a CompareAndSwap
-// from them) never removes what another write made since, the same entry
-// for a tenant made again under the id too.
+// stamped is v, a struct or a JSON object, as JSON with a field
+// "written" of random value (last, so it is the one decoded): bytes no
+// other write makes, so a take-back of them (a CompareAndSwap from them)
+// never removes what another write made since, the same entry for a
+// tenant made again under the id too.
 func stamped(v any) ([]byte, error) {
 	data, err := json.Marshal(v)
 	if err != nil || len(data) < 2 || data[len(data)-1] != '}' {

@@ -747,3 +747,37 @@ func TestRefusedChangesAreTakenBackOnRedis(t *testing.T) {
 		t.Errorf("after the refused changes the registry holds %+v, want %+v as before", after, before)
 	}
 }
+
+// TestRefusedDeletionStaysOnRedis: with redis_min_replicas and the replica
+// gone, a tenant's deletion ends the tenant on the primary but fails with
+// store.ErrNotReplicated: the tenant stays ended, and a deletion run
+// again finishes it. Before, the end was taken back: a deletion on
+// another instance that had read it and swept meanwhile left the tenant
+// alive without what it swept.
+func TestRefusedDeletionStaysOnRedis(t *testing.T) {
+	ctx := context.Background()
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	loss := lossOf(t, primary)
+	strict, plain := registry.New(loss, clock.System), registry.New(loss.patient, clock.System)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.CreateGateway(ctx, "a", "gw"); err != nil {
+		t.Fatal(err)
+	}
+	replica.Kill(t)
+	loss.lost.Store(true)
+	if err := strict.DeleteTenant(ctx, "a"); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("the deletion without the replica: %v, want ErrNotReplicated", err)
+	}
+	if s, err := plain.Stored(ctx); err != nil || len(s.Tenants) != 0 {
+		t.Fatalf("tenants after the refused deletion: %+v, %v; want a still ended", s.Tenants, err)
+	}
+	if err := plain.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatalf("the deletion run again: %v", err)
+	}
+	if s, err := plain.Stored(ctx); err != nil || len(s.Tenants)+len(s.Gateways) != 0 {
+		t.Fatalf("after the deletion run again the registry holds %+v, %v; want nothing", s, err)
+	}
+}

@@ -30,8 +30,10 @@ const maxLimitedGateways = 10_000
 
 // Limiter limits the changes each gateway credential stores: GatewayBurst
 // at once, then one per GatewayEvery. A request is checked before it runs
-// (Check) and spends only when it stored a change (Spend): a refused one
-// tells no instance anything. It is safe for concurrent use.
+// (Check) and spends when it stored a change (Spend): a refused one tells
+// no instance anything. A /manage/* request spends refused too: its
+// refusal read the registry, or asked the platform. It is safe for
+// concurrent use.
 type Limiter struct{ keys *keyrate.Limiter }
 
 // NewLimiter returns a Limiter on clock c (nil: clock.System).
