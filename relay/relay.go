@@ -373,19 +373,20 @@ func New(cfg Config) (_ *Server, err error) {
 	s.descriptorFrames[contract.PlatformRelay] = contract.EncodeDescriptor(descriptor.Merge(contract.PlatformRelay, all...))
 
 	s.ledgers = ledger.NewPool(ledger.Config{
-		Store:         cfg.Store.Ledger(),
-		IDPrefix:      cfg.Store.Epoch() + "-",
-		Framer:        framer{},
-		AckWindow:     cfg.AckWindow,
-		MaxEntries:    cfg.BufferEntries,
-		MaxBytes:      cfg.BufferBytes,
-		MaxTotalBytes: cfg.BufferBytesTotal,
-		MaxAge:        cfg.BufferMaxAge,
-		SessionOwners: cfg.SessionOwners,
-		Unserved:      cfg.Away,
-		Clock:         cfg.Clock,
-		Log:           cfg.Log,
-		Metrics:       cfg.Metrics,
+		Store:           cfg.Store.Ledger(),
+		IDPrefix:        cfg.Store.Epoch() + "-",
+		Framer:          framer{},
+		AckWindow:       cfg.AckWindow,
+		MaxEntries:      cfg.BufferEntries,
+		MaxBytes:        cfg.BufferBytes,
+		MaxTotalBytes:   cfg.BufferBytesTotal,
+		MaxAge:          cfg.BufferMaxAge,
+		SessionOwners:   cfg.SessionOwners,
+		MaxPayloadBytes: maxPayloadBytes,
+		Unserved:        cfg.Away,
+		Clock:           cfg.Clock,
+		Log:             cfg.Log,
+		Metrics:         cfg.Metrics,
 	})
 	defer func() {
 		if err != nil {
