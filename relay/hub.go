@@ -350,7 +350,7 @@ func (h *hub) encode(d *platform.Delivery, buf *[]byte) (ld ledger.Delivery, ok 
 	}
 	*buf = payload
 	if len(payload) > maxPayloadBytes {
-		m.Inbound(d.Platform, h.id, "dropped_oversized")
+		m.Inbound(d.Platform, h.id, ledger.DroppedOversized)
 		h.srv.log.Warn("delivery dropped: larger than the gateway's frame limit",
 			"tenant", h.id, "platform", d.Platform, "bytes", len(payload))
 		return ld, false

@@ -22,8 +22,9 @@ type Metrics interface {
 	FrameIgnored(tenant, reason string)
 	// Inbound counts a delivery from a platform by outcome: "queued" (stored
 	// in the tenant's ledger), "store_failed" (refused: the store failed),
-	// "dropped_unknown_tenant", "dropped_oversized", "truncated", and for
-	// buffered entries dropped later "dropped_overflow" (over the tenant's
+	// "dropped_unknown_tenant", "dropped_oversized" (over the gateway's
+	// frame limit, as received or as read back from the store),
+	// "truncated", and for buffered entries dropped later "dropped_overflow" (over the tenant's
 	// bounds), "dropped_total" (over the bound across tenants),
 	// "dropped_expired" (older than the age bound), "dropped_malformed" (a
 	// stored record that does not decode; platform empty).

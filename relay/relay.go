@@ -212,7 +212,8 @@ type Config struct {
 	// Away, when set, is called when an inbound is buffered for a tenant
 	// none of whose connections can take it (none is live, or every one
 	// went idle): the wake poke (package wake). On the instance driving
-	// the tenant; with the ledger's mutex held, so it must not block.
+	// the tenant, not once Shutdown began; with the ledger's mutex held,
+	// so it must not block.
 	Away func(tenant string) `yaml:"-"`
 	// WakeCooldown is the least time between two wake pokes of one wake
 	// URL: the GET the connector sends to a gateway's registered wake URL
@@ -373,19 +374,20 @@ func New(cfg Config) (_ *Server, err error) {
 	s.descriptorFrames[contract.PlatformRelay] = contract.EncodeDescriptor(descriptor.Merge(contract.PlatformRelay, all...))
 
 	s.ledgers = ledger.NewPool(ledger.Config{
-		Store:         cfg.Store.Ledger(),
-		IDPrefix:      cfg.Store.Epoch() + "-",
-		Framer:        framer{},
-		AckWindow:     cfg.AckWindow,
-		MaxEntries:    cfg.BufferEntries,
-		MaxBytes:      cfg.BufferBytes,
-		MaxTotalBytes: cfg.BufferBytesTotal,
-		MaxAge:        cfg.BufferMaxAge,
-		SessionOwners: cfg.SessionOwners,
-		Unserved:      cfg.Away,
-		Clock:         cfg.Clock,
-		Log:           cfg.Log,
-		Metrics:       cfg.Metrics,
+		Store:           cfg.Store.Ledger(),
+		IDPrefix:        cfg.Store.Epoch() + "-",
+		Framer:          framer{},
+		AckWindow:       cfg.AckWindow,
+		MaxEntries:      cfg.BufferEntries,
+		MaxBytes:        cfg.BufferBytes,
+		MaxTotalBytes:   cfg.BufferBytesTotal,
+		MaxAge:          cfg.BufferMaxAge,
+		SessionOwners:   cfg.SessionOwners,
+		MaxPayloadBytes: maxPayloadBytes,
+		Unserved:        s.away(),
+		Clock:           cfg.Clock,
+		Log:             cfg.Log,
+		Metrics:         cfg.Metrics,
 	})
 	defer func() {
 		if err != nil {
@@ -782,6 +784,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.cfg.Store.Close()
 	}
 	return err
+}
+
+// away is the ledgers' Unserved hook: cfg.Away, but not once Shutdown
+// began, whose closing of every connection leaves their inbound waiting:
+// the next start, or the tenant's next driver, reports it as it reads the
+// store, and a poke now would send the gateways to an instance going away
+// and hold off that report's poke for a cooldown.
+func (s *Server) away() func(tenant string) {
+	if s.cfg.Away == nil {
+		return nil
+	}
+	return func(tenant string) {
+		if !s.stopping.Load() {
+			s.cfg.Away(tenant)
+		}
+	}
 }
 
 // closeWait bounds how long Shutdown waits for connections to close after

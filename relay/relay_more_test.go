@@ -17,6 +17,7 @@ import (
 	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
+	"connector/store"
 )
 
 func TestRelayHelloFrontsEveryPlatform(t *testing.T) {
@@ -181,6 +182,36 @@ func TestInboundTooLargeWithoutItsTextIsDropped(t *testing.T) {
 	p.deliver("t1", "c1", "u1", "next")
 	if got, _ := gw.NextInbound(t); got.Text != "next" {
 		t.Fatalf("inbound %q, want %q (the oversized one dropped)", got.Text, "next")
+	}
+}
+
+// TestStoredRecordOverTheFrameLimitIsDropped: a stored inbound whose frame
+// would exceed the gateway's limit (written by another program or version)
+// is dropped as the relay reads it back; the gateway gets the next one. It
+// was sent at every delivery before, and the gateway closed each time
+// (1009).
+func TestStoredRecordOverTheFrameLimitIsDropped(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	for _, text := range []string{strings.Repeat("x", contract.MaxFrameBytes), "next"} {
+		ev := &contract.Event{Text: text, MessageID: "m-" + text[:1]}
+		ev.Source.Platform, ev.Source.ChatID = "discord", "c1"
+		if _, err := st.Ledger().Append(context.Background(), "t1", []store.Record{{
+			Kind: uint8(platform.KindInbound), Platform: "discord", ChatID: "c1", Payload: ev.AppendJSON(nil), Received: time.Now(),
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:   []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Platforms: []platform.Platform{newFake("discord", map[string]string{"c1": "t1"})},
+		Log:       relaytest.TestLogger(t),
+		Store:     st,
+	})
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	if got, _ := gw.NextInbound(t); got.Text != "next" {
+		t.Fatalf("inbound %q, want next (the oversized one dropped)", got.Text)
 	}
 }
 

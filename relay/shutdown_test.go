@@ -3,11 +3,14 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/platform"
+	"connector/relay"
 	"connector/relay/relaytest"
 )
 
@@ -53,5 +56,36 @@ func TestShutdownAtTheDeadlineAnswersEveryOpThenCloses1001(t *testing.T) {
 	}
 	if err := <-done; err == nil {
 		t.Fatal("Shutdown reported no ops cut off")
+	}
+}
+
+// TestShutdownPokesNoWakeURL: the inbound a connection holds unacknowledged
+// when Shutdown closes it waits in the store for the next start, which
+// reports it unserved then; Shutdown does not (Config.Away): a poke would
+// send the gateway to an instance going away and hold the next start's off
+// for a cooldown.
+func TestShutdownPokesNoWakeURL(t *testing.T) {
+	var away atomic.Int32
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:   []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Platforms: []platform.Platform{p},
+		Log:       relaytest.TestLogger(t),
+		Away:      func(string) { away.Add(1) },
+	})
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	p.deliver("t1", "c1", "u1", "held")
+	if ev, _ := gw.NextInbound(t); ev.Text != "held" {
+		t.Fatalf("inbound %q, want held", ev.Text)
+	}
+	if err := h.Server.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := gw.Closed(t); code != int(websocket.StatusGoingAway) {
+		t.Fatalf("closed %d, want 1001", code)
+	}
+	if n := away.Load(); n != 0 {
+		t.Fatalf("Shutdown reported the tenant unserved %d times, want none", n)
 	}
 }

@@ -188,3 +188,26 @@ func TestTailPassesOverAnEntryTheConnectorDidNotWrite(t *testing.T) {
 	}
 	want(t, "stored", r.stored(t, "t1"), "before", "after")
 }
+
+// A stored record whose payload is over MaxPayloadBytes (written by
+// another program or version), whose frame no gateway takes, is dropped as
+// it is read: counted as dropped_oversized and removed from the store; the
+// records after it are delivered. It was framed and sent at every
+// delivery before, and the gateway closed each time (1009).
+func TestTailDropsAStoredRecordOverThePayloadBound(t *testing.T) {
+	r := newRig(t, nil)
+	r.store1(t, "s1", "before")
+	r.store1(t, "s2", "far too large")
+	r.store1(t, "s3", "after")
+	again := newRigOn(t, r.store, r.clock, func(c *Config) { c.MaxPayloadBytes = len("before") })
+	if n, err := again.pool.Recover(context.Background()); err != nil || n != 2 {
+		t.Fatalf("Recover took in %d (%v), want 2", n, err)
+	}
+	cons := &fakeConsumer{}
+	again.Serve(cons, "discord")
+	want(t, "delivered", payloads(cons.take()), "before", "after")
+	if got := again.metrics.count(DroppedOversized); got != 1 {
+		t.Fatalf("counted %d dropped_oversized, want 1", got)
+	}
+	want(t, "stored", again.stored(t), "before", "after")
+}

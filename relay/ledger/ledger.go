@@ -154,6 +154,9 @@ const (
 	DroppedExpired  = "dropped_expired"  // older than MaxAge
 	// DroppedMalformed is a stored record that does not decode.
 	DroppedMalformed = "dropped_malformed"
+	// DroppedOversized is a stored record whose payload is over
+	// Config.MaxPayloadBytes.
+	DroppedOversized = "dropped_oversized"
 )
 
 // Metrics receives the ledger's measurements; relay.Metrics satisfies it.
@@ -177,7 +180,7 @@ type TenantMetrics interface {
 }
 
 // Config configures a Pool and every Ledger in it. Every field but
-// MaxTotalBytes, MaxAge and SweepEvery must be set.
+// MaxTotalBytes, MaxAge, SweepEvery and MaxPayloadBytes must be set.
 type Config struct {
 	// Store is where entries are kept until acknowledged.
 	Store store.Ledger
@@ -199,6 +202,11 @@ type Config struct {
 	MaxAge time.Duration
 	// SweepEvery is how often MaxAge is enforced. Zero means a minute.
 	SweepEvery time.Duration
+	// MaxPayloadBytes drops, as it is read (Tail), a stored record whose
+	// payload is larger (written by another program or version): its frame
+	// would exceed what a gateway takes, at every delivery. Zero means no
+	// bound.
+	MaxPayloadBytes int
 	// SessionOwners bounds the remembered session owners per tenant (least
 	// recently used are forgotten).
 	SessionOwners int
@@ -1178,6 +1186,11 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 				// Stored for a tenant of the id created since, by an instance
 				// that applied it before this one: not this tenant's, and not
 				// this ledger's to remove.
+			case p.cfg.MaxPayloadBytes > 0 && e.size > int64(p.cfg.MaxPayloadBytes):
+				p.cfg.Metrics.Inbound(e.platform, l.tenant, DroppedOversized)
+				p.cfg.Log.Warn("buffered inbound dropped", "reason", DroppedOversized, "tenant", l.tenant,
+					"platform", e.platform, "buffer_id", e.id, "bytes", e.size)
+				l.queueRemovalLocked(e.seq)
 			default:
 				l.insertLocked(e)
 				n++
