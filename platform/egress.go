@@ -74,7 +74,8 @@ type Egress[P Platform, T any] struct {
 //     tenant there, a thread_rename a topic it created there
 //     (Grants.PostedBy): egress_declined.
 //
-// The op then runs, charged to tenant (WithTenant); in a chat held by
+// The op then runs, charged to tenant (WithTenant), its platform calls
+// asking again as their turn comes (StillMayAct); in a chat held by
 // grant, the message an op that names none answers is remembered as
 // tenant's (Grants.Posted; a prompt's poster also by the message alone,
 // Grants.Prompted), and a thread a thread_create made there, on
@@ -112,6 +113,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		if hold, err = authorize(ctx, p, tenant, chatID); err != nil {
 			return refusal(p.Name(), err)
 		}
+		ctx = context.WithValue(ctx, authorizedKey{}, authorized{p, tenant, chatID})
 		// A thread that is a chat of its own (ThreadChats) is checked as a chat by its op.
 		ownOnly := a.Op == contract.OpEdit || a.Op == contract.OpDelete || (a.Op == contract.OpThreadRename && !e.ThreadChats)
 		if hold == HoldGrant && ownOnly && (e.Grants == nil || !e.Grants.PostedBy(ctx, chatID, message, tenant)) {
@@ -165,6 +167,11 @@ func authorize(ctx context.Context, p Platform, tenant, chatID string) (Hold, er
 	if found, ok := ctx.Value(locatedKey{}).(located); ok && found == (located{p.Name(), tenant, chatID, found.hold}) {
 		return found.hold, nil
 	}
+	return ask(ctx, p, tenant, chatID)
+}
+
+// ask is authorize without Locate's answer: p asked afresh.
+func ask(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
 	ctx = WithTenant(ctx, tenant)
 	if g, ok := p.(ChatGranter); ok {
 		hold, err := g.ChatGranted(ctx, chatID, tenant)
@@ -184,6 +191,53 @@ func authorize(ctx context.Context, p Platform, tenant, chatID string) (Hold, er
 	}
 	return HoldOwn, nil
 }
+
+// StillMayAct is Authorize asked again, afresh, as a platform call under
+// ctx is about to be made: an action is authorized once (Execute), then
+// its calls may wait for their pace and budgets up to its deadline, while
+// the chat is bound or claimed by another tenant, or the tenant's grant or
+// link there ends. It is nil while the tenant Execute authorized may still
+// act in the action's chat, or when ctx carries no such chat (a link
+// reply, a follow_up, a call outside Execute); else an error CommonFailure
+// answers as Authorize would have: the uniform decline, or unavailable
+// when the owner could not be looked up. A tenant deleted and created
+// again meanwhile acts nowhere: the relay revokes its actions' ctx, and
+// the vault holds none of the earlier tenant's grants for the new one.
+// Discord, Slack and Telegram call it where their calls wait, after the
+// wait and before the request (WhatsApp asks the same of the number a
+// message goes out from).
+func StillMayAct(ctx context.Context) error {
+	a, ok := ctx.Value(authorizedKey{}).(authorized)
+	if !ok {
+		return nil
+	}
+	// The platform's own calls while it asks (a Discord channel lookup) are not asked about.
+	if _, err := ask(context.WithValue(ctx, authorizedKey{}, nil), a.p, a.tenant, a.chat); err != nil {
+		return &refusedError{a.p.Name(), err}
+	}
+	return nil
+}
+
+// authorizedKey is the context key of the chat Execute authorized.
+type authorizedKey struct{}
+
+// authorized is the chat Execute let tenant act in on p (StillMayAct).
+type authorized struct {
+	p            Platform
+	tenant, chat string
+}
+
+// refusedError is StillMayAct's refusal on platform name: err is ask's.
+type refusedError struct {
+	name string
+	err  error
+}
+
+// Error implements error.
+func (e *refusedError) Error() string { return e.name + ": the chat, asked again: " + e.err.Error() }
+
+// Unwrap returns ask's error.
+func (e *refusedError) Unwrap() error { return e.err }
 
 // locatedKey is the context key of the chat Locate found.
 type locatedKey struct{}
@@ -294,14 +348,18 @@ func (e *RateLimitedError) Error() string {
 }
 
 // CommonFailure is the result, its text after prefix ("slack send: "), of
-// the op errors every platform answers alike: a RateLimitedError is
+// the op errors every platform answers alike: a call StillMayAct refused
+// is answered as Authorize answers; a RateLimitedError is
 // rate_limited with its wait as the hint; no answer before the deadline,
 // or a network failure reaching peer (the remote API's name), is
 // unavailable, the latter described without the URL or address its text
 // holds. ok is false for any other error.
 func CommonFailure(prefix, peer string, err error) (r contract.Result, ok bool) {
 	var limited *RateLimitedError
+	var refused *refusedError
 	switch {
+	case errors.As(err, &refused):
+		return refusal(refused.name, refused.err), true
 	case errors.As(err, &limited):
 		r = contract.Failed(contract.CodeRateLimited, prefix+"rate limited; retry later")
 		r.RetryAfterMS = max(limited.Wait.Milliseconds(), 1)

@@ -154,6 +154,31 @@ func TestLocateWaitsLast(t *testing.T) {
 	}
 }
 
+// TestStillMayActAsksAfresh: a call made under an action's ctx asks again
+// whether its tenant may act in the action's chat, not reusing Locate's
+// answer nor Execute's: once the chat is bound to another tenant the call
+// is answered with the decline. A ctx of no action's chat asks nothing.
+func TestStillMayActAsksAfresh(t *testing.T) {
+	p := &chatsPlatform{owners: map[string]string{"own": "t1"}}
+	_, ctx, err := platform.Locate(t.Context(), []platform.Platform{p}, "t1", "own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: "own"}); !r.Success {
+		t.Fatalf("send: %+v", r)
+	}
+	if err := platform.StillMayAct(p.opCtx); err != nil || p.lookups != 2 {
+		t.Fatalf("asked again before the rebind: %v after %d lookups, want nil after two", err, p.lookups)
+	}
+	p.owners["own"] = "t2"
+	if r, ok := platform.CommonFailure("chats send: ", "Chats", platform.StillMayAct(p.opCtx)); !ok || r != contract.Declined("chats") {
+		t.Errorf("asked again after the rebind: %+v, want the decline", r)
+	}
+	if err := platform.StillMayAct(ctx); err != nil {
+		t.Errorf("a ctx of no action's chat: %v", err)
+	}
+}
+
 // TestSendParts: the parts go out in order; a failure past the first part
 // says how many went out and carries the first message's id, one of the
 // first part carries none.

@@ -34,6 +34,8 @@ const maxRateLimitRetries = 8
 //   - per-route buckets come from the X-RateLimit-* headers;
 //   - a 429 (global or not, with or without Reset-After) pauses the right
 //     scope and is retried while the deadline allows;
+//   - once a call's turn comes, it is made only while the action's tenant
+//     may still act in its chat (platform.StillMayAct);
 //   - 401/403/429 answers are charged to the tenant that caused them and
 //     to the bot (the invalid-request breaker);
 //   - rate-limit headers are removed before discordgo sees them, so its own
@@ -98,6 +100,9 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request, r route) (
 		}
 		if waited := t.clock.Now().Sub(start); waited > time.Millisecond {
 			t.metrics.RateLimitWait(platformName, waited)
+		}
+		if err := platform.StillMayAct(ctx); err != nil {
+			return nil, err
 		}
 		out, err := t.outgoing(ctx, req)
 		if err != nil {

@@ -119,8 +119,6 @@ func (p *Platform) failure(op string, err error) contract.Result {
 		return r
 	}
 	switch {
-	case errors.Is(err, errRebound):
-		return contract.Declined(platformName)
 	case errors.Is(err, errNotInstalled):
 		return contract.Failed(contract.CodeUnavailable, "slack "+op+": the app is not installed in this chat's workspace")
 	case errors.Is(err, platform.ErrUnavailable):

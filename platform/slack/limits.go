@@ -141,8 +141,8 @@ func (p *Platform) call(ctx context.Context, team, method string, fn func(contex
 
 // callIn is call for a call into channel: a method that posts a message
 // there is also paced per channel, and once the call's turn comes it is
-// made only while the tenant in ctx may still act in channel (stillMayAct:
-// the chat may have been bound to another tenant while the call waited).
+// made only while the action's tenant may still act in its chat
+// (platform.StillMayAct).
 // Only a 429 is retried (Slack did not take the call); any other error is
 // returned as it is.
 func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn func(context.Context, *slack.Client) error) error {
@@ -175,7 +175,7 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 		if d := p.clock.Now().Sub(start); d > 0 {
 			p.metrics.RateLimitWait(platformName, d)
 		}
-		if err := p.stillMayAct(ctx, tenant, channel); err != nil {
+		if err := platform.StillMayAct(ctx); err != nil {
 			return err
 		}
 		err := fn(ctx, c)
@@ -197,31 +197,6 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 			return &platform.RateLimitedError{Wait: retry}
 		}
 	}
-}
-
-// errRebound fails a call into a chat its tenant could no longer act in
-// once the call's turn came (stillMayAct).
-var errRebound = errors.New("slack: the chat is no longer the tenant's")
-
-// stillMayAct is nil when tenant may act in channel as platform.Authorize
-// judges it (ChatGranted, else ChatTenant), asked afresh; errRebound when
-// it may not, an error wrapping platform.ErrUnavailable when that could
-// not be told. A call of no tenant's (a link reply) or into no channel is
-// not asked.
-func (p *Platform) stillMayAct(ctx context.Context, tenant, channel string) error {
-	if channel == "" || tenant == "" || tenant == platform.LinkBudget {
-		return nil
-	}
-	if hold, err := p.ChatGranted(ctx, channel, tenant); err != nil || hold != platform.HoldNone {
-		return err
-	}
-	switch owner, err := p.ChatTenant(ctx, channel); {
-	case errors.Is(err, platform.ErrUnavailable):
-		return err
-	case err != nil || owner != tenant:
-		return errRebound
-	}
-	return nil
 }
 
 // tokenRevoked reports Slack's answers for a token that no longer works.

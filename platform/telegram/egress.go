@@ -56,8 +56,7 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 // 429 are returned as they are (never retried: the call may have gone
 // through). A ctx without a deadline is bounded by request_timeout, as on
 // WhatsApp and Slack. Once its turn comes, the call is made only while
-// tenant may still act in chat (ChatGranted): a chat bound to another
-// tenant, a claim or grant ended, while it waited is errRebound.
+// the action's tenant may still act in its chat (platform.StillMayAct).
 func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGroup bool, call func(context.Context) error) error {
 	latest := platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, callMargin)
 	for {
@@ -75,10 +74,8 @@ func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGr
 		if d := p.deps.Clock.Now().Sub(now); d > 0 {
 			p.deps.Metrics.RateLimitWait(platformName, d)
 		}
-		if tenant != platform.LinkBudget {
-			if hold, _ := p.ChatGranted(ctx, strconv.FormatInt(chat, 10), tenant); hold == platform.HoldNone {
-				return errRebound
-			}
+		if err := platform.StillMayAct(ctx); err != nil {
+			return err
 		}
 		err := call(ctx)
 		var tooMany *bot.TooManyRequestsError
@@ -92,19 +89,11 @@ func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGr
 	}
 }
 
-// errRebound fails a call whose chat the tenant could no longer act in
-// once its turn came (paced).
-var errRebound = errors.New("telegram: the chat is no longer the tenant's")
-
-// failure turns an egress error into a result whose text carries no
-// secret; errRebound is the uniform decline.
+// failure turns an egress error into a result whose text carries no secret.
 func (p *Platform) failure(op string, err error) contract.Result {
 	var migrated *bot.MigrateError
 	if r, ok := platform.CommonFailure("telegram "+op+": ", "Telegram", err); ok {
 		return r
-	}
-	if errors.Is(err, errRebound) {
-		return contract.Declined(platformName)
 	}
 	if errors.As(err, &migrated) {
 		return contract.Failed(contract.CodePlatformError,
