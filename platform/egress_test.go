@@ -487,7 +487,8 @@ func TestThreadCreateOnAGrantGrantsTheThread(t *testing.T) {
 // (Prompted) only in a DM, the one chat where a press reads that: Ada's
 // link moved from t1 to t2, and a press of t1's prompt in her DM, which t1
 // still holds by grant, reaches t1, while one in a granted group goes by
-// her link. A group's prompt cost a second store write that nothing read.
+// her link, with no store read (she is linked to no other tenant). A
+// group's prompt cost a second store write that nothing read.
 func TestPromptPosterRecordedInDMs(t *testing.T) {
 	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
 	p := &chatsPlatform{granted: map[string]string{"dm": "t1", "group": "t1"}}
@@ -516,7 +517,8 @@ func TestPromptPosterRecordedInDMs(t *testing.T) {
 	if got := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "dm", DM: true}, "m-dm", "t2"); got != "t1" {
 		t.Errorf("a press of t1's prompt in Ada's DM reached %s, want t1", got)
 	}
-	if got := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "group"}, "m-group", "t2"); got != "t2" {
-		t.Errorf("a press of t1's prompt in a granted group reached %s, want t2 (her link's)", got)
+	v.markReads = 0
+	if got := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "group"}, "m-group", "t2"); got != "t2" || v.markReads != 0 {
+		t.Errorf("a press of t1's prompt in a granted group reached %s after %d reads, want t2 (her only link's) after none", got, v.markReads)
 	}
 }
