@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -197,19 +198,21 @@ func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string) {
 // reached by grant (its DM, or a chat no binding covers): the tenant that
 // posted the prompt message (the mark Posted stores for a chat held by
 // grant), one user is linked to or, in a DM, the one Prompted recorded,
-// while it may act in chat, else home, the tenant the press routes to.
+// while it may act in chat, else home, the tenant the press routes to. A
+// press with no such tenant but home to ask about reads no mark.
 func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) string {
-	if g.PostedBy(ctx, chat.ID, message, home) {
-		return home
-	}
 	tenants := own.LinkedTenants(user)
 	if chat.DM {
 		if e, ok := g.vault.Get(ctx, g.posterKey(chat.ID, message)); ok {
-			tenants = append(tenants, e.Ref) // the DM's user was linked to it
+			tenants = append(tenants, e.Ref)
 		}
 	}
+	tenants = slices.DeleteFunc(tenants, func(t string) bool { return t == home })
+	if len(tenants) == 0 || g.PostedBy(ctx, chat.ID, message, home) {
+		return home
+	}
 	for _, t := range tenants {
-		if t != home && g.PostedBy(ctx, chat.ID, message, t) && own.MayAct(t, chat, func() bool { return own.Linked(user, t) || g.Has(ctx, chat.ID, t) }) {
+		if g.PostedBy(ctx, chat.ID, message, t) && own.MayAct(t, chat, func() bool { return own.Linked(user, t) || g.Has(ctx, chat.ID, t) }) {
 			return t
 		}
 	}

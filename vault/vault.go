@@ -47,7 +47,9 @@ const ChatGrantTTL = 24 * time.Hour
 // of one platform it held by grant (the key's SessionKey names the
 // platform, the chat and the message, platform.Grants.Posted): only that
 // tenant may edit or delete it there. The value is empty: the key is the
-// mark. It lasts ChatGrantTTL, the life of the grant it was posted on.
+// mark (but for a prompt's in a DM, kept under no tenant's key, whose Ref
+// names its poster: platform.Grants.Prompted). It lasts ChatGrantTTL, the
+// life of the grant it was posted on.
 const KindPostedMessage Kind = "platform.posted_message"
 
 // WhatsApp Cloud's records (platform/whatsapp), kept here so every

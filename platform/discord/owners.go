@@ -63,7 +63,8 @@ const errOwnersUnknown = platform.UnavailableError("discord chat owners are unkn
 
 // snapshot tracks whether the Gateway's first guild snapshot has loaded:
 // READY lists the guilds, GUILD_CREATE delivers each one's channels and
-// active threads. It latches: later sessions find the cache already full,
+// active threads. It latches while this instance holds the Gateway lease
+// (reset): later sessions find the cache already full,
 // but for what changed while no session was connected (a channel created
 // then), which their own GUILD_CREATEs bring; until they have (settled),
 // an ask the cache alone cannot answer for its asker waits (awaitGuilds).
@@ -74,6 +75,16 @@ type snapshot struct {
 	readyAt time.Time
 	pending map[string]bool // claimed guilds listed in READY, not yet created
 	settled chan struct{}   // closed once pending empties; nil when it has
+}
+
+// reset forgets the snapshot loaded so far, on taking the Gateway lease
+// (again): the cache lacks what changed while another instance held it,
+// so owners are unknown until the next READY's guilds have arrived.
+func (s *snapshot) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending = nil
+	s.loaded.Store(false)
 }
 
 // ready starts the wait for the claimed guilds among those READY listed;

@@ -36,7 +36,11 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 		p.setStatus(true, false, "standby: the Gateway session runs on another instance; webhooks are served here")
 	}
 	err := p.deps.RunExclusive(ctx, "discord/gateway", func(ctx context.Context) error {
-		p.gwHere.Store(true) // chat owners come from the cache the Gateway fills
+		// Chat owners come from the cache the Gateway fills, once this
+		// session's snapshot has loaded: the cache lacks what changed while
+		// another instance held the lease.
+		p.snap.reset()
+		p.gwHere.Store(true)
 		defer p.gwHere.Store(false)
 		return p.gw.run(ctx)
 	})

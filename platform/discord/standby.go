@@ -13,7 +13,7 @@ import (
 // With several instances only the holder of the lease ingest/discord/gateway
 // runs the Gateway session, so only its cache knows the bot's channels, once
 // the guild snapshot has loaded. An instance without it (a standby, or the
-// holder right after a takeover) answers a chat's owner by asking Discord,
+// holder right after taking the lease, or taking it back) answers a chat's owner by asking Discord,
 // GET /channels/{id}, and applies the same rule to the answer as the cache
 // path (channelTenant: the guild's tenant, DMTenant for a DM under rule 4,
 // dmTenant: the DM's recipient comes from Discord's answer). To keep a

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"testing"
 
 	"connector/contract"
@@ -12,6 +13,7 @@ import (
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
 )
 
 // newStandbyEnv is a platform of several instances whose Gateway lease is
@@ -188,6 +190,59 @@ func TestNewLeaseHolderAsksUntilItsSnapshotLoads(t *testing.T) {
 	}
 	if n := len(e.fake.Requests()) - before; n != 0 {
 		t.Fatalf("%d REST calls for a declined chat after the snapshot", n)
+	}
+}
+
+// TestLeaseTakenBackAsksUntilItsSnapshotLoads: an instance that held
+// the Gateway lease, lost it and took it back looks owners up at Discord
+// until its new session's snapshot loads, as on its first takeover: a
+// channel of t1's made while another instance held the lease, which its
+// cache lacks, was declined (egress_declined, final) until READY.
+func TestLeaseTakenBackAsksUntilItsSnapshotLoads(t *testing.T) {
+	t.Parallel()
+	lost, back := make(chan struct{}), make(chan struct{})
+	holder := func(ctx context.Context, _ string, run func(context.Context) error) error {
+		term, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-lost:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		_ = run(term) // until the lease is lost
+		select {
+		case <-back:
+		case <-ctx.Done():
+			return nil
+		}
+		return run(ctx)
+	}
+	e := newEnvDeps(t, platform.Deps{Exclusive: holder}, discordtest.Options{}, nil)
+	e.startReady(t)
+	// The new session waits for Discord's session start limit, so it has
+	// no READY while the test acts.
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.Method != http.MethodGet || r.URL.Path != "/api/v9/gateway/bot" {
+			return false
+		}
+		_, _ = w.Write([]byte(`{"url":"wss://gateway.invalid","shards":1,"session_start_limit":{"total":1000,"remaining":0,"reset_after":3600000}}`))
+		return true
+	})
+	close(lost)
+	platformtest.WaitUntil(t, "the lease lost", func() bool { return !e.p.gwHere.Load() })
+	const made = "1310000000000000777"
+	e.fake.AddChannel(discordtest.Channel{ID: made, Type: 0, GuildID: guildLab, Name: "made-meanwhile"})
+	before := len(e.fake.Requests())
+	close(back)
+	platformtest.WaitUntil(t, "the new session asking for its start limit", func() bool {
+		return slices.ContainsFunc(e.fake.Requests()[before:], func(r discordtest.Request) bool { return r.Path == "/api/v9/gateway/bot" })
+	})
+	if r := execute(t, e, "t1", `{"op":"typing","chat_id":"`+made+`","metadata":{}}`); !r.Success {
+		t.Fatalf("typing in t1's channel made while the lease was elsewhere = %+v", r)
+	}
+	if n := channelLookups(e, before, made); n != 1 {
+		t.Fatalf("%d lookups of the channel, want 1", n)
 	}
 }
 

@@ -252,6 +252,44 @@ func TestPromptPressInASharedDMReachesItsPoster(t *testing.T) {
 	}
 }
 
+// TestPromptPressAfterTheLinkMoved: user 501, linked to t1, writes t1 in
+// the DM and t1 prompts there; then 501's link moves to t2. A press of
+// t1's prompt in the DM, which t1 still holds by grant, is t1's answer
+// (the DM records its prompts' poster), not t2's.
+func TestPromptPressAfterTheLinkMoved(t *testing.T) {
+	e := webhookEnv(t, nil)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	say := `{"update_id":884100910,"message":{"message_id":1,"date":1767225300,"chat":{"id":501,"type":"private","first_name":"Ada"},"from":{"id":501,"is_bot":false,"first_name":"Ada"},"text":"hello"}}`
+	if code := e.post(t, []byte(say)); code != http.StatusOK {
+		t.Fatalf("Ada's message: status %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" {
+		t.Fatalf("Ada's message delivered to %q, want t1", d.Tenant)
+	}
+	r := e.act(t, "t1", promptAction("501", contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("t1's prompt: %+v", r)
+	}
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	user := map[string]any{"id": int64(501), "is_bot": false, "first_name": "Ada"}
+	chat := map[string]any{"id": int64(501), "type": "private", "first_name": "Ada"}
+	press, err := e.fake.PressButton(884100911, chat, msgID, "hp1:f00dba.1234abcd:once", user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := e.post(t, press); code != http.StatusOK {
+		t.Fatalf("press: status %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event == nil || d.Event.PromptResponse == nil {
+		t.Fatalf("press delivered to %q: %+v, want t1's prompt_response", d.Tenant, d.Event)
+	}
+}
+
 // TestPromptPressInASharedGroupReachesItsPoster: in a group no tenant
 // binds or claims, t2 holds the chat by grant (its user 505 wrote there)
 // and prompts there; user 501, linked to t1 (501's home) and t2, presses.
