@@ -244,17 +244,23 @@ return answer(first)
 // resent ack or trim report none removed. So a script returns answer(v),
 // which keeps v (a number, or a trim's table as JSON) under its id, and a
 // resend finds it and returns it at once. The answers of one tenant share
-// a hash, not a key per call: at 1024 it becomes the older one (the one
-// before it goes), so the last 1024 calls' answers at least are kept, a
-// whole pipeline's included, for ARGV[2] ms after the tenant's last call.
+// a hash, not a key per call, which lives twice ARGV[2] ms from its first
+// answer: older than ARGV[2] ms or at 1024 answers it becomes the older
+// one (the one before it goes). So each answer is kept ARGV[2] ms at least
+// unless 1024 calls of its tenant follow it, and a tenant holds the
+// answers of its last two windows at most, not 2048 whatever its pace.
 const answerLua = `
 local answers, older = KEYS[#KEYS - 1], KEYS[#KEYS]
 local answered = redis.call('HGET', answers, ARGV[1]) or redis.call('HGET', older, ARGV[1])
 if answered then return tonumber(answered) or cjson.decode(answered) end
 local function answer(v)
-  if redis.call('HLEN', answers) >= 1024 then redis.call('RENAME', answers, older) end
+  local left = redis.call('PTTL', answers)
+  if left >= 0 and (left < tonumber(ARGV[2]) or redis.call('HLEN', answers) >= 1024) then
+    redis.call('RENAME', answers, older)
+    left = -2
+  end
   redis.call('HSET', answers, ARGV[1], type(v) == 'table' and cjson.encode(v) or v)
-  redis.call('PEXPIRE', answers, ARGV[2])
+  if left < 0 then redis.call('PEXPIRE', answers, 2 * tonumber(ARGV[2])) end
   return v
 end
 `

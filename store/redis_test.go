@@ -454,3 +454,44 @@ func TestRedisTenantIndexedAgainAfterItsKeysAreLost(t *testing.T) {
 		t.Fatalf("tenants after the keys were lost and an append: %v, %v; want [t1]", tenants, err)
 	}
 }
+
+// TestRedisAnswersRotateByAge: a tenant's answers hash (answerLua) becomes
+// the older one once it is older than the resend window, not only at 1024
+// answers, and the older one goes at the next such turn. Before, each call
+// renewed its PX, so a tenant calling once a minute kept up to 2048
+// answers (about 150 KB) long past any resend.
+func TestRedisAnswersRotateByAge(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	s := opener(t, cfg)(nil)
+	l, ctx := s.Ledger(), t.Context()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	answers, older := cfg.RedisPrefix+"answers:{t1}", cfg.RedisPrefix+"oldanswers:{t1}"
+	window := store.ResendWindow(s)
+	lens := func() (int64, int64) {
+		t.Helper()
+		a, err := c.HLen(ctx, answers).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := c.HLen(ctx, older).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, o
+	}
+	for i, want := range [][2]int64{{1, 0}, {1, 1}, {1, 1}} {
+		if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		if a, o := lens(); a != want[0] || o != want[1] {
+			t.Fatalf("after append %d: %d answers, %d older; want %d and %d", i+1, a, o, want[0], want[1])
+		}
+		// The hash a window old (what the clock would do): the next call
+		// starts another.
+		if err := c.PExpire(ctx, answers, window-time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
