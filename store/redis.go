@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -95,6 +96,9 @@ type redisStore struct {
 	pipe *batcher[pipeCall]
 	// indexed holds the tenants this store has added to the ledgers set.
 	indexed sync.Map
+	// highest holds, per tenant, the highest seq this store gave or read
+	// (*atomic.Uint64; seen, saw).
+	highest sync.Map
 
 	// subs holds every subscription of the store on one connection
 	// (redispubsub.go).
@@ -194,11 +198,12 @@ func pxMillis(d time.Duration) int64 {
 
 type redisLedger struct{ s *redisStore }
 
-// appendScript assigns ARGV[2] consecutive seqs to the records that follow
+// appendScript assigns ARGV[3] consecutive seqs to the records that follow
 // (seven arguments each) and adds them to the stream with ids 0-<seq>. A
 // record's generation (field g) is a field of its own, which versions that
 // knew none pass over, and which reads back as zero from records they
-// stored. ARGV[1] and ARGV[2] are the append's answer (answerLua).
+// stored. ARGV[1] and ARGV[2] are the append's answer (answerLua), ARGV[4]
+// the highest seq the store gave or read for the tenant (seen).
 //
 // A seq is never given out twice, not even across a failover: a primary
 // may number records (which a driver's Tail reads, or a refused append's
@@ -210,24 +215,33 @@ type redisLedger struct{ s *redisStore }
 // seqs skip, and a primary would have to number 2^32 records its replicas
 // never got for one to come again. A server whose INFO names no
 // master_replid (some proxies) is not checked: seqs may repeat after a
-// failover there.
+// failover there. A counter behind ARGV[4] was lost with the tenant's keys
+// (a failover before they reached a replica, a server restarted without
+// its data) and moves past it the same way, so the numbering does not
+// start over at 1 under bufferIds a gateway saw; one lost before any
+// running instance gave or read a seq of the tenant still does.
 var appendScript = redis.NewScript(appendLua)
 
 const appendLua = answerLua + `
-local n = tonumber(ARGV[3])
+local n, floor = tonumber(ARGV[3]), tonumber(ARGV[4])
+local function past(seq) return (math.floor(seq / 4294967296) + 1) * 4294967296 end
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
 if replid and redis.call('GET', KEYS[4]) ~= replid then
   local last = tonumber(redis.call('GET', KEYS[1]))
   if last then
-    redis.call('SET', KEYS[1], (math.floor(last / 4294967296) + 1) * 4294967296)
+    redis.call('SET', KEYS[1], past(last))
   end
   redis.call('SET', KEYS[4], replid)
 end
 local last = redis.call('INCRBY', KEYS[1], n)
+if last - n < floor then
+  last = past(floor) + n
+  redis.call('SET', KEYS[1], last)
+end
 local first = last - n + 1
 local size = 0
 for i = 0, n - 1 do
-  local a = 4 + i * 7
+  local a = 5 + i * 7
   redis.call('XADD', KEYS[2], string.format('0-%d', first + i),
     'k', ARGV[a], 'p', ARGV[a + 1], 's', ARGV[a + 2], 'c', ARGV[a + 3], 'r', ARGV[a + 4], 'd', ARGV[a + 5], 'g', ARGV[a + 6])
   size = size + string.len(ARGV[a + 5])
@@ -310,8 +324,8 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, ctx.Err()
 	}
 	now := l.s.clock.Now()
-	args := make([]any, 0, 3+7*len(recs))
-	args = append(args, rand.Text(), pxMillis(l.s.resend), len(recs))
+	args := make([]any, 0, 4+7*len(recs))
+	args = append(args, rand.Text(), pxMillis(l.s.resend), len(recs), l.s.seen(tenant).Load())
 	for i := range recs {
 		r := &recs[i]
 		received := receivedAt(r.Received, now)
@@ -335,6 +349,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
 	}
 	seqs := appendedSeqs(first, len(recs))
+	l.s.saw(tenant, seqs[len(seqs)-1])
 	failed := stored.unreplicated
 	switch {
 	case !indexed:
@@ -343,10 +358,11 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		} else {
 			l.s.indexed.Store(tenant, struct{}{})
 		}
-	case first == 1:
-		// The tenant's numbering started over: its keys are gone (a
-		// failover before its first append reached a replica, a server
-		// restarted without its data), and from the set with them.
+	case (first-1)%(1<<32) == 0:
+		// The tenant's numbering started over or skipped (appendScript):
+		// its keys may be gone (a failover before its first append reached
+		// a replica, a server restarted without its data), and from the
+		// set with them.
 		failed = cmp.Or(failed, l.s.pipelined(ctx, l.indexCall(tenant)).err())
 	}
 	if failed != nil {
@@ -356,6 +372,22 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(failed))
 	}
 	return seqs, nil
+}
+
+// seen is the highest seq s gave or read for tenant (zero: none).
+func (s *redisStore) seen(tenant string) *atomic.Uint64 {
+	if v, ok := s.highest.Load(tenant); ok {
+		return v.(*atomic.Uint64)
+	}
+	v, _ := s.highest.LoadOrStore(tenant, new(atomic.Uint64))
+	return v.(*atomic.Uint64)
+}
+
+// saw raises the highest seq s gave or read for tenant to seq.
+func (s *redisStore) saw(tenant string, seq uint64) {
+	h := s.seen(tenant)
+	for old := h.Load(); seq > old && !h.CompareAndSwap(old, seq); old = h.Load() {
+	}
 }
 
 // appendedSeqs are the seqs of n records appended from first.
@@ -410,6 +442,9 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 			return out, fmt.Errorf("store: read tenant %q: %w", tenant, &UnreadableRecord{Seq: seq})
 		}
 		out = append(out, r)
+	}
+	if len(out) > 0 {
+		l.s.saw(tenant, out[len(out)-1].Seq)
 	}
 	return out, nil
 }
