@@ -57,7 +57,8 @@ import (
 // registry namespace's on its name's (tagged); tenants spread over the
 // shards. The one set shared by every tenant, ledgers, is
 // written apart from the scripts: once per tenant and store, before its
-// first append (and after one numbered 1: its keys were lost), and never
+// first append (and after one numbered 1 or past a multiple of 2^32: its
+// keys may have been lost), and never
 // shrinks; Tenants reads it and keeps the tenants
 // whose stream holds entries.
 
