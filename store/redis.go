@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -56,7 +57,8 @@ import (
 // registry namespace's on its name's (tagged); tenants spread over the
 // shards. The one set shared by every tenant, ledgers, is
 // written apart from the scripts: once per tenant and store, before its
-// first append (and after one numbered 1: its keys were lost), and never
+// first append (and after one numbered 1 or past a multiple of 2^32: its
+// keys may have been lost), and never
 // shrinks; Tenants reads it and keeps the tenants
 // whose stream holds entries.
 
@@ -95,6 +97,9 @@ type redisStore struct {
 	pipe *batcher[pipeCall]
 	// indexed holds the tenants this store has added to the ledgers set.
 	indexed sync.Map
+	// highest holds, per tenant, the highest seq this store gave or read
+	// (*atomic.Uint64; seen, saw).
+	highest sync.Map
 
 	// subs holds every subscription of the store on one connection
 	// (redispubsub.go).
@@ -194,11 +199,12 @@ func pxMillis(d time.Duration) int64 {
 
 type redisLedger struct{ s *redisStore }
 
-// appendScript assigns ARGV[2] consecutive seqs to the records that follow
+// appendScript assigns ARGV[3] consecutive seqs to the records that follow
 // (seven arguments each) and adds them to the stream with ids 0-<seq>. A
 // record's generation (field g) is a field of its own, which versions that
 // knew none pass over, and which reads back as zero from records they
-// stored. ARGV[1] and ARGV[2] are the append's answer (answerLua).
+// stored. ARGV[1] and ARGV[2] are the append's answer (answerLua), ARGV[4]
+// the highest seq the store gave or read for the tenant (seen).
 //
 // A seq is never given out twice, not even across a failover: a primary
 // may number records (which a driver's Tail reads, or a refused append's
@@ -210,24 +216,33 @@ type redisLedger struct{ s *redisStore }
 // seqs skip, and a primary would have to number 2^32 records its replicas
 // never got for one to come again. A server whose INFO names no
 // master_replid (some proxies) is not checked: seqs may repeat after a
-// failover there.
+// failover there. A counter behind ARGV[4] was lost with the tenant's keys
+// (a failover before they reached a replica, a server restarted without
+// its data) and moves past it the same way, so the numbering does not
+// start over at 1 under bufferIds a gateway saw; one lost before any
+// running instance gave or read a seq of the tenant still does.
 var appendScript = redis.NewScript(appendLua)
 
 const appendLua = answerLua + `
-local n = tonumber(ARGV[3])
+local n, floor = tonumber(ARGV[3]), tonumber(ARGV[4])
+local function past(seq) return (math.floor(seq / 4294967296) + 1) * 4294967296 end
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
 if replid and redis.call('GET', KEYS[4]) ~= replid then
   local last = tonumber(redis.call('GET', KEYS[1]))
   if last then
-    redis.call('SET', KEYS[1], (math.floor(last / 4294967296) + 1) * 4294967296)
+    redis.call('SET', KEYS[1], past(last))
   end
   redis.call('SET', KEYS[4], replid)
 end
 local last = redis.call('INCRBY', KEYS[1], n)
+if last - n < floor then
+  last = past(floor) + n
+  redis.call('SET', KEYS[1], last)
+end
 local first = last - n + 1
 local size = 0
 for i = 0, n - 1 do
-  local a = 4 + i * 7
+  local a = 5 + i * 7
   redis.call('XADD', KEYS[2], string.format('0-%d', first + i),
     'k', ARGV[a], 'p', ARGV[a + 1], 's', ARGV[a + 2], 'c', ARGV[a + 3], 'r', ARGV[a + 4], 'd', ARGV[a + 5], 'g', ARGV[a + 6])
   size = size + string.len(ARGV[a + 5])
@@ -244,17 +259,23 @@ return answer(first)
 // resent ack or trim report none removed. So a script returns answer(v),
 // which keeps v (a number, or a trim's table as JSON) under its id, and a
 // resend finds it and returns it at once. The answers of one tenant share
-// a hash, not a key per call: at 1024 it becomes the older one (the one
-// before it goes), so the last 1024 calls' answers at least are kept, a
-// whole pipeline's included, for ARGV[2] ms after the tenant's last call.
+// a hash, not a key per call, which lives twice ARGV[2] ms from its first
+// answer: older than ARGV[2] ms or at 1024 answers it becomes the older
+// one (the one before it goes). So each answer is kept ARGV[2] ms at least
+// unless 1024 calls of its tenant follow it, and a tenant holds the
+// answers of its last two windows at most, not 2048 whatever its pace.
 const answerLua = `
 local answers, older = KEYS[#KEYS - 1], KEYS[#KEYS]
 local answered = redis.call('HGET', answers, ARGV[1]) or redis.call('HGET', older, ARGV[1])
 if answered then return tonumber(answered) or cjson.decode(answered) end
 local function answer(v)
-  if redis.call('HLEN', answers) >= 1024 then redis.call('RENAME', answers, older) end
+  local left = redis.call('PTTL', answers)
+  if left >= 0 and (left < tonumber(ARGV[2]) or redis.call('HLEN', answers) >= 1024) then
+    redis.call('RENAME', answers, older)
+    left = -2
+  end
   redis.call('HSET', answers, ARGV[1], type(v) == 'table' and cjson.encode(v) or v)
-  redis.call('PEXPIRE', answers, ARGV[2])
+  if left < 0 then redis.call('PEXPIRE', answers, 2 * tonumber(ARGV[2])) end
   return v
 end
 `
@@ -304,8 +325,8 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, ctx.Err()
 	}
 	now := l.s.clock.Now()
-	args := make([]any, 0, 3+7*len(recs))
-	args = append(args, rand.Text(), pxMillis(l.s.resend), len(recs))
+	args := make([]any, 0, 4+7*len(recs))
+	args = append(args, rand.Text(), pxMillis(l.s.resend), len(recs), l.s.seen(tenant).Load())
 	for i := range recs {
 		r := &recs[i]
 		received := receivedAt(r.Received, now)
@@ -329,6 +350,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
 	}
 	seqs := appendedSeqs(first, len(recs))
+	l.s.saw(tenant, seqs[len(seqs)-1])
 	failed := stored.unreplicated
 	switch {
 	case !indexed:
@@ -337,10 +359,11 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		} else {
 			l.s.indexed.Store(tenant, struct{}{})
 		}
-	case first == 1:
-		// The tenant's numbering started over: its keys are gone (a
-		// failover before its first append reached a replica, a server
-		// restarted without its data), and from the set with them.
+	case (first-1)%(1<<32) == 0:
+		// The tenant's numbering started over or skipped (appendScript):
+		// its keys may be gone (a failover before its first append reached
+		// a replica, a server restarted without its data), and from the
+		// set with them.
 		failed = cmp.Or(failed, l.s.pipelined(ctx, l.indexCall(tenant)).err())
 	}
 	if failed != nil {
@@ -350,6 +373,22 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(failed))
 	}
 	return seqs, nil
+}
+
+// seen is the highest seq s gave or read for tenant (zero: none).
+func (s *redisStore) seen(tenant string) *atomic.Uint64 {
+	if v, ok := s.highest.Load(tenant); ok {
+		return v.(*atomic.Uint64)
+	}
+	v, _ := s.highest.LoadOrStore(tenant, new(atomic.Uint64))
+	return v.(*atomic.Uint64)
+}
+
+// saw raises the highest seq s gave or read for tenant to seq.
+func (s *redisStore) saw(tenant string, seq uint64) {
+	h := s.seen(tenant)
+	for old := h.Load(); seq > old && !h.CompareAndSwap(old, seq); old = h.Load() {
+	}
 }
 
 // appendedSeqs are the seqs of n records appended from first.
@@ -404,6 +443,9 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 			return out, fmt.Errorf("store: read tenant %q: %w", tenant, &UnreadableRecord{Seq: seq})
 		}
 		out = append(out, r)
+	}
+	if len(out) > 0 {
+		l.s.saw(tenant, out[len(out)-1].Seq)
 	}
 	return out, nil
 }

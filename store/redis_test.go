@@ -421,19 +421,28 @@ func TestRedisSeqsNeverGoBackAfterAFailover(t *testing.T) {
 	}
 }
 
-// TestRedisTenantIndexedAgainAfterItsKeysAreLost: a tenant whose keys
-// are lost while an instance runs (a failover before its first append
-// reached a replica, a server restarted without its data, here deleted)
-// is listed by Tenants again once that instance appends for it. Before,
-// the instance remembered having added the tenant to the set once, and
-// its later records were neither recovered by a restart nor swept by age.
-func TestRedisTenantIndexedAgainAfterItsKeysAreLost(t *testing.T) {
+// TestRedisTenantKeysLostWhileRunning: a tenant whose keys are lost while
+// instances run (a failover before its first append reached a replica, a
+// server restarted without its data, here deleted) is listed by Tenants
+// again once an instance that appended for it appends again, and an
+// instance that gave or read its seqs does not give them out again: the
+// numbering skips as after a failover. Before, the instance remembered
+// having added the tenant to the set once (its later records were neither
+// recovered by a restart nor swept by age), and the numbering started over
+// at 1: bufferIds a gateway had seen came again, and a gateway
+// deduplicating by bufferId dropped the new events.
+func TestRedisTenantKeysLostWhileRunning(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
-	l := opener(t, cfg)(nil).Ledger()
+	a, b := opener(t, cfg)(nil).Ledger(), opener(t, cfg)(nil).Ledger()
 	ctx := t.Context()
-	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("lost")}}); err != nil {
-		t.Fatal(err)
+	for _, tenant := range []string{"t1", "t2"} {
+		if _, err := a.Append(ctx, tenant, []store.Record{{Payload: []byte("lost")}, {Payload: []byte("lost")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if recs, err := b.Read(ctx, "t2", 0, 10); err != nil || len(recs) != 2 {
+		t.Fatalf("read t2: %+v, %v; want its 2 records", recs, err)
 	}
 	admin := srv.Client(t)
 	keys, err := admin.Keys(ctx, cfg.RedisPrefix+"*").Result()
@@ -447,10 +456,60 @@ func TestRedisTenantIndexedAgainAfterItsKeysAreLost(t *testing.T) {
 			}
 		}
 	}
-	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("after")}}); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		l      store.Ledger
+		tenant string
+	}{{a, "t1"}, {b, "t2"}} {
+		seqs, err := c.l.Append(ctx, c.tenant, []store.Record{{Payload: []byte("after")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seqs[0] != 1<<32+1 {
+			t.Fatalf("%s's append after its keys were lost got seq %d; want %d, past those given before", c.tenant, seqs[0], uint64(1<<32+1))
+		}
 	}
-	if tenants, err := l.Tenants(ctx); err != nil || len(tenants) != 1 || tenants[0] != "t1" {
-		t.Fatalf("tenants after the keys were lost and an append: %v, %v; want [t1]", tenants, err)
+	if tenants, err := a.Tenants(ctx); err != nil || len(tenants) != 2 {
+		t.Fatalf("tenants after the keys were lost and an append: %v, %v; want [t1 t2]", tenants, err)
+	}
+}
+
+// TestRedisAnswersRotateByAge: a tenant's answers hash (answerLua) becomes
+// the older one once it is older than the resend window, not only at 1024
+// answers, and the older one goes at the next such turn. Before, each call
+// renewed its PX, so a tenant calling once a minute kept up to 2048
+// answers (about 150 KB) long past any resend.
+func TestRedisAnswersRotateByAge(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	s := opener(t, cfg)(nil)
+	l, ctx := s.Ledger(), t.Context()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	answers, older := cfg.RedisPrefix+"answers:{t1}", cfg.RedisPrefix+"oldanswers:{t1}"
+	window := store.ResendWindow(s)
+	lens := func() (int64, int64) {
+		t.Helper()
+		a, err := c.HLen(ctx, answers).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := c.HLen(ctx, older).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, o
+	}
+	for i, want := range [][2]int64{{1, 0}, {1, 1}, {1, 1}} {
+		if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		if a, o := lens(); a != want[0] || o != want[1] {
+			t.Fatalf("after append %d: %d answers, %d older; want %d and %d", i+1, a, o, want[0], want[1])
+		}
+		// The hash a window old (what the clock would do): the next call
+		// starts another.
+		if err := c.PExpire(ctx, answers, window-time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
