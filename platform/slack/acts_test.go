@@ -1407,3 +1407,66 @@ func TestSealResentAfterItsRecordWasLost(t *testing.T) {
 		})
 	}
 }
+
+// TestSealFailedAsItsRequestEndedIsSentAgain: a seal with nothing
+// streamed whose request ended while it posted (the gateway went away)
+// gives up its claims, so the gateway's resend, on another instance,
+// posts the reply. Before, its claim was kept (the seal's record was
+// looked for on the ended context, which failed), and the resend waited
+// for it until its deadline and failed.
+func TestSealFailedAsItsRequestEndedIsSentAgain(t *testing.T) {
+	st := newSharedStore(t)
+	fake := newFake(t)
+	posting, ended := make(chan struct{}, 1), make(chan struct{})
+	var held atomic.Bool
+	upstream, err := url.Parse(fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/chat.postMessage" && held.CompareAndSwap(false, true) { // the first post is held until its request ends
+			posting <- struct{}{}
+			select {
+			case <-r.Context().Done():
+			case <-ended:
+			}
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	t.Cleanup(func() { close(ended) })
+	a := newEnvOn(t, fake, func(c *Config) { c.APIURL = proxy.URL + "/" }, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i1")})
+	const seal = `{"op":"draft","chat_id":"C0GEN00001","draft_id":7,"content":"Done.","final":true,
+		"metadata":{"thread_id":"1768490100.000100","message_id":"1768490100.000100"}}`
+	act, err := contract.DecodeAction(json.RawMessage(seal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := make(chan contract.Result, 1)
+	go func() { first <- a.p.Execute(ctx, "t1", &act) }()
+	select {
+	case <-posting:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the seal's chat.postMessage", waitFor)
+	}
+	cancel()
+	select {
+	case r := <-first:
+		if r.Success {
+			t.Fatalf("the seal whose request ended: %+v, want it failed", r)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the seal whose request ended", waitFor)
+	}
+	if r := b.execute(t, "t1", seal); !r.Success || r.MessageID == "" {
+		t.Fatalf("the resent seal: %+v, want it posted", r)
+	}
+	if m := fake.Messages(chanGeneral); len(m) != 1 || m[0].Text != "Done." {
+		t.Fatalf("messages %+v, want the reply once", m)
+	}
+}
