@@ -1299,3 +1299,174 @@ func streamStartedOnce(t *testing.T, final bool) {
 		}
 	}
 }
+
+// sharedOnClock is two instances sharing one store, on clk (the store's
+// expiries too), against fake.
+func sharedOnClock(t *testing.T, fake *slacktest.Server, clk clock.Clock) (a, b *env) {
+	t.Helper()
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	a = newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk, Cluster: newNode(t, st, "i0")})
+	b = newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk, Cluster: newNode(t, st, "i1")})
+	return a, b
+}
+
+// turnFrame is a frame of draft id in the thread of turn 1768490100.000100.
+func turnFrame(t *testing.T, e *env, id int, content string, final bool) contract.Result {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": id, "content": content, "final": final,
+		"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda, "message_id": "1768490100.000100"}})
+	return e.execute(t, "t1", string(raw))
+}
+
+// TestStragglerBehindItsSealShowsNothing: a frame of a stream sealed
+// lately (the gateway's frame reaching another instance after its seal)
+// shows nothing and answers the stream's message, as Telegram's does:
+// while the stream's first frame's claim holds, after it lapsed, and
+// behind the chat's next stream, which it leaves open. Before, it waited
+// for the first frame's claim until its deadline and failed, or, once the
+// claim lapsed, started a second message (stopping the next stream first).
+func TestStragglerBehindItsSealShowsNothing(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		lapse, next bool
+	}{{"within the claim", false, false}, {"after its lapse", true, false}, {"behind the next stream", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clocktest.New(time.Now())
+			fake := newFake(t)
+			a, b := sharedOnClock(t, fake, clk)
+			ts := turnFrame(t, a, 7, "Hello", false).MessageID
+			if r := turnFrame(t, a, 7, "Hello, world.", true); !r.Success || r.MessageID != ts {
+				t.Fatalf("the seal: %+v, want %s", r, ts)
+			}
+			if c.lapse {
+				clk.Advance(DefaultRequestTimeout + waitFor + time.Second)
+			}
+			if c.next {
+				if r := turnFrame(t, a, 8, "Next", false); !r.Success {
+					t.Fatalf("the next stream: %+v", r)
+				}
+			}
+			if r := turnFrame(t, b, 7, "Hello, wor", false); !r.Success || r.MessageID != ts {
+				t.Fatalf("the straggler: %+v, want %s answered with nothing shown", r, ts)
+			}
+			want := map[string]int{"chat.startStream": 1, "chat.appendStream": 0, "chat.stopStream": 1, "chat.postMessage": 0}
+			if c.next {
+				want["chat.startStream"] = 2
+			}
+			for method, n := range want {
+				if got := len(fake.Calls(method)); got != n {
+					t.Errorf("%d %s, want %d", got, method, n)
+				}
+			}
+		})
+	}
+}
+
+// TestSealResentAfterItsRecordWasLost: a seal stopped its stream, but
+// its record was not stored (the store failed that write alone); the
+// gateway resends it to another instance, which answers the stream's
+// message from the stream's record, sealed: while the seal's claim holds
+// and after it lapsed. Before, the resend waited for the claim until its
+// deadline and failed, or, once it lapsed, posted the content again as a
+// message of its own.
+func TestSealResentAfterItsRecordWasLost(t *testing.T) {
+	for _, lapse := range []bool{false, true} {
+		t.Run("lapsed "+strconv.FormatBool(lapse), func(t *testing.T) {
+			clk := clocktest.New(time.Now())
+			fake := newFake(t)
+			a, b := sharedOnClock(t, fake, clk)
+			ts := turnFrame(t, a, 7, "Hello", false).MessageID
+			if r := turnFrame(t, a, 7, "Hello, world.", true); !r.Success || r.MessageID != ts {
+				t.Fatalf("the seal: %+v, want %s", r, ts)
+			}
+			ctx, cancel := contextFor()
+			defer cancel()
+			k := streamKey{"t1", chanGeneral}
+			if err := a.p.streams.state.Delete(ctx, k.sealKey(7)); err != nil {
+				t.Fatal(err)
+			}
+			if lapse {
+				clk.Advance(DefaultRequestTimeout + waitFor + time.Second)
+			}
+			var answered atomic.Int32
+			resent := make(chan contract.Result, 1)
+			go func() {
+				resent <- turnFrame(t, b, 7, "Hello, world.", true)
+				answered.Add(1)
+			}()
+			clk.Drive(t, 1, func() int { return int(answered.Load()) }, func() int { return 0 })
+			if r := <-resent; !r.Success || r.MessageID != ts {
+				t.Fatalf("the resent seal: %+v, want %s", r, ts)
+			}
+			for method, n := range map[string]int{"chat.startStream": 1, "chat.stopStream": 1, "chat.postMessage": 0} {
+				if got := len(fake.Calls(method)); got != n {
+					t.Errorf("%d %s, want %d", got, method, n)
+				}
+			}
+		})
+	}
+}
+
+// TestSealFailedAsItsRequestEndedIsSentAgain: a seal with nothing
+// streamed whose request ended while it posted (the gateway went away)
+// gives up its claims, so the gateway's resend, on another instance,
+// posts the reply. Before, its claim was kept (the seal's record was
+// looked for on the ended context, which failed), and the resend waited
+// for it until its deadline and failed.
+func TestSealFailedAsItsRequestEndedIsSentAgain(t *testing.T) {
+	st := newSharedStore(t)
+	fake := newFake(t)
+	posting, ended := make(chan struct{}, 1), make(chan struct{})
+	var held atomic.Bool
+	upstream, err := url.Parse(fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/chat.postMessage" && held.CompareAndSwap(false, true) { // the first post is held until its request ends
+			posting <- struct{}{}
+			select {
+			case <-r.Context().Done():
+			case <-ended:
+			}
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	t.Cleanup(func() { close(ended) })
+	a := newEnvOn(t, fake, func(c *Config) { c.APIURL = proxy.URL + "/" }, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i1")})
+	const seal = `{"op":"draft","chat_id":"C0GEN00001","draft_id":7,"content":"Done.","final":true,
+		"metadata":{"thread_id":"1768490100.000100","message_id":"1768490100.000100"}}`
+	act, err := contract.DecodeAction(json.RawMessage(seal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := make(chan contract.Result, 1)
+	go func() { first <- a.p.Execute(ctx, "t1", &act) }()
+	select {
+	case <-posting:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the seal's chat.postMessage", waitFor)
+	}
+	cancel()
+	select {
+	case r := <-first:
+		if r.Success {
+			t.Fatalf("the seal whose request ended: %+v, want it failed", r)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the seal whose request ended", waitFor)
+	}
+	if r := b.execute(t, "t1", seal); !r.Success || r.MessageID == "" {
+		t.Fatalf("the resent seal: %+v, want it posted", r)
+	}
+	if m := fake.Messages(chanGeneral); len(m) != 1 || m[0].Text != "Done." {
+		t.Fatalf("messages %+v, want the reply once", m)
+	}
+}

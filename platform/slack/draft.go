@@ -43,9 +43,10 @@ import (
 // a time; a stream's first frame holds a claim while it starts the stream
 // (claimOpening), and a seal while it is sent (claimSeal), so a frame of
 // the stream that reaches another instance meanwhile (the gateway
-// reconnected there) waits for it, never opening a second message. Two
-// instances racing on later frames may append a frame twice or fail it.
-// Records are kept
+// reconnected there) waits for it, never opening a second message. A
+// frame of a draft and turn sealed lately shows nothing (a straggler
+// behind its seal: resealed). Two instances racing on later frames may
+// append a frame twice or fail it. Records are kept
 // with when they were written and the tenant's creation then, and one
 // written for an earlier tenant of its tenant's id, deleted since
 // (earlierRecord), is none: a tenant
@@ -249,6 +250,9 @@ func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contra
 // frame is draft in k's turn.
 func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) (r contract.Result) {
 	if a.Final {
+		if answer, done := p.resealed(ctx, k, a); done {
+			return answer
+		}
 		expires, answer, done := p.claimSeal(ctx, k, a)
 		if done {
 			return answer
@@ -257,11 +261,20 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 	}
 	text := cutCursor(a.Content)
 	st, open, err := p.streams.load(ctx, k)
-	if err != nil {
+	switch {
+	case err != nil:
 		return p.streamUnreadable(err)
+	case open && st.sealedBy(a):
+		return contract.OK(st.TS)
 	}
 	open = open && !st.Done
-	if open && (st.Draft != a.DraftID || st.otherTurn(a)) {
+	mine := open && st.Draft == a.DraftID && !st.otherTurn(a)
+	if !mine && !a.Final { // a seal checked already
+		if answer, done := p.resealed(ctx, k, a); done {
+			return answer
+		}
+	}
+	if open && !mine {
 		p.seal(ctx, k, &st, st.Turn, "")
 		open = false
 	}
@@ -317,19 +330,17 @@ func (s *streams) frameKey(kind string, k streamKey, a *contract.Action) string 
 		strconv.FormatInt(a.DraftID, 10) + "/" + a.Metadata.Turn()
 }
 
-// claimFrame answers a frame (done) once settled does (it reads the
-// record another copy of the frame left), else takes key for this
-// instance while the frame is sent until expires (zero: not taken, the
-// store did not answer; logged, and the frame sent as without a claim).
-// A copy resent meanwhile (the gateway reconnected, to any instance)
-// waits for settled, polling every sealPoll, and sends itself only once
-// the claim is released (releaseFrame: the first copy sent nothing) or
-// lapsed (its instance died).
+// claimFrame takes key for this instance while a frame is sent, until
+// expires (zero: not taken, the store did not answer; logged, and the
+// frame sent as without a claim). Its caller has found no record of
+// another copy of the frame; a copy resent meanwhile (the gateway
+// reconnected, to any instance) finds the claim held and waits, polling
+// every sealPoll, until settled answers it (done: it reads the record
+// the first copy left), and sends itself only once the claim is released
+// (releaseFrame: the first copy sent nothing) or lapsed (its instance
+// died).
 func (p *Platform) claimFrame(ctx context.Context, key string, settled func() (contract.Result, bool)) (expires time.Time, r contract.Result, done bool) {
 	for {
-		if r, ok := settled(); ok {
-			return time.Time{}, r, true
-		}
 		// The frame, until the request's deadline, then its record.
 		expires = platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
 		took, err := p.claims.Claim(ctx, key, expires)
@@ -343,18 +354,41 @@ func (p *Platform) claimFrame(ctx context.Context, key string, settled func() (c
 		if err := p.clock.Sleep(ctx, sealPoll); err != nil {
 			return time.Time{}, p.failure(contract.OpDraft, err), true
 		}
+		if r, ok := settled(); ok {
+			return time.Time{}, r, true
+		}
 	}
 }
 
-// claimSeal is claimFrame for seal a of k's stream: a repeat of a seal
-// recorded lately (sealRecord.repeatedBy) answers its message.
+// resealed answers frame a (done) when its draft and turn were sealed
+// lately in k's chat (sealRecord.repeatedBy): a resent seal answers its
+// message, and a frame straggling behind its seal shows nothing.
+func (p *Platform) resealed(ctx context.Context, k streamKey, a *contract.Action) (contract.Result, bool) {
+	switch rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
+	case err != nil:
+		return p.streamUnreadable(err), true
+	case ok && rec.repeatedBy(a):
+		return contract.OK(rec.TS), true
+	}
+	return contract.Result{}, false
+}
+
+// sealedBy reports whether st is the record of frame a's stream, sealed:
+// as resealed, when the seal's own record was not stored.
+func (st *stream) sealedBy(a *contract.Action) bool {
+	return st.Done && st.Draft == a.DraftID && st.Turn == a.Metadata.Turn()
+}
+
+// claimSeal is claimFrame for seal a of k's stream, answered once the
+// first copy's seal is recorded (resealed, or in the stream's record).
 func (p *Platform) claimSeal(ctx context.Context, k streamKey, a *contract.Action) (expires time.Time, r contract.Result, done bool) {
 	return p.claimFrame(ctx, p.streams.frameKey("sealing", k, a), func() (contract.Result, bool) {
-		switch rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
-		case err != nil:
-			return p.streamUnreadable(err), true
-		case ok && rec.repeatedBy(a):
-			return contract.OK(rec.TS), true
+		if r, done := p.resealed(ctx, k, a); done {
+			return r, true
+		}
+		st, ok, err := p.streams.load(ctx, k)
+		if err == nil && ok && st.sealedBy(a) {
+			return contract.OK(st.TS), true
 		}
 		return contract.Result{}, false
 	})
@@ -388,16 +422,21 @@ func (p *Platform) releaseSeal(ctx context.Context, k streamKey, a *contract.Act
 // while it starts the stream (or, a seal, sends the reply), so a frame of
 // the same draft and turn that reaches another instance meanwhile (the
 // gateway reconnected there) waits for the stream's record and goes on
-// with that stream (st) instead of starting a second message.
+// with that stream (st) instead of starting a second message, or, once
+// the stream is sealed, is answered as resealed.
 func (p *Platform) claimOpening(ctx context.Context, k streamKey, a *contract.Action) (st *stream, expires time.Time, r contract.Result, done bool) {
 	expires, r, done = p.claimFrame(ctx, p.streams.frameKey("opening", k, a), func() (contract.Result, bool) {
 		s, open, err := p.streams.load(ctx, k)
 		switch {
 		case err != nil:
 			return p.streamUnreadable(err), true
+		case open && s.sealedBy(a):
+			return contract.OK(s.TS), true
 		case open && !s.Done && s.Draft == a.DraftID && !s.otherTurn(a):
 			st = &s
 			return contract.Result{}, true
+		case !a.Final: // the first copy may have been sealed with nothing streamed
+			return p.resealed(ctx, k, a)
 		}
 		return contract.Result{}, false
 	})
