@@ -478,8 +478,8 @@ func FuzzClusterHandle(f *testing.F) {
 	f.Add(enc(msgConsumed, "1", "-5"))
 	f.Add(enc(msgEdgeBeat, "1:3:9,2:x:,,3"))
 	f.Add(enc(msgHomeBeat, ""))
-	f.Add(enc(msgExec, "r1", "t1", `{"nexscope_budget_ms":30000,"op":"send","chat_id":"default","content":"hi"}`))
-	f.Add(enc(msgExec, "r1", "t1", `{"op":"send","chat_id":"default","content":"hi"}`))
+	f.Add(enc(msgExec, "r1", "t1", "e1", `{"nexscope_budget_ms":30000,"op":"send","chat_id":"default","content":"hi"}`))
+	f.Add(enc(msgExec, "r1", "t1", "e1", `{"op":"send","chat_id":"default","content":"hi"}`))
 	f.Add(enc(msgProbe, "r2", "7"))
 	f.Add(enc(0, "1", "1"))
 	f.Fuzz(func(t *testing.T, msg []byte) {
