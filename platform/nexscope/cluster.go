@@ -7,6 +7,7 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -156,6 +157,10 @@ type fleet struct {
 }
 
 func newCluster(p *Platform, node *cluster.Node) *fleet {
+	// The other instances know a socket here by this instance's name and
+	// its number (remotes, gone), and may still know its earlier run's
+	// under a fixed name (store.instance): a run numbers afresh.
+	p.nextID.Store(rand.Uint64() >> 1)
 	ctx, stop := context.WithCancel(context.Background())
 	cl := &fleet{
 		p: p, node: node, ctx: ctx, stop: stop,

@@ -943,3 +943,24 @@ func TestClusterJoinAfterItsLeaveJoinsNobody(t *testing.T) {
 		t.Fatalf("alice got %v, want her pong and no presence listing carol", m)
 	}
 }
+
+// TestClusterEdgeRestartedUnderItsNameJoins: an edge restarted under its
+// fixed name (store.instance) numbers its sockets afresh, not from 1 again:
+// its new socket's join is not taken for a socket of its earlier run that
+// the home remembers leaving (leaveHere) and ignored until the edge gives
+// up with 1013.
+func TestClusterEdgeRestartedUnderItsNameJoins(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	home := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	for conn := range 4 { // the earlier run's first sockets left as they joined
+		home.p.cluster.node.Dispatch(cluster.Encode(msgLeave, "i1", []byte(strconv.Itoa(conn+1))))
+	}
+	edge := startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	edge.joinWith(t, "bob", "bob")
+}
