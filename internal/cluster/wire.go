@@ -151,15 +151,19 @@ func Sender(msg []byte) string {
 // result until ctx ends (false). The handler registered with HandleCall
 // answers it with Reply.
 func (n *Node) Call(ctx context.Context, channel string, typ byte, fields ...[]byte) (result []byte, ok bool) {
+	if fields == nil {
+		fields = [][]byte{} // not CallAgain's "no copy"
+	}
 	return n.CallAgain(ctx, 0, channel, typ, func() [][]byte { return fields })
 }
 
 // CallAgain is Call that sends the request again every interval (0:
-// never) until it is answered, with the fields build gives each time: a
-// request published while nobody subscribed to channel (a lease between
-// holders) is lost, and a copy reaches whoever subscribed since. Every
-// copy is the one request, whose first result counts, so the handler must
-// act on it once however often it arrives.
+// never) until it is answered, with the fields build gives each time (nil:
+// no copy this time; the first time it must give some): a request
+// published while nobody subscribed to channel (a lease between holders)
+// is lost, and a copy reaches whoever subscribed since. Every copy is the
+// one request, whose first result counts, so the handler must act on it
+// once however often it arrives.
 func (n *Node) CallAgain(ctx context.Context, every time.Duration, channel string, typ byte, build func() [][]byte) (result []byte, ok bool) {
 	ch := make(chan []byte, 1)
 	n.mu.Lock()
@@ -175,10 +179,12 @@ func (n *Node) CallAgain(ctx context.Context, every time.Duration, channel strin
 	again := make(chan struct{}, 1)
 	var t clock.Timer
 	for {
-		select {
-		case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), build())}:
-		case <-ctx.Done():
-			return nil, false
+		if fields := build(); fields != nil {
+			select {
+			case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}:
+			case <-ctx.Done():
+				return nil, false
+			}
 		}
 		switch {
 		case every <= 0:

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -61,7 +63,8 @@ const (
 	msgConsumed = 'u' // edge inbox: conn, bytes processed in total
 	msgEdgeBeat = 'b' // home inbox: "conn:sent:written" for each member (",")
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
-	msgExec     = 'x' // call on the room channel: tenant, action (JSON, its budget in it: budgetKey)
+	msgExec     = 'x' // call on the room channel: tenant, exec (execClaim), action (JSON, its budget in it: budgetKey)
+	msgTaken    = 'e' // forwarder's inbox: exec, from the home running it, every beat until it answers
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
@@ -72,17 +75,19 @@ const (
 // 30 s.
 const budgetKey = "nexscope_budget_ms"
 
-// execKey is the key of a forwarded action's JSON that names it (a ULID,
-// newMsgID): it is executed once however often it arrives, at whichever
-// home (its forwarder sends it again every beat until answered, go-redis a
+// A forwarded action is named (msgExec's exec, a ULID: newMsgID) and
+// executed once however often it arrives, at whichever home (its
+// forwarder sends it again every beat until a home takes it, go-redis a
 // PUBLISH when its reply was lost): the home claims it first (fleet.claims,
 // the store's, shared by the instances) for forwardedExecTimeout and the
 // store's resend window (cluster.Node.ResendWindow), how long copies may
-// arrive.
-const execKey = "nexscope_exec"
+// arrive, and remembers the claim's outcome as long (fleet.execs), so that
+// a copy costs no decoding and no store call.
 
-// maxLeft bounds fleet.gone: a flood of leaves costs bounded memory, and
-// only a join arriving after a leave forgotten early makes a ghost.
+// maxLeft bounds fleet.gone and fleet.execs: a flood of leaves or forwards
+// costs bounded memory, and only a join arriving after a leave forgotten
+// early makes a ghost (a copy of a forward forgotten early still meets the
+// store's claim).
 const maxLeft = 1 << 16
 
 // Cluster tuning.
@@ -130,9 +135,15 @@ type fleet struct {
 	edges   map[string]*member // this instance's sockets in rooms homed elsewhere, by conn
 	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool    // remote joins being decided, by edge/conn
-	// claims are the forwarded actions taken (execKey), the store's claims
-	// (platform.ClaimsFor).
-	claims store.Claims
+	// claims are the forwarded actions taken, the store's claims
+	// (platform.ClaimsFor); execs those this instance claimed or found
+	// claimed, and running those it executes, to their forwarders.
+	claims  store.Claims
+	execs   platform.LocalState
+	running map[string]string
+	// forwards are this instance's forwarded actions waiting for their
+	// result, to the home that took each ("" none yet: msgTaken).
+	forwards map[string]*taker
 	// gone are the remote members, by edge/conn, that left before they
 	// joined (leaveHere), for the store's resend window.
 	gone platform.LocalState
@@ -146,12 +157,17 @@ type fleet struct {
 }
 
 func newCluster(p *Platform, node *cluster.Node) *fleet {
+	// The other instances know a socket here by this instance's name and
+	// its number (remotes, gone), and may still know its earlier run's
+	// under a fixed name (store.instance): a run numbers afresh.
+	p.nextID.Store(rand.Uint64() >> 1)
 	ctx, stop := context.WithCancel(context.Background())
 	cl := &fleet{
 		p: p, node: node, ctx: ctx, stop: stop,
 		edges: make(map[string]*member), remotes: make(map[string]*member),
 		joining: make(map[string]bool), left: make(map[string]int),
 		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
+		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]string), forwards: make(map[string]*taker),
 		decode: json.Unmarshal,
 	}
 	cl.streams = newStreams(cl)
@@ -198,7 +214,14 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	})
 	node.Handle(msgEdgeBeat, 1, func(m cluster.Msg) { cl.edgeBeat(m.From, m.Fields[0]) })
 	node.Handle(msgHomeBeat, 1, func(m cluster.Msg) { cl.homeBeat(m.From, m.Fields[0]) })
-	node.HandleCall(msgExec, 2, cl.execHere)
+	node.Handle(msgTaken, 1, func(m cluster.Msg) {
+		cl.mu.Lock()
+		if f := cl.forwards[string(m.Fields[0])]; f != nil && f.home == "" {
+			f.home, f.since = m.From, cl.p.deps.Clock.Now()
+		}
+		cl.mu.Unlock()
+	})
+	node.HandleCall(msgExec, 3, cl.execHere)
 	node.HandleCall(msgProbe, 1, cl.probeHere)
 	node.HandleCall(msgStream, 0, cl.streams.ticketHere)
 	return cl
@@ -358,6 +381,7 @@ func (cl *fleet) sendBeats() {
 	toEdge := make(map[string][]byte)
 	var lost []*member
 	cl.mu.Lock()
+	running := maps.Clone(cl.running)
 	for conn, m := range cl.edges {
 		if h := m.link.home; h != "" {
 			if cl.node.Gone(h, m.link.since) {
@@ -394,6 +418,9 @@ func (cl *fleet) sendBeats() {
 			m.log.Info("nexscope member's instance is gone; removing it from the room")
 			m.kick(wsconn.Drop)
 		}
+	}
+	for exec, forwarder := range running {
+		cl.sendNow(forwarder, msgTaken, []byte(exec))
 	}
 	for h, list := range toHome {
 		cl.sendNow(h, msgEdgeBeat, list)
@@ -725,11 +752,13 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 }
 
 // forwardExec asks the home of r to execute a (the home authorizes it)
-// within what is left of ctx's deadline, asking again every beat (a room
-// between homes reads no request: the next home reads a copy), and waits
-// for its result until ctx ends, or away (r.away) does: this instance
-// becomes the room's home (the home asked dropped the room or lost its
-// lease, and will not answer) or drops it.
+// within what is left of ctx's deadline, asking again every beat until a
+// home takes it (a room between homes reads no request: the next home
+// reads a copy), and waits for its result until ctx ends, or away
+// (r.away) does: this instance becomes the room's home (the home asked
+// dropped the room or lost its lease, and will not answer) or drops it, or
+// the home that took it is gone (silent for cluster.LostBeats beats: it
+// tells msgTaken every beat until it answers).
 func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, a *contract.Action) contract.Result {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -739,7 +768,26 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		return contract.Failed(contract.CodeBadRequest, "nexscope: action cannot be encoded")
 	}
 	exec := cl.p.newMsgID()
+	f := &taker{}
+	cl.mu.Lock()
+	cl.forwards[exec] = f
+	cl.mu.Unlock()
+	defer func() {
+		cl.mu.Lock()
+		delete(cl.forwards, exec)
+		cl.mu.Unlock()
+	}()
+	lost := false
 	raw, ok := cl.node.CallAgain(ctx, cl.node.Beat(), roomPrefix+r.name, msgExec, func() [][]byte {
+		cl.mu.Lock()
+		home, since := f.home, f.since
+		cl.mu.Unlock()
+		if home != "" {
+			if lost = cl.node.Gone(home, since); lost {
+				cancel()
+			}
+			return nil // taken: no copy
+		}
 		budget := forwardedExecTimeout
 		if dl, ok := ctx.Deadline(); ok {
 			budget = min(budget, time.Until(dl))
@@ -749,8 +797,11 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		// receipt, it ends one hop late at most (as the answer's way back
 		// takes one).
 		head := strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10)
-		return [][]byte{[]byte(tenant), append(append(head, `,"`+execKey+`":"`+exec+`",`...), action[1:]...)}
+		return [][]byte{[]byte(tenant), []byte(exec), append(append(head, ','), action[1:]...)}
 	})
+	if !ok && lost {
+		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance that took the action is gone; its outcome is unknown")
+	}
 	if !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 	}
@@ -761,32 +812,52 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	return res
 }
 
+// taker is the home that took a forwarded action (msgTaken) and when it
+// first told so; under fleet.mu.
+type taker struct {
+	home  string
+	since time.Time
+}
+
 // execHere executes an action another instance forwarded to a room homed
-// here and answers the result. An instance whose lease of the room lapsed
+// here and answers the result, telling its forwarder every beat that it
+// took it (msgTaken) until then. An instance whose lease of the room lapsed
 // (it woke from a pause past it, and still reads the room's channel until
 // its tenure's timer resigns the room) neither executes nor answers it:
 // the first answer is the one the forwarder takes, and it must be the
-// home's.
+// home's. A copy of one claimed before here is dropped undecoded.
 func (cl *fleet) execHere(req cluster.Msg) {
 	p := cl.p
-	if req.From == cl.node.Instance() || !p.track() {
+	exec := string(req.Fields[1])
+	if req.From == cl.node.Instance() {
 		return // its own forward, a copy read once it became the home: its forwardExec gives up (away)
+	}
+	if _, seen, _ := cl.execs.Get(cl.ctx, exec); seen || !p.track() {
+		return // a copy: the first is answered
 	}
 	go func() { // decoded here, not on the channel's reader: an action may be megabytes
 		defer p.wg.Done()
 		var a struct {
 			contract.Action
 			Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
-			Exec   string          `json:"nexscope_exec"`      // execKey
 		}
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
-		if cl.decode(req.Fields[1], &a) == nil {
+		if cl.decode(req.Fields[2], &a) == nil {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
 			}
-			if a.Exec != "" && !cl.claim(a.Exec) {
+			if !cl.claim(exec) {
 				return // a copy sent again: the first is answered (or its claim failed: a copy may take it)
 			}
+			cl.sendNow(req.From, msgTaken, req.Fields[1])
+			cl.mu.Lock()
+			cl.running[exec] = req.From
+			cl.mu.Unlock()
+			defer func() {
+				cl.mu.Lock()
+				delete(cl.running, exec)
+				cl.mu.Unlock()
+			}()
 			// The forwarder's caller gives up after budget: an action still
 			// running then would act after the gateway was told it failed.
 			// One spent when it was forwarded (0 or less; a field that is no
@@ -814,12 +885,17 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	}()
 }
 
-// claim takes the forwarded action exec for this instance to execute
-// (execKey), and reports whether it did: false when an instance took it
-// before, or the claim failed.
+// claim takes the forwarded action exec for this instance to execute, and
+// reports whether it did: false when an instance took it before, or the
+// claim failed. A claim decided is remembered (fleet.execs).
 func (cl *fleet) claim(exec string) bool {
-	took, err := cl.claims.Claim(cl.ctx, "nexscope:exec:"+exec, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow()))
-	return err == nil && took
+	until := cl.p.deps.Clock.Now().Add(forwardedExecTimeout + cl.node.ResendWindow())
+	took, err := cl.claims.Claim(cl.ctx, "nexscope:exec:"+exec, until)
+	if err != nil {
+		return false
+	}
+	_ = cl.execs.Put(cl.ctx, exec, nil, until)
+	return took
 }
 
 // homeLink is, at a room's home, the far end of a remote member: its edge

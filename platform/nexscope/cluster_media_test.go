@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"connector/media"
 	"connector/media/mediatest"
 	"connector/platform"
+	"connector/store"
 )
 
 // TestClusterSendMediaAtHome: a gateway's send_media through an instance
@@ -198,7 +200,7 @@ func TestClusterForwardedExecBudget(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		raw, ok := edge.p.cluster.node.Call(ctx, roomPrefix+DefaultRoom, msgExec, []byte("t1"), []byte(action))
+		raw, ok := edge.p.cluster.node.Call(ctx, roomPrefix+DefaultRoom, msgExec, []byte("t1"), []byte(edge.p.newMsgID()), []byte(action))
 		if !ok {
 			return contract.Result{}, false
 		}
@@ -312,8 +314,8 @@ func TestClusterForwardedActionSentTwiceExecutesOnce(t *testing.T) {
 // forwardedSend is a forwarded send of text to the default room named exec,
 // as its home's channel delivers it.
 func forwardedSend(exec, text string) cluster.Msg {
-	action := `{"nexscope_budget_ms":5000,"nexscope_exec":"` + exec + `","op":"send","chat_id":"default","content":"` + text + `"}`
-	return cluster.Msg{Type: msgExec, From: "i9", Fields: [][]byte{[]byte("t1"), []byte(action)}}
+	action := `{"nexscope_budget_ms":5000,"op":"send","chat_id":"default","content":"` + text + `"}`
+	return cluster.Msg{Type: msgExec, From: "i9", Fields: [][]byte{[]byte("t1"), []byte(exec), []byte(action)}}
 }
 
 // TestClusterForwardedActionCopyPastAMinuteExecutesOnce: a forwarded
@@ -432,5 +434,141 @@ func TestClusterOwnForwardReadAsHomeExecutesNot(t *testing.T) {
 	alice.SendJSON(map[string]any{"type": "ping"})
 	for m := alice.Next(); m["type"] != "pong"; m = alice.Next() {
 		t.Fatalf("alice got %v, want nothing before her pong: the instance ran its own forward", m)
+	}
+}
+
+// countingClaims counts the claims taken through it.
+type countingClaims struct {
+	store.Claims
+	n *atomic.Int32
+}
+
+func (c countingClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	c.n.Add(1)
+	return c.Claims.Claim(ctx, key, expires)
+}
+
+// claimsCounted is a store whose claims count in n.
+type claimsCounted struct {
+	store.Store
+	n *atomic.Int32
+}
+
+func (s claimsCounted) Claims() store.Claims { return countingClaims{s.Store.Claims(), s.n} }
+
+// TestClusterForwardedActionCopyCostsNoStoreCall: a copy of a forwarded
+// send that reaches the home after it claimed the send is dropped before
+// the store is asked again (and before it is decoded).
+func TestClusterForwardedActionCopyCostsNoStoreCall(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	var claims atomic.Int32
+	in := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = claimsCounted{d.Store, &claims}
+	})
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	cl := in.p.cluster
+	cl.execHere(forwardedSend("01JCOPY", "once"))
+	if m := alice.Expect("msg"); m["text"] != "once" {
+		t.Fatalf("alice got %v, want the msg once", m)
+	}
+	cl.execHere(forwardedSend("01JCOPY", "once"))
+	waitFor(t, "the home done with the copy", func() bool { return !goroutineIn("nexscope.(*fleet).execHere")() })
+	if n := claims.Load(); n != 1 {
+		t.Fatalf("the home claimed the send %d times in the store, want once: the copy asked it again", n)
+	}
+}
+
+// heldLock starts two instances with media and a room whose lock bob's file
+// to alice (on the edge) holds at the home, so that a send_media the edge forwards waits there.
+func heldLock(t *testing.T) (home, edge *instance, url string) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	stores := map[string]*media.Store{}
+	withMedia := func(name string) func(*platform.Deps) {
+		return func(d *platform.Deps) {
+			s, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stores[name], d.Media = s, s
+		}
+	}
+	ins := []*instance{
+		startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, withMedia("i0")),
+		startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, withMedia("i1")),
+	}
+	home = homeOf(t, ins, DefaultRoom)
+	edge = others(ins, home)[0]
+	info, err := stores[home.name].Put("t1", mediatest.Content(5, 1000), "application/pdf", "spec.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := edge.joinWith(t, "alice", "alice", "hermes")
+	bob := home.joinWith(t, "bob", "alice", "bob", "hermes")
+	alice.ExpectPresence("alice", "bob", "hermes")
+	bob.SendJSON(fileStart("f1", "bob", []string{"alice"}, 3))
+	if f := alice.Expect("file-start"); f["msgId"] != "f1" {
+		t.Fatalf("alice got %v, want bob's file-start", f)
+	}
+	return home, edge, stores[home.name].URL(info.ID)
+}
+
+// TestClusterForwardTakenIsNotSentAgain: a forwarded send_media waiting at
+// the home for the room's lock is sent once, not again every beat: the
+// home tells the forwarder it took it.
+func TestClusterForwardTakenIsNotSentAgain(t *testing.T) {
+	home, edge, url := heldLock(t)
+	var copies atomic.Int32
+	count := func(_ string, msg []byte) bool {
+		if cluster.Type(msg) == msgExec {
+			copies.Add(1)
+		}
+		return false
+	}
+	edge.lose.Store(&count)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*home.p.cluster.node.Beat())
+	defer cancel()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+		MediaKind: "document", SourceURL: url, Metadata: contract.Metadata{UserID: "alice"}})
+	if res.Success {
+		t.Fatalf("send_media = %+v, want a failure: the room's lock was held past its deadline", res)
+	}
+	if n := copies.Load(); n != 1 {
+		t.Fatalf("the edge published the forwarded send_media %d times over 4 beats, want once: the home took it", n)
+	}
+}
+
+// TestClusterForwardTakenByAKilledHomeEnds: a forwarded send_media the home
+// took and then died with (killed: it says nothing more) is answered
+// unavailable within a few beats, not at the forwarder's deadline.
+func TestClusterForwardTakenByAKilledHomeEnds(t *testing.T) {
+	home, edge, url := heldLock(t)
+	killed := func(string, []byte) bool { return true }
+	go func() {
+		waitFor(t, "the home to take the forwarded send_media", func() bool {
+			cl := edge.p.cluster
+			cl.mu.Lock()
+			defer cl.mu.Unlock()
+			for _, f := range cl.forwards {
+				if f.home != "" {
+					return true
+				}
+			}
+			return false
+		})
+		home.lose.Store(&killed)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	start := time.Now()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+		MediaKind: "document", SourceURL: url, Metadata: contract.Metadata{UserID: "alice"}})
+	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "gone") {
+		t.Fatalf("send_media = %+v, want unavailable: the home that took it is gone", res)
+	}
+	if took, bound := time.Since(start), (cluster.LostBeats+3)*home.p.cluster.node.Beat(); took > bound {
+		t.Fatalf("send_media answered after %v, want within %v of the home's death", took, bound)
 	}
 }

@@ -478,8 +478,8 @@ func FuzzClusterHandle(f *testing.F) {
 	f.Add(enc(msgConsumed, "1", "-5"))
 	f.Add(enc(msgEdgeBeat, "1:3:9,2:x:,,3"))
 	f.Add(enc(msgHomeBeat, ""))
-	f.Add(enc(msgExec, "r1", "t1", `{"nexscope_budget_ms":30000,"op":"send","chat_id":"default","content":"hi"}`))
-	f.Add(enc(msgExec, "r1", "t1", `{"op":"send","chat_id":"default","content":"hi"}`))
+	f.Add(enc(msgExec, "r1", "t1", "e1", `{"nexscope_budget_ms":30000,"op":"send","chat_id":"default","content":"hi"}`))
+	f.Add(enc(msgExec, "r1", "t1", "e1", `{"op":"send","chat_id":"default","content":"hi"}`))
 	f.Add(enc(msgProbe, "r2", "7"))
 	f.Add(enc(0, "1", "1"))
 	f.Fuzz(func(t *testing.T, msg []byte) {
@@ -942,4 +942,25 @@ func TestClusterJoinAfterItsLeaveJoinsNobody(t *testing.T) {
 	if m := alice.Next(); m["type"] != "pong" {
 		t.Fatalf("alice got %v, want her pong and no presence listing carol", m)
 	}
+}
+
+// TestClusterEdgeRestartedUnderItsNameJoins: an edge restarted under its
+// fixed name (store.instance) numbers its sockets afresh, not from 1 again:
+// its new socket's join is not taken for a socket of its earlier run that
+// the home remembers leaving (leaveHere) and ignored until the edge gives
+// up with 1013.
+func TestClusterEdgeRestartedUnderItsNameJoins(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	home := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	for conn := range 4 { // the earlier run's first sockets left as they joined
+		home.p.cluster.node.Dispatch(cluster.Encode(msgLeave, "i1", []byte(strconv.Itoa(conn+1))))
+	}
+	edge := startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	edge.joinWith(t, "bob", "bob")
 }

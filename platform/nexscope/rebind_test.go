@@ -768,3 +768,32 @@ func TestBotFileAbortedWhenTheRoomRebinds(t *testing.T) {
 		t.Fatalf("send_media = %+v, want a failure: the room was bound to another tenant before the file ended", res)
 	}
 }
+
+// A member's answer to the earlier tenant's open prompt, the first thing
+// the room sees after the vault knows the tenant's new creation (the apply
+// not yet at nexscope), reaches the new tenant as a plain message.
+func TestTenantCreatedAgainAnswersNoEarlierPrompt(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	tr.setTenants(map[string]time.Time{"t1": first})
+	if err := tr.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	alice := tr.join(t, "lab", "alice")
+	var a contract.Action
+	if err := json.Unmarshal([]byte(`{"op":"prompt","chat_id":"lab","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"old.1","metadata":{"user_id":"alice"},
+		"options":[{"id":"once","label":"Approve"},{"id":"deny","label":"Deny"}]}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &a); !res.Success {
+		t.Fatalf("prompt = %+v", res)
+	}
+	alice.Expect("msg")
+	tr.recreate(map[string]time.Time{"t1": first.Add(time.Hour)}) // deleted and created again; SetTenants not yet
+	alice.SendJSON(msg("m1", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	if d := tr.sink.Next(t); d.Event == nil || d.Event.PromptResponse != nil || d.Event.Text != "/once" {
+		t.Fatalf("delivery %+v, want a plain command, not an answer to the earlier t1's prompt", d.Event)
+	}
+}
