@@ -257,7 +257,8 @@ type Registry struct {
 	// the store's CompareAndSwap, with its platform's ownership guard
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
-	// do not take mu (bindMu, one binding at a time); a gateway is created only while its
+	// do not take mu (bindMu, one binding at a time), nor does a tenant's
+	// principal (SetPrincipal: principalTurn); a gateway is created only while its
 	// id is free; a write for a tenant is taken back when the tenant's
 	// deletion began meanwhile (keptFor); for other entries the last write
 	// wins.
