@@ -309,7 +309,9 @@ func (r *Registry) syncAllow(ctx context.Context, entry principalEntry, written 
 					return false
 				}
 				_, want := stored[b.ID]
-				stored[b.ID] = want
+				if want {
+					stored[b.ID] = true
+				}
 				return !want
 			}); err != nil {
 				return err
@@ -324,6 +326,7 @@ func (r *Registry) syncAllow(ctx context.Context, entry principalEntry, written 
 					return err
 				}
 				written[b.key()] = data
+				stored[u] = true // a user listed twice is written once
 			}
 		}
 		e, _, err := r.kv.Get(ctx, nsBindings, p.key())

@@ -742,6 +742,41 @@ func TestSetPrincipalLetsOtherTenantsWriteOnRedis(t *testing.T) {
 	}
 }
 
+// TestSetPrincipalWritesOnlyTheChangedUsersOnRedis: a's allow-list
+// [4921 4922 4923] set again as [4922 4923 4924] swaps two entries in the
+// store, 4921's removal and 4924's write: the users stored already are
+// not written again (before, every user of the list was, at four store
+// calls each).
+func TestSetPrincipalWritesOnlyTheChangedUsersOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, _ := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"4921", "4922", "4923"}); err != nil {
+		t.Fatal(err)
+	}
+	var swapped []string
+	hooked.before = func(op, _, key string) {
+		if op == "cas" && strings.Contains(key, "/allow/") {
+			swapped = append(swapped, key)
+		}
+	}
+	err := one.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"4922", "4923", "4924"})
+	hooked.before = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(swapped)
+	if want := []string{"telegram/allow/4921/a", "telegram/allow/4924/a"}; !slices.Equal(swapped, want) {
+		t.Errorf("allow-list entries swapped: %q, want %q", swapped, want)
+	}
+	s, _ := effective(t, one)
+	if got := bindingsOf(s, "a", platform.BindAllow); !slices.Equal(got, []string{"telegram:4922", "telegram:4923", "telegram:4924"}) {
+		t.Errorf("a's allow-list %v, want [telegram:4922 telegram:4923 telegram:4924]", got)
+	}
+}
+
 // TestSetPrincipalOfAGatewayDeprovisionedMeanwhileOnRedis: right after
 // instance one's SetPrincipal for gw writes the first user of tenant a's
 // allow-list, instance two deprovisions gw (removes it, then drops what
