@@ -432,7 +432,7 @@ func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) 
 // dropBindings deletes the stored bindings drop selects, each only while
 // it is still the binding drop saw (the store's CompareAndSwap): one
 // another tenant wrote under the same key meanwhile, on any instance (an
-// owner's claim replacing a set-aside one), stays. Called under mu.
+// owner's claim replacing a set-aside one), stays. It needs no lock (its swaps order it with other writers).
 func (r *Registry) dropBindings(ctx context.Context, drop func(Binding) bool) error {
 	entries, _, err := r.kv.List(ctx, nsBindings)
 	if err != nil {
