@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -232,7 +231,9 @@ func newLinkCode() string {
 // its allow-list (only for platform.PrincipalAllowList). Of requests
 // racing on several instances the last to store the principal wins, its
 // allow-list whole (principalEntry); a principal stored otherwise
-// meanwhile (Bind, an earlier version) keeps the allow-list.
+// meanwhile (Bind, an earlier version) keeps the allow-list. It takes
+// the tenant's turn (principalTurn), not mu: its keys are the tenant's
+// alone, and another tenant's changes go on while it writes the list.
 func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode string, allow []string) error {
 	p, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindPrincipal, ID: mode, Tenant: tenant})
 	if err != nil {
@@ -252,8 +253,11 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 		}
 		entry.Allow = append(entry.Allow, b.ID)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	done, err := r.principalTurn(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	defer done()
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
 		return err
@@ -261,25 +265,68 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	if err := r.put(ctx, tenant, t.Gen, nsBindings, p.key(), entry, false); err != nil {
 		return err
 	}
-	// Make the allow-list the stored principal's, until it stays the
-	// one made: a request that stored the principal after this one may
-	// have dropped the allow-list before this one wrote it. A principal
-	// SetPrincipal did not store (none: unbound; no Rev: an operator's
-	// Bind, an instance of an earlier version) keeps the allow-list as
-	// it is, as it would coming after this request.
+	// The allow-list's writes are judged together, after the last: one
+	// that lands once the tenant's deletion or the gateway's deprovision
+	// began takes them all back (keptFor), as the drop that follows may
+	// have missed any of them.
+	written := map[string][]byte{}
+	err = r.syncAllow(ctx, entry, written)
+	if len(written) > 0 {
+		if kerr := r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
+			for key, data := range written {
+				if _, err := r.kv.CompareAndSwap(ctx, nsBindings, key, data, nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); kerr != nil {
+			return kerr
+		}
+	}
+	r.notify(ctx) // the principal, and a list dropped or written
+	return err
+}
+
+// syncAllow makes the allow-list the stored principal's (entry stored
+// by SetPrincipal), until it stays the one made: a request that stored
+// the principal after this one may have dropped the allow-list before
+// this one wrote it. A principal SetPrincipal did not store (none:
+// unbound; no Rev: an operator's Bind, an instance of an earlier version)
+// keeps the allow-list as it is, as it would coming after this request.
+// An entry already stored is not written again; written gets each one it
+// wrote, as written.
+func (r *Registry) syncAllow(ctx context.Context, entry principalEntry, written map[string][]byte) error {
+	p := entry.Binding
 	cur := entry
 	for range maxSwaps {
 		if cur.Rev != "" {
+			stored := make(map[string]bool, len(cur.Allow)) // wanted, and whether stored
+			for _, u := range cur.Allow {
+				stored[u] = false
+			}
 			if err := r.dropBindings(ctx, func(b Binding) bool {
-				return b.Tenant == tenant && b.Platform == platformName && b.Kind == platform.BindAllow && !slices.Contains(cur.Allow, b.ID)
+				if b.Tenant != p.Tenant || b.Platform != p.Platform || b.Kind != platform.BindAllow {
+					return false
+				}
+				_, want := stored[b.ID]
+				if want {
+					stored[b.ID] = true
+				}
+				return !want
 			}); err != nil {
 				return err
 			}
 			for _, u := range cur.Allow {
-				b := Binding{Platform: platformName, Kind: platform.BindAllow, ID: u, Tenant: tenant}
-				if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b, false); err != nil {
+				if stored[u] {
+					continue
+				}
+				b := Binding{Platform: p.Platform, Kind: platform.BindAllow, ID: u, Tenant: p.Tenant}
+				data, err := r.write(ctx, nsBindings, b.key(), b, false)
+				if err != nil {
 					return err
 				}
+				written[b.key()] = data
+				stored[u] = true // a user listed twice is written once
 			}
 		}
 		e, _, err := r.kv.Get(ctx, nsBindings, p.key())
@@ -288,14 +335,43 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 		}
 		var now principalEntry
 		_ = json.Unmarshal(e.Value, &now) // none, or a corrupt one: no Rev
-		if now.Rev != cur.Rev {           // another request's principal, or none
-			cur = now
-			continue
+		if now.Rev == cur.Rev {
+			return nil
 		}
-		r.notify(ctx) // the principal, and a list dropped but not written
-		return nil
+		cur = now // another request's principal, or none
 	}
-	return fmt.Errorf("%w: tenant %q's principal on %s kept changing meanwhile; try again", ErrConflict, tenant, platformName)
+	return fmt.Errorf("%w: tenant %q's principal on %s kept changing meanwhile; try again", ErrConflict, p.Tenant, p.Platform)
+}
+
+// principalTurn waits for tenant's turn to set a principal on the
+// instance (until ctx is done), and returns the end of it: a tenant's
+// requests racing on one instance would each send the others round
+// syncAllow's loop again, the list's writes with it.
+func (r *Registry) principalTurn(ctx context.Context, tenant string) (func(), error) {
+	for {
+		r.principalMu.Lock()
+		busy, held := r.principals[tenant]
+		if !held {
+			mine := make(chan struct{})
+			if r.principals == nil {
+				r.principals = map[string]chan struct{}{}
+			}
+			r.principals[tenant] = mine
+			r.principalMu.Unlock()
+			return func() {
+				r.principalMu.Lock()
+				delete(r.principals, tenant)
+				r.principalMu.Unlock()
+				close(mine)
+			}, nil
+		}
+		r.principalMu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // principalEntry is a principal binding as SetPrincipal stores it: with
@@ -356,7 +432,7 @@ func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) 
 // dropBindings deletes the stored bindings drop selects, each only while
 // it is still the binding drop saw (the store's CompareAndSwap): one
 // another tenant wrote under the same key meanwhile, on any instance (an
-// owner's claim replacing a set-aside one), stays. Called under mu.
+// owner's claim replacing a set-aside one), stays. It needs no lock (its swaps order it with other writers).
 func (r *Registry) dropBindings(ctx context.Context, drop func(Binding) bool) error {
 	entries, _, err := r.kv.List(ctx, nsBindings)
 	if err != nil {

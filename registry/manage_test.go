@@ -675,6 +675,148 @@ func TestSetPrincipalRacingABindOnRedis(t *testing.T) {
 	}
 }
 
+// TestSetPrincipalLetsOtherTenantsWriteOnRedis: while tenant a's
+// SetPrincipal of a full allow-list (MaxAllowList users) is held at the
+// write of its first user, tenant b's gateway is created and b's
+// principal set, on the same instance: both finish, and a's list is
+// whole after. Before, SetPrincipal held the registry-wide lock across
+// the list's thousands of store calls, and every other tenant's change on
+// the instance waited for it.
+func TestSetPrincipalLetsOtherTenantsWriteOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, _ := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allow := make([]string, registry.MaxAllowList)
+	for i := range allow {
+		allow[i] = strconv.Itoa(490000 + i)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hooked.before = func(op, _, key string) {
+		if op == "cas" && strings.Contains(key, "/allow/") && strings.HasSuffix(key, "/a") {
+			once.Do(func() { close(held); <-release })
+		}
+	}
+	setA := make(chan error, 1)
+	go func() { setA <- one.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, allow) }()
+	select {
+	case <-held:
+	case err := <-setA:
+		t.Fatalf("a's SetPrincipal ended (%v) without writing its allow-list", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's SetPrincipal wrote no user of its allow-list within 10 s")
+	}
+	others := make(chan error, 1)
+	go func() {
+		_, err := one.CreateGateway(ctx, "b", "gw-b")
+		if err == nil {
+			err = one.SetPrincipal(ctx, "b", "telegram", platform.PrincipalAllowList, []string{"4901"})
+		}
+		others <- err
+	}()
+	select {
+	case err := <-others:
+		if err != nil {
+			t.Errorf("tenant b's changes: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("tenant b's gateway and principal not written within 10 s while a's SetPrincipal was held mid-way")
+	}
+	close(release)
+	select {
+	case err := <-setA:
+		if err != nil {
+			t.Fatalf("a's SetPrincipal: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a's SetPrincipal not done within a minute of its release")
+	}
+	hooked.before = nil
+	s, _ := effective(t, one)
+	if got := bindingsOf(s, "a", platform.BindAllow); len(got) != registry.MaxAllowList {
+		t.Errorf("a's allow-list has %d users, want %d", len(got), registry.MaxAllowList)
+	}
+}
+
+// TestSetPrincipalWritesOnlyTheChangedUsersOnRedis: a's allow-list
+// [4921 4922 4923] set again as [4922 4923 4924] swaps two entries in the
+// store, 4921's removal and 4924's write: the users stored already are
+// not written again (before, every user of the list was, at four store
+// calls each).
+func TestSetPrincipalWritesOnlyTheChangedUsersOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, _ := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"4921", "4922", "4923"}); err != nil {
+		t.Fatal(err)
+	}
+	var swapped []string
+	hooked.before = func(op, _, key string) {
+		if op == "cas" && strings.Contains(key, "/allow/") {
+			swapped = append(swapped, key)
+		}
+	}
+	err := one.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"4922", "4923", "4924"})
+	hooked.before = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(swapped)
+	if want := []string{"telegram/allow/4921/a", "telegram/allow/4924/a"}; !slices.Equal(swapped, want) {
+		t.Errorf("allow-list entries swapped: %q, want %q", swapped, want)
+	}
+	s, _ := effective(t, one)
+	if got := bindingsOf(s, "a", platform.BindAllow); !slices.Equal(got, []string{"telegram:4922", "telegram:4923", "telegram:4924"}) {
+		t.Errorf("a's allow-list %v, want [telegram:4922 telegram:4923 telegram:4924]", got)
+	}
+}
+
+// TestSetPrincipalOfAGatewayDeprovisionedMeanwhileOnRedis: right after
+// instance one's SetPrincipal for gw writes the first user of tenant a's
+// allow-list, instance two deprovisions gw (removes it, then drops what
+// the management plane made for a). The SetPrincipal is ErrNotFound and
+// leaves no principal nor allow-list: the list's writes, judged together
+// after the last, are all taken back.
+func TestSetPrincipalOfAGatewayDeprovisionedMeanwhileOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw"); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, _, key string) {
+		if raced || op != "cas" || !strings.Contains(key, "/allow/") {
+			return
+		}
+		raced = true
+		err := two.DeleteGateway(ctx, "a", "gw")
+		if err == nil {
+			_, err = two.DropManaged(ctx, "a")
+		}
+		if err != nil {
+			t.Errorf("instance two's deprovision of gw: %v", err)
+		}
+	}
+	err := one.SetPrincipal(registry.ForGateway(ctx, "gw", nil), "a", "telegram", platform.PrincipalAllowList, []string{"4911", "4912", "4913"})
+	hooked.after = nil
+	if !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("a SetPrincipal of gw, deprovisioned meanwhile: %v (raced %v), want ErrNotFound", err, raced)
+	}
+	s, _ := effective(t, two)
+	if allow, p := bindingsOf(s, "a", platform.BindAllow), bindingsOf(s, "a", platform.BindPrincipal); len(allow)+len(p) != 0 {
+		t.Errorf("left after the deprovision: allow-list %v, principal %v, want none", allow, p)
+	}
+}
+
 // TestRedeemCodeInFlightIsNotAnotherUsersOnRedis: two instances on one
 // redis-server; a user sends two codes of one tenant. While instance
 // one's redemption of the first is about to write the link, instance two

@@ -257,7 +257,8 @@ type Registry struct {
 	// the store's CompareAndSwap, with its platform's ownership guard
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
-	// do not take mu (bindMu, one binding at a time); a gateway is created only while its
+	// do not take mu (bindMu, one binding at a time), nor does a tenant's
+	// principal (SetPrincipal: principalTurn); a gateway is created only while its
 	// id is free; a write for a tenant is taken back when the tenant's
 	// deletion began meanwhile (keptFor); for other entries the last write
 	// wins.
@@ -278,7 +279,12 @@ type Registry struct {
 	// other (32 at once on one instance: some failed, the reservations
 	// "changed 16 times"). Held across one reservation's store calls.
 	reserveMu sync.Mutex
-	declared  atomic.Pointer[State]
+	// principalMu guards principals: the tenants a SetPrincipal is under
+	// way for on the instance, each with a channel closed when it ends
+	// (principalTurn). Held across no store call.
+	principalMu sync.Mutex
+	principals  map[string]chan struct{}
+	declared    atomic.Pointer[State]
 }
 
 // New returns the registry kept in st; now is its clock (secret expiry).
@@ -1597,36 +1603,42 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 // same entry another write made since (stamped), for a tenant made again
 // under the id either.
 func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any, fresh bool) error {
-	data, err := stamped(v)
+	data, err := r.write(ctx, namespace, key, v, fresh)
 	if err != nil {
 		return err
+	}
+	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
+		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
+		return err
+	}); err != nil {
+		return err
+	}
+	r.notify(ctx)
+	return nil
+}
+
+// write is put's write, without its look at the tenant nor its
+// notification: it stores v stamped, and returns it as stored.
+func (r *Registry) write(ctx context.Context, namespace, key string, v any, fresh bool) ([]byte, error) {
+	data, err := stamped(v)
+	if err != nil {
+		return nil, err
 	}
 	for range maxSwaps {
 		var old store.Entry
 		if !fresh {
 			if old, _, err = r.kv.Get(ctx, namespace, key); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		swapped, err := r.swap(ctx, namespace, key, old.Value, data)
-		if err != nil {
-			return err
-		}
-		if swapped {
-			if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
-				_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
-				return err
-			}); err != nil {
-				return err
-			}
-			r.notify(ctx)
-			return nil
+		if swapped, err := r.swap(ctx, namespace, key, old.Value, data); err != nil || swapped {
+			return data, err
 		}
 		if fresh {
-			return fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
+			return nil, fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
 		}
 	}
-	return fmt.Errorf("%w: %s entry %q kept changing while being written; try again", ErrConflict, namespace, key)
+	return nil, fmt.Errorf("%w: %s entry %q kept changing while being written; try again", ErrConflict, namespace, key)
 }
 
 // notify tells every instance to look again. A lost notification is made
