@@ -60,7 +60,7 @@ type netStore struct {
 	acked chan struct{}  // one per removal from the stored ledger
 	gets  map[string]int // reads of stored owners, by session key; under mu
 
-	sent      map[byte]int  // messages published (not lost), by type; under mu
+	sent      map[byte]int  // messages published (not lost), by type, counted before the store has them; under mu
 	published chan struct{} // signalled after each
 
 	// sweeps, when set (under mu), holds every read of the stored
@@ -181,24 +181,32 @@ func (p netPubSub) Publish(ctx context.Context, channel string, msg []byte) erro
 	if p.n.cut.Load() {
 		return errCut
 	}
+	// Counted before the store has it: the store delivers it within
+	// Publish, and what its receiver does on it (an outcome a test waits
+	// for before it reads the counts) must find it counted.
+	typ := cluster.Type(msg)
 	p.n.mu.Lock()
 	lost := p.n.lose != nil && p.n.lose(channel, msg)
+	if !lost {
+		p.n.sent[typ]++
+	}
 	p.n.mu.Unlock()
 	if lost {
 		p.n.lost <- append([]byte(nil), msg...)
 		return nil
 	}
 	err := p.n.Store.PubSub().Publish(ctx, channel, msg)
-	if err == nil {
+	if err != nil {
 		p.n.mu.Lock()
-		p.n.sent[cluster.Type(msg)]++
+		p.n.sent[typ]--
 		p.n.mu.Unlock()
-		select {
-		case p.n.published <- struct{}{}:
-		default:
-		}
+		return err
 	}
-	return err
+	select {
+	case p.n.published <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 func (p netPubSub) Subscribe(ctx context.Context, channel string) (<-chan []byte, func(), error) {
