@@ -122,8 +122,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		if hold, err = authorize(ctx, p, tenant, chatID); err != nil {
 			return refusal(p.Name(), err)
 		}
-		clk := cmp.Or(e.Clock, clock.System)
-		ctx = context.WithValue(ctx, authorizedKey{}, authorized{p, tenant, chatID, clk, clk.Now()})
+		ctx = actingIn(ctx, p, tenant, chatID, e.Clock)
 		// A thread that is a chat of its own (ThreadChats) is checked as a chat by its op.
 		ownOnly := a.Op == contract.OpEdit || a.Op == contract.OpDelete || (a.Op == contract.OpThreadRename && !e.ThreadChats)
 		if hold == HoldGrant && ownOnly && (e.Grants == nil || !e.Grants.PostedBy(ctx, chatID, message, tenant)) {
@@ -157,6 +156,25 @@ func Unsupported(name string) contract.Result {
 func Authorize(ctx context.Context, p Platform, tenant, chatID string) (contract.Result, bool) {
 	_, err := authorize(ctx, p, tenant, chatID)
 	return refusal(p.Name(), err), err == nil
+}
+
+// AuthorizeCalls is Authorize for an op addressed to no chat that posts
+// into chatID (a follow_up): ctx is returned marked, as Execute marks an
+// action's, so that its calls ask again as their turn comes (StillMayAct,
+// judged on clk; nil: clock.System).
+func AuthorizeCalls(ctx context.Context, p Platform, tenant, chatID string, clk clock.Clock) (context.Context, contract.Result, bool) {
+	r, ok := Authorize(ctx, p, tenant, chatID)
+	if ok {
+		ctx = actingIn(ctx, p, tenant, chatID, clk)
+	}
+	return ctx, r, ok
+}
+
+// actingIn is ctx marked for calls tenant makes in chatID on p, authorized
+// now on clk (nil: clock.System): they ask again (StillMayAct).
+func actingIn(ctx context.Context, p Platform, tenant, chatID string, clk clock.Clock) context.Context {
+	clk = cmp.Or(clk, clock.System)
+	return context.WithValue(ctx, authorizedKey{}, authorized{p, tenant, chatID, clk, clk.Now()})
 }
 
 // refusal is the answer of platform name to an action authorize refused
@@ -209,8 +227,8 @@ func ask(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
 // link there ends. It is nil while the tenant Execute authorized may still
 // act in the action's chat, when the call is made within recheckAfter of
 // Authorize (on Egress.Clock: a call that did not wait costs no second
-// lookup), or when ctx carries no such chat (a link reply, a follow_up, a
-// call outside Execute); else an error CommonFailure answers as Authorize
+// lookup), or when ctx carries no such chat (a link reply, a call outside
+// Execute and AuthorizeCalls); else an error CommonFailure answers as Authorize
 // would have: the uniform decline, or unavailable when the owner could
 // not be looked up. A tenant deleted and created again meanwhile acts
 // nowhere: the relay revokes its actions' ctx, and the vault holds none
