@@ -228,9 +228,9 @@ func ask(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
 // act in the action's chat, when the call is made within recheckAfter of
 // Authorize (on Egress.Clock: a call that did not wait costs no second
 // lookup), or when ctx carries no such chat (a link reply, a call outside
-// Execute and AuthorizeCalls); else an error CommonFailure answers as Authorize
-// would have: the uniform decline, or unavailable when the owner could
-// not be looked up. A tenant deleted and created again meanwhile acts
+// Execute and AuthorizeCalls); else an error CommonFailure answers as
+// Authorize would have: the uniform decline, or unavailable when the
+// owner could not be looked up. A tenant deleted and created again meanwhile acts
 // nowhere: the relay revokes its actions' ctx, and the vault holds none
 // of the earlier tenant's grants for the new one. Discord, Slack and
 // Telegram call it where their calls wait, after the wait and before the
@@ -252,7 +252,8 @@ func StillMayAct(ctx context.Context) error {
 // chat may change hands all the same.
 const recheckAfter = 100 * time.Millisecond
 
-// authorizedKey is the context key of the chat Execute authorized.
+// authorizedKey is the context key of the chat Execute (or AuthorizeCalls)
+// authorized.
 type authorizedKey struct{}
 
 // authorized is the chat Execute let tenant act in on p, at (on clock)
