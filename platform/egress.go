@@ -59,6 +59,10 @@ type Egress[P Platform, T any] struct {
 	// chat (a Telegram forum topic, a Slack thread's ts): then a thread
 	// made in a chat held by grant is granted to its creator.
 	ThreadChats bool
+	// Clock is the clock the platform's calls wait on: a call made more
+	// than recheckAfter after Authorize is asked about again (StillMayAct);
+	// nil: clock.System.
+	Clock clock.Clock
 	// DM reports whether chat is a user's DM, where a press of a prompt a
 	// tenant posted by grant finds its poster by the message alone
 	// (Grants.Prompted, read by Grants.PromptPoster in DMs only); nil: no
@@ -118,7 +122,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		if hold, err = authorize(ctx, p, tenant, chatID); err != nil {
 			return refusal(p.Name(), err)
 		}
-		ctx = context.WithValue(ctx, authorizedKey{}, authorized{p, tenant, chatID})
+		ctx = actingIn(ctx, p, tenant, chatID, e.Clock)
 		// A thread that is a chat of its own (ThreadChats) is checked as a chat by its op.
 		ownOnly := a.Op == contract.OpEdit || a.Op == contract.OpDelete || (a.Op == contract.OpThreadRename && !e.ThreadChats)
 		if hold == HoldGrant && ownOnly && (e.Grants == nil || !e.Grants.PostedBy(ctx, chatID, message, tenant)) {
@@ -152,6 +156,25 @@ func Unsupported(name string) contract.Result {
 func Authorize(ctx context.Context, p Platform, tenant, chatID string) (contract.Result, bool) {
 	_, err := authorize(ctx, p, tenant, chatID)
 	return refusal(p.Name(), err), err == nil
+}
+
+// AuthorizeCalls is Authorize for an op addressed to no chat that posts
+// into chatID (a follow_up): ctx is returned marked, as Execute marks an
+// action's, so that its calls ask again as their turn comes (StillMayAct,
+// judged on clk; nil: clock.System).
+func AuthorizeCalls(ctx context.Context, p Platform, tenant, chatID string, clk clock.Clock) (context.Context, contract.Result, bool) {
+	r, ok := Authorize(ctx, p, tenant, chatID)
+	if ok {
+		ctx = actingIn(ctx, p, tenant, chatID, clk)
+	}
+	return ctx, r, ok
+}
+
+// actingIn is ctx marked for calls tenant makes in chatID on p, authorized
+// now on clk (nil: clock.System): they ask again (StillMayAct).
+func actingIn(ctx context.Context, p Platform, tenant, chatID string, clk clock.Clock) context.Context {
+	clk = cmp.Or(clk, clock.System)
+	return context.WithValue(ctx, authorizedKey{}, authorized{p, tenant, chatID, clk, clk.Now()})
 }
 
 // refusal is the answer of platform name to an action authorize refused
@@ -202,18 +225,19 @@ func ask(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
 // its calls may wait for their pace and budgets up to its deadline, while
 // the chat is bound or claimed by another tenant, or the tenant's grant or
 // link there ends. It is nil while the tenant Execute authorized may still
-// act in the action's chat, or when ctx carries no such chat (a link
-// reply, a follow_up, a call outside Execute); else an error CommonFailure
-// answers as Authorize would have: the uniform decline, or unavailable
-// when the owner could not be looked up. A tenant deleted and created
-// again meanwhile acts nowhere: the relay revokes its actions' ctx, and
-// the vault holds none of the earlier tenant's grants for the new one.
-// Discord, Slack and Telegram call it where their calls wait, after the
-// wait and before the request (WhatsApp asks the same of the number a
-// message goes out from).
+// act in the action's chat, when the call is made within recheckAfter of
+// Authorize (on Egress.Clock: a call that did not wait costs no second
+// lookup), or when ctx carries no such chat (a link reply, a call outside
+// Execute and AuthorizeCalls); else an error CommonFailure answers as
+// Authorize would have: the uniform decline, or unavailable when the
+// owner could not be looked up. A tenant deleted and created again meanwhile acts
+// nowhere: the relay revokes its actions' ctx, and the vault holds none
+// of the earlier tenant's grants for the new one. Discord, Slack and
+// Telegram call it where their calls wait, after the wait and before the
+// request (WhatsApp asks the same of the number a message goes out from).
 func StillMayAct(ctx context.Context) error {
 	a, ok := ctx.Value(authorizedKey{}).(authorized)
-	if !ok {
+	if !ok || a.clock.Now().Sub(a.at) <= recheckAfter {
 		return nil
 	}
 	// The platform's own calls while it asks (a Discord channel lookup) are not asked about.
@@ -223,13 +247,22 @@ func StillMayAct(ctx context.Context) error {
 	return nil
 }
 
-// authorizedKey is the context key of the chat Execute authorized.
+// recheckAfter is how long after Authorize a call goes out on its answer
+// (StillMayAct): about as long as the call itself is in flight, while the
+// chat may change hands all the same.
+const recheckAfter = 100 * time.Millisecond
+
+// authorizedKey is the context key of the chat Execute (or AuthorizeCalls)
+// authorized.
 type authorizedKey struct{}
 
-// authorized is the chat Execute let tenant act in on p (StillMayAct).
+// authorized is the chat Execute let tenant act in on p, at (on clock)
+// (StillMayAct).
 type authorized struct {
 	p            Platform
 	tenant, chat string
+	clock        clock.Clock
+	at           time.Time
 }
 
 // refusedError is StillMayAct's refusal on platform name: err is ask's.

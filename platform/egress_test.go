@@ -28,6 +28,7 @@ type chatsPlatform struct {
 	waits bool
 	// grantCtx is the ctx ChatGranted last saw; opCtx the op's.
 	grantCtx, opCtx context.Context
+	clock           *clocktest.Fake // Egress.Clock; nil: clock.System
 }
 
 func (p *chatsPlatform) Name() string                                   { return "chats" }
@@ -67,6 +68,9 @@ func (p *chatsPlatform) Execute(ctx context.Context, tenant string, a *contract.
 		}},
 		Chat:    func(_ *chatsPlatform, chat string) (string, bool) { return chat, chat != "!" },
 		Timeout: time.Hour,
+	}
+	if p.clock != nil {
+		e.Clock = p.clock
 	}
 	return platform.Execute(ctx, &e, p, tenant, a)
 }
@@ -154,12 +158,13 @@ func TestLocateWaitsLast(t *testing.T) {
 	}
 }
 
-// TestStillMayActAsksAfresh: a call made under an action's ctx asks again
-// whether its tenant may act in the action's chat, not reusing Locate's
-// answer nor Execute's: once the chat is bound to another tenant the call
-// is answered with the decline. A ctx of no action's chat asks nothing.
+// TestStillMayActAsksAfresh: a call made under an action's ctx more than
+// 100 ms after its Authorize asks again whether its tenant may act in the
+// action's chat, not reusing Locate's answer nor Execute's: once the chat
+// is bound to another tenant the call is answered with the decline. A
+// call made at once, or under a ctx of no action's chat, asks nothing.
 func TestStillMayActAsksAfresh(t *testing.T) {
-	p := &chatsPlatform{owners: map[string]string{"own": "t1"}}
+	p := &chatsPlatform{owners: map[string]string{"own": "t1"}, clock: clocktest.New(time.Now())}
 	_, ctx, err := platform.Locate(t.Context(), []platform.Platform{p}, "t1", "own")
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +172,11 @@ func TestStillMayActAsksAfresh(t *testing.T) {
 	if r := p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: "own"}); !r.Success {
 		t.Fatalf("send: %+v", r)
 	}
+	p.clock.Advance(100 * time.Millisecond)
+	if err := platform.StillMayAct(p.opCtx); err != nil || p.lookups != 1 {
+		t.Fatalf("asked again 100 ms after Authorize: %v after %d lookups, want nil after one", err, p.lookups)
+	}
+	p.clock.Advance(time.Millisecond)
 	if err := platform.StillMayAct(p.opCtx); err != nil || p.lookups != 2 {
 		t.Fatalf("asked again before the rebind: %v after %d lookups, want nil after two", err, p.lookups)
 	}

@@ -160,11 +160,12 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 	if !ok || !isSnowflake(app) {
 		return contract.Failed(contract.CodeCapabilityMissing, "no live discord.interaction_token for this session (absent or expired)")
 	}
-	if r, ok := p.followUpAllowed(ctx, tenant, channel, dmUser); !ok {
+	ctx, r, ok := p.followUpAllowed(ctx, tenant, channel, dmUser)
+	if !ok {
 		return r
 	}
 	endpoint := discordgo.EndpointWebhookToken(app, e.Value.Reveal()) + "?wait=true"
-	_, _, r := p.postPieces("follow_up", textsplit.Split(a.Content, splitRules), p.poster(ctx, endpoint, nil))
+	_, _, r = p.postPieces("follow_up", textsplit.Split(a.Content, splitRules), p.poster(ctx, endpoint, nil))
 	if r.MessageID != "" && isSnowflake(channel) {
 		if hold, err := p.ChatGranted(ctx, channel, tenant); err == nil && hold == platform.HoldGrant {
 			p.spoke.Posted(ctx, channel, r.MessageID, tenant)
@@ -180,16 +181,17 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 // is placed again by rule 4 (dmTenant), needing no cached DM channel;
 // any other chat is authorized as a send there is (platform.Authorize), so
 // a guild rebound to another tenant since, or a claim released, declines
-// the follow-up with the uniform text. A token that names no channel is
+// the follow-up with the uniform text, and its calls ask again as their
+// turn comes (platform.AuthorizeCalls). A token that names no channel is
 // declined.
-func (p *Platform) followUpAllowed(ctx context.Context, tenant, channel, dmUser string) (contract.Result, bool) {
+func (p *Platform) followUpAllowed(ctx context.Context, tenant, channel, dmUser string) (context.Context, contract.Result, bool) {
 	if !isSnowflake(channel) {
-		return contract.Declined(platformName), false
+		return ctx, contract.Declined(platformName), false
 	}
 	if dm, ok := p.dmTenant(dmUser); ok && dm == tenant {
-		return contract.Result{}, true
+		return ctx, contract.Result{}, true
 	}
-	return platform.Authorize(ctx, p, tenant, channel)
+	return platform.AuthorizeCalls(ctx, p, tenant, channel, p.clock)
 }
 
 // failed turns a REST error into a result and logs it, never quoting a

@@ -15,6 +15,8 @@ import (
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
+	"connector/store"
+	"connector/vault"
 )
 
 // TestSendPostsIntoTheThread: send reaches chat.postMessage in the chat
@@ -459,4 +461,41 @@ func TestSendWaitingWhileItsChatIsRebound(t *testing.T) {
 	if n := len(e.fake.Calls("chat.postMessage")); n != 1 {
 		t.Fatalf("%d messages posted, want the first alone", n)
 	}
+}
+
+// TestSendThatDidNotWaitIsNotAskedAgain: a send whose call did not wait
+// reads the store as often as its Authorize alone (the channel's grants,
+// held by none: a read each). Before, its call asked again as its turn
+// came, one more store round trip on every call.
+func TestSendThatDidNotWaitIsNotAskedAgain(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	caps := &countingCaps{Capabilities: st.Capabilities()}
+	e := newEnv(t, nil, &platform.Deps{Clock: clk, Store: st, Vault: vault.NewDurable(caps, vault.Config{Clock: clk})})
+	e.p.seenIn(chanGeneral, teamA.ID)
+	if _, ok := platform.Authorize(platform.WithTenant(context.Background(), "t1"), e.p, "t1", chanGeneral); !ok {
+		t.Fatal("t1 may not act in its channel")
+	}
+	authorize := caps.gets.Swap(0)
+	if authorize == 0 {
+		t.Fatal("Authorize read nothing from the store")
+	}
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"hello","metadata":{"scope_id":"T0AAA00001"}}`); !r.Success {
+		t.Fatalf("the send: %+v", r)
+	}
+	if n := caps.gets.Load(); n != authorize {
+		t.Errorf("the send read the store %d times, want %d (its Authorize's)", n, authorize)
+	}
+}
+
+// countingCaps counts the reads of its capabilities.
+type countingCaps struct {
+	store.Capabilities
+	gets atomic.Int64
+}
+
+func (c *countingCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	c.gets.Add(1)
+	return c.Capabilities.Get(ctx, key)
 }

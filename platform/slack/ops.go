@@ -289,8 +289,9 @@ const maxResponseURLPosts = 5
 // lives (30 minutes), with the token of the tenant's workspace in that
 // channel (teamFor, as every action of the tenant's there). Without it the result is capability_missing. The
 // response_url outlives the command's routing: tenant must still be
-// allowed in the command's channel (platform.Authorize, as a send there),
-// or the follow_up is declined with nothing posted.
+// allowed in the command's channel (platform.AuthorizeCalls, as a send
+// there, its chat.postEphemeral asked again as its turn comes), or the
+// follow_up is declined with nothing posted.
 func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *contract.Action) contract.Result {
 	if a.SessionKey == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack follow_up: session_key is required")
@@ -308,7 +309,8 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	if ref.channel == "" {
 		return contract.Declined(platformName)
 	}
-	if r, ok := platform.Authorize(ctx, p, tenant, ref.channel); !ok {
+	ctx, r, ok := platform.AuthorizeCalls(ctx, p, tenant, ref.channel, p.clock)
+	if !ok {
 		return r
 	}
 	parts := mrkdwnParts(a.Content)

@@ -285,6 +285,55 @@ func TestFollowUpAfterRebindDeclined(t *testing.T) {
 	}
 }
 
+// TestFollowUpWaitingWhileItsChatIsRebound: t1's follow_up past its
+// command's five response_url posts goes as an ephemeral message, which
+// waits for the channel's pace (one message a second) while the channel
+// is bound to t2: it is declined once its turn comes, and not posted.
+// Before, a follow_up was authorized once, and was posted into t2's
+// channel.
+func TestFollowUpWaitingWhileItsChatIsRebound(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, func(c *Config) { c.ChannelPerSecond = 1 }, &platform.Deps{Clock: clk})
+	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", e.fake.ResponseURL("r1")))
+	d := e.sink.Next(t)
+	followUp := `{"op":"follow_up","session_key":"` + d.SessionKey + `","kind":"slack.response_url","content":"done"}`
+	for i := range maxResponseURLPosts {
+		if r := e.execute(t, "t1", followUp); !r.Success {
+			t.Fatalf("follow_up %d: %+v", i, r)
+		}
+	}
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"hello","metadata":{"scope_id":"T0AAA00001"}}`); !r.Success {
+		t.Fatalf("the send: %+v", r)
+	}
+	var (
+		late     contract.Result
+		finished atomic.Int64
+	)
+	go func() {
+		defer finished.Add(1)
+		late = e.execute(t, "t1", followUp)
+	}()
+	done := func() int { return int(finished.Load()) }
+	none := func() int { return 0 }
+	clk.Settle(t, 1, done, none)
+	if done() != 0 {
+		t.Fatalf("the ephemeral follow_up did not wait for the channel's pace: %+v", late)
+	}
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindChannel, ID: chanGeneral, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Drive(t, 1, done, none)
+	if late.Code != contract.CodeEgressDeclined {
+		t.Errorf("the follow_up after the rebind: %+v, want declined", late)
+	}
+	if n := len(e.fake.Calls("chat.postEphemeral")); n != 0 {
+		t.Fatalf("%d ephemeral posts, want none", n)
+	}
+}
+
 // TestSlashReplySealResentStaysPrivate: a gateway's connection drops
 // while its seal of a slash command's reply (a draft's final frame with
 // nothing streamed, which is sent as the reply) is being posted through
