@@ -34,7 +34,8 @@ import (
 //	                       c chat id, r received (Unix µs), d payload
 //	bytes:{<tenant>}       the sum of the stream's payload lengths
 //	answers:{<tenant>}     hash: an append's, ack's or trim's id -> its
-//	                       answer, for its resends (answerLua), PX
+//	                       answer, for its resends, and the empty
+//	                       field -> 65 dashes (answerLua), PX
 //	oldanswers:{<tenant>}  the answers before those, PX
 //	ledgers                set of the tenants that ever appended (SADD)
 //	cap:<key>              expiring capability value, PX as garbage collection
@@ -260,10 +261,14 @@ return answer(first)
 // which keeps v (a number, or a trim's table as JSON) under its id, and a
 // resend finds it and returns it at once. The answers of one tenant share
 // a hash, not a key per call, which lives twice ARGV[2] ms from its first
-// answer: older than ARGV[2] ms or at 1024 answers it becomes the older
+// answer: older than ARGV[2] ms or at 1023 answers it becomes the older
 // one (the one before it goes). So each answer is kept ARGV[2] ms at least
-// unless 1024 calls of its tenant follow it, and a tenant holds the
-// answers of its last two windows at most, not 2048 whatever its pace.
+// unless 1023 calls of its tenant follow it, and a tenant holds the
+// answers of its last two windows at most, not 2046 whatever its pace. A
+// hash begins with an empty field whose value is longer than
+// hash-max-listpack-value (64 by default), which makes it a hashtable at
+// once: as a listpack (up to 512 entries by default) each call's HGET,
+// which misses, and HSET would scan all its answers (4 µs at 256).
 const answerLua = `
 local answers, older = KEYS[#KEYS - 1], KEYS[#KEYS]
 local answered = redis.call('HGET', answers, ARGV[1]) or redis.call('HGET', older, ARGV[1])
@@ -274,8 +279,11 @@ local function answer(v)
     redis.call('RENAME', answers, older)
     left = -2
   end
+  if left < 0 then
+    redis.call('HSET', answers, '', string.rep('-', 65))
+    redis.call('PEXPIRE', answers, 2 * tonumber(ARGV[2]))
+  end
   redis.call('HSET', answers, ARGV[1], type(v) == 'table' and cjson.encode(v) or v)
-  if left < 0 then redis.call('PEXPIRE', answers, 2 * tonumber(ARGV[2])) end
   return v
 end
 `
