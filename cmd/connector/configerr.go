@@ -106,9 +106,39 @@ func decodeNode(root *yaml.Node, out any, key string, withLines bool) error {
 			}
 			return errors.New(strings.Join(parts, "; "))
 		}
-		return errors.New(strings.TrimPrefix(msg, "yaml: "))
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		if m := tagMismatch.FindStringSubmatch(msg); m != nil {
+			return errors.New(explainTagMismatch(root, reflect.TypeOf(out).Elem(), key, m[1], m[2], withLines))
+		}
+		return errors.New(msg)
 	}
 	return errors.New(strings.Join(explainTypeError(root, reflect.TypeOf(out).Elem(), key, te, withLines), "; "))
+}
+
+// tagMismatch is the error of a value its explicit tag does not fit
+// (bot_token: !!int abc), which yaml writes with the whole value.
+var tagMismatch = regexp.MustCompile("(?s)^cannot decode !!\\w+ `(.*)` as a !!(\\w+)$")
+
+// explainTagMismatch names the key of the value its tag does not fit,
+// found as explainTypeError finds a key, without the value when the key
+// holds a secret or is not found.
+func explainTagMismatch(root *yaml.Node, t reflect.Type, key, value, tag string, withLines bool) string {
+	var values []keyedValue
+	collectValues(root, t, key, &values)
+	for _, v := range values {
+		if v.node.Kind != yaml.ScalarNode || v.node.Value != value || v.node.ShortTag() != "!!"+tag {
+			continue
+		}
+		at := v.key
+		if withLines {
+			at = fmt.Sprintf("%s (line %d)", at, v.node.Line)
+		}
+		if holdsSecret(v.key) {
+			return fmt.Sprintf("%s: the value is not a !!%s; remove the tag", at, tag)
+		}
+		return fmt.Sprintf("%s: %q is not a !!%s; remove the tag", at, value, tag)
+	}
+	return fmt.Sprintf("a value tagged !!%s is not one; remove the tag", tag)
 }
 
 // unmarshalerType is implemented by the types that read their own keys

@@ -138,3 +138,33 @@ func TestConfigTypeErrorsOnOneLineNameTheirKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigTagMismatchKeepsSecretsOut: a value whose explicit tag does
+// not fit it (bot_token: !!int ...), which yaml reports with the whole
+// value, is placed at its key, and a secret's value is not repeated, in
+// the file or in a variable's value. Before, the error (and the SIGHUP
+// reload's log line) held the whole secret.
+func TestConfigTagMismatchKeepsSecretsOut(t *testing.T) {
+	for doc, key := range map[string]string{
+		"discord: {bot_token: !!int s3cr3tVALUE-long}\n":                                       "discord.bot_token (line 1)",
+		"admin:\n  listen: 127.0.0.1:0\n  token: !!float s3cr3tVALUE-long\n":                   "admin.token (line 3)",
+		"tenants: [{id: acme, gateways: [{id: g, secrets: [ok, !!bool s3cr3tVALUE-long]}]}]\n": "tenants[0].gateways[0].secrets[1] (line 1)",
+		"http: {max_header_bytes: !!int s3cr3t}\n":                                             `http.max_header_bytes (line 1): "s3cr3t" is not a !!int`,
+	} {
+		_, err := ParseConfig([]byte(doc))
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%q: error %v does not name %s", doc, err, key)
+			continue
+		}
+		if !strings.HasPrefix(key, "http.") && strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%q: error %q repeats the secret", doc, err)
+		}
+	}
+	var c Config
+	err := c.applyKeyEnv(func(name string) (string, bool) {
+		return "[{id: acme, gateways: [{id: g, secrets: [!!int s3cr3tVALUE-long]}]}]", name == "CONNECTOR_TENANTS"
+	})
+	if err == nil || !strings.Contains(err.Error(), "CONNECTOR_TENANTS") || strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("CONNECTOR_TENANTS: error %v, want one naming the variable, without the secret", err)
+	}
+}
