@@ -88,7 +88,7 @@ func decodeNode(root *yaml.Node, out any, key string, withLines bool) error {
 		return nil // an empty document
 	}
 	var unknown []string
-	unknownKeys(root, reflect.TypeOf(out).Elem(), key, &unknown)
+	unknownKeys(root, reflect.TypeOf(out).Elem(), key, &unknown, map[aliasWalk]bool{})
 	if len(unknown) > 0 {
 		return errors.New(strings.Join(unknown, "; "))
 	}
@@ -148,13 +148,21 @@ var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 // unknownKeys appends to out each mapping key under n that no field of t
 // reads, by its path under key and its line. Values of the wrong kind are
 // left to the decoder to report.
-func unknownKeys(n *yaml.Node, t reflect.Type, key string, out *[]string) {
+func unknownKeys(n *yaml.Node, t reflect.Type, key string, out *[]string, walked map[aliasWalk]bool) {
 	if n.Kind == yaml.AliasNode {
+		// Once per anchor and type: a chain of anchors each merging the
+		// one before several times would be walked exponentially often
+		// (a 1 KB file for hours); the decoder bounds aliasing, this
+		// walk before it does not.
+		if walked[aliasWalk{n.Alias, t}] {
+			return
+		}
+		walked[aliasWalk{n.Alias, t}] = true
 		n = n.Alias
 	}
 	if n.Kind == yaml.DocumentNode {
 		for _, c := range n.Content {
-			unknownKeys(c, t, key, out)
+			unknownKeys(c, t, key, out, walked)
 		}
 		return
 	}
@@ -169,7 +177,7 @@ func unknownKeys(n *yaml.Node, t reflect.Type, key string, out *[]string) {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Value == "<<" { // a merge: its mappings' keys are this one's
-				unknownKeys(v, t, key, out)
+				unknownKeys(v, t, key, out, walked)
 				continue
 			}
 			f, ok := fieldByKey(t, k.Value)
@@ -181,17 +189,23 @@ func unknownKeys(n *yaml.Node, t reflect.Type, key string, out *[]string) {
 				*out = append(*out, fmt.Sprintf("unknown key %q%s (line %d)", k.Value, where, k.Line))
 				continue
 			}
-			unknownKeys(v, f.Type, joinKey(key, k.Value), out)
+			unknownKeys(v, f.Type, joinKey(key, k.Value), out, walked)
 		}
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		for i, c := range n.Content {
-			unknownKeys(c, t.Elem(), fmt.Sprintf("%s[%d]", key, i), out)
+			unknownKeys(c, t.Elem(), fmt.Sprintf("%s[%d]", key, i), out, walked)
 		}
 	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			unknownKeys(n.Content[i+1], t.Elem(), joinKey(key, n.Content[i].Value), out)
+			unknownKeys(n.Content[i+1], t.Elem(), joinKey(key, n.Content[i].Value), out, walked)
 		}
 	}
+}
+
+// aliasWalk is an anchored node unknownKeys walked as a value of type t.
+type aliasWalk struct {
+	n *yaml.Node
+	t reflect.Type
 }
 
 // fieldByKey is the field of struct type t that YAML key name sets.
