@@ -90,7 +90,7 @@ func decodeNode(root *yaml.Node, out any, key string, withLines bool) error {
 	var unknown []string
 	unknownKeys(root, reflect.TypeOf(out).Elem(), key, &unknown, map[aliasWalk]bool{})
 	if len(unknown) > 0 {
-		return errors.New(strings.Join(unknown, "; "))
+		return errors.New(joinProblems(unknown, len(unknown)))
 	}
 	err := root.Decode(out)
 	if err == nil {
@@ -104,7 +104,7 @@ func decodeNode(root *yaml.Node, out any, key string, withLines bool) error {
 			for i, f := range m {
 				parts[i] = fmt.Sprintf("unknown key %q (line %s)", f[2], f[1])
 			}
-			return errors.New(strings.Join(parts, "; "))
+			return errors.New(joinProblems(parts, len(parts)))
 		}
 		msg = strings.TrimPrefix(msg, "yaml: ")
 		if m := tagMismatch.FindStringSubmatch(msg); m != nil {
@@ -112,7 +112,7 @@ func decodeNode(root *yaml.Node, out any, key string, withLines bool) error {
 		}
 		return errors.New(msg)
 	}
-	return errors.New(strings.Join(explainTypeError(root, reflect.TypeOf(out).Elem(), key, te, withLines), "; "))
+	return errors.New(joinProblems(explainTypeError(root, reflect.TypeOf(out).Elem(), key, te, withLines), len(te.Errors)))
 }
 
 // tagMismatch is the error of a value its explicit tag does not fit
@@ -139,6 +139,21 @@ func explainTagMismatch(root *yaml.Node, t reflect.Type, key, value, tag string,
 		return fmt.Sprintf("%s: %q is not a !!%s; remove the tag", at, value, tag)
 	}
 	return fmt.Sprintf("a value tagged !!%s is not one; remove the tag", tag)
+}
+
+// maxProblems is how many problems of a document an error names: each
+// type error is placed by a scan of the document's values, and thousands
+// make a message nobody reads (and took minutes to place).
+const maxProblems = 10
+
+// joinProblems joins the first maxProblems of a document's n problems,
+// saying how many more there are.
+func joinProblems(problems []string, n int) string {
+	msg := strings.Join(problems[:min(len(problems), maxProblems)], "; ")
+	if n > maxProblems {
+		msg += fmt.Sprintf("; and %d more", n-maxProblems)
+	}
+	return msg
 }
 
 // unmarshalerType is implemented by the types that read their own keys
@@ -243,8 +258,8 @@ func explainTypeError(root *yaml.Node, t reflect.Type, key string, te *yaml.Type
 	}
 	collectValues(root, t, key, &values)
 	placed := make(map[*yaml.Node]bool)
-	out := make([]string, 0, len(te.Errors))
-	for _, line := range te.Errors {
+	out := make([]string, 0, maxProblems)
+	for _, line := range te.Errors[:min(len(te.Errors), maxProblems)] { // each is placed by a scan of values
 		if f := unknownField.FindStringSubmatch(line); f != nil {
 			out = append(out, fmt.Sprintf("unknown key %q (line %s)", f[2], f[1]))
 			continue

@@ -196,3 +196,27 @@ func TestConfigNestedMergesAreCheckedAtOnce(t *testing.T) {
 		t.Fatalf("ParseConfig of a %d-byte document of nested merges had not returned after %v", len(doc)+6, wait)
 	}
 }
+
+// TestConfigWithManyTypeErrorsIsRefusedAtOnce: a file with thousands of
+// values of the wrong kind is refused at once, naming the first ten and
+// counting the rest; before, placing each error scanned every value (40,000
+// of them: minutes), and the message named them all.
+func TestConfigWithManyTypeErrorsIsRefusedAtOnce(t *testing.T) {
+	const n = 40_000
+	doc := "tenants:\n  - id: t\n    gateways:\n      - id: g\n        secrets:\n" + strings.Repeat("          - [x]\n", n)
+	done := make(chan error, 1)
+	go func() {
+		_, err := ParseConfig([]byte(doc))
+		done <- err
+	}()
+	const wait = 10 * time.Second
+	select {
+	case err := <-done:
+		want := fmt.Sprintf("; and %d more", n-10)
+		if err == nil || !strings.HasSuffix(err.Error(), want) || !strings.Contains(err.Error(), "secrets[9] (line 15)") {
+			t.Errorf("error %.300v..., want the first ten placed and ending %q", err, want)
+		}
+	case <-time.After(wait):
+		t.Fatalf("ParseConfig of %d values of the wrong kind had not returned after %v", n, wait)
+	}
+}
