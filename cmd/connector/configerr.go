@@ -120,25 +120,22 @@ func decodeNode(root *yaml.Node, out any, key string, withLines bool) error {
 var tagMismatch = regexp.MustCompile("(?s)^cannot decode !!\\w+ `(.*)` as a !!(\\w+)$")
 
 // explainTagMismatch names the key of the value its tag does not fit,
-// found as explainTypeError finds a key, without the value when the key
-// holds a secret or is not found.
+// found as explainTypeError finds a key, never the value (it may be a
+// secret).
 func explainTagMismatch(root *yaml.Node, t reflect.Type, key, value, tag string, withLines bool) string {
 	var values []keyedValue
 	collectValues(root, t, key, &values)
+	at := "a value"
 	for _, v := range values {
-		if v.node.Kind != yaml.ScalarNode || v.node.Value != value || v.node.ShortTag() != "!!"+tag {
-			continue
+		if v.node.Kind == yaml.ScalarNode && v.node.Value == value && v.node.ShortTag() == "!!"+tag {
+			at = v.key
+			if withLines {
+				at = fmt.Sprintf("%s (line %d)", at, v.node.Line)
+			}
+			break
 		}
-		at := v.key
-		if withLines {
-			at = fmt.Sprintf("%s (line %d)", at, v.node.Line)
-		}
-		if holdsSecret(v.key) {
-			return fmt.Sprintf("%s: the value is not a !!%s; remove the tag", at, tag)
-		}
-		return fmt.Sprintf("%s: %q is not a !!%s; remove the tag", at, value, tag)
 	}
-	return fmt.Sprintf("a value tagged !!%s is not one; remove the tag", tag)
+	return fmt.Sprintf("%s: tagged !!%s but not one; remove the tag", at, tag)
 }
 
 // maxProblems is how many problems of a document an error names: each
