@@ -36,10 +36,10 @@ func adminBackup(base string, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ctx := context.Background()
-	var copyTo func(start func(int64) (io.Writer, error)) (int64, error)
+	var copyTo func(w io.Writer) (int64, error)
 	if *dir != "" {
-		copyTo = func(start func(int64) (io.Writer, error)) (int64, error) {
-			n, err := store.BackupFile(ctx, *dir, start)
+		copyTo = func(w io.Writer) (int64, error) {
+			n, err := store.BackupFile(ctx, *dir, func(int64) (io.Writer, error) { return w, nil })
 			if errors.Is(err, store.ErrInUse) {
 				err = fmt.Errorf("%w; while the connector runs, back up through its admin API (without -data-dir)", err)
 			}
@@ -51,13 +51,11 @@ func adminBackup(base string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "connector admin backup: set %s to the admin token (or copy a stopped connector's file with -data-dir)\n", envAdminToken)
 			return 2
 		}
-		copyTo = func(start func(int64) (io.Writer, error)) (int64, error) {
-			return downloadBackup(ctx, base, token, start)
-		}
+		copyTo = func(w io.Writer) (int64, error) { return downloadBackup(ctx, base, token, w) }
 	}
 	var n int64
 	err := writeFile(*out, os.Rename, func(f *os.File) (err error) {
-		n, err = copyTo(func(int64) (io.Writer, error) { return f, nil })
+		n, err = copyTo(f)
 		return err
 	})
 	if err != nil {
@@ -74,12 +72,12 @@ func adminBackup(base string, args []string, stdout, stderr io.Writer) int {
 // lower it.
 var backupHeaderWait = 11 * time.Minute
 
-// downloadBackup streams GET /admin/v1/backup into the writer start
-// returns for the announced size; a body short of it fails. A big copy may
+// downloadBackup streams GET /admin/v1/backup into w; a body short of
+// its announced size fails. A big copy may
 // take long, so the transfer as a whole is not bounded here: the wait for
 // the answer's headers is, by backupHeaderWait, and then each wait for
 // more of its bytes, by adminWait.
-func downloadBackup(ctx context.Context, base, token string, start func(int64) (io.Writer, error)) (int64, error) {
+func downloadBackup(ctx context.Context, base, token string, w io.Writer) (int64, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	idle := time.AfterFunc(backupHeaderWait, func() {
@@ -101,10 +99,6 @@ func downloadBackup(ctx context.Context, base, token string, start func(int64) (
 	}
 	if resp.ContentLength < 0 {
 		return 0, errors.New("the answer has no Content-Length; not taken for a whole copy")
-	}
-	w, err := start(resp.ContentLength)
-	if err != nil {
-		return 0, err
 	}
 	stalled := fmt.Errorf("no progress for %v: the copy stopped coming", adminWait)
 	idle.Stop()

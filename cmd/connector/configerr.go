@@ -88,9 +88,9 @@ func decodeNode(root *yaml.Node, out any, key string, withLines bool) error {
 		return nil // an empty document
 	}
 	var unknown []string
-	unknownKeys(root, reflect.TypeOf(out).Elem(), key, &unknown)
+	unknownKeys(root, reflect.TypeOf(out).Elem(), key, &unknown, map[aliasWalk]bool{})
 	if len(unknown) > 0 {
-		return errors.New(strings.Join(unknown, "; "))
+		return errors.New(joinProblems(unknown, len(unknown)))
 	}
 	err := root.Decode(out)
 	if err == nil {
@@ -104,11 +104,53 @@ func decodeNode(root *yaml.Node, out any, key string, withLines bool) error {
 			for i, f := range m {
 				parts[i] = fmt.Sprintf("unknown key %q (line %s)", f[2], f[1])
 			}
-			return errors.New(strings.Join(parts, "; "))
+			return errors.New(joinProblems(parts, len(parts)))
 		}
-		return errors.New(strings.TrimPrefix(msg, "yaml: "))
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		if m := tagMismatch.FindStringSubmatch(msg); m != nil {
+			return errors.New(explainTagMismatch(root, reflect.TypeOf(out).Elem(), key, m[1], m[2], withLines))
+		}
+		return errors.New(msg)
 	}
-	return errors.New(strings.Join(explainTypeError(root, reflect.TypeOf(out).Elem(), key, te, withLines), "; "))
+	return errors.New(joinProblems(explainTypeError(root, reflect.TypeOf(out).Elem(), key, te, withLines), len(te.Errors)))
+}
+
+// tagMismatch is the error of a value its explicit tag does not fit
+// (bot_token: !!int abc), which yaml writes with the whole value.
+var tagMismatch = regexp.MustCompile("(?s)^cannot decode !!\\w+ `(.*)` as a !!(\\w+)$")
+
+// explainTagMismatch names the key of the value its tag does not fit,
+// found as explainTypeError finds a key, never the value (it may be a
+// secret).
+func explainTagMismatch(root *yaml.Node, t reflect.Type, key, value, tag string, withLines bool) string {
+	var values []keyedValue
+	collectValues(root, t, key, &values)
+	at := "a value"
+	for _, v := range values {
+		if v.node.Kind == yaml.ScalarNode && v.node.Value == value && v.node.ShortTag() == "!!"+tag {
+			at = v.key
+			if withLines {
+				at = fmt.Sprintf("%s (line %d)", at, v.node.Line)
+			}
+			break
+		}
+	}
+	return fmt.Sprintf("%s: tagged !!%s but not one; remove the tag", at, tag)
+}
+
+// maxProblems is how many problems of a document an error names: each
+// type error is placed by a scan of the document's values, and thousands
+// make a message nobody reads (and took minutes to place).
+const maxProblems = 10
+
+// joinProblems joins the first maxProblems of a document's n problems,
+// saying how many more there are.
+func joinProblems(problems []string, n int) string {
+	msg := strings.Join(problems[:min(len(problems), maxProblems)], "; ")
+	if n > maxProblems {
+		msg += fmt.Sprintf("; and %d more", n-maxProblems)
+	}
+	return msg
 }
 
 // unmarshalerType is implemented by the types that read their own keys
@@ -118,13 +160,21 @@ var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 // unknownKeys appends to out each mapping key under n that no field of t
 // reads, by its path under key and its line. Values of the wrong kind are
 // left to the decoder to report.
-func unknownKeys(n *yaml.Node, t reflect.Type, key string, out *[]string) {
+func unknownKeys(n *yaml.Node, t reflect.Type, key string, out *[]string, walked map[aliasWalk]bool) {
 	if n.Kind == yaml.AliasNode {
+		// Once per anchor and type: a chain of anchors each merging the
+		// one before several times would be walked exponentially often
+		// (a 1 KB file for hours); the decoder bounds aliasing, this
+		// walk before it does not.
+		if walked[aliasWalk{n.Alias, t}] {
+			return
+		}
+		walked[aliasWalk{n.Alias, t}] = true
 		n = n.Alias
 	}
 	if n.Kind == yaml.DocumentNode {
 		for _, c := range n.Content {
-			unknownKeys(c, t, key, out)
+			unknownKeys(c, t, key, out, walked)
 		}
 		return
 	}
@@ -139,7 +189,7 @@ func unknownKeys(n *yaml.Node, t reflect.Type, key string, out *[]string) {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Value == "<<" { // a merge: its mappings' keys are this one's
-				unknownKeys(v, t, key, out)
+				unknownKeys(v, t, key, out, walked)
 				continue
 			}
 			f, ok := fieldByKey(t, k.Value)
@@ -151,17 +201,23 @@ func unknownKeys(n *yaml.Node, t reflect.Type, key string, out *[]string) {
 				*out = append(*out, fmt.Sprintf("unknown key %q%s (line %d)", k.Value, where, k.Line))
 				continue
 			}
-			unknownKeys(v, f.Type, joinKey(key, k.Value), out)
+			unknownKeys(v, f.Type, joinKey(key, k.Value), out, walked)
 		}
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		for i, c := range n.Content {
-			unknownKeys(c, t.Elem(), fmt.Sprintf("%s[%d]", key, i), out)
+			unknownKeys(c, t.Elem(), fmt.Sprintf("%s[%d]", key, i), out, walked)
 		}
 	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			unknownKeys(n.Content[i+1], t.Elem(), joinKey(key, n.Content[i].Value), out)
+			unknownKeys(n.Content[i+1], t.Elem(), joinKey(key, n.Content[i].Value), out, walked)
 		}
 	}
+}
+
+// aliasWalk is an anchored node unknownKeys walked as a value of type t.
+type aliasWalk struct {
+	n *yaml.Node
+	t reflect.Type
 }
 
 // fieldByKey is the field of struct type t that YAML key name sets.
@@ -199,8 +255,8 @@ func explainTypeError(root *yaml.Node, t reflect.Type, key string, te *yaml.Type
 	}
 	collectValues(root, t, key, &values)
 	placed := make(map[*yaml.Node]bool)
-	out := make([]string, 0, len(te.Errors))
-	for _, line := range te.Errors {
+	out := make([]string, 0, maxProblems)
+	for _, line := range te.Errors[:min(len(te.Errors), maxProblems)] { // each is placed by a scan of values
 		if f := unknownField.FindStringSubmatch(line); f != nil {
 			out = append(out, fmt.Sprintf("unknown key %q (line %s)", f[2], f[1]))
 			continue
