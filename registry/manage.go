@@ -293,26 +293,21 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 // this one wrote it. A principal SetPrincipal did not store (none:
 // unbound; no Rev: an operator's Bind, an instance of an earlier version)
 // keeps the allow-list as it is, as it would coming after this request.
-// An entry already stored is not written again; written gets each one it
-// wrote, as written.
+// Each user is written again, stored already or not: a drop that read
+// the entry before (DropManaged) then deletes only the old one, not the
+// principal's. written gets each one it wrote, as written.
 func (r *Registry) syncAllow(ctx context.Context, entry principalEntry, written map[string][]byte) error {
 	p := entry.Binding
 	cur := entry
 	for range maxSwaps {
 		if cur.Rev != "" {
-			stored := make(map[string]bool, len(cur.Allow)) // wanted, and whether stored
+			stored := make(map[string]bool, len(cur.Allow)) // wanted, and whether written
 			for _, u := range cur.Allow {
 				stored[u] = false
 			}
 			if err := r.dropBindings(ctx, func(b Binding) bool {
-				if b.Tenant != p.Tenant || b.Platform != p.Platform || b.Kind != platform.BindAllow {
-					return false
-				}
 				_, want := stored[b.ID]
-				if want {
-					stored[b.ID] = true
-				}
-				return !want
+				return b.Tenant == p.Tenant && b.Platform == p.Platform && b.Kind == platform.BindAllow && !want
 			}); err != nil {
 				return err
 			}
