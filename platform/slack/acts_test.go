@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -1469,4 +1470,53 @@ func TestSealFailedAsItsRequestEndedIsSentAgain(t *testing.T) {
 	if m := fake.Messages(chanGeneral); len(m) != 1 || m[0].Text != "Done." {
 		t.Fatalf("messages %+v, want the reply once", m)
 	}
+}
+
+// TestDraftFramesWhileTheStoreIsDown: each frame of a stream is logged when
+// its claim (shared by the instances) is not taken, or its stream's record
+// not read, as the store does not answer; the log says so a few times,
+// then holds back, on a clock that does not move. Each frame logged a
+// warning, so an outage flooded the log at the streams' frame rate.
+func TestDraftFramesWhileTheStoreIsDown(t *testing.T) {
+	for _, tc := range []struct{ name, warning string }{
+		{"claims", "slack draft frame not claimed"},
+		{"everything", "slack stream record not read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &downStore{Store: newSharedStore(t)}
+			e := newEnv(t, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0"), Clock: clocktest.New(time.Now())})
+			st.down.Store(true)
+			if tc.name == "everything" {
+				_ = st.Close()
+			}
+			for i := range storeLogRate.Burst + 1 {
+				b, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": i + 1, "content": "frame",
+					"metadata": map[string]any{"thread_id": "1768490100.000100"}})
+				e.execute(t, "t1", string(b))
+			}
+			if n := strings.Count(e.logs.String(), tc.warning); n != storeLogRate.Burst {
+				t.Fatalf("%d warnings logged for %d frames, want %d", n, storeLogRate.Burst+1, storeLogRate.Burst)
+			}
+		})
+	}
+}
+
+// downStore is a store whose claims fail once down is set.
+type downStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (s *downStore) Claims() store.Claims { return downClaims{s.Store.Claims(), &s.down} }
+
+type downClaims struct {
+	store.Claims
+	down *atomic.Bool
+}
+
+func (c downClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	if c.down.Load() {
+		return false, errors.New("the store is down")
+	}
+	return c.Claims.Claim(ctx, key, expires)
 }

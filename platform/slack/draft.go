@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/loglimit"
 	"connector/platform"
 	"connector/platform/chatorder"
 	"connector/store"
@@ -346,7 +348,7 @@ func (p *Platform) claimFrame(ctx context.Context, key string, settled func() (c
 		took, err := p.claims.Claim(ctx, key, expires)
 		switch {
 		case err != nil:
-			p.log.Warn("slack draft frame not claimed", "err", err)
+			p.storeWarn("slack draft frame not claimed", "err", err)
 			return time.Time{}, contract.Result{}, false
 		case took:
 			return expires, contract.Result{}, false
@@ -397,7 +399,7 @@ func (p *Platform) claimSeal(ctx context.Context, k streamKey, a *contract.Actio
 // releaseFrame gives up claim key, taken until expires (claimFrame).
 func (p *Platform) releaseFrame(ctx context.Context, key string, expires time.Time) {
 	if err := p.claims.Release(ctx, key, expires); err != nil {
-		p.log.Warn("slack draft frame claim not released; a resend of the frame waits for it to lapse", "err", err)
+		p.storeWarn("slack draft frame claim not released; a resend of the frame waits for it to lapse", "err", err)
 	}
 }
 
@@ -541,10 +543,19 @@ func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a
 	return r, r.Success
 }
 
+// storeLogRate bounds the warnings of a store that cannot be read or
+// written (storeWarn): while it is down every frame would log one.
+var storeLogRate = loglimit.Rate{Burst: 3, Every: time.Minute}
+
+// storeWarn logs a store failure of a draft stream, within storeLogRate.
+func (p *Platform) storeWarn(msg string, args ...any) {
+	p.storeLogs.Log(p.log, slog.LevelWarn, msg, args...)
+}
+
 // streamUnreadable answers a frame whose stream record the store did not
 // give: retryable, nothing was posted.
 func (p *Platform) streamUnreadable(err error) contract.Result {
-	p.log.Warn("slack stream record not read", "err", err)
+	p.storeWarn("slack stream record not read", "err", err)
 	return contract.Failed(contract.CodeUnavailable, "slack draft: the stream's state could not be read; retry")
 }
 
@@ -552,6 +563,6 @@ func (p *Platform) streamUnreadable(err error) contract.Result {
 // lands on another instance then starts another message.
 func (p *Platform) streamNotKept(err error) {
 	if err != nil {
-		p.log.Warn("slack stream record not stored", "err", err)
+		p.storeWarn("slack stream record not stored", "err", err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/internal/loglimit"
 	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/chatorder"
@@ -79,6 +80,9 @@ type Platform struct {
 	// (threadcontext.go).
 	histories *ttlcache.Cache[string, []slack.Message]
 	streams   *streams // draft streams (draft.go)
+	// storeLogs bounds the warnings of draft streams' store failures
+	// (storeWarn).
+	storeLogs *loglimit.Bucket
 	egress    platform.Egress[*Platform, string]
 
 	running atomic.Bool
@@ -143,6 +147,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	_ = p.Bind(bindings) // Validate checked the ids
 	p.links = platform.NewLinkDesk(p.clock)
+	p.storeLogs = loglimit.NewBucket(storeLogRate, p.clock)
 	p.rehosts = platform.NewRehosts(p.clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail

@@ -130,12 +130,24 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 	}
 }
 
-// appShare waits for one unit of tenant's fair share of the app's budget
-// for a call that is not a message (the read mark, a media upload): a
-// RateLimitedError when none comes in time for the call (LatestStart).
-func (p *Platform) appShare(ctx context.Context, tenant string) error {
+// appCall makes a Graph call that is not a message (the read mark, a
+// media upload) from c's number once one unit of tenant's fair share of
+// the app's budget comes: a RateLimitedError when none comes in time for
+// the call (LatestStart). As post does, the call goes out only while
+// tenant may still act on the user from that number (mayAct): a number
+// bound to another tenant, or a link ended, while it waited declines it
+// (errRebound).
+func (p *Platform) appCall(ctx context.Context, tenant string, c chat, call func(context.Context) error) error {
 	latest := platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, callMargin)
-	return platform.WaitShare(ctx, p.budget, tenant, latest, p.clock)
+	if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.clock); err != nil {
+		return err
+	}
+	if !p.mayAct(tenant, c.user, c.number) {
+		return errRebound
+	}
+	err := call(ctx)
+	p.noteToken(err)
+	return err
 }
 
 // failure turns an egress error into a result whose text carries no

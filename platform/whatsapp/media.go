@@ -50,11 +50,10 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, c chat, a *cont
 	filename := cmp.Or(a.Filename, obj.Filename, "file")
 	mime := cmp.Or(obj.MIME, "application/octet-stream")
 	var mediaID string
-	err := p.appShare(ctx, tenant)
-	if err == nil {
+	err := p.appCall(ctx, tenant, c, func(ctx context.Context) (err error) {
 		mediaID, err = p.graph.uploadMedia(ctx, c.number, filename, mime, obj.Section())
-		p.noteToken(err)
-	}
+		return err
+	})
 	if err != nil {
 		return p.failure(a.Op, err)
 	}

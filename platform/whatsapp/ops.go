@@ -217,12 +217,7 @@ func (p *Platform) typing(ctx context.Context, tenant string, c chat, a *contrac
 	if c.last == "" {
 		return contract.OK("")
 	}
-	err := p.appShare(ctx, tenant)
-	if err == nil {
-		err = p.graph.markRead(ctx, c.number, c.last)
-		p.noteToken(err)
-	}
-	if err != nil {
+	if err := p.appCall(ctx, tenant, c, func(ctx context.Context) error { return p.graph.markRead(ctx, c.number, c.last) }); err != nil {
 		return p.failure(a.Op, err)
 	}
 	return contract.OK("")

@@ -1200,6 +1200,52 @@ func TestTypingWhenTheBudgetIsSpentIsRateLimited(t *testing.T) {
 	}
 }
 
+// TestCallWaitingWhileItsNumberIsRebound: t1's typing, and send_media's
+// upload, wait for the app's budget, and meanwhile the number is bound to
+// t2. The call is declined and nothing goes out from the number, now
+// t2's. Only the message was checked after its wait: typing marked the
+// user's message read and showed "typing..." from t2's number, and the
+// upload put t1's file on it.
+func TestCallWaitingWhileItsNumberIsRebound(t *testing.T) {
+	for _, op := range []string{"typing", "send_media"} {
+		t.Run(op, func(t *testing.T) {
+			clk := clocktest.New(time.Unix(1_800_000_000, 0))
+			r := newRig(t, nil, func(c *Config, d *platform.Deps) { c.GlobalPerSecond, d.Clock = 1, clk })
+			const ada = "447700900123"
+			r.converse(t, biz1, ada, "wamid.C1")
+			info, err := r.media.Put("t1", strings.NewReader("a report"), "application/pdf", "report.pdf")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "spends the budget", "reply_to": nil}); !res.Success {
+				t.Fatal(res)
+			}
+			var done atomic.Int32
+			var res contract.Result
+			go func() {
+				defer done.Add(1)
+				res = r.exec(t, "t1", map[string]any{"op": op, "chat_id": ada, "media_kind": "document", "source_url": r.media.URL(info.ID)})
+			}()
+			finished := func() int { return int(done.Load()) }
+			waiting := func() int { return r.p.budget.Waiting("t1") }
+			clk.Settle(t, 1, finished, waiting)
+			if waiting() != 1 {
+				t.Fatal("the call does not wait for the app's budget")
+			}
+			if err := r.p.Bind([]platform.Binding{{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: "t2"}}); err != nil {
+				t.Fatal(err)
+			}
+			clk.Drive(t, 1, finished, waiting)
+			if res.Code != contract.CodeEgressDeclined {
+				t.Errorf("%s after the rebind: %+v, want declined", op, res)
+			}
+			if reads, ups := len(r.fake.Reads()), r.fake.Uploads(); reads != 0 || ups != 0 {
+				t.Fatalf("%d read marks and %d uploads went out from t2's number", reads, ups)
+			}
+		})
+	}
+}
+
 // A "/link" sent to a number the linked tenant already owns keeps the
 // message id of the user's conversation on it: typing still marks the
 // user's message read, not nothing until the user writes again.

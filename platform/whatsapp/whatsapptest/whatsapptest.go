@@ -156,6 +156,19 @@ func (s *Server) Reads() []Read {
 	return append([]Read(nil), s.reads...)
 }
 
+// Uploads counts the media uploaded from the numbers.
+func (s *Server) Uploads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, m := range s.media {
+		if m.PhoneNumberID != "" {
+			n++
+		}
+	}
+	return n
+}
+
 // WaitSent waits until n messages were accepted and returns them.
 func (s *Server) WaitSent(ctx context.Context, n int) ([]Sent, error) {
 	for {
