@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -210,4 +211,44 @@ func TestTailDropsAStoredRecordOverThePayloadBound(t *testing.T) {
 		t.Fatalf("counted %d dropped_oversized, want 1", got)
 	}
 	want(t, "stored", again.stored(t), "before", "after")
+}
+
+// readCounter is a store that keeps the payload bytes of its largest Read.
+type readCounter struct {
+	store.Ledger
+	most int
+}
+
+func (c *readCounter) Read(ctx context.Context, tenant string, afterSeq uint64, n int) ([]store.Record, error) {
+	recs, err := c.Ledger.Read(ctx, tenant, afterSeq, n)
+	size := 0
+	for _, r := range recs {
+		size += len(r.Payload)
+	}
+	c.most = max(c.most, size)
+	return recs, err
+}
+
+// Recovering a buffer of large records reads them in batches of about
+// MaxBytes, not 1,024 records whatever their size (up to ~1 GiB held at
+// once).
+func TestTailReadsLargeRecordsInBatchesOfMaxBytes(t *testing.T) {
+	r := newRig(t, nil)
+	large := strings.Repeat("x", 500)
+	for i := range 100 {
+		r.store1(t, "s"+strconv.Itoa(i), large)
+	}
+	reads := &readCounter{}
+	bound := firstBatch * len(large) // the first read too
+	again := newRigOn(t, r.store, r.clock, func(c *Config) {
+		c.MaxBytes = int64(bound)
+		reads.Ledger = c.Store
+		c.Store = reads
+	})
+	if n, err := again.pool.Recover(context.Background()); err != nil || n != 100 {
+		t.Fatalf("Recover took in %d (%v), want 100", n, err)
+	}
+	if reads.most > bound {
+		t.Fatalf("a Read returned %d payload bytes, want at most MaxBytes (%d)", reads.most, bound)
+	}
 }

@@ -1125,8 +1125,11 @@ func (p *Pool) Recover(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// recoverBatch is how many records Recover and Tail read at once.
-const recoverBatch = 1024
+// recoverBatch bounds how many records Recover and Tail read at once;
+// firstBatch is how many the first read of a Tail asks for. Each later read
+// asks for as many records as fit Config.MaxBytes at the previous read's
+// average record size, so a buffer of large records is not held at once.
+const recoverBatch, firstBatch = 1024, 16
 
 // Tail takes in, in order, the stored records after the last one it took
 // in (all of them, on the first call or after Reset), applies the bounds
@@ -1155,9 +1158,9 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		// remove would be taken in and delivered again.
 		p.Flush(context.WithoutCancel(ctx))
 	}
-	n := 0
+	n, batch := 0, firstBatch
 	for {
-		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, recoverBatch)
+		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, batch)
 		var bad *store.UnreadableRecord
 		if err != nil && !errors.As(err, &bad) {
 			return n, err
@@ -1211,9 +1214,14 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			l.readPos = max(l.readPos, bad.Seq)
 			continue
 		}
-		if len(recs) < recoverBatch {
+		if len(recs) < batch {
 			break
 		}
+		size := int64(0)
+		for i := range recs {
+			size += int64(len(recs[i].Payload))
+		}
+		batch = int(max(1, min(p.cfg.MaxBytes/max(size/int64(len(recs)), 1), recoverBatch)))
 	}
 	if n > 0 {
 		p.boundTotal()
