@@ -175,9 +175,23 @@ nexscope:
 		t.Fatalf("discord inbound %s", f.Raw)
 	}
 	key := session.Key(&f.Event.Source, session.DefaultOptions)
-	res, err := gw.Outbound(wctx, "discord", map[string]any{"op": "follow_up", "session_key": key, "kind": "discord.interaction_token", "content": "all good", "metadata": map[string]any{}})
-	if err != nil || !res.Success {
-		t.Fatalf("discord follow_up: %+v %v", res, err)
+	// The interaction came by webhook: the Gateway's guilds may not have
+	// loaded yet, and chat owners are unknown until then (unavailable, sent
+	// again as a gateway would).
+	for {
+		res, err := gw.Outbound(wctx, "discord", map[string]any{"op": "follow_up", "session_key": key, "kind": "discord.interaction_token", "content": "all good", "metadata": map[string]any{}})
+		if err == nil && res.Code == contract.CodeUnavailable && strings.Contains(res.Error, "until the Gateway has loaded the guilds") {
+			select {
+			case <-wctx.Done():
+				t.Fatalf("discord follow_up: still %+v when the wait for the Gateway's guilds ended", res)
+			case <-time.After(20 * time.Millisecond): // polling interval of the guilds' loading
+			}
+			continue
+		}
+		if err != nil || !res.Success {
+			t.Fatalf("discord follow_up: %+v %v", res, err)
+		}
+		break
 	}
 
 	// nexscope: a member's msg to the bot in, the bot's reply out.
