@@ -24,6 +24,7 @@ import (
 	"connector/descriptor"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/relay"
 	"connector/relay/relaytest"
 )
 
@@ -312,5 +313,32 @@ func TestListenersOnOnePortRefused(t *testing.T) {
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 			t.Errorf("%s: %v, want an error saying %q", strings.TrimSpace(doc), err, want)
 		}
+	}
+}
+
+// TestFailedStartShutsTheRelayDown: when the public port is taken, run
+// fails and shuts the relay build started down (with Redis its tenant
+// leases are given up then, not at their TTL); before, the relay kept
+// running while the store closed under it.
+func TestFailedStartShutsTheRelayDown(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg, gen, err := loadOrDefault(sources{dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.Ops.Listen = taken.Addr().String(), "127.0.0.1:0"
+	c, err := build(cfg, slog.New(slog.DiscardHandler), memStore(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.run(context.Background(), gen, io.Discard, nil); err == nil {
+		t.Fatal("run with the public port taken: no error")
+	}
+	if err := c.relay.Deliver(context.Background(), platform.Delivery{Tenant: "local"}); !errors.Is(err, relay.ErrShuttingDown) {
+		t.Fatalf("relay after the failed start: Deliver = %v, want %v", err, relay.ErrShuttingDown)
 	}
 }

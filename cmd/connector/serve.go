@@ -508,17 +508,25 @@ func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log
 	if c.media != nil {
 		defer c.media.Close()
 	}
-	if ctx.Err() != nil { // SIGINT or SIGTERM while it was built: stop before listening
-		_ = c.relay.Shutdown(context.Background())
-		log.Info("connector stopped before it finished starting")
-		return nil
-	}
 	return c.run(ctx, gen, stdout, ready)
 }
 
 // run listens, starts ingest and serves until ctx is cancelled, then shuts
-// down.
+// down. Returning otherwise (cancelled before it listened, a failed start
+// or serve) it shuts the relay build started down too, so its goroutines
+// stop and, with Redis, its tenant leases are given up before the store
+// closes.
 func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Writer, ready func(listenAddrs)) error {
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = c.relay.Shutdown(context.Background())
+		}
+	}()
+	if ctx.Err() != nil { // SIGINT or SIGTERM while it was built: stop before listening
+		c.log.Info("connector stopped before it finished starting")
+		return nil
+	}
 	l, err := c.listen()
 	if err != nil {
 		return err
@@ -542,6 +550,7 @@ func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Wr
 		return err
 	}
 	c.shutdown(l.public, stopIngest)
+	stopped = true
 	return <-serveErr
 }
 
