@@ -44,9 +44,11 @@ const sealRetryWindow = 5 * time.Minute
 // and JSON in Platform.seals). Only a seal of the same content within
 // sealRetryWindow, of the same turn, is its repeat; any other starts the
 // stream anew. Only a frame of the same turn is a late one (sealedStream).
-// One an earlier tenant of the id made is none (vault.Earlier: the
+// One an earlier tenant of the id made is none (vault.Outdated: the
 // creations are compared, not clocks; a tenant declared in the YAML over
-// its stored one is the same tenant).
+// its stored one is the same tenant, also on an instance that has not
+// applied the declaration yet, where a seal made without a creation is
+// judged by its time).
 type sealedDraft struct {
 	ID      string    `json:"id"`             // the message (its first part)
 	At      time.Time `json:"at"`             // when it was sealed
@@ -66,7 +68,7 @@ func contentSum(content string) uint64 {
 // recent reports whether s, a seal of stream k, was sealed within
 // sealRetryWindow, by the tenant as it is now.
 func (p *Platform) recent(k draftKey, s sealedDraft) bool {
-	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow && !vault.Earlier(p.deps.Vault, k.tenant, s.Created)
+	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow && !vault.Outdated(p.deps.Vault, k.tenant, s.At, s.Created)
 }
 
 // recentSeal is stream k's seal on this instance, when it was sealed

@@ -1362,3 +1362,37 @@ func TestStreamOfATenantDeclaredOverItsStoredOne(t *testing.T) {
 		}
 	}
 }
+
+// TestSealRetriedDuringADeclarationsRollout: a tenant stored since an hour
+// is declared in the YAML, and the instances apply it one after the
+// other. A seal on an instance that applied it (the tenant's creation is
+// zero there) is retried on one that has not (it still knows the stored
+// creation): the retry answers the seal's message and posts nothing. The
+// seal record, kept without a creation, was taken for an earlier tenant's
+// there, so the retry was sent again.
+func TestSealRetriedDuringADeclarationsRollout(t *testing.T) {
+	for _, chat := range []string{telegramtest.ChatAda, telegramtest.ChatT2} {
+		t.Run(chat, func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+			e, other := sharedStoreEnv(t, clk)
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			tenant := testChats[chat]
+			id, _ := strconv.ParseInt(chat, 10, 64)
+			seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+			e.created.made(tenant, time.Time{}) // declared, as the sealing instance has applied
+			first := e.p.Execute(ctx, tenant, &seal)
+			if !first.Success {
+				t.Fatalf("seal: %+v", first)
+			}
+			clk.Advance(time.Second)
+			e.created.made(tenant, clk.Now().Add(-time.Hour)) // the stored creation, as the other instance still has it
+			if again := other.Execute(ctx, tenant, &seal); again.MessageID != first.MessageID {
+				t.Fatalf("the retried seal answered %+v, want the seal's %s", again, first.MessageID)
+			}
+			if msgs := e.fake.Messages(id); len(msgs) != 1 {
+				t.Fatalf("the chat has %v, want the reply alone", msgs)
+			}
+		})
+	}
+}
