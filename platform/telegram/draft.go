@@ -270,7 +270,8 @@ const previewWindow = 24 * time.Hour
 type previewRecord struct {
 	ID      int       `json:"id"`               // the message
 	Sealed  bool      `json:"sealed,omitempty"` // it became the stream's reply
-	Created time.Time `json:"c,omitzero"`       // the tenant's creation when it was shown (vault.Earlier)
+	Created time.Time `json:"c,omitzero"`       // the tenant's creation when it was shown (vault.Outdated)
+	At      time.Time `json:"at,omitzero"`      // when it was stored, which judges a record without a creation
 }
 
 // previewKey is the store key of the preview record of stream k's turn:
@@ -305,7 +306,7 @@ const topicTurns = 16
 // holds it, written by any instance; ok is false when there is none (or no
 // store). A record the store cannot give is logged and answers err.
 func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (r previewRecord, ok bool, err error) {
-	if ok, err = p.storedRecord(ctx, k, k.previewKey(turn), "preview", &r); !ok || r.ID == 0 || vault.Earlier(p.deps.Vault, k.tenant, r.Created) {
+	if ok, err = p.storedRecord(ctx, k, k.previewKey(turn), "preview", &r); !ok || r.ID == 0 || vault.Outdated(p.deps.Vault, k.tenant, r.At, r.Created) {
 		return previewRecord{}, false, err
 	}
 	return r, true, nil
@@ -321,7 +322,7 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 	defer cancel()
-	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed, Created: pv.created}) // plain fields: cannot fail
+	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed, Created: pv.created, At: p.deps.Clock.Now()}) // plain fields: cannot fail
 	expires := p.deps.Clock.Now().Add(previewWindow)
 	err := p.seals.Put(ctx, k.previewKey(pv.turn), raw, expires)
 	if err == nil && !sealed && pv.turn != "" {
