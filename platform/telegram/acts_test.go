@@ -350,8 +350,8 @@ func TestPromptPressInASharedGroupReachesItsPoster(t *testing.T) {
 	}
 }
 
-// TestPressOfAnEarlierTenantsPrompt: t1 prompted user 501 in the DM, and is
-// deleted and created again under its id: a press of the earlier t1's
+// TestPressOfAnEarlierTenantsPrompt: t1 prompted user 501 in the DM bound
+// to it, and is deleted and created again under its id: a press of the earlier t1's
 // prompt (its message dated a second before the new t1's creation) is
 // dropped and its spinner stopped, not delivered to the new t1 as its
 // prompt's answer; a press of a prompt dated in the second of the creation
@@ -375,7 +375,7 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 		c.WebhookSecret = testSecret
 	})
 	e.startWebhook(t)
-	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindChat, ID: "501", Tenant: "t1"}}); err != nil {
 		t.Fatal(err)
 	}
 	r := e.act(t, "t1", promptAction("501", contract.PromptOption{ID: "once", Label: "Approve once"}))
@@ -429,4 +429,94 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
 		t.Fatalf("the undated press of a t1 made long ago delivered to %q as %+v", d.Tenant, d.Event)
 	}
+}
+
+// TestPressOfAnotherTenantsPromptInAGroup: in a group no tenant binds or
+// claims, users 501 (linked to t1) and 505 (linked to t2) both wrote, so
+// t1 and t2 hold it by grant, and t1 prompts there. 505's press of t1's
+// prompt is dropped (prompt_not_owned) and its spinner stopped: it went
+// by 505's route, to t2, with t1's prompt_id and the choice. 501's press
+// is t1's, also when Telegram no longer shows the message (no date) and
+// t1 was created a minute ago: t1's mark, kept under its creation,
+// settles that it is no earlier tenant's (it was dropped as
+// earlier_tenant_prompt). Once t1 is created again, its earlier
+// creation's prompt is nobody's.
+func TestPressOfAnotherTenantsPromptInAGroup(t *testing.T) {
+	var creation atomic.Int64 // Unix nanoseconds: the vault reads it in the ingest
+	creation.Store(time.Now().Add(-time.Minute).UnixNano())
+	since := func(tenant string) time.Time {
+		if tenant == "t1" {
+			return time.Unix(0, creation.Load())
+		}
+		return time.Time{}
+	}
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since}), Metrics: m}, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	e.startWebhook(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}, {Kind: platform.BindUser, ID: "505", Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	const group = -100888
+	chat := map[string]any{"id": int64(group), "type": "supergroup", "title": "G"}
+	for i, user := range []string{"501", "505"} {
+		say := `{"update_id":88410092` + strconv.Itoa(i) + `,"message":{"message_id":` + strconv.Itoa(i+1) + `,"date":1767225300,"chat":{"id":-100888,"type":"supergroup","title":"G"},"from":{"id":` + user + `,"is_bot":false,"first_name":"U"},"text":"hello"}}`
+		if code := e.post(t, []byte(say)); code != http.StatusOK {
+			t.Fatalf("%s's message: status %d", user, code)
+		}
+		e.sink.Next(t)
+	}
+	r := e.act(t, "t1", promptAction(strconv.Itoa(group), contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("t1's prompt: %+v", r)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	press := func(update int64, user int64, dated bool) {
+		t.Helper()
+		body, err := e.fake.PressButton(update, chat, msgID, "hp1:f00dba.1234abcd:once", map[string]any{"id": user, "is_bot": false, "first_name": "U"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !dated {
+			var u map[string]any
+			if err := json.Unmarshal(body, &u); err != nil {
+				t.Fatal(err)
+			}
+			u["callback_query"].(map[string]any)["message"] = map[string]any{"chat": chat, "message_id": msgID, "date": 0}
+			if body, err = json.Marshal(u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if code := e.post(t, body); code != http.StatusOK {
+			t.Fatalf("press: status %d", code)
+		}
+	}
+	dropped := func(want int) {
+		t.Helper()
+		platformtest.WaitUntil(t, "the press dropped as prompt_not_owned", func() bool {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return m.dropped[dropPromptNotOwned] == want
+		})
+	}
+	press(884100930, 505, true)
+	dropped(1)
+	if calls := e.calls(t, "answerCallbackQuery", 1); calls[0].Form["callback_query_id"] != "cq884100930" {
+		t.Errorf("answerCallbackQuery %v, want the dropped press's", calls[0].Form)
+	}
+	e.sink.Empty(t)
+	press(884100931, 501, true)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+		t.Fatalf("501's press delivered to %q as %+v, want t1's answer", d.Tenant, d.Event)
+	}
+	press(884100932, 501, false)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+		t.Fatalf("501's undated press delivered to %q as %+v, want t1's answer", d.Tenant, d.Event)
+	}
+	creation.Store(time.Now().UnixNano())
+	press(884100933, 501, false)
+	dropped(2)
+	e.sink.Empty(t)
 }

@@ -20,6 +20,14 @@ import (
 // route resolves the tenant of in by the ownership order. owner is set
 // when the author is linked to it (the owner floor: the group gate is
 // skipped); drop is why no tenant takes it.
+//
+// A button press in a chat no binding or claim covers, which several
+// tenants may hold by grant, answers the tenant that posted the prompt
+// (platform.Grants.PromptPoster) only while the mark Egress keeps of that
+// (platform.Grants.PostedBy: a day, under the tenant's creation) says so;
+// else it is dropped (prompt_not_owned): the prompt is another tenant's,
+// or too old to tell (the callback data has no room to name its tenant).
+// A press elsewhere is its chat's tenant's, unless earlierPrompt.
 func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner bool, drop string) {
 	src := &in.event.Source
 	chat := chatOf(src.ChatID)
@@ -31,10 +39,18 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 		return "", false, dropUnclaimed
 	case r.Drop != "":
 		return "", false, r.Drop
-	case r.Grant && in.event.PromptResponse != nil:
-		r.Tenant = p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, in.event.PromptResponse.PromptMessageID, r.Tenant)
-		fallthrough
-	case r.Grant:
+	}
+	switch press := in.event.PromptResponse; {
+	case press == nil:
+	case own.Hold(r.Tenant, chat, func() bool { return true }) == platform.HoldGrant:
+		r.Tenant = p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
+		if !p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant) {
+			return "", false, dropPromptNotOwned
+		}
+	case p.earlierPrompt(r.Tenant, in.prompted):
+		return "", false, dropEarlierTenantPrompt
+	}
+	if r.Grant {
 		p.grants.Add(ctx, src.ChatID, "", r.Tenant)
 	}
 	return r.Tenant, r.Owner, ""

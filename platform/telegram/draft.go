@@ -44,9 +44,11 @@ const sealRetryWindow = 5 * time.Minute
 // and JSON in Platform.seals). Only a seal of the same content within
 // sealRetryWindow, of the same turn, is its repeat; any other starts the
 // stream anew. Only a frame of the same turn is a late one (sealedStream).
-// One an earlier tenant of the id made is none (vault.Earlier: the
+// One an earlier tenant of the id made is none (vault.Outdated: the
 // creations are compared, not clocks; a tenant declared in the YAML over
-// its stored one is the same tenant).
+// its stored one is the same tenant, also on an instance that has not
+// applied the declaration yet, where a seal made without a creation is
+// judged by its time).
 type sealedDraft struct {
 	ID      string    `json:"id"`             // the message (its first part)
 	At      time.Time `json:"at"`             // when it was sealed
@@ -66,7 +68,7 @@ func contentSum(content string) uint64 {
 // recent reports whether s, a seal of stream k, was sealed within
 // sealRetryWindow, by the tenant as it is now.
 func (p *Platform) recent(k draftKey, s sealedDraft) bool {
-	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow && !vault.Earlier(p.deps.Vault, k.tenant, s.Created)
+	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow && !vault.Outdated(p.deps.Vault, k.tenant, s.At, s.Created)
 }
 
 // recentSeal is stream k's seal on this instance, when it was sealed
@@ -268,7 +270,8 @@ const previewWindow = 24 * time.Hour
 type previewRecord struct {
 	ID      int       `json:"id"`               // the message
 	Sealed  bool      `json:"sealed,omitempty"` // it became the stream's reply
-	Created time.Time `json:"c,omitzero"`       // the tenant's creation when it was shown (vault.Earlier)
+	Created time.Time `json:"c,omitzero"`       // the tenant's creation when it was shown (vault.Outdated)
+	At      time.Time `json:"at,omitzero"`      // when it was stored, which judges a record without a creation
 }
 
 // previewKey is the store key of the preview record of stream k's turn:
@@ -303,7 +306,7 @@ const topicTurns = 16
 // holds it, written by any instance; ok is false when there is none (or no
 // store). A record the store cannot give is logged and answers err.
 func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (r previewRecord, ok bool, err error) {
-	if ok, err = p.storedRecord(ctx, k, k.previewKey(turn), "preview", &r); !ok || r.ID == 0 || vault.Earlier(p.deps.Vault, k.tenant, r.Created) {
+	if ok, err = p.storedRecord(ctx, k, k.previewKey(turn), "preview", &r); !ok || r.ID == 0 || vault.Outdated(p.deps.Vault, k.tenant, r.At, r.Created) {
 		return previewRecord{}, false, err
 	}
 	return r, true, nil
@@ -319,7 +322,7 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 	defer cancel()
-	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed, Created: pv.created}) // plain fields: cannot fail
+	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed, Created: pv.created, At: p.deps.Clock.Now()}) // plain fields: cannot fail
 	expires := p.deps.Clock.Now().Add(previewWindow)
 	err := p.seals.Put(ctx, k.previewKey(pv.turn), raw, expires)
 	if err == nil && !sealed && pv.turn != "" {

@@ -1362,3 +1362,73 @@ func TestStreamOfATenantDeclaredOverItsStoredOne(t *testing.T) {
 		}
 	}
 }
+
+// TestSealRetriedDuringADeclarationsRollout: a tenant stored since an hour
+// is declared in the YAML, and the instances apply it one after the
+// other. A seal on an instance that applied it (the tenant's creation is
+// zero there) is retried on one that has not (it still knows the stored
+// creation): the retry answers the seal's message and posts nothing. The
+// seal record, kept without a creation, was taken for an earlier tenant's
+// there, so the retry was sent again.
+func TestSealRetriedDuringADeclarationsRollout(t *testing.T) {
+	for _, chat := range []string{telegramtest.ChatAda, telegramtest.ChatT2} {
+		t.Run(chat, func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+			e, other := sharedStoreEnv(t, clk)
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			tenant := testChats[chat]
+			id, _ := strconv.ParseInt(chat, 10, 64)
+			seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+			e.created.made(tenant, time.Time{}) // declared, as the sealing instance has applied
+			first := e.p.Execute(ctx, tenant, &seal)
+			if !first.Success {
+				t.Fatalf("seal: %+v", first)
+			}
+			clk.Advance(time.Second)
+			e.created.made(tenant, clk.Now().Add(-time.Hour)) // the stored creation, as the other instance still has it
+			if again := other.Execute(ctx, tenant, &seal); again.MessageID != first.MessageID {
+				t.Fatalf("the retried seal answered %+v, want the seal's %s", again, first.MessageID)
+			}
+			if msgs := e.fake.Messages(id); len(msgs) != 1 {
+				t.Fatalf("the chat has %v, want the reply alone", msgs)
+			}
+		})
+	}
+}
+
+// TestGroupStreamMovingDuringADeclarationsRollout: a group stream's frames
+// reach an instance that applied the YAML declaration of its stored
+// tenant (its creation zero there), and its seal one that has not yet:
+// the chat ends with the reply alone, in the preview's message. The
+// preview record, kept without a creation, was taken for an earlier
+// tenant's there, so the seal posted the reply beside the preview.
+func TestGroupStreamMovingDuringADeclarationsRollout(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	act := func(p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID = contract.ID(chat)
+		a.Metadata.MessageID = "77"
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
+		}
+		return r
+	}
+	e.created.made(tenant, time.Time{}) // declared, as the first instance has applied
+	act(e.p, contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the ans"})
+	preview := e.fake.Messages(id)
+	clk.Advance(time.Second)
+	e.created.made(tenant, clk.Now().Add(-time.Hour)) // the stored creation, as the other instance still has it
+	sealed := act(other, contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the answer", Final: true})
+	n, _ := strconv.Atoi(sealed.MessageID)
+	if msgs := e.fake.Messages(id); len(msgs) != 1 || msgs[n] != "the answer" {
+		t.Fatalf("after the seal (message %d) the chat has %v (the preview was %v), want the reply alone", n, msgs, preview)
+	}
+}

@@ -115,11 +115,10 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		return readied{}
 	}
 	tenant, owner, drop := p.route(ctx, in)
-	if drop == "" && in.event.PromptResponse != nil && p.earlierPrompt(tenant, in.prompted) {
-		drop = dropEarlierTenantPrompt
-		p.queueCallbackAnswer(in.callbackID)
-	}
 	if drop != "" {
+		if in.callbackID != "" {
+			p.queueCallbackAnswer(in.callbackID) // stop the presser's spinner
+		}
 		p.drop(drop, u.ID, in.chatID)
 		return readied{}
 	}

@@ -58,6 +58,9 @@ const (
 	// tenant's creation (an earlier tenant's of the id), or undated soon
 	// after it (earlierPrompt).
 	dropEarlierTenantPrompt = "earlier_tenant_prompt"
+	// dropPromptNotOwned: a press, in a chat held by grant, of a prompt
+	// no live mark names the pressed tenant the poster of (route).
+	dropPromptNotOwned = "prompt_not_owned"
 )
 
 // normalize maps u to the event the native Hermes Telegram adapter would
