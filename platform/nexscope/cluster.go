@@ -825,7 +825,9 @@ type taker struct {
 // (it woke from a pause past it, and still reads the room's channel until
 // its tenure's timer resigns the room) neither executes nor answers it:
 // the first answer is the one the forwarder takes, and it must be the
-// home's. A copy of one claimed before here is dropped undecoded.
+// home's. A copy of one claimed before here is dropped undecoded; one
+// another instance claimed (a former home, gone unheard) is answered
+// unavailable.
 func (cl *fleet) execHere(req cluster.Msg) {
 	p := cl.p
 	exec := string(req.Fields[1])
@@ -846,18 +848,21 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
 			}
-			if !cl.claim(exec) {
+			took, elsewhere := cl.claim(exec)
+			if !took && !elsewhere {
 				return // a copy sent again: the first is answered (or its claim failed: a copy may take it)
 			}
-			cl.sendNow(req.From, msgTaken, req.Fields[1])
-			cl.mu.Lock()
-			cl.running[exec] = req.From
-			cl.mu.Unlock()
-			defer func() {
+			if took {
+				cl.sendNow(req.From, msgTaken, req.Fields[1])
 				cl.mu.Lock()
-				delete(cl.running, exec)
+				cl.running[exec] = req.From
 				cl.mu.Unlock()
-			}()
+				defer func() {
+					cl.mu.Lock()
+					delete(cl.running, exec)
+					cl.mu.Unlock()
+				}()
+			}
 			// The forwarder's caller gives up after budget: an action still
 			// running then would act after the gateway was told it failed.
 			// One spent when it was forwarded (0 or less; a field that is no
@@ -872,9 +877,12 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				}
 				budget = time.Duration(min(ms, forwardedExecTimeout.Milliseconds())) * time.Millisecond
 			}
-			if budget <= 0 {
+			switch {
+			case elsewhere:
+				res = contract.Failed(contract.CodeUnavailable, "nexscope: a former home of the room took the action and did not answer; its outcome is unknown")
+			case budget <= 0:
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
-			} else {
+			default:
 				ctx, cancel := context.WithTimeout(cl.ctx, budget)
 				res = platform.Execute(ctx, &p.here, p, string(req.Fields[0]), &a.Action)
 				cancel()
@@ -886,16 +894,28 @@ func (cl *fleet) execHere(req cluster.Msg) {
 }
 
 // claim takes the forwarded action exec for this instance to execute, and
-// reports whether it did: false when an instance took it before, or the
-// claim failed. A claim decided is remembered (fleet.execs).
-func (cl *fleet) claim(exec string) bool {
+// reports whether it did (took), or whether another instance took it
+// before (elsewhere: a former home of the room, whose msgTaken and answer
+// the forwarder, still asking, never got). Neither when a copy here
+// claims it first, or the claim failed (a copy may take it then). A copy
+// here is remembered from its claim on (fleet.execs).
+func (cl *fleet) claim(exec string) (took, elsewhere bool) {
 	until := cl.p.deps.Clock.Now().Add(forwardedExecTimeout + cl.node.ResendWindow())
+	cl.mu.Lock()
+	_, seen, _ := cl.execs.Get(cl.ctx, exec)
+	if !seen {
+		_ = cl.execs.Put(cl.ctx, exec, nil, until)
+	}
+	cl.mu.Unlock()
+	if seen {
+		return false, false
+	}
 	took, err := cl.claims.Claim(cl.ctx, "nexscope:exec:"+exec, until)
 	if err != nil {
-		return false
+		_ = cl.execs.Delete(cl.ctx, exec)
+		return false, false
 	}
-	_ = cl.execs.Put(cl.ctx, exec, nil, until)
-	return took
+	return took, !took
 }
 
 // homeLink is, at a room's home, the far end of a remote member: its edge
