@@ -154,6 +154,12 @@ type fleet struct {
 	// decode decodes a forwarded action (json.Unmarshal; a test holds a
 	// decoding on it).
 	decode func(data []byte, v any) error
+	// beatNo numbers this instance's beats, from its start in ms (a run
+	// restarted under its name numbers past the earlier one's); tookBeat
+	// is the number of the last beat taken from each peer, by type and
+	// name (takeBeat), for the store's resend window.
+	beatNo   atomic.Int64
+	tookBeat platform.LocalState
 }
 
 func newCluster(p *Platform, node *cluster.Node) *fleet {
@@ -168,8 +174,9 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		joining: make(map[string]bool), left: make(map[string]int),
 		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
 		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]string), forwards: make(map[string]*taker),
-		decode: json.Unmarshal,
+		decode: json.Unmarshal, tookBeat: platform.NewLocalState(maxLeft, p.deps.Clock),
 	}
+	cl.beatNo.Store(p.deps.Clock.Now().UnixMilli())
 	cl.streams = newStreams(cl)
 	node.Handle(msgJoin, 3, func(m cluster.Msg) {
 		cl.joinHere(string(m.Fields[0]), string(m.Fields[1]), m.From, string(m.Fields[2]))
@@ -422,11 +429,14 @@ func (cl *fleet) sendBeats() {
 	for exec, forwarder := range running {
 		cl.sendNow(forwarder, msgTaken, []byte(exec))
 	}
+	// Its number leads the list as an entry with no conn, which a reader
+	// that knows none skips.
+	no := appendBeat(nil, "", 0, cl.beatNo.Add(1))
 	for h, list := range toHome {
-		cl.sendNow(h, msgEdgeBeat, list)
+		cl.sendNow(h, msgEdgeBeat, append(append(no[:len(no):len(no)], ','), list...))
 	}
 	for e, list := range toEdge {
-		cl.sendNow(e, msgHomeBeat, list)
+		cl.sendNow(e, msgHomeBeat, append(append(no[:len(no):len(no)], ','), list...))
 	}
 }
 
@@ -448,31 +458,44 @@ type beatEntry struct {
 	total int64
 }
 
-// parseBeat reads a beat's list; malformed entries are skipped.
-func parseBeat(list []byte) map[string]beatEntry {
-	out := make(map[string]beatEntry)
+// parseBeat reads a beat's list and its number (the entry with no conn;
+// 0 when none); malformed entries are skipped.
+func parseBeat(list []byte) (out map[string]beatEntry, no int64) {
+	out = make(map[string]beatEntry)
 	for e := range bytes.SplitSeq(list, []byte{','}) {
 		parts := bytes.Split(e, []byte{':'})
-		if len(parts) != 3 || len(parts[0]) == 0 {
+		if len(parts) != 3 {
 			continue
 		}
 		total, _ := strconv.ParseInt(string(parts[2]), 10, 64)
+		if len(parts[0]) == 0 {
+			no = total
+			continue
+		}
 		out[string(parts[0])] = beatEntry{sent: cluster.Uint(parts[1]), total: total}
 	}
-	return out
+	return out, no
 }
 
-// takeBeat reads a peer's beat against the members linked with it (linked
-// gives each one's conn, join time and link from the peer): one not listed
-// and joined over a beat ago is stale, one with frames lost is broken, and
-// each other one listed is credited the total the peer reported. unknown
-// are the conns listed that no member here matches.
-func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64, unknown map[string]beatEntry) {
+// takeBeat reads a peer's beat (of type typ, from peer) against the
+// members linked with it (linked gives each one's conn, join time and link
+// from the peer): one not listed and joined over a beat ago is stale, one
+// with frames lost is broken, and each other one listed is credited the
+// total the peer reported. unknown are the conns listed that no member
+// here matches. A beat numbered no later than one taken from the peer
+// (pub/sub delivering it again late) is ignored.
+func (cl *fleet) takeBeat(typ byte, peer string, list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64, unknown map[string]beatEntry) {
 	now := cl.p.deps.Clock.Now()
-	listed := parseBeat(list)
+	listed, no := parseBeat(list)
 	credits = make(map[*member]int64)
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	if key := string(typ) + peer; no != 0 {
+		if took, ok, _ := cl.tookBeat.Get(cl.ctx, key); ok && no <= int64(cluster.Uint(took)) {
+			return nil, nil, nil, nil
+		}
+		_ = cl.tookBeat.Put(cl.ctx, key, cluster.AppendUint(nil, uint64(no)), now.Add(cl.node.ResendWindow()+cluster.LostBeats*cl.node.Beat()))
+	}
 	for _, m := range members {
 		conn, since, in, ok := linked(m)
 		if !ok {
@@ -498,7 +521,7 @@ func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*
 // (removed as stale or gone, which told the edge nothing) is closed there
 // with 1011: the frames it sends are dropped here, never answered.
 func (cl *fleet) edgeBeat(edge string, list []byte) {
-	stale, broken, credits, unknown := cl.takeBeat(list, cl.remotes, func(m *member) (string, time.Time, *cluster.Link, bool) {
+	stale, broken, credits, unknown := cl.takeBeat(msgEdgeBeat, edge, list, cl.remotes, func(m *member) (string, time.Time, *cluster.Link, bool) {
 		l := m.remote
 		return l.conn, l.since, &l.in.Link, l.edge == edge
 	})
@@ -521,7 +544,7 @@ func (cl *fleet) edgeBeat(edge string, list []byte) {
 // keeps, or whose frames from the home were lost on the way, are closed
 // with 1011, and the bytes the home processed are credited.
 func (cl *fleet) homeBeat(home string, list []byte) {
-	stale, broken, credits, _ := cl.takeBeat(list, cl.edges, func(m *member) (string, time.Time, *cluster.Link, bool) {
+	stale, broken, credits, _ := cl.takeBeat(msgHomeBeat, home, list, cl.edges, func(m *member) (string, time.Time, *cluster.Link, bool) {
 		return m.link.conn, m.link.since, &m.link.in, m.link.home == home
 	})
 	for _, m := range append(stale, broken...) {
