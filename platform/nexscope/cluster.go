@@ -431,12 +431,13 @@ func (cl *fleet) sendBeats() {
 	}
 	// Its number leads the list as an entry with no conn, which a reader
 	// that knows none skips.
-	no := appendBeat(nil, "", 0, cl.beatNo.Add(1))
+	no := append(appendBeat(nil, "", 0, cl.beatNo.Add(1)), ',')
+	no = no[:len(no):len(no)] // each append copies it
 	for h, list := range toHome {
-		cl.sendNow(h, msgEdgeBeat, append(append(no[:len(no):len(no)], ','), list...))
+		cl.sendNow(h, msgEdgeBeat, append(no, list...))
 	}
 	for e, list := range toEdge {
-		cl.sendNow(e, msgHomeBeat, append(append(no[:len(no):len(no)], ','), list...))
+		cl.sendNow(e, msgHomeBeat, append(no, list...))
 	}
 }
 
