@@ -223,8 +223,8 @@ type Config struct {
 }
 
 // Pool is the ledgers of one process's tenants: the bound they share, the
-// goroutine that writes removals (acknowledged and dropped entries) to the
-// store in batches and sweeps old entries, and recovery after a restart.
+// goroutines that write removals (acknowledged and dropped entries) to the
+// store in batches and sweep old entries, and recovery after a restart.
 type Pool struct {
 	cfg   Config
 	bytes atomic.Int64 // payload bytes of every ledger
@@ -247,7 +247,7 @@ type Pool struct {
 	removed, removeErrors atomic.Uint64
 }
 
-// NewPool returns an empty pool and starts its goroutine; Close stops it.
+// NewPool returns an empty pool and starts its goroutines; Close stops them.
 func NewPool(cfg Config) *Pool {
 	cfg.SweepEvery = cmp.Or(max(cfg.SweepEvery, 0), time.Minute)
 	p := &Pool{
@@ -1338,7 +1338,7 @@ func (l *Ledger) Reset() {
 // what the store trims, and what a ledger holds that another instance
 // sharing the store trimmed first. A tenant the store fails to trim does
 // not keep it from the others; the first failure is returned. The pool's
-// goroutine runs it every SweepEvery; tests call it directly.
+// sweepLoop runs it every SweepEvery; tests call it directly.
 func (p *Pool) Sweep(ctx context.Context) (err error) {
 	if p.cfg.MaxAge <= 0 {
 		return nil
@@ -1493,15 +1493,13 @@ func (p *Pool) Stats() Stats {
 // sweepTimeout bounds one age sweep.
 const sweepTimeout = 30 * time.Second
 
+// run writes the queued removals as they come, while its second goroutine
+// sweeps: a slow sweep (a call per stored tenant) never holds them back.
 func (p *Pool) run() {
 	defer close(p.stopped)
-	// One sweep timer at a time, each sending once: sweep never blocks it.
-	sweep := make(chan struct{}, 1)
-	arm := func() clock.Timer {
-		return p.cfg.Clock.AfterFunc(p.cfg.SweepEvery, func() { sweep <- struct{}{} })
-	}
-	timer := arm()
-	defer func() { timer.Stop() }()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(p.sweepLoop)
 	for {
 		select {
 		case <-p.stop:
@@ -1510,18 +1508,31 @@ func (p *Pool) run() {
 			// No deadline: each store bounds its own calls, and a context
 			// with a timer per flush would cost the hot path.
 			p.Flush(context.Background())
-		case <-sweep:
-			ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
-			if err := p.Sweep(ctx); err != nil {
-				p.cfg.Log.Warn("inbound age sweep failed", "err", err)
-			}
-			cancel()
-			timer = arm()
 		}
 	}
 }
 
-// Close stops the pool's goroutine and writes the removals still queued.
+// sweepLoop runs Sweep every SweepEvery until the pool stops.
+func (p *Pool) sweepLoop() {
+	// One sweep timer at a time, each sending once: sweep never blocks it.
+	sweep := make(chan struct{}, 1)
+	for {
+		timer := p.cfg.Clock.AfterFunc(p.cfg.SweepEvery, func() { sweep <- struct{}{} })
+		select {
+		case <-p.stop:
+			timer.Stop()
+			return
+		case <-sweep:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
+		if err := p.Sweep(ctx); err != nil {
+			p.cfg.Log.Warn("inbound age sweep failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Close stops the pool's goroutines and writes the removals still queued.
 // Ledgers keep working in memory, but their removals are no longer written.
 func (p *Pool) Close(ctx context.Context) {
 	p.closeOnce.Do(func() {
