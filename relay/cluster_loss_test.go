@@ -54,7 +54,11 @@ type netStore struct {
 
 	mu   sync.Mutex
 	lose func(channel string, msg []byte) bool
-	lost chan []byte // messages lost, for the test to inspect
+	// twice, when set (under mu), has the messages it picks published a
+	// second time right after the first, as go-redis resends a PUBLISH
+	// whose reply was lost.
+	twice func(channel string, msg []byte) bool
+	lost  chan []byte // messages lost, for the test to inspect
 
 	owned chan string    // session keys whose owner it stored
 	acked chan struct{}  // one per removal from the stored ledger
@@ -158,12 +162,16 @@ func (p netPubSub) Publish(ctx context.Context, channel string, msg []byte) erro
 	if !lost {
 		p.n.sent[typ]++
 	}
+	twice := !lost && p.n.twice != nil && p.n.twice(channel, msg)
 	p.n.mu.Unlock()
 	if lost {
 		p.n.lost <- append([]byte(nil), msg...)
 		return nil
 	}
 	err := p.n.Store.PubSub().Publish(ctx, channel, msg)
+	if err == nil && twice {
+		err = p.n.Store.PubSub().Publish(ctx, channel, msg)
+	}
 	if err != nil {
 		p.n.mu.Lock()
 		p.n.sent[typ]--
@@ -296,7 +304,6 @@ func (l netLedger) Stage(ctx context.Context, tenant string, recs []store.Record
 	}
 	return l.Ledger.Stage(ctx, tenant, recs)
 }
-
 
 func (l netLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
 	if l.n.cut.Load() {
@@ -887,6 +894,30 @@ func TestClusterLostAckIsAnsweredByARedelivery(t *testing.T) {
 	mark := r.inst[0].buffered.mark()
 	gb.Ack(t, again)
 	r.inst[0].buffered.wait(t, mark, 0, "e1's second ack to remove it")
+}
+
+// An ack that reaches the driver twice (go-redis sent its PUBLISH again)
+// is taken once: before, the copy looked like a gap in the socket's acks,
+// which broke its link, and the entries it held unacknowledged reached
+// the gateway a second time.
+func TestClusterResentAckKeepsTheLink(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	r.inst[1].discord.deliver("t1", "c1", "u2", "e2")
+	ev1, id1 := gb.NextInbound(t)
+	if ev2, _ := gb.NextInbound(t); ev1.Text != "e1" || ev2.Text != "e2" {
+		t.Fatalf("gb got %q then %q, want e1 then e2", ev1.Text, ev2.Text)
+	}
+	r.inst[1].net.mu.Lock()
+	r.inst[1].net.twice = func(_ string, msg []byte) bool { return cluster.Type(msg) == relay.ClusterMsgAck }
+	r.inst[1].net.mu.Unlock()
+	mark := r.inst[0].buffered.mark()
+	gb.Ack(t, id1)
+	r.inst[0].buffered.wait(t, mark, 1, "e1's ack to reach the driver")
+	r.inst[1].discord.deliver("t1", "c1", "u3", "e3")
+	if ev, _ := gb.NextInbound(t); ev.Text != "e3" {
+		t.Fatalf("after e1's ack arrived twice gb got %q, want e3 (e2 is unacknowledged, not lost)", ev.Text)
+	}
 }
 
 // An interrupt reads the session's stored owner at most once, wherever it
