@@ -241,7 +241,8 @@ type Pool struct {
 	acks    map[string][]uint64 // a small flush's removals by tenant; guarded by flushMu
 
 	closeOnce sync.Once
-	stop      chan struct{}
+	ctx       context.Context // ended by Close: the goroutines stop, a sweep under way too
+	stop      context.CancelFunc
 	stopped   chan struct{}
 
 	removed, removeErrors atomic.Uint64
@@ -255,9 +256,9 @@ func NewPool(cfg Config) *Pool {
 		ledgers: make(map[string]*Ledger),
 		acks:    make(map[string][]uint64, smallFlush),
 		wake:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	p.ctx, p.stop = context.WithCancel(context.Background())
 	go p.run()
 	return p
 }
@@ -1502,7 +1503,7 @@ func (p *Pool) run() {
 	wg.Go(p.sweepLoop)
 	for {
 		select {
-		case <-p.stop:
+		case <-p.ctx.Done():
 			return
 		case <-p.wake:
 			// No deadline: each store bounds its own calls, and a context
@@ -1519,24 +1520,25 @@ func (p *Pool) sweepLoop() {
 	for {
 		timer := p.cfg.Clock.AfterFunc(p.cfg.SweepEvery, func() { sweep <- struct{}{} })
 		select {
-		case <-p.stop:
+		case <-p.ctx.Done():
 			timer.Stop()
 			return
 		case <-sweep:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
-		if err := p.Sweep(ctx); err != nil {
+		ctx, cancel := context.WithTimeout(p.ctx, sweepTimeout)
+		if err := p.Sweep(ctx); err != nil && p.ctx.Err() == nil {
 			p.cfg.Log.Warn("inbound age sweep failed", "err", err)
 		}
 		cancel()
 	}
 }
 
-// Close stops the pool's goroutines and writes the removals still queued.
-// Ledgers keep working in memory, but their removals are no longer written.
+// Close stops the pool's goroutines, ending a sweep under way, and writes
+// the removals still queued. Ledgers keep working in memory, but their
+// removals are no longer written.
 func (p *Pool) Close(ctx context.Context) {
 	p.closeOnce.Do(func() {
-		close(p.stop)
+		p.stop()
 		<-p.stopped
 	})
 	p.Flush(ctx)

@@ -881,7 +881,11 @@ type stalledTrim struct {
 
 func (s *stalledTrim) Trim(ctx context.Context, tenant string, bounds store.Bounds) ([]store.Dropped, error) {
 	s.once.Do(func() { close(s.trimming) })
-	<-s.release
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	return s.Ledger.Trim(ctx, tenant, bounds)
 }
 
@@ -894,7 +898,8 @@ func (s *stalledTrim) AckAll(ctx context.Context, acks map[string][]uint64) (int
 // TestRemovalsDoNotWaitForASlowSweep: an acknowledged entry leaves the
 // store while an age sweep is stuck in the store (a Trim per stored
 // tenant, each up to the store's timeouts): before, the one goroutine that
-// swept also wrote the removals, which waited up to the sweep's 30 s.
+// swept also wrote the removals, which waited up to the sweep's 30 s; and
+// Close (a shutdown) waited for the sweep as long.
 func TestRemovalsDoNotWaitForASlowSweep(t *testing.T) {
 	st := &stalledTrim{trimming: make(chan struct{}), release: make(chan struct{}), acked: make(chan struct{}, 16)}
 	r := newRig(t, func(c *Config) {
@@ -922,6 +927,18 @@ func TestRemovalsDoNotWaitForASlowSweep(t *testing.T) {
 	case <-st.acked:
 	case <-time.After(10 * time.Second):
 		t.Fatal("timed out after 10s waiting for the acknowledged entry's removal while the sweep is stuck")
+	}
+
+	// Close ends the stuck sweep rather than waiting out its 30 s.
+	closed := make(chan struct{})
+	go func() {
+		r.pool.Close(context.Background())
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for Close while the sweep is stuck in the store")
 	}
 }
 
