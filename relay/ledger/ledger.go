@@ -1338,8 +1338,8 @@ func (l *Ledger) Reset() {
 // Sweep drops, from the store and memory, every entry older than MaxAge:
 // what the store trims, and what a ledger holds that another instance
 // sharing the store trimmed first. A tenant the store fails to trim does
-// not keep it from the others; the first failure is returned. The pool's
-// sweepLoop runs it every SweepEvery; tests call it directly.
+// not keep it from the others; the first failure is returned. The pool
+// runs it every SweepEvery; tests call it directly.
 func (p *Pool) Sweep(ctx context.Context) (err error) {
 	if p.cfg.MaxAge <= 0 {
 		return nil
@@ -1494,13 +1494,14 @@ func (p *Pool) Stats() Stats {
 // sweepTimeout bounds one age sweep.
 const sweepTimeout = 30 * time.Second
 
-// run writes the queued removals as they come, while its second goroutine
-// sweeps: a slow sweep (a call per stored tenant) never holds them back.
+// run writes the queued removals as they come, while a goroutine of its
+// own sweeps every SweepEvery: a slow sweep (a call per stored tenant)
+// never holds them back.
 func (p *Pool) run() {
 	defer close(p.stopped)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(p.sweepLoop)
+	wg.Go(func() { clock.Every(p.ctx, p.cfg.Clock, p.cfg.SweepEvery, p.sweep) })
 	for {
 		select {
 		case <-p.ctx.Done():
@@ -1513,23 +1514,12 @@ func (p *Pool) run() {
 	}
 }
 
-// sweepLoop runs Sweep every SweepEvery until the pool stops.
-func (p *Pool) sweepLoop() {
-	// One sweep timer at a time, each sending once: sweep never blocks it.
-	sweep := make(chan struct{}, 1)
-	for {
-		timer := p.cfg.Clock.AfterFunc(p.cfg.SweepEvery, func() { sweep <- struct{}{} })
-		select {
-		case <-p.ctx.Done():
-			timer.Stop()
-			return
-		case <-sweep:
-		}
-		ctx, cancel := context.WithTimeout(p.ctx, sweepTimeout)
-		if err := p.Sweep(ctx); err != nil && p.ctx.Err() == nil {
-			p.cfg.Log.Warn("inbound age sweep failed", "err", err)
-		}
-		cancel()
+// sweep is one Sweep of run's, within sweepTimeout.
+func (p *Pool) sweep(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	defer cancel()
+	if err := p.Sweep(ctx); err != nil && p.ctx.Err() == nil {
+		p.cfg.Log.Warn("inbound age sweep failed", "err", err)
 	}
 }
 
