@@ -43,7 +43,10 @@ func chatOfInfo(ci chanInfo) platform.Chat {
 // reached by claim or author link is granted the channel. pressed is the
 // prompt message a button press answers ("" for any other event): in a
 // chat reached by grant, the press goes to the tenant that posted it
-// while it may act there (platform.Grants.PromptPoster).
+// while it may act there (platform.Grants.PromptPoster), which it renews
+// the grant of only while the author is linked to it: a user whose link
+// moved does not keep the earlier tenant in the chat by pressing its
+// prompts.
 func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pressed string) (tenant string, owner bool, drop string) {
 	own := p.owners.Load()
 	r, ok := own.Route(author, c)
@@ -51,10 +54,11 @@ func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pr
 	case ok && r.Drop != "":
 		return "", false, r.Drop
 	case ok:
+		routed := r.Tenant
 		if r.Grant && pressed != "" {
-			r.Tenant = p.spoke.PromptPoster(ctx, own, author, c, pressed, r.Tenant)
+			r.Tenant = p.spoke.PromptPoster(ctx, own, author, c, pressed, routed)
 		}
-		if r.Grant {
+		if r.Grant && (r.Tenant == routed || own.Linked(author, r.Tenant)) {
 			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant)
 		}
 		return r.Tenant, r.Owner, ""
