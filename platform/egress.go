@@ -212,26 +212,31 @@ func authorize(ctx context.Context, p Platform, tenant, chatID string) (Hold, er
 	return ask(ctx, p, tenant, chatID)
 }
 
-// ask is authorize without Locate's answer: p asked afresh.
+// ask is authorize without Locate's answer: p asked afresh. A grant that
+// could not be looked up (ChatGranted unavailable) leaves the chat
+// unavailable unless ChatTenant names tenant (a binding comes first).
 func ask(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
 	ctx = WithTenant(ctx, tenant)
+	var grantErr error
 	if g, ok := p.(ChatGranter); ok {
 		hold, err := g.ChatGranted(ctx, chatID, tenant)
 		switch {
 		case errors.Is(err, ErrUnavailable):
-			return HoldNone, err
+			grantErr = err
 		case hold != HoldNone:
 			return hold, nil
 		}
 	}
 	owner, err := p.ChatTenant(ctx, chatID)
 	switch {
+	case err == nil && owner == tenant:
+		return HoldOwn, nil
+	case grantErr != nil:
+		return HoldNone, grantErr
 	case errors.Is(err, ErrUnavailable):
 		return HoldNone, err
-	case err != nil || owner != tenant:
-		return HoldNone, ErrUnknownChat
 	}
-	return HoldOwn, nil
+	return HoldNone, ErrUnknownChat
 }
 
 // StillMayAct is Authorize asked again, afresh, as a platform call under

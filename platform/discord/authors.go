@@ -156,11 +156,17 @@ func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
 // so that a thread of a channel the tenant claimed is placed by its parent.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	own := p.owners.Load()
-	spoke := p.spoke.Has(ctx, chatID, tenant)
+	_, spoke, grantErr := p.spoke.Granted(ctx, chatID, tenant)
 	claimed := own.Claimed(chatID, tenant)
 	ci, cached := p.cache.cachedChannel(chatID)
 	if parent := ci.threadParent(); cached && parent != "" {
 		claimed = claimed || own.Claimed(parent, tenant)
+	}
+	if grantErr != nil && !claimed {
+		if cached && p.dmFallback(ci, tenant) {
+			return platform.HoldGrant, nil
+		}
+		return platform.HoldNone, grantErr
 	}
 	if !spoke && !claimed && !cached && p.standby() {
 		// A standby's cache lacks the threads the Gateway tells of: the
