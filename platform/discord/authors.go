@@ -154,6 +154,8 @@ func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
 // whose cache lacks the threads the Gateway tells of: there a chat it has
 // not cached is looked up (standbyLookup, the call ChatTenant would make)
 // so that a thread of a channel the tenant claimed is placed by its parent.
+// A grant the store could not look up (platform.Grants.Granted) answers
+// unavailable, unless the tenant claimed the chat or it is dm_tenant's DM.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	own := p.owners.Load()
 	_, spoke, grantErr := p.spoke.Granted(ctx, chatID, tenant)
