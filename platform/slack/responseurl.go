@@ -102,7 +102,7 @@ const slashReplyWindow = 120 * time.Second
 // delivered within slashReplyWindow and not answered yet (a claim, so of
 // the instances sharing the store one answers it). A seal sent again
 // while its first copy answers the command waits for that copy (the
-// seal's claim, claimSeal). The response_url stays in the vault; no frame
+// seal's claim, claimFrame). The response_url stays in the vault; no frame
 // ever carries it.
 func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	user := string(a.Metadata.UserID)
