@@ -1666,3 +1666,21 @@ func TestFrameThatWaitedOutAClaimIsToldToRetry(t *testing.T) {
 		t.Fatalf("timed out after %v waiting for the copy's answer", waitFor)
 	}
 }
+
+// TestSendOfAnotherTurnDoesNotSealTheStream: a send answering another
+// turn than the chat's open stream, its content beginning with what was
+// streamed, is posted as a message of its own, and the stream stays
+// open. Before, it sealed the stream with its content and answered the
+// stream's message, so the reply to the other turn was never posted.
+func TestSendOfAnotherTurnDoesNotSealTheStream(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ts := turnFrame(t, e, 7, "Hello", false).MessageID
+	r := e.execute(t, "t1", `{"op":"send","chat_id":"`+chanGeneral+`","content":"Hello to you too.",
+		"metadata":{"thread_id":"1768490100.000100","message_id":"1768490199.000100"}}`)
+	if !r.Success || r.MessageID == ts {
+		t.Fatalf("the send of another turn: %+v, want a message of its own (the stream is %s)", r, ts)
+	}
+	if n, m := len(e.fake.Calls("chat.stopStream")), len(e.fake.Calls("chat.postMessage")); n != 0 || m != 1 {
+		t.Fatalf("%d chat.stopStream and %d chat.postMessage, want the stream open and one post", n, m)
+	}
+}

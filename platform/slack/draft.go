@@ -481,14 +481,14 @@ func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, turn, fina
 }
 
 // sealByContent seals the tenant's open stream in the chat when content
-// is its final text (extends what was streamed): the stream is the reply,
-// so a send must not post it again. ok is false when there is no such
-// stream.
+// is its final text (extends what was streamed) and the send answers no
+// other turn (stream.otherTurn): the stream is the reply, so a send must
+// not post it again. ok is false when there is no such stream.
 func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	k := streamKey{tenant, t.channel}
 	r := p.inTurn(ctx, k, func() contract.Result {
 		st, open, err := p.streams.load(ctx, k)
-		if err != nil || !open || st.Done || st.Sent == 0 {
+		if err != nil || !open || st.Done || st.Sent == 0 || st.otherTurn(a) {
 			return contract.Result{}
 		}
 		text := cutCursor(a.Content)
