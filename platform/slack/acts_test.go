@@ -1595,18 +1595,20 @@ func heldStartStream(t *testing.T, fake *slacktest.Server) (apiURL string, start
 	return proxy.URL + "/", begun, release
 }
 
-// waitingFrame starts a stream on instance a (its chat.startStream held)
-// and sends a copy of its first frame to instance b, under ctx, returning
-// once that copy waits for a's claim: its answer comes on the channel.
-func waitingFrame(ctx context.Context, t *testing.T) (b *env, answer <-chan contract.Result, release func()) {
+// waitingFrame starts a stream on instance a (its chat.startStream held;
+// its answer comes on first) and sends a copy of its first frame to
+// instance b, on clk, under ctx, returning once that copy waits for a's
+// claim: its answer comes on the channel.
+func waitingFrame(ctx context.Context, t *testing.T) (b *env, clk *clocktest.Fake, first, answer <-chan contract.Result, release func()) {
 	t.Helper()
 	st := newSharedStore(t)
 	fake := newFake(t)
 	apiURL, started, release := heldStartStream(t, fake)
-	clk := clocktest.New(time.Now())
+	clk = clocktest.New(time.Now())
 	a := newEnvOn(t, fake, func(c *Config) { c.APIURL = apiURL }, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
 	b = newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk, Cluster: newNode(t, st, "i1")})
-	go turnFrame(t, a, 7, "Hello", false)
+	started1 := make(chan contract.Result, 1)
+	go func() { started1 <- turnFrame(t, a, 7, "Hello", false) }()
 	select {
 	case <-started:
 	case <-time.After(waitFor):
@@ -1625,7 +1627,7 @@ func waitingFrame(ctx context.Context, t *testing.T) (b *env, answer <-chan cont
 	if err := clk.WaitPending(wctx, timers+1); err != nil {
 		t.Fatalf("waiting for the copy to wait for the first frame's claim: %v", err)
 	}
-	return b, copied, release
+	return b, clk, started1, copied, release
 }
 
 // TestFrameWaitingForAClaimHoldsNoTurn: a copy of a stream's first frame
@@ -1636,7 +1638,7 @@ func waitingFrame(ctx context.Context, t *testing.T) (b *env, answer <-chan cont
 func TestFrameWaitingForAClaimHoldsNoTurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	b, _, _ := waitingFrame(ctx, t)
+	b, _, _, _, _ := waitingFrame(ctx, t)
 	act, err := contract.DecodeAction(json.RawMessage(`{"op":"send","chat_id":"` + chanGeneral + `","content":"Meanwhile."}`))
 	if err != nil {
 		t.Fatal(err)
@@ -1656,7 +1658,7 @@ func TestFrameWaitingForAClaimHoldsNoTurn(t *testing.T) {
 func TestFrameThatWaitedOutAClaimIsToldToRetry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_, answer, _ := waitingFrame(ctx, t)
+	_, _, _, answer, _ := waitingFrame(ctx, t)
 	select {
 	case r := <-answer:
 		if r.Success || r.Code != contract.CodeUnavailable || !strings.Contains(r.Error, "in progress; retry") {
@@ -1682,5 +1684,29 @@ func TestSendOfAnotherTurnDoesNotSealTheStream(t *testing.T) {
 	}
 	if n, m := len(e.fake.Calls("chat.stopStream")), len(e.fake.Calls("chat.postMessage")); n != 0 || m != 1 {
 		t.Fatalf("%d chat.stopStream and %d chat.postMessage, want the stream open and one post", n, m)
+	}
+}
+
+// TestFramesBehindAWaitingFrameKeepTheirOrder: a copy of a stream's first
+// frame waits on another instance for the claim of the first; the next
+// frame reaches that instance meanwhile. Once the first is recorded both
+// go on in order: the copy answers the stream, the next frame appends to
+// it. A frame waiting outside its chat's turn must not let a later frame
+// of the chat overtake it (the copy, come second, would seal the stream
+// as not extending it).
+func TestFramesBehindAWaitingFrameKeepTheirOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	b, clk, first, copied, release := waitingFrame(ctx, t)
+	next := make(chan contract.Result, 1)
+	go func() { next <- turnFrame(t, b, 7, "Hello, world", false) }()
+	release()
+	ts := (<-first).MessageID
+	clk.Advance(sealPoll) // the copy tries again
+	if r1, r2 := <-copied, <-next; !r1.Success || r1.MessageID != ts || !r2.Success || r2.MessageID != ts {
+		t.Fatalf("the copy %+v and the next frame %+v, want both in %s", r1, r2, ts)
+	}
+	if n := len(b.fake.Calls("chat.stopStream")); n != 0 {
+		t.Fatalf("%d chat.stopStream, want the stream open", n)
 	}
 }

@@ -141,6 +141,9 @@ type streams struct {
 	state store.Capabilities
 	clock clock.Clock
 	turns *chatorder.Queue[streamKey]
+	// frames orders each tenant's chat's frames on this instance, waits
+	// for a claim included (draft).
+	frames *chatorder.Queue[streamKey]
 	// vault judges whether a record was written for an earlier tenant of
 	// its tenant's id (vault.Predates); nil judges none so.
 	vault vault.Store
@@ -237,12 +240,13 @@ func (p *Platform) inTurn(ctx context.Context, k streamKey, fn func() contract.R
 	return r
 }
 
-// draft streams one frame, or seals the stream with final. A frame whose
-// claim another copy of it holds (claimFrame) waits outside k's turn, so
-// the chat's other ops on this instance go on meanwhile, and is tried
-// again every sealPoll: it then finds the record that copy left, or takes
-// the claim once it is released (that copy sent nothing) or lapsed (its
-// instance died). One still waiting at its deadline fails, retryable.
+// draft streams one frame, or seals the stream with final, behind the
+// chat's earlier frames on this instance. A frame whose claim another
+// copy of it holds (claimFrame) waits outside k's turn, so the tenant's
+// sends into the chat go on meanwhile, and is tried again every sealPoll:
+// it then finds the record that copy left, or takes the claim once it is
+// released (that copy sent nothing) or lapsed (its instance died). One
+// still waiting at its deadline fails, retryable.
 func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
 	switch {
 	case a.DraftID == 0:
@@ -251,16 +255,23 @@ func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contra
 		return contract.Failed(contract.CodeBadRequest, "slack draft: content is empty")
 	}
 	k := streamKey{tenant, t.channel}
-	for {
-		held := false
-		r := p.inTurn(ctx, k, func() (r contract.Result) { r, held = p.frame(ctx, tenant, t, a, k); return r })
-		if !held {
-			return r
+	var r contract.Result
+	err := p.streams.frames.Do(ctx, k, func() error {
+		for {
+			held := false
+			r = p.inTurn(ctx, k, func() (r contract.Result) { r, held = p.frame(ctx, tenant, t, a, k); return r })
+			if !held {
+				return nil
+			}
+			if p.clock.Sleep(ctx, sealPoll) != nil {
+				return platform.ErrClaimHeld
+			}
 		}
-		if p.clock.Sleep(ctx, sealPoll) != nil {
-			return p.failure(contract.OpDraft, platform.ErrClaimHeld)
-		}
+	})
+	if err != nil {
+		return p.failure(contract.OpDraft, err)
 	}
+	return r
 }
 
 // frame is draft in k's turn; held when another copy of it holds its
