@@ -1217,35 +1217,7 @@ func TestSealOfATenantMadeAgainWhileTheEarlierOnesIsSent(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	node := func(name string) *cluster.Node {
-		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Close)
-		return n
-	}
-	h := holdFirst(t, "sendMessage")
-	created := &creations{}
-	deps := platform.Deps{Store: st, Clock: clk, Cluster: node("i0")}
-	created.vault(&deps)
-	e := newEnvDeps(t, deps, func(c *Config) { c.APIServerURL = h.URL })
-	e.created = created
-	h.to(e.fake.URL)
-	cfg := e.p.cfg
-	cfg.APIServerURL = e.fake.URL
-	deps = platform.Deps{Store: st, Clock: clk, Cluster: node("i1")}
-	created.vault(&deps)
-	other, err := New(cfg, deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(other.transport.CloseIdleConnections)
+	e, other, h := heldSealInstances(t, clk)
 	chat := telegramtest.ChatAda
 	tenant := testChats[chat]
 	id, _ := strconv.ParseInt(chat, 10, 64)
@@ -1375,34 +1347,8 @@ func TestSealClaimReleasedAcrossADeclaration(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	node := func(name string) *cluster.Node {
-		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Close)
-		return n
-	}
-	h := holdFirst(t, "sendMessage")
-	created := &creations{}
-	deps := platform.Deps{Store: st, Clock: clk, Cluster: node("i0")}
-	created.vault(&deps)
-	e := newEnvDeps(t, deps, func(c *Config) { c.APIServerURL = h.URL })
-	h.to(e.fake.URL)
-	cfg := e.p.cfg
-	cfg.APIServerURL = e.fake.URL
-	deps = platform.Deps{Store: st, Clock: clk, Cluster: node("i1")}
-	created.vault(&deps)
-	other, err := New(cfg, deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(other.transport.CloseIdleConnections)
+	e, other, h := heldSealInstances(t, clk)
+	created := e.created
 	chat := telegramtest.ChatAda
 	tenant := testChats[chat]
 	id, _ := strconv.ParseInt(chat, 10, 64)
@@ -1440,5 +1386,74 @@ func TestSealClaimReleasedAcrossADeclaration(t *testing.T) {
 	}
 	if msgs := e.fake.Messages(id); len(msgs) != 1 {
 		t.Fatalf("the chat has %v, want the reply once", msgs)
+	}
+}
+
+// heldSealInstances is two instances on clk sharing a store (a real
+// redis-server) and a creations vault (e.created): e, whose first
+// sendMessage is held (h), and other.
+func heldSealInstances(t *testing.T, clk *clocktest.Fake) (e *env, other *Platform, h *heldAPI) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	node := func(name string) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	h = holdFirst(t, "sendMessage")
+	created := &creations{}
+	deps := platform.Deps{Store: st, Clock: clk, Cluster: node("i0")}
+	created.vault(&deps)
+	e = newEnvDeps(t, deps, func(c *Config) { c.APIServerURL = h.URL })
+	e.created = created
+	h.to(e.fake.URL)
+	cfg := e.p.cfg
+	cfg.APIServerURL = e.fake.URL
+	deps = platform.Deps{Store: st, Clock: clk, Cluster: node("i1")}
+	created.vault(&deps)
+	other, err = New(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.transport.CloseIdleConnections)
+	return e, other, h
+}
+
+// TestSealWaitingOutAClaimIsToldToRetry: a seal is being sent on one
+// instance (its send held) when the gateway's retry of it reaches
+// another, which waits for the first until its deadline: it fails
+// unavailable saying another copy is in progress, retry. It said Telegram
+// gave no answer before the deadline, though Telegram was never asked.
+func TestSealWaitingOutAClaimIsToldToRetry(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other, h := heldSealInstances(t, clk)
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+	go func() {
+		a := seal
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		e.p.Execute(ctx, tenant, &a)
+	}()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no message")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	a := seal
+	if r := other.Execute(ctx, tenant, &a); r.Success || r.Code != contract.CodeUnavailable || !strings.Contains(r.Error, "in progress; retry") {
+		t.Fatalf("the retry that waited out the seal's claim: %+v", r)
 	}
 }
