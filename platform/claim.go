@@ -10,38 +10,34 @@ import (
 )
 
 // ErrClaimHeld is AwaitClaim's answer when another holder kept the claim
-// until the wait ended: what it guards is being done elsewhere right now,
-// and a retry is answered by its record (or, once the claim is released
-// or lapsed, does it).
+// until the wait ended: what it guards is under way elsewhere.
 var ErrClaimHeld = errors.New("another copy of this action is in progress; retry")
 
-// Claim is a key this instance holds in a store's claims until Expires
-// (AwaitClaim), while it does what the key guards; a nil Claim holds
-// nothing.
+// Claim is a key this instance holds in a store's claims until it expires
+// (AwaitClaim); a nil Claim holds nothing.
 type Claim struct {
 	claims  store.Claims
 	key     string
-	Expires time.Time
+	expires time.Time
 }
 
-// Release gives c up, within timeout, so a copy waiting for it does what
-// it guards: the holder did not do it. One another holder took since c
-// lapsed stays.
+// Release gives c up within timeout, so a copy waiting for it goes on;
+// one another holder took since c lapsed stays.
 func (c *Claim) Release(timeout time.Duration) error {
 	if c == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return c.claims.Release(ctx, c.key, c.Expires)
+	return c.claims.Release(ctx, c.key, c.expires)
 }
 
-// AwaitClaim takes key in claims for this instance until until() (asked
-// at every try). While another holds it, it waits on clk, every poll, for
-// settled to report the holder's work done (its record found: nil Claim,
-// nil error), and takes the key once it is released or lapsed (the
-// holder failed, or died). With poll zero, or once ctx ends while it
-// waits, it answers ErrClaimHeld; a store that does not answer, its error.
+// AwaitClaim takes key in claims until until() (asked at every try).
+// While another holds it, it waits on clk, every poll, for settled to
+// report the holder's work done (its record found: nil Claim and error),
+// and takes the key once released or lapsed. With poll zero, or once ctx
+// ends while it waits, it answers ErrClaimHeld; a store that does not
+// answer, its error.
 func AwaitClaim(ctx context.Context, claims store.Claims, clk clock.Clock, key string, until func() time.Time, poll time.Duration, settled func() bool) (*Claim, error) {
 	for {
 		expires := until()
