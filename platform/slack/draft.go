@@ -230,8 +230,9 @@ func cutCursor(text string) string {
 	return text
 }
 
-// inTurn runs fn in k's turn on this instance (one frame of a stream at a
-// time), answering a frame that waited past its deadline as unavailable.
+// inTurn runs fn in k's turn on this instance (a frame's try or a send's
+// seal, one at a time), answering one that waited past its deadline as
+// unavailable.
 func (p *Platform) inTurn(ctx context.Context, k streamKey, fn func() contract.Result) contract.Result {
 	var r contract.Result
 	if err := p.streams.turns.Do(ctx, k, func() error { r = fn(); return nil }); err != nil {
