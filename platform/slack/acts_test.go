@@ -1710,3 +1710,52 @@ func TestFramesBehindAWaitingFrameKeepTheirOrder(t *testing.T) {
 		t.Fatalf("%d chat.stopStream, want the stream open", n)
 	}
 }
+
+// TestOpeningClaimReleasedAcrossADeclaration: a stream's first frame is
+// starting the stream (its chat.startStream held) when the operator
+// declares its stored tenant in the YAML (its creation becomes zero); the
+// start fails. The declaration is taken back, and the gateway's resend of
+// the frame starts the stream at once. The failed frame released its
+// claim under a key named by the creation at its release, not the one it
+// took, so the claim stayed until it lapsed and the resend waited for it
+// until its deadline.
+func TestOpeningClaimReleasedAcrossADeclaration(t *testing.T) {
+	st := newSharedStore(t)
+	fake := newFake(t)
+	apiURL, started, release := heldStartStream(t, fake)
+	stored := time.Now().Add(-time.Hour).UnixMicro()
+	var began atomic.Int64
+	began.Store(stored)
+	since := func(string) time.Time {
+		if us := began.Load(); us != 0 {
+			return time.UnixMicro(us)
+		}
+		return time.Time{}
+	}
+	e := newEnvOn(t, fake, func(c *Config) { c.APIURL = apiURL }, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0"),
+		Vault: vault.NewMemory(vault.Config{Since: since})})
+	first := make(chan contract.Result, 1)
+	go func() { first <- turnFrame(t, e, 7, "Hello", false) }()
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first frame's chat.startStream", waitFor)
+	}
+	began.Store(0) // declared in the YAML
+	fake.Fail404("chat.startStream", 1)
+	release()
+	if r := <-first; r.Success {
+		t.Fatalf("the frame whose start failed: %+v", r)
+	}
+	began.Store(stored) // the declaration taken back
+	act, err := contract.DecodeAction(json.RawMessage(`{"op":"draft","chat_id":"` + chanGeneral + `","draft_id":7,"content":"Hello",
+		"metadata":{"thread_id":"1768490100.000100","user_id":"` + userAda + `","message_id":"1768490100.000100"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if r := e.p.Execute(ctx, "t1", &act); !r.Success {
+		t.Fatalf("the resent frame: %+v, want the stream started", r)
+	}
+}
