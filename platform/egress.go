@@ -406,8 +406,9 @@ func (e *RateLimitedError) Error() string {
 
 // CommonFailure is the result, its text after prefix ("slack send: "), of
 // the op errors every platform answers alike: a call StillMayAct refused
-// is answered as Authorize answers; a RateLimitedError is
-// rate_limited with its wait as the hint; no answer before the deadline,
+// is answered as Authorize answers; ErrClaimHeld (another copy of the
+// op kept its claim past the deadline) is unavailable, retry; a
+// RateLimitedError is rate_limited with its wait as the hint; no answer before the deadline,
 // or a network failure reaching peer (the remote API's name), is
 // unavailable, the latter described without the URL or address its text
 // holds. ok is false for any other error.
@@ -417,6 +418,8 @@ func CommonFailure(prefix, peer string, err error) (r contract.Result, ok bool) 
 	switch {
 	case errors.As(err, &refused):
 		return refusal(refused.name, refused.err), true
+	case errors.Is(err, ErrClaimHeld):
+		return contract.Failed(contract.CodeUnavailable, prefix+err.Error()), true
 	case errors.As(err, &limited):
 		r = contract.Failed(contract.CodeRateLimited, prefix+"rate limited; retry later")
 		r.RetryAfterMS = max(limited.Wait.Milliseconds(), 1)
