@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -470,6 +471,66 @@ func TestRedisTenantKeysLostWhileRunning(t *testing.T) {
 	}
 	if tenants, err := a.Tenants(ctx); err != nil || len(tenants) != 2 {
 		t.Fatalf("tenants after the keys were lost and an append: %v, %v; want [t1 t2]", tenants, err)
+	}
+}
+
+// TestRedisTenantKeysLostBeforeStart: a tenant whose keys are lost while
+// the set of tenants keeps it (a Cluster shard failing over, or restarted
+// without its data, apart from the set's; here deleted) is not numbered
+// from 1 again by an instance that never gave or read one of its seqs.
+// Before, a store opened after the loss gave out seq 1 again: a bufferId
+// a gateway had seen.
+func TestRedisTenantKeysLostBeforeStart(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx := t.Context()
+	if _, err := opener(t, cfg)(nil).Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("lost")}}); err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client(t)
+	keys, err := admin.Keys(ctx, cfg.RedisPrefix+"*{t1}").Result()
+	if err != nil || len(keys) < 3 {
+		t.Fatalf("t1's keys: %v, %v", keys, err)
+	}
+	if err := admin.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := opener(t, cfg)(nil).Ledger()
+	seqs, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("after")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seqs[0] != 1<<32+1 {
+		t.Fatalf("append after t1's keys were lost got seq %d; want %d, past those given before", seqs[0], uint64(1<<32+1))
+	}
+	if seqs, err := l.Append(ctx, "t2", []store.Record{{Payload: []byte("new")}}); err != nil || seqs[0] != 1 {
+		t.Fatalf("a new tenant's first append: %v, %v; want seq 1", seqs, err)
+	}
+}
+
+// TestRedisTenantsRepairsTheSet: a tenant an instance appended for, gone
+// from the set of tenants (on a Cluster the set's shard failed over before
+// it had the SADD, or restarted without its data; here removed), is listed
+// and added back by that instance's next Tenants. Before, no instance
+// added it again until it restarted, so a restart of every instance did
+// not recover the tenant's records and the sweep never aged them out.
+func TestRedisTenantsRepairsTheSet(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx := t.Context()
+	l := opener(t, cfg)(nil).Ledger()
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("kept")}}); err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client(t)
+	if err := admin.Del(ctx, cfg.RedisPrefix+"ledgers").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if tenants, err := l.Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"t1"}) {
+		t.Fatalf("tenants after the set was lost: %v, %v; want [t1]", tenants, err)
+	}
+	if tenants, err := opener(t, cfg)(nil).Ledger().Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"t1"}) {
+		t.Fatalf("a new instance's tenants after the set was repaired: %v, %v; want [t1]", tenants, err)
 	}
 }
 
