@@ -467,7 +467,7 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 		if !ok {
 			return out, l.dropForeign(ctx, tenant, m.ID, afterSeq, out)
 		}
-		r, err := streamRecord(m)
+		r, err := streamRecord(seq, m)
 		if err != nil {
 			return out, fmt.Errorf("store: read tenant %q: %w", tenant, &UnreadableRecord{Seq: seq})
 		}
@@ -506,12 +506,8 @@ func (l redisLedger) dropForeign(ctx context.Context, tenant, id string, afterSe
 	return fmt.Errorf("store: read tenant %q: %w", tenant, &UnreadableRecord{Seq: afterSeq, ForeignID: id})
 }
 
-// streamRecord decodes one ledger stream entry.
-func streamRecord(m redis.XMessage) (Record, error) {
-	seq, ok := streamSeq(m.ID)
-	if !ok {
-		return Record{}, errCorrupt
-	}
+// streamRecord decodes the ledger stream entry of seq.
+func streamRecord(seq uint64, m redis.XMessage) (Record, error) {
 	field := func(name string) string {
 		v, _ := m.Values[name].(string)
 		return v
@@ -919,12 +915,11 @@ func (c redisClaims) Release(ctx context.Context, key string, expires time.Time)
 type redisLeases struct{ s *redisStore }
 
 // acquireScript: KEYS lease, token counter; ARGV holder, ttl ms. Returns
-// {acquired 0/1, token, holder, remaining ms}.
+// {acquired 0/1, token, holder, remaining ms}. A value that is no lease
+// ("<token>:<holder>"; another program's) is taken over as a free one.
 var acquireScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local sep = string.find(cur, ':', 1, true)
-  local token, holder = string.sub(cur, 1, sep - 1), string.sub(cur, sep + 1)
+local token, holder = string.match(redis.call('GET', KEYS[1]) or '', '^(%d+):(.*)$')
+if token then
   if holder ~= ARGV[1] then
     return {0, token, holder, redis.call('PTTL', KEYS[1])}
   end
@@ -1221,11 +1216,9 @@ func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uin
 	for i := 0; i+1 < len(flat); i += 2 {
 		k, _ := flat[i].(string)
 		v, _ := flat[i+1].(string)
-		e, err := decodeEntry(k, []byte(v))
-		if err != nil {
-			return nil, 0, err
+		if e, err := decodeEntry(k, []byte(v)); err == nil {
+			out = append(out, e)
 		}
-		out = append(out, e)
 	}
 	sortEntries(out)
 	return out, rev, nil

@@ -579,3 +579,34 @@ func TestRedisAnswersRotateByAge(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisForeignValuesDoNotStall: a lease key or a registry entry holding
+// a value the connector did not write (set by hand or another program)
+// does not stop the lease or the namespace for good. Before, every Acquire
+// failed with a script error (a value without ":") or a corrupt token until
+// the key expired, which without a TTL is never, and every List of the
+// namespace failed on the one entry.
+func TestRedisForeignValuesDoNotStall(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	s, ctx := opener(t, cfg)(nil), t.Context()
+	admin := srv.Client(t)
+	for i, v := range []string{"garbage", "x:someone"} {
+		name := fmt.Sprintf("job%d", i)
+		if err := admin.Set(ctx, cfg.RedisPrefix+"lease:{"+name+"}", v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if l, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute); err != nil || !ok || l.Holder != "me" {
+			t.Fatalf("acquire over the lease value %q: %+v, %v, %v; want it taken", v, l, ok, err)
+		}
+	}
+	if _, err := s.Registry().Put(ctx, "ns", "good", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.HSet(ctx, cfg.RedisPrefix+"registry:{ns}", "bad", "short").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if es, _, err := s.Registry().List(ctx, "ns"); err != nil || len(es) != 1 || es[0].Key != "good" {
+		t.Fatalf("list beside a foreign entry: %+v, %v; want the entry good", es, err)
+	}
+}
