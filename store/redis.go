@@ -38,9 +38,10 @@ import (
 //	                       field -> 65 dashes (answerLua), PX
 //	oldanswers:{<tenant>}  the answers before those, PX
 //	ledgers                set of the tenants that ever appended (SADD)
-//	numbered               hash: tenant -> the highest seq a store recorded
-//	                       it gave (numberedScript), so a tenant whose keys
-//	                       are lost does not number from 1 again
+//	numbered{<prefix>ledgers}  hash: tenant -> the highest seq a store
+//	                       recorded it gave (numberedScript), so a tenant
+//	                       whose keys are lost does not number from 1
+//	                       again; on the ledgers set's slot
 //	cap:<key>              expiring capability value, PX as garbage collection
 //	owner:<n>:{<tenant>}<session key>  expiring owner (n = len(tenant)), PX
 //	lease:{<name>}         "<token>:<holder>", PX the lease's TTL
@@ -339,7 +340,7 @@ func (l redisLedger) index(ctx context.Context, tenant string, last uint64) (num
 		{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 			return p.SAdd(ctx, key, tenant)
 		}},
-		scriptCall(numberedScript, []string{l.s.p + "numbered"}, tenant, last),
+		scriptCall(numberedScript, []string{l.s.p + "numbered{" + key + "}"}, tenant, last),
 	})
 	n, err := redisInt(replies[1].cmd)
 	return uint64(max(n, 0)), cmp.Or(replies[0].err(), err)
