@@ -51,6 +51,12 @@ type netStore struct {
 	// release runs (standing for a lease that expired and was taken), and
 	// is closed then.
 	takenOnRelease chan struct{}
+	// lateRemovals, when set (under mu), holds every removal from the
+	// stored ledger that starts once a lease was released (released) until
+	// it is closed: a removal written too late for the next driver, which
+	// reads the stored ledger as it takes the lease.
+	lateRemovals chan struct{}
+	released     atomic.Bool
 
 	mu   sync.Mutex
 	lose func(channel string, msg []byte) bool
@@ -222,6 +228,7 @@ func (l netLeases) Release(ctx context.Context, name string, lease store.Lease) 
 	if l.n.cut.Load() {
 		return errCut
 	}
+	l.n.released.Store(true)
 	if l.n.takenOnRelease != nil {
 		if err := l.n.Store.Leases().Release(ctx, name, lease); err != nil {
 			return err
@@ -324,6 +331,16 @@ func (l netLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int,
 func (l netLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
 	if l.n.cut.Load() {
 		return 0, errCut
+	}
+	l.n.mu.Lock()
+	late := l.n.lateRemovals
+	l.n.mu.Unlock()
+	if late != nil && l.n.released.Load() {
+		select {
+		case <-late:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 	n, err := l.Ledger.AckAll(ctx, acks)
 	l.removed(err)
@@ -1463,11 +1480,19 @@ func TestClusterTenantLeavingWritesItsRemovalsFirst(t *testing.T) {
 }
 
 // ackedThroughI1 returns a rig where i1 drives t1, having stored e0 with no
-// socket of the tenant, and ga on i0 acknowledged e0 through it; i1's
-// removals may still be queued or being written.
+// socket of the tenant, and ga on i0 acknowledged e0 through it. i1's
+// ledgers write no removal on their own (StopLedgerFlushes), and one it
+// starts after releasing a lease is held until the test ends: e0 leaves
+// the store in time for the next driver only through the flush i1's fleet
+// runs before it gives its lease up.
 func ackedThroughI1(t *testing.T) (r *clusterRig, ga *relaytest.Gateway) {
 	t.Helper()
 	r = newClusterRig(t, 2)
+	late := make(chan struct{})
+	r.inst[1].net.mu.Lock()
+	r.inst[1].net.lateRemovals = late
+	r.inst[1].net.mu.Unlock()
+	t.Cleanup(func() { close(late) }) // before the instances shut down
 	r.inst[1].discord.deliver("t1", "c1", "u0", "e0")
 	if who := r.waitAcquired(t); who != "i1" {
 		t.Fatalf("%s took the tenant's lease, want i1 (it stored e0)", who)
@@ -1477,6 +1502,7 @@ func ackedThroughI1(t *testing.T) (r *clusterRig, ga *relaytest.Gateway) {
 	if ev.Text != "e0" {
 		t.Fatalf("ga got %q, want e0", ev.Text)
 	}
+	relay.StopLedgerFlushes(r.inst[1].h.Server)
 	mark := r.inst[1].buffered.mark()
 	ga.Ack(t, id)
 	r.inst[1].buffered.wait(t, mark, 0, "e0's ack to reach the driver")

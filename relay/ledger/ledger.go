@@ -1525,7 +1525,7 @@ func (p *Pool) sweep(ctx context.Context) {
 
 // Close stops the pool's goroutines, ending a sweep under way, and writes
 // the removals still queued. Ledgers keep working in memory, but their
-// removals are no longer written.
+// removals are written only by a Flush.
 func (p *Pool) Close(ctx context.Context) {
 	p.closeOnce.Do(func() {
 		p.stop()
