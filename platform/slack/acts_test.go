@@ -1614,7 +1614,6 @@ func waitingFrame(ctx context.Context, t *testing.T) (b *env, clk *clocktest.Fak
 	case <-time.After(waitFor):
 		t.Fatalf("timed out after %v waiting for the first frame's chat.startStream", waitFor)
 	}
-	timers := clk.Pending()
 	copied := make(chan contract.Result, 1)
 	go func() {
 		raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 7, "content": "Hello",
@@ -1624,7 +1623,7 @@ func waitingFrame(ctx context.Context, t *testing.T) (b *env, clk *clocktest.Fak
 	}()
 	wctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	if err := clk.WaitPending(wctx, timers+1); err != nil {
+	if err := clk.WaitSleepers(wctx, 1); err != nil { // in its chat's frame queue, not only past its deadline's timer
 		t.Fatalf("waiting for the copy to wait for the first frame's claim: %v", err)
 	}
 	return b, clk, started1, copied, release
