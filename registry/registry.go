@@ -1599,16 +1599,21 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 // write the replicas did not acknowledge (store.ErrNotReplicated) is
 // taken back, what it replaced back in place, and is that error: a
 // refused code does not count as outstanding. A deletion of the tenant
-// meanwhile takes it back too (keptFor). Neither take-back removes the
-// same entry another write made since (stamped), for a tenant made again
-// under the id either.
+// meanwhile takes it back too (keptFor), another tenant's entry it
+// replaced (a user's DM default) back in place. Neither take-back removes
+// the same entry another write made since (stamped), for a tenant made
+// again under the id either.
 func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any, fresh bool) error {
-	data, err := r.write(ctx, namespace, key, v, fresh)
+	data, was, err := r.write(ctx, namespace, key, v, fresh)
 	if err != nil {
 		return err
 	}
+	var of struct{ Tenant string }
+	if json.Unmarshal(was, &of) != nil || of.Tenant == tenant {
+		was = nil // the tenant's own goes with it
+	}
 	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
-		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
+		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, was)
 		return err
 	}); err != nil {
 		return err
@@ -1618,27 +1623,27 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 }
 
 // write is put's write, without its look at the tenant nor its
-// notification: it stores v stamped, and returns it as stored.
-func (r *Registry) write(ctx context.Context, namespace, key string, v any, fresh bool) ([]byte, error) {
-	data, err := stamped(v)
-	if err != nil {
-		return nil, err
+// notification: it stores v stamped, and returns it as stored, and what
+// it replaced (nil: none).
+func (r *Registry) write(ctx context.Context, namespace, key string, v any, fresh bool) (data, was []byte, err error) {
+	if data, err = stamped(v); err != nil {
+		return nil, nil, err
 	}
 	for range maxSwaps {
 		var old store.Entry
 		if !fresh {
 			if old, _, err = r.kv.Get(ctx, namespace, key); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if swapped, err := r.swap(ctx, namespace, key, old.Value, data); err != nil || swapped {
-			return data, err
+			return data, old.Value, err
 		}
 		if fresh {
-			return nil, fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
+			return nil, nil, fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
 		}
 	}
-	return nil, fmt.Errorf("%w: %s entry %q kept changing while being written; try again", ErrConflict, namespace, key)
+	return nil, nil, fmt.Errorf("%w: %s entry %q kept changing while being written; try again", ErrConflict, namespace, key)
 }
 
 // notify tells every instance to look again. A lost notification is made
