@@ -1122,3 +1122,32 @@ func TestSetPrincipalTakesBackTheWholeListOnRedis(t *testing.T) {
 		t.Errorf("allow-list left after the take-back: %v, want only the one whose take-back failed", allow)
 	}
 }
+
+// TestClaimTakeBackRestoresTheClaimItReplaced: a claimed chat 701 of
+// guild 700, which is then bound to b, setting a's claim aside. b's claim
+// of 701 replaces a's, and, asked for by a gateway that is no longer b's
+// (deprovisioned meanwhile), is taken back: a's claim is back in place.
+// Before, the take-back removed the key and a's claim was lost.
+func TestClaimTakeBackRestoresTheClaimItReplaced(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chat := platform.Chat{ID: "701", Space: "700"}
+	if err := r.Claim(ctx, "a", "discord", chat); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Claim(registry.ForGateway(ctx, "gone", nil), "b", "discord", chat); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("b's claim, asked for by a gateway b does not have: %v, want ErrNotFound", err)
+	}
+	s, _ := effective(t, r)
+	if a, b := bindingsOf(s, "a", platform.BindScope), bindingsOf(s, "b", platform.BindScope); !slices.Equal(a, []string{"discord:701"}) || len(b) != 0 {
+		t.Fatalf("claims after b's take-back: a %v, b %v; want a's only", a, b)
+	}
+}

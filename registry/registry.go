@@ -1416,7 +1416,8 @@ const nsOwnership = "registry/ownership"
 // put-back failed stands (on the primary at least) and is
 // errBindingStays. next's tenant
 // must exist (else ErrNotFound), and a deletion of it meanwhile takes
-// next back (keptFor), a write that stays so too. It needs no
+// next back (keptFor), a write that stays so too, another tenant's
+// binding it replaced (a claim set aside) back in place. It needs no
 // lock of its caller's, and takes bindMu for its rounds.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) (guard, written []byte, err error) {
 	var value []byte
@@ -1432,11 +1433,11 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 		}
 	}
 	r.bindMu.Lock()
-	guard, wrote, err := r.swapBindingLocked(ctx, key, next, value, decide)
+	guard, was, wrote, err := r.swapBindingLocked(ctx, key, next, value, decide)
 	r.bindMu.Unlock()
 	if next != nil && (wrote || errors.Is(err, errBindingStays)) {
 		if kerr := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
-			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
+			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, othersOnly(was, next.Tenant))
 			return err
 		}); kerr != nil {
 			return nil, nil, kerr
@@ -1467,17 +1468,18 @@ func stamped(v any) ([]byte, error) {
 }
 
 // swapBindingLocked is swapBinding's rounds, under bindMu: the guard it
-// wrote, and whether it wrote (value under key; nil: removed it).
-func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Binding, value []byte, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, bool, error) {
+// wrote, what it replaced (a refused write too, errBindingStays), and
+// whether it wrote (value under key; nil: removed it).
+func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Binding, value []byte, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, []byte, bool, error) {
 	for round := range maxSwaps {
 		if err := backoff(ctx, round); err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		var guard []byte
 		if next != nil {
 			e, ok, err := r.kv.Get(ctx, nsOwnership, next.Platform)
 			if err != nil {
-				return nil, false, err
+				return nil, nil, false, err
 			}
 			if ok {
 				guard = e.Value
@@ -1486,26 +1488,26 @@ func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Bind
 		var cur *Binding
 		e, ok, err := r.kv.Get(ctx, nsBindings, key)
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		var old []byte
 		if ok {
 			old = e.Value
 			cur = new(Binding)
 			if err := json.Unmarshal(e.Value, cur); err != nil {
-				return nil, false, fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
+				return nil, nil, false, fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
 			}
 		}
 		write, err := decide(cur, guard)
 		if err != nil || !write {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, key, old, value)
 		// A swap the replicas did not acknowledge (store.ErrNotReplicated)
 		// applied on the primary: it is put back, as a refused write.
 		unreplicated := errors.Is(err, store.ErrNotReplicated)
 		if err != nil && !unreplicated {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		if !swapped && !unreplicated {
 			continue
@@ -1529,13 +1531,13 @@ func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Bind
 			r.notify(back) // a look caught between the two swaps is made up for
 			cancel()
 			if err != nil {
-				return nil, false, err
+				return nil, old, false, err
 			}
 			continue
 		}
-		return wrote, true, nil
+		return wrote, old, true, nil
 	}
-	return nil, false, fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
+	return nil, nil, false, fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
 }
 
 // SetPolicy stores p, replacing the tenant's earlier policy on the
@@ -1608,18 +1610,25 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 	if err != nil {
 		return err
 	}
-	var of struct{ Tenant string }
-	if json.Unmarshal(was, &of) != nil || of.Tenant == tenant {
-		was = nil // the tenant's own goes with it
-	}
 	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
-		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, was)
+		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, othersOnly(was, tenant))
 		return err
 	}); err != nil {
 		return err
 	}
 	r.notify(ctx)
 	return nil
+}
+
+// othersOnly is was, an entry a write for tenant replaced, when it is
+// another tenant's, which a take-back of the write puts back; nil (the
+// entry removed) when it is tenant's own or none.
+func othersOnly(was []byte, tenant string) []byte {
+	var of struct{ Tenant string }
+	if json.Unmarshal(was, &of) != nil || of.Tenant == tenant {
+		return nil
+	}
+	return was
 }
 
 // write is put's write, without its look at the tenant nor its
