@@ -407,10 +407,9 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 // (links, scope claims, DM defaults, principal, allow-list) and its
 // outstanding link codes, and returns how many bindings went. The codes
 // go first: a redemption that consumed one before has written its link,
-// which goes with the others (see RedeemLinkCode).
+// which goes with the others (see RedeemLinkCode). It takes no lock:
+// another tenant's changes go on while it sweeps.
 func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if _, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return c.Tenant == tenant }); err != nil {
 		return 0, err
 	}

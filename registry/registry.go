@@ -589,26 +589,33 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t stor
 // only entries it listed, each only after reading the tenant still being
 // deleted (sweepEntry), so a tenant made again under the id meanwhile
 // keeps what it made, the same bytes as the old tenant's too
-// (removeMarked).
+// (removeMarked). It holds mu until the tenant has ended, not across the
+// sweep: another tenant's changes go on meanwhile.
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
+	raw, err := r.endTenant(ctx, id)
+	if err != nil {
+		return err
+	}
+	return r.sweepTenant(ctx, id, raw)
+}
+
+// endTenant makes stored tenant id's generation tombstone, under mu, and
+// returns it as stored.
+func (r *Registry) endTenant(ctx context.Context, id string) ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredTenant(id) {
-		return ErrDeclared
+		return nil, ErrDeclared
 	}
 	var t storedTenant
 	raw, ok, err := r.getRaw(ctx, nsTenants, id, &t)
-	if err != nil {
-		return err
-	} else if !ok {
-		return ErrNotFound
+	if err != nil || !ok {
+		return nil, cmp.Or(err, ErrNotFound)
 	}
-	if t.Gen != tombstone {
-		if raw, err = r.swapTenant(ctx, id, raw, storedTenant{Tenant{ID: id}, tombstone}); err != nil {
-			return err
-		}
+	if t.Gen == tombstone {
+		return raw, nil
 	}
-	return r.sweepTenant(ctx, id, raw)
+	return r.swapTenant(ctx, id, raw, storedTenant{Tenant{ID: id}, tombstone})
 }
 
 // sweepTenant is DeleteTenant's sweep of tenant id, being deleted as raw,
