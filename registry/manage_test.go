@@ -409,7 +409,7 @@ func TestSpentCodesAreNotOutstanding(t *testing.T) {
 		if err != nil {
 			t.Fatalf("code %d, the earlier ones redeemed: %v", i, err)
 		}
-		if _, err := r.RedeemLinkCode(ctx, "telegram", strconv.Itoa(i), code); err != nil {
+		if _, err := r.RedeemLinkCode(ctx, "telegram", strconv.Itoa(i+1), code); err != nil {
 			t.Fatalf("redeem code %d: %v", i, err)
 		}
 	}

@@ -1735,8 +1735,8 @@ func CanonicalBinding(b Binding) (Binding, error) {
 		b.ID = strconv.FormatUint(n, 10)
 	case b.Platform == "telegram" && (b.Kind == platform.BindChat || authorKind):
 		n, err := strconv.ParseInt(b.ID, 10, 64)
-		if err != nil {
-			return bad("a chat or user id")
+		if err != nil || n == 0 {
+			return bad("a non-zero chat or user id")
 		}
 		b.ID = strconv.FormatInt(n, 10)
 	case b.Platform == "slack" && b.Kind == platform.BindTeam:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -148,7 +149,8 @@ func relayTenants(s registry.State) []relay.Tenant {
 }
 
 // apply reads the merged registry and applies it. Each part is applied on
-// its own: a platform refusing its table does not hold back the relay.
+// its own: a platform refusing its table does not hold back the relay,
+// nor the other platforms.
 func (l *live) apply(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -196,10 +198,15 @@ func (l *live) applyLocked(ctx context.Context) error {
 	for _, k := range l.keepers {
 		k.SetTenants(created)
 	}
+	// A platform refusing its table (a binding stored by an older
+	// version) holds back no other platform, nor the policies and the
+	// secrets' expiry.
 	bindings := s.PlatformBindings()
+	var refused error
 	for name, b := range l.binders {
 		if err := b.Bind(bindings[name]); err != nil {
-			return failed(slog.LevelError, "registry bindings not applied", err, "platform", name)
+			l.log.Error("registry bindings not applied", "platform", name, "err", err)
+			refused = cmp.Or(refused, err)
 		}
 	}
 	l.reportSetAside(bindings)
@@ -209,6 +216,10 @@ func (l *live) applyLocked(ctx context.Context) error {
 	}
 	l.schedule(next)
 	l.tenants.Store(int64(len(s.Tenants)))
+	if refused != nil {
+		l.metrics.applies.WithLabelValues("error").Inc()
+		return refused
+	}
 	l.appliedOK = true
 	l.metrics.applies.WithLabelValues("ok").Inc()
 	l.log.Debug("registry applied", "tenants", len(s.Tenants), "gateways", len(s.Gateways), "bindings", len(s.Bindings))

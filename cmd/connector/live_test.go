@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"os"
@@ -15,6 +17,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
+	"connector/platform"
 	"connector/registry"
 )
 
@@ -280,5 +283,61 @@ func TestDeletedTenantsMediaGoesWithIt(t *testing.T) {
 		if !fetchable("t1", declared) {
 			t.Errorf("round %d: the declared tenant's media object went too", round)
 		}
+	}
+}
+
+// tableTaker records the bindings and policies each apply gives it, and
+// refuses its bindings when refuse is set.
+type tableTaker struct {
+	refuse   error
+	bindings []platform.Binding
+	policies map[string]platform.Relevance
+}
+
+func (p *tableTaker) Bind(bs []platform.Binding) error {
+	if p.refuse != nil {
+		return p.refuse
+	}
+	p.bindings = bs
+	return nil
+}
+
+func (p *tableTaker) SetRelevance(byTenant map[string]platform.Relevance) { p.policies = byTenant }
+
+// TestRefusedTableHoldsBackNoOtherPlatform: a platform refusing its
+// bindings (one a tenant stored that it cannot route) fails the apply,
+// but every other platform gets its bindings and every platform its
+// tenants' policies. Before, the apply stopped at the refusal: the
+// platforms after it, and the policies, kept the tables of the last
+// apply, on every instance, until the binding went.
+func TestRefusedTableHoldsBackNoOtherPlatform(t *testing.T) {
+	st := memStore(t)
+	ctx := context.Background()
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	refuser, taker := &tableTaker{refuse: errors.New("refused (injected)")}, &tableTaker{}
+	c.live.binders = map[string]platform.Binder{"telegram": refuser, "discord": taker}
+	c.live.relevance = map[string]platform.RelevanceTaker{"telegram": refuser, "discord": taker}
+	reg := c.live.reg
+	err = cmp.Or(reg.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "900", Tenant: "t1"}),
+		reg.SetPolicy(ctx, registry.Policy{Tenant: "t1", Platform: "discord", RequireAddress: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.live.apply(ctx); !errors.Is(err, refuser.refuse) {
+		t.Fatalf("an apply one platform refused: %v, want its refusal", err)
+	}
+	if len(taker.bindings) != 1 || taker.bindings[0].ID != "900" {
+		t.Errorf("the other platform's bindings: %v, want guild 900", taker.bindings)
+	}
+	if !taker.policies["t1"].RequireAddress || refuser.policies == nil {
+		t.Errorf("policies given: %v and %v, want t1's to both platforms", taker.policies, refuser.policies)
 	}
 }
