@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -172,6 +174,10 @@ func (l *live) applyChanged(ctx context.Context) {
 	_ = l.applyLocked(ctx)
 }
 
+// errTableRefused is an apply's error once the relay took the registry
+// and a platform refused its bindings: the rest is applied all the same.
+var errTableRefused = errors.New("registry: a platform refused its bindings")
+
 // applyLocked is apply, called under mu.
 func (l *live) applyLocked(ctx context.Context) error {
 	failed := func(level slog.Level, msg string, err error, args ...any) error {
@@ -218,7 +224,7 @@ func (l *live) applyLocked(ctx context.Context) error {
 	l.tenants.Store(int64(len(s.Tenants)))
 	if refused != nil {
 		l.metrics.applies.WithLabelValues("error").Inc()
-		return refused
+		return fmt.Errorf("%w: %w", errTableRefused, refused)
 	}
 	l.appliedOK = true
 	l.metrics.applies.WithLabelValues("ok").Inc()

@@ -341,3 +341,48 @@ func TestRefusedTableHoldsBackNoOtherPlatform(t *testing.T) {
 		t.Errorf("policies given: %v and %v, want t1's to both platforms", taker.policies, refuser.policies)
 	}
 }
+
+// TestSighupRefusedTableKeepsTheFile: a SIGHUP whose file removes gateway
+// gw2, applied while a platform refuses its bindings (a stored binding),
+// keeps the file's layer: gw2, whose sockets the relay closed, stays
+// gone, and the reload counts ok. Before, the reload was rolled back
+// after the relay had taken it: gw2 was declared again, its sockets
+// closed 4401 all the same.
+func TestSighupRefusedTableKeepsTheFile(t *testing.T) {
+	st := memStore(t)
+	two := "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}, {id: gw2, secrets: [s2]}]\n"
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, two), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	one, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.live.binders = map[string]platform.Binder{"telegram": &tableTaker{refuse: errors.New("refused (injected)")}}
+	hangups := make(chan os.Signal, 1)
+	c.reload = &reloader{hangups: hangups, read: func() (*Config, error) { return one, nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := c.reloadOnHangup(ctx)
+	defer stop()
+	hangups <- syscall.SIGHUP
+	ok, notApplied := c.live.metrics.reloads.WithLabelValues(reloadOK), c.live.metrics.reloads.WithLabelValues(reloadNotApplied)
+	for deadline := time.Now().Add(10 * time.Second); value(ok)+value(notApplied) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("no reload counted 10 s after SIGHUP")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if value(ok) != 1 {
+		t.Errorf("the reload counted not_applied, want ok")
+	}
+	if gws := c.live.reg.Declared().Gateways; len(gws) != 1 || gws[0].ID != "gw1" {
+		t.Errorf("declared gateways after the reload: %v, want gw1 alone (the file's)", gws)
+	}
+}
