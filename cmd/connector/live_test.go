@@ -386,3 +386,66 @@ func TestSighupRefusedTableKeepsTheFile(t *testing.T) {
 		t.Errorf("declared gateways after the reload: %v, want gw1 alone (the file's)", gws)
 	}
 }
+
+// TestDeletedTenantsSeriesGo: an apply that finds a tenant deleted
+// deletes its metric series (inbound, buffered, ignored frames, delivery
+// statuses), and the tenant made again under its id reports to new ones.
+// Before, a deleted tenant's series stayed for good: the metrics grew
+// with every tenant made and deleted.
+func TestDeletedTenantsSeriesGo(t *testing.T) {
+	st := memStore(t)
+	ctx := context.Background()
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	seriesOf := func(tenant string) (n int) {
+		families, err := c.metrics.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "tenant" && l.GetValue() == tenant {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	report := func(tenant string) {
+		c.metrics.Inbound("telegram", tenant, "queued")
+		c.metrics.BufferedOf(tenant)(3)
+		c.metrics.FrameIgnored(tenant, "malformed")
+		c.metrics.DeliveryStatus("whatsapp_cloud", tenant, "read")
+	}
+	reg := c.live.reg
+	if err := cmp.Or(reg.CreateTenant(ctx, registry.Tenant{ID: "gone"}), c.live.apply(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	report("gone")
+	report("t1")
+	if err := cmp.Or(reg.DeleteTenant(ctx, "gone"), c.live.apply(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	if n := seriesOf("gone"); n > 1 { // its connection gauge stays
+		t.Errorf("%d series of the deleted tenant after the apply, want its connection gauge alone", n)
+	}
+	if n := seriesOf("t1"); n < 4 {
+		t.Errorf("%d series of t1, which stays, want its 4 at least", n)
+	}
+	if err := cmp.Or(reg.CreateTenant(ctx, registry.Tenant{ID: "gone"}), c.live.apply(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	report("gone")
+	if n := seriesOf("gone"); n < 4 {
+		t.Errorf("%d series of the tenant made again, want its 4 at least", n)
+	}
+}
