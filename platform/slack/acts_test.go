@@ -1629,23 +1629,37 @@ func waitingFrame(ctx context.Context, t *testing.T) (b *env, clk *clocktest.Fak
 	return b, clk, started1, copied, release
 }
 
-// TestFrameWaitingForAClaimHoldsNoTurn: a copy of a stream's first frame
-// waits on another instance for the claim of the first, still starting
-// the stream; meanwhile the tenant's send into the chat on that instance
-// is posted at once. Before, the copy waited in the chat's turn, holding
-// every later op of the chat on the instance until its deadline.
-func TestFrameWaitingForAClaimHoldsNoTurn(t *testing.T) {
+// TestSendBehindAWaitingFrameSealsItsStream: a copy of a stream's first
+// frame waits on another instance for the claim of the first, still
+// starting the stream, when the gateway's final send of the turn (sent
+// without awaiting the frame's answer) reaches that instance. The send
+// waits for the frame and, once the stream is recorded, seals it: one
+// reply. Before, the send went ahead of the waiting frame, found no
+// stream and was posted beside it, a second copy of the reply.
+func TestSendBehindAWaitingFrameSealsItsStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	b, _, _, _, _ := waitingFrame(ctx, t)
-	act, err := contract.DecodeAction(json.RawMessage(`{"op":"send","chat_id":"` + chanGeneral + `","content":"Meanwhile."}`))
+	b, clk, first, copied, release := waitingFrame(ctx, t)
+	act, err := contract.DecodeAction(json.RawMessage(`{"op":"send","chat_id":"` + chanGeneral + `","content":"Hello, world.",
+		"metadata":{"thread_id":"1768490100.000100","user_id":"` + userAda + `","message_id":"1768490100.000100"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer scancel()
-	if r := b.p.Execute(sctx, "t1", &act); !r.Success {
-		t.Fatalf("the send while a frame waits for a claim: %+v", r)
+	sent := make(chan contract.Result, 1)
+	go func() { sent <- b.p.Execute(ctx, "t1", &act) }()
+	select { // bounded: the send must not be answered while the stream is starting
+	case r := <-sent:
+		t.Fatalf("the send answered %+v while the frame before it waited for a claim", r)
+	case <-time.After(sealPoll):
+	}
+	release()
+	ts := (<-first).MessageID
+	clk.Advance(sealPoll) // the copy tries again
+	if r1, r2 := <-copied, <-sent; !r1.Success || r1.MessageID != ts || !r2.Success || r2.MessageID != ts {
+		t.Fatalf("the copy %+v and the send %+v, want both the stream %s", r1, r2, ts)
+	}
+	if n, m := len(b.fake.Calls("chat.stopStream")), len(b.fake.Calls("chat.postMessage")); n != 1 || m != 0 {
+		t.Fatalf("%d chat.stopStream and %d chat.postMessage, want the stream sealed and nothing posted", n, m)
 	}
 }
 

@@ -140,10 +140,9 @@ func digest(text string) string {
 type streams struct {
 	state store.Capabilities
 	clock clock.Clock
+	// turns orders each tenant's chat's frames and sends on this
+	// instance, a frame's waits for a claim included (draft).
 	turns *chatorder.Queue[streamKey]
-	// frames orders each tenant's chat's frames on this instance, waits
-	// for a claim included (draft).
-	frames *chatorder.Queue[streamKey]
 	// vault judges whether a record was written for an earlier tenant of
 	// its tenant's id (vault.Predates); nil judges none so.
 	vault vault.Store
@@ -230,24 +229,14 @@ func cutCursor(text string) string {
 	return text
 }
 
-// inTurn runs fn in k's turn on this instance (a frame's try or a send's
-// seal, one at a time), answering one that waited past its deadline as
-// unavailable.
-func (p *Platform) inTurn(ctx context.Context, k streamKey, fn func() contract.Result) contract.Result {
-	var r contract.Result
-	if err := p.streams.turns.Do(ctx, k, func() error { r = fn(); return nil }); err != nil {
-		return p.failure(contract.OpDraft, err)
-	}
-	return r
-}
-
-// draft streams one frame, or seals the stream with final, behind the
-// chat's earlier frames on this instance. A frame whose claim another
-// copy of it holds (claimFrame) waits outside k's turn, so the tenant's
-// sends into the chat go on meanwhile, and is tried again every sealPoll:
-// it then finds the record that copy left, or takes the claim once it is
-// released (that copy sent nothing) or lapsed (its instance died). One
-// still waiting at its deadline fails, retryable.
+// draft streams one frame, or seals the stream with final, in k's turn
+// on this instance. A frame whose claim another copy of it holds
+// (claimFrame) waits in its turn, so the tenant's later frames and sends
+// into the chat wait behind it (a send that is the stream's final text
+// then seals the stream its copy started: sealByContent), and is tried
+// again every sealPoll: it then finds the record that copy left, or takes
+// the claim once it is released (that copy sent nothing) or lapsed (its
+// instance died). One still waiting at its deadline fails, retryable.
 func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
 	switch {
 	case a.DraftID == 0:
@@ -257,11 +246,10 @@ func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contra
 	}
 	k := streamKey{tenant, t.channel}
 	var r contract.Result
-	err := p.streams.frames.Do(ctx, k, func() error {
+	err := p.streams.turns.Do(ctx, k, func() error {
 		for {
-			held := false
-			r = p.inTurn(ctx, k, func() (r contract.Result) { r, held = p.frame(ctx, tenant, t, a, k); return r })
-			if !held {
+			var held bool
+			if r, held = p.frame(ctx, tenant, t, a, k); !held {
 				return nil
 			}
 			if p.clock.Sleep(ctx, sealPoll) != nil {
@@ -498,20 +486,21 @@ func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, turn, fina
 // not post it again. ok is false when there is no such stream.
 func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	k := streamKey{tenant, t.channel}
-	r := p.inTurn(ctx, k, func() contract.Result {
+	var r contract.Result
+	// A send that waited out its turn is posted (and fails: its deadline passed).
+	_ = p.streams.turns.Do(ctx, k, func() error {
 		st, open, err := p.streams.load(ctx, k)
 		if err != nil || !open || st.Done || st.Sent == 0 || st.otherTurn(a) {
-			return contract.Result{}
+			return nil
 		}
 		text := cutCursor(a.Content)
 		if !st.extendedBy(text) {
-			return contract.Result{}
+			return nil
 		}
-		ts, err := p.seal(ctx, k, &st, st.Turn, text)
-		if err != nil {
-			return contract.Result{} // post it normally; Slack ends the stream
+		if ts, err := p.seal(ctx, k, &st, st.Turn, text); err == nil { // else posted normally; Slack ends the stream
+			r = contract.OK(ts)
 		}
-		return contract.OK(ts)
+		return nil
 	})
 	return r, r.Success
 }

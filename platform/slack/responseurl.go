@@ -143,7 +143,7 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 // privateReply posts content to the command's user alone: through its
 // response_url while it takes posts, the first replacing the
 // acknowledgement, the parts beyond its remaining posts cut with a notice;
-// if a post fails, every part with chat.postEphemeral (with workspace
+// if a post fails, it and the parts after it with chat.postEphemeral (with workspace
 // team's token: the tenant's, teamFor) instead; if that fails too, the
 // result fails (nothing is posted publicly).
 func (p *Platform) privateReply(ctx context.Context, tenant, team, sessionKey string, ref responseRef, url string, stored time.Time, content string) contract.Result {
@@ -156,8 +156,9 @@ func (p *Platform) privateReply(ctx context.Context, tenant, team, sessionKey st
 			posts[room-1] = strings.TrimRightFunc(posts[room-1], pytext.IsSpace) +
 				"\n\n_[Reply truncated: " + strconv.Itoa(len(parts)-room) + " more part(s) exceeded Slack's ephemeral reply limit.]_"
 		}
-		for i, part := range posts {
-			msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: slots[i] == 0, Text: part}
+		sent := 0
+		for ; sent < len(posts); sent++ {
+			msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: slots[sent] == 0, Text: posts[sent]}
 			if err = p.postResponseURL(ctx, url, msg); err != nil {
 				break
 			}
@@ -166,7 +167,8 @@ func (p *Platform) privateReply(ctx context.Context, tenant, team, sessionKey st
 		if err == nil {
 			return contract.OK("")
 		}
-		p.log.Warn("slack response_url reply failed; posting it ephemerally", "err", p.errorText(err))
+		p.log.Warn("slack response_url reply failed; posting the rest ephemerally", "err", p.errorText(err))
+		parts = parts[sent:]
 	}
 	for _, part := range parts {
 		err := p.callIn(ctx, team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {

@@ -123,6 +123,40 @@ func TestSlashReplyFallsBackPrivately(t *testing.T) {
 	}
 }
 
+// TestSlashReplyFailingPartwayGoesOnEphemerally: a two-part reply to a
+// slash command whose response_url takes the first part and fails the
+// second goes on with the second part by chat.postEphemeral. Before,
+// every part was posted ephemerally, so the user saw the first twice.
+func TestSlashReplyFailingPartwayGoesOnEphemerally(t *testing.T) {
+	fake := newFake(t)
+	upstream, err := url.Parse(fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posts atomic.Int32
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/response/") && posts.Add(1) == 2 {
+			http.Error(w, "no", http.StatusInternalServerError)
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	e := newEnvOn(t, fake, func(c *Config) { c.APIURL = proxy.URL + "/" }, nil)
+	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", proxy.URL+"/response/r1"))
+	e.sink.Next(t)
+	part := strings.Repeat(strings.Repeat("x", 999)+"\n", 39)
+	if r := e.execute(t, "t1", sprintf(slashSend, part+part, "")); !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	parts := mrkdwnParts(part + part)
+	eph := e.fake.Calls("chat.postEphemeral")
+	if out := e.fake.Responses(); len(parts) != 2 || len(out) != 1 || out[0].Body["text"] != parts[0] || len(eph) != 1 || eph[0].Form.Get("text") != parts[1] {
+		t.Fatalf("%d parts: %d response_url posts, %d ephemeral, want the first part through the response_url and the second ephemerally", len(parts), len(e.fake.Responses()), len(eph))
+	}
+}
+
 // TestResponseURLNeverLogged: a slash command's response_url is a
 // capability (docs/security.md); when posting to it fails on the network,
 // neither the log nor the result names it.

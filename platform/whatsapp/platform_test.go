@@ -299,8 +299,10 @@ func TestRedeliveryDeliveredOnceAcrossInstances(t *testing.T) {
 	if code := b.post(t, body); code != http.StatusServiceUnavailable {
 		t.Fatalf("refused delivery answered %d, want 503", code)
 	}
-	if a.post(t, body) != 200 || a.post(t, body) != 200 {
-		t.Fatal("retry not answered 200")
+	for range 2 { // the retry, then its redelivery
+		if a.post(t, body) != 200 {
+			t.Fatal("retry not answered 200")
+		}
 	}
 	if got := a.sink.all(); len(got) != 2 || got[1].Event.MessageID != "wamid.R2" {
 		t.Fatalf("after the retry: %d deliveries on a", len(got))
