@@ -492,18 +492,23 @@ func parseBeat(list []byte) (out map[string]beatEntry, no int64) {
 // with frames lost is broken, and each other one listed is credited the
 // total the peer reported. unknown are the conns listed that no member
 // here matches. A beat numbered no later than one taken from the peer
-// (pub/sub delivering it again late) is ignored.
+// (pub/sub delivering it again late) is ignored, unless it is numbered
+// lower than any beat of the resend window's could be: the peer restarted
+// under its name with its clock set back.
 func (cl *fleet) takeBeat(typ byte, peer string, list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64, unknown map[string]beatEntry) {
 	now := cl.p.deps.Clock.Now()
 	listed, no := parseBeat(list)
 	credits = make(map[*member]int64)
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if key := string(typ) + peer; no != 0 {
-		if took, ok, _ := cl.tookBeat.Get(cl.ctx, key); ok && no <= int64(cluster.Uint(took)) {
+	if key, window := string(typ)+peer, cl.node.ResendWindow()+cluster.LostBeats*cl.node.Beat(); no != 0 {
+		// The peer beats at most once a beat, so a beat sent again lags
+		// the last one by at most the window's beats.
+		took, ok, _ := cl.tookBeat.Get(cl.ctx, key)
+		if last := int64(cluster.Uint(took)); ok && no <= last && last-no <= int64(window/cl.node.Beat()) {
 			return nil, nil, nil, nil
 		}
-		_ = cl.tookBeat.Put(cl.ctx, key, cluster.AppendUint(nil, uint64(no)), now.Add(cl.node.ResendWindow()+cluster.LostBeats*cl.node.Beat()))
+		_ = cl.tookBeat.Put(cl.ctx, key, cluster.AppendUint(nil, uint64(no)), now.Add(window))
 	}
 	for _, m := range members {
 		conn, since, in, ok := linked(m)
