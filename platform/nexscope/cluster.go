@@ -933,7 +933,9 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			}
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
-		cl.node.Reply(req, raw)
+		// Waiting for room: msgTaken stops now, so the forwarder would
+		// wait its whole deadline for a result lost.
+		cl.node.ReplyWait(cl.ctx, req, raw)
 	}()
 }
 

@@ -737,3 +737,50 @@ func TestClusterForwardTakenByALiveFormerHomeGetsItsAnswer(t *testing.T) {
 		t.Fatal("the send is not answered")
 	}
 }
+
+// TestClusterForwardAnsweredOverAFullOutboxArrives: the result of a
+// forwarded send that finds the home's outbox full (Redis slow to take a
+// burst) waits for room, not lost: the home tells the forwarder no more
+// that it runs the send, so the forwarder, hearing nothing, would wait its
+// whole deadline and answer `unavailable` over a send that was made.
+func TestClusterForwardAnsweredOverAFullOutboxArrives(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstance(t, srv, cfg, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	held := make(chan struct{})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(held) }) }) // before the home stops: it publishes what is queued
+	hold := func(string, []byte) bool { <-held; return false }
+	home.lose.Store(&hold) // the home's publisher waits on Redis
+	for home.p.cluster.node.Send("elsewhere", 'Z') {
+	}
+	results := make(chan contract.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	}()
+	if m := alice.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("alice got %v, want the forwarded send", m)
+	}
+	waitFor(t, "the home done with the send, or waiting for room to answer it", func() bool {
+		return !goroutineIn("nexscope.(*fleet).execHere")() || goroutineIn("nexscope.(*fleet).execHere", "SendWait")()
+	})
+	release.Do(func() { close(held) })
+	select {
+	case res := <-results:
+		if !res.Success {
+			t.Fatalf("send = %+v, want the home's answer: it was sent", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the send is not answered")
+	}
+}
