@@ -795,7 +795,8 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 // (r.away) does: this instance becomes the room's home (the home asked
 // dropped the room or lost its lease, and will not answer) or drops it, or
 // the home that took it is gone (silent for cluster.LostBeats beats: it
-// tells msgTaken every beat until it answers).
+// tells msgTaken every beat until it answers; one a home found taken by
+// another, msgClaimed, is gone unless that one names itself in time).
 func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, a *contract.Action) contract.Result {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
