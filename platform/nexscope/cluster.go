@@ -935,8 +935,11 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
 		// Waiting for room: msgTaken stops now, so the forwarder would
-		// wait its whole deadline for a result lost.
-		cl.node.ReplyWait(cl.ctx, req, raw)
+		// wait its whole deadline for a result lost; not past that
+		// deadline (a shutdown waits for this goroutine).
+		ctx, cancel := context.WithTimeout(cl.ctx, forwardedExecTimeout)
+		cl.node.ReplyWait(ctx, req, raw)
+		cancel()
 	}()
 }
 
