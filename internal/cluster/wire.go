@@ -204,9 +204,16 @@ func (n *Node) CallAgain(ctx context.Context, every time.Duration, channel strin
 	}
 }
 
-// Reply answers m, a request a HandleCall handler got, with result.
+// Reply answers m, a request a HandleCall handler got, with result; a
+// full outbox loses it (Send).
 func (n *Node) Reply(m Msg, result []byte) {
 	n.Send(Inbox(m.From), typeResult, m.req, result)
+}
+
+// ReplyWait is Reply waiting while the outbox is full (SendWait), for a
+// result its caller would otherwise wait for until its deadline.
+func (n *Node) ReplyWait(ctx context.Context, m Msg, result []byte) bool {
+	return n.SendWait(ctx, Inbox(m.From), typeResult, m.req, result)
 }
 
 // answered hands a result (fields: the request's name, the result) to the

@@ -65,6 +65,7 @@ const (
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
 	msgExec     = 'x' // call on the room channel: tenant, exec (execClaim), action (JSON, its budget in it: budgetKey)
 	msgTaken    = 'e' // forwarder's inbox: exec, from the home running it, every beat until it answers
+	msgClaimed  = 'o' // forwarder's inbox: exec, from a home that found it taken by another instance
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
@@ -225,6 +226,13 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		cl.mu.Lock()
 		if f := cl.forwards[string(m.Fields[0])]; f != nil && f.home == "" {
 			f.home, f.since = m.From, cl.p.deps.Clock.Now()
+		}
+		cl.mu.Unlock()
+	})
+	node.Handle(msgClaimed, 1, func(m cluster.Msg) {
+		cl.mu.Lock()
+		if f := cl.forwards[string(m.Fields[0])]; f != nil && f.since.IsZero() {
+			f.since = cl.p.deps.Clock.Now() // taken by a home not named yet
 		}
 		cl.mu.Unlock()
 	})
@@ -484,18 +492,23 @@ func parseBeat(list []byte) (out map[string]beatEntry, no int64) {
 // with frames lost is broken, and each other one listed is credited the
 // total the peer reported. unknown are the conns listed that no member
 // here matches. A beat numbered no later than one taken from the peer
-// (pub/sub delivering it again late) is ignored.
+// (pub/sub delivering it again late) is ignored, unless it is numbered
+// lower than any beat of the resend window's could be: the peer restarted
+// under its name with its clock set back.
 func (cl *fleet) takeBeat(typ byte, peer string, list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64, unknown map[string]beatEntry) {
 	now := cl.p.deps.Clock.Now()
 	listed, no := parseBeat(list)
 	credits = make(map[*member]int64)
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if key := string(typ) + peer; no != 0 {
-		if took, ok, _ := cl.tookBeat.Get(cl.ctx, key); ok && no <= int64(cluster.Uint(took)) {
+	if key, window := string(typ)+peer, cl.node.ResendWindow()+cluster.LostBeats*cl.node.Beat(); no != 0 {
+		// The peer beats at most once a beat, so a beat sent again lags
+		// the last one by at most the window's beats.
+		took, ok, _ := cl.tookBeat.Get(cl.ctx, key)
+		if last := int64(cluster.Uint(took)); ok && no <= last && last-no <= int64(window/cl.node.Beat()) {
 			return nil, nil, nil, nil
 		}
-		_ = cl.tookBeat.Put(cl.ctx, key, cluster.AppendUint(nil, uint64(no)), now.Add(cl.node.ResendWindow()+cluster.LostBeats*cl.node.Beat()))
+		_ = cl.tookBeat.Put(cl.ctx, key, cluster.AppendUint(nil, uint64(no)), now.Add(window))
 	}
 	for _, m := range members {
 		conn, since, in, ok := linked(m)
@@ -782,7 +795,8 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 // (r.away) does: this instance becomes the room's home (the home asked
 // dropped the room or lost its lease, and will not answer) or drops it, or
 // the home that took it is gone (silent for cluster.LostBeats beats: it
-// tells msgTaken every beat until it answers).
+// tells msgTaken every beat until it answers; one a home found taken by
+// another, msgClaimed, is gone unless that one names itself in time).
 func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, a *contract.Action) contract.Result {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -806,7 +820,9 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		cl.mu.Lock()
 		home, since := f.home, f.since
 		cl.mu.Unlock()
-		if home != "" {
+		if !since.IsZero() {
+			// A home not named ("": msgClaimed) is never heard from:
+			// gone unless its msgTaken names it within LostBeats beats.
 			if lost = cl.node.Gone(home, since); lost {
 				cancel()
 			}
@@ -837,7 +853,8 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 }
 
 // taker is the home that took a forwarded action (msgTaken) and when it
-// first told so; under fleet.mu.
+// first told so, or ("" home) when a home found it taken by another
+// (msgClaimed); under fleet.mu.
 type taker struct {
 	home  string
 	since time.Time
@@ -849,16 +866,22 @@ type taker struct {
 // (it woke from a pause past it, and still reads the room's channel until
 // its tenure's timer resigns the room) neither executes nor answers it:
 // the first answer is the one the forwarder takes, and it must be the
-// home's. A copy of one claimed before here is dropped undecoded; one
-// another instance claimed (a former home, gone unheard) is answered
-// unavailable.
+// home's. A copy of one claimed before here is dropped undecoded. One
+// another instance claimed (a former home, whose msgTaken was lost) is
+// not answered either, since that instance may be running it: the
+// forwarder is told (msgClaimed, at each copy) and waits for the word of
+// the one that took it, which it counts gone after LostBeats beats
+// without it.
 func (cl *fleet) execHere(req cluster.Msg) {
 	p := cl.p
 	exec := string(req.Fields[1])
 	if req.From == cl.node.Instance() {
 		return // its own forward, a copy read once it became the home: its forwardExec gives up (away)
 	}
-	if _, seen, _ := cl.execs.Get(cl.ctx, exec); seen || !p.track() {
+	if v, seen, _ := cl.execs.Get(cl.ctx, exec); seen || !p.track() {
+		if len(v) > 0 {
+			cl.sendNow(req.From, msgClaimed, req.Fields[1]) // its first word was lost
+		}
 		return // a copy: the first is answered
 	}
 	go func() { // decoded here, not on the channel's reader: an action may be megabytes
@@ -873,20 +896,21 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				return // not (any more) the room's home: the home answers
 			}
 			took, elsewhere := cl.claim(exec)
-			if !took && !elsewhere {
+			if elsewhere {
+				cl.sendNow(req.From, msgClaimed, req.Fields[1])
+			}
+			if !took {
 				return // a copy sent again: the first is answered (or its claim failed: a copy may take it)
 			}
-			if took {
-				cl.sendNow(req.From, msgTaken, req.Fields[1])
+			cl.sendNow(req.From, msgTaken, req.Fields[1])
+			cl.mu.Lock()
+			cl.running[exec] = req.From
+			cl.mu.Unlock()
+			defer func() {
 				cl.mu.Lock()
-				cl.running[exec] = req.From
+				delete(cl.running, exec)
 				cl.mu.Unlock()
-				defer func() {
-					cl.mu.Lock()
-					delete(cl.running, exec)
-					cl.mu.Unlock()
-				}()
-			}
+			}()
 			// The forwarder's caller gives up after budget: an action still
 			// running then would act after the gateway was told it failed.
 			// One spent when it was forwarded (0 or less; a field that is no
@@ -901,28 +925,31 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				}
 				budget = time.Duration(min(ms, forwardedExecTimeout.Milliseconds())) * time.Millisecond
 			}
-			switch {
-			case elsewhere:
-				res = contract.Failed(contract.CodeUnavailable, "nexscope: a former home of the room took the action and did not answer; its outcome is unknown")
-			case budget <= 0:
+			if budget <= 0 {
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
-			default:
+			} else {
 				ctx, cancel := context.WithTimeout(cl.ctx, budget)
 				res = platform.Execute(ctx, &p.here, p, string(req.Fields[0]), &a.Action)
 				cancel()
 			}
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
-		cl.node.Reply(req, raw)
+		// Waiting for room: msgTaken stops now, so the forwarder would
+		// wait its whole deadline for a result lost; not past that
+		// deadline (a shutdown waits for this goroutine).
+		ctx, cancel := context.WithTimeout(cl.ctx, forwardedExecTimeout)
+		cl.node.ReplyWait(ctx, req, raw)
+		cancel()
 	}()
 }
 
 // claim takes the forwarded action exec for this instance to execute, and
 // reports whether it did (took), or whether another instance took it
-// before (elsewhere: a former home of the room, whose msgTaken and answer
-// the forwarder, still asking, never got). Neither when a copy here
-// claims it first, or the claim failed (a copy may take it then). A copy
-// here is remembered from its claim on (fleet.execs).
+// before (elsewhere: a former home of the room, whose msgTaken the
+// forwarder, still asking, never got; remembered as a non-empty value).
+// Neither when a copy here claims it first, or the claim failed (a copy
+// may take it then). A copy here is remembered from its claim on
+// (fleet.execs).
 func (cl *fleet) claim(exec string) (took, elsewhere bool) {
 	until := cl.p.deps.Clock.Now().Add(forwardedExecTimeout + cl.node.ResendWindow())
 	cl.mu.Lock()
@@ -938,6 +965,9 @@ func (cl *fleet) claim(exec string) (took, elsewhere bool) {
 	if err != nil {
 		_ = cl.execs.Delete(cl.ctx, exec)
 		return false, false
+	}
+	if !took {
+		_ = cl.execs.Put(cl.ctx, exec, []byte{1}, until)
 	}
 	return took, !took
 }

@@ -3,6 +3,7 @@ package nexscope
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -612,5 +613,174 @@ func TestClusterForwardTakenByAHomeGoneUnheardEnds(t *testing.T) {
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("the send taken by a home gone unheard is not answered")
+	}
+}
+
+// takenClaims are claims another instance took every one of.
+type takenClaims struct {
+	store.Claims
+	asked chan string
+}
+
+func (c takenClaims) Claim(_ context.Context, key string, _ time.Time) (bool, error) {
+	select {
+	case c.asked <- key:
+	default:
+	}
+	return false, nil
+}
+
+// claimsTaken is a store whose claims another instance took.
+type claimsTaken struct {
+	store.Store
+	asked chan string
+}
+
+func (s claimsTaken) Claims() store.Claims { return takenClaims{s.Store.Claims(), s.asked} }
+
+// execCall is the request name and exec of a forwarded action's call
+// (msgExec) as published: fields from, request, tenant, exec, action.
+func execCall(t *testing.T, msg []byte) (req, exec []byte) {
+	t.Helper()
+	var fields [][]byte
+	for rest := msg[1:]; len(rest) > 0; {
+		n, k := binary.Uvarint(rest)
+		if k <= 0 || uint64(len(rest)-k) < n {
+			t.Fatalf("malformed call %q", msg)
+		}
+		fields, rest = append(fields, rest[k:k+int(n)]), rest[k+int(n):]
+	}
+	if len(fields) != 5 {
+		t.Fatalf("call %q has %d fields, want 5", msg, len(fields))
+	}
+	return fields[1], fields[3]
+}
+
+// TestClusterForwardTakenByALiveFormerHomeGetsItsAnswer: a forwarded send
+// that a former home took (its msgTaken lost, so the forwarder asked
+// again) and still runs is answered by that home, not `unavailable` by
+// the home that found it taken (which tells the forwarder so at each
+// copy): the outcome is known to the one running it, and the gateway
+// would send again what was sent.
+func TestClusterForwardTakenByALiveFormerHomeGetsItsAnswer(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	asked := make(chan string, 1)
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = claimsTaken{d.Store, asked}
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	var once sync.Once
+	loseFirst := func(_ string, msg []byte) bool { // the home's first word is lost too: it tells again at the next copy
+		lost := false
+		if cluster.Type(msg) == msgClaimed {
+			once.Do(func() { lost = true })
+		}
+		return lost
+	}
+	home.lose.Store(&loseFirst)
+	calls := make(chan []byte, 8)
+	record := func(_ string, msg []byte) bool {
+		if cluster.Type(msg) == msgExec {
+			select {
+			case calls <- msg:
+			default:
+			}
+		}
+		return false
+	}
+	edge.lose.Store(&record)
+	results := make(chan contract.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	}()
+	var call []byte
+	select {
+	case call = <-calls:
+	case <-time.After(testTimeout):
+		t.Fatal("the edge forwarded no send")
+	}
+	req, exec := execCall(t, call)
+	select {
+	case <-asked:
+	case <-time.After(testTimeout):
+		t.Fatal("the home never claimed the forwarded send")
+	}
+	waitFor(t, "the home's word at the forwarder", func() bool {
+		cl := edge.p.cluster
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		f := cl.forwards[string(exec)]
+		return len(results) > 0 || f != nil && !f.since.IsZero()
+	})
+	if len(results) > 0 {
+		t.Fatalf("send = %+v, want the answer of the former home still running it", <-results)
+	}
+	// The former home, alive, tells it took the send, and answers.
+	edge.p.cluster.node.Dispatch(cluster.Encode(msgTaken, "i9", exec))
+	raw, _ := json.Marshal(contract.Result{Success: true, MessageID: "m1"})
+	edge.p.cluster.node.Dispatch(cluster.Encode(0, "i9", req, raw))
+	select {
+	case res := <-results:
+		if !res.Success || res.MessageID != "m1" {
+			t.Fatalf("send = %+v, want the former home's answer", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the send is not answered")
+	}
+}
+
+// TestClusterForwardAnsweredOverAFullOutboxArrives: the result of a
+// forwarded send that finds the home's outbox full (Redis slow to take a
+// burst) waits for room, not lost: the home tells the forwarder no more
+// that it runs the send, so the forwarder, hearing nothing, would wait its
+// whole deadline and answer `unavailable` over a send that was made.
+func TestClusterForwardAnsweredOverAFullOutboxArrives(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstance(t, srv, cfg, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	held := make(chan struct{})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(held) }) }) // before the home stops: it publishes what is queued
+	hold := func(string, []byte) bool { <-held; return false }
+	home.lose.Store(&hold) // the home's publisher waits on Redis
+	for home.p.cluster.node.Send("elsewhere", 'Z') {
+	}
+	results := make(chan contract.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	}()
+	if m := alice.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("alice got %v, want the forwarded send", m)
+	}
+	waitFor(t, "the home done with the send, or waiting for room to answer it", func() bool {
+		return !goroutineIn("nexscope.(*fleet).execHere")() || goroutineIn("nexscope.(*fleet).execHere", "SendWait")()
+	})
+	release.Do(func() { close(held) })
+	select {
+	case res := <-results:
+		if !res.Success {
+			t.Fatalf("send = %+v, want the home's answer: it was sent", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the send is not answered")
 	}
 }

@@ -1018,3 +1018,33 @@ func TestClusterEdgeBeatSentAgainLateRemovesNoOne(t *testing.T) {
 		t.Fatalf("carol got %v, want her pong", m)
 	}
 }
+
+// TestClusterEdgeRestartedWithItsClockSetBackIsHeard: an edge restarted
+// under its fixed name (store.instance) with its clock set back numbers
+// its beats below its earlier run's: the home takes them all the same,
+// not ignores them as beats sent again late for the store's resend window
+// (minutes), so a leave lost on the way is repaired at the edge's next
+// beats.
+func TestClusterEdgeRestartedWithItsClockSetBackIsHeard(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	home := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice")
+	// The earlier run's last beat, its clock an hour ahead of the new one's.
+	earlier := appendBeat(nil, "", 0, time.Now().Add(time.Hour).UnixMilli())
+	home.p.cluster.node.Dispatch(cluster.Encode(msgEdgeBeat, "i1", earlier))
+	edge := startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	bob := edge.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	edge.joinWith(t, "carol", "alice", "bob", "carol") // the edge keeps beating to the home
+	alice.ExpectPresence("alice", "bob", "carol")
+	noLeave := func(_ string, msg []byte) bool { return cluster.Type(msg) == msgLeave }
+	edge.lose.Store(&noLeave)
+	_ = bob.WS.Close(websocket.StatusNormalClosure, "")
+	alice.ExpectPresence("alice", "carol") // bob's leave lost: the edge's next beats remove him
+}

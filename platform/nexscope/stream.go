@@ -248,10 +248,11 @@ func (s *streams) publishQueued(o *outStream) {
 }
 
 // dial asks instance for a ticket (through pub/sub) and opens the stream,
-// within streamDialBeats.
+// within streamDialBeats (on the platform's clock).
 func (s *streams) dial(instance string) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(s.cl.ctx, s.beats(streamDialBeats))
+	ctx, cancel := context.WithCancel(s.cl.ctx)
 	defer cancel()
+	defer s.cl.p.deps.Clock.AfterFunc(s.beats(streamDialBeats), cancel).Stop()
 	res, ok := s.cl.node.Call(ctx, cluster.Inbox(instance), msgStream)
 	if !ok {
 		return nil, errors.New("no answer to the ticket request")

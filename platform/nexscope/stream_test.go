@@ -22,8 +22,10 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
 	"connector/internal/redistest"
+	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/store"
@@ -863,27 +865,39 @@ func TestStreamTicketAskedTwiceOpens(t *testing.T) {
 
 // TestStreamThatDoesNotOpenHoldsItsMessagesUnderABeat: what is queued for
 // a stream whose dial gets no answer (the ticket's answer lost, a peer
-// address that drops the connection) goes over pub/sub within about a
-// beat, well before the peer, hearing nothing from this instance for
+// address that drops the connection) goes over pub/sub once a beat
+// passed, well before the peer, hearing nothing from this instance for
 // three beats, counts it gone: closing the members homed here and failing
 // the actions it forwarded here (taken: msgTaken is held up with the rest).
 func TestStreamThatDoesNotOpenHoldsItsMessagesUnderABeat(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, clusterLeaseTTL)
-	from, to := ins[0], ins[1]
+	cfg := Config{ClusterAddr: "127.0.0.1:0"}
+	clk := clocktest.New(time.Now())
+	from := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) { d.Clock = clk })
+	to := startInstance(t, srv, cfg, "i1", clusterLeaseTTL)
+	streamAddr(t, from) // it streams once it listens
 	noTicket := func(channel string, _ []byte) bool { return channel == cluster.Inbox(from.name) }
 	to.lose.Store(&noTicket)
-	got := make(chan time.Time, 1)
-	to.p.cluster.node.Handle('Z', 0, func(cluster.Msg) { got <- time.Now() })
-	start := time.Now()
-	from.p.cluster.sendNow(to.name, 'Z')
-	beat := from.p.cluster.node.Beat()
-	select {
-	case at := <-got:
-		if took := at.Sub(start); took > 2*beat {
-			t.Fatalf("the message queued for a stream that did not open arrived after %v, want within 2 beats (%v): the peer counts an instance silent for %d beats gone", took, 2*beat, cluster.LostBeats)
+	asked := make(chan struct{}, 1)
+	watch := func(channel string, msg []byte) bool {
+		if channel == cluster.Inbox(to.name) && cluster.Type(msg) == msgStream {
+			wsconn.Signal(asked)
 		}
+		return false
+	}
+	from.lose.Store(&watch)
+	got := make(chan struct{}, 1)
+	to.p.cluster.node.Handle('Z', 0, func(cluster.Msg) { wsconn.Signal(got) })
+	from.p.cluster.sendNow(to.name, 'Z')
+	select {
+	case <-asked: // the dial's bound is armed before it asks
 	case <-time.After(testTimeout):
-		t.Fatal("the message queued for a stream that did not open never arrived")
+		t.Fatal("the stream's dial asked no ticket")
+	}
+	clk.Advance(from.p.cluster.node.Beat())
+	select {
+	case <-got:
+	case <-time.After(testTimeout):
+		t.Fatalf("the message queued for a stream that did not open was still held a beat after its dial began: the peer counts an instance silent for %d beats gone", cluster.LostBeats)
 	}
 }
