@@ -160,15 +160,16 @@ func Authorize(ctx context.Context, p Platform, tenant, chatID string) (contract
 
 // AuthorizeCalls is Authorize for the chat an op's calls act in when it is
 // not the action's chat_id (a follow_up's channel, a Discord thread
-// renamed): ctx is returned marked, as Execute marks an action's, so that
-// its calls ask again about chatID as their turn comes (StillMayAct,
+// renamed): it returns how tenant holds chatID (HoldNone: refused, with
+// the result to answer), and ctx marked, as Execute marks an action's, so
+// that its calls ask again about chatID as their turn comes (StillMayAct,
 // judged on clk; nil: clock.System).
-func AuthorizeCalls(ctx context.Context, p Platform, tenant, chatID string, clk clock.Clock) (context.Context, contract.Result, bool) {
-	r, ok := Authorize(ctx, p, tenant, chatID)
-	if ok {
-		ctx = actingIn(ctx, p, tenant, chatID, clk)
+func AuthorizeCalls(ctx context.Context, p Platform, tenant, chatID string, clk clock.Clock) (context.Context, Hold, contract.Result) {
+	hold, err := authorize(ctx, p, tenant, chatID)
+	if err != nil {
+		return ctx, HoldNone, refusal(p.Name(), err)
 	}
-	return ctx, r, ok
+	return actingIn(ctx, p, tenant, chatID, clk), hold, contract.Result{}
 }
 
 // actingIn is ctx marked for calls tenant makes in chatID on p, authorized
