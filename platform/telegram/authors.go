@@ -103,13 +103,22 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 // by author link was posted there (and it is still remembered), as long
 // as the ownership order lets that stand (platform.Ownership.MayAct: no
 // binding or claim of another tenant). The first two hold on every
-// instance and across restarts.
+// instance and across restarts. A grant the store could not look up
+// (platform.Grants.Granted) answers unavailable where nothing else lets
+// tenant in.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	if _, err := parseChatID(chatID); err != nil {
 		return platform.HoldNone, nil
 	}
 	own, chat := p.owners.Load(), chatOf(chatID)
-	return own.Hold(tenant, chat, func() bool {
-		return (chat.DM && own.Linked(chatID, tenant)) || p.grants.Has(ctx, chatID, tenant)
-	}), nil
+	var err error
+	hold := own.Hold(tenant, chat, func() bool {
+		if chat.DM && own.Linked(chatID, tenant) {
+			return true
+		}
+		_, ok, lookupErr := p.grants.Granted(ctx, chatID, tenant)
+		err = lookupErr
+		return ok
+	})
+	return hold, err
 }
