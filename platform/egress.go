@@ -214,16 +214,20 @@ func authorize(ctx context.Context, p Platform, tenant, chatID string) (Hold, er
 }
 
 // ask is authorize without Locate's answer: p asked afresh. A grant that
-// could not be looked up (ChatGranted unavailable) leaves the chat
-// unavailable unless ChatTenant names tenant (a binding comes first).
+// could not be looked up (ChatGranted's ErrGrantUnknown) leaves the chat
+// unavailable unless ChatTenant names tenant (a binding comes first); any
+// other failure of ChatGranted (a lookup of the chat at the platform)
+// answers at once, ChatTenant not asked to make it again.
 func ask(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
 	ctx = WithTenant(ctx, tenant)
 	var grantErr error
 	if g, ok := p.(ChatGranter); ok {
 		hold, err := g.ChatGranted(ctx, chatID, tenant)
 		switch {
-		case errors.Is(err, ErrUnavailable):
+		case errors.Is(err, ErrGrantUnknown):
 			grantErr = err
+		case errors.Is(err, ErrUnavailable):
+			return HoldNone, err
 		case hold != HoldNone:
 			return hold, nil
 		}
