@@ -116,17 +116,22 @@ func (g *Grants) AddThread(ctx context.Context, chat, thread, tenant string) {
 	}
 }
 
+// ErrGrantUnknown is Granted's answer when the store could not tell
+// whether the tenant holds the grant (vault.Lookup): it wraps
+// ErrUnavailable, so that an ask answers unavailable rather than
+// declined, unless ChatTenant, asked still, names the tenant.
+var ErrGrantUnknown = fmt.Errorf("the chat's grant could not be looked up: %w", ErrUnavailable)
+
 // Granted reports whether tenant holds a live grant of the chat, looking it
-// up under ctx, and the space the grant was last renewed in; err, wrapping
-// ErrUnavailable, when the store could not tell (vault.Lookup), so that
-// an ask answers unavailable rather than declined.
+// up under ctx, and the space the grant was last renewed in; err wraps
+// ErrGrantUnknown when the store could not tell.
 func (g *Grants) Granted(ctx context.Context, chat, tenant string) (space string, ok bool, err error) {
 	if chat == "" || tenant == "" {
 		return "", false, nil
 	}
 	e, ok, err := vault.Lookup(ctx, g.vault, g.grantKey(chat, tenant))
 	if err != nil {
-		return "", false, fmt.Errorf("%s: the chat's grant could not be looked up: %w", g.platform, ErrUnavailable)
+		return "", false, fmt.Errorf("%s: %w", g.platform, ErrGrantUnknown)
 	}
 	return e.Ref, ok, nil
 }

@@ -160,15 +160,16 @@ func Authorize(ctx context.Context, p Platform, tenant, chatID string) (contract
 
 // AuthorizeCalls is Authorize for the chat an op's calls act in when it is
 // not the action's chat_id (a follow_up's channel, a Discord thread
-// renamed): ctx is returned marked, as Execute marks an action's, so that
-// its calls ask again about chatID as their turn comes (StillMayAct,
+// renamed): it returns how tenant holds chatID (HoldNone: refused, with
+// the result to answer), and ctx marked, as Execute marks an action's, so
+// that its calls ask again about chatID as their turn comes (StillMayAct,
 // judged on clk; nil: clock.System).
-func AuthorizeCalls(ctx context.Context, p Platform, tenant, chatID string, clk clock.Clock) (context.Context, contract.Result, bool) {
-	r, ok := Authorize(ctx, p, tenant, chatID)
-	if ok {
-		ctx = actingIn(ctx, p, tenant, chatID, clk)
+func AuthorizeCalls(ctx context.Context, p Platform, tenant, chatID string, clk clock.Clock) (context.Context, Hold, contract.Result) {
+	hold, err := authorize(ctx, p, tenant, chatID)
+	if err != nil {
+		return ctx, HoldNone, refusal(p.Name(), err)
 	}
-	return ctx, r, ok
+	return actingIn(ctx, p, tenant, chatID, clk), hold, contract.Result{}
 }
 
 // actingIn is ctx marked for calls tenant makes in chatID on p, authorized
@@ -213,16 +214,20 @@ func authorize(ctx context.Context, p Platform, tenant, chatID string) (Hold, er
 }
 
 // ask is authorize without Locate's answer: p asked afresh. A grant that
-// could not be looked up (ChatGranted unavailable) leaves the chat
-// unavailable unless ChatTenant names tenant (a binding comes first).
+// could not be looked up (ChatGranted's ErrGrantUnknown) leaves the chat
+// unavailable unless ChatTenant names tenant (a binding comes first); any
+// other failure of ChatGranted (a lookup of the chat at the platform)
+// answers at once, ChatTenant not asked to make it again.
 func ask(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
 	ctx = WithTenant(ctx, tenant)
 	var grantErr error
 	if g, ok := p.(ChatGranter); ok {
 		hold, err := g.ChatGranted(ctx, chatID, tenant)
 		switch {
-		case errors.Is(err, ErrUnavailable):
+		case errors.Is(err, ErrGrantUnknown):
 			grantErr = err
+		case errors.Is(err, ErrUnavailable):
+			return HoldNone, err
 		case hold != HoldNone:
 			return hold, nil
 		}

@@ -1,8 +1,11 @@
 package discord
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -214,6 +217,77 @@ func TestFollowUpOnAGrant(t *testing.T) {
 	if r := execute(t, e, "a", `{"op":"delete","chat_id":"`+chanOther+`","message_id":"`+followUp+`","metadata":{}}`); !r.Success {
 		t.Fatalf("a deleting its follow_up = %+v", r)
 	}
+}
+
+// TestFollowUpOnAGrantMarkedAfterItsCtxEnded: a's follow_up to Ada's
+// command in chanOther, which a holds by grant, is posted and its action's
+// ctx ends as the post returns (its deadline, its caller gone), on a vault
+// whose lookups, as a store's round trip, find nothing once ctx ended. It
+// is still remembered as a's, so a may edit it: before, the grant was
+// looked up again after the post, under the ended ctx, and the mark was
+// lost.
+func TestFollowUpOnAGrantMarkedAfterItsCtxEnded(t *testing.T) {
+	t.Parallel()
+	e := newEnvDeps(t, platform.Deps{Vault: endedVault{vault.NewMemory(vault.Config{})}}, discordtest.Options{}, nil)
+	ctx, end := context.WithTimeout(context.Background(), 10*time.Second)
+	defer end()
+	tr := e.p.sess.Client.Transport.(*transport)
+	tr.base = endAfterPost{base: tr.base, end: end}
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "c"},
+		{Kind: platform.BindUser, ID: userAda, Tenant: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.AddInteractionTokenIn("tok-8302", chanOther)
+	body := byUser(t, slashBody("8302", "tok-8302", guildOther, chanOther), userAda)
+	if code, ack := post(t, discordtest.InteractionRequest(e.webhookServer(t), e.priv, time.Now(), body)); code != 200 || ack != `{"type":5}` {
+		t.Fatalf("Ada's slash command = %d %s", code, ack)
+	}
+	d := e.sink.Next(t)
+	if d.Tenant != "a" {
+		t.Fatalf("Ada's slash command delivered as %+v, want to a", d)
+	}
+	a, err := contract.DecodeAction(json.RawMessage(`{"op":"follow_up","session_key":"` + d.SessionKey + `","kind":"discord.interaction_token","content":"done","metadata":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.p.Execute(ctx, "a", &a)
+	if !r.Success || r.MessageID == "" || ctx.Err() == nil {
+		t.Fatalf("a's follow_up = %+v (ctx ended: %v)", r, ctx.Err())
+	}
+	if r := execute(t, e, "a", `{"op":"edit","chat_id":"`+chanOther+`","message_id":"`+r.MessageID+`","content":"done, edited","metadata":{}}`); !r.Success {
+		t.Fatalf("a editing its follow_up = %+v", r)
+	}
+}
+
+// endedVault is a vault whose lookups find nothing once their ctx ended,
+// as a Durable's store round trip for a value its front does not hold.
+type endedVault struct{ vault.Store }
+
+func (v endedVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool) {
+	if ctx.Err() != nil {
+		return vault.Entry{}, false
+	}
+	return v.Store.Get(ctx, k)
+}
+
+// endAfterPost is a transport that ends an action's ctx (end) once a
+// webhook post was answered, its answer read.
+type endAfterPost struct {
+	base http.RoundTripper
+	end  context.CancelFunc
+}
+
+func (t endAfterPost) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || req.Method != http.MethodPost || !strings.Contains(req.URL.Path, "/webhooks/") {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	t.end()
+	return resp, err
 }
 
 // TestAutoThreadOnAGrant: Ada, linked to t2, mentions the bot in a channel

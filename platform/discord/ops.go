@@ -141,10 +141,11 @@ func (p *Platform) guildLabel(ctx context.Context, guildID string) string {
 // token of another tenant's session is a different vault key and is never
 // found. Absent or expired: capability_missing. A follow-up is a message of
 // the interaction's channel (the token's Ref names it after the
-// application): where tenant holds that channel by grant, the follow-up is
-// remembered as tenant's (platform.Grants.Posted), as Execute remembers a
-// send there, so tenant may edit and delete it there and no other tenant
-// may. The token outlives the interaction's routing by up to 15 minutes:
+// application): where tenant holds that channel by grant, as
+// followUpAllowed found before the post, the follow-up is remembered as
+// tenant's (platform.Grants.Posted, stored even when ctx ended as the
+// post returned), as Execute remembers a send there, so tenant may edit
+// and delete it there and no other tenant may. The token outlives the interaction's routing by up to 15 minutes:
 // tenant must still be allowed in that channel (followUpAllowed), or the
 // follow-up is declined as a send there would be.
 func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract.Action) contract.Result {
@@ -160,16 +161,14 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 	if !ok || !isSnowflake(app) {
 		return contract.Failed(contract.CodeCapabilityMissing, "no live discord.interaction_token for this session (absent or expired)")
 	}
-	ctx, r, ok := p.followUpAllowed(ctx, tenant, channel, dmUser)
-	if !ok {
+	ctx, hold, r := p.followUpAllowed(ctx, tenant, channel, dmUser)
+	if hold == platform.HoldNone {
 		return r
 	}
 	endpoint := discordgo.EndpointWebhookToken(app, e.Value.Reveal()) + "?wait=true"
 	_, _, r = p.postPieces("follow_up", textsplit.Split(a.Content, splitRules), p.poster(ctx, endpoint, nil))
-	if r.MessageID != "" && isSnowflake(channel) {
-		if hold, err := p.ChatGranted(ctx, channel, tenant); err == nil && hold == platform.HoldGrant {
-			p.spoke.Posted(ctx, channel, r.MessageID, tenant)
-		}
+	if r.MessageID != "" && hold == platform.HoldGrant {
+		p.spoke.Posted(ctx, channel, r.MessageID, tenant)
 	}
 	return r
 }
@@ -178,15 +177,16 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 // still act in the interaction's channel, as the interaction was routed
 // (route): a DM interaction no rule above placed went to dm_tenant, with
 // no grant recorded, so the DM's user, recorded with the token (dmUser),
-// is placed again by rule 4 (dmTenant), needing no cached DM channel;
-// any other chat is authorized as a send there is (platform.Authorize), so
+// is placed again by rule 4 (dmTenant), needing no cached DM channel,
+// and held as a grant (as dmFallback holds it); any other chat is authorized as a send there is (platform.Authorize), so
 // a guild rebound to another tenant since, or a claim released, declines
 // the follow-up with the uniform text. Either way its calls ask again as
 // their turn comes (platform.AskAgain, platform.AuthorizeCalls). A token
-// that names no channel is declined.
-func (p *Platform) followUpAllowed(ctx context.Context, tenant, channel, dmUser string) (context.Context, contract.Result, bool) {
+// that names no channel is declined. hold is how tenant holds the channel
+// (platform.HoldNone: declined, with the result to answer).
+func (p *Platform) followUpAllowed(ctx context.Context, tenant, channel, dmUser string) (context.Context, platform.Hold, contract.Result) {
 	if !isSnowflake(channel) {
-		return ctx, contract.Declined(platformName), false
+		return ctx, platform.HoldNone, contract.Declined(platformName)
 	}
 	dmHeld := func(context.Context) error {
 		if dm, ok := p.dmTenant(dmUser); ok && dm == tenant {
@@ -195,7 +195,7 @@ func (p *Platform) followUpAllowed(ctx context.Context, tenant, channel, dmUser 
 		return platform.ErrUnknownChat
 	}
 	if dmHeld(ctx) == nil {
-		return platform.AskAgain(ctx, platformName, p.clock, dmHeld), contract.Result{}, true
+		return platform.AskAgain(ctx, platformName, p.clock, dmHeld), platform.HoldGrant, contract.Result{}
 	}
 	return platform.AuthorizeCalls(ctx, p, tenant, channel, p.clock)
 }

@@ -121,8 +121,9 @@ func TestStandbyDeclineDoesNotRevealExistence(t *testing.T) {
 }
 
 // TestStandbyLookupFailureIsUnavailable: a lookup Discord answers with a
-// server error is unavailable (retryable), not a decline, and is not
-// remembered: the next ask looks up again and goes through.
+// server error is unavailable (retryable), not a decline, made once per
+// ask (ChatTenant is not asked to make it again), and is not remembered:
+// the next ask looks up again and goes through.
 func TestStandbyLookupFailureIsUnavailable(t *testing.T) {
 	t.Parallel()
 	e := newStandbyEnv(t, nil)
@@ -133,9 +134,13 @@ func TestStandbyLookupFailureIsUnavailable(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 		return true
 	})
+	before := len(e.fake.Requests())
 	r := execute(t, e, "t1", `{"op":"typing","chat_id":"`+chanGeneral+`","metadata":{}}`)
 	if r.Success || r.Code != contract.CodeUnavailable {
 		t.Fatalf("typing while Discord fails the lookup = %+v, want unavailable", r)
+	}
+	if n := channelLookups(e, before, chanGeneral); n != 1 {
+		t.Fatalf("%d lookups of the chat for one typing while Discord fails, want 1", n)
 	}
 	if _, err := e.p.ChatTenant(platform.WithTenant(waitCtx(t), "t1"), chanGeneral); !errors.Is(err, platform.ErrUnavailable) {
 		t.Fatalf("ChatTenant while Discord fails = %v, want ErrUnavailable", err)

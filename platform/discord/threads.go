@@ -109,8 +109,8 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	case !isSnowflake(threadID):
 		return contract.Failed(contract.CodeBadRequest, "thread_rename: message_id is not a Discord thread id")
 	}
-	ctx, r, ok := platform.AuthorizeCalls(ctx, p, tenant, threadID, p.clock)
-	if !ok {
+	ctx, hold, r := platform.AuthorizeCalls(ctx, p, tenant, threadID, p.clock)
+	if hold == platform.HoldNone {
 		return r
 	}
 	want := a.OnlyIfCurrentName

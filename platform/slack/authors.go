@@ -56,16 +56,22 @@ func (p *Platform) route(ctx context.Context, user, channel, team string, dm boo
 // placed first (place), on any instance, whether this one saw it or not; a
 // channel that cannot be placed grants nothing. A chat the tenant has
 // neither claim nor grant of costs no lookup, but on one bot_token
-// (sharedOnOneToken).
+// (sharedOnOneToken). A grant the store could not look up
+// (platform.Grants.Granted) answers unavailable where nothing else lets
+// tenant in.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	if !channelIDPattern.MatchString(chatID) {
 		return platform.HoldNone, nil
 	}
 	own := p.owners.Load()
 	claimSpace, claimed := own.ClaimedIn(chatID, tenant)
-	grantSpace, granted, _ := p.grants.Granted(ctx, chatID, tenant)
+	grantSpace, granted, grantErr := p.grants.Granted(ctx, chatID, tenant)
 	if !claimed && !granted {
-		return p.sharedOnOneToken(ctx, chatID, tenant)
+		hold, err := p.sharedOnOneToken(ctx, chatID, tenant)
+		if hold == platform.HoldNone && err == nil {
+			err = grantErr
+		}
+		return hold, err
 	}
 	teams, err := p.place(ctx, tenant, chatID, claimSpace, grantSpace)
 	if err != nil || len(teams) == 0 {

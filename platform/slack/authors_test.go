@@ -9,8 +9,10 @@ import (
 	"testing"
 
 	"connector/contract"
+	"connector/internal/redistest"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -301,5 +303,34 @@ func TestSharedChannelOnOneTokenKeepsToItsMessages(t *testing.T) {
 		if r := e.execute(t, tenant, `{"op":"edit","chat_id":"`+shared+`","message_id":"`+posted[tenant]+`","content":"edited"}`); !r.Success {
 			t.Fatalf("%s editing its own message: %+v", tenant, r)
 		}
+	}
+}
+
+// TestGrantUnknownWhileTheStoreIsDown: t2 holds chanNew, in workspace C
+// which nobody binds, by grant, made on another instance and kept in
+// Redis. With Redis down, this instance, which never held the grant,
+// answers t2's send there unavailable, which the gateway may retry
+// (before, a grant that could not be looked up counted as none:
+// egress_declined, final); t1's send into its workspace still goes out.
+func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	elsewhere := platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil)
+	elsewhere.Add(t.Context(), chanNew, teamC.ID, "t2")
+	e := ownershipEnv(t, &platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{})})
+	srv.Kill(t)
+	send := func(tenant, chat string) contract.Result {
+		t.Helper()
+		return e.execute(t, tenant, `{"op":"send","chat_id":"`+chat+`","content":"hi"}`)
+	}
+	if r := send("t2", chanNew); r.Code != contract.CodeUnavailable {
+		t.Errorf("t2's send on its grant with the store down = %+v, want unavailable", r)
+	}
+	if r := send("t1", chanGeneral); !r.Success {
+		t.Errorf("t1's send into its workspace with the store down = %+v", r)
 	}
 }

@@ -309,8 +309,8 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	if ref.channel == "" {
 		return contract.Declined(platformName)
 	}
-	ctx, r, ok := platform.AuthorizeCalls(ctx, p, tenant, ref.channel, p.clock)
-	if !ok {
+	ctx, hold, r := platform.AuthorizeCalls(ctx, p, tenant, ref.channel, p.clock)
+	if hold == platform.HoldNone {
 		return r
 	}
 	parts := mrkdwnParts(a.Content)

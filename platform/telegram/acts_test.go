@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/platform/telegram/telegramtest"
@@ -287,6 +288,56 @@ func TestPromptPressAfterTheLinkMoved(t *testing.T) {
 	}
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event == nil || d.Event.PromptResponse == nil {
 		t.Fatalf("press delivered to %q: %+v, want t1's prompt_response", d.Tenant, d.Event)
+	}
+}
+
+// TestPressAfterTheLinkMovedRenewsNoGrant: user 501, linked to t1, writes
+// t1 in the DM and t1 prompts there; then 501's link moves to t2. Her press
+// 13 hours later still answers t1's prompt, while t1's grant lives, but
+// does not renew that grant: 25 hours after her message t1 may no longer
+// send into her DM (before, each press of its old prompt kept t1 in the
+// DM of a user linked elsewhere).
+func TestPressAfterTheLinkMovedRenewsNoGrant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnvDeps(t, platform.Deps{Clock: clk}, func(c *Config) {
+		c.WebhookURL, c.WebhookSecret = "https://connector.example"+WebhookPath, testSecret
+	})
+	e.startWebhook(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	say := `{"update_id":884100920,"message":{"message_id":1,"date":1767225300,"chat":{"id":501,"type":"private","first_name":"Ada"},"from":{"id":501,"is_bot":false,"first_name":"Ada"},"text":"hello"}}`
+	if code := e.post(t, []byte(say)); code != http.StatusOK {
+		t.Fatalf("Ada's message: status %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" {
+		t.Fatalf("Ada's message delivered to %q, want t1", d.Tenant)
+	}
+	r := e.act(t, "t1", promptAction("501", contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("t1's prompt: %+v", r)
+	}
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(13 * time.Hour)
+	msgID, _ := strconv.Atoi(r.MessageID)
+	user := map[string]any{"id": int64(501), "is_bot": false, "first_name": "Ada"}
+	chat := map[string]any{"id": int64(501), "type": "private", "first_name": "Ada"}
+	press, err := e.fake.PressButton(884100921, chat, msgID, "hp1:f00dba.1234abcd:once", user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := e.post(t, press); code != http.StatusOK {
+		t.Fatalf("press: status %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event == nil || d.Event.PromptResponse == nil {
+		t.Fatalf("press delivered to %q: %+v, want t1's prompt_response", d.Tenant, d.Event)
+	}
+	clk.Advance(12 * time.Hour)
+	send := contract.Action{Op: contract.OpSend, ChatID: "501", Content: "still here"}
+	if r := e.act(t, "t1", send); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1's send into the DM of a user linked to t2, 25 h on = %+v, want egress_declined", r)
 	}
 }
 

@@ -27,7 +27,9 @@ import (
 // (platform.Grants.PostedBy: a day, under the tenant's creation) says so;
 // else it is dropped (prompt_not_owned): the prompt is another tenant's,
 // or too old to tell (the callback data has no room to name its tenant).
-// A press elsewhere is its chat's tenant's, unless earlierPrompt.
+// A press elsewhere is its chat's tenant's, unless earlierPrompt. A
+// press answered by its poster renews the poster's grant only while the
+// presser is linked to it, as Discord's route does.
 func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner bool, drop string) {
 	src := &in.event.Source
 	chat := chatOf(src.ChatID)
@@ -40,6 +42,7 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 	case r.Drop != "":
 		return "", false, r.Drop
 	}
+	routed := r.Tenant
 	switch press := in.event.PromptResponse; {
 	case press == nil:
 	case own.Hold(r.Tenant, chat, func() bool { return true }) == platform.HoldGrant:
@@ -50,7 +53,7 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 	case p.earlierPrompt(r.Tenant, in.prompted):
 		return "", false, dropEarlierTenantPrompt
 	}
-	if r.Grant {
+	if r.Grant && (r.Tenant == routed || own.Linked(src.UserID.Value, r.Tenant)) {
 		p.grants.Add(ctx, src.ChatID, "", r.Tenant)
 	}
 	return r.Tenant, r.Owner, ""
@@ -100,13 +103,22 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 // by author link was posted there (and it is still remembered), as long
 // as the ownership order lets that stand (platform.Ownership.MayAct: no
 // binding or claim of another tenant). The first two hold on every
-// instance and across restarts.
+// instance and across restarts. A grant the store could not look up
+// (platform.Grants.Granted) answers unavailable where nothing else lets
+// tenant in.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	if _, err := parseChatID(chatID); err != nil {
 		return platform.HoldNone, nil
 	}
 	own, chat := p.owners.Load(), chatOf(chatID)
-	return own.Hold(tenant, chat, func() bool {
-		return (chat.DM && own.Linked(chatID, tenant)) || p.grants.Has(ctx, chatID, tenant)
-	}), nil
+	var err error
+	hold := own.Hold(tenant, chat, func() bool {
+		if chat.DM && own.Linked(chatID, tenant) {
+			return true
+		}
+		_, ok, lookupErr := p.grants.Granted(ctx, chatID, tenant)
+		err = lookupErr
+		return ok
+	})
+	return hold, err
 }

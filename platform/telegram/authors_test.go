@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"connector/contract"
+	"connector/internal/redistest"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
+	"connector/store"
+	"connector/vault"
 )
 
 // TestOwnershipOrder: in a chat bound to a tenant (t2's group) every
@@ -164,4 +168,30 @@ func TestLinkDMsDoNotHoldUpOtherTenants(t *testing.T) {
 		t.Fatalf("reply %v, want the refusal in the DM", calls[0].Form)
 	}
 	e.sink.Empty(t)
+}
+
+// TestGrantUnknownWhileTheStoreIsDown: t2 holds the unclaimed group by
+// grant, made on another instance and kept in Redis. With Redis down, this
+// instance, which never held the grant, answers t2's send there
+// unavailable, which the gateway may retry (before, a grant that could not
+// be looked up counted as none: egress_declined, final); t1's send into
+// its own chat still goes out.
+func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
+	const group = "-1007778889990"
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	elsewhere := platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil)
+	elsewhere.Add(t.Context(), group, "", "t2")
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{})}, nil)
+	srv.Kill(t)
+	if r := e.act(t, "t2", sendAction(group, "hi")); r.Code != contract.CodeUnavailable {
+		t.Errorf("t2's send on its grant with the store down = %+v, want unavailable", r)
+	}
+	if r := e.act(t, "t1", sendAction(telegramtest.ChatDevForum, "hi")); !r.Success {
+		t.Errorf("t1's send into its own chat with the store down = %+v", r)
+	}
 }
