@@ -438,10 +438,10 @@ type Delivery = store.Record
 
 // Append stores d, takes it into the ledger, dispatches it if a consumer can
 // take it, and returns its sequence number (its bufferId is Config.IDPrefix
-// and that number). It dispatches d once the store has
-// numbered it, and returns only once d is durable in the store; an error
-// means it was not taken. The ledger's mutex is not held while the store
-// writes, so concurrent Appends share its commits.
+// and that number). It dispatches d once the store has numbered it, and
+// returns only once d is durable in the store; an error means it was not
+// taken. The ledger's mutex is not held while the store writes, so
+// concurrent Appends share its commits.
 func (l *Ledger) Append(ctx context.Context, d Delivery) (uint64, error) {
 	rec := records.Get().(*[1]store.Record)
 	rec[0] = d
