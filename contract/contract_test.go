@@ -141,6 +141,24 @@ func TestPassthroughBufferID(t *testing.T) {
 	}
 }
 
+// A bufferId given as bytes frames as the same string does, escaped when it
+// has to be.
+func TestBufferIDAsBytes(t *testing.T) {
+	for _, id := range []string{"e1-42", `a"b`, "tab\there", "\u00e9t\u00e9", "bad \xff"} {
+		if s, b := AppendInboundEvent(nil, id, []byte(`{}`)), AppendInboundEvent(nil, []byte(id), []byte(`{}`)); string(s) != string(b) {
+			t.Errorf("inbound under %q: %s as a string, %s as bytes", id, s, b)
+		}
+		s, b := AppendPassthroughForward(nil, id, []byte(`{}`)), AppendPassthroughForward(nil, []byte(id), []byte(`{}`))
+		if string(s) != string(b) {
+			t.Errorf("passthrough under %q: %s as a string, %s as bytes", id, s, b)
+		}
+		var f struct{ BufferID string }
+		if err := json.Unmarshal(b, &f); err != nil || f.BufferID != strings.ToValidUTF8(id, "\uFFFD") {
+			t.Errorf("passthrough under %q reads back as %q, %v", id, f.BufferID, err)
+		}
+	}
+}
+
 func TestSplitLines(t *testing.T) {
 	var got []string
 	SplitLines([]byte("a\n\n  \nb\r\nc"), func(l []byte) { got = append(got, string(l)) })

@@ -15,14 +15,15 @@ import (
 // AppendInboundEvent appends an inbound frame carrying an event encoded as
 // JSON by Event.AppendJSON (such as one read back from the inbound ledger).
 // bufferID, when set, makes the gateway answer with inbound_ack after
-// handling it.
-func AppendInboundEvent(dst []byte, bufferID string, eventJSON []byte) []byte {
+// handling it; the relay passes it as bytes from a buffer of its own, which
+// costs no allocation.
+func AppendInboundEvent[ID ~string | ~[]byte](dst []byte, bufferID ID, eventJSON []byte) []byte {
 	return append(append(appendHead(dst, TypeInbound, bufferID, "event"), eventJSON...), "}\n"...)
 }
 
 // AppendPassthroughForward appends a passthrough_forward frame; forwardJSON is
 // the encoded Forward.
-func AppendPassthroughForward(dst []byte, bufferID string, forwardJSON []byte) []byte {
+func AppendPassthroughForward[ID ~string | ~[]byte](dst []byte, bufferID ID, forwardJSON []byte) []byte {
 	return append(append(appendHead(dst, TypePassthroughForward, bufferID, "forward"), forwardJSON...), "}\n"...)
 }
 
@@ -43,13 +44,29 @@ func PassthroughBufferID(frame []byte) (string, bool) {
 }
 
 // appendHead appends a frame of type typ with its bufferId (when set) up
-// to the value of its body member key.
-func appendHead(dst []byte, typ, bufferID, key string) []byte {
+// to the value of its body member key. A bufferId that needs no escaping
+// (the relay's) is copied as it is.
+func appendHead[ID ~string | ~[]byte](dst []byte, typ string, bufferID ID, key string) []byte {
 	dst = append(append(append(dst, `{"type":"`...), typ...), '"')
-	if bufferID != "" {
-		dst = session.AppendJSONField(dst, `,"bufferId":`, bufferID)
+	if len(bufferID) > 0 {
+		if plainJSON(bufferID) {
+			dst = append(append(append(dst, `,"bufferId":"`...), bufferID...), '"')
+		} else {
+			dst = session.AppendJSONField(dst, `,"bufferId":`, string(bufferID))
+		}
 	}
 	return append(append(append(dst, `,"`...), key...), `":`...)
+}
+
+// plainJSON reports whether s is printable ASCII with no '"' or '\\': its
+// JSON string is s between quotes.
+func plainJSON[S ~string | ~[]byte](s S) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // AppendOutboundResult appends the outbound_result answering requestID.

@@ -7,6 +7,7 @@ import (
 	"connector/contract"
 	"connector/internal/textsplit"
 	"connector/platform"
+	"connector/relay/ledger"
 )
 
 // truncationMark ends a text the relay had to shorten.
@@ -82,8 +83,10 @@ const frameEnvelopeBytes = len(`{"type":"passthrough_forward","bufferId":"","for
 type framer struct{}
 
 // Frame implements ledger.Framer in one allocation of (almost exactly) the
-// frame's size.
-func (framer) Frame(kind uint8, bufferID string, payload []byte) []byte {
+// frame's size: the bufferId is written in a buffer on the stack.
+func (framer) Frame(kind uint8, idPrefix string, seq uint64, payload []byte) []byte {
+	var b [maxBufferIDBytes]byte
+	bufferID := ledger.AppendBufferID(b[:0], idPrefix, seq)
 	frame := make([]byte, 0, len(payload)+len(bufferID)+frameEnvelopeBytes)
 	if platform.Kind(kind) == platform.KindPassthrough {
 		return contract.AppendPassthroughForward(frame, bufferID, payload)

@@ -83,6 +83,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -135,9 +136,10 @@ const (
 
 // Framer turns a stored payload into the frame a consumer is offered.
 type Framer interface {
-	// Frame builds the complete frame for a delivery of kind under
-	// bufferID, around its encoded payload.
-	Frame(kind uint8, bufferID string, payload []byte) []byte
+	// Frame builds the complete frame for a delivery of kind around its
+	// encoded payload, under the bufferId AppendBufferID(nil, idPrefix,
+	// seq).
+	Frame(kind uint8, idPrefix string, seq uint64, payload []byte) []byte
 	// Windowed reports whether entries of kind count against a consumer's
 	// ack window.
 	Windowed(kind uint8) bool
@@ -277,7 +279,7 @@ type Ledger struct {
 	oldest        *entry  // every entry, in seq order, through next
 	newest        *entry
 	pending       []*entry          // waiting for a consumer, in seq order
-	byID          map[string]*entry // every entry, waiting or in flight
+	bySeq         map[uint64]*entry // every entry, waiting or in flight
 	bytes         int64             // payload bytes of every entry
 	owners        *simplelru.LRU[string, owner]
 	appending     map[string]int // session key -> Appends being stored; 0s kept (countAppendingLocked)
@@ -338,7 +340,6 @@ func (s *seat) serves(platform string) bool { return s.all || slices.Contains(s.
 
 // entry is one delivery in the ledger.
 type entry struct {
-	id         string
 	seq        uint64
 	platform   string
 	sessionKey string
@@ -387,7 +388,7 @@ func (p *Pool) Ledger(tenant string) *Ledger {
 	l := &Ledger{
 		pool: p, tenant: tenant, buffered: buffered,
 		seats:     make(map[Consumer]*seat),
-		byID:      make(map[string]*entry),
+		bySeq:     make(map[uint64]*entry),
 		owners:    owners,
 		appending: make(map[string]int),
 	}
@@ -436,11 +437,12 @@ func (p *Pool) all() []*Ledger {
 type Delivery = store.Record
 
 // Append stores d, takes it into the ledger, dispatches it if a consumer can
-// take it, and returns its bufferId. It dispatches d once the store has
-// numbered it, and returns only once d is durable in the store; an error
-// means it was not taken. The ledger's mutex is not held while the store
-// writes, so concurrent Appends share its commits.
-func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
+// take it, and returns its sequence number (its bufferId is Config.IDPrefix
+// and that number). It dispatches d once the store has numbered it, and
+// returns only once d is durable in the store; an error means it was not
+// taken. The ledger's mutex is not held while the store writes, so
+// concurrent Appends share its commits.
+func (l *Ledger) Append(ctx context.Context, d Delivery) (uint64, error) {
 	rec := records.Get().(*[1]store.Record)
 	rec[0] = d
 	l.stamp(&rec[0])
@@ -449,16 +451,16 @@ func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	rec[0] = store.Record{}
 	records.Put(rec)
 	if err != nil {
-		return "", err
+		return 0, err
 	}
-	return es[0].id, nil
+	return es[0].seq, nil
 }
 
 // AppendAll is Append for several deliveries from one source: it stores ds
 // in one store write (one commit of the embedded store, one round trip of
 // redis), takes them into the ledger in their order, and returns their
-// bufferIds. Either all of ds are taken or, with an error, none.
-func (l *Ledger) AppendAll(ctx context.Context, ds []Delivery) ([]string, error) {
+// sequence numbers. Either all of ds are taken or, with an error, none.
+func (l *Ledger) AppendAll(ctx context.Context, ds []Delivery) ([]uint64, error) {
 	recs := slices.Clone(ds)
 	for i := range recs {
 		l.stamp(&recs[i])
@@ -467,11 +469,11 @@ func (l *Ledger) AppendAll(ctx context.Context, ds []Delivery) ([]string, error)
 	if err := l.appendRecords(ctx, recs, es); err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(es))
+	seqs := make([]uint64, len(es))
 	for i, e := range es {
-		ids[i] = e.id
+		seqs[i] = e.seq
 	}
-	return ids, nil
+	return seqs, nil
 }
 
 // stamp sets r's Received to now when it is zero, and its Generation to
@@ -519,7 +521,7 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	l.dispatchLocked()
 	if take {
 		l.noteUnservedLocked(es...)
-		l.buffered(len(l.byID))
+		l.buffered(len(l.bySeq))
 	}
 	l.mu.Unlock()
 	if err != nil {
@@ -531,7 +533,7 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	for _, e := range es {
 		e.staged = false
 		switch {
-		case err != nil && l.byID[e.id] == e:
+		case err != nil && l.bySeq[e.seq] == e:
 			// Not stored, so not confirmed: the source delivers it again.
 			l.removeLocked(e)
 			removed = true
@@ -542,7 +544,7 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	}
 	if removed {
 		l.dispatchLocked()
-		l.buffered(len(l.byID))
+		l.buffered(len(l.bySeq))
 	}
 	l.mu.Unlock()
 	if err != nil {
@@ -598,10 +600,10 @@ func (l *Ledger) countAppendingLocked(recs []store.Record, n int) {
 }
 
 // StoreAll stores ds, deliveries from one source, durably and in one store
-// write, without taking them into the ledger, and returns their bufferIds
-// in order: among several instances, the one driving the tenant takes them
-// in with Tail.
-func (l *Ledger) StoreAll(ctx context.Context, ds []Delivery) ([]string, error) {
+// write, without taking them into the ledger, and returns their sequence
+// numbers in order: among several instances, the one driving the tenant
+// takes them in with Tail.
+func (l *Ledger) StoreAll(ctx context.Context, ds []Delivery) ([]uint64, error) {
 	recs := slices.Clone(ds)
 	for i := range recs {
 		l.stamp(&recs[i])
@@ -613,37 +615,58 @@ func (l *Ledger) StoreAll(ctx context.Context, ds []Delivery) ([]string, error) 
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(seqs))
-	for i, seq := range seqs {
-		ids[i] = l.pool.bufferID(seq)
-	}
-	return ids, nil
+	return seqs, nil
 }
 
 // records holds the one-record slices Append hands the store, which copies
 // them.
 var records = sync.Pool{New: func() any { return new([1]store.Record) }}
 
-// bufferID is the bufferId of the record the store numbered seq: one
-// allocation (the prefix and the number joined with + take two once the
-// number has three digits).
+// AppendBufferID appends to dst the bufferId of the record numbered seq in a
+// ledger whose Config.IDPrefix is idPrefix.
+func AppendBufferID(dst []byte, idPrefix string, seq uint64) []byte {
+	return strconv.AppendUint(append(dst, idPrefix...), seq, 10)
+}
+
+// bufferID is the bufferId of the record numbered seq, for logs.
 func (p *Pool) bufferID(seq uint64) string {
-	var b [64]byte
-	return string(p.appendID(b[:0], seq))
+	return string(AppendBufferID(nil, p.cfg.IDPrefix, seq))
 }
 
-// appendID appends the bufferId of the record numbered seq to dst.
-func (p *Pool) appendID(dst []byte, seq uint64) []byte {
-	return strconv.AppendUint(append(dst, p.cfg.IDPrefix...), seq, 10)
+// seqOf returns the sequence number of the bufferId id, and false for an id
+// AppendBufferID does not give with the pool's prefix (another prefix, a
+// leading zero, a sign, an overflow): an entry is found by its number only
+// under its own bufferId, spelled as it was sent.
+func seqOf[ID ~string | ~[]byte](p *Pool, id ID) (seq uint64, ok bool) {
+	prefix := p.cfg.IDPrefix
+	if len(id) <= len(prefix) || string(id[:len(prefix)]) != prefix || id[len(prefix)] == '0' {
+		return 0, false
+	}
+	for i := len(prefix); i < len(id); i++ {
+		d := uint64(id[i] - '0')
+		if d > 9 || seq > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		seq = seq*10 + d
+	}
+	return seq, true
 }
 
-// newEntry builds the entry for a stored record: its bufferId and frame.
+// lookupLocked returns the entry whose bufferId is id, or nil.
+func lookupLocked[ID ~string | ~[]byte](l *Ledger, id ID) *entry {
+	seq, ok := seqOf(l.pool, id)
+	if !ok {
+		return nil
+	}
+	return l.bySeq[seq]
+}
+
+// newEntry builds the entry for a stored record: its frame.
 func (l *Ledger) newEntry(seq uint64, r *store.Record) *entry {
 	p := l.pool
-	id := p.bufferID(seq)
 	return &entry{
-		id: id, seq: seq, platform: r.Platform, sessionKey: r.SessionKey, chatID: r.ChatID,
-		frame: p.cfg.Framer.Frame(r.Kind, id, r.Payload), size: int64(len(r.Payload)),
+		seq: seq, platform: r.Platform, sessionKey: r.SessionKey, chatID: r.ChatID,
+		frame: p.cfg.Framer.Frame(r.Kind, p.cfg.IDPrefix, seq, r.Payload), size: int64(len(r.Payload)),
 		received: r.Received, gen: r.Generation, windowed: p.cfg.Framer.Windowed(r.Kind),
 	}
 }
@@ -671,7 +694,7 @@ func (l *Ledger) insertLocked(e *entry) {
 		i--
 	}
 	l.pending = slices.Insert(l.pending, i, e)
-	l.byID[e.id] = e
+	l.bySeq[e.seq] = e
 	l.grow(e.size)
 }
 
@@ -696,7 +719,7 @@ func (l *Ledger) removeLocked(e *entry) {
 		e.next.prev = e.prev
 	}
 	e.prev, e.next = nil, nil
-	delete(l.byID, e.id)
+	delete(l.bySeq, e.seq)
 	l.grow(-e.size)
 	switch {
 	case e.seat != nil:
@@ -719,7 +742,7 @@ func (l *Ledger) removeLocked(e *entry) {
 // exceeds its tenant's bounds.
 func (l *Ledger) boundLocked() {
 	cfg := &l.pool.cfg
-	for l.oldest != nil && (len(l.byID) > cfg.MaxEntries || l.bytes > cfg.MaxBytes) {
+	for l.oldest != nil && (len(l.bySeq) > cfg.MaxEntries || l.bytes > cfg.MaxBytes) {
 		l.dropLocked(l.oldest, DroppedOverflow, true)
 	}
 }
@@ -734,7 +757,7 @@ func (l *Ledger) dropLocked(e *entry, reason string, removeStored bool) {
 	}
 	cfg.Metrics.Inbound(e.platform, l.tenant, reason)
 	cfg.Log.Warn("buffered inbound dropped", "reason", reason,
-		"tenant", l.tenant, "platform", e.platform, "buffer_id", e.id, "bytes", e.size,
+		"tenant", l.tenant, "platform", e.platform, "buffer_id", l.pool.bufferID(e.seq), "bytes", e.size,
 		"age", cfg.Clock.Now().Sub(e.received).Round(time.Millisecond), "in_flight", e.sent)
 }
 
@@ -840,7 +863,7 @@ func (l *Ledger) noteUnservedLocked(entries ...*entry) {
 		return
 	}
 	for _, e := range entries {
-		if e.seat != nil || l.byID[e.id] != e {
+		if e.seat != nil || l.bySeq[e.seq] != e {
 			continue
 		}
 		if s, _ := l.pickLocked(e); s == nil {
@@ -957,7 +980,7 @@ func (l *Ledger) unattachLocked(s *seat) {
 // (Pool.Flush).
 func (l *Ledger) Ack(id []byte) bool {
 	l.mu.Lock()
-	e := l.byID[string(id)]
+	e := lookupLocked(l, id)
 	if e == nil {
 		l.mu.Unlock()
 		return false
@@ -965,7 +988,7 @@ func (l *Ledger) Ack(id []byte) bool {
 	l.removeLocked(e)
 	l.removeStoredLocked(e)
 	l.dispatchLocked()
-	l.buffered(len(l.byID))
+	l.buffered(len(l.bySeq))
 	l.mu.Unlock()
 	return true
 }
@@ -979,7 +1002,7 @@ func (l *Ledger) Ack(id []byte) bool {
 func (l *Ledger) Written(c Consumer, id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.byID[id]
+	e := lookupLocked(l, id)
 	if e == nil || e.windowed || e.written || e.seat == nil || e.seat.c != c {
 		return
 	}
@@ -1023,7 +1046,7 @@ func (l *Ledger) Owner(sessionKey string) (c Consumer, chatID string, ok bool) {
 func (l *Ledger) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.byID)
+	return len(l.bySeq)
 }
 
 // shed drops the ledger's oldest entries until at least n payload bytes
@@ -1037,7 +1060,7 @@ func (l *Ledger) shed(n int64) int64 {
 		l.dropLocked(l.oldest, DroppedTotal, true)
 	}
 	l.dispatchLocked()
-	l.buffered(len(l.byID))
+	l.buffered(len(l.bySeq))
 	return freed
 }
 
@@ -1045,13 +1068,12 @@ func (l *Ledger) shed(n int64) int64 {
 func (l *Ledger) forget(dropped []store.Dropped, reason string) {
 	l.mu.Lock()
 	for _, d := range dropped {
-		var b [64]byte
-		if e := l.byID[string(l.pool.appendID(b[:0], d.Seq))]; e != nil {
+		if e := l.bySeq[d.Seq]; e != nil {
 			l.dropLocked(e, reason, false)
 		}
 	}
 	l.dispatchLocked()
-	l.buffered(len(l.byID))
+	l.buffered(len(l.bySeq))
 	l.mu.Unlock()
 }
 
@@ -1059,7 +1081,7 @@ func (l *Ledger) forget(dropped []store.Dropped, reason string) {
 func (l *Ledger) expire(cutoff time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := len(l.byID)
+	n := len(l.bySeq)
 	for e := l.oldest; e != nil; {
 		next := e.next
 		if e.received.Before(cutoff) {
@@ -1067,9 +1089,9 @@ func (l *Ledger) expire(cutoff time.Time) {
 		}
 		e = next
 	}
-	if len(l.byID) != n {
+	if len(l.bySeq) != n {
 		l.dispatchLocked()
-		l.buffered(len(l.byID))
+		l.buffered(len(l.bySeq))
 	}
 }
 
@@ -1183,7 +1205,7 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		}
 		for _, e := range entries {
 			switch {
-			case l.byID[e.id] != nil:
+			case l.bySeq[e.seq] != nil:
 			case l.earlierLocked(e):
 				l.queueRemovalLocked(e.seq)
 			case l.laterLocked(e):
@@ -1193,7 +1215,7 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			case p.cfg.MaxPayloadBytes > 0 && e.size > int64(p.cfg.MaxPayloadBytes):
 				p.cfg.Metrics.Inbound(e.platform, l.tenant, DroppedOversized)
 				p.cfg.Log.Warn("buffered inbound dropped", "reason", DroppedOversized, "tenant", l.tenant,
-					"platform", e.platform, "buffer_id", e.id, "bytes", e.size)
+					"platform", e.platform, "buffer_id", l.pool.bufferID(e.seq), "bytes", e.size)
 				l.queueRemovalLocked(e.seq)
 			default:
 				l.insertLocked(e)
@@ -1206,7 +1228,7 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		l.boundLocked()
 		l.dispatchLocked()
 		l.noteUnservedLocked(entries...) // it passes over those not inserted
-		l.buffered(len(l.byID))
+		l.buffered(len(l.bySeq))
 		l.mu.Unlock()
 		if len(recs) > 0 {
 			l.readPos = recs[len(recs)-1].Seq
@@ -1243,7 +1265,7 @@ func (l *Ledger) dropUnreadableLocked(bad *store.UnreadableRecord) {
 	}
 	l.queueRemovalLocked(bad.Seq)
 	cfg.Log.Warn("buffered inbound dropped", "reason", DroppedMalformed,
-		"tenant", l.tenant, "buffer_id", cfg.IDPrefix+strconv.FormatUint(bad.Seq, 10))
+		"tenant", l.tenant, "buffer_id", l.pool.bufferID(bad.Seq))
 }
 
 // SetSince has the ledger's tenant begin at t (when the tenant was
@@ -1312,7 +1334,7 @@ func (l *Ledger) Begin(t time.Time) int {
 		e = next
 	}
 	l.owners.Purge()
-	l.buffered(len(l.byID))
+	l.buffered(len(l.bySeq))
 	return n
 }
 

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -30,11 +31,12 @@ func BenchmarkAppendAck(b *testing.B) {
 	d := Delivery{Platform: "p", SessionKey: "s", ChatID: "c", Payload: []byte(`{"text":"hello"}`)}
 	b.ReportAllocs()
 	for b.Loop() {
-		id, err := l.Append(context.Background(), d)
+		seq, err := l.Append(context.Background(), d)
 		if err != nil {
 			b.Fatal(err)
 		}
-		l.Ack([]byte(id))
+		var id [32]byte
+		l.Ack(AppendBufferID(id[:0], "p-", seq))
 	}
 }
 
@@ -59,29 +61,38 @@ func BenchmarkAppendAckTenants(b *testing.B) {
 	for b.Loop() {
 		l := ls[i%len(ls)]
 		i++
-		id, err := l.Append(context.Background(), d)
+		seq, err := l.Append(context.Background(), d)
 		if err != nil {
 			b.Fatal(err)
 		}
-		l.Ack([]byte(id))
+		var id [32]byte
+		l.Ack(AppendBufferID(id[:0], "p-", seq))
 	}
 }
 
-// A bufferId costs one allocation, its string: the prefix and the number
-// are joined in a stack buffer (joined with + they take two once the number
-// has three digits: strconv keeps only 0–99 as constants).
-func TestBufferIDAllocatesOnce(t *testing.T) {
+// An ack finds its entry by the number in its bufferId, spelled exactly as
+// the ledger gave it: another prefix, a leading zero, a sign, a number past
+// 2^64 or a bare prefix find nothing, and the lookup allocates nothing.
+func TestAckParsesTheBufferIDInPlace(t *testing.T) {
 	c := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	st := store.NewMemory(c)
 	defer func() { _ = st.Close() }()
 	p := NewPool(testConfig(st.Ledger(), c, &fakeMetrics{outcomes: make(map[string]int)}))
 	defer p.Close(context.Background())
-	seq := uint64(1_000_000)
-	if n := testing.AllocsPerRun(1000, func() { _ = p.bufferID(seq); seq++ }); n != 1 {
-		t.Fatalf("a bufferId allocates %v times, want 1", n)
+	for _, id := range []string{"p-", "q-1", "p-01", "p-+1", "p--1", "p-1x", "p-18446744073709551616", "P-1", "p1"} {
+		if seq, ok := seqOf(p, id); ok {
+			t.Errorf("bufferId %q read as number %d", id, seq)
+		}
 	}
-	if got := p.bufferID(1234); got != "p-1234" {
-		t.Fatalf("bufferID(1234) = %q, want p-1234", got)
+	for _, seq := range []uint64{1, 1234, math.MaxUint64} {
+		id := AppendBufferID(nil, "p-", seq)
+		if got, ok := seqOf(p, id); !ok || got != seq {
+			t.Errorf("bufferId %q read as %d, %v; want %d", id, got, ok, seq)
+		}
+	}
+	id := []byte("p-1234567")
+	if n := testing.AllocsPerRun(1000, func() { _, _ = seqOf(p, id) }); n != 0 {
+		t.Fatalf("reading a bufferId allocates %v times, want 0", n)
 	}
 }
 
@@ -99,11 +110,11 @@ func TestAppendingStaysBounded(t *testing.T) {
 	l.Serve(takeAll{}, AllPlatforms)
 	most := 0
 	for i := range 1000 {
-		id, err := l.Append(context.Background(), Delivery{Platform: "p", SessionKey: "s" + strconv.Itoa(i), Payload: []byte(`{}`)})
+		seq, err := l.Append(context.Background(), Delivery{Platform: "p", SessionKey: "s" + strconv.Itoa(i), Payload: []byte(`{}`)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.Ack([]byte(id))
+		l.Ack([]byte(p.bufferID(seq)))
 		l.mu.Lock()
 		most = max(most, len(l.appending))
 		l.mu.Unlock()

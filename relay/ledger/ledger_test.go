@@ -78,8 +78,8 @@ func (m *fakeMetrics) count(outcome string) int {
 // testFramer frames an entry as "bufferId|payload"; kind 2 is unwindowed.
 type testFramer struct{}
 
-func (testFramer) Frame(_ uint8, id string, payload []byte) []byte {
-	return []byte(id + "|" + string(payload))
+func (testFramer) Frame(_ uint8, idPrefix string, seq uint64, payload []byte) []byte {
+	return append(append(AppendBufferID(nil, idPrefix, seq), '|'), payload...)
 }
 
 func (testFramer) Windowed(kind uint8) bool { return kind != unwindowed }
@@ -136,24 +136,24 @@ func newRigOn(t *testing.T, st *store.Memory, c *clocktest.Fake, mod func(*Confi
 // returns its bufferId.
 func (r *rig) add(t *testing.T, session, text string) string {
 	t.Helper()
-	id, err := r.Append(context.Background(), Delivery{Platform: "discord", SessionKey: session,
+	seq, err := r.Append(context.Background(), Delivery{Platform: "discord", SessionKey: session,
 		ChatID: "chat-" + session, Payload: []byte(text)})
 	if err != nil {
 		t.Fatalf("append %q: %v", text, err)
 	}
-	return id
+	return r.pool.bufferID(seq)
 }
 
 // store1 stores one entry of session with StoreAll, as an instance that
 // does not drive the tenant does.
 func (r *rig) store1(t *testing.T, session, text string) string {
 	t.Helper()
-	ids, err := r.StoreAll(context.Background(), []Delivery{{Platform: "discord", SessionKey: session,
+	seqs, err := r.StoreAll(context.Background(), []Delivery{{Platform: "discord", SessionKey: session,
 		ChatID: "chat-" + session, Payload: []byte(text)}})
 	if err != nil {
 		t.Fatalf("store %q: %v", text, err)
 	}
-	return ids[0]
+	return r.pool.bufferID(seqs[0])
 }
 
 // stored returns the payloads the store holds for t1, after writing the
@@ -319,12 +319,12 @@ func TestByteWindowBoundsUnwindowed(t *testing.T) {
 	r.Serve(remote, "discord")
 	var first string
 	for i := range 4 {
-		id, err := r.Append(context.Background(), Delivery{Kind: unwindowed, Platform: "discord", Payload: []byte(fmt.Sprint("pass", i))})
+		seq, err := r.Append(context.Background(), Delivery{Kind: unwindowed, Platform: "discord", Payload: []byte(fmt.Sprint("pass", i))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if i == 0 {
-			first = id
+			first = r.pool.bufferID(seq)
 		}
 	}
 	want(t, "unwindowed, within the byte window", payloads(remote.take()), "pass0", "pass1")
@@ -348,11 +348,11 @@ func TestByteWindowFreesUnwindowedOnWritten(t *testing.T) {
 	r.Serve(remote, "discord")
 	var sent []string
 	for i := range 5 {
-		id, err := r.Append(context.Background(), Delivery{Kind: unwindowed, Platform: "discord", Payload: []byte(fmt.Sprint("pass", i))})
+		seq, err := r.Append(context.Background(), Delivery{Kind: unwindowed, Platform: "discord", Payload: []byte(fmt.Sprint("pass", i))})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sent = append(sent, id)
+		sent = append(sent, r.pool.bufferID(seq))
 	}
 	want(t, "within the byte window", payloads(remote.take()), "pass0", "pass1")
 	other := &fakeConsumer{}
@@ -1161,7 +1161,7 @@ func TestAppendAllStoresABatchInOneStageOrNone(t *testing.T) {
 	}
 
 	// The store works again (slowCommitLedger slows its first Stage only).
-	ids, err := r.AppendAll(context.Background(), batch)
+	seqs, err := r.AppendAll(context.Background(), batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1171,9 +1171,9 @@ func TestAppendAllStoresABatchInOneStageOrNone(t *testing.T) {
 	}
 	// The fake's failed commit left its records in the memory store.
 	want(t, "stored", r.stored(t), "a", "b", "c", "a", "b", "c")
-	for i, id := range ids {
-		if rec := recs[len(recs)-3+i]; id != fmt.Sprint("p-", rec.Seq) {
-			t.Fatalf("bufferId %d is %q, stored seq %d", i, id, rec.Seq)
+	for i, seq := range seqs {
+		if rec := recs[len(recs)-3+i]; seq != rec.Seq {
+			t.Fatalf("sequence number %d is %d, stored seq %d", i, seq, rec.Seq)
 		}
 	}
 }
@@ -1465,11 +1465,11 @@ func TestForgottenLedgersRemovalsWrittenWithTheNextOnes(t *testing.T) {
 	r.Ack([]byte(first))
 	r.pool.Forget(r.Ledger)
 	next := r.pool.Ledger("t1")
-	id, err := next.Append(ctx, Delivery{Platform: "discord", SessionKey: "s3", Payload: []byte("acked on the next ledger")})
+	seq, err := next.Append(ctx, Delivery{Platform: "discord", SessionKey: "s3", Payload: []byte("acked on the next ledger")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	next.Ack([]byte(id))
+	next.Ack([]byte(r.pool.bufferID(seq)))
 	r.pool.flushMu.Unlock()
 	want(t, "stored", r.stored(t), "kept")
 	r.pool.flushMu.Lock() // drained is the flush's
