@@ -63,11 +63,6 @@ type Egress[P Platform, T any] struct {
 	// than recheckAfter after Authorize is asked about again (StillMayAct);
 	// nil: clock.System.
 	Clock clock.Clock
-	// DM reports whether chat is a user's DM, where a press of a prompt a
-	// tenant posted by grant finds its poster by the message alone
-	// (Grants.Prompted, read by Grants.PromptPoster in DMs only); nil: no
-	// chat is, and no poster is recorded.
-	DM func(p P, chat T) bool
 }
 
 // Execute performs action a for tenant on p through e. The checks, in
@@ -86,8 +81,8 @@ type Egress[P Platform, T any] struct {
 // The op then runs, charged to tenant (WithTenant), its platform calls
 // asking again as their turn comes (StillMayAct); in a chat held by
 // grant, the message an op that names none answers is remembered as
-// tenant's (Grants.Posted; in a DM a prompt's poster also by the message
-// alone, Grants.Prompted), and a thread a thread_create made there, on
+// tenant's (Grants.Posted; a prompt's poster also by the message alone,
+// for longer, Grants.Prompted), and a thread a thread_create made there, on
 // a platform whose threads are chats (ThreadChats), is granted to tenant
 // alone, for as long as its grant of the chat lasts
 // (Grants.AddThread), so it may post in it before anyone writes there. An op that names a message (edit, delete,
@@ -132,7 +127,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	r := op(p, ctx, tenant, chat, a)
 	if hold == HoldGrant && e.Grants != nil && r.MessageID != "" && message == "" {
 		e.Grants.Posted(ctx, chatID, r.MessageID, tenant)
-		if a.Op == contract.OpPrompt && e.DM != nil && e.DM(p, chat) {
+		if a.Op == contract.OpPrompt {
 			e.Grants.Prompted(ctx, chatID, r.MessageID, tenant)
 		}
 	}

@@ -52,7 +52,9 @@ func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pr
 		return "", false, r.Drop
 	case ok:
 		if r.Grant && pressed != "" {
-			r.Tenant = p.spoke.PromptPoster(ctx, own, author, c, pressed, r.Tenant)
+			if t, ok := p.spoke.PromptPoster(ctx, own, author, c, pressed, r.Tenant); ok {
+				r.Tenant = t
+			}
 		}
 		if r.Grant {
 			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant)

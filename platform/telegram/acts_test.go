@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/platform/telegram/telegramtest"
@@ -519,4 +520,59 @@ func TestPressOfAnotherTenantsPromptInAGroup(t *testing.T) {
 	press(884100933, 501, false)
 	dropped(2)
 	e.sink.Empty(t)
+}
+
+// TestPressOfADayOldPromptInAGroup: user 501 (linked to t1) wrote in a
+// group no tenant binds or claims, and t1 prompted there. 501's press a
+// day and an hour later is t1's answer; one over 30 days later is dropped
+// (prompt_not_owned) and answered. The first was dropped too: the poster
+// was known only by t1's mark of the message, which lasts a day.
+func TestPressOfADayOldPromptInAGroup(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Clock: clk}), Metrics: m, Clock: clk}, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	e.startWebhook(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	chat := map[string]any{"id": int64(-100889), "type": "supergroup", "title": "G"}
+	say := `{"update_id":884200920,"message":{"message_id":1,"date":1767225300,"chat":{"id":-100889,"type":"supergroup","title":"G"},"from":{"id":501,"is_bot":false,"first_name":"U"},"text":"hello"}}`
+	if code := e.post(t, []byte(say)); code != http.StatusOK {
+		t.Fatalf("501's message: status %d", code)
+	}
+	e.sink.Next(t)
+	r := e.act(t, "t1", promptAction("-100889", contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("t1's prompt: %+v", r)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	press := func(update int64) {
+		t.Helper()
+		body, err := e.fake.PressButton(update, chat, msgID, "hp1:f00dba.1234abcd:once", map[string]any{"id": 501, "is_bot": false, "first_name": "U"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := e.post(t, body); code != http.StatusOK {
+			t.Fatalf("press: status %d", code)
+		}
+	}
+	clk.Advance(25 * time.Hour)
+	press(884200930)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+		t.Fatalf("the press a day later delivered to %q as %+v, want t1's answer", d.Tenant, d.Event)
+	}
+	clk.Advance(30 * 24 * time.Hour)
+	press(884200931)
+	platformtest.WaitUntil(t, "the month-old press dropped as prompt_not_owned", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropPromptNotOwned] == 1
+	})
+	e.sink.Empty(t)
+	if calls := e.calls(t, "answerCallbackQuery", 2); calls[1].Form["callback_query_id"] != "cq884200931" {
+		t.Errorf("answerCallbackQuery %v, want the dropped press's", calls[1].Form)
+	}
 }
