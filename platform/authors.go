@@ -186,11 +186,11 @@ func (g *Grants) posterKey(chat, message string) vault.Key {
 	return k
 }
 
-// Prompted records, beside Posted's mark and for longer
-// (vault.PromptPosterTTL), that the prompt message in chat, which tenant
-// holds by grant, was posted for tenant as it is now (its creation), so a
-// press of it finds its poster (PromptPoster). It is stored even when ctx
-// ended, as Posted's mark is.
+// Prompted records, beside Posted's mark in a chat held by grant and for
+// longer (vault.PromptPosterTTL), that the prompt message in chat was
+// posted for tenant as it is now (its creation), so a press of it finds
+// its poster (PromptPoster). It is stored even when ctx ended, as Posted's
+// mark is.
 func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string) {
 	e := vault.Entry{Ref: tenant, Stored: g.clock.Now(), Created: vault.Creation(g.vault, tenant)}
 	if err := g.vault.Put(context.WithoutCancel(ctx), g.posterKey(chat, message), e); err != nil {
@@ -199,10 +199,10 @@ func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string) {
 }
 
 // PromptPoster is the tenant a button press by user of the prompt message
-// in chat answers, in a chat it reached by grant (its DM, or a chat no
-// binding or claim covers) and home, the tenant the press routes to: the
-// tenant Prompted recorded (one store read), when it is home, or one user
-// is linked to or, in a DM, any, while it may act in chat. ok is false
+// in chat answers, where it routes to home (by grant, in its DM or a chat
+// no binding or claim covers; else its chat's tenant): the tenant Prompted
+// recorded (one store read), when it is home, or one user is linked to
+// or, in a DM, any, while it may act in chat. ok is false
 // when there is none: the prompt is another tenant's, or an earlier
 // tenant's of the id (vault.Outdated), or was not recorded (posted over
 // vault.PromptPosterTTL ago, or not by grant).

@@ -359,11 +359,13 @@ func TestPromptPressInASharedGroupReachesItsPoster(t *testing.T) {
 // (Telegram dates in whole seconds) is the new t1's. So is a press of a
 // message Telegram no longer shows the bot (no date) once t1 is older than
 // datelessPressWindow; before, that press is dropped too: it was
-// delivered, undated, to the new t1.
+// delivered, undated, to the new t1. A press of the new t1's own prompt is
+// its answer, undated or dated before the creation (clocks apart): the
+// prompt's poster is recorded with its creation. It was dropped.
 func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 	var creation atomic.Int64 // Unix nanoseconds: the vault reads it in the ingest
-	creation.Store(time.Now().Truncate(time.Second).Add(-time.Minute + 300*time.Millisecond).UnixNano())
-	created := time.Unix(0, creation.Load())
+	created := time.Now().Truncate(time.Second).Add(-time.Minute + 300*time.Millisecond)
+	creation.Store(created.Add(-time.Hour).UnixNano()) // the earlier t1's
 	since := func(tenant string) time.Time {
 		if tenant == "t1" {
 			return time.Unix(0, creation.Load())
@@ -384,6 +386,7 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 		t.Fatalf("t1's prompt: %+v", r)
 	}
 	msgID, _ := strconv.Atoi(r.MessageID)
+	creation.Store(created.UnixNano()) // t1 deleted and made again
 	press := func(update int64, posted time.Time) {
 		t.Helper()
 		body, err := e.fake.PressButton(update, map[string]any{"id": int64(501), "type": "private", "first_name": "Ada"}, msgID,
@@ -429,6 +432,18 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 	press(884100913, undated)
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
 		t.Fatalf("the undated press of a t1 made long ago delivered to %q as %+v", d.Tenant, d.Event)
+	}
+	creation.Store(created.UnixNano())
+	r = e.act(t, "t1", promptAction("501", contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("the new t1's prompt: %+v", r)
+	}
+	msgID, _ = strconv.Atoi(r.MessageID)
+	for i, posted := range []time.Time{undated, created.Add(-time.Second)} {
+		press(884100914+int64(i), posted)
+		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+			t.Fatalf("a press (dated %v) of the new t1's prompt delivered to %q as %+v", posted, d.Tenant, d.Event)
+		}
 	}
 }
 

@@ -30,7 +30,8 @@ import (
 // press routes to, platform.Grants.PostedBy) says so; else it is dropped
 // (prompt_not_owned): the prompt is another tenant's, or too old to tell
 // (the callback data has no room to name its tenant). A press elsewhere is
-// its chat's tenant's, unless earlierPrompt.
+// its chat's tenant's, unless earlierPrompt suspects an earlier tenant's
+// of the id and the record does not name the tenant as it is now.
 func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner bool, drop string) {
 	src := &in.event.Source
 	chat := chatOf(src.ChatID)
@@ -52,7 +53,9 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 		}
 		r.Tenant = cmp.Or(t, r.Tenant)
 	case p.earlierPrompt(r.Tenant, in.prompted):
-		return "", false, dropEarlierTenantPrompt
+		if t, ok := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); !ok || t != r.Tenant {
+			return "", false, dropEarlierTenantPrompt
+		}
 	}
 	if r.Grant {
 		p.grants.Add(ctx, src.ChatID, "", r.Tenant)
