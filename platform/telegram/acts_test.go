@@ -453,8 +453,8 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 // prompt is dropped (prompt_not_owned) and its spinner stopped: it went
 // by 505's route, to t2, with t1's prompt_id and the choice. 501's press
 // is t1's, also when Telegram no longer shows the message (no date) and
-// t1 was created a minute ago: t1's mark, kept under its creation,
-// settles that it is no earlier tenant's (it was dropped as
+// t1 was created a minute ago: the record of t1 as the poster, kept under
+// its creation, settles that it is no earlier tenant's (it was dropped as
 // earlier_tenant_prompt). Once t1 is created again, its earlier
 // creation's prompt is nobody's.
 func TestPressOfAnotherTenantsPromptInAGroup(t *testing.T) {
