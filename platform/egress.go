@@ -88,8 +88,9 @@ type Egress[P Platform, T any] struct {
 // asking again as their turn comes (StillMayAct); in a chat held by
 // grant, the message an op that names none answers is remembered as
 // tenant's (Grants.Posted; a prompt's poster also by the message alone,
-// for longer, Grants.Prompted, in every chat when PromptsAnywhere), and a thread a thread_create made there, on
-// a platform whose threads are chats (ThreadChats), is granted to tenant
+// for longer, Grants.Prompted, in every chat when PromptsAnywhere), and a
+// thread a thread_create made there, on a platform whose threads are
+// chats (ThreadChats), is granted to tenant
 // alone, for as long as its grant of the chat lasts
 // (Grants.AddThread), so it may post in it before anyone writes there. An op that names a message (edit, delete,
 // react, a thread_create from it) acts on one that exists, whatever id
