@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -115,18 +116,24 @@ func (g *Grants) AddThread(ctx context.Context, chat, thread, tenant string) {
 }
 
 // Granted reports whether tenant holds a live grant of the chat, looking it
-// up under ctx, and the space the grant was last renewed in.
-func (g *Grants) Granted(ctx context.Context, chat, tenant string) (space string, ok bool) {
+// up under ctx, and the space the grant was last renewed in; err, wrapping
+// ErrUnavailable, when the store could not tell (vault.Lookup), so that
+// an ask answers unavailable rather than declined.
+func (g *Grants) Granted(ctx context.Context, chat, tenant string) (space string, ok bool, err error) {
 	if chat == "" || tenant == "" {
-		return "", false
+		return "", false, nil
 	}
-	e, ok := g.vault.Get(ctx, g.grantKey(chat, tenant))
-	return e.Ref, ok
+	e, ok, err := vault.Lookup(ctx, g.vault, g.grantKey(chat, tenant))
+	if err != nil {
+		return "", false, fmt.Errorf("%s: the chat's grant could not be looked up: %w", g.platform, ErrUnavailable)
+	}
+	return e.Ref, ok, nil
 }
 
-// Has reports whether tenant holds a live grant of the chat.
+// Has reports whether tenant holds a live grant of the chat; a store that
+// could not tell counts as none (Granted tells it).
 func (g *Grants) Has(ctx context.Context, chat, tenant string) bool {
-	_, ok := g.Granted(ctx, chat, tenant)
+	_, ok, _ := g.Granted(ctx, chat, tenant)
 	return ok
 }
 

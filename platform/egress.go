@@ -160,9 +160,10 @@ func Authorize(ctx context.Context, p Platform, tenant, chatID string) (contract
 	return refusal(p.Name(), err), err == nil
 }
 
-// AuthorizeCalls is Authorize for an op addressed to no chat that posts
-// into chatID (a follow_up): ctx is returned marked, as Execute marks an
-// action's, so that its calls ask again as their turn comes (StillMayAct,
+// AuthorizeCalls is Authorize for the chat an op's calls act in when it is
+// not the action's chat_id (a follow_up's channel, a Discord thread
+// renamed): ctx is returned marked, as Execute marks an action's, so that
+// its calls ask again about chatID as their turn comes (StillMayAct,
 // judged on clk; nil: clock.System).
 func AuthorizeCalls(ctx context.Context, p Platform, tenant, chatID string, clk clock.Clock) (context.Context, contract.Result, bool) {
 	r, ok := Authorize(ctx, p, tenant, chatID)
@@ -175,8 +176,21 @@ func AuthorizeCalls(ctx context.Context, p Platform, tenant, chatID string, clk 
 // actingIn is ctx marked for calls tenant makes in chatID on p, authorized
 // now on clk (nil: clock.System): they ask again (StillMayAct).
 func actingIn(ctx context.Context, p Platform, tenant, chatID string, clk clock.Clock) context.Context {
+	return AskAgain(ctx, p.Name(), clk, func(ctx context.Context) error {
+		_, err := ask(ctx, p, tenant, chatID)
+		return err
+	})
+}
+
+// AskAgain is ctx marked, as Execute marks an action's, for calls platform
+// name authorized now on clk (nil: clock.System) by a rule of its own
+// rather than Authorize (Discord's dm_tenant of a DM follow_up): they ask
+// still again as their turn comes (StillMayAct), which answers nil while
+// the tenant may act, else ErrUnknownChat or an error wrapping
+// ErrUnavailable.
+func AskAgain(ctx context.Context, name string, clk clock.Clock, still func(context.Context) error) context.Context {
 	clk = cmp.Or(clk, clock.System)
-	return context.WithValue(ctx, authorizedKey{}, authorized{p, tenant, chatID, clk, clk.Now()})
+	return context.WithValue(ctx, authorizedKey{}, authorized{name, still, clk, clk.Now()})
 }
 
 // refusal is the answer of platform name to an action authorize refused
@@ -200,26 +214,31 @@ func authorize(ctx context.Context, p Platform, tenant, chatID string) (Hold, er
 	return ask(ctx, p, tenant, chatID)
 }
 
-// ask is authorize without Locate's answer: p asked afresh.
+// ask is authorize without Locate's answer: p asked afresh. A grant that
+// could not be looked up (ChatGranted unavailable) leaves the chat
+// unavailable unless ChatTenant names tenant (a binding comes first).
 func ask(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
 	ctx = WithTenant(ctx, tenant)
+	var grantErr error
 	if g, ok := p.(ChatGranter); ok {
 		hold, err := g.ChatGranted(ctx, chatID, tenant)
 		switch {
 		case errors.Is(err, ErrUnavailable):
-			return HoldNone, err
+			grantErr = err
 		case hold != HoldNone:
 			return hold, nil
 		}
 	}
 	owner, err := p.ChatTenant(ctx, chatID)
 	switch {
+	case err == nil && owner == tenant:
+		return HoldOwn, nil
+	case grantErr != nil:
+		return HoldNone, grantErr
 	case errors.Is(err, ErrUnavailable):
 		return HoldNone, err
-	case err != nil || owner != tenant:
-		return HoldNone, ErrUnknownChat
 	}
-	return HoldOwn, nil
+	return HoldNone, ErrUnknownChat
 }
 
 // StillMayAct is Authorize asked again, afresh, as a platform call under
@@ -232,7 +251,7 @@ func ask(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
 // lookup), or when ctx carries no such chat (a link reply, a call outside
 // Execute and AuthorizeCalls); else an error CommonFailure answers as
 // Authorize would have: the uniform decline, or unavailable when the
-// owner could not be looked up. A tenant deleted and created again meanwhile acts
+// owner could not be looked up (or as AskAgain's still answers). A tenant deleted and created again meanwhile acts
 // nowhere: the relay revokes its actions' ctx, and the vault holds none
 // of the earlier tenant's grants for the new one. Discord, Slack and
 // Telegram call it where their calls wait, after the wait and before the
@@ -243,8 +262,8 @@ func StillMayAct(ctx context.Context) error {
 		return nil
 	}
 	// The platform's own calls while it asks (a Discord channel lookup) are not asked about.
-	if _, err := ask(context.WithValue(ctx, authorizedKey{}, nil), a.p, a.tenant, a.chat); err != nil {
-		return &refusedError{a.p.Name(), err}
+	if err := a.still(context.WithValue(ctx, authorizedKey{}, nil)); err != nil {
+		return &refusedError{a.name, err}
 	}
 	return nil
 }
@@ -258,13 +277,13 @@ const recheckAfter = 100 * time.Millisecond
 // authorized.
 type authorizedKey struct{}
 
-// authorized is the chat Execute let tenant act in on p, at (on clock)
-// (StillMayAct).
+// authorized is the chat Execute let a tenant act in on platform name, at
+// (on clock), and still, which asks again (StillMayAct).
 type authorized struct {
-	p            Platform
-	tenant, chat string
-	clock        clock.Clock
-	at           time.Time
+	name  string
+	still func(context.Context) error
+	clock clock.Clock
+	at    time.Time
 }
 
 // refusedError is StillMayAct's refusal on platform name: err is ask's.
@@ -389,8 +408,9 @@ func (e *RateLimitedError) Error() string {
 
 // CommonFailure is the result, its text after prefix ("slack send: "), of
 // the op errors every platform answers alike: a call StillMayAct refused
-// is answered as Authorize answers; a RateLimitedError is
-// rate_limited with its wait as the hint; no answer before the deadline,
+// is answered as Authorize answers; ErrClaimHeld (another copy of the
+// op kept its claim past the deadline) is unavailable, retry; a
+// RateLimitedError is rate_limited with its wait as the hint; no answer before the deadline,
 // or a network failure reaching peer (the remote API's name), is
 // unavailable, the latter described without the URL or address its text
 // holds. ok is false for any other error.
@@ -400,6 +420,8 @@ func CommonFailure(prefix, peer string, err error) (r contract.Result, ok bool) 
 	switch {
 	case errors.As(err, &refused):
 		return refusal(refused.name, refused.err), true
+	case errors.Is(err, ErrClaimHeld):
+		return contract.Failed(contract.CodeUnavailable, prefix+err.Error()), true
 	case errors.As(err, &limited):
 		r = contract.Failed(contract.CodeRateLimited, prefix+"rate limited; retry later")
 		r.RetryAfterMS = max(limited.Wait.Milliseconds(), 1)

@@ -79,14 +79,14 @@ func TestGrantsWithoutVault(t *testing.T) {
 func TestGrantsRecordTheirSpace(t *testing.T) {
 	g := platform.NewGrants("telegram", nil, nil, nil)
 	g.Add(t.Context(), "C1", "T1", "t1")
-	if space, ok := g.Granted(t.Context(), "C1", "t1"); !ok || space != "T1" {
+	if space, ok, _ := g.Granted(t.Context(), "C1", "t1"); !ok || space != "T1" {
 		t.Fatalf("granted %v in %q", ok, space)
 	}
 	g.Add(t.Context(), "C1", "T2", "t1")
-	if space, _ := g.Granted(t.Context(), "C1", "t1"); space != "T2" {
+	if space, _, _ := g.Granted(t.Context(), "C1", "t1"); space != "T2" {
 		t.Fatalf("renewed in T2, recorded %q", space)
 	}
-	if _, ok := g.Granted(t.Context(), "C1", "t2"); ok {
+	if _, ok, _ := g.Granted(t.Context(), "C1", "t2"); ok {
 		t.Fatal("another tenant holds the grant")
 	}
 }
@@ -130,7 +130,7 @@ func TestGrantsKeyedByPlatform(t *testing.T) {
 				{dc, "discord", "t1", "801"}, {dcElsewhere, "discord (another instance)", "t1", "801"},
 				{dc, "discord", "t2", "801"}, {tg, "telegram", "t2", "802"}, {tg, "telegram", "t1", "802"},
 			} {
-				if space, ok := c.g.Granted(t.Context(), c.chat, c.tenant); ok {
+				if space, ok, _ := c.g.Granted(t.Context(), c.chat, c.tenant); ok {
 					t.Errorf("%s holds a grant of %s on %s (space %q) made on another platform", c.tenant, c.chat, c.on, space)
 				}
 			}
@@ -186,7 +186,7 @@ func TestThreadGrantLastsAsTheChatGrant(t *testing.T) {
 	g.Add(t.Context(), "C1", "G1", "t3")
 	clk.Advance(vault.ChatGrantTTL / 2)
 	g.AddThread(t.Context(), "C1", "TH1", "t2")
-	if space, ok := g.Granted(t.Context(), "TH1", "t2"); !ok || space != "G1" {
+	if space, ok, _ := g.Granted(t.Context(), "TH1", "t2"); !ok || space != "G1" {
 		t.Fatalf("t2's thread granted %v in %q, want in G1", ok, space)
 	}
 	if g.Has(t.Context(), "TH1", "t3") {

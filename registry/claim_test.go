@@ -1717,3 +1717,59 @@ func TestPolicyTakeBackKeepsATenantMadeAgainOnRedis(t *testing.T) {
 		t.Errorf("policies %+v: the new a's is gone", s.Policies)
 	}
 }
+
+// TestSweepsStallNoOtherTenant: while tenant a's deletion (DeleteTenant)
+// and its management plane's drop (DropManaged) wait on a store call of
+// their sweeps, tenant b's change on the same instance goes through.
+// Before, both held the registry's lock across their sweeps, and every
+// other tenant's change waited behind them.
+func TestSweepsStallNoOtherTenant(t *testing.T) {
+	for name, sweep := range map[string]func(r *registry.Registry) error{
+		"DeleteTenant": func(r *registry.Registry) error { return r.DeleteTenant(context.Background(), "a") },
+		"DropManaged": func(r *registry.Registry) error {
+			_, err := r.DropManaged(context.Background(), "a")
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			st := store.NewMemory(clock.System)
+			t.Cleanup(func() { _ = st.Close() })
+			hooked := &hookedStore{Store: st}
+			r := registry.New(hooked, clock.System)
+			for _, id := range []string{"a", "b"} {
+				if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindUser, ID: "61", Tenant: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			reached, release := make(chan struct{}), make(chan struct{})
+			var once, first sync.Once
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			hooked.before = func(op, namespace, _ string) {
+				if op == "cas" && namespace == "registry/bindings" {
+					first.Do(func() { close(reached); <-release })
+				}
+			}
+			swept := make(chan error, 1)
+			go func() { swept <- sweep(r) }()
+			waitFor(t, reached, "a's sweep to reach its binding")
+			other := make(chan error, 1)
+			go func() { _, err := r.CreateGateway(ctx, "b", "gw-b"); other <- err }()
+			select {
+			case err := <-other:
+				if err != nil {
+					t.Fatalf("b's gateway while a's sweep is in flight: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("b's gateway stalled behind a's sweep for 10 s: it holds the registry's lock across its store calls")
+			}
+			once.Do(func() { close(release) })
+			if err := <-swept; err != nil {
+				t.Fatalf("a's sweep: %v", err)
+			}
+		})
+	}
+}

@@ -40,7 +40,7 @@ type expiring struct {
 
 // sweep deletes the entries of namespace (enrollment tokens, link codes)
 // that do not decode or that drop selects, and returns how many of
-// tenant's it kept, spent link codes not counted. Called under mu.
+// tenant's it kept, spent link codes not counted.
 func (r *Registry) sweep(ctx context.Context, namespace, tenant string, drop func(expiring) bool) (kept int, err error) {
 	entries, _, err := r.kv.List(ctx, namespace)
 	if err != nil {

@@ -268,17 +268,19 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	// The allow-list's writes are judged together, after the last: one
 	// that lands once the tenant's deletion or the gateway's deprovision
 	// began takes them all back (keptFor), as the drop that follows may
-	// have missed any of them.
+	// have missed any of them; each take-back is tried, bounded on its own.
 	written := map[string][]byte{}
 	err = r.syncAllow(ctx, entry, written)
 	if len(written) > 0 {
 		if kerr := r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
+			var errs []error
 			for key, data := range written {
-				if _, err := r.kv.CompareAndSwap(ctx, nsBindings, key, data, nil); err != nil {
-					return err
-				}
+				back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+				_, err := r.kv.CompareAndSwap(back, nsBindings, key, data, nil)
+				cancel()
+				errs = append(errs, err)
 			}
-			return nil
+			return errors.Join(errs...)
 		}); kerr != nil {
 			return kerr
 		}
@@ -316,7 +318,7 @@ func (r *Registry) syncAllow(ctx context.Context, entry principalEntry, written 
 					continue
 				}
 				b := Binding{Platform: p.Platform, Kind: platform.BindAllow, ID: u, Tenant: p.Tenant}
-				data, err := r.write(ctx, nsBindings, b.key(), b, false)
+				data, _, err := r.write(ctx, nsBindings, b.key(), b, false)
 				if err != nil {
 					return err
 				}
@@ -405,10 +407,9 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 // (links, scope claims, DM defaults, principal, allow-list) and its
 // outstanding link codes, and returns how many bindings went. The codes
 // go first: a redemption that consumed one before has written its link,
-// which goes with the others (see RedeemLinkCode).
+// which goes with the others (see RedeemLinkCode). It takes no lock:
+// another tenant's changes go on while it sweeps.
 func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if _, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return c.Tenant == tenant }); err != nil {
 		return 0, err
 	}

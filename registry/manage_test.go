@@ -409,7 +409,7 @@ func TestSpentCodesAreNotOutstanding(t *testing.T) {
 		if err != nil {
 			t.Fatalf("code %d, the earlier ones redeemed: %v", i, err)
 		}
-		if _, err := r.RedeemLinkCode(ctx, "telegram", strconv.Itoa(i), code); err != nil {
+		if _, err := r.RedeemLinkCode(ctx, "telegram", strconv.Itoa(i+1), code); err != nil {
 			t.Fatalf("redeem code %d: %v", i, err)
 		}
 	}
@@ -1047,5 +1047,107 @@ func TestSetPrincipalAgainRacingADropOnRedis(t *testing.T) {
 	}
 	if len(p) == 0 {
 		t.Fatalf("the principal set after the drop's read was dropped; allow-list %v", allow)
+	}
+}
+
+// TestDMDefaultTakeBackRestoresAnotherTenants: user 71 is linked to a and
+// b, and its DMs default to a. b's SetDMDefault for 71, asked for by a
+// gateway that is no longer b's (deprovisioned meanwhile), is taken
+// back: a's default is back in place. Before, the take-back removed the
+// key, and 71's DMs reached no tenant by default.
+func TestDMDefaultTakeBackRestoresAnotherTenants(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "71", Tenant: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.SetDMDefault(ctx, "a", "discord", "71"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetDMDefault(registry.ForGateway(ctx, "gone", nil), "b", "discord", "71"); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("b's DM default, asked for by a gateway b does not have: %v, want ErrNotFound", err)
+	}
+	s, _ := effective(t, r)
+	if a, b := bindingsOf(s, "a", platform.BindDMDefault), bindingsOf(s, "b", platform.BindDMDefault); !slices.Equal(a, []string{"discord:71"}) || len(b) != 0 {
+		t.Fatalf("DM defaults after b's take-back: a %v, b %v; want a's only", a, b)
+	}
+}
+
+// TestSetPrincipalTakesBackTheWholeListOnRedis: while tenant a's
+// SetPrincipal writes its allow-list for gateway gw, instance two deletes
+// gw; the list is taken back, and the take-back of one user failing
+// (the store, injected) does not keep the others. Before, the take-back
+// stopped at its first error and the rest of the list stayed.
+func TestSetPrincipalTakesBackTheWholeListOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw"); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, _, key string) {
+		if raced || op != "cas" || !strings.Contains(key, "/allow/") {
+			return
+		}
+		raced = true
+		if err := two.DeleteGateway(ctx, "a", "gw"); err != nil {
+			t.Errorf("instance two's delete of gw: %v", err)
+		}
+	}
+	unreachable := errors.New("store unreachable (injected)")
+	allowWrites := 0
+	hooked.put = func(_, key string) error {
+		if strings.Contains(key, "/allow/") {
+			if allowWrites++; allowWrites == 4 { // the first take-back
+				return unreachable
+			}
+		}
+		return nil
+	}
+	err := one.SetPrincipal(registry.ForGateway(ctx, "gw", nil), "a", "telegram", platform.PrincipalAllowList, []string{"4911", "4912", "4913"})
+	hooked.after, hooked.put = nil, nil
+	if !raced || !errors.Is(err, unreachable) {
+		t.Errorf("a SetPrincipal of gw, deleted meanwhile, one take-back failing: %v (raced %v), want the store's error", err, raced)
+	}
+	s, _ := effective(t, two)
+	if allow := bindingsOf(s, "a", platform.BindAllow); len(allow) != 1 {
+		t.Errorf("allow-list left after the take-back: %v, want only the one whose take-back failed", allow)
+	}
+}
+
+// TestClaimTakeBackRestoresTheClaimItReplaced: a claimed chat 701 of
+// guild 700, which is then bound to b, setting a's claim aside. b's claim
+// of 701 replaces a's, and, asked for by a gateway that is no longer b's
+// (deprovisioned meanwhile), is taken back: a's claim is back in place.
+// Before, the take-back removed the key and a's claim was lost.
+func TestClaimTakeBackRestoresTheClaimItReplaced(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chat := platform.Chat{ID: "701", Space: "700"}
+	if err := r.Claim(ctx, "a", "discord", chat); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Claim(registry.ForGateway(ctx, "gone", nil), "b", "discord", chat); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("b's claim, asked for by a gateway b does not have: %v, want ErrNotFound", err)
+	}
+	s, _ := effective(t, r)
+	if a, b := bindingsOf(s, "a", platform.BindScope), bindingsOf(s, "b", platform.BindScope); !slices.Equal(a, []string{"discord:701"}) || len(b) != 0 {
+		t.Fatalf("claims after b's take-back: a %v, b %v; want a's only", a, b)
 	}
 }

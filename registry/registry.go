@@ -589,26 +589,33 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t stor
 // only entries it listed, each only after reading the tenant still being
 // deleted (sweepEntry), so a tenant made again under the id meanwhile
 // keeps what it made, the same bytes as the old tenant's too
-// (removeMarked).
+// (removeMarked). It holds mu until the tenant has ended, not across the
+// sweep: another tenant's changes go on meanwhile.
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
+	raw, err := r.endTenant(ctx, id)
+	if err != nil {
+		return err
+	}
+	return r.sweepTenant(ctx, id, raw)
+}
+
+// endTenant makes stored tenant id's generation tombstone, under mu, and
+// returns it as stored.
+func (r *Registry) endTenant(ctx context.Context, id string) ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredTenant(id) {
-		return ErrDeclared
+		return nil, ErrDeclared
 	}
 	var t storedTenant
 	raw, ok, err := r.getRaw(ctx, nsTenants, id, &t)
-	if err != nil {
-		return err
-	} else if !ok {
-		return ErrNotFound
+	if err != nil || !ok {
+		return nil, cmp.Or(err, ErrNotFound)
 	}
-	if t.Gen != tombstone {
-		if raw, err = r.swapTenant(ctx, id, raw, storedTenant{Tenant{ID: id}, tombstone}); err != nil {
-			return err
-		}
+	if t.Gen == tombstone {
+		return raw, nil
 	}
-	return r.sweepTenant(ctx, id, raw)
+	return r.swapTenant(ctx, id, raw, storedTenant{Tenant{ID: id}, tombstone})
 }
 
 // sweepTenant is DeleteTenant's sweep of tenant id, being deleted as raw,
@@ -1416,7 +1423,8 @@ const nsOwnership = "registry/ownership"
 // put-back failed stands (on the primary at least) and is
 // errBindingStays. next's tenant
 // must exist (else ErrNotFound), and a deletion of it meanwhile takes
-// next back (keptFor), a write that stays so too. It needs no
+// next back (keptFor), a write that stays so too, another tenant's
+// binding it replaced (a claim set aside) back in place. It needs no
 // lock of its caller's, and takes bindMu for its rounds.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) (guard, written []byte, err error) {
 	var value []byte
@@ -1432,11 +1440,11 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 		}
 	}
 	r.bindMu.Lock()
-	guard, wrote, err := r.swapBindingLocked(ctx, key, next, value, decide)
+	guard, was, wrote, err := r.swapBindingLocked(ctx, key, next, value, decide)
 	r.bindMu.Unlock()
 	if next != nil && (wrote || errors.Is(err, errBindingStays)) {
 		if kerr := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
-			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
+			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, othersOnly(was, next.Tenant))
 			return err
 		}); kerr != nil {
 			return nil, nil, kerr
@@ -1467,17 +1475,18 @@ func stamped(v any) ([]byte, error) {
 }
 
 // swapBindingLocked is swapBinding's rounds, under bindMu: the guard it
-// wrote, and whether it wrote (value under key; nil: removed it).
-func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Binding, value []byte, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, bool, error) {
+// wrote, what it replaced (a refused write too, errBindingStays), and
+// whether it wrote (value under key; nil: removed it).
+func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Binding, value []byte, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, []byte, bool, error) {
 	for round := range maxSwaps {
 		if err := backoff(ctx, round); err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		var guard []byte
 		if next != nil {
 			e, ok, err := r.kv.Get(ctx, nsOwnership, next.Platform)
 			if err != nil {
-				return nil, false, err
+				return nil, nil, false, err
 			}
 			if ok {
 				guard = e.Value
@@ -1486,26 +1495,26 @@ func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Bind
 		var cur *Binding
 		e, ok, err := r.kv.Get(ctx, nsBindings, key)
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		var old []byte
 		if ok {
 			old = e.Value
 			cur = new(Binding)
 			if err := json.Unmarshal(e.Value, cur); err != nil {
-				return nil, false, fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
+				return nil, nil, false, fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
 			}
 		}
 		write, err := decide(cur, guard)
 		if err != nil || !write {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, key, old, value)
 		// A swap the replicas did not acknowledge (store.ErrNotReplicated)
 		// applied on the primary: it is put back, as a refused write.
 		unreplicated := errors.Is(err, store.ErrNotReplicated)
 		if err != nil && !unreplicated {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		if !swapped && !unreplicated {
 			continue
@@ -1529,13 +1538,13 @@ func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Bind
 			r.notify(back) // a look caught between the two swaps is made up for
 			cancel()
 			if err != nil {
-				return nil, false, err
+				return nil, old, false, err
 			}
 			continue
 		}
-		return wrote, true, nil
+		return wrote, old, true, nil
 	}
-	return nil, false, fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
+	return nil, nil, false, fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
 }
 
 // SetPolicy stores p, replacing the tenant's earlier policy on the
@@ -1599,16 +1608,17 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 // write the replicas did not acknowledge (store.ErrNotReplicated) is
 // taken back, what it replaced back in place, and is that error: a
 // refused code does not count as outstanding. A deletion of the tenant
-// meanwhile takes it back too (keptFor). Neither take-back removes the
-// same entry another write made since (stamped), for a tenant made again
-// under the id either.
+// meanwhile takes it back too (keptFor), another tenant's entry it
+// replaced (a user's DM default) back in place. Neither take-back removes
+// the same entry another write made since (stamped), for a tenant made
+// again under the id either.
 func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any, fresh bool) error {
-	data, err := r.write(ctx, namespace, key, v, fresh)
+	data, was, err := r.write(ctx, namespace, key, v, fresh)
 	if err != nil {
 		return err
 	}
 	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
-		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
+		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, othersOnly(was, tenant))
 		return err
 	}); err != nil {
 		return err
@@ -1617,28 +1627,39 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 	return nil
 }
 
+// othersOnly is was, an entry a write for tenant replaced, when it is
+// another tenant's, which a take-back of the write puts back; nil (the
+// entry removed) when it is tenant's own or none.
+func othersOnly(was []byte, tenant string) []byte {
+	var of struct{ Tenant string }
+	if json.Unmarshal(was, &of) != nil || of.Tenant == tenant {
+		return nil
+	}
+	return was
+}
+
 // write is put's write, without its look at the tenant nor its
-// notification: it stores v stamped, and returns it as stored.
-func (r *Registry) write(ctx context.Context, namespace, key string, v any, fresh bool) ([]byte, error) {
-	data, err := stamped(v)
-	if err != nil {
-		return nil, err
+// notification: it stores v stamped, and returns it as stored, and what
+// it replaced (nil: none).
+func (r *Registry) write(ctx context.Context, namespace, key string, v any, fresh bool) (data, was []byte, err error) {
+	if data, err = stamped(v); err != nil {
+		return nil, nil, err
 	}
 	for range maxSwaps {
 		var old store.Entry
 		if !fresh {
 			if old, _, err = r.kv.Get(ctx, namespace, key); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if swapped, err := r.swap(ctx, namespace, key, old.Value, data); err != nil || swapped {
-			return data, err
+			return data, old.Value, err
 		}
 		if fresh {
-			return nil, fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
+			return nil, nil, fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
 		}
 	}
-	return nil, fmt.Errorf("%w: %s entry %q kept changing while being written; try again", ErrConflict, namespace, key)
+	return nil, nil, fmt.Errorf("%w: %s entry %q kept changing while being written; try again", ErrConflict, namespace, key)
 }
 
 // notify tells every instance to look again. A lost notification is made
@@ -1714,8 +1735,8 @@ func CanonicalBinding(b Binding) (Binding, error) {
 		b.ID = strconv.FormatUint(n, 10)
 	case b.Platform == "telegram" && (b.Kind == platform.BindChat || authorKind):
 		n, err := strconv.ParseInt(b.ID, 10, 64)
-		if err != nil {
-			return bad("a chat or user id")
+		if err != nil || n == 0 {
+			return bad("a non-zero chat or user id")
 		}
 		b.ID = strconv.FormatInt(n, 10)
 	case b.Platform == "slack" && b.Kind == platform.BindTeam:

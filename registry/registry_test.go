@@ -146,12 +146,16 @@ func TestErrors(t *testing.T) {
 		"bind twice":             {r.Bind(ctx, room), nil},
 		"bad kind":               {r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: "room", ID: "1", Tenant: "a"}), registry.ErrInvalid},
 		"bad chat id":            {r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: "chat", ID: "x", Tenant: "a"}), registry.ErrInvalid},
-		"whatsapp number":        {r.Bind(ctx, registry.Binding{Platform: "whatsapp_cloud", Kind: "phone_number", ID: "106540352242922", Tenant: "a"}), nil},
-		"whatsapp number taken":  {r.Bind(ctx, registry.Binding{Platform: "whatsapp_cloud", Kind: "phone_number", ID: "106540352242922", Tenant: "b"}), registry.ErrConflict},
-		"whatsapp bad number":    {r.Bind(ctx, registry.Binding{Platform: "whatsapp_cloud", Kind: "phone_number", ID: "+1 555", Tenant: "a"}), registry.ErrInvalid},
-		"whatsapp scope":         {r.Bind(ctx, registry.Binding{Platform: "whatsapp_cloud", Kind: "scope", ID: "1", Tenant: "a"}), registry.ErrInvalid},
-		"unbind unknown":         {r.Unbind(ctx, registry.Binding{Platform: "nexscope", Kind: "room", ID: "other", Tenant: "a"}), registry.ErrNotFound},
-		"delete unknown tenant":  {r.DeleteTenant(ctx, "zz"), registry.ErrNotFound},
+		// Telegram has no chat or user 0, and refuses a table with one:
+		// stored, it stopped every instance applying Telegram's routing.
+		"telegram chat 0":       {r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: "chat", ID: "-0", Tenant: "a"}), registry.ErrInvalid},
+		"telegram user 0":       {r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: "user", ID: "0", Tenant: "a"}), registry.ErrInvalid},
+		"whatsapp number":       {r.Bind(ctx, registry.Binding{Platform: "whatsapp_cloud", Kind: "phone_number", ID: "106540352242922", Tenant: "a"}), nil},
+		"whatsapp number taken": {r.Bind(ctx, registry.Binding{Platform: "whatsapp_cloud", Kind: "phone_number", ID: "106540352242922", Tenant: "b"}), registry.ErrConflict},
+		"whatsapp bad number":   {r.Bind(ctx, registry.Binding{Platform: "whatsapp_cloud", Kind: "phone_number", ID: "+1 555", Tenant: "a"}), registry.ErrInvalid},
+		"whatsapp scope":        {r.Bind(ctx, registry.Binding{Platform: "whatsapp_cloud", Kind: "scope", ID: "1", Tenant: "a"}), registry.ErrInvalid},
+		"unbind unknown":        {r.Unbind(ctx, registry.Binding{Platform: "nexscope", Kind: "room", ID: "other", Tenant: "a"}), registry.ErrNotFound},
+		"delete unknown tenant": {r.DeleteTenant(ctx, "zz"), registry.ErrNotFound},
 	} {
 		if !errors.Is(c.err, c.want) || (c.want == nil && c.err != nil) {
 			t.Errorf("%s: %v, want %v", name, c.err, c.want)

@@ -51,10 +51,20 @@ type netStore struct {
 	// release runs (standing for a lease that expired and was taken), and
 	// is closed then.
 	takenOnRelease chan struct{}
+	// lateRemovals, when set (under mu), holds every removal from the
+	// stored ledger that starts once a lease was released (released) until
+	// it is closed: a removal written too late for the next driver, which
+	// reads the stored ledger as it takes the lease.
+	lateRemovals chan struct{}
+	released     atomic.Bool
 
 	mu   sync.Mutex
 	lose func(channel string, msg []byte) bool
-	lost chan []byte // messages lost, for the test to inspect
+	// twice, when set (under mu), has the messages it picks published a
+	// second time right after the first, as go-redis resends a PUBLISH
+	// whose reply was lost.
+	twice func(channel string, msg []byte) bool
+	lost  chan []byte // messages lost, for the test to inspect
 
 	owned chan string    // session keys whose owner it stored
 	acked chan struct{}  // one per removal from the stored ledger
@@ -62,38 +72,6 @@ type netStore struct {
 
 	sent      map[byte]int  // messages published (not lost), by type, counted before the store has them; under mu
 	published chan struct{} // signalled after each
-
-	// sweeps, when set (under mu), holds every read of the stored
-	// tenants (the age sweep's first call) until it is closed, which
-	// stalls the goroutine that writes the ledger's removals; each read
-	// held is signalled on swept.
-	sweeps, swept chan struct{}
-}
-
-// stallSweep has the instance's next age sweep (a minute apart, from when
-// its ledgers' goroutine started) hold that goroutine, which writes its
-// removals too, until release is called, or the test ends: it advances r
-// beat by beat until the sweep starts.
-func (n *netStore) stallSweep(t *testing.T, r *clusterRig) (release func()) {
-	t.Helper()
-	gate, swept := make(chan struct{}), make(chan struct{}, 1)
-	n.mu.Lock()
-	n.sweeps, n.swept = gate, swept
-	n.mu.Unlock()
-	release = sync.OnceFunc(func() { close(gate) })
-	t.Cleanup(release) // before the instances shut down
-	// Polled: the sweep signals when it starts, not when its timer is armed.
-	for deadline := time.Now().Add(relaytest.Timeout); ; runtime.Gosched() {
-		r.advance(1)
-		select {
-		case <-swept:
-			return release
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s's age sweep to start", relaytest.Timeout, n.inst)
-		}
-	}
 }
 
 // count is how many messages of type typ it published (not lost).
@@ -190,12 +168,16 @@ func (p netPubSub) Publish(ctx context.Context, channel string, msg []byte) erro
 	if !lost {
 		p.n.sent[typ]++
 	}
+	twice := !lost && p.n.twice != nil && p.n.twice(channel, msg)
 	p.n.mu.Unlock()
 	if lost {
 		p.n.lost <- append([]byte(nil), msg...)
 		return nil
 	}
 	err := p.n.Store.PubSub().Publish(ctx, channel, msg)
+	if err == nil && twice {
+		err = p.n.Store.PubSub().Publish(ctx, channel, msg)
+	}
 	if err != nil {
 		p.n.mu.Lock()
 		p.n.sent[typ]--
@@ -246,6 +228,7 @@ func (l netLeases) Release(ctx context.Context, name string, lease store.Lease) 
 	if l.n.cut.Load() {
 		return errCut
 	}
+	l.n.released.Store(true)
 	if l.n.takenOnRelease != nil {
 		if err := l.n.Store.Leases().Release(ctx, name, lease); err != nil {
 			return err
@@ -329,24 +312,6 @@ func (l netLedger) Stage(ctx context.Context, tenant string, recs []store.Record
 	return l.Ledger.Stage(ctx, tenant, recs)
 }
 
-func (l netLedger) Tenants(ctx context.Context) ([]string, error) {
-	l.n.mu.Lock()
-	gate, swept := l.n.sweeps, l.n.swept
-	l.n.mu.Unlock()
-	if gate != nil {
-		select {
-		case swept <- struct{}{}:
-		default:
-		}
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return l.Ledger.Tenants(ctx)
-}
-
 func (l netLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
 	if l.n.cut.Load() {
 		return nil, errCut
@@ -366,6 +331,16 @@ func (l netLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int,
 func (l netLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
 	if l.n.cut.Load() {
 		return 0, errCut
+	}
+	l.n.mu.Lock()
+	late := l.n.lateRemovals
+	l.n.mu.Unlock()
+	if late != nil && l.n.released.Load() {
+		select {
+		case <-late:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 	n, err := l.Ledger.AckAll(ctx, acks)
 	l.removed(err)
@@ -938,6 +913,30 @@ func TestClusterLostAckIsAnsweredByARedelivery(t *testing.T) {
 	r.inst[0].buffered.wait(t, mark, 0, "e1's second ack to remove it")
 }
 
+// An ack that reaches the driver twice (go-redis sent its PUBLISH again)
+// is taken once: before, the copy looked like a gap in the socket's acks,
+// which broke its link, and the entries it held unacknowledged reached
+// the gateway a second time.
+func TestClusterResentAckKeepsTheLink(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	r.inst[1].discord.deliver("t1", "c1", "u2", "e2")
+	ev1, id1 := gb.NextInbound(t)
+	if ev2, _ := gb.NextInbound(t); ev1.Text != "e1" || ev2.Text != "e2" {
+		t.Fatalf("gb got %q then %q, want e1 then e2", ev1.Text, ev2.Text)
+	}
+	r.inst[1].net.mu.Lock()
+	r.inst[1].net.twice = func(_ string, msg []byte) bool { return cluster.Type(msg) == relay.ClusterMsgAck }
+	r.inst[1].net.mu.Unlock()
+	mark := r.inst[0].buffered.mark()
+	gb.Ack(t, id1)
+	r.inst[0].buffered.wait(t, mark, 1, "e1's ack to reach the driver")
+	r.inst[1].discord.deliver("t1", "c1", "u3", "e3")
+	if ev, _ := gb.NextInbound(t); ev.Text != "e3" {
+		t.Fatalf("after e1's ack arrived twice gb got %q, want e3 (e2 is unacknowledged, not lost)", ev.Text)
+	}
+}
+
 // An interrupt reads the session's stored owner at most once, wherever it
 // goes: the instance it arrives at reads it and, finding none, forwards the
 // interrupt to the driver, which looks in its memory only.
@@ -1438,7 +1437,7 @@ func TestClusterDriverWithoutSocketsHandsTheTenantOver(t *testing.T) {
 // which reads the stored ledger from the start, does not deliver those
 // entries again.
 func TestClusterHandOverWritesItsRemovalsFirst(t *testing.T) {
-	r, ga, _ := ackedThroughI1(t)
+	r, ga := ackedThroughI1(t)
 	r.waitTakenBy(t, "i0", "ga's instance")
 	r.inst[0].discord.deliver("t1", "c1", "u1", "e1")
 	if ev, _ := ga.NextInbound(t); ev.Text != "e1" {
@@ -1450,7 +1449,7 @@ func TestClusterHandOverWritesItsRemovalsFirst(t *testing.T) {
 // through it before it gives its leases up, as one handing a tenant over
 // does.
 func TestClusterShutdownWritesItsRemovalsFirst(t *testing.T) {
-	r, ga, release := ackedThroughI1(t)
+	r, ga := ackedThroughI1(t)
 	done := make(chan error, 1)
 	go func() { done <- r.inst[1].h.Server.Shutdown(context.Background()) }()
 	r.waitTakenBy(t, "i0", "the instance left")
@@ -1458,7 +1457,6 @@ func TestClusterShutdownWritesItsRemovalsFirst(t *testing.T) {
 	if ev, _ := ga.NextInbound(t); ev.Text != "e1" {
 		t.Fatalf("after i1 shut down ga got %q, want e1 (e0 was acknowledged)", ev.Text)
 	}
-	release()
 	select {
 	case <-done:
 	case <-time.After(relaytest.Timeout):
@@ -1470,7 +1468,7 @@ func TestClusterShutdownWritesItsRemovalsFirst(t *testing.T) {
 // reaches it first) writes the removals of what was acknowledged through
 // it before it gives the tenant's lease up, as one handing it over does.
 func TestClusterTenantLeavingWritesItsRemovalsFirst(t *testing.T) {
-	r, ga, _ := ackedThroughI1(t)
+	r, ga := ackedThroughI1(t)
 	if err := r.inst[1].h.Server.SetTenants(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -1482,12 +1480,19 @@ func TestClusterTenantLeavingWritesItsRemovalsFirst(t *testing.T) {
 }
 
 // ackedThroughI1 returns a rig where i1 drives t1, having stored e0 with no
-// socket of the tenant, and ga on i0 acknowledged e0 through it; i1's
-// removals are held (stallSweep) until release.
-func ackedThroughI1(t *testing.T) (r *clusterRig, ga *relaytest.Gateway, release func()) {
+// socket of the tenant, and ga on i0 acknowledged e0 through it. i1's
+// ledgers write no removal on their own (StopLedgerFlushes), and one it
+// starts after releasing a lease is held until the test ends: e0 leaves
+// the store in time for the next driver only through the flush i1's fleet
+// runs before it gives its lease up.
+func ackedThroughI1(t *testing.T) (r *clusterRig, ga *relaytest.Gateway) {
 	t.Helper()
 	r = newClusterRig(t, 2)
-	release = r.inst[1].net.stallSweep(t, r)
+	late := make(chan struct{})
+	r.inst[1].net.mu.Lock()
+	r.inst[1].net.lateRemovals = late
+	r.inst[1].net.mu.Unlock()
+	t.Cleanup(func() { close(late) }) // before the instances shut down
 	r.inst[1].discord.deliver("t1", "c1", "u0", "e0")
 	if who := r.waitAcquired(t); who != "i1" {
 		t.Fatalf("%s took the tenant's lease, want i1 (it stored e0)", who)
@@ -1497,10 +1502,11 @@ func ackedThroughI1(t *testing.T) (r *clusterRig, ga *relaytest.Gateway, release
 	if ev.Text != "e0" {
 		t.Fatalf("ga got %q, want e0", ev.Text)
 	}
+	relay.StopLedgerFlushes(r.inst[1].h.Server)
 	mark := r.inst[1].buffered.mark()
 	ga.Ack(t, id)
 	r.inst[1].buffered.wait(t, mark, 0, "e0's ack to reach the driver")
-	return r, ga, release
+	return r, ga
 }
 
 // waitTakenBy advances the clock beat by beat until an instance starts

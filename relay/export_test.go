@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"time"
@@ -170,3 +171,10 @@ func ClusterSocketQueue(s *Server, tenant string) (waiting int, queued int64, re
 	}
 	return waiting, queued, received
 }
+
+// StopLedgerFlushes stops the goroutine of s's ledger pool, as shutting
+// down does: what is acknowledged from then on stays queued for the store
+// until a flush of the fleet's (giving a lease up, stopping) or Shutdown's
+// writes it, so a test sees whether that flush comes before the lease is
+// released.
+func StopLedgerFlushes(s *Server) { s.ledgers.Close(context.Background()) }

@@ -1070,13 +1070,22 @@ func (f *tenantFleet) ackRemote(inst, conn string, gen, seq uint64, id []byte) {
 
 // takeAckLocked takes message seq of the acks of inst's connection conn,
 // generation gen, under hub.mu, and returns its seat when it came in
-// order on a live link; a gap breaks the link.
+// order on a live link; a gap breaks the link, and a message taken before
+// is a copy (go-redis sent its PUBLISH again), dropped. A link the
+// socket's instance started over in the same generation (it followed
+// another driver meanwhile) numbers its acks from 1 again, but its serve,
+// queued on the same outbox before them, breaks the link first
+// (serveRemote: fewer acks sent than taken). Were that serve lost, the
+// acks dropped as copies meanwhile still remove their entries (ackRemote
+// acks before it takes the message), and a beat breaks the link when the
+// roster's count of acks or the holds' count of frames differs; when both
+// match, the link is in step from then on.
 func (f *tenantFleet) takeAckLocked(inst, conn string, gen, seq uint64) *remoteSeat {
 	var rs *remoteSeat
 	if p := f.peers[inst]; p != nil {
 		rs = p.seats[conn]
 	}
-	if rs == nil || rs.gen != gen || rs.broken {
+	if rs == nil || rs.gen != gen || rs.broken || seq <= rs.acks.Received() {
 		return nil
 	}
 	if !rs.acks.Take(seq) {

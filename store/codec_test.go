@@ -68,7 +68,7 @@ func FuzzStreamRecord(f *testing.F) {
 		if g != "" {
 			values["g"] = g
 		}
-		rec, err := streamRecord(redis.XMessage{ID: id, Values: values})
+		rec, err := streamRecord(1, redis.XMessage{ID: id, Values: values})
 		if err != nil {
 			if !errors.Is(err, errCorrupt) {
 				t.Fatalf("decode error %v, want errCorrupt", err)

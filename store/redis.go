@@ -38,6 +38,10 @@ import (
 //	                       field -> 65 dashes (answerLua), PX
 //	oldanswers:{<tenant>}  the answers before those, PX
 //	ledgers                set of the tenants that ever appended (SADD)
+//	numbered{<prefix>ledgers}  hash: tenant -> the highest seq a store
+//	                       recorded it gave (numberedScript), so a tenant
+//	                       whose keys are lost does not number from 1
+//	                       again; on the ledgers set's slot
 //	cap:<key>              expiring capability value, PX as garbage collection
 //	owner:<n>:{<tenant>}<session key>  expiring owner (n = len(tenant)), PX
 //	lease:{<name>}         "<token>:<holder>", PX the lease's TTL
@@ -56,12 +60,12 @@ import (
 // braces, the hash tag, so on a Redis Cluster they live in one slot: a
 // tenant's ledger keys on the tenant's, a lease's on its name's, a
 // registry namespace's on its name's (tagged); tenants spread over the
-// shards. The one set shared by every tenant, ledgers, is
-// written apart from the scripts: once per tenant and store, before its
-// first append (and after one numbered 1 or past a multiple of 2^32: its
-// keys may have been lost), and never
-// shrinks; Tenants reads it and keeps the tenants
-// whose stream holds entries.
+// shards. The keys shared by every tenant, ledgers and numbered, are
+// written apart from the scripts (index): once per tenant and store,
+// before its first append (numbered read) and after it, and after one
+// numbered 1 or past a multiple of 2^32 (its keys may have been lost); they
+// never shrink. Tenants reads ledgers, adds back the tenants this store
+// added that it lacks, and keeps the tenants whose stream holds entries.
 
 // redisExpirySlack is added to the PX of capabilities and owners, whose
 // expiry is judged by the store's clock: the key outlives its expiry by this
@@ -220,8 +224,10 @@ type redisLedger struct{ s *redisStore }
 // failover there. A counter behind ARGV[4] was lost with the tenant's keys
 // (a failover before they reached a replica, a server restarted without
 // its data) and moves past it the same way, so the numbering does not
-// start over at 1 under bufferIds a gateway saw; one lost before any
-// running instance gave or read a seq of the tenant still does.
+// start over at 1 under bufferIds a gateway saw. So does one lost while
+// the numbered hash kept the tenant's entry (a store's first append of the
+// tenant passes it); one lost with it, before any running instance gave
+// or read a seq of the tenant, still starts over.
 var appendScript = redis.NewScript(appendLua)
 
 const appendLua = answerLua + `
@@ -317,12 +323,27 @@ func (l redisLedger) answerKeys(tenant string) []string {
 // indexKey is the set of the tenants that ever appended.
 func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
 
-// indexCall adds tenant to the set of the tenants that ever appended.
-func (l redisLedger) indexCall(tenant string) pipeCall {
+// numberedScript: KEYS the numbered hash; ARGV a tenant and a seq it was
+// given (0: none). Raises the tenant's entry to the seq and returns the
+// entry as it was (0: none).
+var numberedScript = redis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') or 0
+if cur < tonumber(ARGV[2]) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return cur
+`)
+
+// index adds tenant to the set of the tenants that ever appended and
+// raises its numbered entry to last, and returns the entry as it was.
+func (l redisLedger) index(ctx context.Context, tenant string, last uint64) (numbered uint64, err error) {
 	key := l.indexKey()
-	return pipeCall{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
-		return p.SAdd(ctx, key, tenant)
-	}}
+	replies := l.s.pipelinedAll(ctx, []pipeCall{
+		{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+			return p.SAdd(ctx, key, tenant)
+		}},
+		scriptCall(numberedScript, []string{l.s.p + "numbered{" + key + "}"}, tenant, last),
+	})
+	n, err := redisInt(replies[1].cmd)
+	return uint64(max(n, 0)), cmp.Or(replies[0].err(), err)
 }
 
 func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
@@ -332,24 +353,28 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	if len(recs) == 0 {
 		return nil, ctx.Err()
 	}
+	floor := l.s.seen(tenant).Load()
+	_, indexed := l.s.indexed.Load(tenant)
+	if !indexed {
+		// A tenant numbered before, whose counter is gone now, lost it with
+		// its keys: its numbering must not start over.
+		numbered, err := l.index(ctx, tenant, 0)
+		if err != nil {
+			return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
+		}
+		floor = max(floor, numbered)
+	}
 	now := l.s.clock.Now()
 	args := make([]any, 0, 4+7*len(recs))
-	args = append(args, rand.Text(), pxMillis(l.s.resend), len(recs), l.s.seen(tenant).Load())
+	args = append(args, rand.Text(), pxMillis(l.s.resend), len(recs), floor)
 	for i := range recs {
 		r := &recs[i]
 		received := receivedAt(r.Received, now)
 		args = append(args, r.Kind, r.Platform, r.SessionKey, r.ChatID, received.UnixMicro(), r.Payload, r.Generation)
 	}
-	calls := make([]pipeCall, 0, 2)
-	_, indexed := l.s.indexed.Load(tenant)
-	if !indexed {
-		calls = append(calls, l.indexCall(tenant))
-	}
 	add := scriptCall(appendScript, slices.Concat(l.keys(tenant), []string{l.s.p + "replid:" + tagged(tenant)}, l.answerKeys(tenant)), args...)
 	add.replicate = true
-	calls = append(calls, add)
-	replies := l.s.pipelinedAll(ctx, calls)
-	stored := replies[len(replies)-1]
+	stored := l.s.pipelined(ctx, add)
 	first, err := redisInt(stored.cmd)
 	if err != nil {
 		if stored.late != nil {
@@ -360,19 +385,16 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	seqs := appendedSeqs(first, len(recs))
 	l.s.saw(tenant, seqs[len(seqs)-1])
 	failed := stored.unreplicated
-	switch {
-	case !indexed:
-		if err := replies[0].err(); err != nil {
-			failed = err
-		} else {
-			l.s.indexed.Store(tenant, struct{}{})
-		}
-	case (first-1)%(1<<32) == 0:
-		// The tenant's numbering started over or skipped (appendScript):
-		// its keys may be gone (a failover before its first append reached
-		// a replica, a server restarted without its data), and from the
-		// set with them.
-		failed = cmp.Or(failed, l.s.pipelined(ctx, l.indexCall(tenant)).err())
+	if !indexed || (first-1)%(1<<32) == 0 {
+		// This store's first append of the tenant, or its numbering
+		// started over or skipped (appendScript): its keys may be gone (a
+		// failover before its first append reached a replica, a server
+		// restarted without its data), and from the set with them.
+		_, err := l.index(ctx, tenant, seqs[len(seqs)-1])
+		failed = cmp.Or(failed, err)
+	}
+	if failed == nil && !indexed {
+		l.s.indexed.Store(tenant, struct{}{})
 	}
 	if failed != nil {
 		// Stored, maybe, but not as the caller asked: not to be confirmed,
@@ -446,7 +468,7 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 		if !ok {
 			return out, l.dropForeign(ctx, tenant, m.ID, afterSeq, out)
 		}
-		r, err := streamRecord(m)
+		r, err := streamRecord(seq, m)
 		if err != nil {
 			return out, fmt.Errorf("store: read tenant %q: %w", tenant, &UnreadableRecord{Seq: seq})
 		}
@@ -485,12 +507,8 @@ func (l redisLedger) dropForeign(ctx context.Context, tenant, id string, afterSe
 	return fmt.Errorf("store: read tenant %q: %w", tenant, &UnreadableRecord{Seq: afterSeq, ForeignID: id})
 }
 
-// streamRecord decodes one ledger stream entry.
-func streamRecord(m redis.XMessage) (Record, error) {
-	seq, ok := streamSeq(m.ID)
-	if !ok {
-		return Record{}, errCorrupt
-	}
+// streamRecord decodes the ledger stream entry of seq.
+func streamRecord(seq uint64, m redis.XMessage) (Record, error) {
 	field := func(name string) string {
 		v, _ := m.Values[name].(string)
 		return v
@@ -721,6 +739,28 @@ func (l redisLedger) Tenants(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: tenants: %w", rerr(err))
 	}
+	// A tenant this store added and the set lost (on a Cluster its shard
+	// failed over before it had the SADD, or restarted without its data)
+	// goes back in.
+	listed := make(map[string]bool, len(all))
+	for _, t := range all {
+		listed[t] = true
+	}
+	var lost []any
+	l.s.indexed.Range(func(t, _ any) bool {
+		if !listed[t.(string)] {
+			lost = append(lost, t)
+		}
+		return true
+	})
+	if len(lost) > 0 {
+		if err := l.s.c.SAdd(ctx, l.indexKey(), lost...).Err(); err != nil {
+			return nil, fmt.Errorf("store: tenants: %w", rerr(err))
+		}
+		for _, t := range lost {
+			all = append(all, t.(string))
+		}
+	}
 	lens := make([]*redis.IntCmd, len(all))
 	_, err = l.s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range all {
@@ -876,12 +916,11 @@ func (c redisClaims) Release(ctx context.Context, key string, expires time.Time)
 type redisLeases struct{ s *redisStore }
 
 // acquireScript: KEYS lease, token counter; ARGV holder, ttl ms. Returns
-// {acquired 0/1, token, holder, remaining ms}.
+// {acquired 0/1, token, holder, remaining ms}. A value that is no lease
+// ("<token>:<holder>"; another program's) is taken over as a free one.
 var acquireScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local sep = string.find(cur, ':', 1, true)
-  local token, holder = string.sub(cur, 1, sep - 1), string.sub(cur, sep + 1)
+local token, holder = string.match(redis.call('GET', KEYS[1]) or '', '^(%d+):(.*)$')
+if token then
   if holder ~= ARGV[1] then
     return {0, token, holder, redis.call('PTTL', KEYS[1])}
   end
@@ -1178,11 +1217,9 @@ func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uin
 	for i := 0; i+1 < len(flat); i += 2 {
 		k, _ := flat[i].(string)
 		v, _ := flat[i+1].(string)
-		e, err := decodeEntry(k, []byte(v))
-		if err != nil {
-			return nil, 0, err
+		if e, err := decodeEntry(k, []byte(v)); err == nil {
+			out = append(out, e)
 		}
-		out = append(out, e)
 	}
 	sortEntries(out)
 	return out, rev, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -473,6 +474,66 @@ func TestRedisTenantKeysLostWhileRunning(t *testing.T) {
 	}
 }
 
+// TestRedisTenantKeysLostBeforeStart: a tenant whose keys are lost while
+// the set of tenants keeps it (a Cluster shard failing over, or restarted
+// without its data, apart from the set's; here deleted) is not numbered
+// from 1 again by an instance that never gave or read one of its seqs.
+// Before, a store opened after the loss gave out seq 1 again: a bufferId
+// a gateway had seen.
+func TestRedisTenantKeysLostBeforeStart(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx := t.Context()
+	if _, err := opener(t, cfg)(nil).Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("lost")}}); err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client(t)
+	keys, err := admin.Keys(ctx, cfg.RedisPrefix+"*{t1}").Result()
+	if err != nil || len(keys) < 3 {
+		t.Fatalf("t1's keys: %v, %v", keys, err)
+	}
+	if err := admin.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := opener(t, cfg)(nil).Ledger()
+	seqs, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("after")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seqs[0] != 1<<32+1 {
+		t.Fatalf("append after t1's keys were lost got seq %d; want %d, past those given before", seqs[0], uint64(1<<32+1))
+	}
+	if seqs, err := l.Append(ctx, "t2", []store.Record{{Payload: []byte("new")}}); err != nil || seqs[0] != 1 {
+		t.Fatalf("a new tenant's first append: %v, %v; want seq 1", seqs, err)
+	}
+}
+
+// TestRedisTenantsRepairsTheSet: a tenant an instance appended for, gone
+// from the set of tenants (on a Cluster the set's shard failed over before
+// it had the SADD, or restarted without its data; here removed), is listed
+// and added back by that instance's next Tenants. Before, no instance
+// added it again until it restarted, so a restart of every instance did
+// not recover the tenant's records and the sweep never aged them out.
+func TestRedisTenantsRepairsTheSet(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx := t.Context()
+	l := opener(t, cfg)(nil).Ledger()
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("kept")}}); err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client(t)
+	if err := admin.Del(ctx, cfg.RedisPrefix+"ledgers").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if tenants, err := l.Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"t1"}) {
+		t.Fatalf("tenants after the set was lost: %v, %v; want [t1]", tenants, err)
+	}
+	if tenants, err := opener(t, cfg)(nil).Ledger().Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"t1"}) {
+		t.Fatalf("a new instance's tenants after the set was repaired: %v, %v; want [t1]", tenants, err)
+	}
+}
+
 // TestRedisAnswersRotateByAge: a tenant's answers hash (answerLua) becomes
 // the older one once it is older than the resend window, not only at 1024
 // answers, and the older one goes at the next such turn. Before, each call
@@ -516,5 +577,36 @@ func TestRedisAnswersRotateByAge(t *testing.T) {
 		if err := c.PExpire(ctx, answers, window-time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestRedisForeignValuesDoNotStall: a lease key or a registry entry holding
+// a value the connector did not write (set by hand or another program)
+// does not stop the lease or the namespace for good. Before, every Acquire
+// failed with a script error (a value without ":") or a corrupt token until
+// the key expired, which without a TTL is never, and every List of the
+// namespace failed on the one entry.
+func TestRedisForeignValuesDoNotStall(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	s, ctx := opener(t, cfg)(nil), t.Context()
+	admin := srv.Client(t)
+	for i, v := range []string{"garbage", "x:someone"} {
+		name := fmt.Sprintf("job%d", i)
+		if err := admin.Set(ctx, cfg.RedisPrefix+"lease:{"+name+"}", v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if l, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute); err != nil || !ok || l.Holder != "me" {
+			t.Fatalf("acquire over the lease value %q: %+v, %v, %v; want it taken", v, l, ok, err)
+		}
+	}
+	if _, err := s.Registry().Put(ctx, "ns", "good", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.HSet(ctx, cfg.RedisPrefix+"registry:{ns}", "bad", "short").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if es, _, err := s.Registry().List(ctx, "ns"); err != nil || len(es) != 1 || es[0].Key != "good" {
+		t.Fatalf("list beside a foreign entry: %+v, %v; want the entry good", es, err)
 	}
 }

@@ -174,7 +174,6 @@ func CheckRedis(cfg Config) error {
 	case cfg.RedisURL != "" && u.Scheme != "redis" && u.Scheme != "rediss":
 		return errors.New("store.redis_url: the scheme must be redis or rediss (TLS)")
 	case cfg.RedisURL != "" && perr != nil:
-		// The URL may carry a password: name the problem, not the URL.
 		return errors.New("store.redis_url: does not parse as redis[s]://[user:password@]host[:port][/db][?option=value]")
 	case cfg.RedisURL != "" && !portInRange(u.Port()):
 		return fmt.Errorf("store.redis_url: port %s is not one of 1-65535", u.Port())

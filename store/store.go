@@ -92,7 +92,8 @@ type Ledger interface {
 	// restarts or from another instance; only a Stage whose records were
 	// not stored (its commit failed, or the process died first) leaves a
 	// gap, and so does the redis backend under a new primary (a failover,
-	// a restart: it resumes past the next multiple of 2^32, appendScript).
+	// a restart: it resumes past the next multiple of 2^32, appendScript)
+	// or for a tenant whose keys it lost.
 	// Append returns only once the records are durable. The store
 	// copies recs; their Seq is ignored, and a zero Received is set to the
 	// store's clock. Received is kept to the microsecond.
@@ -328,7 +329,9 @@ type Registry interface {
 	// the namespace's revision.
 	Delete(ctx context.Context, namespace, key string) (deleted bool, err error)
 	// List returns every entry of namespace sorted by key, and the
-	// namespace's revision (0 for a namespace never written).
+	// namespace's revision (0 for a namespace never written). The redis
+	// backend passes over a value another program wrote there that is
+	// no entry.
 	List(ctx context.Context, namespace string) (entries []Entry, rev uint64, err error)
 	// Revision returns the namespace's revision (0 for a namespace never
 	// written) without reading its entries: a cheap look for a change.

@@ -81,19 +81,36 @@ func (d *Durable) Put(ctx context.Context, k Key, e Entry) error {
 
 // Get implements Store. A value this process does not hold live is looked
 // up in the store (written before a restart, or by another instance); a
-// store failure counts as a miss (Stats.StoreErrors).
+// store failure counts as a miss (Stats.StoreErrors; Lookup tells it).
 func (d *Durable) Get(ctx context.Context, k Key) (Entry, bool) {
+	e, ok, _ := d.lookup(ctx, k)
+	return e, ok
+}
+
+// Lookup is s.Get telling a miss from a store that did not answer (err,
+// when s is a Durable holding no live value of k): a caller that would
+// decline on a miss can answer unavailable instead.
+func Lookup(ctx context.Context, s Store, k Key) (Entry, bool, error) {
+	if d, ok := s.(*Durable); ok {
+		return d.lookup(ctx, k)
+	}
+	e, ok := s.Get(ctx, k)
+	return e, ok, nil
+}
+
+// lookup is Get with the store's failure.
+func (d *Durable) lookup(ctx context.Context, k Key) (Entry, bool, error) {
 	ttl, ok := k.Kind.TTL()
 	if !ok || k.Tenant == "" {
 		d.misses.Add(1)
-		return Entry{}, false
+		return Entry{}, false, nil
 	}
 	// A value expired here is looked up in the store too: another
 	// instance may have renewed it (a chat grant).
 	held, state := d.mem.lookup(k)
 	if state == found && remembered[k.Kind] {
 		d.hits.Add(1)
-		return held, true
+		return held, true, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
@@ -102,16 +119,18 @@ func (d *Durable) Get(ctx context.Context, k Key) (Entry, bool) {
 		d.storeErrors.Add(1)
 		if state == found { // the store did not answer: what this process holds
 			d.hits.Add(1)
-			return held, true
+			return held, true, nil
 		}
+		d.misses.Add(1)
+		return Entry{}, false, fmt.Errorf("vault: look up capability %q: %w", k.Kind, err)
 	}
 	var se storedEntry
-	if err != nil || !ok || json.Unmarshal(raw, &se) != nil {
-		if err == nil && state == found { // gone from the store: not to be answered when it fails
+	if !ok || json.Unmarshal(raw, &se) != nil {
+		if state == found { // gone from the store: not to be answered when it fails
 			d.mem.Delete(ctx, k)
 		}
 		d.misses.Add(1)
-		return Entry{}, false
+		return Entry{}, false, nil
 	}
 	e := Entry{Value: NewSecret(se.Value), Ref: se.Ref, Stored: time.UnixMicro(se.Stored)}
 	if se.Created != 0 {
@@ -120,11 +139,11 @@ func (d *Durable) Get(ctx context.Context, k Key) (Entry, bool) {
 	if e.expiredAt(d.mem.clock.Now(), ttl) || d.mem.predates(k, e) {
 		d.expiries.Add(1)
 		d.misses.Add(1)
-		return Entry{}, false
+		return Entry{}, false, nil
 	}
 	_ = d.mem.Put(ctx, k, e) // k was checked above: cannot fail
 	d.hits.Add(1)
-	return e, true
+	return e, true, nil
 }
 
 // Delete implements Store.

@@ -127,7 +127,12 @@ func (c *connector) reloadOnHangup(ctx context.Context) (stop func()) {
 			prev := c.live.reg.Declared()
 			err = c.live.reg.SetDeclared(cfg.declared())
 			if err == nil {
-				if err = c.live.apply(ctx); err != nil {
+				// A platform refusing its table (logged by the apply) is
+				// no reason to roll back what the relay took: its removed
+				// gateways' sockets are closed already.
+				if err = c.live.apply(ctx); errors.Is(err, errTableRefused) {
+					err = nil
+				} else if err != nil {
 					// Not applied: the running layer stays, so later
 					// applies are not refused for the file's.
 					_ = c.live.reg.SetDeclared(prev)

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -148,7 +151,8 @@ func relayTenants(s registry.State) []relay.Tenant {
 }
 
 // apply reads the merged registry and applies it. Each part is applied on
-// its own: a platform refusing its table does not hold back the relay.
+// its own: a platform refusing its table does not hold back the relay,
+// nor the other platforms.
 func (l *live) apply(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -169,6 +173,10 @@ func (l *live) applyChanged(ctx context.Context) {
 	}
 	_ = l.applyLocked(ctx)
 }
+
+// errTableRefused is an apply's error once the relay took the registry
+// and a platform refused its bindings: the rest is applied all the same.
+var errTableRefused = errors.New("registry: a platform refused its bindings")
 
 // applyLocked is apply, called under mu.
 func (l *live) applyLocked(ctx context.Context) error {
@@ -196,10 +204,15 @@ func (l *live) applyLocked(ctx context.Context) error {
 	for _, k := range l.keepers {
 		k.SetTenants(created)
 	}
+	// A platform refusing its table (a binding stored by an older
+	// version) holds back no other platform, nor the policies and the
+	// secrets' expiry.
 	bindings := s.PlatformBindings()
+	var refused error
 	for name, b := range l.binders {
 		if err := b.Bind(bindings[name]); err != nil {
-			return failed(slog.LevelError, "registry bindings not applied", err, "platform", name)
+			l.log.Error("registry bindings not applied", "platform", name, "err", err)
+			refused = cmp.Or(refused, err)
 		}
 	}
 	l.reportSetAside(bindings)
@@ -209,6 +222,10 @@ func (l *live) applyLocked(ctx context.Context) error {
 	}
 	l.schedule(next)
 	l.tenants.Store(int64(len(s.Tenants)))
+	if refused != nil {
+		l.metrics.applies.WithLabelValues("error").Inc()
+		return fmt.Errorf("%w: %w", errTableRefused, refused)
+	}
 	l.appliedOK = true
 	l.metrics.applies.WithLabelValues("ok").Inc()
 	l.log.Debug("registry applied", "tenants", len(s.Tenants), "gateways", len(s.Gateways), "bindings", len(s.Bindings))

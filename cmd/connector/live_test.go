@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"os"
@@ -15,6 +17,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
+	"connector/platform"
 	"connector/registry"
 )
 
@@ -280,5 +283,169 @@ func TestDeletedTenantsMediaGoesWithIt(t *testing.T) {
 		if !fetchable("t1", declared) {
 			t.Errorf("round %d: the declared tenant's media object went too", round)
 		}
+	}
+}
+
+// tableTaker records the bindings and policies each apply gives it, and
+// refuses its bindings when refuse is set.
+type tableTaker struct {
+	refuse   error
+	bindings []platform.Binding
+	policies map[string]platform.Relevance
+}
+
+func (p *tableTaker) Bind(bs []platform.Binding) error {
+	if p.refuse != nil {
+		return p.refuse
+	}
+	p.bindings = bs
+	return nil
+}
+
+func (p *tableTaker) SetRelevance(byTenant map[string]platform.Relevance) { p.policies = byTenant }
+
+// TestRefusedTableHoldsBackNoOtherPlatform: a platform refusing its
+// bindings (one a tenant stored that it cannot route) fails the apply,
+// but every other platform gets its bindings and every platform its
+// tenants' policies. Before, the apply stopped at the refusal: the
+// platforms after it, and the policies, kept the tables of the last
+// apply, on every instance, until the binding went.
+func TestRefusedTableHoldsBackNoOtherPlatform(t *testing.T) {
+	st := memStore(t)
+	ctx := context.Background()
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	refuser, taker := &tableTaker{refuse: errors.New("refused (injected)")}, &tableTaker{}
+	c.live.binders = map[string]platform.Binder{"telegram": refuser, "discord": taker}
+	c.live.relevance = map[string]platform.RelevanceTaker{"telegram": refuser, "discord": taker}
+	reg := c.live.reg
+	err = cmp.Or(reg.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "900", Tenant: "t1"}),
+		reg.SetPolicy(ctx, registry.Policy{Tenant: "t1", Platform: "discord", RequireAddress: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.live.apply(ctx); !errors.Is(err, refuser.refuse) {
+		t.Fatalf("an apply one platform refused: %v, want its refusal", err)
+	}
+	if len(taker.bindings) != 1 || taker.bindings[0].ID != "900" {
+		t.Errorf("the other platform's bindings: %v, want guild 900", taker.bindings)
+	}
+	if !taker.policies["t1"].RequireAddress || refuser.policies == nil {
+		t.Errorf("policies given: %v and %v, want t1's to both platforms", taker.policies, refuser.policies)
+	}
+}
+
+// TestSighupRefusedTableKeepsTheFile: a SIGHUP whose file removes gateway
+// gw2, applied while a platform refuses its bindings (a stored binding),
+// keeps the file's layer: gw2, whose sockets the relay closed, stays
+// gone, and the reload counts ok. Before, the reload was rolled back
+// after the relay had taken it: gw2 was declared again, its sockets
+// closed 4401 all the same.
+func TestSighupRefusedTableKeepsTheFile(t *testing.T) {
+	st := memStore(t)
+	two := "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}, {id: gw2, secrets: [s2]}]\n"
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, two), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	one, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.live.binders = map[string]platform.Binder{"telegram": &tableTaker{refuse: errors.New("refused (injected)")}}
+	hangups := make(chan os.Signal, 1)
+	c.reload = &reloader{hangups: hangups, read: func() (*Config, error) { return one, nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := c.reloadOnHangup(ctx)
+	defer stop()
+	hangups <- syscall.SIGHUP
+	ok, notApplied := c.live.metrics.reloads.WithLabelValues(reloadOK), c.live.metrics.reloads.WithLabelValues(reloadNotApplied)
+	for deadline := time.Now().Add(10 * time.Second); value(ok)+value(notApplied) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("no reload counted 10 s after SIGHUP")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if value(ok) != 1 {
+		t.Errorf("the reload counted not_applied, want ok")
+	}
+	if gws := c.live.reg.Declared().Gateways; len(gws) != 1 || gws[0].ID != "gw1" {
+		t.Errorf("declared gateways after the reload: %v, want gw1 alone (the file's)", gws)
+	}
+}
+
+// TestDeletedTenantsSeriesGo: an apply that finds a tenant deleted
+// deletes its metric series (inbound, buffered, ignored frames, delivery
+// statuses), and the tenant made again under its id reports to new ones.
+// Before, a deleted tenant's series stayed for good: the metrics grew
+// with every tenant made and deleted.
+func TestDeletedTenantsSeriesGo(t *testing.T) {
+	st := memStore(t)
+	ctx := context.Background()
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	seriesOf := func(tenant string) (n int) {
+		families, err := c.metrics.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "tenant" && l.GetValue() == tenant {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	report := func(tenant string) {
+		c.metrics.Inbound("telegram", tenant, "queued")
+		c.metrics.BufferedOf(tenant)(3)
+		c.metrics.FrameIgnored(tenant, "malformed")
+		c.metrics.DeliveryStatus("whatsapp_cloud", tenant, "read")
+	}
+	reg := c.live.reg
+	if err := cmp.Or(reg.CreateTenant(ctx, registry.Tenant{ID: "gone"}), c.live.apply(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	report("gone")
+	report("t1")
+	if err := cmp.Or(reg.DeleteTenant(ctx, "gone"), c.live.apply(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	if n := seriesOf("gone"); n > 1 { // its connection gauge stays
+		t.Errorf("%d series of the deleted tenant after the apply, want its connection gauge alone", n)
+	}
+	if n := seriesOf("t1"); n < 4 {
+		t.Errorf("%d series of t1, which stays, want its 4 at least", n)
+	}
+	if err := cmp.Or(reg.CreateTenant(ctx, registry.Tenant{ID: "gone"}), c.live.apply(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	report("gone")
+	if n := seriesOf("gone"); n < 4 {
+		t.Errorf("%d series of the tenant made again, want its 4 at least", n)
 	}
 }

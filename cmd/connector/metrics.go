@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -49,6 +50,9 @@ type metrics struct {
 	outboundOf     children[[3]string, prometheus.Counter]
 	outboundTimeOf children[[2]string, prometheus.Observer]
 	rateWaitOf     children[string, prometheus.Observer]
+
+	// served are the tenants the last registry apply gave (SetTenants).
+	served map[string]time.Time
 }
 
 // children caches a vector's children by their label values, each resolved
@@ -57,9 +61,8 @@ type metrics struct {
 // and the platform's RateLimitWait before its call) then costs a map read
 // instead of WithLabelValues' hashing and label checks, which were about
 // half of the metrics' cost per event (BenchmarkEventMetrics,
-// BenchmarkOutboundMetrics). No series is ever
-// deleted, so a cached child stays its vector's; the keys are those of the
-// vector's own series.
+// BenchmarkOutboundMetrics). A series deleted (a tenant's gone) leaves
+// its cache too (forget); the keys are those of the vector's own series.
 type children[K comparable, M any] struct {
 	mu  sync.RWMutex
 	m   map[K]M
@@ -84,7 +87,15 @@ func (c *children[K, M]) get(k K) M {
 	return v
 }
 
+// forget drops the cached children drop selects.
+func (c *children[K, M]) forget(drop func(K) bool) {
+	c.mu.Lock()
+	maps.DeleteFunc(c.m, func(k K, _ M) bool { return drop(k) })
+	c.mu.Unlock()
+}
+
 var (
+	_ platform.TenantKeeper  = (*metrics)(nil)
 	_ relay.Metrics          = (*metrics)(nil)
 	_ platform.Metrics       = (*metrics)(nil)
 	_ whatsapp.StatusMetrics = (*metrics)(nil)
@@ -337,6 +348,27 @@ func (m *metrics) watchPlatforms(ps []platform.Platform) {
 type noIntake struct{}
 
 func (noIntake) IntakeStats() (int, uint64) { return 0, 0 }
+
+// SetTenants implements platform.TenantKeeper: the series of a tenant no
+// longer served (deleted, or dropped from the YAML) are deleted, so
+// tenants coming and going do not grow the metrics without end. Its
+// connection gauge stays: its sockets may still be closing, each
+// lowering it.
+func (m *metrics) SetTenants(created map[string]time.Time) {
+	for tenant := range m.served {
+		if _, ok := created[tenant]; ok {
+			continue
+		}
+		l := prometheus.Labels{"tenant": tenant}
+		m.framesIgnored.DeletePartialMatch(l)
+		m.inbound.DeletePartialMatch(l)
+		m.buffered.DeletePartialMatch(l)
+		m.statuses.DeletePartialMatch(l)
+		m.inboundOf.forget(func(k [3]string) bool { return k[1] == tenant })
+		m.bufferedOf.forget(func(k string) bool { return k == tenant })
+	}
+	m.served = created
+}
 
 // ConnOpened implements relay.Metrics.
 func (m *metrics) ConnOpened(tenant string) { m.connections.WithLabelValues(tenant).Inc() }

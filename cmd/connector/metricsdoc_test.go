@@ -126,7 +126,9 @@ The operations listener (` + "`ops.listen`" + `, default ` + "`127.0.0.1:9090`" 
 in the Prometheus text format, beside the Go runtime's ` + "`go_*`" + ` and the process's ` + "`process_*`" + `
 metrics. Label values come from the configuration (tenants, platforms) or fixed vocabularies
 (ops, outcomes, reasons), never from what a gateway or a platform user sends. A histogram
-(` + "`_seconds`" + `) is exported as its ` + "`_bucket`" + `, ` + "`_sum`" + ` and ` + "`_count`" + ` series.
+(` + "`_seconds`" + `) is exported as its ` + "`_bucket`" + `, ` + "`_sum`" + ` and ` + "`_count`" + ` series. A tenant's series
+are deleted by the registry apply that finds it no longer served (deleted, or dropped from the
+YAML), but for its ` + "`connector_gateway_connections`" + `.
 
 This file is generated from the collectors the connector registers, and a test keeps it so:
 ` + "`go test ./cmd/connector -run TestMetricsDoc -update`" + ` rewrites it. A Grafana dashboard and

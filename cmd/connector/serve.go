@@ -398,7 +398,9 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	m.watchLedger(srv)
 	c.metrics, c.platforms, c.relay, c.poker = m, platforms, srv, poker
 	c.live = newLive(reg, srv, platforms, keys, log, am)
-	if c.media != nil { // a deleted tenant's media goes with it
+	// A deleted tenant's metric series go with it, and its media.
+	c.live.keepers = append(c.live.keepers, m)
+	if c.media != nil {
 		m.watchMedia(c.media)
 		c.live.keepers = append(c.live.keepers, c.media)
 	}

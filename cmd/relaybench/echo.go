@@ -143,9 +143,10 @@ func (e *echoClients) run(size int, p pacer) (stats, error) {
 			msg = append(msg, pad[:size-len(msg)]...)
 		}
 		sent.Add(1)
-		wctx, cancel := context.WithTimeout(ctx, dialTimeout)
-		defer cancel()
-		err := e.conns[seq%len(e.conns)].Write(wctx, websocket.MessageText, msg)
+		// No deadline, as the gateways' acks have none: a cancellable
+		// context costs coder/websocket a timer registration per write
+		// that the connector run's client does not pay.
+		err := e.conns[seq%len(e.conns)].Write(ctx, websocket.MessageText, msg)
 		if err != nil {
 			sent.Add(-1)
 		}

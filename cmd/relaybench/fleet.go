@@ -247,13 +247,34 @@ func sourceClients(first, n int) []*http.Client {
 	return clients
 }
 
-// gatewayFrame is the part of a connector frame the fleet reads.
+// gatewayFrame is the part of a connector frame the fleet decodes when
+// inboundBufferID cannot read it in place.
 type gatewayFrame struct {
 	Type     string `json:"type"`
 	BufferID string `json:"bufferId"`
-	Event    struct {
-		Text string `json:"text"`
-	} `json:"event"`
+}
+
+// inboundHead starts every inbound frame the connector writes with a
+// bufferId (contract.AppendInboundEvent).
+const inboundHead = `{"type":"` + contract.TypeInbound + `","bufferId":"`
+
+// inboundBufferID reports whether line is an inbound frame and returns its
+// bufferId ("" when it has none). The connector's own spelling is read in
+// place, as the echo client only scans its message for the stamp: decoding
+// each whole frame by reflection cost this process about 12 µs per event
+// that the echo run's client does not spend, on the cores the connector
+// is measured on. Any other spelling takes the general decode.
+func inboundBufferID(line []byte) (string, bool) {
+	if rest, ok := bytes.CutPrefix(line, []byte(inboundHead)); ok {
+		if id, _, ok := bytes.Cut(rest, []byte{'"'}); ok && bytes.IndexByte(id, '\\') < 0 {
+			return string(id), true
+		}
+	}
+	var fr gatewayFrame
+	if json.Unmarshal(line, &fr) != nil || fr.Type != contract.TypeInbound {
+		return "", false
+	}
+	return fr.BufferID, true
 }
 
 // read records each inbound's latency and acknowledges it, one frame per
@@ -271,17 +292,17 @@ func (f *fleet) read(ws *websocket.Conn) {
 		}
 		now := time.Now()
 		contract.SplitLines(msg, func(line []byte) {
-			var fr gatewayFrame
-			if json.Unmarshal(line, &fr) != nil || fr.Type != contract.TypeInbound {
+			id, ok := inboundBufferID(line)
+			if !ok {
 				return
 			}
-			if at, ok := parseStamp([]byte(fr.Event.Text)); ok {
+			if at, ok := parseStamp(line); ok {
 				f.rec.add(now.Sub(at), len(line))
 			}
-			if fr.BufferID == "" {
+			if id == "" {
 				return
 			}
-			ack = session.AppendJSONString(append(ack[:0], `{"type": "inbound_ack", "bufferId": `...), fr.BufferID)
+			ack = session.AppendJSONString(append(ack[:0], `{"type": "inbound_ack", "bufferId": `...), id)
 			ack = append(ack, "}\n"...)
 			if err := ws.Write(ctx, websocket.MessageText, ack); err != nil && !f.closing.Load() {
 				f.rec.fail()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"connector/contract"
 	"connector/internal/redistest"
 )
 
@@ -248,6 +249,36 @@ func TestStamp(t *testing.T) {
 		if _, ok := parseStamp([]byte(bad)); ok {
 			t.Errorf("parseStamp(%q) found a stamp", bad)
 		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = parseStamp(text) }); n != 0 {
+		t.Errorf("parseStamp allocates %v times, want 0", n)
+	}
+}
+
+// The gateway process reads the bufferId of the connector's inbound frames
+// in place, with one allocation (the id), and any other spelling through
+// the general decode; other frames are not inbound.
+func TestInboundBufferID(t *testing.T) {
+	ev := contract.Event{Text: "rb=1 hi", MessageType: contract.MessageText}
+	frame := contract.AppendInboundEvent(nil, "tenant-1:42", ev.AppendJSON(nil))
+	for _, c := range []struct {
+		line    string
+		id      string
+		inbound bool
+	}{
+		{string(frame), "tenant-1:42", true},
+		{`{"type": "inbound", "bufferId": "a\"b", "event": {}}`, `a"b`, true},
+		{string(contract.AppendInboundEvent(nil, `a"b`, []byte(`{}`))), `a"b`, true},
+		{`{"type":"inbound","event":{}}`, "", true},
+		{`{"type":"descriptor","bufferId":"x"}`, "", false},
+		{`{"type":"inbound","bufferId":`, "", false},
+	} {
+		if id, ok := inboundBufferID([]byte(c.line)); id != c.id || ok != c.inbound {
+			t.Errorf("inboundBufferID(%s) = %q, %v; want %q, %v", c.line, id, ok, c.id, c.inbound)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = inboundBufferID(frame) }); n > 1 {
+		t.Errorf("inboundBufferID allocates %v times per frame, want 1", n)
 	}
 }
 

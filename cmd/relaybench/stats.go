@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -171,7 +172,7 @@ func appendStamp(dst []byte, t time.Time) []byte {
 
 // parseStamp finds the stamp in text and returns its time.
 func parseStamp(text []byte) (time.Time, bool) {
-	i := strings.Index(string(text), stampPrefix)
+	i := bytes.Index(text, []byte(stampPrefix))
 	if i < 0 {
 		return time.Time{}, false
 	}

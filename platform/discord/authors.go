@@ -43,7 +43,10 @@ func chatOfInfo(ci chanInfo) platform.Chat {
 // reached by claim or author link is granted the channel. pressed is the
 // prompt message a button press answers ("" for any other event): in a
 // chat reached by grant, the press goes to the tenant that posted it
-// while it may act there (platform.Grants.PromptPoster).
+// while it may act there (platform.Grants.PromptPoster), which it renews
+// the grant of only while the author is linked to it: a user whose link
+// moved does not keep the earlier tenant in the chat by pressing its
+// prompts.
 func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pressed string) (tenant string, owner bool, drop string) {
 	own := p.owners.Load()
 	r, ok := own.Route(author, c)
@@ -51,12 +54,13 @@ func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pr
 	case ok && r.Drop != "":
 		return "", false, r.Drop
 	case ok:
+		routed := r.Tenant
 		if r.Grant && pressed != "" {
-			if t, ok := p.spoke.PromptPoster(ctx, own, author, c, pressed, r.Tenant); ok {
+			if t, ok := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); ok {
 				r.Tenant = t
 			}
 		}
-		if r.Grant {
+		if r.Grant && (r.Tenant == routed || own.Linked(author, r.Tenant)) {
 			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant)
 		}
 		return r.Tenant, r.Owner, ""
@@ -152,13 +156,21 @@ func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
 // whose cache lacks the threads the Gateway tells of: there a chat it has
 // not cached is looked up (standbyLookup, the call ChatTenant would make)
 // so that a thread of a channel the tenant claimed is placed by its parent.
+// A grant the store could not look up (platform.Grants.Granted) answers
+// unavailable, unless the tenant claimed the chat or it is dm_tenant's DM.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	own := p.owners.Load()
-	spoke := p.spoke.Has(ctx, chatID, tenant)
+	_, spoke, grantErr := p.spoke.Granted(ctx, chatID, tenant)
 	claimed := own.Claimed(chatID, tenant)
 	ci, cached := p.cache.cachedChannel(chatID)
 	if parent := ci.threadParent(); cached && parent != "" {
 		claimed = claimed || own.Claimed(parent, tenant)
+	}
+	if grantErr != nil && !claimed {
+		if cached && p.dmFallback(ci, tenant) {
+			return platform.HoldGrant, nil
+		}
+		return platform.HoldNone, grantErr
 	}
 	if !spoke && !claimed && !cached && p.standby() {
 		// A standby's cache lacks the threads the Gateway tells of: the

@@ -309,3 +309,48 @@ func (g *grantWrites) writes(chat string) int {
 	defer g.mu.Unlock()
 	return g.n[chat]
 }
+
+// TestGrantUnknownWhileTheStoreIsDown: t2 holds chanGeneral by grant (Ada,
+// linked to t2, spoke there), kept in Redis. With Redis down, another
+// instance, which never held the grant, answers t2's send there
+// unavailable, which the gateway may retry (before, a grant that could not
+// be looked up counted as none, and the send was declined); t1's send into
+// its bound guild still goes out, and t3's there gets t2's answer.
+func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	bindings := []platform.Binding{{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}
+	var envs []*env
+	for range 2 {
+		e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{})}, discordtest.Options{}, nil)
+		e.startReady(t)
+		if err := e.p.Bind(bindings); err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	holder, other := envs[0], envs[1]
+	holder.dispatch(t, "MESSAGE_CREATE", msg("7001", chanGeneral, guildLab, "ada to her agent", false))
+	if d := holder.sink.Next(t); d.Event == nil || d.Tenant != "t2" {
+		t.Fatalf("delivery %+v, want Ada's message to t2", d)
+	}
+	srv.Kill(t)
+	send := func(tenant, chat string) contract.Result {
+		t.Helper()
+		return execute(t, other, tenant, `{"op":"send","chat_id":"`+chat+`","content":"hi","reply_to":null,"metadata":{}}`)
+	}
+	if r := send("t2", chanGeneral); r.Code != contract.CodeUnavailable {
+		t.Errorf("t2's send on its grant with the store down = %+v, want unavailable", r)
+	}
+	if r := send("t1", chanOther); !r.Success {
+		t.Errorf("t1's send into its bound guild with the store down = %+v", r)
+	}
+	if r := send("t3", chanOther); r != send("t2", chanGeneral) {
+		t.Errorf("t3's send into t1's guild with the store down = %+v, want t2's answer: it tells nothing of whose the chat is", r)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bwmarrin/discordgo"
 
+	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
@@ -154,6 +155,46 @@ func TestPromptPressInASharedDMReachesItsPoster(t *testing.T) {
 				t.Fatalf("press delivered to %q: %+v, want t2's prompt_response", d.Tenant, d.Event)
 			}
 		})
+	}
+}
+
+// TestPressAfterTheLinkMovedRenewsNoGrant: t2 prompts Ada in her DM,
+// which it holds by grant (she linked there); her link then moves to t3.
+// Her press 13 hours later still answers t2's prompt, while t2's grant
+// lives, but does not renew that grant: 25 hours after her link t2 may no
+// longer send into her DM (before, each press of its old prompt kept t2
+// in the DM of a user linked elsewhere).
+func TestPressAfterTheLinkMovedRenewsNoGrant(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(time.Now())
+	e := newEnvDeps(t, platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk})}, discordtest.Options{}, nil)
+	e.startReady(t)
+	guilds := []platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}, {Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"}}
+	if err := e.p.Bind(append(guilds, platform.Binding{Kind: platform.BindUser, ID: userAda, Tenant: "t2"})); err != nil {
+		t.Fatal(err)
+	}
+	e.p.spoke.Add(t.Context(), chanDMAda, "", "t2") // as her /link for t2 in the DM
+	r := execute(t, e, "t2", `{"op":"prompt","chat_id":"`+chanDMAda+`","content":"deploy?","prompt_id":"f00dba.1234abcd","options":[{"id":"once","label":"Approve once"}],"metadata":{}}`)
+	if !r.Success {
+		t.Fatalf("t2's prompt in Ada's DM = %+v", r)
+	}
+	if err := e.p.Bind(append(guilds, platform.Binding{Kind: platform.BindUser, ID: userAda, Tenant: "t3"})); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(13 * time.Hour)
+	body, err := e.fake.PressButton("8311", "tok-8311", r.MessageID, buttonOf(t, e, chanDMAda, r.MessageID, "once"), userAda, "ada.l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, ack := post(t, discordtest.InteractionRequest(e.webhookServer(t), e.priv, clk.Now(), body)); code != 200 || ack != `{"type":6}` {
+		t.Fatalf("press = %d %s", code, ack)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event == nil || d.Event.PromptResponse == nil {
+		t.Fatalf("press delivered to %q: %+v, want t2's prompt_response", d.Tenant, d.Event)
+	}
+	clk.Advance(12 * time.Hour)
+	if r := execute(t, e, "t2", `{"op":"send","chat_id":"`+chanDMAda+`","content":"still here","reply_to":null,"metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2's send into the DM of a user linked to t3, 25 h on = %+v, want egress_declined", r)
 	}
 }
 

@@ -181,15 +181,21 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 // is placed again by rule 4 (dmTenant), needing no cached DM channel;
 // any other chat is authorized as a send there is (platform.Authorize), so
 // a guild rebound to another tenant since, or a claim released, declines
-// the follow-up with the uniform text, and its calls ask again as their
-// turn comes (platform.AuthorizeCalls). A token that names no channel is
-// declined.
+// the follow-up with the uniform text. Either way its calls ask again as
+// their turn comes (platform.AskAgain, platform.AuthorizeCalls). A token
+// that names no channel is declined.
 func (p *Platform) followUpAllowed(ctx context.Context, tenant, channel, dmUser string) (context.Context, contract.Result, bool) {
 	if !isSnowflake(channel) {
 		return ctx, contract.Declined(platformName), false
 	}
-	if dm, ok := p.dmTenant(dmUser); ok && dm == tenant {
-		return ctx, contract.Result{}, true
+	dmHeld := func(context.Context) error {
+		if dm, ok := p.dmTenant(dmUser); ok && dm == tenant {
+			return nil
+		}
+		return platform.ErrUnknownChat
+	}
+	if dmHeld(ctx) == nil {
+		return platform.AskAgain(ctx, platformName, p.clock, dmHeld), contract.Result{}, true
 	}
 	return platform.AuthorizeCalls(ctx, p, tenant, channel, p.clock)
 }

@@ -92,8 +92,9 @@ func (p *Platform) recordThread(th *wireChannel, parent, name string) {
 }
 
 // opThreadRename renames thread message_id (PATCH /channels/{id}). The
-// tenant must be one that may act in the thread (platform.Authorize, the
-// check Execute made of chat_id: a binding, a claim or a grant) and the
+// tenant must be one that may act in the thread (platform.AuthorizeCalls,
+// the check Execute made of chat_id: a binding, a claim or a grant; its
+// calls ask again about the thread, not chat_id, as their turn comes) and the
 // thread be chat_id or a thread under it. A human
 // rename wins: with only_if_current_name the thread's current name is read
 // first, and with only_if_connector_created the thread must be one this
@@ -108,7 +109,8 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	case !isSnowflake(threadID):
 		return contract.Failed(contract.CodeBadRequest, "thread_rename: message_id is not a Discord thread id")
 	}
-	if r, ok := platform.Authorize(ctx, p, tenant, threadID); !ok {
+	ctx, r, ok := platform.AuthorizeCalls(ctx, p, tenant, threadID, p.clock)
+	if !ok {
 		return r
 	}
 	want := a.OnlyIfCurrentName

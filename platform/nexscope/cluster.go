@@ -154,6 +154,12 @@ type fleet struct {
 	// decode decodes a forwarded action (json.Unmarshal; a test holds a
 	// decoding on it).
 	decode func(data []byte, v any) error
+	// beatNo numbers this instance's beats, from its start in ms (a run
+	// restarted under its name numbers past the earlier one's); tookBeat
+	// is the number of the last beat taken from each peer, by type and
+	// name (takeBeat), for the store's resend window.
+	beatNo   atomic.Int64
+	tookBeat platform.LocalState
 }
 
 func newCluster(p *Platform, node *cluster.Node) *fleet {
@@ -168,8 +174,9 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		joining: make(map[string]bool), left: make(map[string]int),
 		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
 		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]string), forwards: make(map[string]*taker),
-		decode: json.Unmarshal,
+		decode: json.Unmarshal, tookBeat: platform.NewLocalState(maxLeft, p.deps.Clock),
 	}
+	cl.beatNo.Store(p.deps.Clock.Now().UnixMilli())
 	cl.streams = newStreams(cl)
 	node.Handle(msgJoin, 3, func(m cluster.Msg) {
 		cl.joinHere(string(m.Fields[0]), string(m.Fields[1]), m.From, string(m.Fields[2]))
@@ -422,11 +429,15 @@ func (cl *fleet) sendBeats() {
 	for exec, forwarder := range running {
 		cl.sendNow(forwarder, msgTaken, []byte(exec))
 	}
+	// Its number leads the list as an entry with no conn, which a reader
+	// that knows none skips.
+	no := append(appendBeat(nil, "", 0, cl.beatNo.Add(1)), ',')
+	no = no[:len(no):len(no)] // each append copies it
 	for h, list := range toHome {
-		cl.sendNow(h, msgEdgeBeat, list)
+		cl.sendNow(h, msgEdgeBeat, append(no, list...))
 	}
 	for e, list := range toEdge {
-		cl.sendNow(e, msgHomeBeat, list)
+		cl.sendNow(e, msgHomeBeat, append(no, list...))
 	}
 }
 
@@ -448,31 +459,44 @@ type beatEntry struct {
 	total int64
 }
 
-// parseBeat reads a beat's list; malformed entries are skipped.
-func parseBeat(list []byte) map[string]beatEntry {
-	out := make(map[string]beatEntry)
+// parseBeat reads a beat's list and its number (the entry with no conn;
+// 0 when none); malformed entries are skipped.
+func parseBeat(list []byte) (out map[string]beatEntry, no int64) {
+	out = make(map[string]beatEntry)
 	for e := range bytes.SplitSeq(list, []byte{','}) {
 		parts := bytes.Split(e, []byte{':'})
-		if len(parts) != 3 || len(parts[0]) == 0 {
+		if len(parts) != 3 {
 			continue
 		}
 		total, _ := strconv.ParseInt(string(parts[2]), 10, 64)
+		if len(parts[0]) == 0 {
+			no = total
+			continue
+		}
 		out[string(parts[0])] = beatEntry{sent: cluster.Uint(parts[1]), total: total}
 	}
-	return out
+	return out, no
 }
 
-// takeBeat reads a peer's beat against the members linked with it (linked
-// gives each one's conn, join time and link from the peer): one not listed
-// and joined over a beat ago is stale, one with frames lost is broken, and
-// each other one listed is credited the total the peer reported. unknown
-// are the conns listed that no member here matches.
-func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64, unknown map[string]beatEntry) {
+// takeBeat reads a peer's beat (of type typ, from peer) against the
+// members linked with it (linked gives each one's conn, join time and link
+// from the peer): one not listed and joined over a beat ago is stale, one
+// with frames lost is broken, and each other one listed is credited the
+// total the peer reported. unknown are the conns listed that no member
+// here matches. A beat numbered no later than one taken from the peer
+// (pub/sub delivering it again late) is ignored.
+func (cl *fleet) takeBeat(typ byte, peer string, list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64, unknown map[string]beatEntry) {
 	now := cl.p.deps.Clock.Now()
-	listed := parseBeat(list)
+	listed, no := parseBeat(list)
 	credits = make(map[*member]int64)
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	if key := string(typ) + peer; no != 0 {
+		if took, ok, _ := cl.tookBeat.Get(cl.ctx, key); ok && no <= int64(cluster.Uint(took)) {
+			return nil, nil, nil, nil
+		}
+		_ = cl.tookBeat.Put(cl.ctx, key, cluster.AppendUint(nil, uint64(no)), now.Add(cl.node.ResendWindow()+cluster.LostBeats*cl.node.Beat()))
+	}
 	for _, m := range members {
 		conn, since, in, ok := linked(m)
 		if !ok {
@@ -498,7 +522,7 @@ func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*
 // (removed as stale or gone, which told the edge nothing) is closed there
 // with 1011: the frames it sends are dropped here, never answered.
 func (cl *fleet) edgeBeat(edge string, list []byte) {
-	stale, broken, credits, unknown := cl.takeBeat(list, cl.remotes, func(m *member) (string, time.Time, *cluster.Link, bool) {
+	stale, broken, credits, unknown := cl.takeBeat(msgEdgeBeat, edge, list, cl.remotes, func(m *member) (string, time.Time, *cluster.Link, bool) {
 		l := m.remote
 		return l.conn, l.since, &l.in.Link, l.edge == edge
 	})
@@ -521,7 +545,7 @@ func (cl *fleet) edgeBeat(edge string, list []byte) {
 // keeps, or whose frames from the home were lost on the way, are closed
 // with 1011, and the bytes the home processed are credited.
 func (cl *fleet) homeBeat(home string, list []byte) {
-	stale, broken, credits, _ := cl.takeBeat(list, cl.edges, func(m *member) (string, time.Time, *cluster.Link, bool) {
+	stale, broken, credits, _ := cl.takeBeat(msgHomeBeat, home, list, cl.edges, func(m *member) (string, time.Time, *cluster.Link, bool) {
 		return m.link.conn, m.link.since, &m.link.in, m.link.home == home
 	})
 	for _, m := range append(stale, broken...) {
@@ -825,7 +849,9 @@ type taker struct {
 // (it woke from a pause past it, and still reads the room's channel until
 // its tenure's timer resigns the room) neither executes nor answers it:
 // the first answer is the one the forwarder takes, and it must be the
-// home's. A copy of one claimed before here is dropped undecoded.
+// home's. A copy of one claimed before here is dropped undecoded; one
+// another instance claimed (a former home, gone unheard) is answered
+// unavailable.
 func (cl *fleet) execHere(req cluster.Msg) {
 	p := cl.p
 	exec := string(req.Fields[1])
@@ -846,18 +872,21 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
 			}
-			if !cl.claim(exec) {
+			took, elsewhere := cl.claim(exec)
+			if !took && !elsewhere {
 				return // a copy sent again: the first is answered (or its claim failed: a copy may take it)
 			}
-			cl.sendNow(req.From, msgTaken, req.Fields[1])
-			cl.mu.Lock()
-			cl.running[exec] = req.From
-			cl.mu.Unlock()
-			defer func() {
+			if took {
+				cl.sendNow(req.From, msgTaken, req.Fields[1])
 				cl.mu.Lock()
-				delete(cl.running, exec)
+				cl.running[exec] = req.From
 				cl.mu.Unlock()
-			}()
+				defer func() {
+					cl.mu.Lock()
+					delete(cl.running, exec)
+					cl.mu.Unlock()
+				}()
+			}
 			// The forwarder's caller gives up after budget: an action still
 			// running then would act after the gateway was told it failed.
 			// One spent when it was forwarded (0 or less; a field that is no
@@ -872,9 +901,12 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				}
 				budget = time.Duration(min(ms, forwardedExecTimeout.Milliseconds())) * time.Millisecond
 			}
-			if budget <= 0 {
+			switch {
+			case elsewhere:
+				res = contract.Failed(contract.CodeUnavailable, "nexscope: a former home of the room took the action and did not answer; its outcome is unknown")
+			case budget <= 0:
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
-			} else {
+			default:
 				ctx, cancel := context.WithTimeout(cl.ctx, budget)
 				res = platform.Execute(ctx, &p.here, p, string(req.Fields[0]), &a.Action)
 				cancel()
@@ -886,16 +918,28 @@ func (cl *fleet) execHere(req cluster.Msg) {
 }
 
 // claim takes the forwarded action exec for this instance to execute, and
-// reports whether it did: false when an instance took it before, or the
-// claim failed. A claim decided is remembered (fleet.execs).
-func (cl *fleet) claim(exec string) bool {
+// reports whether it did (took), or whether another instance took it
+// before (elsewhere: a former home of the room, whose msgTaken and answer
+// the forwarder, still asking, never got). Neither when a copy here
+// claims it first, or the claim failed (a copy may take it then). A copy
+// here is remembered from its claim on (fleet.execs).
+func (cl *fleet) claim(exec string) (took, elsewhere bool) {
 	until := cl.p.deps.Clock.Now().Add(forwardedExecTimeout + cl.node.ResendWindow())
+	cl.mu.Lock()
+	_, seen, _ := cl.execs.Get(cl.ctx, exec)
+	if !seen {
+		_ = cl.execs.Put(cl.ctx, exec, nil, until)
+	}
+	cl.mu.Unlock()
+	if seen {
+		return false, false
+	}
 	took, err := cl.claims.Claim(cl.ctx, "nexscope:exec:"+exec, until)
 	if err != nil {
-		return false
+		_ = cl.execs.Delete(cl.ctx, exec)
+		return false, false
 	}
-	_ = cl.execs.Put(cl.ctx, exec, nil, until)
-	return took
+	return took, !took
 }
 
 // homeLink is, at a room's home, the far end of a remote member: its edge

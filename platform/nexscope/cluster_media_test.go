@@ -572,3 +572,45 @@ func TestClusterForwardTakenByAKilledHomeEnds(t *testing.T) {
 		t.Fatalf("send_media answered after %v, want within %v of the home's death", took, bound)
 	}
 }
+
+// TestClusterForwardTakenByAHomeGoneUnheardEnds: a forwarded send whose
+// home took it and went away before its forwarder heard of it (its
+// msgTaken and its answer lost with it) is answered unavailable by the
+// next home, which finds it claimed, at the forwarder's next copy: not
+// left unanswered until the forwarder's deadline.
+func TestClusterForwardTakenByAHomeGoneUnheardEnds(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	first := startInstance(t, srv, cfg, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{first}, DefaultRoom)
+	alice := first.joinWith(t, "alice", "alice", "hermes")
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	silent := func(string, []byte) bool { return true }
+	first.lose.Store(&silent) // what it says from now on is lost, as if killed
+	results := make(chan contract.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	}()
+	if m := alice.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("alice got %v, want the forwarded send", m)
+	}
+	alice.DiscardInBackground() // her close is read: the stop does not wait for it
+	first.stop()
+	next := startInstance(t, srv, cfg, "i2", clusterLeaseTTL)
+	homeOf(t, []*instance{next}, DefaultRoom)
+	select {
+	case res := <-results:
+		if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") {
+			t.Fatalf("send = %+v, want unavailable: the home that took it is gone, its outcome unknown", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the send taken by a home gone unheard is not answered")
+	}
+}

@@ -964,3 +964,57 @@ func TestClusterEdgeRestartedUnderItsNameJoins(t *testing.T) {
 	})
 	edge.joinWith(t, "bob", "bob")
 }
+
+// TestClusterEdgeBeatSentAgainLateRemovesNoOne: an edge's beat that
+// reaches the home again late (go-redis sends a PUBLISH again when its
+// reply was lost, up to its resend window later) does not remove the
+// members that joined through that edge after it was first sent: the home
+// takes a beat older than one it took as stale.
+func TestClusterEdgeBeatSentAgainLateRemovesNoOne(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	home := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	edge := startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	bob := edge.joinWith(t, "bob", "bob")
+	beats := make(chan []byte, 64)
+	record := func(channel string, msg []byte) bool {
+		if channel == cluster.Inbox(home.name) && cluster.Type(msg) == msgEdgeBeat {
+			select {
+			case beats <- msg:
+			default:
+			}
+		}
+		return false
+	}
+	edge.lose.Store(&record)
+	next := func() []byte {
+		t.Helper()
+		select {
+		case msg := <-beats:
+			return msg
+		case <-time.After(testTimeout):
+			t.Fatal("no beat from the edge")
+			return nil
+		}
+	}
+	stale := next() // lists bob alone
+	carol := edge.joinWith(t, "carol", "bob", "carol")
+	bob.ExpectPresence("bob", "carol")
+	for range 3 { // carol joined over a beat ago
+		next()
+	}
+	home.p.cluster.node.Dispatch(stale)
+	bob.SendJSON(map[string]any{"type": "ping"})
+	if m := bob.Next(); m["type"] != "pong" {
+		t.Fatalf("bob got %v, want his pong: the beat sent again late removed carol", m)
+	}
+	carol.SendJSON(map[string]any{"type": "ping"})
+	if m := carol.Next(); m["type"] != "pong" {
+		t.Fatalf("carol got %v, want her pong", m)
+	}
+}

@@ -44,6 +44,10 @@ const (
 	streamRetryBeats = 30 // after a failed attempt, pub/sub this long
 	streamIdleBeats  = 60 // an idle outgoing stream is closed
 	streamReadBeats  = 90 // an incoming stream silent this long is closed
+	// streamDialBeats bounds a dial: what is queued for the stream waits
+	// meanwhile, and must reach the peer before it counts this instance
+	// gone (cluster.LostBeats beats silent).
+	streamDialBeats = 1
 )
 
 // streamQueue bounds the messages waiting for a stream's writer (senders
@@ -243,9 +247,10 @@ func (s *streams) publishQueued(o *outStream) {
 	}
 }
 
-// dial asks instance for a ticket (through pub/sub) and opens the stream.
+// dial asks instance for a ticket (through pub/sub) and opens the stream,
+// within streamDialBeats.
 func (s *streams) dial(instance string) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(s.cl.ctx, s.beats(cluster.LostBeats))
+	ctx, cancel := context.WithTimeout(s.cl.ctx, s.beats(streamDialBeats))
 	defer cancel()
 	res, ok := s.cl.node.Call(ctx, cluster.Inbox(instance), msgStream)
 	if !ok {

@@ -860,3 +860,30 @@ func TestStreamTicketAskedTwiceOpens(t *testing.T) {
 		t.Fatalf("bob got %v, want m1", m)
 	}
 }
+
+// TestStreamThatDoesNotOpenHoldsItsMessagesUnderABeat: what is queued for
+// a stream whose dial gets no answer (the ticket's answer lost, a peer
+// address that drops the connection) goes over pub/sub within about a
+// beat, well before the peer, hearing nothing from this instance for
+// three beats, counts it gone: closing the members homed here and failing
+// the actions it forwarded here (taken: msgTaken is held up with the rest).
+func TestStreamThatDoesNotOpenHoldsItsMessagesUnderABeat(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, clusterLeaseTTL)
+	from, to := ins[0], ins[1]
+	noTicket := func(channel string, _ []byte) bool { return channel == cluster.Inbox(from.name) }
+	to.lose.Store(&noTicket)
+	got := make(chan time.Time, 1)
+	to.p.cluster.node.Handle('Z', 0, func(cluster.Msg) { got <- time.Now() })
+	start := time.Now()
+	from.p.cluster.sendNow(to.name, 'Z')
+	beat := from.p.cluster.node.Beat()
+	select {
+	case at := <-got:
+		if took := at.Sub(start); took > 2*beat {
+			t.Fatalf("the message queued for a stream that did not open arrived after %v, want within 2 beats (%v): the peer counts an instance silent for %d beats gone", took, 2*beat, cluster.LostBeats)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the message queued for a stream that did not open never arrived")
+	}
+}

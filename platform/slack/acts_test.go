@@ -1520,3 +1520,241 @@ func (c downClaims) Claim(ctx context.Context, key string, expires time.Time) (b
 	}
 	return c.Claims.Claim(ctx, key, expires)
 }
+
+// lostStreamRecords is a store that, while lose is set, stores no stream
+// record (slack/stream/…): the store failed those writes alone.
+type lostStreamRecords struct {
+	store.Store
+	lose atomic.Bool
+}
+
+func (s *lostStreamRecords) Capabilities() store.Capabilities {
+	return lostStreamPuts{s.Store.Capabilities(), &s.lose}
+}
+
+type lostStreamPuts struct {
+	store.Capabilities
+	lose *atomic.Bool
+}
+
+func (c lostStreamPuts) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
+	if c.lose.Load() && strings.HasPrefix(key, "slack/stream/") {
+		return errors.New("the write was lost")
+	}
+	return c.Capabilities.Put(ctx, key, value, expires)
+}
+
+// TestStreamWhoseRecordWasLostGoesOn: a stream's first frame started the
+// stream but its record was not stored; the next frame, finding no
+// stream, starts another message at once, as the stream's record lost
+// promises. Before, the first frame kept its claim, so the next frame
+// waited for it until its deadline and failed.
+func TestStreamWhoseRecordWasLostGoesOn(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := &lostStreamRecords{Store: store.NewMemory(clk)}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnv(t, nil, &platform.Deps{Store: st, Clock: clk, Cluster: newNode(t, st, "i0")})
+	st.lose.Store(true)
+	if r := turnFrame(t, e, 7, "Hello", false); !r.Success {
+		t.Fatalf("the first frame: %+v", r)
+	}
+	st.lose.Store(false)
+	if r := turnFrame(t, e, 7, "Hello, world", false); !r.Success {
+		t.Fatalf("the next frame: %+v, want it streamed", r)
+	}
+	if n := len(e.fake.Calls("chat.startStream")); n != 2 {
+		t.Fatalf("%d chat.startStream, want 2 (the first stream's record was lost)", n)
+	}
+}
+
+// heldStartStream is an API URL in front of fake whose first
+// chat.startStream is held until release: started receives once it is.
+func heldStartStream(t *testing.T, fake *slacktest.Server) (apiURL string, started <-chan struct{}, release func()) {
+	t.Helper()
+	upstream, err := url.Parse(fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begun, released := make(chan struct{}, 1), make(chan struct{})
+	var held atomic.Bool
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/chat.startStream" && held.CompareAndSwap(false, true) {
+			begun <- struct{}{}
+			select {
+			case <-released:
+			case <-r.Context().Done():
+			}
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	var once sync.Once
+	release = func() { once.Do(func() { close(released) }) }
+	t.Cleanup(proxy.Close)
+	t.Cleanup(release) // before proxy.Close: a held call ends first
+	return proxy.URL + "/", begun, release
+}
+
+// waitingFrame starts a stream on instance a (its chat.startStream held;
+// its answer comes on first) and sends a copy of its first frame to
+// instance b, on clk, under ctx, returning once that copy waits for a's
+// claim: its answer comes on the channel.
+func waitingFrame(ctx context.Context, t *testing.T) (b *env, clk *clocktest.Fake, first, answer <-chan contract.Result, release func()) {
+	t.Helper()
+	st := newSharedStore(t)
+	fake := newFake(t)
+	apiURL, started, release := heldStartStream(t, fake)
+	clk = clocktest.New(time.Now())
+	a := newEnvOn(t, fake, func(c *Config) { c.APIURL = apiURL }, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	b = newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk, Cluster: newNode(t, st, "i1")})
+	started1 := make(chan contract.Result, 1)
+	go func() { started1 <- turnFrame(t, a, 7, "Hello", false) }()
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first frame's chat.startStream", waitFor)
+	}
+	copied := make(chan contract.Result, 1)
+	go func() {
+		raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 7, "content": "Hello",
+			"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda, "message_id": "1768490100.000100"}})
+		act, _ := contract.DecodeAction(raw)
+		copied <- b.p.Execute(ctx, "t1", &act)
+	}()
+	wctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := clk.WaitSleepers(wctx, 1); err != nil { // in its chat's frame queue, not only past its deadline's timer
+		t.Fatalf("waiting for the copy to wait for the first frame's claim: %v", err)
+	}
+	return b, clk, started1, copied, release
+}
+
+// TestFrameWaitingForAClaimHoldsNoTurn: a copy of a stream's first frame
+// waits on another instance for the claim of the first, still starting
+// the stream; meanwhile the tenant's send into the chat on that instance
+// is posted at once. Before, the copy waited in the chat's turn, holding
+// every later op of the chat on the instance until its deadline.
+func TestFrameWaitingForAClaimHoldsNoTurn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	b, _, _, _, _ := waitingFrame(ctx, t)
+	act, err := contract.DecodeAction(json.RawMessage(`{"op":"send","chat_id":"` + chanGeneral + `","content":"Meanwhile."}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer scancel()
+	if r := b.p.Execute(sctx, "t1", &act); !r.Success {
+		t.Fatalf("the send while a frame waits for a claim: %+v", r)
+	}
+}
+
+// TestFrameThatWaitedOutAClaimIsToldToRetry: a copy of a stream's first
+// frame waits for the claim of the first, still starting the stream,
+// until its deadline: it fails unavailable saying another copy is in
+// progress, retry. Before, it said Slack gave no answer before the
+// deadline, though Slack was never asked.
+func TestFrameThatWaitedOutAClaimIsToldToRetry(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _, _, answer, _ := waitingFrame(ctx, t)
+	select {
+	case r := <-answer:
+		if r.Success || r.Code != contract.CodeUnavailable || !strings.Contains(r.Error, "in progress; retry") {
+			t.Fatalf("the copy that waited out the claim: %+v", r)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the copy's answer", waitFor)
+	}
+}
+
+// TestSendOfAnotherTurnDoesNotSealTheStream: a send answering another
+// turn than the chat's open stream, its content beginning with what was
+// streamed, is posted as a message of its own, and the stream stays
+// open. Before, it sealed the stream with its content and answered the
+// stream's message, so the reply to the other turn was never posted.
+func TestSendOfAnotherTurnDoesNotSealTheStream(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ts := turnFrame(t, e, 7, "Hello", false).MessageID
+	r := e.execute(t, "t1", `{"op":"send","chat_id":"`+chanGeneral+`","content":"Hello to you too.",
+		"metadata":{"thread_id":"1768490100.000100","message_id":"1768490199.000100"}}`)
+	if !r.Success || r.MessageID == ts {
+		t.Fatalf("the send of another turn: %+v, want a message of its own (the stream is %s)", r, ts)
+	}
+	if n, m := len(e.fake.Calls("chat.stopStream")), len(e.fake.Calls("chat.postMessage")); n != 0 || m != 1 {
+		t.Fatalf("%d chat.stopStream and %d chat.postMessage, want the stream open and one post", n, m)
+	}
+}
+
+// TestFramesBehindAWaitingFrameKeepTheirOrder: a copy of a stream's first
+// frame waits on another instance for the claim of the first; the next
+// frame reaches that instance meanwhile. Once the first is recorded both
+// go on in order: the copy answers the stream, the next frame appends to
+// it. A frame waiting outside its chat's turn must not let a later frame
+// of the chat overtake it (the copy, come second, would seal the stream
+// as not extending it).
+func TestFramesBehindAWaitingFrameKeepTheirOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	b, clk, first, copied, release := waitingFrame(ctx, t)
+	next := make(chan contract.Result, 1)
+	go func() { next <- turnFrame(t, b, 7, "Hello, world", false) }()
+	release()
+	ts := (<-first).MessageID
+	clk.Advance(sealPoll) // the copy tries again
+	if r1, r2 := <-copied, <-next; !r1.Success || r1.MessageID != ts || !r2.Success || r2.MessageID != ts {
+		t.Fatalf("the copy %+v and the next frame %+v, want both in %s", r1, r2, ts)
+	}
+	if n := len(b.fake.Calls("chat.stopStream")); n != 0 {
+		t.Fatalf("%d chat.stopStream, want the stream open", n)
+	}
+}
+
+// TestOpeningClaimReleasedAcrossADeclaration: a stream's first frame is
+// starting the stream (its chat.startStream held) when the operator
+// declares its stored tenant in the YAML (its creation becomes zero); the
+// start fails. The declaration is taken back, and the gateway's resend of
+// the frame starts the stream at once. The failed frame released its
+// claim under a key named by the creation at its release, not the one it
+// took, so the claim stayed until it lapsed and the resend waited for it
+// until its deadline.
+func TestOpeningClaimReleasedAcrossADeclaration(t *testing.T) {
+	st := newSharedStore(t)
+	fake := newFake(t)
+	apiURL, started, release := heldStartStream(t, fake)
+	stored := time.Now().Add(-time.Hour).UnixMicro()
+	var began atomic.Int64
+	began.Store(stored)
+	since := func(string) time.Time {
+		if us := began.Load(); us != 0 {
+			return time.UnixMicro(us)
+		}
+		return time.Time{}
+	}
+	e := newEnvOn(t, fake, func(c *Config) { c.APIURL = apiURL }, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0"),
+		Vault: vault.NewMemory(vault.Config{Since: since})})
+	first := make(chan contract.Result, 1)
+	go func() { first <- turnFrame(t, e, 7, "Hello", false) }()
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first frame's chat.startStream", waitFor)
+	}
+	began.Store(0) // declared in the YAML
+	fake.Fail404("chat.startStream", 1)
+	release()
+	if r := <-first; r.Success {
+		t.Fatalf("the frame whose start failed: %+v", r)
+	}
+	began.Store(stored) // the declaration taken back
+	act, err := contract.DecodeAction(json.RawMessage(`{"op":"draft","chat_id":"` + chanGeneral + `","draft_id":7,"content":"Hello",
+		"metadata":{"thread_id":"1768490100.000100","user_id":"` + userAda + `","message_id":"1768490100.000100"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if r := e.p.Execute(ctx, "t1", &act); !r.Success {
+		t.Fatalf("the resent frame: %+v, want the stream started", r)
+	}
+}

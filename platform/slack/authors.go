@@ -63,7 +63,7 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 	}
 	own := p.owners.Load()
 	claimSpace, claimed := own.ClaimedIn(chatID, tenant)
-	grantSpace, granted := p.grants.Granted(ctx, chatID, tenant)
+	grantSpace, granted, _ := p.grants.Granted(ctx, chatID, tenant)
 	if !claimed && !granted {
 		return p.sharedOnOneToken(ctx, chatID, tenant)
 	}

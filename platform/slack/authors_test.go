@@ -246,7 +246,7 @@ func TestPressOfALinkedAuthorAfterItsGrantLapsed(t *testing.T) {
 	// The grant lapses (requests are signed at the time of day: the clock
 	// cannot move a day on, so the grant, platform.Grants' key, goes).
 	e.p.deps.Vault.Delete(context.Background(), vault.Key{Tenant: "t2", SessionKey: "5:slack/" + dmCat, Kind: vault.KindChatGrant})
-	if _, granted := e.p.grants.Granted(context.Background(), dmCat, "t2"); granted {
+	if _, granted, _ := e.p.grants.Granted(context.Background(), dmCat, "t2"); granted {
 		t.Fatal("the grant is still held")
 	}
 	body := slacktest.Press(teamC.ID, dmCat, userCat, r.MessageID, "", "hp1:p1:once", "Approve once")

@@ -42,10 +42,10 @@ import (
 // itself is the gateway's, which sends it whole with every frame. A frame
 // that does not extend what the record says was streamed seals the stream
 // and fails, as natively. Frames of one stream on one instance run one at
-// a time; a stream's first frame holds a claim while it starts the stream
-// (claimOpening), and a seal while it is sent (claimSeal), so a frame of
-// the stream that reaches another instance meanwhile (the gateway
-// reconnected there) waits for it, never opening a second message. A
+// a time; a stream's first frame holds a claim while it starts the stream,
+// and a seal while it is sent (claimFrame), so a frame of the stream that
+// reaches another instance meanwhile (the gateway reconnected there)
+// waits for it, never opening a second message. A
 // frame of a draft and turn sealed lately shows nothing (a straggler
 // behind its seal: resealed). Two instances racing on later frames may
 // append a frame twice or fail it. Records are kept
@@ -141,6 +141,9 @@ type streams struct {
 	state store.Capabilities
 	clock clock.Clock
 	turns *chatorder.Queue[streamKey]
+	// frames orders each tenant's chat's frames on this instance, waits
+	// for a claim included (draft).
+	frames *chatorder.Queue[streamKey]
 	// vault judges whether a record was written for an earlier tenant of
 	// its tenant's id (vault.Predates); nil judges none so.
 	vault vault.Store
@@ -227,8 +230,9 @@ func cutCursor(text string) string {
 	return text
 }
 
-// inTurn runs fn in k's turn on this instance (one frame of a stream at a
-// time), answering a frame that waited past its deadline as unavailable.
+// inTurn runs fn in k's turn on this instance (a frame's try or a send's
+// seal, one at a time), answering one that waited past its deadline as
+// unavailable.
 func (p *Platform) inTurn(ctx context.Context, k streamKey, fn func() contract.Result) contract.Result {
 	var r contract.Result
 	if err := p.streams.turns.Do(ctx, k, func() error { r = fn(); return nil }); err != nil {
@@ -237,7 +241,13 @@ func (p *Platform) inTurn(ctx context.Context, k streamKey, fn func() contract.R
 	return r
 }
 
-// draft streams one frame, or seals the stream with final.
+// draft streams one frame, or seals the stream with final, behind the
+// chat's earlier frames on this instance. A frame whose claim another
+// copy of it holds (claimFrame) waits outside k's turn, so the tenant's
+// sends into the chat go on meanwhile, and is tried again every sealPoll:
+// it then finds the record that copy left, or takes the claim once it is
+// released (that copy sent nothing) or lapsed (its instance died). One
+// still waiting at its deadline fails, retryable.
 func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
 	switch {
 	case a.DraftID == 0:
@@ -246,34 +256,52 @@ func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contra
 		return contract.Failed(contract.CodeBadRequest, "slack draft: content is empty")
 	}
 	k := streamKey{tenant, t.channel}
-	return p.inTurn(ctx, k, func() contract.Result { return p.frame(ctx, tenant, t, a, k) })
+	var r contract.Result
+	err := p.streams.frames.Do(ctx, k, func() error {
+		for {
+			held := false
+			r = p.inTurn(ctx, k, func() (r contract.Result) { r, held = p.frame(ctx, tenant, t, a, k); return r })
+			if !held {
+				return nil
+			}
+			if p.clock.Sleep(ctx, sealPoll) != nil {
+				return platform.ErrClaimHeld
+			}
+		}
+	})
+	if err != nil {
+		return p.failure(contract.OpDraft, err)
+	}
+	return r
 }
 
-// frame is draft in k's turn.
-func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) (r contract.Result) {
+// frame is draft in k's turn; held when another copy of it holds its
+// claim.
+func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) (r contract.Result, held bool) {
+	kept := true // the record of a stream started here was stored
 	if a.Final {
 		if answer, done := p.resealed(ctx, k, a); done {
-			return answer
+			return answer, false
 		}
-		expires, answer, done := p.claimSeal(ctx, k, a)
-		if done {
-			return answer
+		claim, held := p.claimFrame(ctx, "sealing", k, a)
+		if held {
+			return r, true
 		}
-		defer func() { p.releaseSeal(ctx, k, a, expires, r) }()
+		defer func() { p.releaseSeal(ctx, k, a, claim, r) }()
 	}
 	text := cutCursor(a.Content)
 	st, open, err := p.streams.load(ctx, k)
 	switch {
 	case err != nil:
-		return p.streamUnreadable(err)
+		return p.streamUnreadable(err), false
 	case open && st.sealedBy(a):
-		return contract.OK(st.TS)
+		return contract.OK(st.TS), false
 	}
 	open = open && !st.Done
 	mine := open && st.Draft == a.DraftID && !st.otherTurn(a)
 	if !mine && !a.Final { // a seal checked already
 		if answer, done := p.resealed(ctx, k, a); done {
-			return answer
+			return answer, false
 		}
 	}
 	if open && !mine {
@@ -281,21 +309,18 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 		open = false
 	}
 	if !open {
-		opened, expires, answer, done := p.claimOpening(ctx, k, a)
-		switch {
-		case done:
-			return answer
-		case opened != nil:
-			st, open = *opened, true
-		case !expires.IsZero():
-			defer func() {
-				if !r.Success && r.MessageID == "" { // nothing sent: a resend sends it
-					ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-					defer cancel()
-					p.releaseFrame(ctx, p.streams.frameKey("opening", k, a), expires)
-				}
-			}()
+		// The first frame holds the claim while it starts the stream (or,
+		// a seal, sends the reply), so a copy of it that reaches another
+		// instance meanwhile goes on with that stream once it is recorded.
+		claim, held := p.claimFrame(ctx, "opening", k, a)
+		if held {
+			return r, true
 		}
+		defer func() {
+			if !r.Success && r.MessageID == "" || !kept { // nothing sent, or no record a resend finds: it sends
+				p.releaseFrame(claim)
+			}
+		}()
 	}
 	switch {
 	case !open && a.Final:
@@ -308,58 +333,45 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 		if r.Success || r.MessageID != "" {
 			p.streamNotKept(p.streams.seal(ctx, k, a.DraftID, a.Metadata.Turn(), r.MessageID))
 		}
-		return r
+		return r, false
 	case !open:
-		return p.startStream(ctx, tenant, t, a, k, text)
+		r, kept = p.startStream(ctx, tenant, t, a, k, text)
+		return r, false
 	case a.Final:
 		ts, err := p.seal(ctx, k, &st, a.Metadata.Turn(), text)
 		if err != nil {
-			return p.failure(contract.OpDraft, err)
+			return p.failure(contract.OpDraft, err), false
 		}
-		return contract.OK(ts)
+		return contract.OK(ts), false
 	}
-	return p.appendStream(ctx, t, k, &st, text)
+	return p.appendStream(ctx, t, k, &st, text), false
 }
 
 // sealPoll is how often a frame waiting for another copy's claim
-// (claimFrame) looks for that copy's record.
+// (claimFrame) tries again.
 const sealPoll = 250 * time.Millisecond
 
-// frameKey is the claim, named by kind ("sealing", "opening"), of seal
-// or first frame a of k's stream while it is sent.
-func (s *streams) frameKey(kind string, k streamKey, a *contract.Action) string {
-	return "slack/" + kind + "/" + k.tenant + "/" + strconv.FormatInt(creation(s.vault, k.tenant), 10) + "/" + k.channel + "/" +
+// claimFrame takes the claim, named by kind ("sealing", "opening"), of
+// seal or first frame a of k's stream for this instance while it is sent,
+// until the request's deadline, then its record (nil: not taken, the
+// store did not answer; logged, and the frame sent as without a claim).
+// Its caller has found no record of another copy of the frame; held is
+// true when such a copy (the gateway reconnected, to any instance) holds
+// the claim: the frame waits for it (draft). The key names the tenant as
+// created, so no copy waits for an earlier tenant's of its id.
+func (p *Platform) claimFrame(ctx context.Context, kind string, k streamKey, a *contract.Action) (c *platform.Claim, held bool) {
+	key := "slack/" + kind + "/" + k.tenant + "/" + strconv.FormatInt(creation(p.streams.vault, k.tenant), 10) + "/" + k.channel + "/" +
 		strconv.FormatInt(a.DraftID, 10) + "/" + a.Metadata.Turn()
-}
-
-// claimFrame takes key for this instance while a frame is sent, until
-// expires (zero: not taken, the store did not answer; logged, and the
-// frame sent as without a claim). Its caller has found no record of
-// another copy of the frame; a copy resent meanwhile (the gateway
-// reconnected, to any instance) finds the claim held and waits, polling
-// every sealPoll, until settled answers it (done: it reads the record
-// the first copy left), and sends itself only once the claim is released
-// (releaseFrame: the first copy sent nothing) or lapsed (its instance
-// died).
-func (p *Platform) claimFrame(ctx context.Context, key string, settled func() (contract.Result, bool)) (expires time.Time, r contract.Result, done bool) {
-	for {
-		// The frame, until the request's deadline, then its record.
-		expires = platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
-		took, err := p.claims.Claim(ctx, key, expires)
-		switch {
-		case err != nil:
-			p.storeWarn("slack draft frame not claimed", "err", err)
-			return time.Time{}, contract.Result{}, false
-		case took:
-			return expires, contract.Result{}, false
-		}
-		if err := p.clock.Sleep(ctx, sealPoll); err != nil {
-			return time.Time{}, p.failure(contract.OpDraft, err), true
-		}
-		if r, ok := settled(); ok {
-			return time.Time{}, r, true
-		}
+	c, err := platform.AwaitClaim(ctx, p.claims, p.clock, key, func() time.Time {
+		return platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
+	}, 0, nil)
+	switch {
+	case errors.Is(err, platform.ErrClaimHeld):
+		return nil, true
+	case err != nil:
+		p.storeWarn("slack draft frame not claimed", "err", err)
 	}
+	return c, false
 }
 
 // resealed answers frame a (done) when its draft and turn were sealed
@@ -381,34 +393,19 @@ func (st *stream) sealedBy(a *contract.Action) bool {
 	return st.Done && st.Draft == a.DraftID && st.Turn == a.Metadata.Turn()
 }
 
-// claimSeal is claimFrame for seal a of k's stream, answered once the
-// first copy's seal is recorded (resealed, or in the stream's record).
-func (p *Platform) claimSeal(ctx context.Context, k streamKey, a *contract.Action) (expires time.Time, r contract.Result, done bool) {
-	return p.claimFrame(ctx, p.streams.frameKey("sealing", k, a), func() (contract.Result, bool) {
-		if r, done := p.resealed(ctx, k, a); done {
-			return r, true
-		}
-		st, ok, err := p.streams.load(ctx, k)
-		if err == nil && ok && st.sealedBy(a) {
-			return contract.OK(st.TS), true
-		}
-		return contract.Result{}, false
-	})
-}
-
-// releaseFrame gives up claim key, taken until expires (claimFrame).
-func (p *Platform) releaseFrame(ctx context.Context, key string, expires time.Time) {
-	if err := p.claims.Release(ctx, key, expires); err != nil {
+// releaseFrame gives up claim c (claimFrame): a copy waiting for it sends.
+func (p *Platform) releaseFrame(c *platform.Claim) {
+	if err := c.Release(storeTimeout); err != nil {
 		p.storeWarn("slack draft frame claim not released; a resend of the frame waits for it to lapse", "err", err)
 	}
 }
 
-// releaseSeal gives up the claim of seal a of k's stream, taken until
-// expires (claimSeal), when the seal failed with no record stored: a
-// resend then seals. A claim whose seal has a record (or may have: it
-// succeeded) is left to lapse, so no resend seals twice.
-func (p *Platform) releaseSeal(ctx context.Context, k streamKey, a *contract.Action, expires time.Time, r contract.Result) {
-	if expires.IsZero() || r.Success {
+// releaseSeal gives up claim c of seal a of k's stream (claimFrame), when
+// the seal failed with no record stored: a resend then seals. A claim
+// whose seal has a record (or may have: it succeeded) is left to lapse,
+// so no resend seals twice.
+func (p *Platform) releaseSeal(ctx context.Context, k streamKey, a *contract.Action, c *platform.Claim, r contract.Result) {
+	if c == nil || r.Success {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
@@ -416,40 +413,15 @@ func (p *Platform) releaseSeal(ctx context.Context, k streamKey, a *contract.Act
 	if rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); err != nil || ok && rec.repeatedBy(a) {
 		return
 	}
-	p.releaseFrame(ctx, p.streams.frameKey("sealing", k, a), expires)
+	p.releaseFrame(c)
 }
 
-// claimOpening is claimFrame for a frame a that finds no stream of its
-// draft open in k's chat: the first frame of a stream holds the claim
-// while it starts the stream (or, a seal, sends the reply), so a frame of
-// the same draft and turn that reaches another instance meanwhile (the
-// gateway reconnected there) waits for the stream's record and goes on
-// with that stream (st) instead of starting a second message, or, once
-// the stream is sealed, is answered as resealed.
-func (p *Platform) claimOpening(ctx context.Context, k streamKey, a *contract.Action) (st *stream, expires time.Time, r contract.Result, done bool) {
-	expires, r, done = p.claimFrame(ctx, p.streams.frameKey("opening", k, a), func() (contract.Result, bool) {
-		s, open, err := p.streams.load(ctx, k)
-		switch {
-		case err != nil:
-			return p.streamUnreadable(err), true
-		case open && s.sealedBy(a):
-			return contract.OK(s.TS), true
-		case open && !s.Done && s.Draft == a.DraftID && !s.otherTurn(a):
-			st = &s
-			return contract.Result{}, true
-		case !a.Final: // the first copy may have been sealed with nothing streamed
-			return p.resealed(ctx, k, a)
-		}
-		return contract.Result{}, false
-	})
-	return st, expires, r, done && st == nil
-}
-
-// startStream starts a stream in the action's thread with text.
-func (p *Platform) startStream(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey, text string) contract.Result {
+// startStream starts a stream in the action's thread with text; kept is
+// false when the stream started but its record was not stored.
+func (p *Platform) startStream(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey, text string) (r contract.Result, kept bool) {
 	thread := p.threadOf(tenant, a)
 	if thread == "" {
-		return contract.Failed(contract.CodeBadRequest, "slack draft: Slack streams only into a thread (metadata.thread_id)")
+		return contract.Failed(contract.CodeBadRequest, "slack draft: Slack streams only into a thread (metadata.thread_id)"), true
 	}
 	opts := []slack.MsgOption{slack.MsgOptionTS(thread), slack.MsgOptionMarkdownText(text), slack.MsgOptionRecipientTeamID(t.team)}
 	if u := string(a.Metadata.UserID); u != "" {
@@ -461,11 +433,12 @@ func (p *Platform) startStream(ctx context.Context, tenant string, t target, a *
 		return err
 	})
 	if err != nil {
-		return p.failure(contract.OpDraft, err)
+		return p.failure(contract.OpDraft, err), true
 	}
-	p.streamNotKept(p.streams.save(ctx, k, &st))
+	err = p.streams.save(ctx, k, &st)
+	p.streamNotKept(err)
 	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), tenant, t.team, t.channel, st.TS, thread))
-	return contract.OK(st.TS)
+	return contract.OK(st.TS), err == nil
 }
 
 // appendStream appends what text adds to the stream. A frame that does
@@ -520,14 +493,14 @@ func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, turn, fina
 }
 
 // sealByContent seals the tenant's open stream in the chat when content
-// is its final text (extends what was streamed): the stream is the reply,
-// so a send must not post it again. ok is false when there is no such
-// stream.
+// is its final text (extends what was streamed) and the send answers no
+// other turn (stream.otherTurn): the stream is the reply, so a send must
+// not post it again. ok is false when there is no such stream.
 func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	k := streamKey{tenant, t.channel}
 	r := p.inTurn(ctx, k, func() contract.Result {
 		st, open, err := p.streams.load(ctx, k)
-		if err != nil || !open || st.Done || st.Sent == 0 {
+		if err != nil || !open || st.Done || st.Sent == 0 || st.otherTurn(a) {
 			return contract.Result{}
 		}
 		text := cutCursor(a.Content)

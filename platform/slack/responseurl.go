@@ -17,6 +17,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/pytext"
+	"connector/platform"
 	"connector/vault"
 )
 
@@ -102,7 +103,7 @@ const slashReplyWindow = 120 * time.Second
 // delivered within slashReplyWindow and not answered yet (a claim, so of
 // the instances sharing the store one answers it). A seal sent again
 // while its first copy answers the command waits for that copy (the
-// seal's claim, claimSeal). The response_url stays in the vault; no frame
+// seal's claim, claimFrame). The response_url stays in the vault; no frame
 // ever carries it.
 func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	user := string(a.Metadata.UserID)
@@ -121,21 +122,18 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 	// and never the secret itself).
 	digest := sha256.Sum256([]byte(e.Value.Reveal()))
 	claim := "slack/slash-reply/" + tenant + "/" + sessionKey + "/" + hex.EncodeToString(digest[:16])
-	until := e.Stored.Add(slashReplyWindow)
-	first, err := p.claims.Claim(ctx, claim, until)
+	c, err := platform.AwaitClaim(ctx, p.claims, p.clock, claim, func() time.Time { return e.Stored.Add(slashReplyWindow) }, 0, nil)
 	switch {
+	case errors.Is(err, platform.ErrClaimHeld):
+		return contract.Result{}, false // answered already (on another instance)
 	case err != nil:
 		// Answered as the command's reply all the same: a private reply
 		// must not become public because the store did not answer.
 		p.log.Warn("slack slash reply claim not stored; answering it privately", "err", err)
-	case !first:
-		return contract.Result{}, false // answered already (on another instance)
 	}
 	r := p.privateReply(ctx, tenant, t.team, sessionKey, ref, e.Value.Reveal(), e.Stored, a.Content)
-	if first && !r.Success { // not answered: the gateway's retry is the command's reply too
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-		defer cancel()
-		if err := p.claims.Release(ctx, claim, until); err != nil {
+	if !r.Success { // not answered: the gateway's retry is the command's reply too
+		if err := c.Release(storeTimeout); err != nil {
 			p.log.Warn("slack slash reply claim not released; until the reply window ends, a retry of the reply is not posted privately", "err", err)
 		}
 	}

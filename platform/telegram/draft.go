@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"hash/fnv"
 	"log/slog"
 	"slices"
@@ -182,51 +183,46 @@ func (p *Platform) sealingKey(k draftKey, a *contract.Action) string {
 		"/" + strconv.FormatUint(contentSum(a.Content), 16) + "/" + a.Metadata.Turn()
 }
 
-// claimSeal takes seal a of stream k for this instance while it is sent,
-// when several instances share the store (Platform.claims): a retry of it
-// that reaches another instance meanwhile (the gateway reconnected there)
-// waits for the seal's record and answers its message (id), and sends it
-// itself only once the claim is released (the send failed) or lapsed (the
-// instance died). expires is the claim's, for releaseSeal; zero when none
-// was taken. A claim the store cannot give is logged and the seal sent,
-// as without one.
-func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action) (expires time.Time, id string, err error) {
+// claimSeal takes seal a of stream k for this instance while it is sent
+// (platform.AwaitClaim), when several instances share the store
+// (Platform.claims): a retry of it that reaches another instance
+// meanwhile (the gateway reconnected there) waits for the seal's record
+// and answers its message (id), and sends it itself only once the claim
+// is released (the send failed) or lapsed (the instance died); one still
+// waiting at its deadline fails, retryable. The claim (nil when none was
+// taken) is for releaseSeal. A claim the store cannot give is logged and
+// the seal sent, as without one.
+func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action) (c *platform.Claim, id string, err error) {
 	if p.claims == nil {
-		return time.Time{}, "", nil
+		return nil, "", nil
 	}
-	key := p.sealingKey(k, a)
-	for {
-		// The send, until the request's deadline (wall-clock time, here on
-		// the platform's clock, which the store's claims are judged on),
-		// then the record (seal).
-		expires = platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
-		took, err := p.claims.Claim(ctx, key, expires)
-		switch {
-		case err != nil:
-			p.storeWarn("telegram draft seal not claimed", "chat_id", k.chat, "draft_id", k.draft, "err", err)
-			return time.Time{}, "", nil
-		case took:
-			return expires, "", nil
+	// The send, until the request's deadline (wall-clock time, here on the
+	// platform's clock, which the store's claims are judged on), then the
+	// record (seal).
+	c, err = platform.AwaitClaim(ctx, p.claims, p.deps.Clock, p.sealingKey(k, a), func() time.Time {
+		return platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
+	}, sealPoll, func() bool {
+		s, ok := p.storedSeal(ctx, k)
+		if ok && s.repeatedBy(a) {
+			id = s.ID
 		}
-		if err := p.deps.Clock.Sleep(ctx, sealPoll); err != nil {
-			return time.Time{}, "", err
-		}
-		if s, ok := p.storedSeal(ctx, k); ok && s.repeatedBy(a) {
-			return time.Time{}, s.ID, nil
-		}
+		return id != ""
+	})
+	if err != nil && !errors.Is(err, platform.ErrClaimHeld) {
+		p.storeWarn("telegram draft seal not claimed", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		return nil, "", nil
 	}
+	return c, id, err
 }
 
-// releaseSeal gives up the claim of seal a of stream k (claimSeal), taken
-// until expires, unless its record is stored (a waiting retry finds it):
-// a retry then sends the seal.
-func (p *Platform) releaseSeal(k draftKey, a *contract.Action, expires time.Time, stored bool) {
-	if expires.IsZero() || stored {
+// releaseSeal gives up claim c of a seal of stream k (claimSeal), unless
+// its record is stored (a waiting retry finds it): a retry then sends the
+// seal.
+func (p *Platform) releaseSeal(k draftKey, c *platform.Claim, stored bool) {
+	if stored {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
-	defer cancel()
-	if err := p.claims.Release(ctx, p.sealingKey(k, a), expires); err != nil {
+	if err := c.Release(p.cfg.RequestTimeout); err != nil {
 		p.storeWarn("telegram draft seal claim not released", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 	}
 }
@@ -620,7 +616,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 		return contract.OK(id)
 	}
 	stored := false
-	defer func() { p.releaseSeal(k, a, claimed, stored) }()
+	defer func() { p.releaseSeal(k, claimed, stored) }()
 	parts := textsplit.Split(a.Content, splitRules)
 	if chat < 0 { // holding the preview: a frame waiting for it then finds the seal (showPreview)
 		pv := p.openPreview(k, a)

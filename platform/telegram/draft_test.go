@@ -1217,35 +1217,7 @@ func TestSealOfATenantMadeAgainWhileTheEarlierOnesIsSent(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	node := func(name string) *cluster.Node {
-		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Close)
-		return n
-	}
-	h := holdFirst(t, "sendMessage")
-	created := &creations{}
-	deps := platform.Deps{Store: st, Clock: clk, Cluster: node("i0")}
-	created.vault(&deps)
-	e := newEnvDeps(t, deps, func(c *Config) { c.APIServerURL = h.URL })
-	e.created = created
-	h.to(e.fake.URL)
-	cfg := e.p.cfg
-	cfg.APIServerURL = e.fake.URL
-	deps = platform.Deps{Store: st, Clock: clk, Cluster: node("i1")}
-	created.vault(&deps)
-	other, err := New(cfg, deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(other.transport.CloseIdleConnections)
+	e, other, h := heldSealInstances(t, clk)
 	chat := telegramtest.ChatAda
 	tenant := testChats[chat]
 	id, _ := strconv.ParseInt(chat, 10, 64)

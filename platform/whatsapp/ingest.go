@@ -273,21 +273,20 @@ func (p *Platform) claim(ctx context.Context, key, what string) (release func(),
 	if p.deps.Cluster == nil || p.deps.Store == nil {
 		return func() {}, nil
 	}
-	claims, expires := p.deps.Store.Claims(), p.clock.Now().Add(pendingTTL)
-	switch taken, err := claims.Claim(ctx, key, expires); {
-	case err != nil:
-		return nil, fmt.Errorf("whatsapp: claim %s: %w", what, err)
-	case !taken:
+	until := func() time.Time { return p.clock.Now().Add(pendingTTL) }
+	switch c, err := platform.AwaitClaim(ctx, p.deps.Store.Claims(), p.clock, key, until, 0, nil); {
+	case errors.Is(err, platform.ErrClaimHeld):
 		p.metrics.Dropped(platformName, "in_progress_elsewhere")
 		return nil, errElsewhere
+	case err != nil:
+		return nil, fmt.Errorf("whatsapp: claim %s: %w", what, err)
+	default:
+		return func() {
+			if err := c.Release(5 * time.Second); err != nil {
+				p.log.Warn("whatsapp claim not released; a redelivery waits for it to expire", "err", err)
+			}
+		}, nil
 	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := claims.Release(ctx, key, expires); err != nil {
-			p.log.Warn("whatsapp claim not released; a redelivery waits for it to expire", "err", err)
-		}
-	}, nil
 }
 
 // drop counts and logs a message that is not delivered.

@@ -223,8 +223,8 @@ type Config struct {
 }
 
 // Pool is the ledgers of one process's tenants: the bound they share, the
-// goroutine that writes removals (acknowledged and dropped entries) to the
-// store in batches and sweeps old entries, and recovery after a restart.
+// goroutines that write removals (acknowledged and dropped entries) to the
+// store in batches and sweep old entries, and recovery after a restart.
 type Pool struct {
 	cfg   Config
 	bytes atomic.Int64 // payload bytes of every ledger
@@ -241,13 +241,14 @@ type Pool struct {
 	acks    map[string][]uint64 // a small flush's removals by tenant; guarded by flushMu
 
 	closeOnce sync.Once
-	stop      chan struct{}
+	ctx       context.Context // ended by Close: the goroutines stop, a sweep under way too
+	stop      context.CancelFunc
 	stopped   chan struct{}
 
 	removed, removeErrors atomic.Uint64
 }
 
-// NewPool returns an empty pool and starts its goroutine; Close stops it.
+// NewPool returns an empty pool and starts its goroutines; Close stops them.
 func NewPool(cfg Config) *Pool {
 	cfg.SweepEvery = cmp.Or(max(cfg.SweepEvery, 0), time.Minute)
 	p := &Pool{
@@ -255,9 +256,9 @@ func NewPool(cfg Config) *Pool {
 		ledgers: make(map[string]*Ledger),
 		acks:    make(map[string][]uint64, smallFlush),
 		wake:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	p.ctx, p.stop = context.WithCancel(context.Background())
 	go p.run()
 	return p
 }
@@ -1337,8 +1338,8 @@ func (l *Ledger) Reset() {
 // Sweep drops, from the store and memory, every entry older than MaxAge:
 // what the store trims, and what a ledger holds that another instance
 // sharing the store trimmed first. A tenant the store fails to trim does
-// not keep it from the others; the first failure is returned. The pool's
-// goroutine runs it every SweepEvery; tests call it directly.
+// not keep it from the others; the first failure is returned. The pool
+// runs it every SweepEvery; tests call it directly.
 func (p *Pool) Sweep(ctx context.Context) (err error) {
 	if p.cfg.MaxAge <= 0 {
 		return nil
@@ -1493,39 +1494,41 @@ func (p *Pool) Stats() Stats {
 // sweepTimeout bounds one age sweep.
 const sweepTimeout = 30 * time.Second
 
+// run writes the queued removals as they come, while a goroutine of its
+// own sweeps every SweepEvery: a slow sweep (a call per stored tenant)
+// never holds them back.
 func (p *Pool) run() {
 	defer close(p.stopped)
-	// One sweep timer at a time, each sending once: sweep never blocks it.
-	sweep := make(chan struct{}, 1)
-	arm := func() clock.Timer {
-		return p.cfg.Clock.AfterFunc(p.cfg.SweepEvery, func() { sweep <- struct{}{} })
-	}
-	timer := arm()
-	defer func() { timer.Stop() }()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { clock.Every(p.ctx, p.cfg.Clock, p.cfg.SweepEvery, p.sweep) })
 	for {
 		select {
-		case <-p.stop:
+		case <-p.ctx.Done():
 			return
 		case <-p.wake:
 			// No deadline: each store bounds its own calls, and a context
 			// with a timer per flush would cost the hot path.
 			p.Flush(context.Background())
-		case <-sweep:
-			ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
-			if err := p.Sweep(ctx); err != nil {
-				p.cfg.Log.Warn("inbound age sweep failed", "err", err)
-			}
-			cancel()
-			timer = arm()
 		}
 	}
 }
 
-// Close stops the pool's goroutine and writes the removals still queued.
-// Ledgers keep working in memory, but their removals are no longer written.
+// sweep is one Sweep of run's, within sweepTimeout.
+func (p *Pool) sweep(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	defer cancel()
+	if err := p.Sweep(ctx); err != nil && p.ctx.Err() == nil {
+		p.cfg.Log.Warn("inbound age sweep failed", "err", err)
+	}
+}
+
+// Close stops the pool's goroutines, ending a sweep under way, and writes
+// the removals still queued. Ledgers keep working in memory, but their
+// removals are written only by a Flush.
 func (p *Pool) Close(ctx context.Context) {
 	p.closeOnce.Do(func() {
-		close(p.stop)
+		p.stop()
 		<-p.stopped
 	})
 	p.Flush(ctx)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -856,17 +857,88 @@ func TestAgeSweepRunsOnTheClock(t *testing.T) {
 	r := newRig(t, func(c *Config) { c.MaxAge, c.SweepEvery = time.Hour, time.Minute })
 	r.add(t, "s1", "old")
 	r.clock.Advance(2 * time.Hour) // older than MaxAge; the first sweep fires on the way
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	// The sweep timer is armed again once a sweep is done, so a pending
-	// timer means the sweeps fired so far have finished.
-	for r.metrics.count(DroppedExpired) == 0 {
-		if err := r.clock.WaitPending(ctx, 1); err != nil {
-			t.Fatalf("waiting for the pool's next sweep timer on the clock, with nothing expired yet: %v", err)
+	// Polled: a sweep signals nothing when it is done; each minute
+	// advanced ticks the sweep again.
+	for deadline := time.Now().Add(10 * time.Second); r.metrics.count(DroppedExpired) == 0; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out after 10s advancing the clock minute by minute with nothing expired")
 		}
 		r.clock.Advance(time.Minute)
 	}
 	want(t, "stored", r.stored(t))
+}
+
+// stalledTrim is a store whose Trim waits until release is closed, and
+// whose AckAll reports each call on acked.
+type stalledTrim struct {
+	store.Ledger
+	trimming chan struct{} // closed by the first Trim
+	once     sync.Once
+	release  chan struct{}
+	acked    chan struct{}
+}
+
+func (s *stalledTrim) Trim(ctx context.Context, tenant string, bounds store.Bounds) ([]store.Dropped, error) {
+	s.once.Do(func() { close(s.trimming) })
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Ledger.Trim(ctx, tenant, bounds)
+}
+
+func (s *stalledTrim) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
+	n, err := s.Ledger.AckAll(ctx, acks)
+	s.acked <- struct{}{}
+	return n, err
+}
+
+// TestRemovalsDoNotWaitForASlowSweep: an acknowledged entry leaves the
+// store while an age sweep is stuck in the store (a Trim per stored
+// tenant, each up to the store's timeouts): before, the one goroutine that
+// swept also wrote the removals, which waited up to the sweep's 30 s; and
+// Close (a shutdown) waited for the sweep as long.
+func TestRemovalsDoNotWaitForASlowSweep(t *testing.T) {
+	st := &stalledTrim{trimming: make(chan struct{}), release: make(chan struct{}), acked: make(chan struct{}, 16)}
+	r := newRig(t, func(c *Config) {
+		c.MaxAge, c.SweepEvery = time.Hour, time.Minute
+		st.Ledger = c.Store
+		c.Store = st
+	})
+	t.Cleanup(func() { close(st.release) })
+	cons := &fakeConsumer{}
+	r.Serve(cons, "discord")
+	id := r.add(t, "s1", "acked while the sweep is stuck")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.clock.WaitPending(ctx, 2); err != nil { // the memory store's sweeper's and the pool's
+		t.Fatalf("waiting for the pool's sweep timer on the clock: %v", err)
+	}
+	r.clock.Advance(time.Minute)
+	select {
+	case <-st.trimming:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the age sweep to reach the store's Trim")
+	}
+	r.Ack([]byte(id))
+	select {
+	case <-st.acked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the acknowledged entry's removal while the sweep is stuck")
+	}
+
+	// Close ends the stuck sweep rather than waiting out its 30 s.
+	closed := make(chan struct{})
+	go func() {
+		r.pool.Close(context.Background())
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for Close while the sweep is stuck in the store")
+	}
 }
 
 // Two pools on one store stand for two instances: Store only stores, and

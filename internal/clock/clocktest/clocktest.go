@@ -192,6 +192,25 @@ func (c *Fake) WaitPending(ctx context.Context, n int) error {
 	}
 }
 
+// WaitSleepers blocks until at least n goroutines sleep in Sleep, or ctx
+// ends. Unlike WaitPending it counts no AfterFunc timer, such as a deadline
+// the code under test arms before it sleeps.
+func (c *Fake) WaitSleepers(ctx context.Context, n int) error {
+	for {
+		c.mu.Lock()
+		ch := c.changed
+		c.mu.Unlock()
+		if c.Sleepers() >= n {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Failer is the part of testing.TB that Drive needs.
 type Failer interface {
 	Helper()

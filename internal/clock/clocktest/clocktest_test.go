@@ -150,3 +150,26 @@ func TestDriveRunsSleepersToTheEnd(t *testing.T) {
 		t.Fatalf("Drive ended at epoch+%v, want epoch+6s (the longest job: two 3s sleeps)", got)
 	}
 }
+
+// TestWaitSleepersCountsNoTimer: an AfterFunc timer armed first (a
+// deadline) does not end WaitSleepers; the Sleep armed after it does.
+func TestWaitSleepersCountsNoTimer(t *testing.T) {
+	c := clocktest.New(epoch)
+	c.AfterFunc(time.Hour, func() {})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := c.WaitSleepers(ctx, 1); err == nil {
+		t.Fatal("WaitSleepers returned with only an AfterFunc timer armed")
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Sleep(context.Background(), time.Minute) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := c.WaitSleepers(wctx, 1); err != nil {
+		t.Fatal("timed out after 10s waiting for Sleep to sleep")
+	}
+	c.Advance(time.Minute)
+	if err := <-done; err != nil {
+		t.Fatalf("Sleep = %v", err)
+	}
+}

@@ -1,0 +1,141 @@
+package telegram
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
+	"connector/internal/redistest"
+	"connector/platform"
+	"connector/platform/platformtest"
+	"connector/platform/telegram/telegramtest"
+	"connector/store"
+)
+
+// TestSealClaimReleasedAcrossADeclaration: a stored tenant's seal is
+// being sent (its send held) when the operator declares the tenant in the
+// YAML (its creation becomes zero); the send fails. The declaration is
+// taken back (the stored tenant's creation again), and the gateway's
+// retry, on another instance sharing the store (a real redis-server), is
+// sent at once. The failed seal released the claim under a key named by
+// the creation at its release, not the one it took, so its claim stayed
+// until it lapsed and the retry waited for it.
+func TestSealClaimReleasedAcrossADeclaration(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	e, other, h := heldSealInstances(t, clk)
+	created := e.created
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+	stored := clk.Now().Add(-time.Hour)
+	created.made(tenant, stored)
+	first := make(chan contract.Result, 1)
+	go func() {
+		a := seal
+		first <- e.p.Execute(ctx, tenant, &a)
+	}()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no message")
+	}
+	created.made(tenant, time.Time{}) // declared in the YAML
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 400, Description: "Bad Request: the send failed"})
+	h.release()
+	if r := <-first; r.Success {
+		t.Fatalf("the seal whose send failed: %+v", r)
+	}
+	created.made(tenant, stored) // the declaration taken back
+	retry := make(chan contract.Result, 1)
+	go func() {
+		a := seal
+		retry <- other.Execute(ctx, tenant, &a)
+	}()
+	platformtest.WaitUntil(t, "the retried seal to answer, or wait for the failed seal's claim", func() bool { return clk.Sleepers() == 1 || len(retry) == 1 })
+	if len(retry) == 0 {
+		t.Fatal("the retried seal waits for the claim of a seal that failed")
+	}
+	if r := <-retry; !r.Success {
+		t.Fatalf("the retried seal: %+v", r)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("the chat has %v, want the reply once", msgs)
+	}
+}
+
+// heldSealInstances is two instances on clk sharing a store (a real
+// redis-server) and a creations vault (e.created): e, whose first
+// sendMessage is held (h), and other.
+func heldSealInstances(t *testing.T, clk *clocktest.Fake) (e *env, other *Platform, h *heldAPI) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	node := func(name string) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	h = holdFirst(t, "sendMessage")
+	created := &creations{}
+	deps := platform.Deps{Store: st, Clock: clk, Cluster: node("i0")}
+	created.vault(&deps)
+	e = newEnvDeps(t, deps, func(c *Config) { c.APIServerURL = h.URL })
+	e.created = created
+	h.to(e.fake.URL)
+	cfg := e.p.cfg
+	cfg.APIServerURL = e.fake.URL
+	deps = platform.Deps{Store: st, Clock: clk, Cluster: node("i1")}
+	created.vault(&deps)
+	other, err = New(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.transport.CloseIdleConnections)
+	return e, other, h
+}
+
+// TestSealWaitingOutAClaimIsToldToRetry: a seal is being sent on one
+// instance (its send held) when the gateway's retry of it reaches
+// another, which waits for the first until its deadline: it fails
+// unavailable saying another copy is in progress, retry. It said Telegram
+// gave no answer before the deadline, though Telegram was never asked.
+func TestSealWaitingOutAClaimIsToldToRetry(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other, h := heldSealInstances(t, clk)
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+	go func() {
+		a := seal
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		e.p.Execute(ctx, tenant, &a)
+	}()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no message")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	a := seal
+	if r := other.Execute(ctx, tenant, &a); r.Success || r.Code != contract.CodeUnavailable || !strings.Contains(r.Error, "in progress; retry") {
+		t.Fatalf("the retry that waited out the seal's claim: %+v", r)
+	}
+}
