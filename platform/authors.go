@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -194,41 +193,44 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 // prompt message in chat was posted for (Prompted); its tenant is none's
 // (a tenant id holds no ':').
 func (g *Grants) posterKey(chat, message string) vault.Key {
-	return g.postedKey(chat, message, "poster:")
+	k := g.postedKey(chat, message, "poster:")
+	k.Kind = vault.KindPromptPoster
+	return k
 }
 
-// Prompted records, beside Posted's mark, that the prompt message in chat
-// was posted for tenant, so a press of it finds its poster (PromptPoster)
-// when the presser's link no longer names it.
+// Prompted records, beside Posted's mark in a chat held by grant and for
+// longer (vault.PromptPosterTTL), that the prompt message in chat was
+// posted for tenant as it is now (its creation), so a press of it finds
+// its poster (PromptPoster). It is stored even when ctx ended, as Posted's
+// mark is.
 func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string) {
-	if err := g.vault.Put(context.WithoutCancel(ctx), g.posterKey(chat, message), vault.Entry{Ref: tenant}); err != nil {
+	e := vault.Entry{Ref: tenant, Stored: g.clock.Now(), Created: vault.Creation(g.vault, tenant)}
+	if err := g.vault.Put(context.WithoutCancel(ctx), g.posterKey(chat, message), e); err != nil {
 		g.log.Warn("prompt poster not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 	}
 }
 
-// PromptPoster is the tenant a button press by user answers in a chat it
-// reached by grant (its DM, or a chat no binding covers): the tenant that
-// posted the prompt message (the mark Posted stores for a chat held by
-// grant), one user is linked to or, in a DM, the one Prompted recorded,
-// while it may act in chat, else home, the tenant the press routes to. A
-// press with no such tenant but home to ask about reads no mark.
-func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) string {
-	tenants := own.LinkedTenants(user)
-	if chat.DM {
-		if e, ok := g.vault.Get(ctx, g.posterKey(chat.ID, message)); ok {
-			tenants = append(tenants, e.Ref)
-		}
+// PromptPoster is the tenant a button press by user of the prompt message
+// in chat answers, where it routes to home (by grant, in its DM or a chat
+// no binding or claim covers; else its chat's tenant): the tenant Prompted
+// recorded (one store read), when it is home, or one user is linked to
+// or, in a DM, any, while it may act in chat. ok is false
+// when there is none: the prompt is another tenant's, or an earlier
+// tenant's of the id (vault.Outdated), or was not recorded (posted over
+// vault.PromptPosterTTL ago, or not by grant).
+func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) (string, bool) {
+	e, ok := g.vault.Get(ctx, g.posterKey(chat.ID, message))
+	t := e.Ref
+	switch {
+	case !ok || vault.Outdated(g.vault, t, e.Stored, e.Created):
+		return "", false
+	case t == home:
+		return t, true
 	}
-	tenants = slices.DeleteFunc(tenants, func(t string) bool { return t == home })
-	if len(tenants) == 0 || g.PostedBy(ctx, chat.ID, message, home) {
-		return home
+	if linked := own.Linked(user, t); (linked || chat.DM) && own.MayAct(t, chat, func() bool { return linked || g.Has(ctx, chat.ID, t) }) {
+		return t, true
 	}
-	for _, t := range tenants {
-		if g.PostedBy(ctx, chat.ID, message, t) && own.MayAct(t, chat, func() bool { return own.Linked(user, t) || g.Has(ctx, chat.ID, t) }) {
-			return t
-		}
-	}
-	return home
+	return "", false
 }
 
 // Linker redeems the account-link codes users send the bot in a DM

@@ -53,6 +53,12 @@ type Egress[P Platform, T any] struct {
 	// tenant posts in a chat it holds by grant (HoldGrant); nil declines
 	// every edit and delete there.
 	Grants *Grants
+	// PromptsAnywhere is set when a press of a prompt names no tenant
+	// (Telegram's callback data has no room): then a prompt's poster is
+	// recorded (Grants.Prompted) in every chat, not only in one held by
+	// grant, so a press whose date cannot tell an earlier tenant's of the
+	// id finds it.
+	PromptsAnywhere bool
 	// ThreadChats is set when a thread a thread_create answers (its
 	// thread_id) is a chat of the platform, which actions name as their
 	// chat_id (a Discord thread is a channel), not a thread inside the
@@ -63,11 +69,6 @@ type Egress[P Platform, T any] struct {
 	// than recheckAfter after Authorize is asked about again (StillMayAct);
 	// nil: clock.System.
 	Clock clock.Clock
-	// DM reports whether chat is a user's DM, where a press of a prompt a
-	// tenant posted by grant finds its poster by the message alone
-	// (Grants.Prompted, read by Grants.PromptPoster in DMs only); nil: no
-	// chat is, and no poster is recorded.
-	DM func(p P, chat T) bool
 }
 
 // Execute performs action a for tenant on p through e. The checks, in
@@ -86,9 +87,10 @@ type Egress[P Platform, T any] struct {
 // The op then runs, charged to tenant (WithTenant), its platform calls
 // asking again as their turn comes (StillMayAct); in a chat held by
 // grant, the message an op that names none answers is remembered as
-// tenant's (Grants.Posted; in a DM a prompt's poster also by the message
-// alone, Grants.Prompted), and a thread a thread_create made there, on
-// a platform whose threads are chats (ThreadChats), is granted to tenant
+// tenant's (Grants.Posted; a prompt's poster also by the message alone,
+// for longer, Grants.Prompted, in every chat when PromptsAnywhere), and a
+// thread a thread_create made there, on a platform whose threads are
+// chats (ThreadChats), is granted to tenant
 // alone, for as long as its grant of the chat lasts
 // (Grants.AddThread), so it may post in it before anyone writes there. An op that names a message (edit, delete,
 // react, a thread_create from it) acts on one that exists, whatever id
@@ -132,9 +134,9 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	r := op(p, ctx, tenant, chat, a)
 	if hold == HoldGrant && e.Grants != nil && r.MessageID != "" && message == "" {
 		e.Grants.Posted(ctx, chatID, r.MessageID, tenant)
-		if a.Op == contract.OpPrompt && e.DM != nil && e.DM(p, chat) {
-			e.Grants.Prompted(ctx, chatID, r.MessageID, tenant)
-		}
+	}
+	if (hold == HoldGrant || e.PromptsAnywhere) && e.Grants != nil && a.Op == contract.OpPrompt && r.MessageID != "" && message == "" {
+		e.Grants.Prompted(ctx, chatID, r.MessageID, tenant)
 	}
 	if hold == HoldGrant && e.ThreadChats && e.Grants != nil && a.Op == contract.OpThreadCreate && r.Success && r.ThreadID != "" {
 		e.Grants.AddThread(ctx, chatID, r.ThreadID, tenant)

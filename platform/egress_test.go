@@ -517,17 +517,20 @@ func TestThreadCreateOnAGrantGrantsTheThread(t *testing.T) {
 	}
 }
 
-// TestPromptPosterRecordedInDMs: a prompt posted by grant is remembered as
-// its tenant's (Posted) in any chat, and by the message alone
-// (Prompted) only in a DM, the one chat where a press reads that: Ada's
-// link moved from t1 to t2, and a press of t1's prompt in her DM, which t1
-// still holds by grant, reaches t1, while one in a granted group goes by
-// her link, with no store read (she is linked to no other tenant). A
-// group's prompt cost a second store write that nothing read.
-func TestPromptPosterRecordedInDMs(t *testing.T) {
-	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+// TestPromptPosterRecorded: a prompt posted by grant is remembered as its
+// tenant's (Posted) and by the message alone (Prompted), in a DM and in a
+// group. Ada's link moved from t1 to t2: a press of t1's prompt in her DM,
+// which t1 still holds by grant, reaches t1, also 25 hours later, once
+// t1's marks are gone; one in the group is nobody's (she is not linked to
+// t1), nor, once t1 is deleted and created again, is the DM's. The poster
+// was found by the marks, which last a day, and in a group the press went
+// to t2.
+func TestPromptPosterRecorded(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	var created time.Time
+	v := &countingVault{Store: vault.NewMemory(vault.Config{Clock: clk, Since: func(string) time.Time { return created }})}
 	p := &chatsPlatform{granted: map[string]string{"dm": "t1", "group": "t1"}}
-	grants := platform.NewGrants("chats", v, nil, nil)
+	grants := platform.NewGrants("chats", v, clk, nil)
 	e := platform.Egress[*chatsPlatform, string]{
 		Ops: platform.Ops[*chatsPlatform, string]{
 			contract.OpPrompt: func(_ *chatsPlatform, _ context.Context, _, chat string, _ *contract.Action) contract.Result {
@@ -536,24 +539,28 @@ func TestPromptPosterRecordedInDMs(t *testing.T) {
 		},
 		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
 		Grants: grants,
-		DM:     func(_ *chatsPlatform, chat string) bool { return chat == "dm" },
 	}
-	for chat, puts := range map[string]int{"group": 1, "dm": 2} {
+	for _, chat := range []string{"group", "dm"} {
 		v.puts = 0
 		if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpPrompt, ChatID: contract.ID(chat)}); !r.Success {
 			t.Fatalf("prompt in %s: %+v", chat, r)
 		}
-		if v.puts != puts {
-			t.Errorf("a prompt in the granted %s wrote %d records, want %d", chat, v.puts, puts)
+		if v.puts != 2 {
+			t.Errorf("a prompt in the granted %s wrote %d records, want 2", chat, v.puts)
 		}
-		grants.Add(t.Context(), chat, "", "t1")
 	}
+	clk.Advance(25 * time.Hour)
+	grants.Add(t.Context(), "dm", "", "t1")
 	own := platform.NewOwnership([]platform.Binding{{Kind: platform.BindUser, ID: "ada", Tenant: "t2"}})
-	if got := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "dm", DM: true}, "m-dm", "t2"); got != "t1" {
-		t.Errorf("a press of t1's prompt in Ada's DM reached %s, want t1", got)
+	if got, ok := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "dm", DM: true}, "m-dm", "t2"); got != "t1" || !ok {
+		t.Errorf("a press of t1's prompt in Ada's DM reached %q (%v), want t1", got, ok)
 	}
-	v.markReads = 0
-	if got := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "group"}, "m-group", "t2"); got != "t2" || v.markReads != 0 {
-		t.Errorf("a press of t1's prompt in a granted group reached %s after %d reads, want t2 (her only link's) after none", got, v.markReads)
+	if got, ok := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "group"}, "m-group", "t2"); ok {
+		t.Errorf("a press of t1's prompt in a granted group reached %q, want nobody", got)
+	}
+	created = clk.Now()
+	grants.Add(t.Context(), "dm", "", "t1")
+	if got, ok := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "dm", DM: true}, "m-dm", "t2"); ok {
+		t.Errorf("a press of the earlier t1's prompt in Ada's DM reached %q, want nobody", got)
 	}
 }

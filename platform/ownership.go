@@ -307,9 +307,6 @@ func (o *Ownership) YieldsTo(tenant, id string) bool {
 // Linked reports whether user is linked to tenant.
 func (o *Ownership) Linked(user, tenant string) bool { return slices.Contains(o.links[user], tenant) }
 
-// LinkedTenants returns the tenants user is linked to, sorted.
-func (o *Ownership) LinkedTenants(user string) []string { return slices.Clone(o.links[user]) }
-
 // LinkedElsewhere reports whether user is linked to a tenant other than
 // tenant: then rule 3 places user's DMs, and a platform's DM fallback
 // (rule 4) must not give them to tenant.

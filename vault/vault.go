@@ -47,10 +47,19 @@ const ChatGrantTTL = 24 * time.Hour
 // of one platform it held by grant (the key's SessionKey names the
 // platform, the chat and the message, platform.Grants.Posted): only that
 // tenant may edit or delete it there. The value is empty: the key is the
-// mark (but for a prompt's in a DM, kept under no tenant's key, whose Ref
-// names its poster: platform.Grants.Prompted). It lasts ChatGrantTTL, the
-// life of the grant it was posted on.
+// mark. It lasts ChatGrantTTL, the life of the grant it was posted on.
 const KindPostedMessage Kind = "platform.posted_message"
+
+// KindPromptPoster names (Ref) the tenant, and its creation (Created),
+// that posted a prompt message in a chat of one platform it held by grant
+// (the key's SessionKey names the platform, the chat and the message; its
+// tenant is none's, as a press finds it by the message alone:
+// platform.Grants.Prompted). It lasts PromptPosterTTL.
+const KindPromptPoster Kind = "platform.prompt_poster"
+
+// PromptPosterTTL is how long a KindPromptPoster lasts: a prompt's buttons
+// stay pressable long after the grant it was posted on.
+const PromptPosterTTL = 30 * 24 * time.Hour
 
 // WhatsApp Cloud's records (platform/whatsapp), kept here so every
 // instance sharing the store sees them:
@@ -89,6 +98,7 @@ var ttls = map[Kind]time.Duration{
 	KindSlackResponseURL:        30 * time.Minute,
 	KindChatGrant:               ChatGrantTTL,
 	KindPostedMessage:           ChatGrantTTL,
+	KindPromptPoster:            PromptPosterTTL,
 	KindWhatsAppConversation:    WhatsAppConversationTTL,
 	KindWhatsAppMessage:         WhatsAppMessageTTL,
 	KindWhatsAppPrompt:          7 * 24 * time.Hour,
@@ -101,7 +111,7 @@ var ttls = map[Kind]time.Duration{
 // business number, a prompt a tap answered), so it is read from the store
 // on every lookup: an instance never acts on a value another instance
 // replaced or deleted.
-var remembered = map[Kind]bool{KindChatGrant: true, KindPostedMessage: true, KindWhatsAppMessage: true}
+var remembered = map[Kind]bool{KindChatGrant: true, KindPostedMessage: true, KindPromptPoster: true, KindWhatsAppMessage: true}
 
 // TTL returns the lifetime of a kind's values (ok false for an unknown kind).
 func (k Kind) TTL() (time.Duration, bool) {

@@ -56,7 +56,9 @@ func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pr
 	case ok:
 		routed := r.Tenant
 		if r.Grant && pressed != "" {
-			r.Tenant = p.spoke.PromptPoster(ctx, own, author, c, pressed, routed)
+			if t, ok := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); ok {
+				r.Tenant = t
+			}
 		}
 		if r.Grant && (r.Tenant == routed || own.Linked(author, r.Tenant)) {
 			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant)

@@ -26,13 +26,6 @@ var ops = platform.Ops[*Platform, string]{
 // channelOf makes a chat_id into the channel id ops act on: a snowflake.
 func channelOf(_ *Platform, chatID string) (string, bool) { return chatID, isSnowflake(chatID) }
 
-// isDM reports whether channel is a DM as the cache knows it; one it lacks
-// counts as one (its prompt's poster is recorded, platform.Egress.DM).
-func isDM(p *Platform, channel string) bool {
-	ci, ok := p.cache.cachedChannel(channel)
-	return !ok || chatOfInfo(ci).DM
-}
-
 // Execute implements platform.Platform through platform.Execute: a
 // chat-addressed op needs a Discord channel id the tenant may act in; every
 // REST call runs under ctx (RequestTimeout when ctx has no deadline) and

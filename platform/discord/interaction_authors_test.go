@@ -120,31 +120,41 @@ func TestInteractionsRouteByAuthor(t *testing.T) {
 // TestPromptPressInASharedDMReachesItsPoster: Ada is linked to t1 (her
 // home) and to t2, which holds her DM by grant (she linked there) and
 // prompts her in it. Her press is t2's answer: it went by the DM's route,
-// to t1, which got t2's prompt_id and her choice while t2 never did.
+// to t1, which got t2's prompt_id and her choice while t2 never did. So
+// too a day and an hour later: the poster was known by t2's mark of the
+// message, which lasts a day, so the press went to t1 and was dropped
+// (prompt_not_owned).
 func TestPromptPressInASharedDMReachesItsPoster(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, discordtest.Options{}, nil)
-	e.startReady(t)
-	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}, {Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
-		{Kind: platform.BindUser, ID: userAda, Tenant: "t1"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
-		t.Fatal(err)
-	}
-	e.p.spoke.Add(t.Context(), chanDMAda, "", "t2") // as her /link for t2 in the DM
-	r := execute(t, e, "t2", `{"op":"prompt","chat_id":"`+chanDMAda+`","content":"deploy?","prompt_id":"f00dba.1234abcd","options":[{"id":"once","label":"Approve once"}],"metadata":{}}`)
-	if !r.Success {
-		t.Fatalf("t2's prompt in Ada's DM = %+v", r)
-	}
-	body, err := e.fake.PressButton("8301", "tok-8301", r.MessageID, buttonOf(t, e, chanDMAda, r.MessageID, "once"), userAda, "ada.l")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := e.webhookServer(t)
-	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), body)); code != 200 || ack != `{"type":6}` {
-		t.Fatalf("press = %d %s", code, ack)
-	}
-	d := e.sink.Next(t)
-	if d.Tenant != "t2" || d.Event == nil || d.Event.PromptResponse == nil || d.Event.PromptResponse.OptionID != "once" {
-		t.Fatalf("press delivered to %q: %+v, want t2's prompt_response", d.Tenant, d.Event)
+	for _, later := range []time.Duration{0, 25 * time.Hour} {
+		t.Run(later.String(), func(t *testing.T) {
+			t.Parallel()
+			clk := clocktest.New(time.Now())
+			e := newEnvDeps(t, platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk})}, discordtest.Options{}, nil)
+			e.startReady(t)
+			if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}, {Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
+				{Kind: platform.BindUser, ID: userAda, Tenant: "t1"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+				t.Fatal(err)
+			}
+			e.p.spoke.Add(t.Context(), chanDMAda, "", "t2") // as her /link for t2 in the DM
+			r := execute(t, e, "t2", `{"op":"prompt","chat_id":"`+chanDMAda+`","content":"deploy?","prompt_id":"f00dba.1234abcd","options":[{"id":"once","label":"Approve once"}],"metadata":{}}`)
+			if !r.Success {
+				t.Fatalf("t2's prompt in Ada's DM = %+v", r)
+			}
+			clk.Advance(later)
+			body, err := e.fake.PressButton("8301", "tok-8301", r.MessageID, buttonOf(t, e, chanDMAda, r.MessageID, "once"), userAda, "ada.l")
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := e.webhookServer(t)
+			if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, clk.Now(), body)); code != 200 || ack != `{"type":6}` {
+				t.Fatalf("press = %d %s", code, ack)
+			}
+			d := e.sink.Next(t)
+			if d.Tenant != "t2" || d.Event == nil || d.Event.PromptResponse == nil || d.Event.PromptResponse.OptionID != "once" {
+				t.Fatalf("press delivered to %q: %+v, want t2's prompt_response", d.Tenant, d.Event)
+			}
+		})
 	}
 }
 

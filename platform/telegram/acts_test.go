@@ -409,11 +409,13 @@ func TestPromptPressInASharedGroupReachesItsPoster(t *testing.T) {
 // (Telegram dates in whole seconds) is the new t1's. So is a press of a
 // message Telegram no longer shows the bot (no date) once t1 is older than
 // datelessPressWindow; before, that press is dropped too: it was
-// delivered, undated, to the new t1.
+// delivered, undated, to the new t1. A press of the new t1's own prompt is
+// its answer, undated or dated before the creation (clocks apart): the
+// prompt's poster is recorded with its creation. It was dropped.
 func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 	var creation atomic.Int64 // Unix nanoseconds: the vault reads it in the ingest
-	creation.Store(time.Now().Truncate(time.Second).Add(-time.Minute + 300*time.Millisecond).UnixNano())
-	created := time.Unix(0, creation.Load())
+	created := time.Now().Truncate(time.Second).Add(-time.Minute + 300*time.Millisecond)
+	creation.Store(created.Add(-time.Hour).UnixNano()) // the earlier t1's
 	since := func(tenant string) time.Time {
 		if tenant == "t1" {
 			return time.Unix(0, creation.Load())
@@ -434,6 +436,7 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 		t.Fatalf("t1's prompt: %+v", r)
 	}
 	msgID, _ := strconv.Atoi(r.MessageID)
+	creation.Store(created.UnixNano()) // t1 deleted and made again
 	press := func(update int64, posted time.Time) {
 		t.Helper()
 		body, err := e.fake.PressButton(update, map[string]any{"id": int64(501), "type": "private", "first_name": "Ada"}, msgID,
@@ -480,6 +483,18 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
 		t.Fatalf("the undated press of a t1 made long ago delivered to %q as %+v", d.Tenant, d.Event)
 	}
+	creation.Store(created.UnixNano())
+	r = e.act(t, "t1", promptAction("501", contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("the new t1's prompt: %+v", r)
+	}
+	msgID, _ = strconv.Atoi(r.MessageID)
+	for i, posted := range []time.Time{undated, created.Add(-time.Second)} {
+		press(884100914+int64(i), posted)
+		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+			t.Fatalf("a press (dated %v) of the new t1's prompt delivered to %q as %+v", posted, d.Tenant, d.Event)
+		}
+	}
 }
 
 // TestPressOfAnotherTenantsPromptInAGroup: in a group no tenant binds or
@@ -488,8 +503,8 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 // prompt is dropped (prompt_not_owned) and its spinner stopped: it went
 // by 505's route, to t2, with t1's prompt_id and the choice. 501's press
 // is t1's, also when Telegram no longer shows the message (no date) and
-// t1 was created a minute ago: t1's mark, kept under its creation,
-// settles that it is no earlier tenant's (it was dropped as
+// t1 was created a minute ago: the record of t1 as the poster, kept under
+// its creation, settles that it is no earlier tenant's (it was dropped as
 // earlier_tenant_prompt). Once t1 is created again, its earlier
 // creation's prompt is nobody's.
 func TestPressOfAnotherTenantsPromptInAGroup(t *testing.T) {
@@ -570,4 +585,59 @@ func TestPressOfAnotherTenantsPromptInAGroup(t *testing.T) {
 	press(884100933, 501, false)
 	dropped(2)
 	e.sink.Empty(t)
+}
+
+// TestPressOfADayOldPromptInAGroup: user 501 (linked to t1) wrote in a
+// group no tenant binds or claims, and t1 prompted there. 501's press a
+// day and an hour later is t1's answer; one over 30 days later is dropped
+// (prompt_not_owned) and answered. The first was dropped too: the poster
+// was known only by t1's mark of the message, which lasts a day.
+func TestPressOfADayOldPromptInAGroup(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Clock: clk}), Metrics: m, Clock: clk}, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	e.startWebhook(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	chat := map[string]any{"id": int64(-100889), "type": "supergroup", "title": "G"}
+	say := `{"update_id":884200920,"message":{"message_id":1,"date":1767225300,"chat":{"id":-100889,"type":"supergroup","title":"G"},"from":{"id":501,"is_bot":false,"first_name":"U"},"text":"hello"}}`
+	if code := e.post(t, []byte(say)); code != http.StatusOK {
+		t.Fatalf("501's message: status %d", code)
+	}
+	e.sink.Next(t)
+	r := e.act(t, "t1", promptAction("-100889", contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("t1's prompt: %+v", r)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	press := func(update int64) {
+		t.Helper()
+		body, err := e.fake.PressButton(update, chat, msgID, "hp1:f00dba.1234abcd:once", map[string]any{"id": 501, "is_bot": false, "first_name": "U"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := e.post(t, body); code != http.StatusOK {
+			t.Fatalf("press: status %d", code)
+		}
+	}
+	clk.Advance(25 * time.Hour)
+	press(884200930)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+		t.Fatalf("the press a day later delivered to %q as %+v, want t1's answer", d.Tenant, d.Event)
+	}
+	clk.Advance(30 * 24 * time.Hour)
+	press(884200931)
+	platformtest.WaitUntil(t, "the month-old press dropped as prompt_not_owned", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropPromptNotOwned] == 1
+	})
+	e.sink.Empty(t)
+	if calls := e.calls(t, "answerCallbackQuery", 2); calls[1].Form["callback_query_id"] != "cq884200931" {
+		t.Errorf("answerCallbackQuery %v, want the dropped press's", calls[1].Form)
+	}
 }

@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/go-telegram/bot"
@@ -23,12 +24,15 @@ import (
 //
 // A button press in a chat no binding or claim covers, which several
 // tenants may hold by grant, answers the tenant that posted the prompt
-// (platform.Grants.PromptPoster) only while the mark Egress keeps of that
-// (platform.Grants.PostedBy: a day, under the tenant's creation) says so;
-// else it is dropped (prompt_not_owned): the prompt is another tenant's,
-// or too old to tell (the callback data has no room to name its tenant).
-// A press elsewhere is its chat's tenant's, unless earlierPrompt. A
-// press answered by its poster renews the poster's grant only while the
+// only while the record Egress keeps of that (platform.Grants.PromptPoster:
+// 30 days, under the tenant's creation; for a prompt posted by an earlier
+// version, which kept none in a group, the day-long mark of the tenant the
+// press routes to, platform.Grants.PostedBy) says so; else it is dropped
+// (prompt_not_owned): the prompt is another tenant's, or too old to tell
+// (the callback data has no room to name its tenant). A press elsewhere is
+// its chat's tenant's, unless earlierPrompt suspects an earlier tenant's
+// of the id and the record does not name the tenant as it is now.
+// A press answered by its poster renews the poster's grant only while the
 // presser is linked to it, as Discord's route does.
 func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner bool, drop string) {
 	src := &in.event.Source
@@ -46,12 +50,15 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 	switch press := in.event.PromptResponse; {
 	case press == nil:
 	case own.Hold(r.Tenant, chat, func() bool { return true }) == platform.HoldGrant:
-		r.Tenant = p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
-		if !p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant) {
+		t, ok := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
+		if !ok && !p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant) {
 			return "", false, dropPromptNotOwned
 		}
+		r.Tenant = cmp.Or(t, r.Tenant)
 	case p.earlierPrompt(r.Tenant, in.prompted):
-		return "", false, dropEarlierTenantPrompt
+		if t, ok := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); !ok || t != r.Tenant {
+			return "", false, dropEarlierTenantPrompt
+		}
 	}
 	if r.Grant && (r.Tenant == routed || own.Linked(src.UserID.Value, r.Tenant)) {
 		p.grants.Add(ctx, src.ChatID, "", r.Tenant)

@@ -79,11 +79,13 @@
 // foreign_callback (a button press whose callback data is not a prompt
 // op's hp1 token; its query is still answered), prompt_not_owned (in a
 // chat held by grant, a press of a prompt no live mark names the pressed
-// tenant the poster of: another tenant's, or over a day old; route),
+// tenant the poster of: another tenant's, or over 30 days old; route),
 // earlier_tenant_prompt (elsewhere, a press of a prompt whose message's
 // date, in whole seconds, went before its tenant's creation: an earlier
 // tenant's of the id; or of an undated, inaccessible message within
-// datelessPressWindow of the creation), every dropped press answered,
+// datelessPressWindow of the creation; unless the record of the prompt's
+// poster, kept 30 days, names the tenant as it is now), every dropped
+// press answered,
 // or the gate's topic_not_allowed, thread_ignored, mentions_other_bots,
 // chat_not_allowed, bot_not_mentioned, not_mentioned and observed. Redeliveries are dropped by update_id
 // (the last dedupe_window ids of the instance; with several instances a

@@ -239,7 +239,7 @@ func (p *Platform) storeWarn(msg string, args ...any) {
 // draftKey names one draft stream of a tenant's chat. Its seals and
 // previews keep the tenant's creation, so a tenant made again under its
 // id, even by an instance whose clock disagrees, never takes up those of
-// the earlier one (vault.Earlier).
+// the earlier one (vault.Outdated).
 type draftKey struct {
 	tenant string
 	chat   int64
@@ -408,16 +408,18 @@ func (p *Platform) wireDraftID(k draftKey) int64 {
 // preview is the message a draft stream of a group chat is shown in:
 // Telegram streams drafts into private chats only, so elsewhere the first
 // frame sends a message and later frames edit it. mu orders the frames of
-// one stream and guards id, asked and done; thread, turn and created never
-// change.
+// one stream and guards id, asked and done; thread, turn, created and at
+// never change.
 type preview struct {
 	mu     sync.Mutex
 	id     int    // the message; 0 until sent (or adopted), and after it was gone
 	thread int    // the topic it is in
 	turn   string // the turn it answers (contract.Metadata.Turn)
-	// created is the tenant's creation (vault.Creation) when it was opened.
-	created time.Time
-	asked   bool // the store was asked for the stream's preview (adoptPreview)
+	// created is the tenant's creation (vault.Creation) when it was
+	// opened, at; one opened under another is an earlier tenant's of the
+	// id (vault.Outdated).
+	created, at time.Time
+	asked       bool // the store was asked for the stream's preview (adoptPreview)
 	// done is set once the preview left Platform.previews (sealed or
 	// replaced): a frame that was waiting for it takes the stream's next
 	// preview instead.
@@ -434,12 +436,12 @@ type preview struct {
 func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
 	turn := a.Metadata.Turn()
 	for {
-		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn, created: vault.Creation(p.deps.Vault, k.tenant)}
+		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn, created: vault.Creation(p.deps.Vault, k.tenant), at: p.deps.Clock.Now()}
 		if old, ok, _ := p.previews.PeekOrAdd(k, pv); ok {
 			pv = old
 		}
 		pv.mu.Lock()
-		if !pv.done && (pv.turn != turn && pv.turn != "" && turn != "" || vault.Earlier(p.deps.Vault, k.tenant, pv.created)) {
+		if !pv.done && (pv.turn != turn && pv.turn != "" && turn != "" || vault.Outdated(p.deps.Vault, k.tenant, pv.at, pv.created)) {
 			p.closePreview(k, pv)
 		}
 		if !pv.done {
@@ -665,7 +667,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // group chat's topic that a's reply replaces: those of a's turn, or every
 // one of the topic when a names no turn, as Telegram's sendMessage replaces
 // a native draft; never those of an earlier tenant under its id (deleted
-// and made again since: vault.Earlier). A preview the store records as its stream's reply,
+// and made again since: vault.Outdated). A preview the store records as its stream's reply,
 // sealed on another instance after the gateway reconnected there, is
 // forgotten, not deleted; so is one whose record the store cannot give.
 // The preview of a's turn that another instance showed is found in the
@@ -686,7 +688,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 			continue
 		}
 		pv, ok := p.previews.Peek(k)
-		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) || vault.Earlier(p.deps.Vault, tenant, pv.created) {
+		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) || vault.Outdated(p.deps.Vault, tenant, pv.at, pv.created) {
 			continue
 		}
 		pv.mu.Lock()

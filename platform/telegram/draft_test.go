@@ -1404,3 +1404,40 @@ func TestGroupStreamMovingDuringADeclarationsRollout(t *testing.T) {
 		t.Fatalf("after the seal (message %d) the chat has %v (the preview was %v), want the reply alone", n, msgs, preview)
 	}
 }
+
+// TestGroupStreamAcrossADeclarationTakenOut: a group stream starts while
+// its tenant is declared in the YAML (no creation), and the operator
+// takes the declaration out, so the stored tenant, created an hour ago,
+// stands again (on an instance with no store: the previews are in memory
+// alone). Its next frame edits the preview, and its reply (a send of the
+// turn) replaces it: the chat ends with the reply alone. The preview,
+// opened without a creation, was taken for an earlier tenant's, so the
+// frame showed a second preview and the send left both.
+func TestGroupStreamAcrossADeclarationTakenOut(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	made := &creations{}
+	deps := platform.Deps{Clock: clk}
+	made.vault(&deps)
+	e := newEnvDeps(t, deps, nil)
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	act := func(a contract.Action) {
+		t.Helper()
+		a.ChatID, a.Metadata.MessageID = contract.ID(chat), "77"
+		if r := e.act(t, tenant, a); !r.Success {
+			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
+		}
+	}
+	act(contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the ans"})
+	clk.Advance(time.Second)
+	made.made(tenant, clk.Now().Add(-time.Hour))
+	act(contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the answ"})
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("after the second frame the chat has %v, want one preview", msgs)
+	}
+	act(contract.Action{Op: contract.OpSend, Content: "the answer"})
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("after the reply the chat has %v, want the reply alone", msgs)
+	}
+}

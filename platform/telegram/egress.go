@@ -41,10 +41,6 @@ func chatIDOf(_ *Platform, chatID string) (int64, bool) {
 	return chat, err == nil
 }
 
-// isDM reports whether chat is a private chat (a user's id; a group's is
-// negative), as chatOf places it.
-func isDM(_ *Platform, chat int64) bool { return chat > 0 }
-
 // Execute implements platform.Platform through platform.Execute: an op
 // needs a Telegram chat id the tenant may act in, and runs under ctx
 // (request_timeout when ctx has no deadline).

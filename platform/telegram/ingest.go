@@ -71,7 +71,9 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 // datelessPressWindow is how long after its creation a tenant gets no
 // press of a prompt whose message Telegram no longer shows the bot (an
 // inaccessible message, no date: hours or days old), which may be an
-// earlier tenant's of the id (earlierPrompt).
+// earlier tenant's of the id (earlierPrompt), but of one the record of its
+// poster names it the poster of as it is now (route). The record lasts as
+// long (vault.PromptPosterTTL), so a prompt the tenant posted is one.
 const datelessPressWindow = 30 * 24 * time.Hour
 
 // earlierPrompt reports whether a press of tenant's prompt posted at
@@ -79,7 +81,7 @@ const datelessPressWindow = 30 * 24 * time.Hour
 // the message) may answer an earlier tenant's of the id, deleted since,
 // which the tenant made again must not get: its whole second went before
 // the creation, or, undated, the tenant was made within
-// datelessPressWindow.
+// datelessPressWindow. route asks the record of the prompt's poster then.
 func (p *Platform) earlierPrompt(tenant string, prompted int64) bool {
 	if prompted != 0 {
 		return vault.Predates(p.deps.Vault, tenant, time.Unix(prompted+1, 0).Add(-time.Microsecond))

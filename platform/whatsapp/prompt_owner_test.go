@@ -360,7 +360,9 @@ func TestMessageSentBeforeItsTenantBegan(t *testing.T) {
 // received or sent before the new t1's creation); a reply to the new
 // t1's own message quotes it. So too when the instance that created the
 // new t1 has a clock 5 s behind this one's (skewed): the quotes were told
-// apart by the time they were kept, which that skew got wrong.
+// apart by the time they were kept, which that skew got wrong (they are by
+// the creations now; only a text kept while t1 had none is judged by its
+// time, as the vault judges its entries: vault.Outdated).
 func TestRemadeTenantQuotesNothingOfTheEarlier(t *testing.T) {
 	for _, skewed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("skewed %v", skewed), func(t *testing.T) { remadeTenantQuotesNothing(t, skewed) })
@@ -378,6 +380,7 @@ func remadeTenantQuotesNothing(t *testing.T, skewed bool) {
 		}
 		return time.Time{}
 	}
+	began.Store(clk.Now().Add(-time.Hour).UnixMicro()) // the earlier t1's creation
 	r := newRig(t, vault.NewMemory(vault.Config{Clock: clk, Since: since}), func(_ *Config, d *platform.Deps) { d.Clock = clk })
 	const ada = "447700900123"
 	send := func(text string) string {
@@ -468,5 +471,38 @@ func TestTenantDeclaredOverItsStoredOne(t *testing.T) {
 		"context": map[string]any{"from": ada, "id": answer.MessageID}})
 	if ev := next("wamid.D3", reply); ev.ReplyTo == nil || ev.ReplyTo.Text != "t1's answer" {
 		t.Errorf("a reply to t1's answer once t1 is declared quotes %+v", ev.ReplyTo)
+	}
+}
+
+// TestQuoteAcrossADeclarationTakenOut: t1 is declared in the YAML (no
+// creation) when it answers; the operator then takes the declaration out,
+// so the stored t1, created an hour ago, stands again. A reply to the
+// answer quotes it (it was kept after that creation). It quoted nothing:
+// a text kept without a creation was taken for an earlier tenant's.
+func TestQuoteAcrossADeclarationTakenOut(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	var began atomic.Int64
+	since := func(tenant string) time.Time {
+		if us := began.Load(); tenant == "t1" && us != 0 {
+			return time.UnixMicro(us)
+		}
+		return time.Time{}
+	}
+	r := newRig(t, vault.NewMemory(vault.Config{Clock: clk, Since: since}), func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.Q1")
+	answer := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "t1's answer"})
+	if !answer.Success {
+		t.Fatalf("t1's send: %+v", answer)
+	}
+	clk.Advance(time.Second)
+	began.Store(clk.Now().Add(-time.Hour).UnixMicro()) // the declaration taken out
+	reply := whatsapptest.Message(biz1, ada, "Ada", map[string]any{"id": "wamid.Q2", "type": "text", "text": map[string]any{"body": "why?"},
+		"context": map[string]any{"from": ada, "id": answer.MessageID}})
+	if code := r.post(t, reply); code != 200 {
+		t.Fatalf("reply: %d", code)
+	}
+	if got := r.sink.all(); len(got) != 2 || got[1].Event == nil || got[1].Event.ReplyTo == nil || got[1].Event.ReplyTo.Text != "t1's answer" {
+		t.Fatalf("the reply delivered %+v, want it to quote t1's answer", got)
 	}
 }

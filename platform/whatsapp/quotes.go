@@ -5,6 +5,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"connector/internal/clock"
 	"connector/internal/textsplit"
 	"connector/vault"
 )
@@ -15,20 +16,23 @@ import (
 // message's id, and this is how a reply gets the quoted text
 // (reply_to.text). It is per instance and bounded: an unknown id leaves the
 // text empty. A text is kept with its tenant's creation (the vault's
-// Since), and one kept for an earlier tenant of the id, deleted since, is
-// not given: a tenant created again under the id quotes nothing of its
-// predecessor's conversations, whatever the instances' clocks say.
+// Since) and the time, and one kept for an earlier tenant of the id,
+// deleted since, is not given (vault.Outdated): a tenant created again
+// under the id quotes nothing of its predecessor's conversations, whatever
+// the instances' clocks say when the text was kept under a creation.
 type quotes struct {
 	cache *lru.Cache[quoteKey, quote]
 	vault vault.Store // gives each tenant's creation (Since)
+	clock clock.Clock
 }
 
 type quoteKey struct{ tenant, user, id string }
 
-// quote is a remembered text and its tenant's creation when it was kept.
+// quote is a remembered text, its tenant's creation when it was kept,
+// and when that was.
 type quote struct {
-	text    string
-	created time.Time
+	text        string
+	created, at time.Time
 }
 
 // Bounds of the quote memory: entries, and bytes kept of each text.
@@ -37,15 +41,15 @@ const (
 	maxQuoteBytes = 2048
 )
 
-func newQuotes(v vault.Store) *quotes {
+func newQuotes(v vault.Store, clk clock.Clock) *quotes {
 	c, _ := lru.New[quoteKey, quote](maxQuotes) // size > 0: cannot fail
-	return &quotes{cache: c, vault: v}
+	return &quotes{cache: c, vault: v, clock: clk}
 }
 
 // add remembers text as message id of tenant's conversation with user.
 func (q *quotes) add(tenant, user, id, text string) {
 	if id != "" && text != "" {
-		q.cache.Add(quoteKey{tenant, user, id}, quote{text: textsplit.Truncate(text, maxQuoteBytes), created: vault.Creation(q.vault, tenant)})
+		q.cache.Add(quoteKey{tenant, user, id}, quote{text: textsplit.Truncate(text, maxQuoteBytes), created: vault.Creation(q.vault, tenant), at: q.clock.Now()})
 	}
 }
 
@@ -54,7 +58,7 @@ func (q *quotes) add(tenant, user, id, text string) {
 func (q *quotes) text(tenant, user, id string) string {
 	k := quoteKey{tenant, user, id}
 	t, ok := q.cache.Get(k)
-	if ok && vault.Earlier(q.vault, tenant, t.created) {
+	if ok && vault.Outdated(q.vault, tenant, t.at, t.created) {
 		q.cache.Remove(k)
 		return ""
 	}
