@@ -390,8 +390,12 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		// started over or skipped (appendScript): its keys may be gone (a
 		// failover before its first append reached a replica, a server
 		// restarted without its data), and from the set with them.
-		_, err := l.index(ctx, tenant, seqs[len(seqs)-1])
-		failed = cmp.Or(failed, err)
+		if _, err := l.index(ctx, tenant, seqs[len(seqs)-1]); err != nil {
+			// Raised again by the next append, which would not otherwise:
+			// the numbered entry must follow a skip.
+			l.s.indexed.Delete(tenant)
+			failed = cmp.Or(failed, err)
+		}
 	}
 	if failed == nil && !indexed {
 		l.s.indexed.Store(tenant, struct{}{})

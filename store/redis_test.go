@@ -610,3 +610,49 @@ func TestRedisForeignValuesDoNotStall(t *testing.T) {
 		t.Fatalf("list beside a foreign entry: %+v, %v; want the entry good", es, err)
 	}
 }
+
+// TestRedisNumberedFollowsASkip: when the raise of a tenant's numbered
+// entry after a skip (a failover, here a changed replication id) fails,
+// the instance's next append raises it. Before, only the skipped append
+// raised it, so once the tenant's keys were lost an instance opened after
+// gave out the seqs past the skip again.
+func TestRedisNumberedFollowsASkip(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx, admin := t.Context(), srv.Client(t)
+	l := opener(t, cfg)(nil).Ledger()
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("before")}}); err != nil {
+		t.Fatal(err)
+	}
+	numbered := cfg.RedisPrefix + "numbered{" + cfg.RedisPrefix + "ledgers}"
+	if err := admin.Set(ctx, cfg.RedisPrefix+"replid:{t1}", "0", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Rename(ctx, numbered, "kept").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Set(ctx, numbered, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("skipped")}}); err == nil {
+		t.Fatal("append whose numbered raise failed succeeded; want it refused")
+	}
+	if err := admin.Rename(ctx, "kept", numbered).Err(); err != nil {
+		t.Fatal(err)
+	}
+	given, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("after")}})
+	if err != nil || given[0] <= 1<<32 {
+		t.Fatalf("append after the skip: %v, %v; want a seq past %d", given, err, uint64(1<<32))
+	}
+	keys, err := admin.Keys(ctx, cfg.RedisPrefix+"*{t1}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	seqs, err := opener(t, cfg)(nil).Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("lost")}})
+	if err != nil || seqs[0] <= given[0] {
+		t.Fatalf("append after t1's keys were lost: %v, %v; want a seq past %d, given before", seqs, err, given[0])
+	}
+}
