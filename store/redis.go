@@ -227,7 +227,9 @@ type redisLedger struct{ s *redisStore }
 // start over at 1 under bufferIds a gateway saw. So does one lost while
 // the numbered hash kept the tenant's entry (a store's first append of the
 // tenant passes it); one lost with it, before any running instance gave
-// or read a seq of the tenant, still starts over.
+// or read a seq of the tenant, still starts over. A counter that holds no
+// number (another program wrote it) moves past the stream's last entry
+// the same way, instead of failing every append of the tenant.
 var appendScript = redis.NewScript(appendLua)
 
 const appendLua = answerLua + `
@@ -241,7 +243,12 @@ if replid and redis.call('GET', KEYS[4]) ~= replid then
   end
   redis.call('SET', KEYS[4], replid)
 end
-local last = redis.call('INCRBY', KEYS[1], n)
+local last = redis.pcall('INCRBY', KEYS[1], n)
+if type(last) == 'table' then
+  local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+  last = past(tonumber(top and string.match(top[1], '^0%-(%d+)$') or '0')) + n
+  redis.call('SET', KEYS[1], last)
+end
 if last - n < floor then
   last = past(floor) + n
   redis.call('SET', KEYS[1], last)

@@ -656,3 +656,29 @@ func TestRedisNumberedFollowsASkip(t *testing.T) {
 		t.Fatalf("append after t1's keys were lost: %v, %v; want a seq past %d, given before", seqs, err, given[0])
 	}
 }
+
+// TestRedisForeignSeqCounter: a tenant's seq counter overwritten with a
+// value that is no number (by hand or another program) does not stop the
+// tenant's appends, and the numbering moves past every seq given. Before,
+// every append of the tenant failed with a script error for good.
+func TestRedisForeignSeqCounter(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx := t.Context()
+	l := opener(t, cfg)(nil).Ledger()
+	given, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a")}, {Payload: []byte("b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client(t).Set(ctx, cfg.RedisPrefix+"seq:{t1}", "garbage", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	seqs, err := opener(t, cfg)(nil).Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("c")}})
+	if err != nil || seqs[0] <= given[1] {
+		t.Fatalf("append over a foreign seq counter: %v, %v; want a seq past %d", seqs, err, given[1])
+	}
+	recs, err := l.Read(ctx, "t1", 0, 10)
+	if err != nil || len(recs) != 3 || recs[2].Seq != seqs[0] {
+		t.Fatalf("read after: %+v, %v; want the 3 records", recs, err)
+	}
+}
