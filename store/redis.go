@@ -228,8 +228,9 @@ type redisLedger struct{ s *redisStore }
 // the numbered hash kept the tenant's entry (a store's first append of the
 // tenant passes it); one lost with it, before any running instance gave
 // or read a seq of the tenant, still starts over. A counter that holds no
-// number (another program wrote it) moves past the stream's last entry
-// the same way, instead of failing every append of the tenant.
+// number (another program wrote it), or none while the stream holds
+// entries (deleted by hand), moves past the stream's last entry the same
+// way, instead of failing every append of the tenant.
 var appendScript = redis.NewScript(appendLua)
 
 const appendLua = answerLua + `
@@ -244,10 +245,13 @@ if replid and redis.call('GET', KEYS[4]) ~= replid then
   redis.call('SET', KEYS[4], replid)
 end
 local last = redis.pcall('INCRBY', KEYS[1], n)
-if type(last) == 'table' then
+if type(last) == 'table' or last == n then
   local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-  last = past(tonumber(top and string.match(top[1], '^0%-(%d+)$') or '0')) + n
-  redis.call('SET', KEYS[1], last)
+  local seq = tonumber(top and string.match(top[1], '^0%-(%d+)$') or '')
+  if seq or type(last) == 'table' then
+    last = past(seq or 0) + n
+    redis.call('SET', KEYS[1], last)
+  end
 end
 if last - n < floor then
   last = past(floor) + n
@@ -494,13 +498,16 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 // foreignScript removes the entry ARGV[1] of a stream, which the connector
 // did not write (its id is not 0-<seq>, so above all of the connector's),
 // and, unless another such entry remains on top, sets the stream's last id
-// back to 0-<the tenant's last seq> (XSETID), or the appends after it
+// back to 0-<the tenant's last seq, or its top entry's when the counter
+// is behind it or holds no number> (XSETID), or the appends after it
 // would all fail (an id at or below the stream's top one).
 var foreignScript = redis.NewScript(`
 redis.call('XDEL', KEYS[2], ARGV[1])
 local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #top == 0 or string.sub(top[1][1], 1, 2) == '0-' then
-  redis.call('XSETID', KEYS[2], '0-' .. (redis.call('GET', KEYS[1]) or '0'))
+  local last = tonumber(redis.call('GET', KEYS[1]) or '') or 0
+  if #top > 0 then last = math.max(last, tonumber(string.sub(top[1][1], 3)) or 0) end
+  redis.call('XSETID', KEYS[2], string.format('0-%d', last))
 end
 return 1
 `)

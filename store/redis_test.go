@@ -658,27 +658,55 @@ func TestRedisNumberedFollowsASkip(t *testing.T) {
 }
 
 // TestRedisForeignSeqCounter: a tenant's seq counter overwritten with a
-// value that is no number (by hand or another program) does not stop the
-// tenant's appends, and the numbering moves past every seq given. Before,
-// every append of the tenant failed with a script error for good.
+// value that is no number (by hand or another program), or deleted while
+// the stream keeps entries, maybe beside an entry the connector did not
+// write, does not stop the tenant's appends, and the numbering moves past
+// every seq given. Before, every append of the tenant failed for good: a
+// script error, an id below the stream's top one, and Read failed to drop
+// the foreign entry (XSETID below the top).
 func TestRedisForeignSeqCounter(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	cfg := redisConfig(srv)
-	ctx := t.Context()
-	l := opener(t, cfg)(nil).Ledger()
-	given, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a")}, {Payload: []byte("b")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Client(t).Set(ctx, cfg.RedisPrefix+"seq:{t1}", "garbage", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	seqs, err := opener(t, cfg)(nil).Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("c")}})
-	if err != nil || seqs[0] <= given[1] {
-		t.Fatalf("append over a foreign seq counter: %v, %v; want a seq past %d", seqs, err, given[1])
-	}
-	recs, err := l.Read(ctx, "t1", 0, 10)
-	if err != nil || len(recs) != 3 || recs[2].Seq != seqs[0] {
-		t.Fatalf("read after: %+v, %v; want the 3 records", recs, err)
+	admin := srv.Client(t)
+	for _, c := range []struct {
+		name    string
+		counter string // "": deleted
+		foreign bool
+	}{{"no number", "garbage", false}, {"deleted", "", false}, {"deleted beside a foreign entry", "", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := redisConfig(srv)
+			ctx := t.Context()
+			l := opener(t, cfg)(nil).Ledger()
+			given, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a")}, {Payload: []byte("b")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqKey := cfg.RedisPrefix + "seq:{t1}"
+			if c.counter != "" {
+				err = admin.Set(ctx, seqKey, c.counter, 0).Err()
+			} else {
+				err = admin.Del(ctx, seqKey, cfg.RedisPrefix+"numbered{"+cfg.RedisPrefix+"ledgers}").Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh := opener(t, cfg)(nil).Ledger()
+			if c.foreign {
+				if err := admin.XAdd(ctx, &redis.XAddArgs{Stream: cfg.RedisPrefix + "log:{t1}", ID: "5-0", Values: []any{"x", "y"}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+				var unreadable *store.UnreadableRecord
+				if _, err := fresh.Read(ctx, "t1", 0, 10); !errors.As(err, &unreadable) || unreadable.ForeignID != "5-0" {
+					t.Fatalf("read beside the foreign entry: %v; want it dropped", err)
+				}
+			}
+			seqs, err := fresh.Append(ctx, "t1", []store.Record{{Payload: []byte("c")}})
+			if err != nil || seqs[0] <= given[1] {
+				t.Fatalf("append: %v, %v; want a seq past %d", seqs, err, given[1])
+			}
+			recs, err := l.Read(ctx, "t1", 0, 10)
+			if err != nil || len(recs) != 3 || recs[2].Seq != seqs[0] {
+				t.Fatalf("read after: %+v, %v; want the 3 records", recs, err)
+			}
+		})
 	}
 }
