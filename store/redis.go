@@ -39,7 +39,7 @@ import (
 //	oldanswers:{<tenant>}  the answers before those, PX
 //	ledgers                set of the tenants that ever appended (SADD)
 //	numbered{<prefix>ledgers}  hash: tenant -> the highest seq a store
-//	                       recorded it gave (numberedScript), so a tenant
+//	                       recorded it gave (indexScript), so a tenant
 //	                       whose keys are lost does not number from 1
 //	                       again; on the ledgers set's slot
 //	cap:<key>              expiring capability value, PX as garbage collection
@@ -61,8 +61,8 @@ import (
 // tenant's ledger keys on the tenant's, a lease's on its name's, a
 // registry namespace's on its name's (tagged); tenants spread over the
 // shards. The keys shared by every tenant, ledgers and numbered, are
-// written apart from the scripts (index): once per tenant and store,
-// before its first append (numbered read) and after it, and after one
+// written apart from the tenant's scripts (indexScript): once per tenant
+// and store, before its first append (numbered read) and after it, and after one
 // numbered 1 or past a multiple of 2^32 (its keys may have been lost); they
 // never shrink. Tenants reads ledgers, adds back the tenants this store
 // added that it lacks, and keeps the tenants whose stream holds entries.
@@ -334,27 +334,27 @@ func (l redisLedger) answerKeys(tenant string) []string {
 // indexKey is the set of the tenants that ever appended.
 func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
 
-// numberedScript: KEYS the numbered hash; ARGV a tenant and a seq it was
-// given (0: none). Raises the tenant's entry to the seq and returns the
-// entry as it was (0: none).
-var numberedScript = redis.NewScript(`
-local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') or 0
-if cur < tonumber(ARGV[2]) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+// indexScript: KEYS the ledgers set and the numbered hash (on its slot);
+// ARGV a tenant and a seq it was given (0: none). Adds the tenant to the
+// set, raises its numbered entry to the seq and returns the entry as it
+// was (0: none).
+var indexScript = redis.NewScript(`
+redis.call('SADD', KEYS[1], ARGV[1])
+local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') or 0
+if cur < tonumber(ARGV[2]) then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
 return cur
 `)
 
 // index adds tenant to the set of the tenants that ever appended and
-// raises its numbered entry to last, and returns the entry as it was.
+// raises its numbered entry to last, and returns the entry as it was. It
+// counts once the replicas have it, as an append does.
 func (l redisLedger) index(ctx context.Context, tenant string, last uint64) (numbered uint64, err error) {
 	key := l.indexKey()
-	replies := l.s.pipelinedAll(ctx, []pipeCall{
-		{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
-			return p.SAdd(ctx, key, tenant)
-		}},
-		scriptCall(numberedScript, []string{l.s.p + "numbered{" + key + "}"}, tenant, last),
-	})
-	n, err := redisInt(replies[1].cmd)
-	return uint64(max(n, 0)), cmp.Or(replies[0].err(), err)
+	call := scriptCall(indexScript, []string{key, l.s.p + "numbered{" + key + "}"}, tenant, last)
+	call.replicate = true
+	reply := l.s.pipelined(ctx, call)
+	n, err := redisInt(reply.cmd)
+	return uint64(max(n, 0)), cmp.Or(err, reply.unreplicated)
 }
 
 func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
