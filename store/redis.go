@@ -1110,15 +1110,11 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 	}
 	v, _ := res[0].(string)
 	pttl, _ := res[1].(int64)
-	token, holder, ok := strings.Cut(v, ":")
-	if !ok {
-		return Lease{}, false, fmt.Errorf("store: lease %q: %w", name, errCorrupt)
-	}
+	token, holder, _ := strings.Cut(v, ":")
 	l, err := ls.lease(token, holder, pttl)
-	if err != nil {
-		return Lease{}, false, fmt.Errorf("store: lease %q: %w", name, err)
-	}
-	return l, true, nil
+	// A value that is no lease (another program's) holds none: Acquire
+	// takes it over.
+	return l, err == nil, nil
 }
 
 type redisRegistry struct {

@@ -582,10 +582,11 @@ func TestRedisAnswersRotateByAge(t *testing.T) {
 
 // TestRedisForeignValuesDoNotStall: a lease key or a registry entry holding
 // a value the connector did not write (set by hand or another program)
-// does not stop the lease or the namespace for good. Before, every Acquire
-// failed with a script error (a value without ":") or a corrupt token until
-// the key expired, which without a TTL is never, and every List of the
-// namespace failed on the one entry.
+// does not stop the lease or the namespace for good, and holds no lease.
+// Before, every Acquire failed with a script error (a value without ":")
+// or a corrupt token until the key expired, which without a TTL is never,
+// Holder failed on it, and every List of the namespace failed on the one
+// entry.
 func TestRedisForeignValuesDoNotStall(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
@@ -595,6 +596,9 @@ func TestRedisForeignValuesDoNotStall(t *testing.T) {
 		name := fmt.Sprintf("job%d", i)
 		if err := admin.Set(ctx, cfg.RedisPrefix+"lease:{"+name+"}", v, 0).Err(); err != nil {
 			t.Fatal(err)
+		}
+		if _, held, err := s.Leases().Holder(ctx, name); err != nil || held {
+			t.Fatalf("holder of the lease value %q: %v, %v; want none", v, held, err)
 		}
 		if l, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute); err != nil || !ok || l.Holder != "me" {
 			t.Fatalf("acquire over the lease value %q: %+v, %v, %v; want it taken", v, l, ok, err)
