@@ -62,7 +62,8 @@ import (
 // registry namespace's on its name's (tagged); tenants spread over the
 // shards. The keys shared by every tenant, ledgers and numbered, are
 // written apart from the tenant's scripts (indexScript): once per tenant
-// and store, before its first append (numbered read) and after it, and after one
+// and store, before its first append (numbered read) and after it when the
+// entry is none or in an earlier block of 2^32, and after one
 // numbered 1 or past a multiple of 2^32 (its keys may have been lost); they
 // never shrink. Tenants reads ledgers, adds back the tenants this store
 // added that it lacks, and keeps the tenants whose stream holds entries.
@@ -364,13 +365,13 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	if len(recs) == 0 {
 		return nil, ctx.Err()
 	}
-	floor := l.s.seen(tenant).Load()
+	floor, numbered := l.s.seen(tenant).Load(), uint64(0)
 	_, indexed := l.s.indexed.Load(tenant)
 	if !indexed {
 		// A tenant numbered before, whose counter is gone now, lost it with
 		// its keys: its numbering must not start over.
-		numbered, err := l.index(ctx, tenant, 0)
-		if err != nil {
+		var err error
+		if numbered, err = l.index(ctx, tenant, 0); err != nil {
 			return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
 		}
 		floor = max(floor, numbered)
@@ -394,14 +395,16 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
 	}
 	seqs := appendedSeqs(first, len(recs))
-	l.s.saw(tenant, seqs[len(seqs)-1])
+	last := seqs[len(seqs)-1]
+	l.s.saw(tenant, last)
 	failed := stored.unreplicated
-	if !indexed || (first-1)%(1<<32) == 0 {
-		// This store's first append of the tenant, or its numbering
-		// started over or skipped (appendScript): its keys may be gone (a
-		// failover before its first append reached a replica, a server
-		// restarted without its data), and from the set with them.
-		if _, err := l.index(ctx, tenant, seqs[len(seqs)-1]); err != nil {
+	if !indexed && (numbered == 0 || numbered>>32 != last>>32) || (first-1)%(1<<32) == 0 {
+		// This store's first append of the tenant, whose numbered entry is
+		// none or in an earlier block of 2^32 (all a floor needs), or its
+		// numbering started over or skipped (appendScript): its keys may be
+		// gone (a failover before its first append reached a replica, a
+		// server restarted without its data), and from the set with them.
+		if _, err := l.index(ctx, tenant, last); err != nil {
 			// Raised again by the next append, which would not otherwise:
 			// the numbered entry must follow a skip.
 			l.s.indexed.Delete(tenant)

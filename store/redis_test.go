@@ -714,3 +714,30 @@ func TestRedisForeignSeqCounter(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisFirstAppendRoundTrips: an instance's first append of a tenant
+// whose numbered entry is in the block of its seqs makes two round trips
+// (the entry read, the append), not three: the entry needs no raise.
+// Before, every instance's first append of every tenant raised it again.
+func TestRedisFirstAppendRoundTrips(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx, admin := t.Context(), srv.Client(t)
+	if _, err := opener(t, cfg)(nil).Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("a")}}); err != nil {
+		t.Fatal(err)
+	}
+	l := opener(t, cfg)(nil).Ledger()
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	stats, err := admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=2,") {
+		t.Fatalf("scripts run by a first append of a known tenant:\n%s\nwant 2 EVALSHA calls", stats)
+	}
+}
