@@ -389,6 +389,7 @@ func (l embLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max
 		return nil, ctx.Err()
 	}
 	var out []Record
+	var bad *UnreadableRecord
 	err := l.e.view(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bLedger).Bucket([]byte(tenant))
 		if b == nil {
@@ -397,7 +398,10 @@ func (l embLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max
 		c := b.Cursor()
 		for k, v := c.Seek(seqKey(afterSeq + 1)); k != nil && len(out) < max; k, v = c.Next() {
 			r, err := decodeRecord(k, v)
-			if err != nil {
+			if err != nil && len(k) == 8 {
+				bad = &UnreadableRecord{Seq: binary.BigEndian.Uint64(k)}
+				return nil
+			} else if err != nil {
 				return fmt.Errorf("record %x: %w", k, err)
 			}
 			r.Payload = append([]byte(nil), r.Payload...)
@@ -407,6 +411,9 @@ func (l embLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: read tenant %q: %w", tenant, err)
+	}
+	if bad != nil {
+		return out, fmt.Errorf("store: read tenant %q: %w", tenant, bad)
 	}
 	return out, nil
 }
@@ -444,7 +451,9 @@ func (l embLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, e
 }
 
 // ackTx removes seqs from tenant's log in tx and reports how many it
-// removed.
+// removed. A record that does not decode goes too (its payload's bytes
+// stay counted): it fails no batch of removals, whose other tenants'
+// would fail with it.
 func ackTx(tx *bolt.Tx, tenant string, seqs []uint64) (int, error) {
 	b := tx.Bucket(bLedger).Bucket([]byte(tenant))
 	if b == nil {
@@ -458,12 +467,10 @@ func ackTx(tx *bolt.Tx, tenant string, seqs []uint64) (int, error) {
 		if v == nil {
 			continue
 		}
-		r, err := decodeRecord(k, v)
-		if err != nil {
-			return 0, fmt.Errorf("record %d: %w", seq, err)
+		if r, err := decodeRecord(k, v); err == nil {
+			st.Bytes -= int64(len(r.Payload))
 		}
 		st.Entries--
-		st.Bytes -= int64(len(r.Payload))
 		if err := b.Delete(k); err != nil {
 			return 0, err
 		}

@@ -39,7 +39,7 @@ import (
 //	oldanswers:{<tenant>}  the answers before those, PX
 //	ledgers                set of the tenants that ever appended (SADD)
 //	numbered{<prefix>ledgers}  hash: tenant -> the highest seq a store
-//	                       recorded it gave (numberedScript), so a tenant
+//	                       recorded it gave (indexScript), so a tenant
 //	                       whose keys are lost does not number from 1
 //	                       again; on the ledgers set's slot
 //	cap:<key>              expiring capability value, PX as garbage collection
@@ -61,8 +61,9 @@ import (
 // tenant's ledger keys on the tenant's, a lease's on its name's, a
 // registry namespace's on its name's (tagged); tenants spread over the
 // shards. The keys shared by every tenant, ledgers and numbered, are
-// written apart from the scripts (index): once per tenant and store,
-// before its first append (numbered read) and after it, and after one
+// written apart from the tenant's scripts (indexScript): once per tenant
+// and store, before its first append (numbered read) and after it when the
+// entry is none or in an earlier block of 2^32, and after one
 // numbered 1 or past a multiple of 2^32 (its keys may have been lost); they
 // never shrink. Tenants reads ledgers, adds back the tenants this store
 // added that it lacks, and keeps the tenants whose stream holds entries.
@@ -227,7 +228,10 @@ type redisLedger struct{ s *redisStore }
 // start over at 1 under bufferIds a gateway saw. So does one lost while
 // the numbered hash kept the tenant's entry (a store's first append of the
 // tenant passes it); one lost with it, before any running instance gave
-// or read a seq of the tenant, still starts over.
+// or read a seq of the tenant, still starts over. A counter that holds no
+// number (another program wrote it), or none while the stream holds
+// entries (deleted by hand), moves past the stream's last entry the same
+// way, instead of failing every append of the tenant.
 var appendScript = redis.NewScript(appendLua)
 
 const appendLua = answerLua + `
@@ -241,7 +245,15 @@ if replid and redis.call('GET', KEYS[4]) ~= replid then
   end
   redis.call('SET', KEYS[4], replid)
 end
-local last = redis.call('INCRBY', KEYS[1], n)
+local last = redis.pcall('INCRBY', KEYS[1], n)
+if type(last) == 'table' or last == n then
+  local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+  local seq = tonumber(top and string.match(top[1], '^0%-(%d+)$') or '')
+  if seq or type(last) == 'table' then
+    last = past(seq or 0) + n
+    redis.call('SET', KEYS[1], last)
+  end
+end
 if last - n < floor then
   last = past(floor) + n
   redis.call('SET', KEYS[1], last)
@@ -323,27 +335,27 @@ func (l redisLedger) answerKeys(tenant string) []string {
 // indexKey is the set of the tenants that ever appended.
 func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
 
-// numberedScript: KEYS the numbered hash; ARGV a tenant and a seq it was
-// given (0: none). Raises the tenant's entry to the seq and returns the
-// entry as it was (0: none).
-var numberedScript = redis.NewScript(`
-local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') or 0
-if cur < tonumber(ARGV[2]) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+// indexScript: KEYS the ledgers set and the numbered hash (on its slot);
+// ARGV a tenant and a seq it was given (0: none). Adds the tenant to the
+// set, raises its numbered entry to the seq and returns the entry as it
+// was (0: none).
+var indexScript = redis.NewScript(`
+redis.call('SADD', KEYS[1], ARGV[1])
+local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') or 0
+if cur < tonumber(ARGV[2]) then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
 return cur
 `)
 
 // index adds tenant to the set of the tenants that ever appended and
-// raises its numbered entry to last, and returns the entry as it was.
+// raises its numbered entry to last, and returns the entry as it was. It
+// counts once the replicas have it, as an append does.
 func (l redisLedger) index(ctx context.Context, tenant string, last uint64) (numbered uint64, err error) {
 	key := l.indexKey()
-	replies := l.s.pipelinedAll(ctx, []pipeCall{
-		{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
-			return p.SAdd(ctx, key, tenant)
-		}},
-		scriptCall(numberedScript, []string{l.s.p + "numbered{" + key + "}"}, tenant, last),
-	})
-	n, err := redisInt(replies[1].cmd)
-	return uint64(max(n, 0)), cmp.Or(replies[0].err(), err)
+	call := scriptCall(indexScript, []string{key, l.s.p + "numbered{" + key + "}"}, tenant, last)
+	call.replicate = true
+	reply := l.s.pipelined(ctx, call)
+	n, err := redisInt(reply.cmd)
+	return uint64(max(n, 0)), cmp.Or(err, reply.unreplicated)
 }
 
 func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
@@ -353,13 +365,13 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	if len(recs) == 0 {
 		return nil, ctx.Err()
 	}
-	floor := l.s.seen(tenant).Load()
+	floor, numbered := l.s.seen(tenant).Load(), uint64(0)
 	_, indexed := l.s.indexed.Load(tenant)
 	if !indexed {
 		// A tenant numbered before, whose counter is gone now, lost it with
 		// its keys: its numbering must not start over.
-		numbered, err := l.index(ctx, tenant, 0)
-		if err != nil {
+		var err error
+		if numbered, err = l.index(ctx, tenant, 0); err != nil {
 			return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
 		}
 		floor = max(floor, numbered)
@@ -383,15 +395,21 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
 	}
 	seqs := appendedSeqs(first, len(recs))
-	l.s.saw(tenant, seqs[len(seqs)-1])
+	last := seqs[len(seqs)-1]
+	l.s.saw(tenant, last)
 	failed := stored.unreplicated
-	if !indexed || (first-1)%(1<<32) == 0 {
-		// This store's first append of the tenant, or its numbering
-		// started over or skipped (appendScript): its keys may be gone (a
-		// failover before its first append reached a replica, a server
-		// restarted without its data), and from the set with them.
-		_, err := l.index(ctx, tenant, seqs[len(seqs)-1])
-		failed = cmp.Or(failed, err)
+	if !indexed && (numbered == 0 || numbered>>32 != last>>32) || (first-1)%(1<<32) == 0 {
+		// This store's first append of the tenant, whose numbered entry is
+		// none or in an earlier block of 2^32 (all a floor needs), or its
+		// numbering started over or skipped (appendScript): its keys may be
+		// gone (a failover before its first append reached a replica, a
+		// server restarted without its data), and from the set with them.
+		if _, err := l.index(ctx, tenant, last); err != nil {
+			// Raised again by the next append, which would not otherwise:
+			// the numbered entry must follow a skip.
+			l.s.indexed.Delete(tenant)
+			failed = cmp.Or(failed, err)
+		}
 	}
 	if failed == nil && !indexed {
 		l.s.indexed.Store(tenant, struct{}{})
@@ -483,13 +501,16 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 // foreignScript removes the entry ARGV[1] of a stream, which the connector
 // did not write (its id is not 0-<seq>, so above all of the connector's),
 // and, unless another such entry remains on top, sets the stream's last id
-// back to 0-<the tenant's last seq> (XSETID), or the appends after it
+// back to 0-<the tenant's last seq, or its top entry's when the counter
+// is behind it or holds no number> (XSETID), or the appends after it
 // would all fail (an id at or below the stream's top one).
 var foreignScript = redis.NewScript(`
 redis.call('XDEL', KEYS[2], ARGV[1])
 local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #top == 0 or string.sub(top[1][1], 1, 2) == '0-' then
-  redis.call('XSETID', KEYS[2], '0-' .. (redis.call('GET', KEYS[1]) or '0'))
+  local last = tonumber(redis.call('GET', KEYS[1]) or '') or 0
+  if #top > 0 then last = math.max(last, tonumber(string.sub(top[1][1], 3)) or 0) end
+  redis.call('XSETID', KEYS[2], string.format('0-%d', last))
 end
 return 1
 `)
@@ -1092,15 +1113,11 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 	}
 	v, _ := res[0].(string)
 	pttl, _ := res[1].(int64)
-	token, holder, ok := strings.Cut(v, ":")
-	if !ok {
-		return Lease{}, false, fmt.Errorf("store: lease %q: %w", name, errCorrupt)
-	}
+	token, holder, _ := strings.Cut(v, ":")
 	l, err := ls.lease(token, holder, pttl)
-	if err != nil {
-		return Lease{}, false, fmt.Errorf("store: lease %q: %w", name, err)
-	}
-	return l, true, nil
+	// A value that is no lease (another program's) holds none: Acquire
+	// takes it over.
+	return l, err == nil, nil
 }
 
 type redisRegistry struct {

@@ -582,10 +582,11 @@ func TestRedisAnswersRotateByAge(t *testing.T) {
 
 // TestRedisForeignValuesDoNotStall: a lease key or a registry entry holding
 // a value the connector did not write (set by hand or another program)
-// does not stop the lease or the namespace for good. Before, every Acquire
-// failed with a script error (a value without ":") or a corrupt token until
-// the key expired, which without a TTL is never, and every List of the
-// namespace failed on the one entry.
+// does not stop the lease or the namespace for good, and holds no lease.
+// Before, every Acquire failed with a script error (a value without ":")
+// or a corrupt token until the key expired, which without a TTL is never,
+// Holder failed on it, and every List of the namespace failed on the one
+// entry.
 func TestRedisForeignValuesDoNotStall(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
@@ -595,6 +596,9 @@ func TestRedisForeignValuesDoNotStall(t *testing.T) {
 		name := fmt.Sprintf("job%d", i)
 		if err := admin.Set(ctx, cfg.RedisPrefix+"lease:{"+name+"}", v, 0).Err(); err != nil {
 			t.Fatal(err)
+		}
+		if _, held, err := s.Leases().Holder(ctx, name); err != nil || held {
+			t.Fatalf("holder of the lease value %q: %v, %v; want none", v, held, err)
 		}
 		if l, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute); err != nil || !ok || l.Holder != "me" {
 			t.Fatalf("acquire over the lease value %q: %+v, %v, %v; want it taken", v, l, ok, err)
@@ -608,5 +612,132 @@ func TestRedisForeignValuesDoNotStall(t *testing.T) {
 	}
 	if es, _, err := s.Registry().List(ctx, "ns"); err != nil || len(es) != 1 || es[0].Key != "good" {
 		t.Fatalf("list beside a foreign entry: %+v, %v; want the entry good", es, err)
+	}
+}
+
+// TestRedisNumberedFollowsASkip: when the raise of a tenant's numbered
+// entry after a skip (a failover, here a changed replication id) fails,
+// the instance's next append raises it. Before, only the skipped append
+// raised it, so once the tenant's keys were lost an instance opened after
+// gave out the seqs past the skip again.
+func TestRedisNumberedFollowsASkip(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx, admin := t.Context(), srv.Client(t)
+	l := opener(t, cfg)(nil).Ledger()
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("before")}}); err != nil {
+		t.Fatal(err)
+	}
+	numbered := cfg.RedisPrefix + "numbered{" + cfg.RedisPrefix + "ledgers}"
+	if err := admin.Set(ctx, cfg.RedisPrefix+"replid:{t1}", "0", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Rename(ctx, numbered, "kept").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Set(ctx, numbered, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("skipped")}}); err == nil {
+		t.Fatal("append whose numbered raise failed succeeded; want it refused")
+	}
+	if err := admin.Rename(ctx, "kept", numbered).Err(); err != nil {
+		t.Fatal(err)
+	}
+	given, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("after")}})
+	if err != nil || given[0] <= 1<<32 {
+		t.Fatalf("append after the skip: %v, %v; want a seq past %d", given, err, uint64(1<<32))
+	}
+	keys, err := admin.Keys(ctx, cfg.RedisPrefix+"*{t1}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	seqs, err := opener(t, cfg)(nil).Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("lost")}})
+	if err != nil || seqs[0] <= given[0] {
+		t.Fatalf("append after t1's keys were lost: %v, %v; want a seq past %d, given before", seqs, err, given[0])
+	}
+}
+
+// TestRedisForeignSeqCounter: a tenant's seq counter overwritten with a
+// value that is no number (by hand or another program), or deleted while
+// the stream keeps entries, maybe beside an entry the connector did not
+// write, does not stop the tenant's appends, and the numbering moves past
+// every seq given. Before, every append of the tenant failed for good: a
+// script error, an id below the stream's top one, and Read failed to drop
+// the foreign entry (XSETID below the top).
+func TestRedisForeignSeqCounter(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	admin := srv.Client(t)
+	for _, c := range []struct {
+		name    string
+		counter string // "": deleted
+		foreign bool
+	}{{"no number", "garbage", false}, {"deleted", "", false}, {"deleted beside a foreign entry", "", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := redisConfig(srv)
+			ctx := t.Context()
+			l := opener(t, cfg)(nil).Ledger()
+			given, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a")}, {Payload: []byte("b")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqKey := cfg.RedisPrefix + "seq:{t1}"
+			if c.counter != "" {
+				err = admin.Set(ctx, seqKey, c.counter, 0).Err()
+			} else {
+				err = admin.Del(ctx, seqKey, cfg.RedisPrefix+"numbered{"+cfg.RedisPrefix+"ledgers}").Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh := opener(t, cfg)(nil).Ledger()
+			if c.foreign {
+				if err := admin.XAdd(ctx, &redis.XAddArgs{Stream: cfg.RedisPrefix + "log:{t1}", ID: "5-0", Values: []any{"x", "y"}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+				var unreadable *store.UnreadableRecord
+				if _, err := fresh.Read(ctx, "t1", 0, 10); !errors.As(err, &unreadable) || unreadable.ForeignID != "5-0" {
+					t.Fatalf("read beside the foreign entry: %v; want it dropped", err)
+				}
+			}
+			seqs, err := fresh.Append(ctx, "t1", []store.Record{{Payload: []byte("c")}})
+			if err != nil || seqs[0] <= given[1] {
+				t.Fatalf("append: %v, %v; want a seq past %d", seqs, err, given[1])
+			}
+			recs, err := l.Read(ctx, "t1", 0, 10)
+			if err != nil || len(recs) != 3 || recs[2].Seq != seqs[0] {
+				t.Fatalf("read after: %+v, %v; want the 3 records", recs, err)
+			}
+		})
+	}
+}
+
+// TestRedisFirstAppendRoundTrips: an instance's first append of a tenant
+// whose numbered entry is in the block of its seqs makes two round trips
+// (the entry read, the append), not three: the entry needs no raise.
+// Before, every instance's first append of every tenant raised it again.
+func TestRedisFirstAppendRoundTrips(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx, admin := t.Context(), srv.Client(t)
+	if _, err := opener(t, cfg)(nil).Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("a")}}); err != nil {
+		t.Fatal(err)
+	}
+	l := opener(t, cfg)(nil).Ledger()
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	stats, err := admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=2,") {
+		t.Fatalf("scripts run by a first append of a known tenant:\n%s\nwant 2 EVALSHA calls", stats)
 	}
 }

@@ -112,9 +112,9 @@ type Ledger interface {
 	Stage(ctx context.Context, tenant string, recs []Record) (seqs []uint64, commit func() error, err error)
 	// Read returns up to max (> 0) of tenant's records with a sequence
 	// number above afterSeq, in sequence order. At a record that does not
-	// decode the redis backend stops and returns those before it with an
-	// *UnreadableRecord; so at a stream entry it did not write, which it
-	// removes first.
+	// decode it stops and returns those before it with an
+	// *UnreadableRecord; the redis backend so at a stream entry it did not
+	// write, which it removes first.
 	Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error)
 	// Ack removes tenant's records with the given sequence numbers and
 	// reports how many it removed. Unknown numbers (acknowledged before,
