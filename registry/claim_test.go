@@ -1773,3 +1773,48 @@ func TestSweepsStallNoOtherTenant(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimTakeBackKeepsNoDeletedTenantsOnRedis: a's claim of chat 701
+// is set aside by guild 700 bound to b; b's claim of 701 (asked for by a
+// gateway b does not have) replaces it, and instance two deletes a before
+// it is taken back. The take-back puts back nothing: a made again under
+// the id does not hold 701. Before, it put back the deleted a's claim,
+// which a's sweep had passed while b's held the key.
+func TestClaimTakeBackKeepsNoDeletedTenantsOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chat := platform.Chat{ID: "701", Space: "700"}
+	if err := one.Claim(ctx, "a", "discord", chat); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, namespace, key string) {
+		if raced || op != "cas" || namespace != "registry/bindings" || !strings.Contains(key, "701") {
+			return
+		}
+		raced = true
+		if err := two.DeleteTenant(ctx, "a"); err != nil {
+			t.Errorf("instance two's delete of a: %v", err)
+		}
+	}
+	err := one.Claim(registry.ForGateway(ctx, "gone", nil), "b", "discord", chat)
+	hooked.after = nil
+	if !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("b's claim, asked for by a gateway b does not have: %v (raced %v), want ErrNotFound", err, raced)
+	}
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := effective(t, two)
+	if a, b := bindingsOf(s, "a", platform.BindScope), bindingsOf(s, "b", platform.BindScope); len(a) != 0 || len(b) != 0 {
+		t.Fatalf("claims after a made again: a %v, b %v; want none", a, b)
+	}
+}

@@ -1151,3 +1151,47 @@ func TestClaimTakeBackRestoresTheClaimItReplaced(t *testing.T) {
 		t.Fatalf("claims after b's take-back: a %v, b %v; want a's only", a, b)
 	}
 }
+
+// TestDMDefaultTakeBackKeepsNoDeletedTenantsOnRedis: user 71's DMs
+// default to a; b's SetDMDefault for 71 (asked for by a gateway b does
+// not have) replaces it, and instance two deletes a before it is taken
+// back. The take-back puts back nothing: a made again under the id has
+// no default for 71. Before, it put back the deleted a's default, which
+// a's sweep had passed while b's held the key, and the new a got 71's DMs.
+func TestDMDefaultTakeBackKeepsNoDeletedTenantsOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		if err := one.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "71", Tenant: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := one.SetDMDefault(ctx, "a", "discord", "71"); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, _, key string) {
+		if raced || op != "cas" || !strings.Contains(key, platform.BindDMDefault) {
+			return
+		}
+		raced = true
+		if err := two.DeleteTenant(ctx, "a"); err != nil {
+			t.Errorf("instance two's delete of a: %v", err)
+		}
+	}
+	err := one.SetDMDefault(registry.ForGateway(ctx, "gone", nil), "b", "discord", "71")
+	hooked.after = nil
+	if !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("b's DM default, asked for by a gateway b does not have: %v (raced %v), want ErrNotFound", err, raced)
+	}
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := effective(t, two)
+	if a, b := bindingsOf(s, "a", platform.BindDMDefault), bindingsOf(s, "b", platform.BindDMDefault); len(a) != 0 || len(b) != 0 {
+		t.Fatalf("DM defaults after a made again: a %v, b %v; want none", a, b)
+	}
+}

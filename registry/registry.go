@@ -1424,7 +1424,7 @@ const nsOwnership = "registry/ownership"
 // errBindingStays. next's tenant
 // must exist (else ErrNotFound), and a deletion of it meanwhile takes
 // next back (keptFor), a write that stays so too, another tenant's
-// binding it replaced (a claim set aside) back in place. It needs no
+// binding it replaced (a claim set aside) back in place (giveBack). It needs no
 // lock of its caller's, and takes bindMu for its rounds.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) (guard, written []byte, err error) {
 	var value []byte
@@ -1444,8 +1444,7 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 	r.bindMu.Unlock()
 	if next != nil && (wrote || errors.Is(err, errBindingStays)) {
 		if kerr := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
-			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, othersOnly(was, next.Tenant))
-			return err
+			return r.giveBack(ctx, nsBindings, key, value, was, next.Tenant)
 		}); kerr != nil {
 			return nil, nil, kerr
 		}
@@ -1609,7 +1608,7 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 // taken back, what it replaced back in place, and is that error: a
 // refused code does not count as outstanding. A deletion of the tenant
 // meanwhile takes it back too (keptFor), another tenant's entry it
-// replaced (a user's DM default) back in place. Neither take-back removes
+// replaced (a user's DM default) back in place (giveBack). Neither take-back removes
 // the same entry another write made since (stamped), for a tenant made
 // again under the id either.
 func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any, fresh bool) error {
@@ -1618,8 +1617,7 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 		return err
 	}
 	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
-		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, othersOnly(was, tenant))
-		return err
+		return r.giveBack(ctx, namespace, key, data, was, tenant)
 	}); err != nil {
 		return err
 	}
@@ -1627,15 +1625,32 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 	return nil
 }
 
-// othersOnly is was, an entry a write for tenant replaced, when it is
-// another tenant's, which a take-back of the write puts back; nil (the
-// entry removed) when it is tenant's own or none.
-func othersOnly(was []byte, tenant string) []byte {
+// giveBack swaps data, written under key for tenant, back for was, what
+// it replaced, when was is another tenant's (a DM default, a claim set
+// aside) still of the generation it had before the swap; else it
+// removes data. A deletion of that tenant that began before the look
+// after the swap (its sweep may have passed the key while it held data)
+// takes the swap back: was neither outlives its tenant nor reaches one
+// made again under the id.
+func (r *Registry) giveBack(ctx context.Context, namespace, key string, data, was []byte, tenant string) error {
 	var of struct{ Tenant string }
 	if json.Unmarshal(was, &of) != nil || of.Tenant == tenant {
+		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
+		return err
+	}
+	back := was
+	before, err := r.tenant(ctx, of.Tenant)
+	if err != nil {
+		back = nil
+	}
+	if swapped, serr := r.kv.CompareAndSwap(ctx, namespace, key, data, back); serr != nil || !swapped || back == nil {
+		return cmp.Or(serr, err)
+	}
+	if after, err := r.tenant(ctx, of.Tenant); err == nil && after.Gen == before.Gen {
 		return nil
 	}
-	return was
+	_, err = r.kv.CompareAndSwap(ctx, namespace, key, was, nil)
+	return err
 }
 
 // write is put's write, without its look at the tenant nor its

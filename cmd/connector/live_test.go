@@ -389,9 +389,10 @@ func TestSighupRefusedTableKeepsTheFile(t *testing.T) {
 
 // TestDeletedTenantsSeriesGo: an apply that finds a tenant deleted
 // deletes its metric series (inbound, buffered, ignored frames, delivery
-// statuses), and the tenant made again under its id reports to new ones.
-// Before, a deleted tenant's series stayed for good: the metrics grew
-// with every tenant made and deleted.
+// statuses), its connection gauge at the first apply that reads it 0,
+// and the tenant made again under its id reports to new ones. Before, a
+// deleted tenant's series stayed for good (its connection gauge still
+// did): the metrics grew with every tenant made and deleted.
 func TestDeletedTenantsSeriesGo(t *testing.T) {
 	st := memStore(t)
 	ctx := context.Background()
@@ -432,11 +433,19 @@ func TestDeletedTenantsSeriesGo(t *testing.T) {
 	}
 	report("gone")
 	report("t1")
+	c.metrics.ConnOpened("gone")
 	if err := cmp.Or(reg.DeleteTenant(ctx, "gone"), c.live.apply(ctx)); err != nil {
 		t.Fatal(err)
 	}
-	if n := seriesOf("gone"); n > 1 { // its connection gauge stays
+	if n := seriesOf("gone"); n != 1 { // its connection gauge stays, one socket closing
 		t.Errorf("%d series of the deleted tenant after the apply, want its connection gauge alone", n)
+	}
+	c.metrics.ConnClosed("gone")
+	if err := c.live.apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := seriesOf("gone"); n != 0 {
+		t.Errorf("%d series of the deleted tenant, its last socket closed, after the next apply; want none", n)
 	}
 	if n := seriesOf("t1"); n < 4 {
 		t.Errorf("%d series of t1, which stays, want its 4 at least", n)

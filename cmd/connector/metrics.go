@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 
 	"connector/contract"
 	"connector/internal/connlimit"
@@ -53,6 +54,9 @@ type metrics struct {
 
 	// served are the tenants the last registry apply gave (SetTenants).
 	served map[string]time.Time
+	// closing are the tenants no longer served whose connection gauge
+	// has not read 0 yet (SetTenants).
+	closing map[string]bool
 }
 
 // children caches a vector's children by their label values, each resolved
@@ -351,9 +355,9 @@ func (noIntake) IntakeStats() (int, uint64) { return 0, 0 }
 
 // SetTenants implements platform.TenantKeeper: the series of a tenant no
 // longer served (deleted, or dropped from the YAML) are deleted, so
-// tenants coming and going do not grow the metrics without end. Its
-// connection gauge stays: its sockets may still be closing, each
-// lowering it.
+// tenants coming and going do not grow the metrics without end; its
+// connection gauge by the first apply that reads it 0 (its sockets may
+// still be closing, each lowering it).
 func (m *metrics) SetTenants(created map[string]time.Time) {
 	for tenant := range m.served {
 		if _, ok := created[tenant]; ok {
@@ -366,6 +370,19 @@ func (m *metrics) SetTenants(created map[string]time.Time) {
 		m.statuses.DeletePartialMatch(l)
 		m.inboundOf.forget(func(k [3]string) bool { return k[1] == tenant })
 		m.bufferedOf.forget(func(k string) bool { return k == tenant })
+		if m.closing == nil {
+			m.closing = make(map[string]bool)
+		}
+		m.closing[tenant] = true
+	}
+	for tenant := range m.closing {
+		var d dto.Metric
+		if _, ok := created[tenant]; ok {
+			delete(m.closing, tenant)
+		} else if g, err := m.connections.GetMetricWithLabelValues(tenant); err == nil && g.Write(&d) == nil && d.GetGauge().GetValue() == 0 {
+			m.connections.DeleteLabelValues(tenant)
+			delete(m.closing, tenant)
+		}
 	}
 	m.served = created
 }
