@@ -129,6 +129,13 @@ type Delivery struct {
 	Forward *contract.Forward
 	// Received is when the platform event reached the connector.
 	Received time.Time
+	// Created is the tenant's creation the platform routed the delivery
+	// under (vault.Creation when it chose the tenant): the relay takes in
+	// no delivery routed under an earlier tenant of the id, deleted and
+	// created again since, and keeps one routed under a later creation
+	// than it has applied for that tenant alone. Zero when not known: the
+	// relay takes it for the tenant's current creation.
+	Created time.Time
 }
 
 // Sink accepts deliveries. The relay's bus implements it.

@@ -143,6 +143,12 @@ func (p *fakePlatform) deliver(tenant, chatID, userID, text string) {
 
 // deliverAt is deliver of an event received at at.
 func (p *fakePlatform) deliverAt(tenant, chatID, userID, text string, at time.Time) {
+	p.deliverUnder(tenant, time.Time{}, chatID, userID, text, at)
+}
+
+// deliverUnder is deliverAt of an event routed to tenant as created at
+// created (platform.Delivery.Created; zero: not known).
+func (p *fakePlatform) deliverUnder(tenant string, created time.Time, chatID, userID, text string, at time.Time) {
 	sink := p.runningSink()
 	ev := &contract.Event{Text: text, MessageID: "msg-" + text}
 	ev.Source.Platform = p.name
@@ -151,7 +157,7 @@ func (p *fakePlatform) deliverAt(tenant, chatID, userID, text string, at time.Ti
 	ev.Source.UserID.Value, ev.Source.UserID.Valid = userID, true
 	_ = sink.Deliver(context.Background(), platform.Delivery{
 		Kind: platform.KindInbound, Tenant: tenant, Platform: p.name,
-		SessionKey: sessionKey(p.name, chatID, userID), ChatID: chatID, Event: ev, Received: at,
+		SessionKey: sessionKey(p.name, chatID, userID), ChatID: chatID, Event: ev, Received: at, Created: created,
 	})
 }
 

@@ -360,10 +360,14 @@ func (h *hub) encode(d *platform.Delivery, buf *[]byte) (ld ledger.Delivery, ok 
 		h.chats.Add(d.ChatID, d.Platform)
 		h.chatsMu.Unlock()
 	}
-	return ledger.Delivery{
+	ld = ledger.Delivery{
 		Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
 		Payload: payload, Received: d.Received,
-	}, true
+	}
+	if !d.Created.IsZero() {
+		ld.Generation = d.Created.UnixMicro() // else the ledger's (SetSince)
+	}
+	return ld, true
 }
 
 // stored counts n deliveries (of d's platform) stored, or refused with err.

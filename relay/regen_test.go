@@ -218,3 +218,42 @@ func waitStored(t *testing.T, st store.Store, tenant string, done func([]store.R
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestDeliveryRoutedUnderAnotherCreation: t1 is deleted and created again
+// under its id, and the relay applied it. A delivery the platform routed
+// to the earlier t1 (platform.Delivery.Created its creation) that reaches
+// the relay only now never reaches the new t1's gateway, and leaves the
+// store; one routed under a later creation than the relay has applied
+// (t1 made again once more, which the platform learned first) reaches
+// neither and is left in the store for the tenant it was routed to; the
+// new t1's own inbound is delivered.
+func TestDeliveryRoutedUnderAnotherCreation(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	now := time.Now()
+	earlier, created, later := now.Add(-4*time.Hour), now.Add(-2*time.Hour), now.Add(-time.Hour)
+	tenant := func(created time.Time, secret string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secret}}}}}
+	}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: tenant(earlier, "s1"), Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t), Store: st})
+	if err := h.Server.SetTenants(tenant(created, "s2")); err != nil {
+		t.Fatal(err)
+	}
+	gw := h.Dial(t, "gw1", "s2")
+	gw.Hello(t, "discord", "")
+
+	p.deliverUnder("t1", earlier, "c1", "u1", "earlier", now)
+	p.deliverUnder("t1", later, "c1", "u1", "later", now)
+	p.deliverUnder("t1", created, "c1", "u1", "new", now)
+	if ev, _ := gw.NextInbound(t); ev.Text != "new" {
+		t.Fatalf("t1 made again: its gateway got %q, want new (routed under another creation of t1)", ev.Text)
+	}
+	text := func(r store.Record, text string) bool {
+		return strings.Contains(string(r.Payload), `"text":"`+text+`"`)
+	}
+	waitStored(t, st, "t1", func(recs []store.Record) bool {
+		return !slices.ContainsFunc(recs, func(r store.Record) bool { return text(r, "earlier") }) &&
+			slices.ContainsFunc(recs, func(r store.Record) bool { return text(r, "later") && r.Generation == later.UnixMicro() })
+	}, "the earlier t1's delivery removed, the later one's kept")
+}

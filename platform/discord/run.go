@@ -65,8 +65,9 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		p.routeDropped(drop, m.GuildID, m.ChannelID)
 		return
 	}
+	created := vault.Creation(p.deps.Vault, tenant) // the creation it was routed under
 	t, err := n.message(platform.WithTenant(ctx, tenant), m, it.edit)
-	k := contextKey{tenant: chatcontext.TenantOf(tenant, vault.Creation(p.deps.Vault, tenant)), channel: m.ChannelID}
+	k := contextKey{tenant: chatcontext.TenantOf(tenant, created), channel: m.ChannelID}
 	var d *dropError
 	switch {
 	case errors.As(err, &d) && d.seen != nil:
@@ -86,7 +87,7 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	}
 	attached := p.attachContext(k, t)
 	// A Gateway event has no confirmation to withhold.
-	if p.deliver(ctx, tenant, t, it.received) == nil && attached {
+	if p.deliver(ctx, tenant, created, t, it.received) == nil && attached {
 		p.channelContext.Delivered(k)
 	}
 }
@@ -112,10 +113,11 @@ func (p *Platform) dropped(err error, attrs ...any) {
 	p.log.Debug("discord event dropped", append(attrs, "reason", reason)...)
 }
 
-// deliver hands a normalized turn to the tenant's gateways: an inbound event,
-// or an interrupt of the session for /stop. It returns the sink's error: an
-// interaction is confirmed to Discord only when the sink took it.
-func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received time.Time) error {
+// deliver hands a normalized turn to the tenant's gateways, as created when
+// it was routed (vault.Creation): an inbound event, or an interrupt of the
+// session for /stop. It returns the sink's error: an interaction is
+// confirmed to Discord only when the sink took it.
+func (p *Platform) deliver(ctx context.Context, tenant string, created time.Time, t *turn, received time.Time) error {
 	life := p.running()
 	if life == nil {
 		return errNotRunning
@@ -129,7 +131,7 @@ func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received
 		p.cache.rememberDM(src.ChatID, src.UserID.Value)
 	}
 	d := platform.Delivery{Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
-		SessionKey: p.key(tenant, src), ChatID: src.ChatID, Received: received, Event: &t.ev}
+		SessionKey: p.key(tenant, src), ChatID: src.ChatID, Received: received, Event: &t.ev, Created: created}
 	if t.interrupt {
 		d.Kind, d.Event = platform.KindInterrupt, nil
 	}

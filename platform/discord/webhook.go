@@ -242,6 +242,7 @@ func (p *Platform) acquireSlot(ctx context.Context) bool {
 func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wireInteraction, received time.Time) error {
 	token := vault.NewSecret(in.Token)
 	in.Token = ""
+	created := vault.Creation(p.vault, tenant) // the creation it was routed under
 	t, err := p.normalizer(tenant).interaction(ctx, in)
 	if err == nil && t.ev.PromptResponse != nil {
 		if reason := p.promptDrop(tenant, in.Data.CustomID, t.ev.PromptResponse.PromptMessageID); reason != "" {
@@ -269,7 +270,7 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 			return err
 		}
 	}
-	return p.deliver(ctx, tenant, t, received)
+	return p.deliver(ctx, tenant, created, t, received)
 }
 
 // gatewayInteraction handles INTERACTION_CREATE delivered over the Gateway

@@ -114,6 +114,7 @@ func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) 
 		SessionKey: key,
 		ChatID:     r.name,
 		Received:   p.deps.Clock.Now(),
+		Created:    p.creation(tenant),
 	}
 	if note == "" && att == nil && strings.TrimSpace(text) == "/stop" {
 		d.Kind = platform.KindInterrupt

@@ -246,6 +246,7 @@ func (p *Platform) deliver(ctx context.Context, tenant string, ev *contract.Even
 	d := platform.Delivery{
 		Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
 		SessionKey: p.deps.Key(tenant, &ev.Source), ChatID: ev.Source.ChatID, Event: ev, Received: received,
+		Created: vault.Creation(p.deps.Vault, tenant),
 	}
 	if err := p.deliveringTo(ctx, d.ChatID); err != nil {
 		return err

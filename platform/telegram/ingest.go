@@ -124,6 +124,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		p.drop(drop, u.ID, in.chatID)
 		return readied{}
 	}
+	created := vault.Creation(p.deps.Vault, tenant) // the creation it was routed under
 	var observed observedKey
 	if in.msg != nil {
 		pol := p.policy(tenant)
@@ -147,7 +148,9 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		}
 		p.attachMedia(ctx, tenant, in.msg, &in.event)
 	}
-	return readied{deliver: true, d: p.delivery(tenant, in, received), observed: observed}
+	d := p.delivery(tenant, in, received)
+	d.Created = created
+	return readied{deliver: true, d: d, observed: observed}
 }
 
 // delivered does what follows an update's stored delivery to tenant.

@@ -142,6 +142,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			p.drop(dropUnclaimed, number, sender)
 			return nil
 		}
+		created := vault.Creation(p.vault, tenant) // the creation it was routed under
 		gate := p.gate(tenant)
 		if owner {
 			gate = ownerGate
@@ -162,7 +163,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		p.attachMedia(ctx, tenant, m, &ev)
 		d := platform.Delivery{
 			Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
-			SessionKey: p.deps.Key(tenant, &ev.Source), ChatID: sender, Received: received,
+			SessionKey: p.deps.Key(tenant, &ev.Source), ChatID: sender, Received: received, Created: created,
 		}
 		if ev.PromptResponse == nil && isStop(ev.Text) {
 			d.Kind = platform.KindInterrupt

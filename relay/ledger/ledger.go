@@ -492,6 +492,7 @@ func (l *Ledger) stamp(r *store.Record) {
 // for their commit: Append and AppendAll.
 func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*entry) error {
 	p := l.pool
+	since := l.since.Load() // before the records are staged: what Begin changes meanwhile
 	l.countAppending(recs, 1)
 	seqs, commit, err := p.cfg.Store.Stage(ctx, l.tenant, recs)
 	if err == nil && len(seqs) != len(recs) {
@@ -508,10 +509,16 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	take := err == nil && !l.forgotten
 	if take {
 		for _, e := range es {
-			if l.earlierLocked(e) || l.laterLocked(e) {
-				// Stamped with the generation Begin ended while it was
-				// staged: the earlier tenant's, removed once committed.
-				e.removeStored = true
+			if earlier, later := l.earlierLocked(e), l.laterLocked(e); earlier || later {
+				// Routed under an earlier tenant of the id, or stamped with
+				// the generation Begin ended while it was staged: the
+				// earlier tenant's, removed once committed. One routed
+				// under a later generation than the ledger's before it was
+				// staged is a tenant created again that this instance has
+				// not applied yet: left in the store for its driver.
+				e.removeStored = earlier || since == 0 || e.gen <= since
+				p.cfg.Log.Debug("delivery not taken in: routed under another generation of the tenant",
+					"tenant", l.tenant, "generation", e.gen, "since", l.since.Load(), "stored", !e.removeStored)
 				continue
 			}
 			l.insertLocked(e)
