@@ -934,9 +934,10 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			}
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
-		// Waiting for room: msgTaken stops now, so the forwarder would
-		// wait its whole deadline for a result lost; not past that
-		// deadline (a shutdown waits for this goroutine).
+		// Waiting for room: msgTaken stops once this returns, so the
+		// forwarder would wait its whole deadline for a result lost; at
+		// most the longest such deadline from now, not from the receipt
+		// (a shutdown waits for this goroutine that long after the run).
 		ctx, cancel := context.WithTimeout(cl.ctx, forwardedExecTimeout)
 		cl.node.ReplyWait(ctx, req, raw)
 		cancel()
