@@ -217,8 +217,9 @@ func authorize(ctx context.Context, p Platform, tenant, chatID string) (Hold, er
 
 // ask is authorize without Locate's answer: p asked afresh. A grant that
 // could not be looked up (ChatGranted's ErrGrantUnknown) leaves the chat
-// unavailable unless ChatTenant names tenant (a binding comes first); any
-// other failure of ChatGranted (a lookup of the chat at the platform)
+// unavailable unless ChatTenant names tenant (a binding comes first), with
+// ChatTenant's own error first (ErrWouldWait: Locate asks again, waiting);
+// any other failure of ChatGranted (a lookup of the chat at the platform)
 // answers at once, ChatTenant not asked to make it again.
 func ask(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
 	ctx = WithTenant(ctx, tenant)
@@ -238,10 +239,10 @@ func ask(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
 	switch {
 	case err == nil && owner == tenant:
 		return HoldOwn, nil
-	case grantErr != nil:
-		return HoldNone, grantErr
 	case errors.Is(err, ErrUnavailable):
 		return HoldNone, err
+	case grantErr != nil:
+		return HoldNone, grantErr
 	}
 	return HoldNone, ErrUnknownChat
 }

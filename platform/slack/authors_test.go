@@ -330,6 +330,12 @@ func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
 	if r := send("t2", chanNew); r.Code != contract.CodeUnavailable {
 		t.Errorf("t2's send on its grant with the store down = %+v, want unavailable", r)
 	}
+	// An action naming no platform, in t1's channel this instance has not
+	// seen: Slack's first ask would wait for conversations.info, so
+	// Locate asks it again, waiting, and finds it t1's.
+	if found, _, err := platform.Locate(t.Context(), []platform.Platform{e.p, &otherChats{}}, "t1", chanGeneral); err != nil || found != e.p {
+		t.Errorf("Locate of t1's channel with the store down = %v, %v; want slack", found, err)
+	}
 	if r := send("t1", chanGeneral); !r.Success {
 		t.Errorf("t1's send into its workspace with the store down = %+v", r)
 	}

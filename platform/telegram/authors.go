@@ -112,20 +112,23 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 // binding or claim of another tenant). The first two hold on every
 // instance and across restarts. A grant the store could not look up
 // (platform.Grants.Granted) answers unavailable where nothing else lets
-// tenant in.
+// tenant in; it is looked up in another tenant's chat too, so that
+// neither the answer nor its cost tells whose the chat is.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	if _, err := parseChatID(chatID); err != nil {
 		return platform.HoldNone, nil
 	}
 	own, chat := p.owners.Load(), chatOf(chatID)
 	var err error
-	hold := own.Hold(tenant, chat, func() bool {
-		if chat.DM && own.Linked(chatID, tenant) {
-			return true
-		}
+	looked := false
+	granted := func() bool {
 		_, ok, lookupErr := p.grants.Granted(ctx, chatID, tenant)
-		err = lookupErr
+		looked, err = true, lookupErr
 		return ok
-	})
+	}
+	hold := own.Hold(tenant, chat, func() bool { return chat.DM && own.Linked(chatID, tenant) || granted() })
+	if hold == platform.HoldNone && !looked {
+		granted()
+	}
 	return hold, err
 }

@@ -175,7 +175,8 @@ func TestLinkDMsDoNotHoldUpOtherTenants(t *testing.T) {
 // instance, which never held the grant, answers t2's send there
 // unavailable, which the gateway may retry (before, a grant that could not
 // be looked up counted as none: egress_declined, final); t1's send into
-// its own chat still goes out.
+// its own chat still goes out. t2's send into t1's chat is answered as
+// into the group, so the answer tells t2 nothing of whose a chat is.
 func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
 	const group = "-1007778889990"
 	srv := redistest.Start(t, redistest.Options{})
@@ -193,5 +194,8 @@ func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
 	}
 	if r := e.act(t, "t1", sendAction(telegramtest.ChatDevForum, "hi")); !r.Success {
 		t.Errorf("t1's send into its own chat with the store down = %+v", r)
+	}
+	if r := e.act(t, "t2", sendAction(telegramtest.ChatDevForum, "hi")); r.Code != contract.CodeUnavailable {
+		t.Errorf("t2's send into t1's chat with the store down = %+v, want unavailable as into the group", r)
 	}
 }
