@@ -239,7 +239,7 @@ local n, floor = tonumber(ARGV[3]), tonumber(ARGV[4])
 local function past(seq) return (math.floor(seq / 4294967296) + 1) * 4294967296 end
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
 if replid and redis.call('GET', KEYS[4]) ~= replid then
-  local last = tonumber(redis.call('GET', KEYS[1]))
+  local last = tonumber(redis.pcall('GET', KEYS[1]))
   if last then
     redis.call('SET', KEYS[1], past(last))
   end
@@ -508,7 +508,7 @@ var foreignScript = redis.NewScript(`
 redis.call('XDEL', KEYS[2], ARGV[1])
 local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #top == 0 or string.sub(top[1][1], 1, 2) == '0-' then
-  local last = tonumber(redis.call('GET', KEYS[1]) or '') or 0
+  local last = tonumber(redis.pcall('GET', KEYS[1]) or '') or 0
   if #top > 0 then last = math.max(last, tonumber(string.sub(top[1][1], 3)) or 0) end
   redis.call('XSETID', KEYS[2], string.format('0-%d', last))
 end

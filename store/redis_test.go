@@ -662,7 +662,9 @@ func TestRedisNumberedFollowsASkip(t *testing.T) {
 }
 
 // TestRedisForeignSeqCounter: a tenant's seq counter overwritten with a
-// value that is no number (by hand or another program), or deleted while
+// value that is no number (by hand or another program; a key of another
+// type, which after a failover failed the appends and the foreign entry's
+// removal still), or deleted while
 // the stream keeps entries, maybe beside an entry the connector did not
 // write, does not stop the tenant's appends, and the numbering moves past
 // every seq given. Before, every append of the tenant failed for good: a
@@ -675,7 +677,7 @@ func TestRedisForeignSeqCounter(t *testing.T) {
 		name    string
 		counter string // "": deleted
 		foreign bool
-	}{{"no number", "garbage", false}, {"deleted", "", false}, {"deleted beside a foreign entry", "", true}} {
+	}{{"no number", "garbage", false}, {"deleted", "", false}, {"deleted beside a foreign entry", "", true}, {"a hash, after a failover", "hash", true}} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := redisConfig(srv)
 			ctx := t.Context()
@@ -685,9 +687,16 @@ func TestRedisForeignSeqCounter(t *testing.T) {
 				t.Fatal(err)
 			}
 			seqKey := cfg.RedisPrefix + "seq:{t1}"
-			if c.counter != "" {
+			switch c.counter {
+			case "hash":
+				// Another program's key of another type; the replid key
+				// gone as a failover has the first append find it.
+				if err = admin.Del(ctx, seqKey, cfg.RedisPrefix+"replid:{t1}").Err(); err == nil {
+					err = admin.HSet(ctx, seqKey, "x", "y").Err()
+				}
+			default:
 				err = admin.Set(ctx, seqKey, c.counter, 0).Err()
-			} else {
+			case "":
 				err = admin.Del(ctx, seqKey, cfg.RedisPrefix+"numbered{"+cfg.RedisPrefix+"ledgers}").Err()
 			}
 			if err != nil {
