@@ -1113,11 +1113,11 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 	}
 	v, _ := res[0].(string)
 	pttl, _ := res[1].(int64)
-	token, holder, _ := strings.Cut(v, ":")
+	token, holder, ok := strings.Cut(v, ":")
 	l, err := ls.lease(token, holder, pttl)
 	// A value that is no lease (another program's) holds none: Acquire
 	// takes it over.
-	return l, err == nil, nil
+	return l, ok && err == nil, nil
 }
 
 type redisRegistry struct {

@@ -586,13 +586,14 @@ func TestRedisAnswersRotateByAge(t *testing.T) {
 // Before, every Acquire failed with a script error (a value without ":")
 // or a corrupt token until the key expired, which without a TTL is never,
 // Holder failed on it, and every List of the namespace failed on the one
-// entry.
+// entry. A number alone ("7") Holder took for a lease held by "" while
+// Acquire took it over.
 func TestRedisForeignValuesDoNotStall(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
 	s, ctx := opener(t, cfg)(nil), t.Context()
 	admin := srv.Client(t)
-	for i, v := range []string{"garbage", "x:someone"} {
+	for i, v := range []string{"garbage", "x:someone", "7"} {
 		name := fmt.Sprintf("job%d", i)
 		if err := admin.Set(ctx, cfg.RedisPrefix+"lease:{"+name+"}", v, 0).Err(); err != nil {
 			t.Fatal(err)
