@@ -665,12 +665,14 @@ func TestRedisNumberedFollowsASkip(t *testing.T) {
 // TestRedisForeignSeqCounter: a tenant's seq counter overwritten with a
 // value that is no number (by hand or another program; a key of another
 // type, which after a failover failed the appends and the foreign entry's
-// removal still), or deleted while
-// the stream keeps entries, maybe beside an entry the connector did not
-// write, does not stop the tenant's appends, and the numbering moves past
-// every seq given. Before, every append of the tenant failed for good: a
-// script error, an id below the stream's top one, and Read failed to drop
-// the foreign entry (XSETID below the top).
+// removal still), or deleted while the stream keeps entries, maybe beside
+// an entry the connector did not write, does not stop the tenant's appends,
+// and the numbering moves past every seq given. Before, every append of the
+// tenant failed for good: a script error, an id below the stream's top one,
+// and Read failed to drop the foreign entry (XSETID below the top); after
+// an append the foreign entry refused (its INCRBY kept), appends failed
+// until the counter passed the top entry, then numbered on from it without
+// the skip.
 func TestRedisForeignSeqCounter(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	admin := srv.Client(t)
@@ -708,8 +710,11 @@ func TestRedisForeignSeqCounter(t *testing.T) {
 				if err := admin.XAdd(ctx, &redis.XAddArgs{Stream: cfg.RedisPrefix + "log:{t1}", ID: "5-0", Values: []any{"x", "y"}}).Err(); err != nil {
 					t.Fatal(err)
 				}
+				// Refused below the foreign entry's id, after the counter's
+				// INCRBY; another instance's Read removes the entry.
+				_, _ = fresh.Append(ctx, "t1", []store.Record{{Payload: []byte("c")}})
 				var unreadable *store.UnreadableRecord
-				if _, err := fresh.Read(ctx, "t1", 0, 10); !errors.As(err, &unreadable) || unreadable.ForeignID != "5-0" {
+				if _, err := opener(t, cfg)(nil).Ledger().Read(ctx, "t1", 0, 10); !errors.As(err, &unreadable) || unreadable.ForeignID != "5-0" {
 					t.Fatalf("read beside the foreign entry: %v; want it dropped", err)
 				}
 			}
