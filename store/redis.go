@@ -239,7 +239,7 @@ local n, floor = tonumber(ARGV[3]), tonumber(ARGV[4])
 local function past(seq) return (math.floor(seq / 4294967296) + 1) * 4294967296 end
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
 if replid and redis.call('GET', KEYS[4]) ~= replid then
-  local last = tonumber(redis.call('GET', KEYS[1]))
+  local last = tonumber(redis.pcall('GET', KEYS[1]))
   if last then
     redis.call('SET', KEYS[1], past(last))
   end
@@ -501,15 +501,21 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 // foreignScript removes the entry ARGV[1] of a stream, which the connector
 // did not write (its id is not 0-<seq>, so above all of the connector's),
 // and, unless another such entry remains on top, sets the stream's last id
-// back to 0-<the tenant's last seq, or its top entry's when the counter
-// is behind it or holds no number> (XSETID), or the appends after it
-// would all fail (an id at or below the stream's top one).
+// back to 0-<the tenant's last seq> (XSETID), or the appends after it
+// would all fail (an id at or below the stream's top one). A counter
+// behind the top entry, or holding no number (lost, set by hand, raised
+// only by the appends this entry failed), moves past the next multiple of
+// 2^32 above it first, as appendScript's does.
 var foreignScript = redis.NewScript(`
 redis.call('XDEL', KEYS[2], ARGV[1])
 local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #top == 0 or string.sub(top[1][1], 1, 2) == '0-' then
-  local last = tonumber(redis.call('GET', KEYS[1]) or '') or 0
-  if #top > 0 then last = math.max(last, tonumber(string.sub(top[1][1], 3)) or 0) end
+  local last = tonumber(redis.pcall('GET', KEYS[1]) or '') or 0
+  local seq = #top > 0 and tonumber(string.sub(top[1][1], 3)) or 0
+  if last < seq then
+    last = (math.floor(seq / 4294967296) + 1) * 4294967296
+    redis.call('SET', KEYS[1], last)
+  end
   redis.call('XSETID', KEYS[2], string.format('0-%d', last))
 end
 return 1
@@ -1113,11 +1119,11 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 	}
 	v, _ := res[0].(string)
 	pttl, _ := res[1].(int64)
-	token, holder, _ := strings.Cut(v, ":")
+	token, holder, ok := strings.Cut(v, ":")
 	l, err := ls.lease(token, holder, pttl)
 	// A value that is no lease (another program's) holds none: Acquire
 	// takes it over.
-	return l, err == nil, nil
+	return l, ok && err == nil, nil
 }
 
 type redisRegistry struct {

@@ -586,13 +586,14 @@ func TestRedisAnswersRotateByAge(t *testing.T) {
 // Before, every Acquire failed with a script error (a value without ":")
 // or a corrupt token until the key expired, which without a TTL is never,
 // Holder failed on it, and every List of the namespace failed on the one
-// entry.
+// entry. A number alone ("7") Holder took for a lease held by "" while
+// Acquire took it over.
 func TestRedisForeignValuesDoNotStall(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
 	s, ctx := opener(t, cfg)(nil), t.Context()
 	admin := srv.Client(t)
-	for i, v := range []string{"garbage", "x:someone"} {
+	for i, v := range []string{"garbage", "x:someone", "7"} {
 		name := fmt.Sprintf("job%d", i)
 		if err := admin.Set(ctx, cfg.RedisPrefix+"lease:{"+name+"}", v, 0).Err(); err != nil {
 			t.Fatal(err)
@@ -662,12 +663,16 @@ func TestRedisNumberedFollowsASkip(t *testing.T) {
 }
 
 // TestRedisForeignSeqCounter: a tenant's seq counter overwritten with a
-// value that is no number (by hand or another program), or deleted while
-// the stream keeps entries, maybe beside an entry the connector did not
-// write, does not stop the tenant's appends, and the numbering moves past
-// every seq given. Before, every append of the tenant failed for good: a
-// script error, an id below the stream's top one, and Read failed to drop
-// the foreign entry (XSETID below the top).
+// value that is no number (by hand or another program; a key of another
+// type, which after a failover failed the appends and the foreign entry's
+// removal still), or deleted while the stream keeps entries, maybe beside
+// an entry the connector did not write, does not stop the tenant's appends,
+// and the numbering moves past every seq given. Before, every append of the
+// tenant failed for good: a script error, an id below the stream's top one,
+// and Read failed to drop the foreign entry (XSETID below the top); after
+// an append the foreign entry refused (its INCRBY kept), appends failed
+// until the counter passed the top entry, then numbered on from it without
+// the skip.
 func TestRedisForeignSeqCounter(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	admin := srv.Client(t)
@@ -675,7 +680,7 @@ func TestRedisForeignSeqCounter(t *testing.T) {
 		name    string
 		counter string // "": deleted
 		foreign bool
-	}{{"no number", "garbage", false}, {"deleted", "", false}, {"deleted beside a foreign entry", "", true}} {
+	}{{"no number", "garbage", false}, {"deleted", "", false}, {"deleted beside a foreign entry", "", true}, {"a hash, after a failover", "hash", true}} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := redisConfig(srv)
 			ctx := t.Context()
@@ -685,9 +690,16 @@ func TestRedisForeignSeqCounter(t *testing.T) {
 				t.Fatal(err)
 			}
 			seqKey := cfg.RedisPrefix + "seq:{t1}"
-			if c.counter != "" {
+			switch c.counter {
+			case "hash":
+				// Another program's key of another type; the replid key
+				// gone as a failover has the first append find it.
+				if err = admin.Del(ctx, seqKey, cfg.RedisPrefix+"replid:{t1}").Err(); err == nil {
+					err = admin.HSet(ctx, seqKey, "x", "y").Err()
+				}
+			default:
 				err = admin.Set(ctx, seqKey, c.counter, 0).Err()
-			} else {
+			case "":
 				err = admin.Del(ctx, seqKey, cfg.RedisPrefix+"numbered{"+cfg.RedisPrefix+"ledgers}").Err()
 			}
 			if err != nil {
@@ -698,8 +710,11 @@ func TestRedisForeignSeqCounter(t *testing.T) {
 				if err := admin.XAdd(ctx, &redis.XAddArgs{Stream: cfg.RedisPrefix + "log:{t1}", ID: "5-0", Values: []any{"x", "y"}}).Err(); err != nil {
 					t.Fatal(err)
 				}
+				// Refused below the foreign entry's id, after the counter's
+				// INCRBY; another instance's Read removes the entry.
+				_, _ = fresh.Append(ctx, "t1", []store.Record{{Payload: []byte("c")}})
 				var unreadable *store.UnreadableRecord
-				if _, err := fresh.Read(ctx, "t1", 0, 10); !errors.As(err, &unreadable) || unreadable.ForeignID != "5-0" {
+				if _, err := opener(t, cfg)(nil).Ledger().Read(ctx, "t1", 0, 10); !errors.As(err, &unreadable) || unreadable.ForeignID != "5-0" {
 					t.Fatalf("read beside the foreign entry: %v; want it dropped", err)
 				}
 			}
