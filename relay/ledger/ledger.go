@@ -245,7 +245,8 @@ type Pool struct {
 	closeOnce sync.Once
 	ctx       context.Context // ended by Close: the goroutines stop, a sweep under way too
 	stop      context.CancelFunc
-	stopped   chan struct{}
+	stopped   chan struct{}  // closed once run and the sweeping goroutine ended
+	sweeping  sync.WaitGroup // the age sweep's goroutine
 
 	removed, removeErrors atomic.Uint64
 }
@@ -261,6 +262,7 @@ func NewPool(cfg Config) *Pool {
 		stopped: make(chan struct{}),
 	}
 	p.ctx, p.stop = context.WithCancel(context.Background())
+	p.sweeping.Go(func() { clock.Every(p.ctx, p.cfg.Clock, p.cfg.SweepEvery, p.sweep) })
 	go p.run()
 	return p
 }
@@ -1524,13 +1526,11 @@ func (p *Pool) Stats() Stats {
 const sweepTimeout = 30 * time.Second
 
 // run writes the queued removals as they come, while a goroutine of its
-// own sweeps every SweepEvery: a slow sweep (a call per stored tenant)
-// never holds them back.
+// own (sweeping, started with run by NewPool) sweeps every SweepEvery: a
+// slow sweep (a call per stored tenant) never holds them back.
 func (p *Pool) run() {
 	defer close(p.stopped)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { clock.Every(p.ctx, p.cfg.Clock, p.cfg.SweepEvery, p.sweep) })
+	defer p.sweeping.Wait()
 	for {
 		select {
 		case <-p.ctx.Done():
