@@ -257,3 +257,37 @@ func TestDeliveryRoutedUnderAnotherCreation(t *testing.T) {
 			slices.ContainsFunc(recs, func(r store.Record) bool { return text(r, "later") && r.Generation == later.UnixMicro() })
 	}, "the earlier t1's delivery removed, the later one's kept")
 }
+
+// TestDeliveryRoutedUnderACreationAppliedLater: on one instance, a
+// delivery the platform routed to t1 made again before the relay applied
+// it (the registry's apply gives the vault the new creation first) is left
+// in the store, and reaches the new t1's gateway once the relay applies
+// it, ahead of the new t1's next inbound.
+func TestDeliveryRoutedUnderACreationAppliedLater(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	now := time.Now()
+	earlier, again := now.Add(-2*time.Hour), now.Add(-time.Hour)
+	tenant := func(created time.Time, secret string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secret}}}}}
+	}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: tenant(earlier, "s1"), Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t), Store: st})
+	p.deliverUnder("t1", again, "c1", "u1", "routed first", now)
+	waitStored(t, st, "t1", func(recs []store.Record) bool {
+		return slices.ContainsFunc(recs, func(r store.Record) bool { return r.Generation == again.UnixMicro() })
+	}, "the delivery routed under the new creation stored")
+	if err := h.Server.SetTenants(tenant(again, "s2")); err != nil {
+		t.Fatal(err)
+	}
+	gw := h.Dial(t, "gw1", "s2")
+	gw.Hello(t, "discord", "")
+	p.deliverUnder("t1", again, "c1", "u1", "next", now)
+	for _, want := range []string{"routed first", "next"} {
+		ev, id := gw.NextInbound(t)
+		if ev.Text != want {
+			t.Fatalf("t1 made again: its gateway got %q, want %q (routed under its creation before the relay applied it)", ev.Text, want)
+		}
+		gw.Ack(t, id)
+	}
+}

@@ -244,6 +244,11 @@ func (h *hub) renew() {
 	}
 	n := h.drop(created)
 	s.log.Info("tenant created again under its id: the earlier tenant's connections closed and its state dropped", "tenant", h.id, "entries", n)
+	if h.fleet == nil && s.recovered.Load() {
+		// What a platform routed under the new creation before the relay
+		// applied it was left in the store (ledger.Ledger.Append).
+		s.recoverAdded(h)
+	}
 }
 
 // drop drops the tenant's buffered inbound received before since, from
@@ -289,16 +294,16 @@ func (h *hub) redeclare() {
 	}
 }
 
-// recoverAdded reads what the store holds for h, a tenant added after New
-// recovered the others' (among several instances its driver reads it when
-// it takes the tenant's lease). A failure is logged: the entries stay in
-// the store for the next start.
+// recoverAdded reads what the store holds for h, a tenant added, or
+// created again, after New recovered the others' (among several instances
+// its driver reads it when it takes the tenant's lease). A failure is
+// logged: the entries stay in the store for the next start.
 func (s *Server) recoverAdded(h *hub) {
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
 	n, err := h.ledger.Tail(ctx)
 	if err != nil {
-		s.log.Warn("buffered inbound of an added tenant not read from the store: it is delivered after the next start", "tenant", h.id, "err", err)
+		s.log.Warn("buffered inbound of a tenant added or created again not read from the store: it is delivered after the next start", "tenant", h.id, "err", err)
 	} else if n > 0 {
 		s.log.Info("buffered inbound recovered from the store", "tenant", h.id, "entries", n)
 	}

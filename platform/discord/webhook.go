@@ -131,6 +131,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		p.routeDropped(drop, in.GuildID, in.ChannelID)
 		return p.answerNow(respond, ackNotConnected, answerBy)
 	}
+	created := vault.Creation(p.vault, tenant) // the creation it was routed under
 	ack := ackDeferred
 	if in.Type == discordgo.InteractionMessageComponent {
 		ack = ackDeferredComp
@@ -148,7 +149,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		defer func() { <-p.slots }()
 		pctx, cancel := context.WithDeadline(ctx, deadline)
 		defer cancel()
-		return p.processInteraction(pctx, tenant, in, received)
+		return p.processInteraction(pctx, tenant, created, in, received)
 	}
 	if respond == nil {
 		if err := process(); err != nil {
@@ -235,14 +236,14 @@ func (p *Platform) acquireSlot(ctx context.Context) bool {
 	return false
 }
 
-// processInteraction normalizes an interaction, moves its token into the
+// processInteraction normalizes an interaction routed to tenant, as
+// created when it was routed (vault.Creation), moves its token into the
 // vault under the session it belongs to, and delivers the event, which never
 // carries the token. It returns the error of the token's store or of the
 // delivery; an interaction dropped on purpose is not an error.
-func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wireInteraction, received time.Time) error {
+func (p *Platform) processInteraction(ctx context.Context, tenant string, created time.Time, in *wireInteraction, received time.Time) error {
 	token := vault.NewSecret(in.Token)
 	in.Token = ""
-	created := vault.Creation(p.vault, tenant) // the creation it was routed under
 	t, err := p.normalizer(tenant).interaction(ctx, in)
 	if err == nil && t.ev.PromptResponse != nil {
 		if reason := p.promptDrop(tenant, in.Data.CustomID, t.ev.PromptResponse.PromptMessageID); reason != "" {

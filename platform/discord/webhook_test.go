@@ -122,6 +122,51 @@ func TestInteractionsWebhook(t *testing.T) {
 	e.sink.Empty(t)
 }
 
+// TestInteractionRoutedUnderItsCreation: t1 is deleted and created again
+// while a slash command routed to the earlier t1 waits for a processing
+// slot: it is delivered as routed under the earlier t1's creation (which
+// the relay drops), not the new t1's.
+func TestInteractionRoutedUnderItsCreation(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	earlier, again := clk.Now().Add(-2*time.Hour), clk.Now().Add(-time.Hour)
+	var created atomic.Pointer[time.Time]
+	created.Store(&earlier)
+	since := func(tenant string) time.Time {
+		if tenant == "t1" {
+			return *created.Load()
+		}
+		return time.Time{}
+	}
+	e := newEnvDeps(t, platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})}, discordtest.Options{}, nil)
+	e.startReady(t)
+	url := e.webhookServer(t)
+	for range cap(e.p.slots) {
+		e.p.slots <- struct{}{}
+	}
+	armed := clk.Pending()
+	done := make(chan string, 1)
+	go func() {
+		_, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), slashBody("8101", "tok-8101", guildLab, chanGeneral)))
+		done <- ack
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := clk.WaitPending(ctx, armed+1); err != nil {
+		t.Fatalf("the slash command never waited for a processing slot: %v", err)
+	}
+	created.Store(&again)
+	<-e.p.slots
+	if d := e.sink.Next(t); !d.Created.Equal(earlier) {
+		t.Fatalf("delivered as routed under t1's creation %v, want %v (the earlier t1's, it was routed to)", d.Created, earlier)
+	}
+	if ack := <-done; ack != `{"type":5}` {
+		t.Fatalf("the slash command was answered %s", ack)
+	}
+	for range cap(e.p.slots) - 1 {
+		<-e.p.slots
+	}
+}
+
 func TestInteractionComponentsAndDM(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)

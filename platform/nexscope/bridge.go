@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"strconv"
 	"strings"
+	"time"
 
 	"connector/contract"
 	"connector/platform"
@@ -57,13 +58,14 @@ func stringOrNull(raw []byte) bool {
 }
 
 // bridge turns a message the bot takes (dropReason "") into a delivery for
-// tenant, the room's tenant when the message was addressed to its bot: an
+// tenant, the room's tenant when the message was addressed to its bot,
+// created at created (Platform.creation, read then): an
 // inbound MessageEvent, or an interrupt for "/stop". note, when set, is
 // appended to the text (a file's description); att, when set, is the
 // re-hosted file the message carries (in tenant's store). It reports
 // whether the sink took the delivery (for an inbound: stored it durably);
 // a room bound to another tenant (or unbound) by now delivers nothing.
-func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) bool {
+func (r *room) bridge(f *clientFrame, tenant string, created time.Time, note string, att *contract.Media) bool {
 	p := r.p
 	hop, _ := hopCount(f)
 	msgID, _ := stringValue(f.msgID)
@@ -114,7 +116,7 @@ func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) 
 		SessionKey: key,
 		ChatID:     r.name,
 		Received:   p.deps.Clock.Now(),
-		Created:    p.creation(tenant),
+		Created:    created,
 	}
 	if note == "" && att == nil && strings.TrimSpace(text) == "/stop" {
 		d.Kind = platform.KindInterrupt

@@ -36,7 +36,7 @@ func (m *member) handleMsg(f *clientFrame) {
 	r.routeLocked(m, f, out, false, res)
 	r.unlock()
 	// The ack confirms the bot only once the bridge's delivery is stored.
-	if res.toBot && !r.bridge(f, tenant, "", nil) {
+	if res.toBot && !r.bridge(f, tenant, r.p.creation(tenant), "", nil) {
 		res.botOffline()
 	}
 	m.send(appendAck(make([]byte, 0, ackSize(f.msgID, f.threadID, res.delivered, res.offline)),

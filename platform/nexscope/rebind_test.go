@@ -450,6 +450,32 @@ func TestTenantCreatedAgainIsForgottenBeforeSetTenants(t *testing.T) {
 	}
 }
 
+// A member's file to the bot, started while the room's tenant was the
+// earlier t1, that ends once t1 was deleted and created again (as the
+// vault knows it before the apply reaches nexscope) is delivered as routed
+// under the earlier t1's creation, which the relay drops: the new t1 never
+// gets the earlier one's file.
+func TestFileToBotRoutedUnderItsCreation(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	tr.setTenants(map[string]time.Time{"t1": first})
+	if err := tr.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.Expect("presence")
+	alice.SendJSON(fileStart("F1", "alice", []string{"hermes", "bob"}, 5))
+	bob.Expect("file-start") // routed
+	alice.SendBinary([]byte("01234"))
+	tr.recreate(map[string]time.Time{"t1": first.Add(time.Hour)}) // deleted and created again; SetTenants not yet
+	alice.SendJSON(fileEnd("F1", "alice"))
+	alice.Expect("ack")
+	if d := tr.sink.Next(t); !d.Created.Equal(first) {
+		t.Fatalf("the file delivered as routed under t1's creation %v, want %v (the earlier t1's, bound at its file-start)", d.Created, first)
+	}
+}
+
 // The bot's file transfer (send_media) under way when the room's tenure
 // here ends (a shutdown, as a lost lease) is aborted as a member's is: a
 // recipient gets transfer_incomplete before its close, and the gateway a

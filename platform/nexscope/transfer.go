@@ -3,6 +3,7 @@ package nexscope
 import (
 	"bytes"
 	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -23,11 +24,13 @@ type transfer struct {
 	recipients []*member
 	offline    [][]byte
 	toBot      bool // the bot takes the file: delivered to it, bridged at file-end
-	// tenant is, when toBot, the tenant bound at file-start: the file was
-	// addressed to its bot and is re-hosted in its store, so it is the only
-	// tenant the file may reach. rebound is set when the room is bound to
-	// another tenant (or unbound) before the file-end (loseBot).
+	// tenant is, when toBot, the tenant bound at file-start, created at
+	// created (Platform.creation): the file was addressed to its bot and
+	// is re-hosted in its store, so it is the only tenant the file may
+	// reach. rebound is set when the room is bound to another tenant (or
+	// unbound) before the file-end (loseBot).
 	tenant  string
+	created time.Time
 	rebound atomic.Bool
 	// upload re-hosts a file the bot takes (nil without a media store);
 	// set under room.mu by the sender's reader (rehost), which writes it;
@@ -113,6 +116,7 @@ func (m *member) handleFileStart(f *clientFrame) {
 	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
 	if t.toBot {
 		t.tenant = r.tenant()
+		t.created = m.p.creation(t.tenant)
 	}
 	r.transfer = t
 	r.unlock()
@@ -261,7 +265,7 @@ func (m *member) bridgeFile(t *transfer, att *contract.Media) bool {
 	if att == nil {
 		note = fileNote(t.start.attachment, t.size)
 	}
-	return m.room.bridge(&t.start, t.tenant, note, att)
+	return m.room.bridge(&t.start, t.tenant, t.created, note, att)
 }
 
 // loseBot is called, under the room's lock r, when the room is bound to

@@ -177,7 +177,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 			p.drop(drop, env.EventID)
 			return nil
 		}
-		r = &routing{tenant: tenant, owner: owner}
+		r = &routing{tenant: tenant, created: vault.Creation(p.deps.Vault, tenant), owner: owner}
 	}
 	return p.once(ctx, "msg/"+m.liveDedupeKey(), env.EventID, func() error {
 		if m.edit {
@@ -219,7 +219,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 			// keeps it).
 			return fmt.Errorf("slack: the message's files and thread were not all fetched: %w", err)
 		}
-		if err := p.deliver(ctx, tenant, &t.ev, received); err != nil {
+		if err := p.deliver(ctx, tenant, r.created, &t.ev, received); err != nil {
 			return err
 		}
 		p.rehostsDelivered(tenant, t)
@@ -237,8 +237,9 @@ func (p *Platform) markerNotKept(err error) {
 	}
 }
 
-// deliver hands an inbound event of tenant to the sink.
-func (p *Platform) deliver(ctx context.Context, tenant string, ev *contract.Event, received time.Time) error {
+// deliver hands an inbound event of tenant, as created when it was routed
+// (vault.Creation), to the sink.
+func (p *Platform) deliver(ctx context.Context, tenant string, created time.Time, ev *contract.Event, received time.Time) error {
 	sink := p.sink.Load()
 	if sink == nil {
 		return errNotRunning
@@ -246,7 +247,7 @@ func (p *Platform) deliver(ctx context.Context, tenant string, ev *contract.Even
 	d := platform.Delivery{
 		Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
 		SessionKey: p.deps.Key(tenant, &ev.Source), ChatID: ev.Source.ChatID, Event: ev, Received: received,
-		Created: vault.Creation(p.deps.Vault, tenant),
+		Created: created,
 	}
 	if err := p.deliveringTo(ctx, d.ChatID); err != nil {
 		return err
@@ -321,6 +322,7 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	// Routed as a message of its user, who is then authorized by the
 	// tenant (policy.refusal).
 	tenant, _, drop := p.route(ctx, c.UserID, c.ChannelID, c.TeamID, dm)
+	created := vault.Creation(p.deps.Vault, tenant)
 	if drop == "" {
 		drop = p.policy(tenant).refusal(c.UserID, dm)
 	}
@@ -343,7 +345,7 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 					return fmt.Errorf("slack: keep the response_url: %w", err)
 				}
 			}
-			return p.deliver(ctx, tenant, &ev, received)
+			return p.deliver(ctx, tenant, created, &ev, received)
 		}
 		if c.TriggerID == "" {
 			return handle()
@@ -395,6 +397,7 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 		return nil
 	}
 	tenant, team := owner.Tenant, owner.Team
+	created := vault.Creation(p.deps.Vault, tenant)
 	dm := strings.HasPrefix(pr.channel, "D")
 	if r, ok := p.owners.Load().Route(pr.user, platform.Chat{ID: pr.channel, Space: pr.team, DM: dm}); ok && r.Grant && r.Tenant == tenant {
 		p.grants.Add(ctx, pr.channel, pr.team, tenant) // as the presser's message there would (route)
@@ -418,7 +421,7 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 		return p.once(ctx, key, "", func() error {
 			tctx := platform.WithTenant(ctx, tenant)
 			ev := pr.event(p.names.user(tctx, team, pr.user).name, p.names.channelName(tctx, team, pr.channel))
-			err := p.deliver(ctx, tenant, &ev, received)
+			err := p.deliver(ctx, tenant, created, &ev, received)
 			if err == nil {
 				delivered()
 			}

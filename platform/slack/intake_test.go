@@ -20,6 +20,7 @@ import (
 	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 	"connector/store"
+	"connector/vault"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -108,6 +109,35 @@ func TestStalledFileAnsweredFirst(t *testing.T) {
 		}
 	}
 	intakeEmpty(t, e.store)
+}
+
+// TestRoutedUnderTheCreationItWasRoutedTo: t1 is deleted and created
+// again while a message routed to the earlier t1 waits for its file: it
+// is delivered as routed under the earlier t1's creation (which the relay
+// drops), not the new t1's.
+func TestRoutedUnderTheCreationItWasRoutedTo(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	earlier, again := clk.Now().Add(-2*time.Hour), clk.Now().Add(-time.Hour)
+	var created atomic.Pointer[time.Time]
+	created.Store(&earlier)
+	since := func(tenant string) time.Time {
+		if tenant == "t1" {
+			return *created.Load()
+		}
+		return time.Time{}
+	}
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+	started := make(chan string, 1)
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // a failed test's download ends
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	created.Store(&again)
+	clk.Advance(mediaDownloadTimeout)
+	if d := e.sink.Next(t); !d.Created.Equal(earlier) {
+		t.Fatalf("delivered as routed under t1's creation %v, want %v (the earlier t1's, it was routed to)", d.Created, earlier)
+	}
 }
 
 // openEmbedded opens the embedded store in dir on clk.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/slack-go/slack"
 
@@ -127,11 +128,13 @@ type message struct {
 	routed *routing
 }
 
-// routing is where a message goes: a tenant, and whether its author is
-// linked to it (the owner floor).
+// routing is where a message goes: a tenant, as created when it was
+// routed (vault.Creation), and whether its author is linked to it (the
+// owner floor).
 type routing struct {
-	tenant string
-	owner  bool
+	tenant  string
+	created time.Time
+	owner   bool
 }
 
 // newMessage reads a message or app_mention event of envelope env; ok is

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connector/platform"
+	"connector/vault"
 )
 
 // This file turns reactions into turns where the tenant's
@@ -109,6 +110,7 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 		p.drop(r.Drop, env.EventID)
 		return nil
 	}
+	created := vault.Creation(p.deps.Vault, r.Tenant) // the creation it was routed under
 	bot := cmp.Or(p.works.botUser(ctx, team), env.botUser())
 	tctx := platform.WithTenant(ctx, r.Tenant)
 	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot)
@@ -128,6 +130,6 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 	if r.Grant {
 		p.grants.Add(ctx, channel, team, r.Tenant)
 	}
-	m.routed = &routing{tenant: r.Tenant, owner: r.Owner}
+	m.routed = &routing{tenant: r.Tenant, created: created, owner: r.Owner}
 	return p.ingestMessage(ctx, env, &m, received)
 }

@@ -511,6 +511,9 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	take := err == nil && !l.forgotten
 	if take {
 		for _, e := range es {
+			if l.bySeq[e.seq] != nil {
+				continue // taken in by a Tail that read the store meanwhile
+			}
 			if earlier, later := l.earlierLocked(e), l.laterLocked(e); earlier || later {
 				// Routed under an earlier tenant of the id, or stamped with
 				// the generation Begin ended while it was staged: the

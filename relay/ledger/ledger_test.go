@@ -693,6 +693,43 @@ func TestConcurrentAppendsOfASessionGoOutInSeqOrder(t *testing.T) {
 	want(t, "after it was stored", payloads(c.take()), "first", "second")
 }
 
+// TestTailDuringAnAppendTakesItInOnce: a Tail (a tenant added, or made
+// again, on one instance) reads a record an Append staged before the
+// Append took it in: the ledger holds it once and offers it once.
+func TestTailDuringAnAppendTakesItInOnce(t *testing.T) {
+	gate := &gatedLedger{armed: true, entered: make(chan struct{}), release: make(chan struct{})}
+	r := newRig(t, func(c *Config) { gate.Ledger = c.Store; c.Store = gate })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Append(context.Background(), Delivery{Platform: "discord", SessionKey: "s1", Payload: []byte("first")})
+		done <- err
+	}()
+	select {
+	case <-gate.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the Append to reach the store")
+	}
+	if _, err := r.Tail(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the Append to return")
+	}
+	r.add(t, "s2", "second")
+	want(t, "offered", payloads(c.take()), "first", "second")
+	if n := r.Len(); n != 2 {
+		t.Fatalf("the ledger holds %d entries, want 2", n)
+	}
+}
+
 func TestAckedEntriesLeaveTheStore(t *testing.T) {
 	r := newRig(t, nil)
 	c := &fakeConsumer{}
