@@ -53,12 +53,12 @@ type Egress[P Platform, T any] struct {
 	// tenant posts in a chat it holds by grant (HoldGrant); nil declines
 	// every edit and delete there.
 	Grants *Grants
-	// PromptsAnywhere is set when a press of a prompt names no tenant
+	// PromptsAsked is set when a press of a prompt names no tenant
 	// (Telegram's callback data has no room): then a prompt's poster is
-	// recorded (Grants.Prompted) in every chat, not only in one held by
-	// grant, so a press whose date cannot tell an earlier tenant's of the
-	// id finds it.
-	PromptsAnywhere bool
+	// recorded (Grants.Prompted) also outside a chat held by grant when
+	// it is true for the tenant, whose presses there may ask for it (one
+	// whose date cannot tell an earlier tenant's of the id).
+	PromptsAsked func(tenant string) bool
 	// ThreadChats is set when a thread a thread_create answers (its
 	// thread_id) is a chat of the platform, which actions name as their
 	// chat_id (a Discord thread is a channel), not a thread inside the
@@ -88,7 +88,7 @@ type Egress[P Platform, T any] struct {
 // asking again as their turn comes (StillMayAct); in a chat held by
 // grant, the message an op that names none answers is remembered as
 // tenant's (Grants.Posted; a prompt's poster also by the message alone,
-// for longer, Grants.Prompted, in every chat when PromptsAnywhere), and a
+// for longer, Grants.Prompted, also elsewhere when PromptsAsked), and a
 // thread a thread_create made there, on a platform whose threads are
 // chats (ThreadChats), is granted to tenant
 // alone, for as long as its grant of the chat lasts
@@ -135,7 +135,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	if hold == HoldGrant && e.Grants != nil && r.MessageID != "" && message == "" {
 		e.Grants.Posted(ctx, chatID, r.MessageID, tenant)
 	}
-	if (hold == HoldGrant || e.PromptsAnywhere) && e.Grants != nil && a.Op == contract.OpPrompt && r.MessageID != "" && message == "" {
+	if (hold == HoldGrant || e.PromptsAsked != nil && e.PromptsAsked(tenant)) && e.Grants != nil && a.Op == contract.OpPrompt && r.MessageID != "" && message == "" {
 		e.Grants.Prompted(ctx, chatID, r.MessageID, tenant)
 	}
 	if hold == HoldGrant && e.ThreadChats && e.Grants != nil && a.Op == contract.OpThreadCreate && r.Success && r.ThreadID != "" {

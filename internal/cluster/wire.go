@@ -205,9 +205,9 @@ func (n *Node) CallAgain(ctx context.Context, every time.Duration, channel strin
 }
 
 // Reply answers m, a request a HandleCall handler got, with result; a
-// full outbox loses it (Send).
-func (n *Node) Reply(m Msg, result []byte) {
-	n.Send(Inbox(m.From), typeResult, m.req, result)
+// full outbox loses it (Send: false).
+func (n *Node) Reply(m Msg, result []byte) bool {
+	return n.Send(Inbox(m.From), typeResult, m.req, result)
 }
 
 // ReplyWait is Reply waiting while the outbox is full (SendWait), for a

@@ -884,8 +884,10 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		}
 		return // a copy: the first is answered
 	}
+	received := p.deps.Clock.Now()
 	go func() { // decoded here, not on the channel's reader: an action may be megabytes
 		defer p.wg.Done()
+		budget := forwardedExecTimeout // the forwarder's, from the receipt
 		var a struct {
 			contract.Action
 			Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
@@ -917,7 +919,6 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			// number counts as spent) is not executed at all: send and prompt
 			// do not wait on their context. send_media waits for the room's
 			// lock and its recipients within it.
-			budget := forwardedExecTimeout
 			if a.Budget != nil {
 				ms, err := strconv.ParseInt(string(a.Budget), 10, 64)
 				if err != nil {
@@ -935,12 +936,17 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
 		// Waiting for room: msgTaken stops once this returns, so the
-		// forwarder would wait its whole deadline for a result lost; at
-		// most the longest such deadline from now, not from the receipt
-		// (a shutdown waits for this goroutine that long after the run).
-		ctx, cancel := context.WithTimeout(cl.ctx, forwardedExecTimeout)
-		cl.node.ReplyWait(ctx, req, raw)
-		cancel()
+		// forwarder would wait its whole deadline for a result lost; until
+		// that deadline (from the receipt) at most, after which it has
+		// given up (and a shutdown would wait for this goroutine). Tried
+		// once first: past the deadline SendWait picks at random.
+		if left := budget - p.deps.Clock.Now().Sub(received); !cl.node.Reply(req, raw) && left > 0 {
+			ctx, cancel := context.WithCancel(cl.ctx)
+			t := p.deps.Clock.AfterFunc(left, cancel)
+			cl.node.ReplyWait(ctx, req, raw)
+			t.Stop()
+			cancel()
+		}
 	}()
 }
 

@@ -784,3 +784,46 @@ func TestClusterForwardAnsweredOverAFullOutboxArrives(t *testing.T) {
 		t.Fatal("the send is not answered")
 	}
 }
+
+// TestClusterForwardAnswerWaitsNoLongerThanTheForwarder: a home whose
+// outbox stays full (Redis down) waits for room to answer a forwarded
+// action until the forwarder's deadline from the receipt (the budget the
+// forward carries), not the longest deadline from the action's end: the
+// forwarder has given up by then, and a shutdown waits for that goroutine.
+func TestClusterForwardAnswerWaitsNoLongerThanTheForwarder(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	clk := newFakeClock()
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) { d.Clock = clk })
+	homeOf(t, []*instance{home}, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	held := make(chan struct{})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(held) }) }) // before the home stops: it publishes what is queued
+	hold := func(string, []byte) bool { <-held; return false }
+	home.lose.Store(&hold) // the home's publisher waits on Redis
+	for home.p.cluster.node.Send("elsewhere", 'Z') {
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout) // the budget forwarded: under testTimeout
+	defer cancel()
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	}()
+	if m := alice.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("alice got %v, want the forwarded send", m)
+	}
+	waitFor(t, "the home waiting for room to answer the send", goroutineIn("nexscope.(*fleet).execHere", "SendWait"))
+	clk.Advance(testTimeout)
+	waitFor(t, "the home done waiting, at the forwarder's deadline", func() bool {
+		return !goroutineIn("nexscope.(*fleet).execHere")()
+	})
+	cancel()
+	<-results
+}

@@ -641,3 +641,39 @@ func TestPressOfADayOldPromptInAGroup(t *testing.T) {
 		t.Errorf("answerCallbackQuery %v, want the dropped press's", calls[1].Form)
 	}
 }
+
+// TestPromptInABoundChatRecordedOnlyWhileItsPosterIsYoung: t1's prompt in
+// the DM bound to it records its poster (one store write before the
+// prompt is answered) only while t1 was made within datelessPressWindow,
+// when an undated press there asks for it; one made before writes none
+// (it wrote one at every prompt, read by no press).
+func TestPromptInABoundChatRecordedOnlyWhileItsPosterIsYoung(t *testing.T) {
+	var creation atomic.Int64 // Unix nanoseconds
+	creation.Store(time.Now().Add(-datelessPressWindow - time.Minute).UnixNano())
+	mem := vault.NewMemory(vault.Config{Since: func(tenant string) time.Time {
+		if tenant == "t1" {
+			return time.Unix(0, creation.Load())
+		}
+		return time.Time{}
+	}})
+	e := newEnvDeps(t, platform.Deps{Vault: mem}, nil)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindChat, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		created time.Time
+		entries int
+	}{
+		{"established", time.Now().Add(-datelessPressWindow - time.Minute), 0},
+		{"young", time.Now().Add(-time.Minute), 1},
+	} {
+		creation.Store(c.created.UnixNano())
+		if r := e.act(t, "t1", promptAction("501", contract.PromptOption{ID: "once", Label: "Approve once"})); !r.Success {
+			t.Fatalf("the %s t1's prompt: %+v", c.name, r)
+		}
+		if n := mem.Stats().Size; n != c.entries {
+			t.Fatalf("after the %s t1's prompt the vault holds %d entries, want %d", c.name, n, c.entries)
+		}
+	}
+}

@@ -81,11 +81,20 @@ const datelessPressWindow = 30 * 24 * time.Hour
 // the message) may answer an earlier tenant's of the id, deleted since,
 // which the tenant made again must not get: its whole second went before
 // the creation, or, undated, the tenant was made within
-// datelessPressWindow. route asks the record of the prompt's poster then.
+// datelessPressWindow (young). route asks the record of the prompt's
+// poster then.
 func (p *Platform) earlierPrompt(tenant string, prompted int64) bool {
 	if prompted != 0 {
 		return vault.Predates(p.deps.Vault, tenant, time.Unix(prompted+1, 0).Add(-time.Microsecond))
 	}
+	return p.young(tenant)
+}
+
+// young reports whether tenant was made within datelessPressWindow: its
+// undated presses ask the record of their prompt's poster (earlierPrompt),
+// so its prompts are recorded in every chat (platform.Egress.PromptsAsked),
+// a dated press of one posted since its creation never asks.
+func (p *Platform) young(tenant string) bool {
 	c := vault.Creation(p.deps.Vault, tenant)
 	return !c.IsZero() && p.deps.Clock.Now().Sub(c) < datelessPressWindow
 }
