@@ -944,10 +944,11 @@ type redisLeases struct{ s *redisStore }
 
 // acquireScript: KEYS lease, token counter; ARGV holder, ttl ms. Returns
 // {acquired 0/1, token, holder, remaining ms}. A value that is no lease
-// ("<token>:<holder>"; another program's) is taken over as a free one.
+// ("<token>:<holder>", a token of at most 19 digits, which a uint64 holds;
+// another program's) is taken over as a free one.
 var acquireScript = redis.NewScript(`
 local token, holder = string.match(redis.call('GET', KEYS[1]) or '', '^(%d+):(.*)$')
-if token then
+if token and #token < 20 then
   if holder ~= ARGV[1] then
     return {0, token, holder, redis.call('PTTL', KEYS[1])}
   end
@@ -1000,7 +1001,7 @@ func (ls redisLeases) keys(name string) []string {
 // lease builds a Lease from its token and holder and the remaining TTL.
 func (ls redisLeases) lease(token, holder string, pttl int64) (Lease, error) {
 	t, err := strconv.ParseUint(token, 10, 64)
-	if err != nil {
+	if err != nil || len(token) > 19 { // as acquireScript reads it
 		return Lease{}, errCorrupt
 	}
 	return Lease{Holder: holder, Token: t, Expires: ls.s.clock.Now().Add(time.Duration(pttl) * time.Millisecond)}, nil

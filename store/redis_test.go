@@ -587,13 +587,16 @@ func TestRedisAnswersRotateByAge(t *testing.T) {
 // or a corrupt token until the key expired, which without a TTL is never,
 // Holder failed on it, and every List of the namespace failed on the one
 // entry. A number alone ("7") Holder took for a lease held by "" while
+// Acquire took it over. A token of digits past a uint64 (20 of them)
+// failed every Acquire as corrupt until the key expired; one of 20 digits
+// or more that a uint64 holds (leading zeros) Holder took for held while
 // Acquire took it over.
 func TestRedisForeignValuesDoNotStall(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
 	s, ctx := opener(t, cfg)(nil), t.Context()
 	admin := srv.Client(t)
-	for i, v := range []string{"garbage", "x:someone", "7"} {
+	for i, v := range []string{"garbage", "x:someone", "7", "99999999999999999999:someone", "000000000000000000001:someone"} {
 		name := fmt.Sprintf("job%d", i)
 		if err := admin.Set(ctx, cfg.RedisPrefix+"lease:{"+name+"}", v, 0).Err(); err != nil {
 			t.Fatal(err)
