@@ -304,6 +304,10 @@ type Ledger struct {
 	// forgotten is set, under mu, once the pool forgot the ledger
 	// (Forget): it takes nothing in from then on.
 	forgotten bool
+	// tailed is the highest seq a Tail read, under mu: an Append's record
+	// at or below it was read by a Tail while it was staged, which took it
+	// in (its gateway may have acknowledged it since) or passed it over.
+	tailed uint64
 
 	// tailMu serializes Tails; it is taken before mu, and held across the
 	// store's Read. Reset does not take it, so it never waits for a read.
@@ -511,8 +515,8 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	take := err == nil && !l.forgotten
 	if take {
 		for _, e := range es {
-			if l.bySeq[e.seq] != nil {
-				continue // taken in by a Tail that read the store meanwhile
+			if e.seq <= l.tailed {
+				continue // read by a Tail meanwhile
 			}
 			if earlier, later := l.earlierLocked(e), l.laterLocked(e); earlier || later {
 				// Routed under an earlier tenant of the id, or stamped with
@@ -1233,6 +1237,9 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 				l.insertLocked(e)
 				n++
 			}
+		}
+		if len(recs) > 0 {
+			l.tailed = max(l.tailed, recs[len(recs)-1].Seq)
 		}
 		if bad != nil {
 			l.dropUnreadableLocked(bad)

@@ -730,6 +730,48 @@ func TestTailDuringAnAppendTakesItInOnce(t *testing.T) {
 	}
 }
 
+// TestTailDuringAnAppendAckedMeanwhileIsNotOfferedAgain: a record a Tail
+// took in while an Append staged it, and its gateway acknowledged before
+// the Append took it in, is not taken in (and offered) again.
+func TestTailDuringAnAppendAckedMeanwhileIsNotOfferedAgain(t *testing.T) {
+	gate := &gatedLedger{armed: true, entered: make(chan struct{}), release: make(chan struct{})}
+	r := newRig(t, func(c *Config) { gate.Ledger = c.Store; c.Store = gate })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Append(context.Background(), Delivery{Platform: "discord", Payload: []byte("first")})
+		done <- err
+	}()
+	select {
+	case <-gate.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the Append to reach the store")
+	}
+	if _, err := r.Tail(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := c.take()
+	want(t, "offered by the Tail", payloads(got), "first")
+	if !r.Ack([]byte(ids(got)[0])) {
+		t.Fatal("the Tail's entry was not acknowledged")
+	}
+	close(gate.release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the Append to return")
+	}
+	r.add(t, "s2", "second")
+	want(t, "offered after the ack", payloads(c.take()), "second")
+	if n := r.Len(); n != 1 {
+		t.Fatalf("the ledger holds %d entries, want 1", n)
+	}
+}
+
 func TestAckedEntriesLeaveTheStore(t *testing.T) {
 	r := newRig(t, nil)
 	c := &fakeConsumer{}
