@@ -369,6 +369,10 @@ type entry struct {
 	// removeStored is set when the entry left the ledger while staged: the
 	// removal is queued once the commit is done.
 	removeStored bool
+	// later is set on an Append's entry left in the store, while staged,
+	// for a later generation than the ledger's: taken in once committed
+	// if the ledger has begun it meanwhile and no Tail read it.
+	later bool
 }
 
 // owner is the consumer a session's entries went to last.
@@ -526,6 +530,7 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 				// staged is a tenant created again that this instance has
 				// not applied yet: left in the store for its driver.
 				e.removeStored = earlier || since == 0 || e.gen <= since
+				e.later = !e.removeStored
 				p.cfg.Log.Debug("delivery not taken in: routed under another generation of the tenant",
 					"tenant", l.tenant, "generation", e.gen, "since", l.since.Load(), "stored", !e.removeStored)
 				continue
@@ -545,20 +550,26 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	}
 	err = commit()
 	l.mu.Lock()
-	removed := false
+	changed := false
 	for _, e := range es {
 		e.staged = false
 		switch {
 		case err != nil && l.bySeq[e.seq] == e:
 			// Not stored, so not confirmed: the source delivers it again.
 			l.removeLocked(e)
-			removed = true
+			changed = true
 		case err == nil && e.removeStored:
 			// Acknowledged or dropped while its commit was under way.
 			l.queueRemovalLocked(e.seq)
+		case err == nil && e.later && !l.forgotten && e.seq > l.tailed && !l.earlierLocked(e) && !l.laterLocked(e):
+			// Its generation begun (Begin) while it was committed, after
+			// the Tail that followed read the store without it.
+			l.insertLocked(e)
+			changed = true
 		}
 	}
-	if removed {
+	if changed {
+		l.boundLocked()
 		l.dispatchLocked()
 		l.buffered(len(l.bySeq))
 	}
