@@ -304,6 +304,10 @@ type Ledger struct {
 	// forgotten is set, under mu, once the pool forgot the ledger
 	// (Forget): it takes nothing in from then on.
 	forgotten bool
+	// tailed is the highest seq a Tail read, under mu: an Append's record
+	// at or below it was read by a Tail while it was staged, which took it
+	// in (its gateway may have acknowledged it since) or passed it over.
+	tailed uint64
 
 	// tailMu serializes Tails; it is taken before mu, and held across the
 	// store's Read. Reset does not take it, so it never waits for a read.
@@ -365,6 +369,10 @@ type entry struct {
 	// removeStored is set when the entry left the ledger while staged: the
 	// removal is queued once the commit is done.
 	removeStored bool
+	// later is set on an Append's entry left in the store, while staged,
+	// for a later generation than the ledger's: taken in once committed
+	// if the ledger has begun it meanwhile and no Tail read it.
+	later bool
 }
 
 // owner is the consumer a session's entries went to last.
@@ -511,8 +519,8 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	take := err == nil && !l.forgotten
 	if take {
 		for _, e := range es {
-			if l.bySeq[e.seq] != nil {
-				continue // taken in by a Tail that read the store meanwhile
+			if e.seq <= l.tailed {
+				continue // read by a Tail meanwhile
 			}
 			if earlier, later := l.earlierLocked(e), l.laterLocked(e); earlier || later {
 				// Routed under an earlier tenant of the id, or stamped with
@@ -522,6 +530,7 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 				// staged is a tenant created again that this instance has
 				// not applied yet: left in the store for its driver.
 				e.removeStored = earlier || since == 0 || e.gen <= since
+				e.later = !e.removeStored
 				p.cfg.Log.Debug("delivery not taken in: routed under another generation of the tenant",
 					"tenant", l.tenant, "generation", e.gen, "since", l.since.Load(), "stored", !e.removeStored)
 				continue
@@ -541,20 +550,26 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	}
 	err = commit()
 	l.mu.Lock()
-	removed := false
+	changed := false
 	for _, e := range es {
 		e.staged = false
 		switch {
 		case err != nil && l.bySeq[e.seq] == e:
 			// Not stored, so not confirmed: the source delivers it again.
 			l.removeLocked(e)
-			removed = true
+			changed = true
 		case err == nil && e.removeStored:
 			// Acknowledged or dropped while its commit was under way.
 			l.queueRemovalLocked(e.seq)
+		case err == nil && e.later && !l.forgotten && e.seq > l.tailed && !l.earlierLocked(e) && !l.laterLocked(e):
+			// Its generation begun (Begin) while it was committed, after
+			// the Tail that followed read the store without it.
+			l.insertLocked(e)
+			changed = true
 		}
 	}
-	if removed {
+	if changed {
+		l.boundLocked()
 		l.dispatchLocked()
 		l.buffered(len(l.bySeq))
 	}
@@ -1233,6 +1248,9 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 				l.insertLocked(e)
 				n++
 			}
+		}
+		if len(recs) > 0 {
+			l.tailed = max(l.tailed, recs[len(recs)-1].Seq)
 		}
 		if bad != nil {
 			l.dropUnreadableLocked(bad)

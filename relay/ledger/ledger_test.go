@@ -730,6 +730,124 @@ func TestTailDuringAnAppendTakesItInOnce(t *testing.T) {
 	}
 }
 
+// TestTailDuringAnAppendAckedMeanwhileIsNotOfferedAgain: a record a Tail
+// took in while an Append staged it, and its gateway acknowledged before
+// the Append took it in, is not taken in (and offered) again.
+func TestTailDuringAnAppendAckedMeanwhileIsNotOfferedAgain(t *testing.T) {
+	gate := &gatedLedger{armed: true, entered: make(chan struct{}), release: make(chan struct{})}
+	r := newRig(t, func(c *Config) { gate.Ledger = c.Store; c.Store = gate })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Append(context.Background(), Delivery{Platform: "discord", Payload: []byte("first")})
+		done <- err
+	}()
+	select {
+	case <-gate.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the Append to reach the store")
+	}
+	if _, err := r.Tail(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := c.take()
+	want(t, "offered by the Tail", payloads(got), "first")
+	if !r.Ack([]byte(ids(got)[0])) {
+		t.Fatal("the Tail's entry was not acknowledged")
+	}
+	close(gate.release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the Append to return")
+	}
+	r.add(t, "s2", "second")
+	want(t, "offered after the ack", payloads(c.take()), "second")
+	if n := r.Len(); n != 1 {
+		t.Fatalf("the ledger holds %d entries, want 1", n)
+	}
+}
+
+// unreadUntilCommitLedger is a store.Ledger whose first Stage's records
+// are not read (Read) until their commit, which announces itself and then
+// waits for release: an embedded store's group commit still under way.
+type unreadUntilCommitLedger struct {
+	store.Ledger
+	mu         sync.Mutex
+	hidden     map[uint64]bool
+	committing chan struct{}
+	release    chan struct{}
+}
+
+func (u *unreadUntilCommitLedger) Stage(ctx context.Context, tenant string, recs []store.Record) ([]uint64, func() error, error) {
+	seqs, commit, err := u.Ledger.Stage(ctx, tenant, recs)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err != nil || u.hidden != nil {
+		return seqs, commit, err
+	}
+	u.hidden = make(map[uint64]bool)
+	for _, s := range seqs {
+		u.hidden[s] = true
+	}
+	return seqs, func() error {
+		close(u.committing)
+		<-u.release
+		u.mu.Lock()
+		clear(u.hidden)
+		u.mu.Unlock()
+		return commit()
+	}, nil
+}
+
+func (u *unreadUntilCommitLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
+	recs, err := u.Ledger.Read(ctx, tenant, afterSeq, max)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.DeleteFunc(recs, func(r store.Record) bool { return u.hidden[r.Seq] }), err
+}
+
+// TestAppendUnderACreationBegunWhileItCommits: an Append routed under a
+// later creation than the ledger's, left for it, whose commit was under
+// way while the ledger began that creation (Begin) and a Tail read the
+// store without it, is taken in once committed, not left in the store.
+func TestAppendUnderACreationBegunWhileItCommits(t *testing.T) {
+	u := &unreadUntilCommitLedger{committing: make(chan struct{}), release: make(chan struct{})}
+	r := newRig(t, func(c *Config) { u.Ledger = c.Store; c.Store = u })
+	earlier, again := r.clock.Now().Add(-2*time.Hour), r.clock.Now().Add(-time.Hour)
+	r.SetSince(earlier)
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Append(context.Background(), Delivery{Platform: "discord", Generation: again.UnixMicro(), Payload: []byte("routed first")})
+		done <- err
+	}()
+	select {
+	case <-u.committing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the Append's commit")
+	}
+	r.Begin(again)
+	if n, err := r.Tail(context.Background()); n != 0 || err != nil {
+		t.Fatalf("Tail took in %d (%v) of a record not committed yet", n, err)
+	}
+	close(u.release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the Append to return")
+	}
+	want(t, "offered", payloads(c.take()), "routed first")
+}
+
 func TestAckedEntriesLeaveTheStore(t *testing.T) {
 	r := newRig(t, nil)
 	c := &fakeConsumer{}
