@@ -520,14 +520,14 @@ func TestNexscopeFileToBotReachesGateway(t *testing.T) {
 func TestNexscopeSendMediaFailures(t *testing.T) {
 	e := newNexscopeMediaEnv(t)
 	alice := e.join(t, "lab", "alice")
-	url := e.upload(t, 23, 1000)
+	e.upload(t, 23, 1000) // replaced below by one uploaded after the clock moved
 	foreign := e.uploadAs(t, e.tok2, 24, 1000)
 	expiring := e.upload(t, 25, 1000)
 	if status, _ := mediatest.Upload(t, e.h.URL, e.tok1, mediatest.Content(4, media.DefaultMaxBytes+1), media.DefaultMaxBytes+1, "application/pdf", "big.pdf"); status != http.StatusRequestEntityTooLarge {
 		t.Errorf("upload over 25 MiB: HTTP %d, want 413", status)
 	}
 	e.clock.Advance(media.DefaultTTL - time.Second)
-	url = e.upload(t, 23, 1000) // uploaded after the clock moved: still valid below
+	url := e.upload(t, 23, 1000) // uploaded after the clock moved: still valid below
 	e.clock.Advance(time.Second)
 	for _, tc := range []struct {
 		name   string

@@ -397,7 +397,7 @@ func TestRedisSeqsNeverGoBackAfterAFailover(t *testing.T) {
 	if n, err := primary.Client(t).Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
 		t.Fatalf("WAIT for the replica: %d, %v", n, err)
 	}
-	if err := replica.Client(t).SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+	if err := replica.Client(t).ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	lost, err := old.Append(ctx, "t1", []store.Record{{Payload: []byte("lost")}})
@@ -700,10 +700,10 @@ func TestRedisForeignSeqCounter(t *testing.T) {
 				if err = admin.Del(ctx, seqKey, cfg.RedisPrefix+"replid:{t1}").Err(); err == nil {
 					err = admin.HSet(ctx, seqKey, "x", "y").Err()
 				}
-			default:
-				err = admin.Set(ctx, seqKey, c.counter, 0).Err()
 			case "":
 				err = admin.Del(ctx, seqKey, cfg.RedisPrefix+"numbered{"+cfg.RedisPrefix+"ledgers}").Err()
+			default:
+				err = admin.Set(ctx, seqKey, c.counter, 0).Err()
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -100,7 +100,7 @@ func TestTailAfterAFailover(t *testing.T) {
 	if n, err := primary.Client(t).Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
 		t.Fatalf("WAIT for the replica: %d, %v", n, err)
 	}
-	if err := replica.Client(t).SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+	if err := replica.Client(t).ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	storeOne("lost")
