@@ -1078,6 +1078,50 @@ func TestDMDefaultTakeBackRestoresAnotherTenants(t *testing.T) {
 	}
 }
 
+// TestDMDefaultTakeBackKeepsAnotherTenantsOnAStoreError: as
+// TestDMDefaultTakeBackRestoresAnotherTenants, the take-back's read of a
+// failing (the store, injected, once): a's default is back in place all
+// the same. Before, any error of that read, not only a's being gone,
+// dropped a's default, and 71's DMs reached no tenant by default.
+func TestDMDefaultTakeBackKeepsAnotherTenantsOnAStoreError(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(clock.System)
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	r := registry.New(hooked, clock.System)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "71", Tenant: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.SetDMDefault(ctx, "a", "discord", "71"); err != nil {
+		t.Fatal(err)
+	}
+	wrote, failed := false, false
+	hooked.after = func(op, _, key string) {
+		wrote = wrote || op == "cas" && strings.Contains(key, platform.BindDMDefault)
+	}
+	hooked.get = func(namespace, key string) error {
+		if wrote && !failed && namespace == "registry/tenants" && key == "a" {
+			failed = true
+			return errors.New("store unreachable (injected)")
+		}
+		return nil
+	}
+	err := r.SetDMDefault(registry.ForGateway(ctx, "gone", nil), "b", "discord", "71")
+	hooked.after, hooked.get = nil, nil
+	if !failed || !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("b's DM default, asked for by a gateway b does not have, a's read failing: %v (failed %v), want ErrNotFound", err, failed)
+	}
+	s, _ := effective(t, r)
+	if a, b := bindingsOf(s, "a", platform.BindDMDefault), bindingsOf(s, "b", platform.BindDMDefault); !slices.Equal(a, []string{"discord:71"}) || len(b) != 0 {
+		t.Fatalf("DM defaults after b's take-back: a %v, b %v; want a's only", a, b)
+	}
+}
+
 // TestSetPrincipalTakesBackTheWholeListOnRedis: while tenant a's
 // SetPrincipal writes its allow-list for gateway gw, instance two deletes
 // gw; the list is taken back, and the take-back of one user failing

@@ -1627,11 +1627,13 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 
 // giveBack swaps data, written under key for tenant, back for was, what
 // it replaced, when was is another tenant's (a DM default, a claim set
-// aside) still of the generation it had before the swap; else it
-// removes data. A deletion of that tenant that began before the look
-// after the swap (its sweep may have passed the key while it held data)
-// takes the swap back: was neither outlives its tenant nor reaches one
-// made again under the id.
+// aside) and that tenant is not gone; else it removes data. A deletion
+// of that tenant that began before the look after the swap (its sweep
+// may have passed the key while it held data) takes the swap back: was
+// neither outlives its tenant nor reaches one made again under the id.
+// Only a look that finds the tenant gone (ErrNotFound) or of another
+// generation drops was: one that fails otherwise (the store) keeps it
+// in place, as losing a live tenant's entry is the worse mistake.
 func (r *Registry) giveBack(ctx context.Context, namespace, key string, data, was []byte, tenant string) error {
 	var of struct{ Tenant string }
 	if json.Unmarshal(was, &of) != nil || of.Tenant == tenant {
@@ -1640,13 +1642,14 @@ func (r *Registry) giveBack(ctx context.Context, namespace, key string, data, wa
 	}
 	back := was
 	before, err := r.tenant(ctx, of.Tenant)
-	if err != nil {
+	if errors.Is(err, ErrNotFound) {
 		back = nil
 	}
 	if swapped, serr := r.kv.CompareAndSwap(ctx, namespace, key, data, back); serr != nil || !swapped || back == nil {
 		return cmp.Or(serr, err)
 	}
-	if after, err := r.tenant(ctx, of.Tenant); err == nil && after.Gen == before.Gen {
+	after, aerr := r.tenant(ctx, of.Tenant)
+	if !errors.Is(aerr, ErrNotFound) && (aerr != nil || err != nil || after.Gen == before.Gen) {
 		return nil
 	}
 	_, err = r.kv.CompareAndSwap(ctx, namespace, key, was, nil)

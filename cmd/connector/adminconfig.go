@@ -125,13 +125,14 @@ func (c *connector) reloadOnHangup(ctx context.Context) (stop func()) {
 				continue
 			}
 			prev := c.live.reg.Declared()
+			var refused error
 			err = c.live.reg.SetDeclared(cfg.declared())
 			if err == nil {
 				// A platform refusing its table (logged by the apply) is
 				// no reason to roll back what the relay took: its removed
 				// gateways' sockets are closed already.
 				if err = c.live.apply(ctx); errors.Is(err, errTableRefused) {
-					err = nil
+					refused, err = err, nil
 				} else if err != nil {
 					// Not applied: the running layer stays, so later
 					// applies are not refused for the file's.
@@ -144,8 +145,12 @@ func (c *connector) reloadOnHangup(ctx context.Context) (stop func()) {
 				c.log.Error("SIGHUP: config read but not applied", "err", err)
 				continue
 			}
+			if refused != nil { // it names the platforms whose routing stays as it was
+				c.log.Warn("SIGHUP: tenants and gateways reloaded from the config, not a refused platform's routing (other keys need a restart)", "tenants", len(cfg.Tenants), "err", refused)
+			} else {
+				c.log.Info("SIGHUP: tenants, gateways and routing reloaded from the config (other keys need a restart)", "tenants", len(cfg.Tenants))
+			}
 			c.live.metrics.reloads.WithLabelValues(reloadOK).Inc()
-			c.log.Info("SIGHUP: tenants, gateways and routing reloaded from the config (other keys need a restart)", "tenants", len(cfg.Tenants))
 		}
 	}()
 	return func() { close(done) }

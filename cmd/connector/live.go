@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,6 +177,7 @@ func (l *live) applyChanged(ctx context.Context) {
 
 // errTableRefused is an apply's error once the relay took the registry
 // and a platform refused its bindings: the rest is applied all the same.
+// It names the platforms, and wraps the first one's refusal.
 var errTableRefused = errors.New("registry: a platform refused its bindings")
 
 // applyLocked is apply, called under mu.
@@ -208,11 +210,12 @@ func (l *live) applyLocked(ctx context.Context) error {
 	// version) holds back no other platform, nor the policies and the
 	// secrets' expiry.
 	bindings := s.PlatformBindings()
+	var names []string
 	var refused error
 	for name, b := range l.binders {
 		if err := b.Bind(bindings[name]); err != nil {
 			l.log.Error("registry bindings not applied", "platform", name, "err", err)
-			refused = cmp.Or(refused, err)
+			names, refused = append(names, name), cmp.Or(refused, err)
 		}
 	}
 	l.reportSetAside(bindings)
@@ -224,7 +227,8 @@ func (l *live) applyLocked(ctx context.Context) error {
 	l.tenants.Store(int64(len(s.Tenants)))
 	if refused != nil {
 		l.metrics.applies.WithLabelValues("error").Inc()
-		return fmt.Errorf("%w: %w", errTableRefused, refused)
+		slices.Sort(names)
+		return fmt.Errorf("%w (%s): %w", errTableRefused, strings.Join(names, ", "), refused)
 	}
 	l.appliedOK = true
 	l.metrics.applies.WithLabelValues("ok").Inc()

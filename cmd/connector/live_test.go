@@ -347,7 +347,8 @@ func TestRefusedTableHoldsBackNoOtherPlatform(t *testing.T) {
 // keeps the file's layer: gw2, whose sockets the relay closed, stays
 // gone, and the reload counts ok. Before, the reload was rolled back
 // after the relay had taken it: gw2 was declared again, its sockets
-// closed 4401 all the same.
+// closed 4401 all the same. It is logged at Warn naming the platform whose
+// routing was not applied: before, at Info as "routing reloaded".
 func TestSighupRefusedTableKeepsTheFile(t *testing.T) {
 	st := memStore(t)
 	two := "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}, {id: gw2, secrets: [s2]}]\n"
@@ -355,7 +356,8 @@ func TestSighupRefusedTableKeepsTheFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	var logs syncBuffer
+	c, err := build(cfg, slog.New(slog.NewJSONHandler(&logs, nil)), st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,6 +386,11 @@ func TestSighupRefusedTableKeepsTheFile(t *testing.T) {
 	}
 	if gws := c.live.reg.Declared().Gateways; len(gws) != 1 || gws[0].ID != "gw1" {
 		t.Errorf("declared gateways after the reload: %v, want gw1 alone (the file's)", gws)
+	}
+	// Logged before the reload is counted.
+	if l := logs.String(); !strings.Contains(l, `"level":"WARN","msg":"SIGHUP: tenants and gateways reloaded`) ||
+		!strings.Contains(l, "bindings (telegram)") || strings.Contains(l, "routing reloaded") {
+		t.Errorf("the reload's log %s, want a Warn naming telegram, no Info of routing reloaded", l)
 	}
 }
 

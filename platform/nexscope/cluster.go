@@ -41,7 +41,8 @@ import (
 // forwardedExecTimeout bounds an action another instance forwarded, with
 // what was left of its caller's deadline: the relay's default
 // outbound_timeout, after which that instance has answered the gateway
-// anyway.
+// anyway. The forwarder waits no longer either (a longer outbound_timeout
+// included), as the home gives up its answer then.
 const forwardedExecTimeout = 30 * time.Second
 
 // The room's channel (the store prefixes it) and the room lease's name.
@@ -789,16 +790,17 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 }
 
 // forwardExec asks the home of r to execute a (the home authorizes it)
-// within what is left of ctx's deadline, asking again every beat until a
-// home takes it (a room between homes reads no request: the next home
-// reads a copy), and waits for its result until ctx ends, or away
+// within what is left of ctx's deadline (forwardedExecTimeout at most),
+// asking again every beat until a home takes it (a room between homes
+// reads no request: the next home reads a copy), and waits for its result
+// until then, or ctx ends, or away
 // (r.away) does: this instance becomes the room's home (the home asked
 // dropped the room or lost its lease, and will not answer) or drops it, or
 // the home that took it is gone (silent for cluster.LostBeats beats: it
 // tells msgTaken every beat until it answers; one a home found taken by
 // another, msgClaimed, is gone unless that one names itself in time).
 func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, a *contract.Action) contract.Result {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithTimeout(ctx, forwardedExecTimeout)
 	defer cancel()
 	defer context.AfterFunc(away, cancel)()
 	action, err := json.Marshal(a)
@@ -828,10 +830,8 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 			}
 			return nil // taken: no copy
 		}
-		budget := forwardedExecTimeout
-		if dl, ok := ctx.Deadline(); ok {
-			budget = min(budget, time.Until(dl))
-		}
+		dl, _ := ctx.Deadline()
+		budget := time.Until(dl)
 		// The budget is relative: the instances' clocks may disagree, so a
 		// deadline would move by their skew; counted from the home's
 		// receipt, it ends one hop late at most (as the answer's way back
@@ -937,9 +937,9 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		raw, _ := json.Marshal(res) // a Result always encodes
 		// Waiting for room: msgTaken stops once this returns, so the
 		// forwarder would wait its whole deadline for a result lost; until
-		// that deadline (from the receipt) at most, after which it has
-		// given up (and a shutdown would wait for this goroutine). Tried
-		// once first: past the deadline SendWait picks at random.
+		// budget (its deadline, counted from the receipt) at most, by which
+		// it has given up (and a shutdown would wait for this goroutine).
+		// Tried once first: past the deadline SendWait picks at random.
 		if left := budget - p.deps.Clock.Now().Sub(received); !cl.node.Reply(req, raw) && left > 0 {
 			ctx, cancel := context.WithCancel(cl.ctx)
 			t := p.deps.Clock.AfterFunc(left, cancel)

@@ -1,5 +1,7 @@
 package nexscope
 
+import "time"
+
 // handleText dispatches one text frame from the member.
 func (m *member) handleText(data []byte) {
 	f, err := parseFrame(data)
@@ -34,9 +36,13 @@ func (m *member) handleMsg(f *clientFrame) {
 	r.mu.Lock()
 	tenant := r.tenant() // the tenant whose bot the msg is addressed to
 	r.routeLocked(m, f, out, false, res)
+	var created time.Time // of the tenant the route was decided for, as file-start's
+	if res.toBot {
+		created = r.p.creation(tenant)
+	}
 	r.unlock()
 	// The ack confirms the bot only once the bridge's delivery is stored.
-	if res.toBot && !r.bridge(f, tenant, r.p.creation(tenant), "", nil) {
+	if res.toBot && !r.bridge(f, tenant, created, "", nil) {
 		res.botOffline()
 	}
 	m.send(appendAck(make([]byte, 0, ackSize(f.msgID, f.threadID, res.delivered, res.offline)),
