@@ -806,8 +806,17 @@ func TestClusterForwardAnswerWaitsNoLongerThanTheForwarder(t *testing.T) {
 	held := make(chan struct{})
 	var release sync.Once
 	t.Cleanup(func() { release.Do(func() { close(held) }) }) // before the home stops: it publishes what is queued
-	hold := func(string, []byte) bool { <-held; return false }
+	holding := make(chan struct{})
+	var entered sync.Once
+	hold := func(string, []byte) bool { entered.Do(func() { close(holding) }); <-held; return false }
 	home.lose.Store(&hold) // the home's publisher waits on Redis
+	for home.p.cluster.node.Send("elsewhere", 'Z') {
+	}
+	select { // the publisher took a batch out of the outbox: fill it again
+	case <-holding:
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the home's publisher to wait on Redis", testTimeout)
+	}
 	for home.p.cluster.node.Send("elsewhere", 'Z') {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout) // the budget forwarded: under testTimeout
