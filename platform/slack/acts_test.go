@@ -1601,12 +1601,23 @@ func heldStartStream(t *testing.T, fake *slacktest.Server) (apiURL string, start
 // claim: its answer comes on the channel.
 func waitingFrame(ctx context.Context, t *testing.T) (b *env, clk *clocktest.Fake, first, answer <-chan contract.Result, release func()) {
 	t.Helper()
+	return waitingCopy(ctx, t, false, nil)
+}
+
+// waitingCopy is waitingFrame with the copy final (a seal) when final,
+// and b's store wrapped by wrap (when not nil).
+func waitingCopy(ctx context.Context, t *testing.T, final bool, wrap func(store.Store) store.Store) (b *env, clk *clocktest.Fake, first, answer <-chan contract.Result, release func()) {
+	t.Helper()
 	st := newSharedStore(t)
+	bst := st
+	if wrap != nil {
+		bst = wrap(st)
+	}
 	fake := newFake(t)
 	apiURL, started, release := heldStartStream(t, fake)
 	clk = clocktest.New(time.Now())
 	a := newEnvOn(t, fake, func(c *Config) { c.APIURL = apiURL }, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
-	b = newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk, Cluster: newNode(t, st, "i1")})
+	b = newEnvOn(t, fake, nil, &platform.Deps{Store: bst, Clock: clk, Cluster: newNode(t, st, "i1")})
 	started1 := make(chan contract.Result, 1)
 	go func() { started1 <- turnFrame(t, a, 7, "Hello", false) }()
 	select {
@@ -1616,7 +1627,7 @@ func waitingFrame(ctx context.Context, t *testing.T) (b *env, clk *clocktest.Fak
 	}
 	copied := make(chan contract.Result, 1)
 	go func() {
-		raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 7, "content": "Hello",
+		raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 7, "content": "Hello", "final": final,
 			"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda, "message_id": "1768490100.000100"}})
 		act, _ := contract.DecodeAction(raw)
 		copied <- b.p.Execute(ctx, "t1", &act)
@@ -1771,4 +1782,91 @@ func TestOpeningClaimReleasedAcrossADeclaration(t *testing.T) {
 	if r := e.p.Execute(ctx, "t1", &act); !r.Success {
 		t.Fatalf("the resent frame: %+v, want the stream started", r)
 	}
+}
+
+// TestWaitingFrameAsksLittleOfTheStore: a copy of a stream's first frame,
+// or of its seal, that waits on another instance for the first's claim
+// asks the store at most three things each time it looks again (the claim
+// and the records the first would leave). Before, each look ran the whole
+// frame again: a seal took its own claim and released it, six store
+// round trips every 250 ms for as long as it waited.
+func TestWaitingFrameAsksLittleOfTheStore(t *testing.T) {
+	for _, final := range []bool{false, true} {
+		t.Run("final "+strconv.FormatBool(final), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			var tally *tallyStore
+			b, clk, first, copied, release := waitingCopy(ctx, t, final, func(st store.Store) store.Store {
+				tally = &tallyStore{Store: st}
+				return tally
+			})
+			const looks = 4
+			tally.calls.Store(0)
+			for range looks {
+				clk.Advance(sealPoll)
+				if err := clk.WaitSleepers(ctx, 1); err != nil {
+					t.Fatalf("waiting for the copy to wait again: %v", err)
+				}
+			}
+			if n := tally.calls.Load(); n > 3*looks {
+				t.Errorf("%d store calls in %d looks, want at most %d", n, looks, 3*looks)
+			}
+			release()
+			ts := (<-first).MessageID
+			clk.Advance(sealPoll)
+			if r := <-copied; !r.Success || r.MessageID != ts {
+				t.Fatalf("the copy: %+v, want %s", r, ts)
+			}
+			if n := len(b.fake.Calls("chat.startStream")); n != 1 {
+				t.Fatalf("%d chat.startStream, want 1", n)
+			}
+		})
+	}
+}
+
+// tallyStore counts the calls on its stores' draft stream keys.
+type tallyStore struct {
+	store.Store
+	calls atomic.Int64
+}
+
+func (s *tallyStore) Capabilities() store.Capabilities { return tallyCaps{s.Store.Capabilities(), s} }
+func (s *tallyStore) Claims() store.Claims             { return tallyClaims{s.Store.Claims(), s} }
+
+func (s *tallyStore) count(key string) {
+	for _, prefix := range []string{"slack/stream/", "slack/sealing/", "slack/opening/"} {
+		if strings.HasPrefix(key, prefix) {
+			s.calls.Add(1)
+		}
+	}
+}
+
+type tallyCaps struct {
+	store.Capabilities
+	s *tallyStore
+}
+
+func (c tallyCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	c.s.count(key)
+	return c.Capabilities.Get(ctx, key)
+}
+
+func (c tallyCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
+	c.s.count(key)
+	return c.Capabilities.Put(ctx, key, value, expires)
+}
+
+type tallyClaims struct {
+	store.Claims
+	s *tallyStore
+}
+
+func (c tallyClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	c.s.count(key)
+	return c.Claims.Claim(ctx, key, expires)
+}
+
+func (c tallyClaims) Release(ctx context.Context, key string, expires time.Time) error {
+	c.s.count(key)
+	return c.Claims.Release(ctx, key, expires)
 }

@@ -95,8 +95,10 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 // Connect), is held by grant (platform.HoldGrant): the bot posts there for
 // both as one bot user, which Slack lets edit and delete either's
 // messages, so each edits and deletes only its own (platform.Execute).
-// Else HoldNone, and ChatTenant decides; with OAuth installs each
-// workspace has a bot of its own, and Slack keeps each to its messages.
+// A channel that cannot be placed (Slack not answering) but was seen in a
+// workspace bound to tenant is held by grant too. Else HoldNone, and
+// ChatTenant decides; with OAuth installs each workspace has a bot of its
+// own, and Slack keeps each to its messages.
 func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (platform.Hold, error) {
 	teams := *p.teams.Load()
 	others := false
@@ -108,6 +110,11 @@ func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (p
 	}
 	placed, err := p.place(ctx, tenant, chat)
 	if err != nil {
+		// Seen in a workspace of tenant's, the channel is tenant's, alone
+		// or beside another tenant's: held by grant, the stricter.
+		if seen, _ := p.chanTeams.Get(chat); slices.ContainsFunc(seen, func(t string) bool { return teams[t] == tenant }) {
+			return platform.HoldGrant, nil
+		}
 		return platform.HoldNone, err
 	}
 	mine, other := false, false

@@ -340,3 +340,23 @@ func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
 		t.Errorf("t1's send into its workspace with the store down = %+v", r)
 	}
 }
+
+// TestOneTokenActsInItsSeenChannelWhileSlackCannotPlaceIt: without
+// slack.client_id, with another tenant's workspace bound, a channel is
+// placed (conversations.info) before a tenant acts in it. While Slack does
+// not answer that lookup, t1 still sends into #general, seen in its own
+// workspace A: held by grant, the stricter hold, whether or not the
+// channel is shared with another tenant's workspace. t2, whose workspace
+// it was not seen in, is still told unavailable. Before, t1 was told
+// unavailable too.
+func TestOneTokenActsInItsSeenChannelWhileSlackCannotPlaceIt(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	e.p.seenIn(chanGeneral, teamA.ID) // an event of A's there
+	e.fake.Fail404("conversations.info", 100)
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+chanGeneral+`","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t1 in its channel: %+v, want it sent", r)
+	}
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+chanGeneral+`","content":"x","metadata":{}}`); r.Code != contract.CodeUnavailable {
+		t.Fatalf("t2 in t1's channel: %+v, want unavailable", r)
+	}
+}

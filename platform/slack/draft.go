@@ -233,10 +233,11 @@ func cutCursor(text string) string {
 // on this instance. A frame whose claim another copy of it holds
 // (claimFrame) waits in its turn, so the tenant's later frames and sends
 // into the chat wait behind it (a send that is the stream's final text
-// then seals the stream its copy started: sealByContent), and is tried
-// again every sealPoll: it then finds the record that copy left, or takes
-// the claim once it is released (that copy sent nothing) or lapsed (its
-// instance died). One still waiting at its deadline fails, retryable.
+// then seals the stream its copy started: sealByContent), and looks
+// again every sealPoll for the record that copy leaves, then runs again
+// and finds it, or takes the claim once it is released (that copy sent
+// nothing) or lapsed (its instance died). One still waiting at its
+// deadline fails, retryable.
 func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
 	switch {
 	case a.DraftID == 0:
@@ -246,16 +247,11 @@ func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contra
 	}
 	k := streamKey{tenant, t.channel}
 	var r contract.Result
-	err := p.streams.turns.Do(ctx, k, func() error {
-		for {
-			var held bool
-			if r, held = p.frame(ctx, tenant, t, a, k); !held {
-				return nil
-			}
-			if p.clock.Sleep(ctx, sealPoll) != nil {
-				return platform.ErrClaimHeld
-			}
+	err := p.streams.turns.Do(ctx, k, func() (err error) {
+		for again := true; again && err == nil; {
+			r, again, err = p.frame(ctx, tenant, t, a, k)
 		}
+		return err
 	})
 	if err != nil {
 		return p.failure(contract.OpDraft, err)
@@ -263,17 +259,17 @@ func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contra
 	return r
 }
 
-// frame is draft in k's turn; held when another copy of it holds its
-// claim.
-func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) (r contract.Result, held bool) {
+// frame is draft in k's turn; again when the record of another copy of
+// it, whose claim it waited for, was found: run it again.
+func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) (r contract.Result, again bool, err error) {
 	kept := true // the record of a stream started here was stored
 	if a.Final {
 		if answer, done := p.resealed(ctx, k, a); done {
-			return answer, false
+			return answer, false, nil
 		}
-		claim, held := p.claimFrame(ctx, "sealing", k, a)
-		if held {
-			return r, true
+		claim, again, err := p.claimFrame(ctx, "sealing", k, a)
+		if again || err != nil {
+			return r, again, err
 		}
 		defer func() { p.releaseSeal(ctx, k, a, claim, r) }()
 	}
@@ -281,15 +277,15 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 	st, open, err := p.streams.load(ctx, k)
 	switch {
 	case err != nil:
-		return p.streamUnreadable(err), false
+		return p.streamUnreadable(err), false, nil
 	case open && st.sealedBy(a):
-		return contract.OK(st.TS), false
+		return contract.OK(st.TS), false, nil
 	}
 	open = open && !st.Done
 	mine := open && st.Draft == a.DraftID && !st.otherTurn(a)
 	if !mine && !a.Final { // a seal checked already
 		if answer, done := p.resealed(ctx, k, a); done {
-			return answer, false
+			return answer, false, nil
 		}
 	}
 	if open && !mine {
@@ -300,9 +296,9 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 		// The first frame holds the claim while it starts the stream (or,
 		// a seal, sends the reply), so a copy of it that reaches another
 		// instance meanwhile goes on with that stream once it is recorded.
-		claim, held := p.claimFrame(ctx, "opening", k, a)
-		if held {
-			return r, true
+		claim, again, err := p.claimFrame(ctx, "opening", k, a)
+		if again || err != nil {
+			return r, again, err
 		}
 		defer func() {
 			if !r.Success && r.MessageID == "" || !kept { // nothing sent, or no record a resend finds: it sends
@@ -321,45 +317,58 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 		if r.Success || r.MessageID != "" {
 			p.streamNotKept(p.streams.seal(ctx, k, a.DraftID, a.Metadata.Turn(), r.MessageID))
 		}
-		return r, false
+		return r, false, nil
 	case !open:
 		r, kept = p.startStream(ctx, tenant, t, a, k, text)
-		return r, false
+		return r, false, nil
 	case a.Final:
 		ts, err := p.seal(ctx, k, &st, a.Metadata.Turn(), text)
 		if err != nil {
-			return p.failure(contract.OpDraft, err), false
+			return p.failure(contract.OpDraft, err), false, nil
 		}
-		return contract.OK(ts), false
+		return contract.OK(ts), false, nil
 	}
-	return p.appendStream(ctx, t, k, &st, text), false
+	return p.appendStream(ctx, t, k, &st, text), false, nil
 }
 
 // sealPoll is how often a frame waiting for another copy's claim
-// (claimFrame) tries again.
+// (claimFrame) looks for its record.
 const sealPoll = 250 * time.Millisecond
 
 // claimFrame takes the claim, named by kind ("sealing", "opening"), of
 // seal or first frame a of k's stream for this instance while it is sent,
 // until the request's deadline, then its record (nil: not taken, the
 // store did not answer; logged, and the frame sent as without a claim).
-// Its caller has found no record of another copy of the frame; held is
-// true when such a copy (the gateway reconnected, to any instance) holds
-// the claim: the frame waits for it (draft). The key names the tenant as
-// created, so no copy waits for an earlier tenant's of its id.
-func (p *Platform) claimFrame(ctx context.Context, kind string, k streamKey, a *contract.Action) (c *platform.Claim, held bool) {
+// Its caller has found no record of another copy of the frame. While such
+// a copy (the gateway reconnected, to any instance) holds the claim, it
+// waits (platform.AwaitClaim), looking every sealPoll for the record that
+// copy leaves (recorded): again once found, platform.ErrClaimHeld at the
+// deadline. The key names the tenant as created, so no copy waits for an
+// earlier tenant's of its id.
+func (p *Platform) claimFrame(ctx context.Context, kind string, k streamKey, a *contract.Action) (c *platform.Claim, again bool, err error) {
 	key := "slack/" + kind + "/" + k.tenant + "/" + strconv.FormatInt(creation(p.streams.vault, k.tenant), 10) + "/" + k.channel + "/" +
 		strconv.FormatInt(a.DraftID, 10) + "/" + a.Metadata.Turn()
-	c, err := platform.AwaitClaim(ctx, p.claims, p.clock, key, func() time.Time {
+	c, err = platform.AwaitClaim(ctx, p.claims, p.clock, key, func() time.Time {
 		return platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
-	}, 0, nil)
+	}, sealPoll, func() bool { again = p.recorded(ctx, kind, k, a); return again })
 	switch {
 	case errors.Is(err, platform.ErrClaimHeld):
-		return nil, true
+		return nil, false, err
 	case err != nil:
 		p.storeWarn("slack draft frame not claimed", "err", err)
 	}
-	return c, false
+	return c, again, nil
+}
+
+// recorded reports whether the record another copy of frame a left is
+// stored: a's seal (or its stream, sealed), or, for an opening frame, a's
+// stream.
+func (p *Platform) recorded(ctx context.Context, kind string, k streamKey, a *contract.Action) bool {
+	if st, ok, _ := p.streams.load(ctx, k); ok && (st.sealedBy(a) || kind == "opening" && st.Draft == a.DraftID && !st.otherTurn(a)) {
+		return true
+	}
+	rec, ok, _ := p.streams.sealed(ctx, k, a.DraftID)
+	return ok && rec.repeatedBy(a)
 }
 
 // resealed answers frame a (done) when its draft and turn were sealed

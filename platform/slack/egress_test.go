@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -498,4 +499,27 @@ type countingCaps struct {
 func (c *countingCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	c.gets.Add(1)
 	return c.Capabilities.Get(ctx, key)
+}
+
+// TestOneTokenPlacesNoChannelInAnotherWorkspace: without slack.client_id
+// bot_token (A's) answers for B too, which has no install of its own, so
+// its conversations.info "in B" finds A's channels. t2, bound to B, sends
+// into t1's #general: egress_declined, nothing posted, and the channel
+// stays A's alone. Before, the answer placed #general in B, so t2 owned it
+// and posted there.
+func TestOneTokenPlacesNoChannelInAnotherWorkspace(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	before := len(e.fake.Calls("chat.postMessage"))
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+chanGeneral+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 in t1's channel: %+v, want egress_declined", r)
+	}
+	if n := len(e.fake.Calls("chat.postMessage")); n != before {
+		t.Fatalf("%d messages posted, want none", n-before)
+	}
+	if teams, _ := e.p.chanTeams.Get(chanGeneral); !slices.Equal(teams, []string{teamA.ID}) {
+		t.Fatalf("#general placed in %v, want A alone", teams)
+	}
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+chanGeneral+`","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t1 in its channel: %+v", r)
+	}
 }

@@ -351,10 +351,13 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 
 // channelIn asks workspace team whether chat is one of its conversations
 // the bot sees (conversations.info with its token, on the share of the
-// tenant in ctx). When it is, the workspaces the answer names are
-// recorded as the channel's (seenIn): team, and a Slack Connect channel's
-// other workspaces (shared_team_ids, its host's and context team). An
-// error wraps platform.ErrUnavailable: Slack could not be asked.
+// tenant in ctx). The workspaces the answer shows the channel in are
+// recorded as the channel's (seenIn): the token's own, and a Slack
+// Connect channel's other workspaces (shared_team_ids, its host's and
+// context team); chat is team's when team is one of them. bot_token
+// answers for a workspace that has no install of its own, so its answer
+// alone never places a channel in that workspace. An error wraps
+// platform.ErrUnavailable: Slack could not be asked.
 func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, error) {
 	var ch *slack.Channel
 	err := p.call(ctx, team, "conversations.info", func(ctx context.Context, c *slack.Client) (err error) {
@@ -368,11 +371,13 @@ func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, erro
 	case err != nil:
 		return false, platform.UnavailableError("slack: the chat's owner could not be looked up; retry later")
 	}
-	p.seenIn(chat, team)
-	for _, other := range append([]string{ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs...) {
-		if teamIDPattern.MatchString(other) {
-			p.seenIn(chat, other)
+	_, tokens, _ := p.works.client(ctx, team) // the workspace whose token answered
+	found := false
+	for _, in := range append([]string{tokens, ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs...) {
+		if teamIDPattern.MatchString(in) {
+			p.seenIn(chat, in)
+			found = found || in == team
 		}
 	}
-	return true, nil
+	return found, nil
 }
