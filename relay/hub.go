@@ -76,6 +76,7 @@ type seat struct {
 	platforms []string
 	idle      bool
 	link      *edgeLink // fleet.go; nil alone or while this instance drives
+	gen       uint64    // fleet.go: the generation of the last link, never repeated
 }
 
 // role is how a hub reaches its tenant's ledger. serve, idle and detach run
