@@ -230,6 +230,18 @@ func (h *hub) interrupt(ctx context.Context, in interrupt) {
 		"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id)
 }
 
+// otherCreation reports whether created, the creation a platform routed a
+// delivery under (platform.Delivery.Created), is another tenant of h's id
+// than the one h serves: an earlier one, deleted since, or a later one the
+// relay has not applied. It is compared to the microsecond, as the ledger
+// compares generations; zero, or a tenant of no known creation, is h's.
+func (h *hub) otherCreation(created time.Time) bool {
+	h.srv.regMu.RLock()
+	mine := h.created
+	h.srv.regMu.RUnlock()
+	return !created.IsZero() && !mine.IsZero() && created.UnixMicro() != mine.UnixMicro()
+}
+
 // maxProfileBytes bounds the profile remembered for a chat (noteProfile):
 // a Hermes profile name is far shorter.
 const maxProfileBytes = 256

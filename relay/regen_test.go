@@ -291,3 +291,29 @@ func TestDeliveryRoutedUnderACreationAppliedLater(t *testing.T) {
 		gw.Ack(t, id)
 	}
 }
+
+// TestInterruptRoutedUnderAnotherCreation: a platform-side /stop routed to
+// t1 under an earlier creation (delayed while t1 was deleted and made
+// again) or a later one (made again once more, which the relay has not
+// applied) stops no turn of the t1 the relay serves: its gateway gets
+// only the interrupt routed under its own creation.
+func TestInterruptRoutedUnderAnotherCreation(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	now := time.Now()
+	earlier, created, later := now.Add(-4*time.Hour), now.Add(-2*time.Hour), now.Add(-time.Hour)
+	h := relaytest.Start(t, []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}, p)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	for _, u := range []string{"u1", "u2", "u3"} {
+		p.deliverUnder("t1", created, "c1", u, "from "+u, now)
+		if ev, _ := gw.NextInbound(t); ev.Text != "from "+u {
+			t.Fatalf("gw got %q, want %q", ev.Text, "from "+u)
+		}
+	}
+	p.interruptUnder("t1", earlier, "c1", "u1")
+	p.interruptUnder("t1", later, "c1", "u2")
+	p.interruptUnder("t1", created, "c1", "u3")
+	if f := gw.Next(t, contract.TypeInterruptInbound); f.SessionKey != sessionKey("discord", "c1", "u3") {
+		t.Fatalf("gw got an interrupt for %q, want only the one routed under its creation (u3's)", f.SessionKey)
+	}
+}
