@@ -1030,7 +1030,7 @@ func (f *tenantFleet) serveRemote(inst, conn, platforms string, idle bool, gen, 
 		f.peers[inst] = p
 	}
 	rs := p.seats[conn]
-	if rs != nil && rs.gen == gen && acksSent < rs.acks.Received() {
+	if rs != nil && rs.gen == gen && !rs.broken && acksSent < rs.acks.Received() {
 		return
 	}
 	if rs != nil && rs.gen != gen {
