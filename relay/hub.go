@@ -278,7 +278,8 @@ func (h *hub) noteProfile(drops uint64, platformName, chatID, profile string) {
 // stampProfile sets the profile of d's chat on its event's source or its
 // forward, unless the platform already set one. The memory is this
 // instance's: in a cluster, an inbound stored by another instance than the
-// one that ran the outbound carries no profile (single-profile routing).
+// one that ran the outbound carries no profile (single-profile routing),
+// nor does one routed under another creation of the tenant's id.
 func (h *hub) stampProfile(d *platform.Delivery) {
 	if d.ChatID == "" || !h.profiled.Load() || (d.Event != nil && d.Event.Source.Profile != "") || (d.Forward != nil && d.Forward.Profile != nil) {
 		return
@@ -286,8 +287,8 @@ func (h *hub) stampProfile(d *platform.Delivery) {
 	h.chatsMu.Lock()
 	profile, ok := h.profiles.Get(d.Platform + "\x00" + d.ChatID)
 	h.chatsMu.Unlock()
-	if !ok {
-		return
+	if !ok || h.otherCreation(d.Created) {
+		return // the profiles are this tenant's, not another of its id
 	}
 	// Copies: the platform owns what d points to.
 	switch {
