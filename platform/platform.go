@@ -133,8 +133,9 @@ type Delivery struct {
 	// under (vault.Creation when it chose the tenant): the relay takes in
 	// no delivery routed under an earlier tenant of the id, deleted and
 	// created again since, and keeps one routed under a later creation
-	// than it has applied for that tenant alone. Zero when not known: the
-	// relay takes it for the tenant's current creation.
+	// than it has applied for that tenant alone (an interrupt routed under
+	// another creation is dropped). Zero when not known: the relay takes it
+	// for the tenant's current creation.
 	Created time.Time
 }
 

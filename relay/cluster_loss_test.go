@@ -937,6 +937,58 @@ func TestClusterResentAckKeepsTheLink(t *testing.T) {
 	}
 }
 
+// A serve that reaches the driver again after acks that followed it (go-
+// redis sent its PUBLISH again) is a copy: before, its count of acks sent,
+// below those the driver took since, looked like a link the socket's
+// instance no longer knew, which broke it, and the entries the socket held
+// unacknowledged reached the gateway a second time.
+func TestClusterResentServeKeepsTheLink(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	var serve []byte
+	var inbox string
+	r.inst[1].net.mu.Lock()
+	r.inst[1].net.twice = func(channel string, msg []byte) bool {
+		if cluster.Type(msg) == relay.ClusterMsgServe {
+			serve, inbox = append([]byte(nil), msg...), channel
+		}
+		return false
+	}
+	r.inst[1].net.mu.Unlock()
+	serves := r.inst[1].net.count(relay.ClusterMsgServe)
+	gb.Hello(t, "telegram", "") // a serve, with e0's ack counted
+	r.inst[1].net.waitCount(t, relay.ClusterMsgServe, serves+1, "gb's serve for telegram")
+	r.inst[1].net.mu.Lock()
+	r.inst[1].net.twice = nil
+	copied, channel := serve, inbox
+	r.inst[1].net.mu.Unlock()
+
+	mark := r.inst[0].buffered.mark()
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	_, id := gb.NextInbound(t)
+	gb.Ack(t, id) // an ack after the serve
+	r.inst[0].buffered.wait(t, mark, 0, "e1's ack to reach the driver")
+	r.inst[1].discord.deliver("t1", "c1", "u2", "e2")
+	r.inst[1].discord.deliver("t1", "c1", "u3", "e3")
+	ev2, _ := gb.NextInbound(t)
+	ev3, id3 := gb.NextInbound(t)
+	if ev2.Text != "e2" || ev3.Text != "e3" {
+		t.Fatalf("gb got %q then %q, want e2 then e3", ev2.Text, ev3.Text)
+	}
+
+	// The serve comes again, then e3's ack: once e3 is gone, the driver
+	// has taken the copy.
+	if err := r.inst[1].net.Store.PubSub().Publish(context.Background(), channel, copied); err != nil {
+		t.Fatal(err)
+	}
+	mark = r.inst[0].buffered.mark()
+	gb.Ack(t, id3)
+	r.inst[0].buffered.wait(t, mark, 1, "e3's ack to reach the driver after the serve's copy")
+	r.inst[1].discord.deliver("t1", "c1", "u4", "e4")
+	if ev, _ := gb.NextInbound(t); ev.Text != "e4" {
+		t.Fatalf("after the serve arrived again gb got %q, want e4 (e2 is unacknowledged, not lost)", ev.Text)
+	}
+}
+
 // An interrupt reads the session's stored owner at most once, wherever it
 // goes: the instance it arrives at reads it and, finding none, forwards the
 // interrupt to the driver, which looks in its memory only.

@@ -163,9 +163,15 @@ func (p *fakePlatform) deliverUnder(tenant string, created time.Time, chatID, us
 
 // interrupt publishes a platform-side /stop for a session.
 func (p *fakePlatform) interrupt(tenant, chatID, userID string) {
+	p.interruptUnder(tenant, time.Time{}, chatID, userID)
+}
+
+// interruptUnder is interrupt routed to tenant as created at created
+// (platform.Delivery.Created; zero: not known).
+func (p *fakePlatform) interruptUnder(tenant string, created time.Time, chatID, userID string) {
 	_ = p.runningSink().Deliver(context.Background(), platform.Delivery{
 		Kind: platform.KindInterrupt, Tenant: tenant, Platform: p.name,
-		SessionKey: sessionKey(p.name, chatID, userID), ChatID: chatID,
+		SessionKey: sessionKey(p.name, chatID, userID), ChatID: chatID, Created: created,
 	})
 }
 

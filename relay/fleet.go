@@ -859,7 +859,8 @@ func (f *tenantFleet) announceLocked(c *conn, s *seat) {
 		return
 	}
 	if s.link == nil {
-		s.link = &edgeLink{gen: 1}
+		s.gen++
+		s.link = &edgeLink{gen: s.gen}
 	}
 	key, platforms := c.key, strings.Join(s.platforms, ",")
 	s.link.hash = seatHash(key, s.link.gen, platforms, s.idle)
@@ -873,9 +874,7 @@ func (f *tenantFleet) announceLocked(c *conn, s *seat) {
 func (f *tenantFleet) breakLinkLocked(c *conn, s *seat, why string) {
 	f.fl.srv.log.Info("link to the tenant's driver broken: its unacknowledged inbound comes again",
 		"tenant", f.h.id, "conn", c.id, "driver", f.driver, "why", why)
-	gen := s.link.gen
 	endLinkLocked(c, s)
-	s.link = &edgeLink{gen: gen + 1}
 	f.announceLocked(c, s)
 }
 
@@ -896,10 +895,10 @@ func endLinkLocked(c *conn, s *seat) {
 
 // edgeSeat returns c's seat and link when from is the instance this one
 // follows as the tenant's driver and gen is the link's generation, under
-// hub.mu. Every new driver's links start at generation 1, so a message
-// from a former driver (one that woke from a pause past its lease, or
-// whose outbox still held frames when it lost the lease) would otherwise
-// pass for the new driver's.
+// hub.mu. An earlier version started every new driver's links at
+// generation 1, so a message from a former driver (one that woke from a
+// pause past its lease, or whose outbox still held frames when it lost the
+// lease) could otherwise pass for the new driver's.
 func (f *tenantFleet) edgeSeat(from string, c *conn, gen uint64) (*seat, bool) {
 	s := f.h.seats[c]
 	return s, s != nil && s.link != nil && s.link.gen == gen && !f.driving.Load() && from == f.driver
@@ -1015,7 +1014,9 @@ func (f *tenantFleet) ackOut(c *conn, id string) bool {
 // serveRemote attaches (or refreshes) a socket on another instance, as its
 // serve announces it: a new generation replaces the old link, whose
 // unacknowledged entries go back in line; acks lost on the old one break
-// it.
+// it. A serve of the link's generation counting fewer acks sent than taken
+// is a copy (go-redis sent its PUBLISH again, acks after it): a socket's
+// instance numbers each new link of the socket with a new generation.
 func (f *tenantFleet) serveRemote(inst, conn, platforms string, idle bool, gen, acksSent uint64) {
 	h := f.h
 	h.mu.Lock()
@@ -1029,6 +1030,9 @@ func (f *tenantFleet) serveRemote(inst, conn, platforms string, idle bool, gen, 
 		f.peers[inst] = p
 	}
 	rs := p.seats[conn]
+	if rs != nil && rs.gen == gen && !rs.broken && acksSent < rs.acks.Received() {
+		return
+	}
 	if rs != nil && rs.gen != gen {
 		f.dropRemoteLocked(p, rs)
 		rs = nil
@@ -1039,9 +1043,7 @@ func (f *tenantFleet) serveRemote(inst, conn, platforms string, idle bool, gen, 
 	}
 	rs.seen = f.fl.node.Clock().Now()
 	rs.hash = seatHash(conn, gen, platforms, idle)
-	// Acks sent and not taken were lost; more taken than sent is a link the
-	// socket's instance no longer knows (it followed another driver since).
-	// Either way the link gets a new generation.
+	// Acks sent and not taken were lost: the link gets a new generation.
 	if !rs.broken && acksSent != rs.acks.Received() {
 		f.breakRemoteLocked(rs)
 	}
@@ -1071,15 +1073,13 @@ func (f *tenantFleet) ackRemote(inst, conn string, gen, seq uint64, id []byte) {
 // takeAckLocked takes message seq of the acks of inst's connection conn,
 // generation gen, under hub.mu, and returns its seat when it came in
 // order on a live link; a gap breaks the link, and a message taken before
-// is a copy (go-redis sent its PUBLISH again), dropped. A link the
-// socket's instance started over in the same generation (it followed
-// another driver meanwhile) numbers its acks from 1 again, but its serve,
-// queued on the same outbox before them, breaks the link first
-// (serveRemote: fewer acks sent than taken). Were that serve lost, the
-// acks dropped as copies meanwhile still remove their entries (ackRemote
-// acks before it takes the message), and a beat breaks the link when the
-// roster's count of acks or the holds' count of frames differs; when both
-// match, the link is in step from then on.
+// is a copy (go-redis sent its PUBLISH again), dropped. A link an earlier
+// version started over in the same generation (it followed another
+// driver meanwhile) numbers its acks from 1 again: those dropped as copies
+// still remove their entries (ackRemote acks before it takes the
+// message), and a beat breaks the link when the holds' count of frames
+// differs; when it matches, the link is in step once its acks pass the
+// count taken.
 func (f *tenantFleet) takeAckLocked(inst, conn string, gen, seq uint64) *remoteSeat {
 	var rs *remoteSeat
 	if p := f.peers[inst]; p != nil {

@@ -76,6 +76,7 @@ type seat struct {
 	platforms []string
 	idle      bool
 	link      *edgeLink // fleet.go; nil alone or while this instance drives
+	gen       uint64    // fleet.go: the generation of the last link, never repeated
 }
 
 // role is how a hub reaches its tenant's ledger. serve, idle and detach run
@@ -229,6 +230,18 @@ func (h *hub) interrupt(ctx context.Context, in interrupt) {
 		"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id)
 }
 
+// otherCreation reports whether created, the creation a platform routed a
+// delivery under (platform.Delivery.Created), is another tenant of h's id
+// than the one h serves: an earlier one, deleted since, or a later one the
+// relay has not applied. It is compared to the microsecond, as the ledger
+// compares generations; zero, or a tenant of no known creation, is h's.
+func (h *hub) otherCreation(created time.Time) bool {
+	h.srv.regMu.RLock()
+	mine := h.created
+	h.srv.regMu.RUnlock()
+	return !created.IsZero() && !mine.IsZero() && created.UnixMicro() != mine.UnixMicro()
+}
+
 // maxProfileBytes bounds the profile remembered for a chat (noteProfile):
 // a Hermes profile name is far shorter.
 const maxProfileBytes = 256
@@ -265,7 +278,8 @@ func (h *hub) noteProfile(drops uint64, platformName, chatID, profile string) {
 // stampProfile sets the profile of d's chat on its event's source or its
 // forward, unless the platform already set one. The memory is this
 // instance's: in a cluster, an inbound stored by another instance than the
-// one that ran the outbound carries no profile (single-profile routing).
+// one that ran the outbound carries no profile (single-profile routing),
+// nor does one routed under another creation of the tenant's id.
 func (h *hub) stampProfile(d *platform.Delivery) {
 	if d.ChatID == "" || !h.profiled.Load() || (d.Event != nil && d.Event.Source.Profile != "") || (d.Forward != nil && d.Forward.Profile != nil) {
 		return
@@ -273,8 +287,8 @@ func (h *hub) stampProfile(d *platform.Delivery) {
 	h.chatsMu.Lock()
 	profile, ok := h.profiles.Get(d.Platform + "\x00" + d.ChatID)
 	h.chatsMu.Unlock()
-	if !ok {
-		return
+	if !ok || h.otherCreation(d.Created) {
+		return // the profiles are this tenant's, not another of its id
 	}
 	// Copies: the platform owns what d points to.
 	switch {

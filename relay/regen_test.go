@@ -291,3 +291,67 @@ func TestDeliveryRoutedUnderACreationAppliedLater(t *testing.T) {
 		gw.Ack(t, id)
 	}
 }
+
+// TestInterruptRoutedUnderAnotherCreation: a platform-side /stop routed to
+// t1 under an earlier creation (delayed while t1 was deleted and made
+// again) or a later one (made again once more, which the relay has not
+// applied) stops no turn of the t1 the relay serves: its gateway gets
+// only the interrupt routed under its own creation.
+func TestInterruptRoutedUnderAnotherCreation(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	now := time.Now()
+	earlier, created, later := now.Add(-4*time.Hour), now.Add(-2*time.Hour), now.Add(-time.Hour)
+	h := relaytest.Start(t, []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}, p)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	for _, u := range []string{"u1", "u2", "u3"} {
+		p.deliverUnder("t1", created, "c1", u, "from "+u, now)
+		if ev, _ := gw.NextInbound(t); ev.Text != "from "+u {
+			t.Fatalf("gw got %q, want %q", ev.Text, "from "+u)
+		}
+	}
+	p.interruptUnder("t1", earlier, "c1", "u1")
+	p.interruptUnder("t1", later, "c1", "u2")
+	p.interruptUnder("t1", created, "c1", "u3")
+	if f := gw.Next(t, contract.TypeInterruptInbound); f.SessionKey != sessionKey("discord", "c1", "u3") {
+		t.Fatalf("gw got an interrupt for %q, want only the one routed under its creation (u3's)", f.SessionKey)
+	}
+}
+
+// TestDeliveryRoutedUnderALaterCreationCarriesNoProfile: a delivery the
+// platform routed to t1 made again, before the relay applied it, is kept
+// for the new t1 without the chat's profile the earlier t1's gateway
+// named: before, the new t1's gateway got the earlier tenant's profile
+// name on it.
+func TestDeliveryRoutedUnderALaterCreationCarriesNoProfile(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	now := time.Now()
+	earlier, again := now.Add(-2*time.Hour), now.Add(-time.Hour)
+	tenant := func(created time.Time, secret string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secret}}}}}
+	}
+	m := outboundDone{done: make(chan string, 10)}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: tenant(earlier, "s1"), Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t), Store: st, Metrics: m})
+	old := h.Dial(t, "gw1", "s1")
+	old.Hello(t, "discord", "")
+	a := sendAction("c1", "hi")
+	a["metadata"] = map[string]any{"profile": "earlier"}
+	old.Send(t, map[string]any{"type": "outbound", "requestId": "r1", "platform": "discord", "action": a})
+	select {
+	case <-m.done:
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for the earlier tenant's op to end", relaytest.Timeout)
+	}
+
+	p.deliverUnder("t1", again, "c1", "u1", "routed first", now)
+	if err := h.Server.SetTenants(tenant(again, "s2")); err != nil {
+		t.Fatal(err)
+	}
+	gw := h.Dial(t, "gw1", "s2")
+	gw.Hello(t, "discord", "")
+	if ev, _ := gw.NextInbound(t); ev.Text != "routed first" || ev.Source.Profile != "" {
+		t.Fatalf("the new t1 got %q with profile %q, want %q with none (the earlier t1's)", ev.Text, ev.Source.Profile, "routed first")
+	}
+}

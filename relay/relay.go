@@ -493,6 +493,10 @@ func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
 		return nil
 	}
 	if d.Kind == platform.KindInterrupt {
+		if h.otherCreation(d.Created) {
+			s.log.Debug("interrupt dropped: routed under another generation of the tenant", "tenant", d.Tenant, "platform", d.Platform)
+			return nil
+		}
 		h.interrupt(ctx, interrupt{sessionKey: d.SessionKey, chatID: d.ChatID, gatewayID: d.GatewayID})
 		return nil
 	}

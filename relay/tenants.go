@@ -197,6 +197,13 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 		s.regMu.Lock()
 		s.addGatewaysLocked(keys, owner, func(tenant string) bool { return later[tenant] != nil }, revoked)
 		s.regMu.Unlock()
+		if s.fleet == nil {
+			// What a platform routed under the new creation before the
+			// relay applied it was left in the store (ledger.Ledger.Append):
+			// read once its gateways may connect, so a slow store holds
+			// them back no more than a new tenant's.
+			added = append(added, renewed...)
+		}
 	}
 	if s.recovered.Load() {
 		for _, h := range added {
@@ -244,11 +251,6 @@ func (h *hub) renew() {
 	}
 	n := h.drop(created)
 	s.log.Info("tenant created again under its id: the earlier tenant's connections closed and its state dropped", "tenant", h.id, "entries", n)
-	if h.fleet == nil && s.recovered.Load() {
-		// What a platform routed under the new creation before the relay
-		// applied it was left in the store (ledger.Ledger.Append).
-		s.recoverAdded(h)
-	}
 }
 
 // drop drops the tenant's buffered inbound received before since, from

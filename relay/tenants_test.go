@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -602,5 +604,77 @@ func outboundOfAnEarlierTenant(t *testing.T, ended bool) {
 	p.deliver("t1", "c1", "u1", "new")
 	if ev, _ := gw.NextInbound(t); ev.Text != "new" || ev.Source.Profile != "" {
 		t.Fatalf("the new tenant got %q with profile %q, want %q with none", ev.Text, ev.Source.Profile, "new")
+	}
+}
+
+// readHoldingStore is a store whose ledger's reads of tenant hold hang
+// until release is closed (or their context ends), each one announced
+// on entered.
+type readHoldingStore struct {
+	store.Store
+	hold    string
+	holding atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *readHoldingStore) Ledger() store.Ledger { return readHoldingLedger{s.Store.Ledger(), s} }
+
+type readHoldingLedger struct {
+	store.Ledger
+	s *readHoldingStore
+}
+
+func (l readHoldingLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
+	if tenant == l.s.hold && l.s.holding.Load() {
+		l.s.entered <- struct{}{}
+		select {
+		case <-l.s.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return l.Ledger.Read(ctx, tenant, afterSeq, max)
+}
+
+// TestTenantMadeAgainConnectsWhileItsStoreReadHangs: on one instance,
+// the re-read of the store that follows a tenant's re-creation comes
+// after its gateways are added: a store that hangs holds SetTenants, but
+// not the new tenant's gateway, which connects and is served meanwhile.
+func TestTenantMadeAgainConnectsWhileItsStoreReadHangs(t *testing.T) {
+	st := &readHoldingStore{Store: store.NewMemory(nil), hold: "t1", entered: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(func() { _ = st.Close() })
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	now := time.Now()
+	tenant := func(created time.Time, secret string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secret}}}}}
+	}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: tenant(now.Add(-2*time.Hour), "s1"), Platforms: []platform.Platform{p}, Store: st, Log: relaytest.TestLogger(t)})
+
+	var released sync.Once
+	release := func() { released.Do(func() { close(st.release) }) }
+	t.Cleanup(release)
+	st.holding.Store(true)
+	applied := make(chan error, 1)
+	go func() { applied <- h.Server.SetTenants(tenant(now.Add(-time.Hour), "s2")) }()
+	select {
+	case <-st.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the re-created tenant's store read never began")
+	}
+	gw := h.Dial(t, "gw1", "s2") // refused 4401 while the gateway is not added
+	gw.Hello(t, "discord", "")
+	p.deliver("t1", "c1", "u1", "while the read hangs")
+	if ev, _ := gw.NextInbound(t); ev.Text != "while the read hangs" {
+		t.Fatalf("the new tenant's gateway got %q", ev.Text)
+	}
+	release()
+	select {
+	case err := <-applied:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SetTenants did not return once the store read was released")
 	}
 }
