@@ -268,16 +268,18 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	// The allow-list's writes are judged together, after the last: one
 	// that lands once the tenant's deletion or the gateway's deprovision
 	// began takes them all back (keptFor), as the drop that follows may
-	// have missed any of them; each take-back is tried, bounded on its own.
+	// have missed any of them; each take-back is tried, all of them
+	// within one releaseTimeout (a store that hangs holds the tenant's turn
+	// that long, not that long per user).
 	written := map[string][]byte{}
 	err = r.syncAllow(ctx, entry, written)
 	if len(written) > 0 {
 		if kerr := r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
+			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			defer cancel()
 			var errs []error
 			for key, data := range written {
-				back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 				_, err := r.kv.CompareAndSwap(back, nsBindings, key, data, nil)
-				cancel()
 				errs = append(errs, err)
 			}
 			return errors.Join(errs...)
@@ -318,7 +320,7 @@ func (r *Registry) syncAllow(ctx context.Context, entry principalEntry, written 
 					continue
 				}
 				b := Binding{Platform: p.Platform, Kind: platform.BindAllow, ID: u, Tenant: p.Tenant}
-				data, _, err := r.write(ctx, nsBindings, b.key(), b, false)
+				data, _, err := r.write(ctx, p.Tenant, nsBindings, b.key(), b, false)
 				if err != nil {
 					return err
 				}
