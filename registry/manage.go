@@ -25,6 +25,12 @@ import (
 // the code: the code itself is never stored.
 const nsLinkCodes = "registry/linkcodes"
 
+// nsDropped holds, by tenant, a mark its every DropManaged replaces
+// first: a take-back that read it before its write and finds it changed
+// puts back none of the tenant's bindings it replaced (giveBack), which
+// the drop may have missed.
+const nsDropped = "registry/dropped"
+
 // Link code bounds.
 const (
 	// DefaultLinkTTL is how long a link code stays redeemable when the
@@ -407,16 +413,25 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 
 // DropManaged removes every binding the management plane made for tenant
 // (links, scope claims, DM defaults, principal, allow-list) and its
-// outstanding link codes, and returns how many bindings went. The codes
+// outstanding link codes, and returns how many bindings went. It marks
+// the drop first (nsDropped), so a take-back after it puts back none of
+// the tenant's bindings (giveBack). The codes
 // go first: a redemption that consumed one before has written its link,
 // which goes with the others (see RedeemLinkCode). It takes no lock:
 // another tenant's changes go on while it sweeps.
 func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) {
+	mark, err := stamped(struct{ Tenant string }{tenant})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := r.kv.Put(ctx, nsDropped, tenant, mark); err != nil {
+		return 0, err
+	}
 	if _, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return c.Tenant == tenant }); err != nil {
 		return 0, err
 	}
 	n := 0
-	err := r.dropBindings(ctx, func(b Binding) bool {
+	err = r.dropBindings(ctx, func(b Binding) bool {
 		drop := b.Tenant == tenant && managedKinds[b.Kind]
 		if drop {
 			n++

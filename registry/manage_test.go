@@ -1295,3 +1295,45 @@ func TestSetPrincipalTakeBackHasOneDeadlineOnRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimTakeBackKeepsNoClaimOfADeprovisionOnRedis: as
+// TestClaimTakeBackRestoresTheClaimItReplaced, a's gateway deprovisioned
+// (DropManaged, on instance two) right after b's claim replaced a's, so
+// the drop does not see a's claim: the take-back puts it back no more.
+// Before, a deprovision did not change what the take-back looked at (a's
+// generation), and a's claim outlived it.
+func TestClaimTakeBackKeepsNoClaimOfADeprovisionOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chat := platform.Chat{ID: "701", Space: "700"}
+	if err := one.Claim(ctx, "a", "discord", chat); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, namespace, key string) {
+		if raced || op != "cas" || namespace != "registry/bindings" || !strings.Contains(key, "701") {
+			return
+		}
+		raced = true
+		if _, err := two.DropManaged(ctx, "a"); err != nil {
+			t.Errorf("instance two's drop of a's managed bindings: %v", err)
+		}
+	}
+	err := one.Claim(registry.ForGateway(ctx, "gone", nil), "b", "discord", chat)
+	hooked.after = nil
+	if !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("b's claim, asked for by a gateway b does not have: %v (raced %v), want ErrNotFound", err, raced)
+	}
+	s, _ := effective(t, two)
+	if a, b := bindingsOf(s, "a", platform.BindScope), bindingsOf(s, "b", platform.BindScope); len(a) != 0 || len(b) != 0 {
+		t.Fatalf("claims after a's deprovision: a %v, b %v; want none", a, b)
+	}
+}

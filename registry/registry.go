@@ -625,7 +625,7 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 	// tenant made again under the id must not redeem them), and so do the
 	// reservations of its requests whose instance stopped (it must not
 	// count them).
-	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved}
+	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved, nsDropped}
 	listed := make([][]store.Entry, len(namespaces))
 	for i, ns := range namespaces {
 		var err error
@@ -1637,8 +1637,10 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 // data. A look at that tenant after the swap that finds it gone or of
 // another generation than before the write (a deletion whose sweep may
 // have passed the key while it held data, a tenant made again under the
-// id since) takes the swap back: was neither outlives its tenant nor
-// reaches one made again under the id. A look that fails otherwise (the
+// id since), or its managed bindings dropped since (DropManaged, whose
+// drop may have passed the key too) takes the swap back: was neither
+// outlives its tenant or a deprovision nor reaches one made again under
+// the id. A look that fails otherwise (the
 // store) keeps it in place, as losing a live tenant's entry is the worse
 // mistake.
 func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []byte, was replaced, tenant string) error {
@@ -1650,7 +1652,11 @@ func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []b
 		return err
 	}
 	after, err := r.tenant(ctx, was.tenant)
-	if err == nil && after.Gen == was.gen || err != nil && !errors.Is(err, ErrNotFound) {
+	var drop store.Entry
+	if err == nil {
+		drop, _, err = r.kv.Get(ctx, nsDropped, was.tenant)
+	}
+	if err == nil && after.Gen == was.gen && bytes.Equal(drop.Value, was.drop) || err != nil && !errors.Is(err, ErrNotFound) {
 		return nil
 	}
 	_, err = r.kv.CompareAndSwap(ctx, namespace, key, was.value, nil)
@@ -1658,12 +1664,13 @@ func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []b
 }
 
 // replaced is an entry a write for a tenant replaced (value; nil: none)
-// and, when it is another tenant's, that tenant and its generation as
-// read before the write (tombstone: gone already), which giveBack puts
-// it back for only.
+// and, when it is another tenant's, that tenant, its generation
+// (tombstone: gone already) and its last DropManaged's mark, as read
+// before the write, which giveBack puts it back for only.
 type replaced struct {
 	value       []byte
 	tenant, gen string
+	drop        []byte
 }
 
 // replacing reads what replaced needs of old, the entry a write for
@@ -1678,6 +1685,9 @@ func (r *Registry) replacing(ctx context.Context, old []byte, tenant string) (re
 	t, err := r.tenant(ctx, of.Tenant)
 	if err == nil {
 		was.gen = t.Gen
+		var drop store.Entry
+		drop, _, err = r.kv.Get(ctx, nsDropped, of.Tenant)
+		was.drop = drop.Value
 	}
 	if errors.Is(err, ErrNotFound) {
 		err = nil
