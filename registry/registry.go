@@ -1444,7 +1444,7 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 	r.bindMu.Unlock()
 	if next != nil && (wrote || errors.Is(err, errBindingStays)) {
 		if kerr := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
-			return r.giveBack(ctx, nsBindings, key, value, was, next.Tenant)
+			return r.giveBack(ctx, nsBindings, key, value, was)
 		}); kerr != nil {
 			return nil, nil, kerr
 		}
@@ -1623,7 +1623,7 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 		return err
 	}
 	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
-		return r.giveBack(ctx, namespace, key, data, was, tenant)
+		return r.giveBack(ctx, namespace, key, data, was)
 	}); err != nil {
 		return err
 	}
@@ -1631,19 +1631,18 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 	return nil
 }
 
-// giveBack swaps data, written under key for tenant, back for was, what
-// it replaced, when was is another tenant's (a DM default, a claim set
+// giveBack swaps data, written under key, back for was, what it
+// replaced, when was is another tenant's (a DM default, a claim set
 // aside) and that tenant was not gone before the write; else it removes
 // data. A look at that tenant after the swap that finds it gone or of
 // another generation than before the write (a deletion whose sweep may
 // have passed the key while it held data, a tenant made again under the
 // id since), or its managed bindings dropped since (DropManaged, whose
-// drop may have passed the key too) takes the swap back: was neither
+// drop may have passed the key too), takes the swap back: was neither
 // outlives its tenant or a deprovision nor reaches one made again under
-// the id. A look that fails otherwise (the
-// store) keeps it in place, as losing a live tenant's entry is the worse
-// mistake.
-func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []byte, was replaced, tenant string) error {
+// the id. A look that fails otherwise (the store) keeps it in place, as
+// losing a live tenant's entry is the worse mistake.
+func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []byte, was replaced) error {
 	if was.tenant == "" || was.gen == tombstone {
 		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
 		return err
