@@ -182,6 +182,9 @@ type hookedStore struct {
 	// put, when set, is called before each Put and CompareAndSwap: an
 	// error it returns is the write's, which writes nothing.
 	put func(namespace, key string) error
+	// cas, when set, is called with each CompareAndSwap's context and
+	// key: an error it returns is the write's, which writes nothing.
+	cas func(ctx context.Context, namespace, key string) error
 }
 
 func (s *hookedStore) Registry() store.Registry {
@@ -204,6 +207,11 @@ func (r hookedRegistry) CompareAndSwap(ctx context.Context, namespace, key strin
 	defer r.hook(r.s.after, "cas", namespace, key)
 	if r.s.put != nil {
 		if err := r.s.put(namespace, key); err != nil {
+			return false, err
+		}
+	}
+	if r.s.cas != nil {
+		if err := r.s.cas(ctx, namespace, key); err != nil {
 			return false, err
 		}
 	}
@@ -1816,5 +1824,79 @@ func TestClaimTakeBackKeepsNoDeletedTenantsOnRedis(t *testing.T) {
 	s, _ := effective(t, two)
 	if a, b := bindingsOf(s, "a", platform.BindScope), bindingsOf(s, "b", platform.BindScope); len(a) != 0 || len(b) != 0 {
 		t.Fatalf("claims after a made again: a %v, b %v; want none", a, b)
+	}
+}
+
+// TestTakeBackKeepsATenantMadeAgainOnRedis: b's claim of a's chat 701
+// (set aside) and b's DM default for user 71 (a's before) replace a's
+// entry; both are asked for by a gateway b does not have, and are taken
+// back. Right after each write, before the take-back looks, instance two
+// deletes a and makes it again. The take-back puts back nothing: the new
+// a holds neither. Before, it read a's generation only after the write,
+// found the new a, and gave it the deleted a's claim and default.
+func TestTakeBackKeepsATenantMadeAgainOnRedis(t *testing.T) {
+	ctx := context.Background()
+	chat := platform.Chat{ID: "701", Space: "700"}
+	for _, tc := range []struct {
+		kind, key string
+		setA      func(r *registry.Registry) error
+		setB      func(r *registry.Registry) error
+	}{
+		{platform.BindScope, "701",
+			func(r *registry.Registry) error {
+				if err := r.Claim(ctx, "a", "discord", chat); err != nil {
+					return err
+				}
+				return r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "b"})
+			},
+			func(r *registry.Registry) error {
+				return r.Claim(registry.ForGateway(ctx, "gone", nil), "b", "discord", chat)
+			}},
+		{platform.BindDMDefault, platform.BindDMDefault,
+			func(r *registry.Registry) error {
+				for _, id := range []string{"a", "b"} {
+					if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "71", Tenant: id}); err != nil {
+						return err
+					}
+				}
+				return r.SetDMDefault(ctx, "a", "discord", "71")
+			},
+			func(r *registry.Registry) error {
+				return r.SetDMDefault(registry.ForGateway(ctx, "gone", nil), "b", "discord", "71")
+			}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			hooked, one, two := hookedOnRedis(t)
+			for _, id := range []string{"a", "b"} {
+				if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tc.setA(one); err != nil {
+				t.Fatal(err)
+			}
+			raced := false
+			hooked.after = func(op, namespace, key string) {
+				if raced || op != "cas" || namespace != "registry/bindings" || !strings.Contains(key, tc.key) {
+					return
+				}
+				raced = true
+				if err := two.DeleteTenant(ctx, "a"); err != nil {
+					t.Errorf("instance two's delete of a: %v", err)
+				}
+				if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+					t.Errorf("instance two's re-create of a: %v", err)
+				}
+			}
+			err := tc.setB(one)
+			hooked.after = nil
+			if !raced || !errors.Is(err, registry.ErrNotFound) {
+				t.Fatalf("b's write, asked for by a gateway b does not have: %v (raced %v), want ErrNotFound", err, raced)
+			}
+			s, _ := effective(t, two)
+			if a, b := bindingsOf(s, "a", tc.kind), bindingsOf(s, "b", tc.kind); len(a) != 0 || len(b) != 0 {
+				t.Fatalf("%s after a made again: a %v, b %v; want none", tc.kind, a, b)
+			}
+		})
 	}
 }

@@ -25,6 +25,12 @@ import (
 // the code: the code itself is never stored.
 const nsLinkCodes = "registry/linkcodes"
 
+// nsDropped holds, by tenant, a mark its every DropManaged replaces
+// first: a take-back that read it before its write and finds it changed
+// puts back none of the tenant's bindings it replaced (giveBack), which
+// the drop may have missed.
+const nsDropped = "registry/dropped"
+
 // Link code bounds.
 const (
 	// DefaultLinkTTL is how long a link code stays redeemable when the
@@ -268,16 +274,18 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	// The allow-list's writes are judged together, after the last: one
 	// that lands once the tenant's deletion or the gateway's deprovision
 	// began takes them all back (keptFor), as the drop that follows may
-	// have missed any of them; each take-back is tried, bounded on its own.
+	// have missed any of them; each take-back is tried, all of them
+	// within one releaseTimeout (a store that hangs holds the tenant's turn
+	// that long, not that long per user).
 	written := map[string][]byte{}
 	err = r.syncAllow(ctx, entry, written)
 	if len(written) > 0 {
 		if kerr := r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
+			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			defer cancel()
 			var errs []error
 			for key, data := range written {
-				back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 				_, err := r.kv.CompareAndSwap(back, nsBindings, key, data, nil)
-				cancel()
 				errs = append(errs, err)
 			}
 			return errors.Join(errs...)
@@ -318,7 +326,7 @@ func (r *Registry) syncAllow(ctx context.Context, entry principalEntry, written 
 					continue
 				}
 				b := Binding{Platform: p.Platform, Kind: platform.BindAllow, ID: u, Tenant: p.Tenant}
-				data, _, err := r.write(ctx, nsBindings, b.key(), b, false)
+				data, _, err := r.write(ctx, p.Tenant, nsBindings, b.key(), b, false)
 				if err != nil {
 					return err
 				}
@@ -405,16 +413,25 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 
 // DropManaged removes every binding the management plane made for tenant
 // (links, scope claims, DM defaults, principal, allow-list) and its
-// outstanding link codes, and returns how many bindings went. The codes
+// outstanding link codes, and returns how many bindings went. It marks
+// the drop first (nsDropped), so a take-back after it puts back none of
+// the tenant's bindings (giveBack). The codes
 // go first: a redemption that consumed one before has written its link,
 // which goes with the others (see RedeemLinkCode). It takes no lock:
 // another tenant's changes go on while it sweeps.
 func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) {
+	mark, err := stamped(struct{ Tenant string }{tenant})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := r.kv.Put(ctx, nsDropped, tenant, mark); err != nil {
+		return 0, err
+	}
 	if _, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return c.Tenant == tenant }); err != nil {
 		return 0, err
 	}
 	n := 0
-	err := r.dropBindings(ctx, func(b Binding) bool {
+	err = r.dropBindings(ctx, func(b Binding) bool {
 		drop := b.Tenant == tenant && managedKinds[b.Kind]
 		if drop {
 			n++

@@ -1239,3 +1239,101 @@ func TestDMDefaultTakeBackKeepsNoDeletedTenantsOnRedis(t *testing.T) {
 		t.Fatalf("DM defaults after a made again: a %v, b %v; want none", a, b)
 	}
 }
+
+// TestSetPrincipalTakeBackHasOneDeadlineOnRedis: as
+// TestSetPrincipalTakesBackTheWholeListOnRedis, the store hanging on
+// every take-back (each fails at its context's deadline, injected): all
+// of them share one deadline, so a hung store holds the tenant's turn
+// for one releaseTimeout, not one per user of the list (1,000 users:
+// hours). Before, each take-back had a deadline of its own.
+func TestSetPrincipalTakeBackHasOneDeadlineOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw"); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, _, key string) {
+		if raced || op != "cas" || !strings.Contains(key, "/allow/") {
+			return
+		}
+		raced = true
+		if err := two.DeleteGateway(ctx, "a", "gw"); err != nil {
+			t.Errorf("instance two's delete of gw: %v", err)
+		}
+	}
+	allowWrites := 0
+	var deadlines []time.Time
+	hooked.cas = func(ctx context.Context, _, key string) error {
+		if !strings.Contains(key, "/allow/") {
+			return nil
+		}
+		if allowWrites++; allowWrites <= 3 { // the list's writes
+			return nil
+		}
+		d, ok := ctx.Deadline()
+		if !ok {
+			t.Error("a take-back without a deadline")
+		}
+		deadlines = append(deadlines, d)
+		return context.DeadlineExceeded // hung until its deadline
+	}
+	err := one.SetPrincipal(registry.ForGateway(ctx, "gw", nil), "a", "telegram", platform.PrincipalAllowList, []string{"4911", "4912", "4913"})
+	hooked.after, hooked.cas = nil, nil
+	if !raced || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a SetPrincipal of gw, deleted meanwhile, the store hanging: %v (raced %v), want its deadline", err, raced)
+	}
+	if len(deadlines) != 3 {
+		t.Fatalf("%d take-backs tried, want 3", len(deadlines))
+	}
+	for _, d := range deadlines[1:] {
+		if !d.Equal(deadlines[0]) {
+			t.Fatalf("take-back deadlines %v: want one for them all", deadlines)
+		}
+	}
+}
+
+// TestClaimTakeBackKeepsNoClaimOfADeprovisionOnRedis: as
+// TestClaimTakeBackRestoresTheClaimItReplaced, a's gateway deprovisioned
+// (DropManaged, on instance two) right after b's claim replaced a's, so
+// the drop does not see a's claim: the take-back puts it back no more.
+// Before, a deprovision did not change what the take-back looked at (a's
+// generation), and a's claim outlived it.
+func TestClaimTakeBackKeepsNoClaimOfADeprovisionOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chat := platform.Chat{ID: "701", Space: "700"}
+	if err := one.Claim(ctx, "a", "discord", chat); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.after = func(op, namespace, key string) {
+		if raced || op != "cas" || namespace != "registry/bindings" || !strings.Contains(key, "701") {
+			return
+		}
+		raced = true
+		if _, err := two.DropManaged(ctx, "a"); err != nil {
+			t.Errorf("instance two's drop of a's managed bindings: %v", err)
+		}
+	}
+	err := one.Claim(registry.ForGateway(ctx, "gone", nil), "b", "discord", chat)
+	hooked.after = nil
+	if !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("b's claim, asked for by a gateway b does not have: %v (raced %v), want ErrNotFound", err, raced)
+	}
+	s, _ := effective(t, two)
+	if a, b := bindingsOf(s, "a", platform.BindScope), bindingsOf(s, "b", platform.BindScope); len(a) != 0 || len(b) != 0 {
+		t.Fatalf("claims after a's deprovision: a %v, b %v; want none", a, b)
+	}
+}

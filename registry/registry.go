@@ -625,7 +625,7 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 	// tenant made again under the id must not redeem them), and so do the
 	// reservations of its requests whose instance stopped (it must not
 	// count them).
-	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved}
+	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved, nsDropped}
 	listed := make([][]store.Entry, len(namespaces))
 	for i, ns := range namespaces {
 		var err error
@@ -1444,7 +1444,7 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 	r.bindMu.Unlock()
 	if next != nil && (wrote || errors.Is(err, errBindingStays)) {
 		if kerr := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
-			return r.giveBack(ctx, nsBindings, key, value, was, next.Tenant)
+			return r.giveBack(ctx, nsBindings, key, value, was)
 		}); kerr != nil {
 			return nil, nil, kerr
 		}
@@ -1476,16 +1476,16 @@ func stamped(v any) ([]byte, error) {
 // swapBindingLocked is swapBinding's rounds, under bindMu: the guard it
 // wrote, what it replaced (a refused write too, errBindingStays), and
 // whether it wrote (value under key; nil: removed it).
-func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Binding, value []byte, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, []byte, bool, error) {
+func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Binding, value []byte, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, replaced, bool, error) {
 	for round := range maxSwaps {
 		if err := backoff(ctx, round); err != nil {
-			return nil, nil, false, err
+			return nil, replaced{}, false, err
 		}
 		var guard []byte
 		if next != nil {
 			e, ok, err := r.kv.Get(ctx, nsOwnership, next.Platform)
 			if err != nil {
-				return nil, nil, false, err
+				return nil, replaced{}, false, err
 			}
 			if ok {
 				guard = e.Value
@@ -1494,26 +1494,32 @@ func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Bind
 		var cur *Binding
 		e, ok, err := r.kv.Get(ctx, nsBindings, key)
 		if err != nil {
-			return nil, nil, false, err
+			return nil, replaced{}, false, err
 		}
 		var old []byte
 		if ok {
 			old = e.Value
 			cur = new(Binding)
 			if err := json.Unmarshal(e.Value, cur); err != nil {
-				return nil, nil, false, fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
+				return nil, replaced{}, false, fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
 			}
 		}
 		write, err := decide(cur, guard)
 		if err != nil || !write {
-			return nil, nil, false, err
+			return nil, replaced{}, false, err
+		}
+		var was replaced
+		if next != nil {
+			if was, err = r.replacing(ctx, old, next.Tenant); err != nil {
+				return nil, replaced{}, false, err
+			}
 		}
 		swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, key, old, value)
 		// A swap the replicas did not acknowledge (store.ErrNotReplicated)
 		// applied on the primary: it is put back, as a refused write.
 		unreplicated := errors.Is(err, store.ErrNotReplicated)
 		if err != nil && !unreplicated {
-			return nil, nil, false, err
+			return nil, replaced{}, false, err
 		}
 		if !swapped && !unreplicated {
 			continue
@@ -1537,13 +1543,13 @@ func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Bind
 			r.notify(back) // a look caught between the two swaps is made up for
 			cancel()
 			if err != nil {
-				return nil, old, false, err
+				return nil, was, false, err
 			}
 			continue
 		}
-		return wrote, old, true, nil
+		return wrote, was, true, nil
 	}
-	return nil, nil, false, fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
+	return nil, replaced{}, false, fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
 }
 
 // SetPolicy stores p, replacing the tenant's earlier policy on the
@@ -1612,12 +1618,12 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 // the same entry another write made since (stamped), for a tenant made
 // again under the id either.
 func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any, fresh bool) error {
-	data, was, err := r.write(ctx, namespace, key, v, fresh)
+	data, was, err := r.write(ctx, tenant, namespace, key, v, fresh)
 	if err != nil {
 		return err
 	}
 	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
-		return r.giveBack(ctx, namespace, key, data, was, tenant)
+		return r.giveBack(ctx, namespace, key, data, was)
 	}); err != nil {
 		return err
 	}
@@ -1625,59 +1631,94 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 	return nil
 }
 
-// giveBack swaps data, written under key for tenant, back for was, what
-// it replaced, when was is another tenant's (a DM default, a claim set
-// aside) and that tenant is not gone; else it removes data. A deletion
-// of that tenant that began before the look after the swap (its sweep
-// may have passed the key while it held data) takes the swap back: was
-// neither outlives its tenant nor reaches one made again under the id.
-// Only a look that finds the tenant gone (ErrNotFound) or of another
-// generation drops was: one that fails otherwise (the store) keeps it
-// in place, as losing a live tenant's entry is the worse mistake.
-func (r *Registry) giveBack(ctx context.Context, namespace, key string, data, was []byte, tenant string) error {
-	var of struct{ Tenant string }
-	if json.Unmarshal(was, &of) != nil || of.Tenant == tenant {
+// giveBack swaps data, written under key, back for was, what it
+// replaced, when was is another tenant's (a DM default, a claim set
+// aside) and that tenant was not gone before the write; else it removes
+// data. A look at that tenant after the swap that finds it gone or of
+// another generation than before the write (a deletion whose sweep may
+// have passed the key while it held data, a tenant made again under the
+// id since), or its managed bindings dropped since (DropManaged, whose
+// drop may have passed the key too), takes the swap back: was neither
+// outlives its tenant or a deprovision nor reaches one made again under
+// the id. A look that fails otherwise (the store) keeps it in place, as
+// losing a live tenant's entry is the worse mistake.
+func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []byte, was replaced) error {
+	if was.tenant == "" || was.gen == tombstone {
 		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
 		return err
 	}
-	back := was
-	before, err := r.tenant(ctx, of.Tenant)
-	if errors.Is(err, ErrNotFound) {
-		back = nil
+	if swapped, err := r.kv.CompareAndSwap(ctx, namespace, key, data, was.value); err != nil || !swapped {
+		return err
 	}
-	if swapped, serr := r.kv.CompareAndSwap(ctx, namespace, key, data, back); serr != nil || !swapped || back == nil {
-		return cmp.Or(serr, err)
+	after, err := r.tenant(ctx, was.tenant)
+	var drop store.Entry
+	if err == nil {
+		drop, _, err = r.kv.Get(ctx, nsDropped, was.tenant)
 	}
-	after, aerr := r.tenant(ctx, of.Tenant)
-	if !errors.Is(aerr, ErrNotFound) && (aerr != nil || err != nil || after.Gen == before.Gen) {
+	if err == nil && after.Gen == was.gen && bytes.Equal(drop.Value, was.drop) || err != nil && !errors.Is(err, ErrNotFound) {
 		return nil
 	}
-	_, err = r.kv.CompareAndSwap(ctx, namespace, key, was, nil)
+	_, err = r.kv.CompareAndSwap(ctx, namespace, key, was.value, nil)
 	return err
 }
 
+// replaced is an entry a write for a tenant replaced (value; nil: none)
+// and, when it is another tenant's, that tenant, its generation
+// (tombstone: gone already) and its last DropManaged's mark, as read
+// before the write, which giveBack puts it back for only.
+type replaced struct {
+	value       []byte
+	tenant, gen string
+	drop        []byte
+}
+
+// replacing reads what replaced needs of old, the entry a write for
+// tenant is about to replace.
+func (r *Registry) replacing(ctx context.Context, old []byte, tenant string) (replaced, error) {
+	was := replaced{value: old}
+	var of struct{ Tenant string }
+	if json.Unmarshal(old, &of) != nil || of.Tenant == tenant {
+		return was, nil
+	}
+	was.tenant, was.gen = of.Tenant, tombstone
+	t, err := r.tenant(ctx, of.Tenant)
+	if err == nil {
+		was.gen = t.Gen
+		var drop store.Entry
+		drop, _, err = r.kv.Get(ctx, nsDropped, of.Tenant)
+		was.drop = drop.Value
+	}
+	if errors.Is(err, ErrNotFound) {
+		err = nil
+	}
+	return was, err
+}
+
 // write is put's write, without its look at the tenant nor its
-// notification: it stores v stamped, and returns it as stored, and what
-// it replaced (nil: none).
-func (r *Registry) write(ctx context.Context, namespace, key string, v any, fresh bool) (data, was []byte, err error) {
+// notification: it stores v, tenant's, stamped, and returns it as stored,
+// and what it replaced.
+func (r *Registry) write(ctx context.Context, tenant, namespace, key string, v any, fresh bool) (data []byte, was replaced, err error) {
 	if data, err = stamped(v); err != nil {
-		return nil, nil, err
+		return nil, replaced{}, err
 	}
 	for range maxSwaps {
 		var old store.Entry
 		if !fresh {
 			if old, _, err = r.kv.Get(ctx, namespace, key); err != nil {
-				return nil, nil, err
+				return nil, replaced{}, err
 			}
 		}
+		if was, err = r.replacing(ctx, old.Value, tenant); err != nil {
+			return nil, replaced{}, err
+		}
 		if swapped, err := r.swap(ctx, namespace, key, old.Value, data); err != nil || swapped {
-			return data, old.Value, err
+			return data, was, err
 		}
 		if fresh {
-			return nil, nil, fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
+			return nil, replaced{}, fmt.Errorf("registry: the key of a new %s entry is taken; try again", namespace)
 		}
 	}
-	return nil, nil, fmt.Errorf("%w: %s entry %q kept changing while being written; try again", ErrConflict, namespace, key)
+	return nil, replaced{}, fmt.Errorf("%w: %s entry %q kept changing while being written; try again", ErrConflict, namespace, key)
 }
 
 // notify tells every instance to look again. A lost notification is made

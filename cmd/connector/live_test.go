@@ -396,8 +396,9 @@ func TestSighupRefusedTableKeepsTheFile(t *testing.T) {
 
 // TestDeletedTenantsSeriesGo: an apply that finds a tenant deleted
 // deletes its metric series (inbound, buffered, ignored frames, delivery
-// statuses), its connection gauge at the first apply that reads it 0,
-// and the tenant made again under its id reports to new ones. Before, a
+// statuses), its connection gauge at the first apply that reads it 0 (or
+// at its last socket's close), and the tenant made again under its id
+// reports to new ones. Before, a
 // deleted tenant's series stayed for good (its connection gauge still
 // did): the metrics grew with every tenant made and deleted.
 func TestDeletedTenantsSeriesGo(t *testing.T) {
@@ -453,6 +454,14 @@ func TestDeletedTenantsSeriesGo(t *testing.T) {
 	}
 	if n := seriesOf("gone"); n != 0 {
 		t.Errorf("%d series of the deleted tenant, its last socket closed, after the next apply; want none", n)
+	}
+	// A socket authenticated just before the deletion, counted after its
+	// gauge went: its close deletes the gauge it made again, with no
+	// apply to come (nothing else changes). Before, it stayed for good.
+	c.metrics.ConnOpened("gone")
+	c.metrics.ConnClosed("gone")
+	if n := seriesOf("gone"); n != 0 {
+		t.Errorf("%d series of the deleted tenant after a late socket opened and closed, want none", n)
 	}
 	if n := seriesOf("t1"); n < 4 {
 		t.Errorf("%d series of t1, which stays, want its 4 at least", n)

@@ -52,6 +52,9 @@ type metrics struct {
 	outboundTimeOf children[[2]string, prometheus.Observer]
 	rateWaitOf     children[string, prometheus.Observer]
 
+	// servedMu guards served and closing: SetTenants runs on an apply,
+	// ConnClosed on a socket's goroutine.
+	servedMu sync.Mutex
 	// served are the tenants the last registry apply gave (SetTenants).
 	served map[string]time.Time
 	// closing are the tenants no longer served whose connection gauge
@@ -359,6 +362,8 @@ func (noIntake) IntakeStats() (int, uint64) { return 0, 0 }
 // connection gauge by the first apply that reads it 0 (its sockets may
 // still be closing, each lowering it).
 func (m *metrics) SetTenants(created map[string]time.Time) {
+	m.servedMu.Lock()
+	defer m.servedMu.Unlock()
 	for tenant := range m.served {
 		if _, ok := created[tenant]; ok {
 			continue
@@ -376,10 +381,9 @@ func (m *metrics) SetTenants(created map[string]time.Time) {
 		m.closing[tenant] = true
 	}
 	for tenant := range m.closing {
-		var d dto.Metric
 		if _, ok := created[tenant]; ok {
 			delete(m.closing, tenant)
-		} else if g, err := m.connections.GetMetricWithLabelValues(tenant); err == nil && g.Write(&d) == nil && d.GetGauge().GetValue() == 0 {
+		} else if idle(m.connections.WithLabelValues(tenant)) {
 			m.connections.DeleteLabelValues(tenant)
 			delete(m.closing, tenant)
 		}
@@ -387,11 +391,31 @@ func (m *metrics) SetTenants(created map[string]time.Time) {
 	m.served = created
 }
 
+// idle reports whether a connection gauge reads no socket: 0, or below
+// it when a socket opened between SetTenants' read of 0 and its deletion
+// of the series closed after it.
+func idle(g prometheus.Gauge) bool {
+	var d dto.Metric
+	return g.Write(&d) == nil && d.GetGauge().GetValue() <= 0
+}
+
 // ConnOpened implements relay.Metrics.
 func (m *metrics) ConnOpened(tenant string) { m.connections.WithLabelValues(tenant).Inc() }
 
-// ConnClosed implements relay.Metrics.
-func (m *metrics) ConnClosed(tenant string) { m.connections.WithLabelValues(tenant).Dec() }
+// ConnClosed implements relay.Metrics. The last socket of a tenant no
+// longer served deletes its connection gauge, as SetTenants does: one
+// opened after SetTenants deleted it (authenticated just before the
+// tenant's deletion) would else leave the series for good.
+func (m *metrics) ConnClosed(tenant string) {
+	g := m.connections.WithLabelValues(tenant)
+	g.Dec()
+	m.servedMu.Lock()
+	defer m.servedMu.Unlock()
+	if _, ok := m.served[tenant]; !ok && idle(g) {
+		m.connections.DeleteLabelValues(tenant)
+		delete(m.closing, tenant)
+	}
+}
 
 // Refused implements relay.Metrics.
 func (m *metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }

@@ -66,11 +66,11 @@ func TooFast(who string, burst int, every, retry time.Duration) *Refusal {
 // Spend spends one change of gateway of tenant's allowance.
 func (l *Limiter) Spend(tenant, gateway string) { l.keys.Spend(key(tenant, gateway)) }
 
-// SetRetryAfter sets h's Retry-After, in whole seconds, when err is a
-// Refusal with a RetryAfter.
+// SetRetryAfter sets h's Retry-After when err is a Refusal with a
+// RetryAfter (TooFast's: whole seconds, at least one).
 func SetRetryAfter(h http.Header, err error) {
 	var r *Refusal
 	if errors.As(err, &r) && r.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int(max(time.Second, r.RetryAfter.Round(time.Second))/time.Second)))
+		h.Set("Retry-After", strconv.Itoa(int(r.RetryAfter/time.Second)))
 	}
 }
