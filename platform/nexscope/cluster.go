@@ -138,8 +138,9 @@ type fleet struct {
 	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool    // remote joins being decided, by edge/conn
 	// claims are the forwarded actions taken, the store's claims
-	// (platform.ClaimsFor); execs those this instance claimed or found
-	// claimed, and running those it executes, to their forwarders.
+	// (platform.ClaimsFor); execs those this instance claimed (nil while
+	// it runs one, then its result) or found claimed (claim), and running
+	// those it executes, to their forwarders.
 	claims  store.Claims
 	execs   platform.LocalState
 	running map[string]string
@@ -225,8 +226,12 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	node.Handle(msgHomeBeat, 1, func(m cluster.Msg) { cl.homeBeat(m.From, m.Fields[0]) })
 	node.Handle(msgTaken, 1, func(m cluster.Msg) {
 		cl.mu.Lock()
-		if f := cl.forwards[string(m.Fields[0])]; f != nil && f.home == "" {
-			f.home, f.since = m.From, cl.p.deps.Clock.Now()
+		if f := cl.forwards[string(m.Fields[0])]; f != nil && (f.home == "" || f.home == m.From) {
+			now := cl.p.deps.Clock.Now()
+			if f.home == "" {
+				f.home, f.since = m.From, now
+			}
+			f.heard = now
 		}
 		cl.mu.Unlock()
 	})
@@ -820,15 +825,22 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	lost := false
 	raw, ok := cl.node.CallAgain(ctx, cl.node.Beat(), roomPrefix+r.name, msgExec, func() [][]byte {
 		cl.mu.Lock()
-		home, since := f.home, f.since
+		home, since, heard := f.home, f.since, f.heard
 		cl.mu.Unlock()
 		if !since.IsZero() {
 			// A home not named ("": msgClaimed) is never heard from:
 			// gone unless its msgTaken names it within LostBeats beats.
 			if lost = cl.node.Gone(home, since); lost {
 				cancel()
+				return nil
 			}
-			return nil // taken: no copy
+			if home == "" || cl.p.deps.Clock.Now().Sub(heard) <= 2*cl.node.Beat() {
+				return nil // taken: no copy
+			}
+			// Its home stopped telling msgTaken and no answer came: it
+			// answered and the answer was lost, or it is gone. A copy, a
+			// beat before it would count gone, has it answer again
+			// (execHere).
 		}
 		dl, _ := ctx.Deadline()
 		budget := time.Until(dl)
@@ -852,12 +864,12 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	return res
 }
 
-// taker is the home that took a forwarded action (msgTaken) and when it
-// first told so, or ("" home) when a home found it taken by another
-// (msgClaimed); under fleet.mu.
+// taker is the home that took a forwarded action (msgTaken), when it
+// first told so and when last, or ("" home) when a home found it taken by
+// another (msgClaimed); under fleet.mu.
 type taker struct {
-	home  string
-	since time.Time
+	home         string
+	since, heard time.Time
 }
 
 // execHere executes an action another instance forwarded to a room homed
@@ -871,7 +883,8 @@ type taker struct {
 // not answered either, since that instance may be running it: the
 // forwarder is told (msgClaimed, at each copy) and waits for the word of
 // the one that took it, which it counts gone after LostBeats beats
-// without it.
+// without it. A copy of one answered here is answered again: the
+// forwarder sends one when msgTaken stopped and no answer came (lost).
 func (cl *fleet) execHere(req cluster.Msg) {
 	p := cl.p
 	exec := string(req.Fields[1])
@@ -879,8 +892,11 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		return // its own forward, a copy read once it became the home: its forwardExec gives up (away)
 	}
 	if v, seen, _ := cl.execs.Get(cl.ctx, exec); seen || !p.track() {
-		if len(v) > 0 {
+		switch {
+		case len(v) == 1: // claimed elsewhere (claim)
 			cl.sendNow(req.From, msgClaimed, req.Fields[1]) // its first word was lost
+		case len(v) > 1: // answered here, and the answer lost: the forwarder asks again
+			cl.node.Reply(req, v)
 		}
 		return // a copy: the first is answered
 	}
@@ -893,11 +909,13 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
 		}
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
+		took := false
 		if cl.decode(req.Fields[2], &a) == nil {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
 			}
-			took, elsewhere := cl.claim(exec)
+			var elsewhere bool
+			took, elsewhere = cl.claim(exec)
 			if elsewhere {
 				cl.sendNow(req.From, msgClaimed, req.Fields[1])
 			}
@@ -935,6 +953,9 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			}
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
+		if took {
+			_ = cl.execs.Put(cl.ctx, exec, raw, received.Add(forwardedExecTimeout+cl.node.ResendWindow()))
+		}
 		// Waiting for room: msgTaken stops once this returns, so the
 		// forwarder would wait its whole deadline for a result lost; until
 		// budget (its deadline, counted from the receipt) at most, by which
@@ -953,7 +974,7 @@ func (cl *fleet) execHere(req cluster.Msg) {
 // claim takes the forwarded action exec for this instance to execute, and
 // reports whether it did (took), or whether another instance took it
 // before (elsewhere: a former home of the room, whose msgTaken the
-// forwarder, still asking, never got; remembered as a non-empty value).
+// forwarder, still asking, never got; remembered as a one-byte value).
 // Neither when a copy here claims it first, or the claim failed (a copy
 // may take it then). A copy here is remembered from its claim on
 // (fleet.execs).

@@ -836,3 +836,44 @@ func TestClusterForwardAnswerWaitsNoLongerThanTheForwarder(t *testing.T) {
 	cancel()
 	<-results
 }
+
+// TestClusterForwardAnswerLostIsAnsweredAgain: a forwarded send whose
+// answer pub/sub lost, while its home stays alive, is answered within a
+// few beats (the forwarder asks again once the home's msgTaken stopped,
+// and the home answers the copy with the result it kept), not left
+// waiting until the forwarder's deadline.
+func TestClusterForwardAnswerLostIsAnsweredAgain(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstance(t, srv, cfg, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	var once sync.Once
+	loseFirst := func(_ string, msg []byte) bool {
+		lost := false
+		if cluster.Type(msg) == 0 { // a Call's result
+			once.Do(func() { lost = true })
+		}
+		return lost
+	}
+	home.lose.Store(&loseFirst)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	start := time.Now()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	if !res.Success {
+		t.Fatalf("send = %+v, want its success: the home executed it", res)
+	}
+	if took, bound := time.Since(start), (cluster.LostBeats+3)*home.p.cluster.node.Beat(); took > bound {
+		t.Fatalf("send answered after %v, want within %v: its home lives and kept the answer", took, bound)
+	}
+	if m := alice.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("alice got %v, want the forwarded send", m)
+	}
+}
