@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/internal/wsconn"
 	"connector/platform"
@@ -123,10 +124,9 @@ type fleet struct {
 	node    *cluster.Node
 	streams *streams // direct streams to and from the other instances (stream.go)
 
-	ctx       context.Context // ends when Run ends
-	stop      context.CancelFunc
-	stopBeats func()
-	wg        sync.WaitGroup
+	ctx  context.Context // ends when Run ends
+	stop context.CancelFunc
+	wg   sync.WaitGroup
 
 	// bid starts a room's bid for its lease once start ran (nil before,
 	// and again from shutdown on); under Platform.roomsMu. Rooms Bind
@@ -256,7 +256,12 @@ func (cl *fleet) start(ctx context.Context) {
 			cl.p.deps.Log.Error("nexscope cluster_addr not listened on; member frames cross Redis pub/sub", "cluster_addr", addr, "err", err)
 		}
 	}
-	cl.stopBeats = cl.node.OnBeat(cl.sendBeats)
+	// Beats on a timer of their own, not the node's (OnBeat): the relay's
+	// part of that waits on the store (a slow Redis), and nexscope's beats
+	// waiting with it would have its peers count this instance gone.
+	cl.wg.Go(func() {
+		clock.Every(cl.ctx, cl.node.Clock(), cl.node.Beat(), func(context.Context) { cl.sendBeats() })
+	})
 	// Bind holds roomsMu while it adds a room and calls cl.bid if set, so
 	// every room bids once: those here now, and later ones through cl.bid.
 	cl.p.roomsMu.Lock()
@@ -302,14 +307,11 @@ func afterBid(ctx context.Context, prev <-chan struct{}) bool {
 	return ctx.Err() == nil
 }
 
-// shutdown stops the beat and waits for the bids, which end with Run's
+// shutdown ends the beat and the bids, which end with Run's
 // context (releasing the room leases). A room Bind creates from then on
 // bids no more: its bid would add to the wait group while it is waited
 // for, which a WaitGroup forbids once its count reached zero.
 func (cl *fleet) shutdown() {
-	if cl.stopBeats != nil {
-		cl.stopBeats()
-	}
 	cl.p.roomsMu.Lock()
 	cl.bid = nil
 	cl.p.roomsMu.Unlock()

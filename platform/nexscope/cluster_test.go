@@ -1048,3 +1048,56 @@ func TestClusterEdgeRestartedWithItsClockSetBackIsHeard(t *testing.T) {
 	_ = bob.WS.Close(websocket.StatusNormalClosure, "")
 	alice.ExpectPresence("alice", "carol") // bob's leave lost: the edge's next beats remove him
 }
+
+// TestClusterBeatsDoNotWaitForTheRelays: the node's beat, whose relay part
+// waits on the store (a slow Redis), held up does not hold up nexscope's
+// beats: its members' edges keep hearing from the home, which they would
+// otherwise count gone after three beats (closing the members with 1012).
+func TestClusterBeatsDoNotWaitForTheRelays(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom}}}
+	home := startInstance(t, srv, cfg, "i0", takeoverTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	edge := startInstanceWith(t, srv, cfg, "i1", takeoverTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	release, held := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stop := home.p.cluster.node.OnBeat(func() { // the relay's part, waiting on a slow store
+		once.Do(func() { close(held) })
+		<-release
+	})
+	t.Cleanup(func() { close(release); stop() })
+	waitFor(t, "the home's node beat to be held", func() bool {
+		select {
+		case <-held:
+			return true
+		default:
+			return false
+		}
+	})
+	var beats atomic.Int32
+	count := func(_ string, msg []byte) bool {
+		if cluster.Type(msg) == msgHomeBeat {
+			beats.Add(1)
+		}
+		return false
+	}
+	home.lose.Store(&count)
+	waitFor(t, "the home to beat to alice's edge while its node's beat is held", func() bool {
+		return beats.Load() > cluster.LostBeats+1
+	})
+	alice.SendJSON(msg("m1", "alice", []string{"bob"}, "hi"))
+	if m := bob.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("bob got %v, want alice's msg", m)
+	}
+	if a := alice.Expect("ack"); a["msgId"] != "m1" {
+		t.Fatalf("alice got %v, want the ack of m1", a)
+	}
+}
