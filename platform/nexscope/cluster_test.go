@@ -1101,3 +1101,49 @@ func TestClusterBeatsDoNotWaitForTheRelays(t *testing.T) {
 		t.Fatalf("alice got %v, want the ack of m1", a)
 	}
 }
+
+// TestClusterHomeAgainForgetsItsEarlierTenure: what the bridge remembered
+// goes with the home's tenure (docs/nexscope.md, "When the home dies"): an
+// instance that is the room's home again addresses a gateway's send by
+// nothing its earlier tenure saw (alice's message there made her the
+// room's last inbound; the send would go to her alone, not carol).
+func TestClusterHomeAgainForgetsItsEarlierTenure(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	tenures := make(chan context.CancelFunc, 4)
+	in := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, run func(context.Context) error) error {
+			for ctx.Err() == nil { // a tenure the test ends, then the next
+				hctx, cancel := context.WithCancel(ctx)
+				tenures <- cancel
+				_ = run(hctx)
+				cancel()
+			}
+			return nil
+		}
+	})
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	alice.SendJSON(msg("a1", "alice", []string{"hermes"}, "hi bot"))
+	if a := alice.Expect("ack"); a["msgId"] != "a1" {
+		t.Fatalf("alice got %v, want the ack of a1", a)
+	}
+	if d := in.sink.Next(t); d.Event == nil || d.Event.MessageID != "a1" {
+		t.Fatalf("delivery %+v, want alice's a1", d)
+	}
+	(<-tenures)() // the lease lost: the room resigns, and the next tenure begins
+	expectClose(alice, CloseRoomMoved)
+	<-tenures
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice = in.joinWith(t, "alice", "alice", "hermes")
+	carol := in.joinWith(t, "carol", "alice", "carol", "hermes")
+	alice.ExpectPresence("alice", "carol", "hermes")
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if res := in.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hello"}); !res.Success {
+		t.Fatalf("send = %+v", res)
+	}
+	if m := carol.Expect("msg"); m["text"] != "hello" {
+		t.Fatalf("carol got %v, want the send to everyone online", m)
+	}
+}
