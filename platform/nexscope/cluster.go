@@ -913,7 +913,9 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
 		took := false
 		if cl.decode(req.Fields[2], &a) == nil {
-			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
+			r, _ := roomOf(p, string(a.ChatID))
+			tenure := r.heldTenure()
+			if tenure == nil {
 				return // not (any more) the room's home: the home answers
 			}
 			var elsewhere bool
@@ -949,7 +951,10 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			if budget <= 0 {
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
 			} else {
-				ctx, cancel := context.WithTimeout(cl.ctx, budget)
+				// Within the room's tenure here: a shutdown (whose wait for
+				// this goroutine comes before cl.ctx ends) or a lease lost
+				// ends it, as it ends the room's transfers.
+				ctx, cancel := context.WithTimeout(tenure, budget)
 				res = platform.Execute(ctx, &p.here, p, string(req.Fields[0]), &a.Action)
 				cancel()
 			}
@@ -1022,15 +1027,24 @@ type homeLink struct {
 	reported int64        // remoteReader: consumed as last reported
 }
 
-// received queues a frame the member sent; a gap closes the member, a
-// frame taken before is dropped (go-redis sent its PUBLISH again).
-func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
-	if seq <= l.in.Received() {
-		return
+// takeFrame reports whether seq is the next frame of m's link in: a frame
+// taken before is dropped (go-redis sent its PUBLISH again), and a gap
+// closes m with 1011.
+func takeFrame(m *member, in *cluster.Link, seq uint64) bool {
+	if seq <= in.Received() {
+		return false
 	}
-	if !l.in.Take(seq) {
-		m.log.Warn("nexscope frames from the member's instance lost; closing it", "want_seq", l.in.Received()+1, "seq", seq)
+	if !in.Take(seq) {
+		m.log.Warn("nexscope frames between instances lost; closing the member", "want_seq", in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)
+		return false
+	}
+	return true
+}
+
+// received queues a frame the member sent (takeFrame).
+func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
+	if !takeFrame(m, &l.in.Link, seq) {
 		return
 	}
 	_ = l.in.q.Push(wsconn.Frame{Type: messageType(binary), Data: data, Owner: retained(held)}) // dropped once the member left
@@ -1223,15 +1237,9 @@ func (l *edgeLink) consumedUpTo(total int64) {
 	wsconn.Signal(l.credit)
 }
 
-// received queues a frame the home sent for the member; a gap closes it,
-// a frame taken before is dropped (go-redis sent its PUBLISH again).
+// received queues a frame the home sent for the member (takeFrame).
 func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
-	if seq <= l.in.Received() {
-		return
-	}
-	if !l.in.Take(seq) {
-		m.log.Warn("nexscope frames from the room's home lost; closing the member", "want_seq", l.in.Received()+1, "seq", seq)
-		m.kick(CloseFramesLost)
+	if !takeFrame(m, &l.in, seq) {
 		return
 	}
 	if !binary {

@@ -877,3 +877,52 @@ func TestClusterForwardAnswerLostIsAnsweredAgain(t *testing.T) {
 		t.Fatalf("alice got %v, want the forwarded send", m)
 	}
 }
+
+// TestClusterForwardedActionEndsWithTheHomesShutdown: a forwarded
+// send_media the home runs (its source still downloading) ends when the
+// home shuts down, not at the forwarder's deadline: Run waits for it.
+func TestClusterForwardedActionEndsWithTheHomesShutdown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	asked := make(chan struct{}, 1)
+	source := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		<-req.Context().Done() // a source that never answers
+	}))
+	t.Cleanup(source.Close)
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		s, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test", AllowPrivateURLs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Media = s
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	alice.DiscardInBackground()
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+			MediaKind: "document", SourceURL: source.URL + "/spec.pdf"})
+	}()
+	select {
+	case <-asked:
+	case <-time.After(testTimeout):
+		t.Fatal("the home never asked the source for the forwarded send_media")
+	}
+	start := time.Now()
+	home.stop()
+	if took := time.Since(start); took > 3*home.p.cluster.node.Beat() {
+		t.Fatalf("the home's Run returned %v after its shutdown began, want within 3 beats: the forwarded send_media it ran held it", took)
+	}
+}

@@ -271,6 +271,21 @@ func (r *room) homeHeld() bool {
 	return tenure == nil || store.Held(tenure)
 }
 
+// heldTenure is, while r (nil: none) is homed here among several
+// instances and its lease held, the lease's context; nil otherwise.
+func (r *room) heldTenure() context.Context {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	tenure := r.tenure
+	r.mu.Unlock()
+	if tenure == nil || !store.Held(tenure) {
+		return nil
+	}
+	return tenure
+}
+
 // resign ends the room's tenure here (its lease lost, or the connector
 // shutting down: Platform.Run): no one joins any more and every member
 // is closed with c after the frames queued for it (as an edge closes its
