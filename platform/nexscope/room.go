@@ -262,13 +262,7 @@ func (r *room) becomeHome(tenure context.Context) {
 // (store.Held). An instance that woke from a pause past its lease knows it
 // here at once, before its tenure's timer resigns the room.
 func (r *room) homeHeld() bool {
-	if !r.home.Load() {
-		return false
-	}
-	r.mu.Lock()
-	tenure := r.tenure
-	r.mu.Unlock()
-	return tenure == nil || store.Held(tenure)
+	return r.home.Load() && (r.p.cluster == nil || r.heldTenure() != nil)
 }
 
 // heldTenure is, while r (nil: none) is homed here among several
