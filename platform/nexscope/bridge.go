@@ -138,7 +138,7 @@ func (r *room) bridge(f *clientFrame, tenant string, created time.Time, note str
 		return true
 	}
 	r.mu.Lock()
-	if r.bound.Load() == bound { // else the memory is another tenant's (or creation's) by now
+	if r.bound.Load() == bound { // else the memory is another tenant's (or creation's, or tenure's) by now
 		undo(answer)
 	}
 	r.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/internal/wsconn"
 	"connector/platform"
@@ -123,10 +124,9 @@ type fleet struct {
 	node    *cluster.Node
 	streams *streams // direct streams to and from the other instances (stream.go)
 
-	ctx       context.Context // ends when Run ends
-	stop      context.CancelFunc
-	stopBeats func()
-	wg        sync.WaitGroup
+	ctx  context.Context // ends when Run ends
+	stop context.CancelFunc
+	wg   sync.WaitGroup
 
 	// bid starts a room's bid for its lease once start ran (nil before,
 	// and again from shutdown on); under Platform.roomsMu. Rooms Bind
@@ -138,8 +138,9 @@ type fleet struct {
 	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool    // remote joins being decided, by edge/conn
 	// claims are the forwarded actions taken, the store's claims
-	// (platform.ClaimsFor); execs those this instance claimed or found
-	// claimed, and running those it executes, to their forwarders.
+	// (platform.ClaimsFor); execs those this instance claimed (nil while
+	// it runs one, then its result) or found claimed (claim), and running
+	// those it executes, to their forwarders.
 	claims  store.Claims
 	execs   platform.LocalState
 	running map[string]string
@@ -225,8 +226,12 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	node.Handle(msgHomeBeat, 1, func(m cluster.Msg) { cl.homeBeat(m.From, m.Fields[0]) })
 	node.Handle(msgTaken, 1, func(m cluster.Msg) {
 		cl.mu.Lock()
-		if f := cl.forwards[string(m.Fields[0])]; f != nil && f.home == "" {
-			f.home, f.since = m.From, cl.p.deps.Clock.Now()
+		if f := cl.forwards[string(m.Fields[0])]; f != nil && (f.home == "" || f.home == m.From) {
+			now := cl.p.deps.Clock.Now()
+			if f.home == "" {
+				f.home, f.since = m.From, now
+			}
+			f.heard = now
 		}
 		cl.mu.Unlock()
 	})
@@ -251,7 +256,12 @@ func (cl *fleet) start(ctx context.Context) {
 			cl.p.deps.Log.Error("nexscope cluster_addr not listened on; member frames cross Redis pub/sub", "cluster_addr", addr, "err", err)
 		}
 	}
-	cl.stopBeats = cl.node.OnBeat(cl.sendBeats)
+	// Beats on a timer of their own, not the node's (OnBeat): the relay's
+	// part of that waits on the store (a slow Redis), and nexscope's beats
+	// waiting with it would have its peers count this instance gone.
+	cl.wg.Go(func() {
+		clock.Every(cl.ctx, cl.node.Clock(), cl.node.Beat(), func(context.Context) { cl.sendBeats() })
+	})
 	// Bind holds roomsMu while it adds a room and calls cl.bid if set, so
 	// every room bids once: those here now, and later ones through cl.bid.
 	cl.p.roomsMu.Lock()
@@ -297,14 +307,11 @@ func afterBid(ctx context.Context, prev <-chan struct{}) bool {
 	return ctx.Err() == nil
 }
 
-// shutdown stops the beat and waits for the bids, which end with Run's
+// shutdown ends the beat and the bids, which end with Run's
 // context (releasing the room leases). A room Bind creates from then on
 // bids no more: its bid would add to the wait group while it is waited
 // for, which a WaitGroup forbids once its count reached zero.
 func (cl *fleet) shutdown() {
-	if cl.stopBeats != nil {
-		cl.stopBeats()
-	}
 	cl.p.roomsMu.Lock()
 	cl.bid = nil
 	cl.p.roomsMu.Unlock()
@@ -820,15 +827,22 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	lost := false
 	raw, ok := cl.node.CallAgain(ctx, cl.node.Beat(), roomPrefix+r.name, msgExec, func() [][]byte {
 		cl.mu.Lock()
-		home, since := f.home, f.since
+		home, since, heard := f.home, f.since, f.heard
 		cl.mu.Unlock()
 		if !since.IsZero() {
 			// A home not named ("": msgClaimed) is never heard from:
 			// gone unless its msgTaken names it within LostBeats beats.
 			if lost = cl.node.Gone(home, since); lost {
 				cancel()
+				return nil
 			}
-			return nil // taken: no copy
+			if home == "" || cl.p.deps.Clock.Now().Sub(heard) <= 2*cl.node.Beat() {
+				return nil // taken: no copy
+			}
+			// Its home stopped telling msgTaken and no answer came: it
+			// answered and the answer was lost, or it is gone. A copy, a
+			// beat before it would count gone, has it answer again
+			// (execHere).
 		}
 		dl, _ := ctx.Deadline()
 		budget := time.Until(dl)
@@ -852,12 +866,12 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	return res
 }
 
-// taker is the home that took a forwarded action (msgTaken) and when it
-// first told so, or ("" home) when a home found it taken by another
-// (msgClaimed); under fleet.mu.
+// taker is the home that took a forwarded action (msgTaken), when it
+// first told so and when last, or ("" home) when a home found it taken by
+// another (msgClaimed); under fleet.mu.
 type taker struct {
-	home  string
-	since time.Time
+	home         string
+	since, heard time.Time
 }
 
 // execHere executes an action another instance forwarded to a room homed
@@ -871,7 +885,8 @@ type taker struct {
 // not answered either, since that instance may be running it: the
 // forwarder is told (msgClaimed, at each copy) and waits for the word of
 // the one that took it, which it counts gone after LostBeats beats
-// without it.
+// without it. A copy of one answered here is answered again: the
+// forwarder sends one when msgTaken stopped and no answer came (lost).
 func (cl *fleet) execHere(req cluster.Msg) {
 	p := cl.p
 	exec := string(req.Fields[1])
@@ -879,8 +894,11 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		return // its own forward, a copy read once it became the home: its forwardExec gives up (away)
 	}
 	if v, seen, _ := cl.execs.Get(cl.ctx, exec); seen || !p.track() {
-		if len(v) > 0 {
+		switch {
+		case len(v) == 1: // claimed elsewhere (claim)
 			cl.sendNow(req.From, msgClaimed, req.Fields[1]) // its first word was lost
+		case len(v) > 1: // answered here, and the answer lost: the forwarder asks again
+			cl.node.Reply(req, v)
 		}
 		return // a copy: the first is answered
 	}
@@ -893,11 +911,15 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
 		}
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
+		took := false
 		if cl.decode(req.Fields[2], &a) == nil {
-			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
+			r, _ := roomOf(p, string(a.ChatID))
+			tenure := r.heldTenure()
+			if tenure == nil {
 				return // not (any more) the room's home: the home answers
 			}
-			took, elsewhere := cl.claim(exec)
+			var elsewhere bool
+			took, elsewhere = cl.claim(exec)
 			if elsewhere {
 				cl.sendNow(req.From, msgClaimed, req.Fields[1])
 			}
@@ -929,12 +951,18 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			if budget <= 0 {
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
 			} else {
-				ctx, cancel := context.WithTimeout(cl.ctx, budget)
+				// Within the room's tenure here: a shutdown (whose wait for
+				// this goroutine comes before cl.ctx ends) or a lease lost
+				// ends it, as it ends the room's transfers.
+				ctx, cancel := context.WithTimeout(tenure, budget)
 				res = platform.Execute(ctx, &p.here, p, string(req.Fields[0]), &a.Action)
 				cancel()
 			}
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
+		if took {
+			_ = cl.execs.Put(cl.ctx, exec, raw, received.Add(forwardedExecTimeout+cl.node.ResendWindow()))
+		}
 		// Waiting for room: msgTaken stops once this returns, so the
 		// forwarder would wait its whole deadline for a result lost; until
 		// budget (its deadline, counted from the receipt) at most, by which
@@ -953,7 +981,7 @@ func (cl *fleet) execHere(req cluster.Msg) {
 // claim takes the forwarded action exec for this instance to execute, and
 // reports whether it did (took), or whether another instance took it
 // before (elsewhere: a former home of the room, whose msgTaken the
-// forwarder, still asking, never got; remembered as a non-empty value).
+// forwarder, still asking, never got; remembered as a one-byte value).
 // Neither when a copy here claims it first, or the claim failed (a copy
 // may take it then). A copy here is remembered from its claim on
 // (fleet.execs).
@@ -999,15 +1027,24 @@ type homeLink struct {
 	reported int64        // remoteReader: consumed as last reported
 }
 
-// received queues a frame the member sent; a gap closes the member, a
-// frame taken before is dropped (go-redis sent its PUBLISH again).
-func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
-	if seq <= l.in.Received() {
-		return
+// takeFrame reports whether seq is the next frame of m's link in: a frame
+// taken before is dropped (go-redis sent its PUBLISH again), and a gap
+// closes m with 1011.
+func takeFrame(m *member, in *cluster.Link, seq uint64) bool {
+	if seq <= in.Received() {
+		return false
 	}
-	if !l.in.Take(seq) {
-		m.log.Warn("nexscope frames from the member's instance lost; closing it", "want_seq", l.in.Received()+1, "seq", seq)
+	if !in.Take(seq) {
+		m.log.Warn("nexscope frames between instances lost; closing the member", "want_seq", in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)
+		return false
+	}
+	return true
+}
+
+// received queues a frame the member sent (takeFrame).
+func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
+	if !takeFrame(m, &l.in.Link, seq) {
 		return
 	}
 	_ = l.in.q.Push(wsconn.Frame{Type: messageType(binary), Data: data, Owner: retained(held)}) // dropped once the member left
@@ -1200,15 +1237,9 @@ func (l *edgeLink) consumedUpTo(total int64) {
 	wsconn.Signal(l.credit)
 }
 
-// received queues a frame the home sent for the member; a gap closes it,
-// a frame taken before is dropped (go-redis sent its PUBLISH again).
+// received queues a frame the home sent for the member (takeFrame).
 func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
-	if seq <= l.in.Received() {
-		return
-	}
-	if !l.in.Take(seq) {
-		m.log.Warn("nexscope frames from the room's home lost; closing the member", "want_seq", l.in.Received()+1, "seq", seq)
-		m.kick(CloseFramesLost)
+	if !takeFrame(m, &l.in, seq) {
 		return
 	}
 	if !binary {

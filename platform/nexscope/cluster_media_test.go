@@ -836,3 +836,93 @@ func TestClusterForwardAnswerWaitsNoLongerThanTheForwarder(t *testing.T) {
 	cancel()
 	<-results
 }
+
+// TestClusterForwardAnswerLostIsAnsweredAgain: a forwarded send whose
+// answer pub/sub lost, while its home stays alive, is answered within a
+// few beats (the forwarder asks again once the home's msgTaken stopped,
+// and the home answers the copy with the result it kept), not left
+// waiting until the forwarder's deadline.
+func TestClusterForwardAnswerLostIsAnsweredAgain(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstance(t, srv, cfg, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	var once sync.Once
+	loseFirst := func(_ string, msg []byte) bool {
+		lost := false
+		if cluster.Type(msg) == 0 { // a Call's result
+			once.Do(func() { lost = true })
+		}
+		return lost
+	}
+	home.lose.Store(&loseFirst)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	start := time.Now()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	if !res.Success {
+		t.Fatalf("send = %+v, want its success: the home executed it", res)
+	}
+	if took, bound := time.Since(start), (cluster.LostBeats+3)*home.p.cluster.node.Beat(); took > bound {
+		t.Fatalf("send answered after %v, want within %v: its home lives and kept the answer", took, bound)
+	}
+	if m := alice.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("alice got %v, want the forwarded send", m)
+	}
+}
+
+// TestClusterForwardedActionEndsWithTheHomesShutdown: a forwarded
+// send_media the home runs (its source still downloading) ends when the
+// home shuts down, not at the forwarder's deadline: Run waits for it.
+func TestClusterForwardedActionEndsWithTheHomesShutdown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	asked := make(chan struct{}, 1)
+	source := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		<-req.Context().Done() // a source that never answers
+	}))
+	t.Cleanup(source.Close)
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		s, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test", AllowPrivateURLs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Media = s
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	alice.DiscardInBackground()
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+			MediaKind: "document", SourceURL: source.URL + "/spec.pdf"})
+	}()
+	select {
+	case <-asked:
+	case <-time.After(testTimeout):
+		t.Fatal("the home never asked the source for the forwarded send_media")
+	}
+	start := time.Now()
+	home.stop()
+	if took := time.Since(start); took > 3*home.p.cluster.node.Beat() {
+		t.Fatalf("the home's Run returned %v after its shutdown began, want within 3 beats: the forwarded send_media it ran held it", took)
+	}
+}

@@ -1048,3 +1048,102 @@ func TestClusterEdgeRestartedWithItsClockSetBackIsHeard(t *testing.T) {
 	_ = bob.WS.Close(websocket.StatusNormalClosure, "")
 	alice.ExpectPresence("alice", "carol") // bob's leave lost: the edge's next beats remove him
 }
+
+// TestClusterBeatsDoNotWaitForTheRelays: the node's beat, whose relay part
+// waits on the store (a slow Redis), held up does not hold up nexscope's
+// beats: its members' edges keep hearing from the home, which they would
+// otherwise count gone after three beats (closing the members with 1012).
+func TestClusterBeatsDoNotWaitForTheRelays(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom}}}
+	home := startInstance(t, srv, cfg, "i0", takeoverTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	edge := startInstanceWith(t, srv, cfg, "i1", takeoverTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	release, held := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stop := home.p.cluster.node.OnBeat(func() { // the relay's part, waiting on a slow store
+		once.Do(func() { close(held) })
+		<-release
+	})
+	t.Cleanup(func() { close(release); stop() })
+	waitFor(t, "the home's node beat to be held", func() bool {
+		select {
+		case <-held:
+			return true
+		default:
+			return false
+		}
+	})
+	var beats atomic.Int32
+	count := func(_ string, msg []byte) bool {
+		if cluster.Type(msg) == msgHomeBeat {
+			beats.Add(1)
+		}
+		return false
+	}
+	home.lose.Store(&count)
+	waitFor(t, "the home to beat to alice's edge while its node's beat is held", func() bool {
+		return beats.Load() > cluster.LostBeats+1
+	})
+	alice.SendJSON(msg("m1", "alice", []string{"bob"}, "hi"))
+	if m := bob.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("bob got %v, want alice's msg", m)
+	}
+	if a := alice.Expect("ack"); a["msgId"] != "m1" {
+		t.Fatalf("alice got %v, want the ack of m1", a)
+	}
+}
+
+// TestClusterHomeAgainForgetsItsEarlierTenure: what the bridge remembered
+// goes with the home's tenure (docs/nexscope.md, "When the home dies"): an
+// instance that is the room's home again addresses a gateway's send by
+// nothing its earlier tenure saw (alice's message there made her the
+// room's last inbound; the send would go to her alone, not carol).
+func TestClusterHomeAgainForgetsItsEarlierTenure(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	tenures := make(chan context.CancelFunc, 4)
+	in := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, run func(context.Context) error) error {
+			for ctx.Err() == nil { // a tenure the test ends, then the next
+				hctx, cancel := context.WithCancel(ctx)
+				tenures <- cancel
+				_ = run(hctx)
+				cancel()
+			}
+			return nil
+		}
+	})
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	alice.SendJSON(msg("a1", "alice", []string{"hermes"}, "hi bot"))
+	if a := alice.Expect("ack"); a["msgId"] != "a1" {
+		t.Fatalf("alice got %v, want the ack of a1", a)
+	}
+	if d := in.sink.Next(t); d.Event == nil || d.Event.MessageID != "a1" {
+		t.Fatalf("delivery %+v, want alice's a1", d)
+	}
+	(<-tenures)() // the lease lost: the room resigns, and the next tenure begins
+	expectClose(alice, CloseRoomMoved)
+	<-tenures
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice = in.joinWith(t, "alice", "alice", "hermes")
+	carol := in.joinWith(t, "carol", "alice", "carol", "hermes")
+	alice.ExpectPresence("alice", "carol", "hermes")
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if res := in.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hello"}); !res.Success {
+		t.Fatalf("send = %+v", res)
+	}
+	if m := carol.Expect("msg"); m["text"] != "hello" {
+		t.Fatalf("carol got %v, want the send to everyone online", m)
+	}
+}

@@ -147,20 +147,29 @@ func (r *room) bindLocked(tenant string, created time.Time) {
 			r.users = slices.Delete(r.users, i, i+1)
 		}
 	}
-	r.msgs, r.threads, r.last, r.prompt = nil, nil, msgRef{}, nil
 	if tenant == "" {
-		r.bound.Store(&roomBinding{})
+		r.forgetLocked(&roomBinding{})
 	} else {
-		r.bound.Store(&roomBinding{tenant: tenant, bot: r.botName, created: created})
+		r.forgetLocked(&roomBinding{tenant: tenant, bot: r.botName, created: created})
 		if i, ok := slices.BinarySearch(r.users, r.botName); !ok {
 			r.users = slices.Insert(r.users, i, r.botName)
 		}
-		// Sizes are positive (defaults applied), so NewLRU cannot fail.
-		r.msgs, _ = simplelru.NewLRU[string, msgRef](r.p.cfg.RememberMessages, nil)
-		r.threads, _ = simplelru.NewLRU[string, msgRef](r.p.cfg.RememberMessages, nil)
 	}
 	if tenant != prev.tenant { // else created again: the same bot stays listed
 		r.broadcastPresenceLocked()
+	}
+}
+
+// forgetLocked makes b the room's binding with a fresh bridge memory (none
+// for an unbound room): a new pointer, so that a bridge's undo under way
+// leaves the new memory alone. Under mu.
+func (r *room) forgetLocked(b *roomBinding) {
+	r.bound.Store(b)
+	r.msgs, r.threads, r.last, r.prompt = nil, nil, msgRef{}, nil
+	if b.tenant != "" {
+		// Sizes are positive (defaults applied), so NewLRU cannot fail.
+		r.msgs, _ = simplelru.NewLRU[string, msgRef](r.p.cfg.RememberMessages, nil)
+		r.threads, _ = simplelru.NewLRU[string, msgRef](r.p.cfg.RememberMessages, nil)
 	}
 }
 
@@ -253,20 +262,32 @@ func (r *room) becomeHome(tenure context.Context) {
 // (store.Held). An instance that woke from a pause past its lease knows it
 // here at once, before its tenure's timer resigns the room.
 func (r *room) homeHeld() bool {
-	if !r.home.Load() {
-		return false
+	return r.home.Load() && (r.p.cluster == nil || r.heldTenure() != nil)
+}
+
+// heldTenure is, while r (nil: none) is homed here among several
+// instances and its lease held, the lease's context; nil otherwise.
+func (r *room) heldTenure() context.Context {
+	if r == nil {
+		return nil
 	}
 	r.mu.Lock()
 	tenure := r.tenure
 	r.mu.Unlock()
-	return tenure == nil || store.Held(tenure)
+	if tenure == nil || !store.Held(tenure) {
+		return nil
+	}
+	return tenure
 }
 
 // resign ends the room's tenure here (its lease lost, or the connector
 // shutting down: Platform.Run): no one joins any more and every member
 // is closed with c after the frames queued for it (as an edge closes its
 // members when their home goes), once all have left: their leaves abandon
-// a transfer and free the lock, its recipients told first. A member on
+// a transfer and free the lock, its recipients told first. What the
+// bridge remembered goes with the tenure: a later one here must not
+// address a reply, or answer a prompt, by what an earlier one saw (the
+// room's messages meanwhile went through another home). A member on
 // this instance sending a file gets undelivered for it (one on another
 // instance gets it from its edge: unanswered.go); the bot's file
 // (send_media) is aborted too, and its op fails.
@@ -275,6 +296,8 @@ func (r *room) resign(c Close) {
 	r.home.Store(false)
 	r.tenure = nil
 	r.away, r.arrive = context.WithCancel(context.Background())
+	b := *r.bound.Load()
+	r.forgetLocked(&b)
 	members := slices.Collect(maps.Values(r.members))
 	t := r.transfer
 	if t != nil {
