@@ -158,11 +158,15 @@ func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
 // so that a thread of a channel the tenant claimed is placed by its parent.
 // A grant the store could not look up (platform.Grants.Granted) answers
 // unavailable, unless the tenant claimed the chat or it is dm_tenant's DM.
+// A cached chat bound to the tenant is its own without a grant lookup.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	own := p.owners.Load()
+	ci, cached := p.cache.cachedChannel(chatID)
+	if owner, bound := own.Owner(chatOfInfo(ci)); cached && bound && owner == tenant {
+		return platform.HoldOwn, nil // rule 1 settles it: no store read
+	}
 	_, spoke, grantErr := p.spoke.Granted(ctx, chatID, tenant)
 	claimed := own.Claimed(chatID, tenant)
-	ci, cached := p.cache.cachedChannel(chatID)
 	if parent := ci.threadParent(); cached && parent != "" {
 		claimed = claimed || own.Claimed(parent, tenant)
 	}

@@ -428,3 +428,25 @@ func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
 		t.Errorf("t3's send into t1's guild with the store down = %+v, want t2's answer: it tells nothing of whose the chat is", r)
 	}
 }
+
+// TestBoundChatActedInWithoutAGrantLookup: t1 acts in a channel of its
+// own bound guild without a lookup of the vault (on Redis, a store round
+// trip per action): the binding settles that the chat is t1's, and no
+// grant counts there. A tenant acting where the binding is another's is
+// still looked up (TestGrantUnknownWhileTheStoreIsDown).
+func TestBoundChatActedInWithoutAGrantLookup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	lookups := func() uint64 { s := e.vault.Stats(); return s.Hits + s.Misses + s.Expiries }
+	before := lookups()
+	if r := execute(t, e, "t1", `{"op":"send","chat_id":"`+chanOther+`","content":"hi","reply_to":null,"metadata":{}}`); !r.Success {
+		t.Fatalf("t1's send into its bound guild = %+v", r)
+	}
+	if n := lookups() - before; n != 0 {
+		t.Errorf("t1's send into its bound guild looked the vault up %d times, want none", n)
+	}
+}
