@@ -158,12 +158,17 @@ func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
 // so that a thread of a channel the tenant claimed is placed by its parent.
 // A grant the store could not look up (platform.Grants.Granted) answers
 // unavailable, unless the tenant claimed the chat or it is dm_tenant's DM.
-// A cached chat bound to the tenant is its own without a grant lookup.
+// A cached chat bound to the tenant (not on a standby, whose cache
+// standbyTenant trusts for a while only), or dm_tenant's DM, is placed
+// without a grant lookup.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	own := p.owners.Load()
 	ci, cached := p.cache.cachedChannel(chatID)
-	if owner, bound := own.Owner(chatOfInfo(ci)); cached && bound && owner == tenant {
-		return platform.HoldOwn, nil // rule 1 settles it: no store read
+	if owner, bound := own.Owner(chatOfInfo(ci)); cached && bound && owner == tenant && !p.standby() {
+		return platform.HoldOwn, nil // rule 1 settles it, as ChatTenant would: no store read
+	}
+	if cached && p.dmFallback(ci, tenant) {
+		return platform.HoldGrant, nil
 	}
 	_, spoke, grantErr := p.spoke.Granted(ctx, chatID, tenant)
 	claimed := own.Claimed(chatID, tenant)
@@ -171,9 +176,6 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 		claimed = claimed || own.Claimed(parent, tenant)
 	}
 	if grantErr != nil && !claimed {
-		if cached && p.dmFallback(ci, tenant) {
-			return platform.HoldGrant, nil
-		}
 		return platform.HoldNone, grantErr
 	}
 	if !spoke && !claimed && !cached && p.standby() {
@@ -202,9 +204,6 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 		return platform.HoldNone, nil
 	}
 	if !spoke && !claimed {
-		if cached && p.dmFallback(ci, tenant) {
-			return platform.HoldGrant, nil
-		}
 		return platform.HoldNone, nil
 	}
 	ci, err := p.cache.channel(ctx, chatID)
