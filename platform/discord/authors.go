@@ -159,8 +159,8 @@ func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
 // A grant the store could not look up (platform.Grants.Granted) answers
 // unavailable, unless the tenant claimed the chat or it is dm_tenant's DM.
 // A cached chat bound to the tenant (not on a standby, whose cache
-// standbyTenant trusts for a while only), or dm_tenant's DM, is placed
-// without a grant lookup.
+// standbyTenant trusts for a while only), dm_tenant's DM, or a chat the
+// tenant claimed, is placed without a grant lookup.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	own := p.owners.Load()
 	ci, cached := p.cache.cachedChannel(chatID)
@@ -170,13 +170,16 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 	if cached && p.dmFallback(ci, tenant) {
 		return platform.HoldGrant, nil
 	}
-	_, spoke, grantErr := p.spoke.Granted(ctx, chatID, tenant)
 	claimed := own.Claimed(chatID, tenant)
 	if parent := ci.threadParent(); cached && parent != "" {
 		claimed = claimed || own.Claimed(parent, tenant)
 	}
-	if grantErr != nil && !claimed {
-		return platform.HoldNone, grantErr
+	spoke := false
+	if !claimed { // a claim is held (or set aside) whatever the grants say
+		var err error
+		if _, spoke, err = p.spoke.Granted(ctx, chatID, tenant); err != nil {
+			return platform.HoldNone, err
+		}
 	}
 	if !spoke && !claimed && !cached && p.standby() {
 		// A standby's cache lacks the threads the Gateway tells of: the
@@ -213,5 +216,5 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 	case err != nil:
 		return platform.HoldNone, fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).Error, platform.ErrUnavailable)
 	}
-	return own.Hold(tenant, chatOfInfo(ci), func() bool { return spoke }), nil
+	return own.Hold(tenant, chatOfInfo(ci), func() bool { return spoke || claimed && p.spoke.Has(ctx, chatID, tenant) }), nil
 }

@@ -429,24 +429,30 @@ func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
 	}
 }
 
-// TestBoundChatActedInWithoutAGrantLookup: t1 acts in a channel of its
-// own bound guild without a lookup of the vault (on Redis, a store round
-// trip per action): the binding settles that the chat is t1's, and no
+// TestOwnChatActedInWithoutAGrantLookup: t1 acts in a channel of its
+// own bound guild, and t3 in the channel it claimed and in a thread of
+// it, without a lookup of the vault (on Redis, a store round trip per
+// action): the binding or the claim settles the chat's holder, and no
 // grant counts there. A tenant acting where the binding is another's is
 // still looked up (TestGrantUnknownWhileTheStoreIsDown).
-func TestBoundChatActedInWithoutAGrantLookup(t *testing.T) {
+func TestOwnChatActedInWithoutAGrantLookup(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
-	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"}}); err != nil {
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"},
+		{Kind: platform.BindScope, ID: chanGeneral, Tenant: "t3", Space: guildLab},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	lookups := func() uint64 { s := e.vault.Stats(); return s.Hits + s.Misses + s.Expiries }
-	before := lookups()
-	if r := execute(t, e, "t1", `{"op":"send","chat_id":"`+chanOther+`","content":"hi","reply_to":null,"metadata":{}}`); !r.Success {
-		t.Fatalf("t1's send into its bound guild = %+v", r)
-	}
-	if n := lookups() - before; n != 0 {
-		t.Errorf("t1's send into its bound guild looked the vault up %d times, want none", n)
+	for _, c := range []struct{ tenant, chat string }{{"t1", chanOther}, {"t3", chanGeneral}, {"t3", threadPlan}} {
+		before := lookups()
+		if r := execute(t, e, c.tenant, `{"op":"send","chat_id":"`+c.chat+`","content":"hi","reply_to":null,"metadata":{}}`); !r.Success {
+			t.Fatalf("%s's send into %s = %+v", c.tenant, c.chat, r)
+		}
+		if n := lookups() - before; n != 0 {
+			t.Errorf("%s's send into %s looked the vault up %d times, want none", c.tenant, c.chat, n)
+		}
 	}
 }
