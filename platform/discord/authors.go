@@ -144,23 +144,20 @@ func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
 	return ok && owner == tenant && ci.Type == discordgo.ChannelTypeDM
 }
 
-// ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// (alone, platform.HoldOwn, or on a grant, platform.HoldGrant) when it claimed the channel (or, as the cache knows it, the thread's
-// channel), or a message routed to it by claim or author link was posted
-// there (and it is still remembered), and the ownership order lets that
-// stand where the channel is (platform.Ownership.MayAct: no binding or
-// claim of another tenant), or holds it as a grant does when it is a
-// cached DM channel of dm_tenant's (dmFallback). Only then is the channel placed: from the
-// cache, else looked up for the tenant; a chat the tenant has neither
-// claim nor grant of costs no lookup, except on a standby (standby.go),
-// whose cache lacks the threads the Gateway tells of: there a chat it has
-// not cached is looked up (standbyLookup, the call ChatTenant would make)
+// ChatGranted implements platform.ChatGranter: tenant holds chatID when
+// it claimed the channel (or, as the cache knows it, the thread's channel)
+// or holds a grant of it (a message routed to it by claim or author link
+// was posted there), as far as the ownership order lets that stand where
+// the channel is (platform.Ownership.Hold: no binding or claim of another
+// tenant), or as a grant when it is a cached DM channel of dm_tenant's
+// (dmFallback). The grant is looked up only when no binding of a cached
+// chat to tenant (not on a standby, whose cache standbyTenant trusts for a
+// while only), no dm_tenant DM and no claim settles it; a grant the store
+// could not look up answers unavailable. The channel is placed (from the
+// cache, else looked up for the tenant) only for a claim or a grant, or on
+// a standby, whose cache lacks the threads the Gateway tells of, for a
+// chat it has not cached (standbyLookup, the call ChatTenant would make),
 // so that a thread of a channel the tenant claimed is placed by its parent.
-// A grant the store could not look up (platform.Grants.Granted) answers
-// unavailable, unless the tenant claimed the chat or it is dm_tenant's DM.
-// A cached chat bound to the tenant (not on a standby, whose cache
-// standbyTenant trusts for a while only), dm_tenant's DM, or a chat the
-// tenant claimed, is placed without a grant lookup.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	own := p.owners.Load()
 	ci, cached := p.cache.cachedChannel(chatID)
@@ -181,32 +178,27 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 			return platform.HoldNone, err
 		}
 	}
-	if !spoke && !claimed && !cached && p.standby() {
-		// A standby's cache lacks the threads the Gateway tells of: the
-		// chat is looked up as standbyTenant would (one call on a first
+	if !spoke && !claimed {
+		if cached || !p.standby() {
+			return platform.HoldNone, nil
+		}
+		// The chat is looked up as standbyTenant would (one call on a first
 		// ask whatever the chat is, decline memory), so a thread is placed
 		// by its parent (rule 2). A chat found that is neither granted here
 		// nor the tenant's own is remembered declined, so ChatTenant asks
 		// no second time.
 		ci, found, err := p.standbyLookup(ctx, chatID, tenant)
 		switch {
-		case err != nil:
+		case err != nil || !found:
 			return platform.HoldNone, err
-		case !found:
-			return platform.HoldNone, nil
-		}
-		if parent := ci.threadParent(); parent != "" && own.Claimed(parent, tenant) && own.MayAct(tenant, chatOfInfo(ci), func() bool { return false }) {
+		case ci.threadParent() != "" && own.Claimed(ci.threadParent(), tenant) && own.Hold(tenant, chatOfInfo(ci), func() bool { return false }) == platform.HoldOwn:
 			return platform.HoldOwn, nil
-		}
-		if p.dmFallback(ci, tenant) {
+		case p.dmFallback(ci, tenant):
 			return platform.HoldGrant, nil
 		}
 		if owner, ok := p.channelTenant(ci); !ok || owner != tenant {
 			p.declined.Add([2]string{tenant, chatID}, struct{}{})
 		}
-		return platform.HoldNone, nil
-	}
-	if !spoke && !claimed {
 		return platform.HoldNone, nil
 	}
 	ci, err := p.cache.channel(ctx, chatID)
