@@ -151,8 +151,8 @@ func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
 // the channel is (platform.Ownership.Hold: no binding or claim of another
 // tenant), or as a grant when it is a cached DM channel of dm_tenant's
 // (dmFallback). The grant is looked up only when no binding of a cached
-// chat to tenant (not on a standby, whose cache standbyTenant trusts for a
-// while only), no dm_tenant DM and no claim settles it; a grant the store
+// chat to tenant (as ChatTenant answers it: once the guilds have loaded,
+// not on a standby), no dm_tenant DM and no claim settles it; a grant the store
 // could not look up answers unavailable. The channel is placed (from the
 // cache, else looked up for the tenant) only for a claim or a grant, or on
 // a standby, whose cache lacks the threads the Gateway tells of, for a
@@ -161,7 +161,7 @@ func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	own := p.owners.Load()
 	ci, cached := p.cache.cachedChannel(chatID)
-	if owner, bound := own.Owner(chatOfInfo(ci)); cached && bound && owner == tenant && !p.standby() {
+	if owner, bound := own.Owner(chatOfInfo(ci)); cached && bound && owner == tenant && !p.standby() && p.ownersKnown() {
 		return platform.HoldOwn, nil // rule 1 settles it, as ChatTenant would: no store read
 	}
 	if cached && p.dmFallback(ci, tenant) {
