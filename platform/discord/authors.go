@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/bwmarrin/discordgo"
 
 	"connector/platform"
+	"connector/vault"
 )
 
 // This file places Discord events and actions in the ownership order
@@ -46,28 +48,31 @@ func chatOfInfo(ci chanInfo) platform.Chat {
 // while it may act there (platform.Grants.PromptPoster), which it renews
 // the grant of only while the author is linked to it: a user whose link
 // moved does not keep the earlier tenant in the chat by pressing its
-// prompts.
-func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pressed string) (tenant string, owner bool, drop string) {
+// prompts. created is the tenant's creation (vault.Creation) as the
+// ownership was read, before any store call: a tenant deleted and made
+// again under its id while one waits does not take the event.
+func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pressed string) (tenant string, created time.Time, owner bool, drop string) {
 	own := p.owners.Load()
 	r, ok := own.Route(author, c)
 	switch {
 	case ok && r.Drop != "":
-		return "", false, r.Drop
+		return "", time.Time{}, false, r.Drop
 	case ok:
 		routed := r.Tenant
+		created = vault.Creation(p.vault, routed)
 		if r.Grant && pressed != "" {
-			if t, ok := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); ok {
-				r.Tenant = t
+			if t, ok := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); ok && t != routed {
+				r.Tenant, created = t, vault.Creation(p.vault, t) // as PromptPoster judged its record
 			}
 		}
 		if r.Grant && (r.Tenant == routed || own.Linked(author, r.Tenant)) {
 			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant)
 		}
-		return r.Tenant, r.Owner, ""
+		return r.Tenant, created, r.Owner, ""
 	case c.Space == "" && p.cfg.DMTenant != "":
-		return p.cfg.DMTenant, false, ""
+		return p.cfg.DMTenant, vault.Creation(p.vault, p.cfg.DMTenant), false, ""
 	}
-	return "", false, dropUnclaimed
+	return "", time.Time{}, false, dropUnclaimed
 }
 
 // dropUnclaimed is route's drop for an event no tenant claims.
@@ -77,7 +82,7 @@ const dropUnclaimed = "unclaimed"
 // to read it with: under the owner floor, without the tenant's mention
 // gates. A guild channel the cache lacks is looked up first, as
 // normalization would, so a thread is placed by its parent.
-func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *normalizer, tenant, drop string) {
+func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *normalizer, tenant string, created time.Time, drop string) {
 	author := ""
 	if m.Author != nil {
 		author = m.Author.ID
@@ -89,9 +94,9 @@ func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *no
 			chat.Parent = ci.threadParent()
 		}
 	}
-	tenant, owner, drop := p.route(ctx, author, chat, "")
+	tenant, created, owner, drop := p.route(ctx, author, chat, "")
 	if drop != "" {
-		return nil, "", drop
+		return nil, "", created, drop
 	}
 	n = p.normalizer(tenant)
 	if owner {
@@ -99,7 +104,7 @@ func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *no
 		floor.requireMention, floor.threadRequireMention, floor.ignoreNoMention = false, false, false
 		n.pol = &floor
 	}
-	return n, tenant, ""
+	return n, tenant, created, ""
 }
 
 // consumeLink handles m when it is a "/link <code>" DM: it hands the DM

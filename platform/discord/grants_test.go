@@ -456,3 +456,53 @@ func TestOwnChatActedInWithoutAGrantLookup(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutedUnderTheCreationItsOwnershipWasReadFor: Ada, linked to t2,
+// speaks in a channel no binding covers; the route reads the ownership,
+// then grants t2 the channel, a store write that waits (a Redis failing
+// over). Meanwhile t2 is deleted and made again under its id. The message
+// is delivered as routed for the earlier t2 (the relay then drops it), not
+// for the new one, which Ada never linked to (before, the creation was
+// read after the grant's store write).
+func TestRoutedUnderTheCreationItsOwnershipWasReadFor(t *testing.T) {
+	t.Parallel()
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var created sync.Map
+	created.Store("t2", first)
+	since := func(tenant string) time.Time { c, _ := created.Load(tenant); at, _ := c.(time.Time); return at }
+	v := &heldGrantVault{Memory: vault.NewMemory(vault.Config{Since: since}), held: make(chan struct{}), release: make(chan struct{})}
+	e := newEnvDeps(t, platform.Deps{Vault: v}, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("7001", chanGeneral, guildLab, "ada to her agent", false))
+	select {
+	case <-v.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the grant of Ada's channel was never stored")
+	}
+	created.Store("t2", again) // t2 deleted and made again, as the registry's apply does it: the creation first
+	if err := e.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	close(v.release)
+	if d := e.sink.Next(t); d.Tenant != "t2" || !d.Created.Equal(first) {
+		t.Fatalf("Ada's message delivered to %q as created %v, want the earlier t2's (%v)", d.Tenant, d.Created, first)
+	}
+}
+
+// heldGrantVault is a vault.Memory whose first store of a chat grant waits
+// until release, telling held once it does.
+type heldGrantVault struct {
+	*vault.Memory
+	once          sync.Once
+	held, release chan struct{}
+}
+
+func (v *heldGrantVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindChatGrant {
+		v.once.Do(func() { close(v.held); <-v.release })
+	}
+	return v.Memory.Put(ctx, k, e)
+}
