@@ -77,17 +77,19 @@ func (g *Grants) grantKey(chat, tenant string) vault.Key {
 // Add grants tenant the chat, in space ("" for none or unknown), or renews
 // the grant, under ctx. A grant of the same space renewed less than half
 // its TTL ago is left as it is, so a busy chat costs the store one write
-// per half TTL, not one per message.
+// per half TTL, not one per message. The grant is the tenant's as created
+// when Add is called (vault.Creation), not when its store calls end: one
+// made again under its id meanwhile is not granted the chat.
 func (g *Grants) Add(ctx context.Context, chat, space, tenant string) {
 	if chat == "" || tenant == "" {
 		return
 	}
 	k := g.grantKey(chat, tenant)
-	now := g.clock.Now()
-	if e, ok := g.vault.Get(ctx, k); ok && e.Ref == space && now.Sub(e.Stored) < vault.ChatGrantTTL/2 {
+	e := vault.Entry{Ref: space, Stored: g.clock.Now(), Created: vault.Creation(g.vault, tenant)}
+	if have, ok := g.vault.Get(ctx, k); ok && have.Ref == space && e.Stored.Sub(have.Stored) < vault.ChatGrantTTL/2 {
 		return
 	}
-	if err := g.vault.Put(ctx, k, vault.Entry{Ref: space, Stored: now}); err != nil {
+	if err := g.vault.Put(ctx, k, e); err != nil {
 		g.log.Warn("chat grant not stored", "platform", g.platform, "chat_id", chat, "tenant", tenant, "err", err)
 	}
 }

@@ -462,8 +462,9 @@ func TestOwnChatActedInWithoutAGrantLookup(t *testing.T) {
 // then grants t2 the channel, a store write that waits (a Redis failing
 // over). Meanwhile t2 is deleted and made again under its id. The message
 // is delivered as routed for the earlier t2 (the relay then drops it), not
-// for the new one, which Ada never linked to (before, the creation was
-// read after the grant's store write).
+// for the new one, which Ada never linked to, and the grant stored is the
+// earlier t2's (before, both took the creation read after the grant's
+// store calls).
 func TestRoutedUnderTheCreationItsOwnershipWasReadFor(t *testing.T) {
 	t.Parallel()
 	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
@@ -489,6 +490,9 @@ func TestRoutedUnderTheCreationItsOwnershipWasReadFor(t *testing.T) {
 	close(v.release)
 	if d := e.sink.Next(t); d.Tenant != "t2" || !d.Created.Equal(first) {
 		t.Fatalf("Ada's message delivered to %q as created %v, want the earlier t2's (%v)", d.Tenant, d.Created, first)
+	}
+	if e.p.spoke.Has(t.Context(), chanGeneral, "t2") {
+		t.Fatal("the new t2 holds a grant of the channel where the earlier t2's author spoke")
 	}
 }
 
