@@ -97,8 +97,9 @@ func (g *Grants) Add(ctx context.Context, chat, space, tenant string) {
 // AddThread grants tenant the thread it created in chat, which it holds
 // by grant, for as long as that grant lasts (the thread's grant is
 // stored with the chat's space and renewal time, so it ends with it
-// unless a message routed to tenant in the thread renews it). Only
-// tenant is granted the thread: another tenant holding the chat is not.
+// unless a message routed to tenant in the thread renews it), and its
+// creation. Only tenant is granted the thread: another tenant holding the
+// chat is not.
 // It is stored even when ctx ended (thread_create returned as its
 // deadline came): the thread exists, and without the grant its creator
 // could not post in it. Nothing is stored when tenant's grant of chat is
@@ -112,7 +113,7 @@ func (g *Grants) AddThread(ctx context.Context, chat, thread, tenant string) {
 	if !ok {
 		return
 	}
-	if err := g.vault.Put(ctx, g.grantKey(thread, tenant), vault.Entry{Ref: e.Ref, Stored: e.Stored}); err != nil {
+	if err := g.vault.Put(ctx, g.grantKey(thread, tenant), vault.Entry{Ref: e.Ref, Stored: e.Stored, Created: e.Created}); err != nil {
 		g.log.Warn("thread grant not stored", "platform", g.platform, "chat_id", chat, "thread_id", thread, "tenant", tenant, "err", err)
 	}
 }

@@ -471,7 +471,7 @@ func TestRoutedUnderTheCreationItsOwnershipWasReadFor(t *testing.T) {
 	var created sync.Map
 	created.Store("t2", first)
 	since := func(tenant string) time.Time { c, _ := created.Load(tenant); at, _ := c.(time.Time); return at }
-	v := &heldGrantVault{Memory: vault.NewMemory(vault.Config{Since: since}), held: make(chan struct{}), release: make(chan struct{})}
+	v := newHeldGrantVault(since, chanGeneral)
 	e := newEnvDeps(t, platform.Deps{Vault: v}, discordtest.Options{}, nil)
 	e.startReady(t)
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
@@ -496,17 +496,55 @@ func TestRoutedUnderTheCreationItsOwnershipWasReadFor(t *testing.T) {
 	}
 }
 
-// heldGrantVault is a vault.Memory whose first store of a chat grant waits
-// until release, telling held once it does.
+// heldGrantVault is a vault.Memory whose first store of a grant of chat
+// waits until release, telling held once it does.
 type heldGrantVault struct {
 	*vault.Memory
+	chat          string
 	once          sync.Once
 	held, release chan struct{}
 }
 
+func newHeldGrantVault(since func(string) time.Time, chat string) *heldGrantVault {
+	return &heldGrantVault{Memory: vault.NewMemory(vault.Config{Since: since}), chat: chat, held: make(chan struct{}), release: make(chan struct{})}
+}
+
 func (v *heldGrantVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
-	if k.Kind == vault.KindChatGrant {
+	if k.Kind == vault.KindChatGrant && strings.HasSuffix(k.SessionKey, "/"+v.chat) {
 		v.once.Do(func() { close(v.held); <-v.release })
 	}
 	return v.Memory.Put(ctx, k, e)
+}
+
+// TestThreadGrantOfTheCreationItWasMadeUnder: TestAutoThreadOnAGrant
+// while the store write of the auto-thread's grant waits and t2 is deleted
+// and made again meanwhile: the grant stored is the earlier t2's, which
+// the new t2 does not hold (it took the creation read as the write ended).
+func TestThreadGrantOfTheCreationItWasMadeUnder(t *testing.T) {
+	t.Parallel()
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var created sync.Map
+	created.Store("t2", first)
+	since := func(tenant string) time.Time { c, _ := created.Load(tenant); at, _ := c.(time.Time); return at }
+	const thread = "7112" // auto-threading names the thread after the message
+	v := newHeldGrantVault(since, thread)
+	e := newEnvDeps(t, platform.Deps{Vault: v}, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg(thread, chanGeneral, guildLab, "ada to her agent", true))
+	select {
+	case <-v.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the grant of the auto-thread was never stored")
+	}
+	created.Store("t2", again)
+	close(v.release)
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Source.ChatID != thread {
+		t.Fatalf("Ada's message delivered to %q in %+v, want t2 in its auto-thread", d.Tenant, d.Event.Source)
+	}
+	if e.p.spoke.Has(t.Context(), thread, "t2") {
+		t.Fatal("the new t2 holds a grant of the earlier t2's auto-thread")
+	}
 }
