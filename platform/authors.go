@@ -77,17 +77,19 @@ func (g *Grants) grantKey(chat, tenant string) vault.Key {
 // Add grants tenant the chat, in space ("" for none or unknown), or renews
 // the grant, under ctx. A grant of the same space renewed less than half
 // its TTL ago is left as it is, so a busy chat costs the store one write
-// per half TTL, not one per message.
+// per half TTL, not one per message. The grant is the tenant's as created
+// when Add is called (vault.Creation), not when its store calls end: one
+// made again under its id meanwhile is not granted the chat.
 func (g *Grants) Add(ctx context.Context, chat, space, tenant string) {
 	if chat == "" || tenant == "" {
 		return
 	}
 	k := g.grantKey(chat, tenant)
-	now := g.clock.Now()
-	if e, ok := g.vault.Get(ctx, k); ok && e.Ref == space && now.Sub(e.Stored) < vault.ChatGrantTTL/2 {
+	e := vault.Entry{Ref: space, Stored: g.clock.Now(), Created: vault.Creation(g.vault, tenant)}
+	if have, ok := g.vault.Get(ctx, k); ok && have.Ref == space && e.Stored.Sub(have.Stored) < vault.ChatGrantTTL/2 {
 		return
 	}
-	if err := g.vault.Put(ctx, k, vault.Entry{Ref: space, Stored: now}); err != nil {
+	if err := g.vault.Put(ctx, k, e); err != nil {
 		g.log.Warn("chat grant not stored", "platform", g.platform, "chat_id", chat, "tenant", tenant, "err", err)
 	}
 }
@@ -95,8 +97,9 @@ func (g *Grants) Add(ctx context.Context, chat, space, tenant string) {
 // AddThread grants tenant the thread it created in chat, which it holds
 // by grant, for as long as that grant lasts (the thread's grant is
 // stored with the chat's space and renewal time, so it ends with it
-// unless a message routed to tenant in the thread renews it). Only
-// tenant is granted the thread: another tenant holding the chat is not.
+// unless a message routed to tenant in the thread renews it), and its
+// creation. Only tenant is granted the thread: another tenant holding the
+// chat is not.
 // It is stored even when ctx ended (thread_create returned as its
 // deadline came): the thread exists, and without the grant its creator
 // could not post in it. Nothing is stored when tenant's grant of chat is
@@ -110,7 +113,7 @@ func (g *Grants) AddThread(ctx context.Context, chat, thread, tenant string) {
 	if !ok {
 		return
 	}
-	if err := g.vault.Put(ctx, g.grantKey(thread, tenant), vault.Entry{Ref: e.Ref, Stored: e.Stored}); err != nil {
+	if err := g.vault.Put(ctx, g.grantKey(thread, tenant), vault.Entry{Ref: e.Ref, Stored: e.Stored, Created: e.Created}); err != nil {
 		g.log.Warn("thread grant not stored", "platform", g.platform, "chat_id", chat, "thread_id", thread, "tenant", tenant, "err", err)
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/bwmarrin/discordgo"
 
 	"connector/platform"
+	"connector/vault"
 )
 
 // This file places Discord events and actions in the ownership order
@@ -46,28 +48,31 @@ func chatOfInfo(ci chanInfo) platform.Chat {
 // while it may act there (platform.Grants.PromptPoster), which it renews
 // the grant of only while the author is linked to it: a user whose link
 // moved does not keep the earlier tenant in the chat by pressing its
-// prompts.
-func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pressed string) (tenant string, owner bool, drop string) {
+// prompts. created is the tenant's creation (vault.Creation) as the
+// ownership was read, before any store call: a tenant deleted and made
+// again under its id while one waits does not take the event.
+func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pressed string) (tenant string, created time.Time, owner bool, drop string) {
 	own := p.owners.Load()
 	r, ok := own.Route(author, c)
 	switch {
 	case ok && r.Drop != "":
-		return "", false, r.Drop
+		return "", time.Time{}, false, r.Drop
 	case ok:
 		routed := r.Tenant
+		created = vault.Creation(p.vault, routed)
 		if r.Grant && pressed != "" {
-			if t, ok := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); ok {
-				r.Tenant = t
+			if t, ok := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); ok && t != routed {
+				r.Tenant, created = t, vault.Creation(p.vault, t) // as PromptPoster judged its record
 			}
 		}
 		if r.Grant && (r.Tenant == routed || own.Linked(author, r.Tenant)) {
 			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant)
 		}
-		return r.Tenant, r.Owner, ""
+		return r.Tenant, created, r.Owner, ""
 	case c.Space == "" && p.cfg.DMTenant != "":
-		return p.cfg.DMTenant, false, ""
+		return p.cfg.DMTenant, vault.Creation(p.vault, p.cfg.DMTenant), false, ""
 	}
-	return "", false, dropUnclaimed
+	return "", time.Time{}, false, dropUnclaimed
 }
 
 // dropUnclaimed is route's drop for an event no tenant claims.
@@ -77,7 +82,7 @@ const dropUnclaimed = "unclaimed"
 // to read it with: under the owner floor, without the tenant's mention
 // gates. A guild channel the cache lacks is looked up first, as
 // normalization would, so a thread is placed by its parent.
-func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *normalizer, tenant, drop string) {
+func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *normalizer, tenant string, created time.Time, drop string) {
 	author := ""
 	if m.Author != nil {
 		author = m.Author.ID
@@ -89,9 +94,9 @@ func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *no
 			chat.Parent = ci.threadParent()
 		}
 	}
-	tenant, owner, drop := p.route(ctx, author, chat, "")
+	tenant, created, owner, drop := p.route(ctx, author, chat, "")
 	if drop != "" {
-		return nil, "", drop
+		return nil, "", created, drop
 	}
 	n = p.normalizer(tenant)
 	if owner {
@@ -99,7 +104,7 @@ func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *no
 		floor.requireMention, floor.threadRequireMention, floor.ignoreNoMention = false, false, false
 		n.pol = &floor
 	}
-	return n, tenant, ""
+	return n, tenant, created, ""
 }
 
 // consumeLink handles m when it is a "/link <code>" DM: it hands the DM
@@ -144,62 +149,60 @@ func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
 	return ok && owner == tenant && ci.Type == discordgo.ChannelTypeDM
 }
 
-// ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// (alone, platform.HoldOwn, or on a grant, platform.HoldGrant) when it claimed the channel (or, as the cache knows it, the thread's
-// channel), or a message routed to it by claim or author link was posted
-// there (and it is still remembered), and the ownership order lets that
-// stand where the channel is (platform.Ownership.MayAct: no binding or
-// claim of another tenant), or holds it as a grant does when it is a
-// cached DM channel of dm_tenant's (dmFallback). Only then is the channel placed: from the
-// cache, else looked up for the tenant; a chat the tenant has neither
-// claim nor grant of costs no lookup, except on a standby (standby.go),
-// whose cache lacks the threads the Gateway tells of: there a chat it has
-// not cached is looked up (standbyLookup, the call ChatTenant would make)
+// ChatGranted implements platform.ChatGranter: tenant holds chatID when
+// it claimed the channel (or, as the cache knows it, the thread's channel)
+// or holds a grant of it (a message routed to it by claim or author link
+// was posted there), as far as the ownership order lets that stand where
+// the channel is (platform.Ownership.Hold: no binding or claim of another
+// tenant), or as a grant when it is a cached DM channel of dm_tenant's
+// (dmFallback). The grant is looked up only when no binding of a cached
+// chat to tenant (as ChatTenant answers it: once the guilds have loaded,
+// not on a standby), no dm_tenant DM and no claim settles it; a grant the store
+// could not look up answers unavailable. The channel is placed (from the
+// cache, else looked up for the tenant) only for a claim or a grant, or on
+// a standby, whose cache lacks the threads the Gateway tells of, for a
+// chat it has not cached (standbyLookup, the call ChatTenant would make),
 // so that a thread of a channel the tenant claimed is placed by its parent.
-// A grant the store could not look up (platform.Grants.Granted) answers
-// unavailable, unless the tenant claimed the chat or it is dm_tenant's DM.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	own := p.owners.Load()
-	_, spoke, grantErr := p.spoke.Granted(ctx, chatID, tenant)
-	claimed := own.Claimed(chatID, tenant)
 	ci, cached := p.cache.cachedChannel(chatID)
+	if owner, bound := own.Owner(chatOfInfo(ci)); cached && bound && owner == tenant && !p.standby() && p.ownersKnown() {
+		return platform.HoldOwn, nil // rule 1 settles it, as ChatTenant would: no store read
+	}
+	if cached && p.dmFallback(ci, tenant) {
+		return platform.HoldGrant, nil
+	}
+	claimed := own.Claimed(chatID, tenant)
 	if parent := ci.threadParent(); cached && parent != "" {
 		claimed = claimed || own.Claimed(parent, tenant)
 	}
-	if grantErr != nil && !claimed {
-		if cached && p.dmFallback(ci, tenant) {
-			return platform.HoldGrant, nil
+	spoke := false
+	if !claimed { // a claim is held (or set aside) whatever the grants say
+		var err error
+		if _, spoke, err = p.spoke.Granted(ctx, chatID, tenant); err != nil {
+			return platform.HoldNone, err
 		}
-		return platform.HoldNone, grantErr
 	}
-	if !spoke && !claimed && !cached && p.standby() {
-		// A standby's cache lacks the threads the Gateway tells of: the
-		// chat is looked up as standbyTenant would (one call on a first
+	if !spoke && !claimed {
+		if cached || !p.standby() {
+			return platform.HoldNone, nil
+		}
+		// The chat is looked up as standbyTenant would (one call on a first
 		// ask whatever the chat is, decline memory), so a thread is placed
 		// by its parent (rule 2). A chat found that is neither granted here
 		// nor the tenant's own is remembered declined, so ChatTenant asks
 		// no second time.
 		ci, found, err := p.standbyLookup(ctx, chatID, tenant)
 		switch {
-		case err != nil:
+		case err != nil || !found:
 			return platform.HoldNone, err
-		case !found:
-			return platform.HoldNone, nil
-		}
-		if parent := ci.threadParent(); parent != "" && own.Claimed(parent, tenant) && own.MayAct(tenant, chatOfInfo(ci), func() bool { return false }) {
+		case ci.threadParent() != "" && own.Claimed(ci.threadParent(), tenant) && own.Hold(tenant, chatOfInfo(ci), func() bool { return false }) == platform.HoldOwn:
 			return platform.HoldOwn, nil
-		}
-		if p.dmFallback(ci, tenant) {
+		case p.dmFallback(ci, tenant):
 			return platform.HoldGrant, nil
 		}
 		if owner, ok := p.channelTenant(ci); !ok || owner != tenant {
 			p.declined.Add([2]string{tenant, chatID}, struct{}{})
-		}
-		return platform.HoldNone, nil
-	}
-	if !spoke && !claimed {
-		if cached && p.dmFallback(ci, tenant) {
-			return platform.HoldGrant, nil
 		}
 		return platform.HoldNone, nil
 	}
@@ -210,5 +213,5 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 	case err != nil:
 		return platform.HoldNone, fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).Error, platform.ErrUnavailable)
 	}
-	return own.Hold(tenant, chatOfInfo(ci), func() bool { return spoke }), nil
+	return own.Hold(tenant, chatOfInfo(ci), func() bool { return spoke || claimed && p.spoke.Has(ctx, chatID, tenant) }), nil
 }

@@ -428,3 +428,123 @@ func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
 		t.Errorf("t3's send into t1's guild with the store down = %+v, want t2's answer: it tells nothing of whose the chat is", r)
 	}
 }
+
+// TestOwnChatActedInWithoutAGrantLookup: t1 acts in a channel of its
+// own bound guild, and t3 in the channel it claimed and in a thread of
+// it, without a lookup of the vault (on Redis, a store round trip per
+// action): the binding or the claim settles the chat's holder, and no
+// grant counts there. A tenant acting where the binding is another's is
+// still looked up (TestGrantUnknownWhileTheStoreIsDown).
+func TestOwnChatActedInWithoutAGrantLookup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"},
+		{Kind: platform.BindScope, ID: chanGeneral, Tenant: "t3", Space: guildLab},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lookups := func() uint64 { s := e.vault.Stats(); return s.Hits + s.Misses + s.Expiries }
+	for _, c := range []struct{ tenant, chat string }{{"t1", chanOther}, {"t3", chanGeneral}, {"t3", threadPlan}} {
+		before := lookups()
+		if r := execute(t, e, c.tenant, `{"op":"send","chat_id":"`+c.chat+`","content":"hi","reply_to":null,"metadata":{}}`); !r.Success {
+			t.Fatalf("%s's send into %s = %+v", c.tenant, c.chat, r)
+		}
+		if n := lookups() - before; n != 0 {
+			t.Errorf("%s's send into %s looked the vault up %d times, want none", c.tenant, c.chat, n)
+		}
+	}
+}
+
+// TestRoutedUnderTheCreationItsOwnershipWasReadFor: Ada, linked to t2,
+// speaks in a channel no binding covers; the route reads the ownership,
+// then grants t2 the channel, a store write that waits (a Redis failing
+// over). Meanwhile t2 is deleted and made again under its id. The message
+// is delivered as routed for the earlier t2 (the relay then drops it), not
+// for the new one, which Ada never linked to, and the grant stored is the
+// earlier t2's (before, both took the creation read after the grant's
+// store calls).
+func TestRoutedUnderTheCreationItsOwnershipWasReadFor(t *testing.T) {
+	t.Parallel()
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var created sync.Map
+	created.Store("t2", first)
+	since := func(tenant string) time.Time { c, _ := created.Load(tenant); at, _ := c.(time.Time); return at }
+	v := newHeldGrantVault(since, chanGeneral)
+	e := newEnvDeps(t, platform.Deps{Vault: v}, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("7001", chanGeneral, guildLab, "ada to her agent", false))
+	select {
+	case <-v.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the grant of Ada's channel was never stored")
+	}
+	created.Store("t2", again) // t2 deleted and made again, as the registry's apply does it: the creation first
+	if err := e.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	close(v.release)
+	if d := e.sink.Next(t); d.Tenant != "t2" || !d.Created.Equal(first) {
+		t.Fatalf("Ada's message delivered to %q as created %v, want the earlier t2's (%v)", d.Tenant, d.Created, first)
+	}
+	if e.p.spoke.Has(t.Context(), chanGeneral, "t2") {
+		t.Fatal("the new t2 holds a grant of the channel where the earlier t2's author spoke")
+	}
+}
+
+// heldGrantVault is a vault.Memory whose first store of a grant of chat
+// waits until release, telling held once it does.
+type heldGrantVault struct {
+	*vault.Memory
+	chat          string
+	once          sync.Once
+	held, release chan struct{}
+}
+
+func newHeldGrantVault(since func(string) time.Time, chat string) *heldGrantVault {
+	return &heldGrantVault{Memory: vault.NewMemory(vault.Config{Since: since}), chat: chat, held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (v *heldGrantVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindChatGrant && strings.HasSuffix(k.SessionKey, "/"+v.chat) {
+		v.once.Do(func() { close(v.held); <-v.release })
+	}
+	return v.Memory.Put(ctx, k, e)
+}
+
+// TestThreadGrantOfTheCreationItWasMadeUnder: TestAutoThreadOnAGrant
+// while the store write of the auto-thread's grant waits and t2 is deleted
+// and made again meanwhile: the grant stored is the earlier t2's, which
+// the new t2 does not hold (it took the creation read as the write ended).
+func TestThreadGrantOfTheCreationItWasMadeUnder(t *testing.T) {
+	t.Parallel()
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var created sync.Map
+	created.Store("t2", first)
+	since := func(tenant string) time.Time { c, _ := created.Load(tenant); at, _ := c.(time.Time); return at }
+	const thread = "7112" // auto-threading names the thread after the message
+	v := newHeldGrantVault(since, thread)
+	e := newEnvDeps(t, platform.Deps{Vault: v}, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg(thread, chanGeneral, guildLab, "ada to her agent", true))
+	select {
+	case <-v.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the grant of the auto-thread was never stored")
+	}
+	created.Store("t2", again)
+	close(v.release)
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Source.ChatID != thread {
+		t.Fatalf("Ada's message delivered to %q in %+v, want t2 in its auto-thread", d.Tenant, d.Event.Source)
+	}
+	if e.p.spoke.Has(t.Context(), thread, "t2") {
+		t.Fatal("the new t2 holds a grant of the earlier t2's auto-thread")
+	}
+}

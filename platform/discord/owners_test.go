@@ -415,3 +415,27 @@ func TestLocateDoesNotWaitOnGuildsForAnotherPlatformsChat(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnChannelUnknownUntilGuildSnapshot: a channel of t1's guild that an
+// event cached before the first guild snapshot loaded is, like every chat
+// then, answered unavailable for t1 too, without a REST call.
+func TestOwnChannelUnknownUntilGuildSnapshot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	release := e.fake.HoldGuildCreates()
+	defer release()
+	e.start(t)
+	platformtest.WaitUntil(t, "the first session's READY sent, its GUILD_CREATEs held", e.fake.Holding)
+	e.dispatch(t, "CHANNEL_CREATE", map[string]any{"id": "1999", "type": 0, "guild_id": guildLab, "name": "early"})
+	platformtest.WaitUntil(t, "the channel created before the snapshot cached", func() bool {
+		_, ok := e.p.cache.cachedChannel("1999")
+		return ok
+	})
+	before := len(e.fake.Requests())
+	if r := execute(t, e, "t1", `{"op":"send","chat_id":"1999","content":"hi"}`); r.Code != contract.CodeUnavailable || r.Error != ownersUnknownResult().Error {
+		t.Fatalf("t1's send into its cached channel before the snapshot = %+v, want unavailable", r)
+	}
+	if calls := e.fake.Requests()[before:]; len(calls) != 0 {
+		t.Fatalf("%d REST calls before the snapshot, first %s %s", len(calls), calls[0].Method, calls[0].Path)
+	}
+}

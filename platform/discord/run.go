@@ -9,7 +9,6 @@ import (
 	"connector/platform"
 	"connector/platform/chatcontext"
 	"connector/session"
-	"connector/vault"
 )
 
 // Run implements platform.Platform: it connects the Gateway and ingests
@@ -60,12 +59,11 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	if p.consumeLink(m, it.edit) {
 		return
 	}
-	n, tenant, drop := p.messageNormalizer(ctx, m)
+	n, tenant, created, drop := p.messageNormalizer(ctx, m)
 	if drop != "" {
 		p.routeDropped(drop, m.GuildID, m.ChannelID)
 		return
 	}
-	created := vault.Creation(p.deps.Vault, tenant) // the creation it was routed under
 	t, err := n.message(platform.WithTenant(ctx, tenant), m, it.edit)
 	k := contextKey{tenant: chatcontext.TenantOf(tenant, created), channel: m.ChannelID}
 	var d *dropError

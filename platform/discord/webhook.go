@@ -126,12 +126,11 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	if _, _, _, ok := promptPress(in.Data.CustomID); ok && in.Type == discordgo.InteractionMessageComponent && in.Message != nil {
 		pressed = in.Message.ID
 	}
-	tenant, _, drop := p.route(admit, author, chat, pressed)
+	tenant, created, _, drop := p.route(admit, author, chat, pressed)
 	if drop != "" {
 		p.routeDropped(drop, in.GuildID, in.ChannelID)
 		return p.answerNow(respond, ackNotConnected, answerBy)
 	}
-	created := vault.Creation(p.vault, tenant) // the creation it was routed under
 	ack := ackDeferred
 	if in.Type == discordgo.InteractionMessageComponent {
 		ack = ackDeferredComp
