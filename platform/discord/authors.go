@@ -56,7 +56,7 @@ func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pr
 	case ok:
 		routed := r.Tenant
 		if r.Grant && pressed != "" {
-			if t, ok := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); ok {
+			if t, ok, _ := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); ok {
 				r.Tenant = t
 			}
 		}

@@ -15,6 +15,10 @@ import (
 // errNotRunning answers updates that arrive while Run is not running.
 var errNotRunning = errors.New("telegram: not running")
 
+// errPosterUnknown answers a press in a chat held by grant whose prompt's
+// poster the store could not look up: it is retried, not dropped.
+var errPosterUnknown = errors.New("telegram: the pressed prompt's poster could not be looked up")
+
 // handle ingests one update (a webhook's) in its chat's turn and returns
 // once it is delivered or dropped (prepare, then ingest). Updates of one
 // chat are ingested one at a time in arrival order; those of other chats
@@ -58,7 +62,7 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 	}
 	r := p.ready(ctx, u, in, received)
 	if !r.deliver {
-		return nil
+		return r.err
 	}
 	if err := (*sink).Deliver(ctx, r.d); err != nil {
 		p.observed.Restore(r.observed, in.event.Context)
@@ -101,8 +105,10 @@ func (p *Platform) young(tenant string) bool {
 
 // readied is an update made ready for the sink.
 type readied struct {
-	// deliver is false when the update was dropped or consumed instead.
+	// deliver is false when the update was dropped or consumed instead,
+	// or must be retried (err).
 	deliver  bool
+	err      error
 	d        platform.Delivery
 	observed observedKey
 }
@@ -126,6 +132,9 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		return readied{}
 	}
 	tenant, owner, drop := p.route(ctx, in)
+	if drop == posterUnknown {
+		return readied{err: errPosterUnknown}
+	}
 	if drop != "" {
 		if in.callbackID != "" {
 			p.queueCallbackAnswer(in.callbackID) // stop the presser's spinner
