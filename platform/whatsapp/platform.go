@@ -263,8 +263,11 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 	if tenant == "" || !platform.ValidWhatsAppID(chatID) {
 		return "", platform.ErrUnknownChat
 	}
-	if _, ok := p.sender(ctx, tenant, chatID); ok {
+	switch _, ok, err := p.sender(ctx, tenant, chatID); {
+	case ok:
 		return tenant, nil
+	case err != nil:
+		return "", err
 	}
 	return "", platform.ErrUnknownChat
 }
@@ -276,15 +279,21 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // author link (mayAct), which holds only while the user is still linked
 // to tenant (the conversation outlives a revoked link or an unbound number
 // by up to 30 days); else, for a user linked to tenant, tenant's own
-// lowest number. ok is false otherwise.
-func (p *Platform) sender(ctx context.Context, tenant, user string) (chat, bool) {
-	if cv, ok := p.conversation(ctx, tenant, user); ok && p.mayAct(tenant, user, cv.Number) {
-		return chat{user: user, number: cv.Number, last: cv.Last, wrote: cv.wrote}, true
+// lowest number. ok is false otherwise, with err (wrapping
+// platform.ErrUnavailable) when the store could not tell the
+// conversation.
+func (p *Platform) sender(ctx context.Context, tenant, user string) (c chat, ok bool, err error) {
+	e, found, err := vault.Lookup(ctx, p.vault, conversationKey(tenant, user))
+	if cv, ok := decodeConv(e, found); ok && p.mayAct(tenant, user, cv.Number) {
+		return chat{user: user, number: cv.Number, last: cv.Last, wrote: cv.wrote}, true, nil
 	}
 	if number := p.ownNumber(tenant); number != "" && p.owners.Load().Linked(user, tenant) {
-		return chat{user: user, number: number}, true
+		return chat{user: user, number: number}, true, nil
 	}
-	return chat{}, false
+	if err != nil {
+		return chat{}, false, fmt.Errorf("whatsapp: conversation: %w", platform.ErrUnavailable)
+	}
+	return chat{}, false, nil
 }
 
 // mayAct reports whether the ownership order lets tenant act on user from
@@ -311,7 +320,11 @@ func conversationKey(tenant, user string) vault.Key {
 
 // conversation returns tenant's conversation with user.
 func (p *Platform) conversation(ctx context.Context, tenant, user string) (conv, bool) {
-	e, ok := p.vault.Get(ctx, conversationKey(tenant, user))
+	return decodeConv(p.vault.Get(ctx, conversationKey(tenant, user)))
+}
+
+// decodeConv is the conversation e holds, when ok (found).
+func decodeConv(e vault.Entry, ok bool) (conv, bool) {
 	if !ok {
 		return conv{}, false
 	}

@@ -20,6 +20,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
+	"connector/internal/redistest"
 	"connector/media"
 	"connector/platform"
 	"connector/platform/pace"
@@ -1365,5 +1366,39 @@ func sendWaiting(t *testing.T, rebound bool) {
 	}
 	if n := len(r.fake.Sent()); n != 1 {
 		t.Fatalf("%d messages sent, want the first alone", n)
+	}
+}
+
+// TestReplyWhileTheStoreIsDown: Ada wrote to t1's number, and t1's
+// conversation with her is kept in Redis. With Redis down, t1's reply on
+// another instance, which does not hold the conversation in memory, is
+// answered unavailable, which the gateway retries, and goes out once Redis
+// is back; a send to a user t1 has no conversation with stays declined
+// once it answers. Before, the reply was declined for good
+// (egress_declined): a missed lookup counted as no conversation.
+func TestReplyWhileTheStoreIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	a := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	b := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	const ada = "447700900123"
+	a.converse(t, biz1, ada, "wamid.O1")
+	send := func(user string) contract.Result { // on b, which never held the conversation
+		return b.exec(t, "t1", map[string]any{"op": "send", "chat_id": user, "content": "hi"})
+	}
+	srv.Kill(t)
+	if res := send(ada); res.Code != contract.CodeUnavailable {
+		t.Fatalf("t1's reply with the store down = %+v, want unavailable", res)
+	}
+	srv.Restart(t)
+	if res := send(ada); !res.Success {
+		t.Fatalf("t1's reply with the store back = %+v", res)
+	}
+	if res := send("14155550199"); res.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1's send to a user it has no conversation with = %+v, want egress_declined", res)
 	}
 }
