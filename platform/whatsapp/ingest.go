@@ -119,7 +119,10 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		}
 		tenant, owner := p.route(number, sender)
 		var live liveTap
-		rec, tapped := p.promptOf(ctx, number, sender, m)
+		rec, tapped, err := p.promptOf(ctx, number, sender, m)
+		if err != nil {
+			return err
+		}
 		if tapped { // a tap on a prompt of the connector's: its poster's
 			if !p.mayAct(rec.Tenant, sender, number) {
 				p.drop(dropPromptNotOwned, number, sender)
@@ -133,7 +136,11 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 					return err
 				}
 				defer release()
-				if again, ok := p.promptOf(ctx, number, sender, m); p.deps.Cluster == nil || ok && !again.Answered { // not answered meanwhile
+				again, ok, err := p.promptOf(ctx, number, sender, m)
+				if err != nil {
+					return err
+				}
+				if p.deps.Cluster == nil || ok && !again.Answered { // not answered meanwhile
 					live = liveTap(rec.PromptID)
 				}
 			}
@@ -386,25 +393,30 @@ func (p *Platform) promptPosted(ctx context.Context, number, user, msgID string,
 // list row) whose id is a prompt token of the connector's, quoting (the
 // context Meta adds to a tap) a prompt message sent to sender from number
 // with that token's prompt id. A tap goes to the prompt's poster, never
-// by the number's owner of the moment, which may have changed since.
-func (p *Platform) promptOf(ctx context.Context, number, sender string, m *message) (promptRecord, bool) {
+// by the number's owner of the moment, which may have changed since. err
+// is set when the store could not tell: the tap is retried (Meta sends
+// it again), not taken for no prompt's.
+func (p *Platform) promptOf(ctx context.Context, number, sender string, m *message) (promptRecord, bool, error) {
 	r := m.tap()
 	if r == nil || m.Context == nil {
-		return promptRecord{}, false
+		return promptRecord{}, false, nil
 	}
 	promptID, _, ok := contract.ParsePromptToken(strings.TrimSpace(r.ID))
 	msgID := strings.TrimSpace(m.Context.ID)
 	if !ok || msgID == "" {
-		return promptRecord{}, false
+		return promptRecord{}, false, nil
 	}
-	e, ok := p.vault.Get(ctx, promptKey(number, sender, msgID))
+	e, ok, err := vault.Lookup(ctx, p.vault, promptKey(number, sender, msgID))
 	var rec promptRecord
+	if err != nil {
+		return rec, false, fmt.Errorf("whatsapp: the tapped prompt's record: %w", err)
+	}
 	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID ||
 		vault.Outdated(p.vault, rec.Tenant, e.Stored, rec.Created) { // posted by an earlier tenant of the id
-		return promptRecord{}, false
+		return promptRecord{}, false, nil
 	}
 	rec.stored, rec.msgID = e.Stored, msgID
-	return rec, true
+	return rec, true, nil
 }
 
 // linkCode returns the code of a "/link <code>" text message the platform

@@ -1402,3 +1402,42 @@ func TestReplyWhileTheStoreIsDown(t *testing.T) {
 		t.Fatalf("t1's send to a user it has no conversation with = %+v, want egress_declined", res)
 	}
 }
+
+// TestTapWhileTheStoreIsDown: t1 prompted Ada on one instance; her tap
+// reaches another, which does not hold the prompt's record in memory,
+// while Redis is down: it is answered 503 (Meta retries) and delivered
+// nowhere, then, with Redis back, it is t1's prompt_response. Before, it
+// was taken for a tap on no prompt of the connector's: a text turn
+// ("Yes") to the number's owner, and the prompt was never answered.
+func TestTapWhileTheStoreIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	a := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	b := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	const ada = "447700900123"
+	a.converse(t, biz1, ada, "wamid.T1")
+	res := a.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+		"options": []any{map[string]any{"id": "yes", "label": "Yes"}, map[string]any{"id": "no", "label": "No"}}})
+	if !res.Success {
+		t.Fatalf("t1's prompt: %+v", res)
+	}
+	tap := whatsapptest.Tap(biz1, ada, "Ada", "wamid.T2", res.MessageID, "hp1:p1:yes", "Yes", false)
+	srv.Kill(t)
+	if code := b.post(t, tap); code != http.StatusServiceUnavailable {
+		t.Fatalf("the tap with the store down was answered %d, want 503", code)
+	}
+	if got := b.sink.all(); len(got) != 0 {
+		t.Fatalf("the tap with the store down was delivered: %+v", got[0].Event)
+	}
+	srv.Restart(t)
+	if code := b.post(t, tap); code != http.StatusOK {
+		t.Fatalf("the tap with the store back was answered %d", code)
+	}
+	if got := b.sink.all(); len(got) != 1 || got[0].Tenant != "t1" || got[0].Event.PromptResponse == nil {
+		t.Fatalf("the tap with the store back: %+v", got)
+	}
+}
