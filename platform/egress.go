@@ -56,9 +56,10 @@ type Egress[P Platform, T any] struct {
 	// PromptsAsked is set when a press of a prompt names no tenant
 	// (Telegram's callback data has no room): then a prompt's poster is
 	// recorded (Grants.Prompted) also outside a chat held by grant when
-	// it is true for the tenant, whose presses there may ask for it (one
-	// whose date cannot tell an earlier tenant's of the id).
-	PromptsAsked func(tenant string) bool
+	// it is true for the tenant and the chat, where presses may ask for
+	// it (one whose date cannot tell an earlier tenant's of the id, one
+	// after the chat came to be held by grant).
+	PromptsAsked func(tenant, chatID string) bool
 	// ThreadChats is set when a thread a thread_create answers (its
 	// thread_id) is a chat of the platform, which actions name as their
 	// chat_id (a Discord thread is a channel), not a thread inside the
@@ -138,7 +139,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	if hold == HoldGrant && e.Grants != nil && posted {
 		e.Grants.Posted(ctx, chatID, r.MessageID, tenant)
 	}
-	if (hold == HoldGrant || e.PromptsAsked != nil && e.PromptsAsked(tenant)) && e.Grants != nil && a.Op == contract.OpPrompt && posted {
+	if (hold == HoldGrant || e.PromptsAsked != nil && e.PromptsAsked(tenant, chatID)) && e.Grants != nil && a.Op == contract.OpPrompt && posted {
 		e.Grants.Prompted(ctx, chatID, r.MessageID, tenant)
 	}
 	if hold == HoldGrant && e.ThreadChats && e.Grants != nil && a.Op == contract.OpThreadCreate && r.Success && r.ThreadID != "" {

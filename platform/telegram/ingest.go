@@ -94,10 +94,20 @@ func (p *Platform) earlierPrompt(tenant string, prompted int64) bool {
 	return p.young(tenant)
 }
 
+// promptsAsked reports whether a prompt tenant posts in chatID, which it
+// holds by binding or claim, records its poster (platform.Egress.
+// PromptsAsked): in a claimed chat, which may come to be held by grant
+// once the claim goes, where a press asks for it (route); in a bound one
+// while tenant is young.
+func (p *Platform) promptsAsked(tenant, chatID string) bool {
+	_, bound := p.owners.Load().Owner(chatOf(chatID))
+	return !bound || p.young(tenant)
+}
+
 // young reports whether tenant was made within datelessPressWindow: its
 // undated presses ask the record of their prompt's poster (earlierPrompt),
-// so its prompts are recorded in every chat (platform.Egress.PromptsAsked),
-// a dated press of one posted since its creation never asks.
+// so its prompts are recorded in every chat (promptsAsked), a dated press
+// of one posted since its creation never asks.
 func (p *Platform) young(tenant string) bool {
 	c := vault.Creation(p.deps.Vault, tenant)
 	return !c.IsZero() && p.deps.Clock.Now().Sub(c) < datelessPressWindow
