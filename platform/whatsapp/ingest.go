@@ -216,7 +216,7 @@ func (p *Platform) newerRecorded(ctx context.Context, tenant, user string, sent 
 	if p.clock.Now().Sub(sent) < lateAfter {
 		return false
 	}
-	cur, ok := p.conversation(ctx, tenant, user)
+	cur, ok, _ := p.conversation(ctx, tenant, user)
 	return ok && cur.wrote.After(sent)
 }
 
@@ -439,7 +439,7 @@ func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) 
 		// number it keeps the user's latest message id, which typing marks.
 		if owner, owned := p.owners.Load().Owner(chatOf(sender, number)); !owned || owner == tenant {
 			c := conv{Number: number}
-			if old, ok := p.conversation(ctx, tenant, sender); ok && old.Number == number {
+			if old, ok, _ := p.conversation(ctx, tenant, sender); ok && old.Number == number {
 				c.Last = old.Last
 			}
 			p.converse(ctx, tenant, sender, c, p.clock.Now())

@@ -283,8 +283,8 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // platform.ErrUnavailable) when the store could not tell the
 // conversation.
 func (p *Platform) sender(ctx context.Context, tenant, user string) (c chat, ok bool, err error) {
-	e, found, err := vault.Lookup(ctx, p.vault, conversationKey(tenant, user))
-	if cv, ok := decodeConv(e, found); ok && p.mayAct(tenant, user, cv.Number) {
+	cv, ok, err := p.conversation(ctx, tenant, user)
+	if ok && p.mayAct(tenant, user, cv.Number) {
 		return chat{user: user, number: cv.Number, last: cv.Last, wrote: cv.wrote}, true, nil
 	}
 	if number := p.ownNumber(tenant); number != "" && p.owners.Load().Linked(user, tenant) {
@@ -318,22 +318,19 @@ func conversationKey(tenant, user string) vault.Key {
 	return vault.Key{Tenant: tenant, SessionKey: user, Kind: vault.KindWhatsAppConversation}
 }
 
-// conversation returns tenant's conversation with user.
-func (p *Platform) conversation(ctx context.Context, tenant, user string) (conv, bool) {
-	return decodeConv(p.vault.Get(ctx, conversationKey(tenant, user)))
-}
-
-// decodeConv is the conversation e holds, when ok (found).
-func decodeConv(e vault.Entry, ok bool) (conv, bool) {
+// conversation returns tenant's conversation with user; err is set when
+// the store could not tell (vault.Lookup).
+func (p *Platform) conversation(ctx context.Context, tenant, user string) (conv, bool, error) {
+	e, ok, err := vault.Lookup(ctx, p.vault, conversationKey(tenant, user))
 	if !ok {
-		return conv{}, false
+		return conv{}, false, err
 	}
 	var c conv
 	if json.Unmarshal([]byte(e.Ref), &c) != nil {
-		return conv{}, false
+		return conv{}, false, nil
 	}
 	c.wrote = e.Stored
-	return c, true
+	return c, true, nil
 }
 
 // converse records that user wrote to number in tenant's conversation at
