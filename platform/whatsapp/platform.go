@@ -256,8 +256,9 @@ func chatOf(user, number string) platform.Chat {
 // (wa_id), and every tenant whose number the user wrote to has its own
 // conversation with them; so the answer is the asking tenant (WithTenant)
 // when the ownership order lets it act in its conversation with the user
-// (mayAct), and ErrUnknownChat otherwise: nothing about other tenants is
-// revealed.
+// (mayAct), an error wrapping platform.ErrUnavailable when the store could
+// not tell its conversation (its own, whoever the user is), and
+// ErrUnknownChat otherwise: nothing about other tenants is revealed.
 func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
 	tenant := platform.TenantOf(ctx)
 	if tenant == "" || !platform.ValidWhatsAppID(chatID) {
