@@ -95,17 +95,21 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 	sender, wamid := strings.TrimSpace(m.From), strings.TrimSpace(m.ID)
 	return p.turns.Do(ctx, number+"/"+sender, func() error {
 		if wamid != "" {
-			if p.delivered(ctx, number, wamid) {
-				p.drop(dropDuplicate, number, sender)
-				return nil
+			dup, err := p.delivered(ctx, number, wamid)
+			if err == nil && !dup {
+				release, claimErr := p.claim(ctx, "whatsapp_cloud/message/"+number+"/"+wamid, "message")
+				if claimErr != nil {
+					return claimErr
+				}
+				defer release()
+				if p.deps.Cluster != nil { // delivered while we took the claim?
+					dup, err = p.delivered(ctx, number, wamid)
+				}
 			}
-			key := "whatsapp_cloud/message/" + number + "/" + wamid
-			release, err := p.claim(ctx, key, "message")
 			if err != nil {
 				return err
 			}
-			defer release()
-			if p.deps.Cluster != nil && p.delivered(ctx, number, wamid) { // delivered while we took the claim
+			if dup {
 				p.drop(dropDuplicate, number, sender)
 				return nil
 			}
@@ -245,10 +249,11 @@ func deliveredKey(number, wamid string) vault.Key {
 
 // delivered reports whether message wamid to number was delivered (on any
 // instance sharing the store, within vault.WhatsAppMessageTTL: Meta's
-// retry period).
-func (p *Platform) delivered(ctx context.Context, number, wamid string) bool {
-	_, ok := p.vault.Get(ctx, deliveredKey(number, wamid))
-	return ok
+// retry period); err is set when the store could not tell, and the
+// message is then retried (Meta sends it again), not delivered twice.
+func (p *Platform) delivered(ctx context.Context, number, wamid string) (bool, error) {
+	_, ok, err := vault.Lookup(ctx, p.vault, deliveredKey(number, wamid))
+	return ok, err
 }
 
 // markDelivered records message wamid to number as delivered, even when

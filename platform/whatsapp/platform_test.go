@@ -1441,3 +1441,35 @@ func TestTapWhileTheStoreIsDown(t *testing.T) {
 		t.Fatalf("the tap with the store back: %+v", got)
 	}
 }
+
+// TestRedeliveryWhileTheStoreIsDown: a message delivered on one instance
+// is sent again by Meta to another, which does not hold its delivered
+// mark in memory, while Redis is down: it is answered 503 and delivered
+// nowhere, and once Redis is back it is dropped as a duplicate. Before, a
+// mark that could not be looked up counted as none: the message was
+// delivered twice.
+func TestRedeliveryWhileTheStoreIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	a := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	b := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.RD1", "once")
+	if code := a.post(t, body); code != http.StatusOK {
+		t.Fatalf("first delivery: %d", code)
+	}
+	srv.Kill(t)
+	if code := b.post(t, body); code != http.StatusServiceUnavailable {
+		t.Fatalf("the redelivery with the store down was answered %d, want 503", code)
+	}
+	srv.Restart(t)
+	if code := b.post(t, body); code != http.StatusOK {
+		t.Fatalf("the redelivery with the store back was answered %d", code)
+	}
+	if got := b.sink.all(); len(got) != 0 {
+		t.Fatalf("the redelivery was delivered again: %+v", got[0].Event)
+	}
+}
