@@ -220,20 +220,23 @@ func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string) {
 // or, in a DM, any, while it may act in chat. ok is false
 // when there is none: the prompt is another tenant's, or an earlier
 // tenant's of the id (vault.Outdated), or was not recorded (posted over
-// vault.PromptPosterTTL ago, or not by grant).
-func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) (string, bool) {
-	e, ok := g.vault.Get(ctx, g.posterKey(chat.ID, message))
+// vault.PromptPosterTTL ago, or not by grant), or the store could not
+// tell (err, wrapping ErrUnavailable).
+func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) (string, bool, error) {
+	e, ok, err := vault.Lookup(ctx, g.vault, g.posterKey(chat.ID, message))
 	t := e.Ref
 	switch {
+	case err != nil:
+		return "", false, fmt.Errorf("%s: prompt poster: %w", g.platform, ErrUnavailable)
 	case !ok || vault.Outdated(g.vault, t, e.Stored, e.Created):
-		return "", false
+		return "", false, nil
 	case t == home:
-		return t, true
+		return t, true, nil
 	}
 	if linked := own.Linked(user, t); (linked || chat.DM) && own.MayAct(t, chat, func() bool { return linked || g.Has(ctx, chat.ID, t) }) {
-		return t, true
+		return t, true, nil
 	}
-	return "", false
+	return "", false, nil
 }
 
 // Linker redeems the account-link codes users send the bot in a DM

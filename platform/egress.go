@@ -56,9 +56,10 @@ type Egress[P Platform, T any] struct {
 	// PromptsAsked is set when a press of a prompt names no tenant
 	// (Telegram's callback data has no room): then a prompt's poster is
 	// recorded (Grants.Prompted) also outside a chat held by grant when
-	// it is true for the tenant, whose presses there may ask for it (one
-	// whose date cannot tell an earlier tenant's of the id).
-	PromptsAsked func(tenant string) bool
+	// it is true for the tenant and the chat, where presses may ask for
+	// it (one whose date cannot tell an earlier tenant's of the id, one
+	// after the chat came to be held by grant).
+	PromptsAsked func(tenant, chatID string) bool
 	// ThreadChats is set when a thread a thread_create answers (its
 	// thread_id) is a chat of the platform, which actions name as their
 	// chat_id (a Discord thread is a channel), not a thread inside the
@@ -95,7 +96,9 @@ type Egress[P Platform, T any] struct {
 // (Grants.AddThread), so it may post in it before anyone writes there. An op that names a message (edit, delete,
 // react, a thread_create from it) acts on one that exists, whatever id
 // it answers (a Discord thread started from a message has its id, which
-// the action may have spelled otherwise), so it marks nothing.
+// the action may have spelled otherwise), so it marks nothing; a
+// message_id on another op (a prompt's) is not read, so it marks as one
+// without.
 // Everything from step 4 on runs under ctx's deadline, or e.Timeout when
 // ctx has none, but the mark, stored even when ctx ended as the op
 // returned.
@@ -132,10 +135,11 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		}
 	}
 	r := op(p, ctx, tenant, chat, a)
-	if hold == HoldGrant && e.Grants != nil && r.MessageID != "" && message == "" {
+	posted := r.MessageID != "" && (message == "" || !slices.Contains(namingOps, a.Op))
+	if hold == HoldGrant && e.Grants != nil && posted {
 		e.Grants.Posted(ctx, chatID, r.MessageID, tenant)
 	}
-	if (hold == HoldGrant || e.PromptsAsked != nil && e.PromptsAsked(tenant)) && e.Grants != nil && a.Op == contract.OpPrompt && r.MessageID != "" && message == "" {
+	if (hold == HoldGrant || e.PromptsAsked != nil && e.PromptsAsked(tenant, chatID)) && e.Grants != nil && a.Op == contract.OpPrompt && posted {
 		e.Grants.Prompted(ctx, chatID, r.MessageID, tenant)
 	}
 	if hold == HoldGrant && e.ThreadChats && e.Grants != nil && a.Op == contract.OpThreadCreate && r.Success && r.ThreadID != "" {
@@ -143,6 +147,11 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	}
 	return r
 }
+
+// namingOps are the ops that act on the message their action's message_id
+// names, which they may answer (Execute marks nothing for them); another
+// op's message_id is stray, and its answer a message it posted.
+var namingOps = []string{contract.OpEdit, contract.OpDelete, contract.OpReact, contract.OpThreadCreate, contract.OpThreadRename}
 
 // Unsupported is the result of an op outside platform name's table.
 func Unsupported(name string) contract.Result {

@@ -61,7 +61,7 @@ func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pr
 		routed := r.Tenant
 		created = vault.Creation(p.vault, routed)
 		if r.Grant && pressed != "" {
-			if t, ok := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); ok && t != routed {
+			if t, ok, _ := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); ok && t != routed {
 				r.Tenant, created = t, vault.Creation(p.vault, t) // as PromptPoster judged its record
 			}
 		}

@@ -506,7 +506,8 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 // t1 was created a minute ago: the record of t1 as the poster, kept under
 // its creation, settles that it is no earlier tenant's (it was dropped as
 // earlier_tenant_prompt). Once t1 is created again, its earlier
-// creation's prompt is nobody's.
+// creation's prompt is nobody's. t1's prompt carries a stray message_id,
+// which kept it from being recorded: 501's presses were dropped.
 func TestPressOfAnotherTenantsPromptInAGroup(t *testing.T) {
 	var creation atomic.Int64 // Unix nanoseconds: the vault reads it in the ingest
 	creation.Store(time.Now().Add(-time.Minute).UnixNano())
@@ -534,7 +535,9 @@ func TestPressOfAnotherTenantsPromptInAGroup(t *testing.T) {
 		}
 		e.sink.Next(t)
 	}
-	r := e.act(t, "t1", promptAction(strconv.Itoa(group), contract.PromptOption{ID: "once", Label: "Approve once"}))
+	a := promptAction(strconv.Itoa(group), contract.PromptOption{ID: "once", Label: "Approve once"})
+	a.MessageID = "2" // stray: a prompt names no message
+	r := e.act(t, "t1", a)
 	if !r.Success {
 		t.Fatalf("t1's prompt: %+v", r)
 	}
@@ -675,5 +678,54 @@ func TestPromptInABoundChatRecordedOnlyWhileItsPosterIsYoung(t *testing.T) {
 		if n := mem.Stats().Size; n != c.entries {
 			t.Fatalf("after the %s t1's prompt the vault holds %d entries, want %d", c.name, n, c.entries)
 		}
+	}
+}
+
+// TestPressAfterTheClaimWent: t1, made long ago, claims a group and
+// prompts there; the claim goes, so the group is held by grant. User
+// 501's press (linked to t1) is t1's answer; 505's (linked to t2) is
+// dropped (prompt_not_owned). 501's was dropped too: a prompt in a chat
+// held by claim recorded no poster.
+func TestPressAfterTheClaimWent(t *testing.T) {
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{}), Metrics: m}, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	e.startWebhook(t)
+	const group = -100890
+	links := []platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}, {Kind: platform.BindUser, ID: "505", Tenant: "t2"}}
+	if err := e.p.Bind(append(links, platform.Binding{Kind: platform.BindScope, ID: strconv.Itoa(group), Tenant: "t1"})); err != nil {
+		t.Fatal(err)
+	}
+	r := e.act(t, "t1", promptAction(strconv.Itoa(group), contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("t1's prompt in its claimed group: %+v", r)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	if err := e.p.Bind(links); err != nil { // the claim goes
+		t.Fatal(err)
+	}
+	chat := map[string]any{"id": int64(group), "type": "supergroup", "title": "G"}
+	press := func(update, user int64) {
+		t.Helper()
+		body, err := e.fake.PressButton(update, chat, msgID, "hp1:f00dba.1234abcd:once", map[string]any{"id": user, "is_bot": false, "first_name": "U"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := e.post(t, body); code != http.StatusOK {
+			t.Fatalf("press: status %d", code)
+		}
+	}
+	press(884400001, 505)
+	platformtest.WaitUntil(t, "505's press dropped as prompt_not_owned", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropPromptNotOwned] == 1
+	})
+	e.sink.Empty(t)
+	press(884400002, 501)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+		t.Fatalf("501's press after the claim went delivered to %q as %+v, want t1's answer", d.Tenant, d.Event)
 	}
 }

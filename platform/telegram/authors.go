@@ -32,6 +32,8 @@ import (
 // (the callback data has no room to name its tenant). A press elsewhere is
 // its chat's tenant's, unless earlierPrompt suspects an earlier tenant's
 // of the id and the record does not name the tenant as it is now.
+// A press whose poster the store could not look up is not dropped but
+// held for a retry (posterUnknown).
 // A press answered by its poster renews the poster's grant only while the
 // presser is linked to it, as Discord's route does.
 func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner bool, drop string) {
@@ -50,13 +52,20 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 	switch press := in.event.PromptResponse; {
 	case press == nil:
 	case own.Hold(r.Tenant, chat, func() bool { return true }) == platform.HoldGrant:
-		t, ok := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
-		if !ok && !p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant) {
+		t, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
+		switch {
+		case ok || p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant):
+		case err != nil:
+			return "", false, posterUnknown
+		default:
 			return "", false, dropPromptNotOwned
 		}
 		r.Tenant = cmp.Or(t, r.Tenant)
 	case p.earlierPrompt(r.Tenant, in.prompted):
-		if t, ok := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); !ok || t != r.Tenant {
+		switch t, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); {
+		case err != nil:
+			return "", false, posterUnknown
+		case !ok || t != r.Tenant:
 			return "", false, dropEarlierTenantPrompt
 		}
 	}

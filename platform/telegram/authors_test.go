@@ -199,3 +199,97 @@ func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
 		t.Errorf("t2's send into t1's chat with the store down = %+v, want unavailable as into the group", r)
 	}
 }
+
+// TestPressWhosePosterIsUnknownWhileTheStoreIsDown: t1 prompted in a
+// group no binding or claim covers (on another instance, which recorded
+// its poster in Redis), and user 501, linked to t1, presses it here while
+// Redis is down. The webhook answers 503, so Telegram retries, and once
+// Redis is back the press is t1's answer. Before, it was dropped for good
+// (prompt_not_owned) and answered 200, while every message then was
+// retried.
+func TestPressWhosePosterIsUnknownWhileTheStoreIsDown(t *testing.T) {
+	const group = -1007778889991
+	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	elsewhere := platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil)
+	elsewhere.Prompted(t.Context(), strconv.Itoa(group), "77", "t1")
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{})}, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	e.startWebhook(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	press := groupPress(e, 884300001, group, 77)
+	srv.Kill(t)
+	if code := e.post(t, press); code != http.StatusServiceUnavailable {
+		t.Fatalf("the press with the store down was answered %d, want 503 (retried)", code)
+	}
+	e.sink.Empty(t)
+	srv.Restart(t)
+	if code := e.post(t, press); code != http.StatusOK {
+		t.Fatalf("the press again with the store back was answered %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+		t.Fatalf("the press delivered to %q as %+v, want t1's answer", d.Tenant, d.Event)
+	}
+}
+
+// groupPress is update id: user 501's press of the hp1 button of message
+// msgID, which the bot posted in the supergroup group.
+func groupPress(e *env, id int64, group, msgID int) []byte {
+	return fmt.Appendf(nil, `{"update_id":%d,"callback_query":{"id":"cq%d","chat_instance":"-4817263540","data":"hp1:f00dba.1234abcd:once",`+
+		`"from":{"id":501,"is_bot":false,"first_name":"Ada"},"message":{"message_id":%d,"date":%d,"chat":{"id":%d,"type":"supergroup","title":"G"},`+
+		`"text":"Run?","from":{"id":%d,"is_bot":true,"first_name":"Hermes"}}}}`, id, id, msgID, time.Now().Unix(), group, e.fake.BotID)
+}
+
+// TestPolledPressWhosePosterIsUnknownWhileTheStoreIsDown: as above, when
+// polling, with the press in one getUpdates answer with a DM: the DM is
+// delivered, and the press is retried until Redis is back, then t1's
+// answer. Before, it was dropped and confirmed by the next poll.
+func TestPolledPressWhosePosterIsUnknownWhileTheStoreIsDown(t *testing.T) {
+	const group = -1007778889992
+	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	elsewhere := platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil)
+	elsewhere.Prompted(t.Context(), strconv.Itoa(group), "78", "t1")
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{})}, nil)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	close(release)
+	sink := &batchSink{Sink: e.sink, batches: make(chan [2]int, 4), release: release, polls: func() int { return 0 }}
+	srv.Kill(t)
+	e.fake.Enqueue([]byte(`{"update_id":884300010,"message":{"message_id":5,"date":1767225300,"chat":{"id":501,"type":"private","first_name":"Ada"},` +
+		`"from":{"id":501,"is_bot":false,"first_name":"Ada"},"text":"hi"}}`))
+	e.fake.Enqueue(groupPress(e, 884300011, group, 78))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(waitFor):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	if d := e.sink.Next(t); d.Event == nil || d.Event.Text != "hi" {
+		t.Fatalf("first delivery %+v, want the DM", d.Event)
+	}
+	e.sink.Empty(t)
+	srv.Restart(t)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+		t.Fatalf("the press delivered to %q as %+v, want t1's answer", d.Tenant, d.Event)
+	}
+}

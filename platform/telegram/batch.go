@@ -68,6 +68,10 @@ func (p *Platform) ingestAnswer(ctx context.Context, answer []polledUpdate) {
 			idx = append(idx, i)
 			continue
 		}
+		if ready[i].err != nil {
+			p.ingestOne(ctx, &answer[i]) // retried, as a refused delivery
+			continue
+		}
 		p.offsets.done(answer[i].u.ID)
 	}
 	if len(ds) == 0 {

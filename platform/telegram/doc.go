@@ -17,7 +17,8 @@
 //	     constant time; the library's own check answers 200 and uses !=)
 //	405  any method but POST
 //	413  the body exceeds max_webhook_bytes
-//	503  the relay refused the delivery, Run is not running, or another
+//	503  the relay refused the delivery, Run is not running, the store
+//	     could not tell a pressed prompt's poster (authors.go), or another
 //	     instance is handling the same update: Telegram retries, and
 //	     update_id dedupe drops a copy that did get through
 //

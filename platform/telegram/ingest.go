@@ -15,6 +15,10 @@ import (
 // errNotRunning answers updates that arrive while Run is not running.
 var errNotRunning = errors.New("telegram: not running")
 
+// errPosterUnknown answers a press in a chat held by grant whose prompt's
+// poster the store could not look up: it is retried, not dropped.
+var errPosterUnknown = errors.New("telegram: the pressed prompt's poster could not be looked up")
+
 // handle ingests one update (a webhook's) in its chat's turn and returns
 // once it is delivered or dropped (prepare, then ingest). Updates of one
 // chat are ingested one at a time in arrival order; those of other chats
@@ -58,7 +62,7 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 	}
 	r := p.ready(ctx, u, in, received)
 	if !r.deliver {
-		return nil
+		return r.err
 	}
 	if err := (*sink).Deliver(ctx, r.d); err != nil {
 		p.observed.Restore(r.observed, in.event.Context)
@@ -90,10 +94,20 @@ func (p *Platform) earlierPrompt(tenant string, prompted int64) bool {
 	return p.young(tenant)
 }
 
+// promptsAsked reports whether a prompt tenant posts in chatID, which it
+// holds by binding or claim, records its poster (platform.Egress.
+// PromptsAsked): in a claimed chat, which may come to be held by grant
+// once the claim goes, where a press asks for it (route); in a bound one
+// while tenant is young.
+func (p *Platform) promptsAsked(tenant, chatID string) bool {
+	_, bound := p.owners.Load().Owner(chatOf(chatID))
+	return !bound || p.young(tenant)
+}
+
 // young reports whether tenant was made within datelessPressWindow: its
 // undated presses ask the record of their prompt's poster (earlierPrompt),
-// so its prompts are recorded in every chat (platform.Egress.PromptsAsked),
-// a dated press of one posted since its creation never asks.
+// so its prompts are recorded in every chat (promptsAsked), a dated press
+// of one posted since its creation never asks.
 func (p *Platform) young(tenant string) bool {
 	c := vault.Creation(p.deps.Vault, tenant)
 	return !c.IsZero() && p.deps.Clock.Now().Sub(c) < datelessPressWindow
@@ -101,8 +115,10 @@ func (p *Platform) young(tenant string) bool {
 
 // readied is an update made ready for the sink.
 type readied struct {
-	// deliver is false when the update was dropped or consumed instead.
+	// deliver is false when the update was dropped or consumed instead,
+	// or must be retried (err).
 	deliver  bool
+	err      error
 	d        platform.Delivery
 	observed observedKey
 }
@@ -126,6 +142,9 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		return readied{}
 	}
 	tenant, owner, drop := p.route(ctx, in)
+	if drop == posterUnknown {
+		return readied{err: errPosterUnknown}
+	}
 	if drop != "" {
 		if in.callbackID != "" {
 			p.queueCallbackAnswer(in.callbackID) // stop the presser's spinner

@@ -54,8 +54,11 @@ func newEgress(timeout time.Duration) platform.Egress[*Platform, string] {
 	ops := make(platform.Ops[*Platform, string], len(handlers))
 	for name, h := range handlers {
 		ops[name] = func(p *Platform, ctx context.Context, tenant, user string, a *contract.Action) contract.Result {
-			c, ok := p.sender(ctx, tenant, user)
-			if !ok { // the bindings changed since Authorize
+			c, ok, err := p.sender(ctx, tenant, user)
+			switch {
+			case err != nil: // the store went since Authorize
+				return platform.OwnerUnknown(platformName, err)
+			case !ok: // the bindings changed since Authorize
 				return contract.Declined(platformName)
 			}
 			if windowed[name] && !c.wrote.IsZero() && p.clock.Now().Sub(c.wrote) >= serviceWindow {

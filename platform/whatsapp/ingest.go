@@ -95,17 +95,21 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 	sender, wamid := strings.TrimSpace(m.From), strings.TrimSpace(m.ID)
 	return p.turns.Do(ctx, number+"/"+sender, func() error {
 		if wamid != "" {
-			if p.delivered(ctx, number, wamid) {
-				p.drop(dropDuplicate, number, sender)
-				return nil
+			dup, err := p.delivered(ctx, number, wamid)
+			if err == nil && !dup {
+				release, claimErr := p.claim(ctx, "whatsapp_cloud/message/"+number+"/"+wamid, "message")
+				if claimErr != nil {
+					return claimErr
+				}
+				defer release()
+				if p.deps.Cluster != nil { // delivered while we took the claim?
+					dup, err = p.delivered(ctx, number, wamid)
+				}
 			}
-			key := "whatsapp_cloud/message/" + number + "/" + wamid
-			release, err := p.claim(ctx, key, "message")
 			if err != nil {
 				return err
 			}
-			defer release()
-			if p.deps.Cluster != nil && p.delivered(ctx, number, wamid) { // delivered while we took the claim
+			if dup {
 				p.drop(dropDuplicate, number, sender)
 				return nil
 			}
@@ -119,7 +123,10 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		}
 		tenant, owner := p.route(number, sender)
 		var live liveTap
-		rec, tapped := p.promptOf(ctx, number, sender, m)
+		rec, tapped, err := p.promptOf(ctx, number, sender, m)
+		if err != nil {
+			return err
+		}
 		if tapped { // a tap on a prompt of the connector's: its poster's
 			if !p.mayAct(rec.Tenant, sender, number) {
 				p.drop(dropPromptNotOwned, number, sender)
@@ -133,7 +140,11 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 					return err
 				}
 				defer release()
-				if again, ok := p.promptOf(ctx, number, sender, m); p.deps.Cluster == nil || ok && !again.Answered { // not answered meanwhile
+				again, ok, err := p.promptOf(ctx, number, sender, m)
+				if err != nil {
+					return err
+				}
+				if p.deps.Cluster == nil || ok && !again.Answered { // not answered meanwhile
 					live = liveTap(rec.PromptID)
 				}
 			}
@@ -209,7 +220,7 @@ func (p *Platform) newerRecorded(ctx context.Context, tenant, user string, sent 
 	if p.clock.Now().Sub(sent) < lateAfter {
 		return false
 	}
-	cur, ok := p.conversation(ctx, tenant, user)
+	cur, ok, _ := p.conversation(ctx, tenant, user)
 	return ok && cur.wrote.After(sent)
 }
 
@@ -238,10 +249,11 @@ func deliveredKey(number, wamid string) vault.Key {
 
 // delivered reports whether message wamid to number was delivered (on any
 // instance sharing the store, within vault.WhatsAppMessageTTL: Meta's
-// retry period).
-func (p *Platform) delivered(ctx context.Context, number, wamid string) bool {
-	_, ok := p.vault.Get(ctx, deliveredKey(number, wamid))
-	return ok
+// retry period); err is set when the store could not tell, and the
+// message is then retried (Meta sends it again), not delivered twice.
+func (p *Platform) delivered(ctx context.Context, number, wamid string) (bool, error) {
+	_, ok, err := vault.Lookup(ctx, p.vault, deliveredKey(number, wamid))
+	return ok, err
 }
 
 // markDelivered records message wamid to number as delivered, even when
@@ -386,25 +398,30 @@ func (p *Platform) promptPosted(ctx context.Context, number, user, msgID string,
 // list row) whose id is a prompt token of the connector's, quoting (the
 // context Meta adds to a tap) a prompt message sent to sender from number
 // with that token's prompt id. A tap goes to the prompt's poster, never
-// by the number's owner of the moment, which may have changed since.
-func (p *Platform) promptOf(ctx context.Context, number, sender string, m *message) (promptRecord, bool) {
+// by the number's owner of the moment, which may have changed since. err
+// is set when the store could not tell: the tap is retried (Meta sends
+// it again), not taken for no prompt's.
+func (p *Platform) promptOf(ctx context.Context, number, sender string, m *message) (promptRecord, bool, error) {
 	r := m.tap()
 	if r == nil || m.Context == nil {
-		return promptRecord{}, false
+		return promptRecord{}, false, nil
 	}
 	promptID, _, ok := contract.ParsePromptToken(strings.TrimSpace(r.ID))
 	msgID := strings.TrimSpace(m.Context.ID)
 	if !ok || msgID == "" {
-		return promptRecord{}, false
+		return promptRecord{}, false, nil
 	}
-	e, ok := p.vault.Get(ctx, promptKey(number, sender, msgID))
+	e, ok, err := vault.Lookup(ctx, p.vault, promptKey(number, sender, msgID))
 	var rec promptRecord
+	if err != nil {
+		return rec, false, fmt.Errorf("whatsapp: the tapped prompt's record: %w", err)
+	}
 	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID ||
 		vault.Outdated(p.vault, rec.Tenant, e.Stored, rec.Created) { // posted by an earlier tenant of the id
-		return promptRecord{}, false
+		return promptRecord{}, false, nil
 	}
 	rec.stored, rec.msgID = e.Stored, msgID
-	return rec, true
+	return rec, true, nil
 }
 
 // linkCode returns the code of a "/link <code>" text message the platform
@@ -427,7 +444,7 @@ func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) 
 		// number it keeps the user's latest message id, which typing marks.
 		if owner, owned := p.owners.Load().Owner(chatOf(sender, number)); !owned || owner == tenant {
 			c := conv{Number: number}
-			if old, ok := p.conversation(ctx, tenant, sender); ok && old.Number == number {
+			if old, ok, _ := p.conversation(ctx, tenant, sender); ok && old.Number == number {
 				c.Last = old.Last
 			}
 			p.converse(ctx, tenant, sender, c, p.clock.Now())

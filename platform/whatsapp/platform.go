@@ -256,15 +256,19 @@ func chatOf(user, number string) platform.Chat {
 // (wa_id), and every tenant whose number the user wrote to has its own
 // conversation with them; so the answer is the asking tenant (WithTenant)
 // when the ownership order lets it act in its conversation with the user
-// (mayAct), and ErrUnknownChat otherwise: nothing about other tenants is
-// revealed.
+// (mayAct), an error wrapping platform.ErrUnavailable when the store could
+// not tell its conversation (its own, whoever the user is), and
+// ErrUnknownChat otherwise: nothing about other tenants is revealed.
 func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
 	tenant := platform.TenantOf(ctx)
 	if tenant == "" || !platform.ValidWhatsAppID(chatID) {
 		return "", platform.ErrUnknownChat
 	}
-	if _, ok := p.sender(ctx, tenant, chatID); ok {
+	switch _, ok, err := p.sender(ctx, tenant, chatID); {
+	case ok:
 		return tenant, nil
+	case err != nil:
+		return "", err
 	}
 	return "", platform.ErrUnknownChat
 }
@@ -276,15 +280,21 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // author link (mayAct), which holds only while the user is still linked
 // to tenant (the conversation outlives a revoked link or an unbound number
 // by up to 30 days); else, for a user linked to tenant, tenant's own
-// lowest number. ok is false otherwise.
-func (p *Platform) sender(ctx context.Context, tenant, user string) (chat, bool) {
-	if cv, ok := p.conversation(ctx, tenant, user); ok && p.mayAct(tenant, user, cv.Number) {
-		return chat{user: user, number: cv.Number, last: cv.Last, wrote: cv.wrote}, true
+// lowest number. ok is false otherwise, with err (wrapping
+// platform.ErrUnavailable) when the store could not tell the
+// conversation.
+func (p *Platform) sender(ctx context.Context, tenant, user string) (c chat, ok bool, err error) {
+	cv, ok, err := p.conversation(ctx, tenant, user)
+	if ok && p.mayAct(tenant, user, cv.Number) {
+		return chat{user: user, number: cv.Number, last: cv.Last, wrote: cv.wrote}, true, nil
 	}
 	if number := p.ownNumber(tenant); number != "" && p.owners.Load().Linked(user, tenant) {
-		return chat{user: user, number: number}, true
+		return chat{user: user, number: number}, true, nil
 	}
-	return chat{}, false
+	if err != nil {
+		return chat{}, false, fmt.Errorf("whatsapp: conversation: %w", platform.ErrUnavailable)
+	}
+	return chat{}, false, nil
 }
 
 // mayAct reports whether the ownership order lets tenant act on user from
@@ -309,18 +319,19 @@ func conversationKey(tenant, user string) vault.Key {
 	return vault.Key{Tenant: tenant, SessionKey: user, Kind: vault.KindWhatsAppConversation}
 }
 
-// conversation returns tenant's conversation with user.
-func (p *Platform) conversation(ctx context.Context, tenant, user string) (conv, bool) {
-	e, ok := p.vault.Get(ctx, conversationKey(tenant, user))
+// conversation returns tenant's conversation with user; err is set when
+// the store could not tell (vault.Lookup).
+func (p *Platform) conversation(ctx context.Context, tenant, user string) (conv, bool, error) {
+	e, ok, err := vault.Lookup(ctx, p.vault, conversationKey(tenant, user))
 	if !ok {
-		return conv{}, false
+		return conv{}, false, err
 	}
 	var c conv
 	if json.Unmarshal([]byte(e.Ref), &c) != nil {
-		return conv{}, false
+		return conv{}, false, nil
 	}
 	c.wrote = e.Stored
-	return c, true
+	return c, true, nil
 }
 
 // converse records that user wrote to number in tenant's conversation at

@@ -20,6 +20,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
+	"connector/internal/redistest"
 	"connector/media"
 	"connector/platform"
 	"connector/platform/pace"
@@ -1365,5 +1366,110 @@ func sendWaiting(t *testing.T, rebound bool) {
 	}
 	if n := len(r.fake.Sent()); n != 1 {
 		t.Fatalf("%d messages sent, want the first alone", n)
+	}
+}
+
+// TestReplyWhileTheStoreIsDown: Ada wrote to t1's number, and t1's
+// conversation with her is kept in Redis. With Redis down, t1's reply on
+// another instance, which does not hold the conversation in memory, is
+// answered unavailable, which the gateway retries, and goes out once Redis
+// is back; a send to a user t1 has no conversation with stays declined
+// once it answers. Before, the reply was declined for good
+// (egress_declined): a missed lookup counted as no conversation.
+func TestReplyWhileTheStoreIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	a := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	b := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	const ada = "447700900123"
+	a.converse(t, biz1, ada, "wamid.O1")
+	send := func(user string) contract.Result { // on b, which never held the conversation
+		return b.exec(t, "t1", map[string]any{"op": "send", "chat_id": user, "content": "hi"})
+	}
+	srv.Kill(t)
+	if res := send(ada); res.Code != contract.CodeUnavailable {
+		t.Fatalf("t1's reply with the store down = %+v, want unavailable", res)
+	}
+	srv.Restart(t)
+	if res := send(ada); !res.Success {
+		t.Fatalf("t1's reply with the store back = %+v", res)
+	}
+	if res := send("14155550199"); res.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1's send to a user it has no conversation with = %+v, want egress_declined", res)
+	}
+}
+
+// TestTapWhileTheStoreIsDown: t1 prompted Ada on one instance; her tap
+// reaches another, which does not hold the prompt's record in memory,
+// while Redis is down: it is answered 503 (Meta retries) and delivered
+// nowhere, then, with Redis back, it is t1's prompt_response. Before, it
+// was taken for a tap on no prompt of the connector's: a text turn
+// ("Yes") to the number's owner, and the prompt was never answered.
+func TestTapWhileTheStoreIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	a := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	b := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	const ada = "447700900123"
+	a.converse(t, biz1, ada, "wamid.T1")
+	res := a.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+		"options": []any{map[string]any{"id": "yes", "label": "Yes"}, map[string]any{"id": "no", "label": "No"}}})
+	if !res.Success {
+		t.Fatalf("t1's prompt: %+v", res)
+	}
+	tap := whatsapptest.Tap(biz1, ada, "Ada", "wamid.T2", res.MessageID, "hp1:p1:yes", "Yes", false)
+	srv.Kill(t)
+	if code := b.post(t, tap); code != http.StatusServiceUnavailable {
+		t.Fatalf("the tap with the store down was answered %d, want 503", code)
+	}
+	if got := b.sink.all(); len(got) != 0 {
+		t.Fatalf("the tap with the store down was delivered: %+v", got[0].Event)
+	}
+	srv.Restart(t)
+	if code := b.post(t, tap); code != http.StatusOK {
+		t.Fatalf("the tap with the store back was answered %d", code)
+	}
+	if got := b.sink.all(); len(got) != 1 || got[0].Tenant != "t1" || got[0].Event.PromptResponse == nil {
+		t.Fatalf("the tap with the store back: %+v", got)
+	}
+}
+
+// TestRedeliveryWhileTheStoreIsDown: a message delivered on one instance
+// is sent again by Meta to another, which does not hold its delivered
+// mark in memory, while Redis is down: it is answered 503 and delivered
+// nowhere, and once Redis is back it is dropped as a duplicate. Before, a
+// mark that could not be looked up counted as none: the message was
+// delivered twice.
+func TestRedeliveryWhileTheStoreIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	a := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	b := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.RD1", "once")
+	if code := a.post(t, body); code != http.StatusOK {
+		t.Fatalf("first delivery: %d", code)
+	}
+	srv.Kill(t)
+	if code := b.post(t, body); code != http.StatusServiceUnavailable {
+		t.Fatalf("the redelivery with the store down was answered %d, want 503", code)
+	}
+	srv.Restart(t)
+	if code := b.post(t, body); code != http.StatusOK {
+		t.Fatalf("the redelivery with the store back was answered %d", code)
+	}
+	if got := b.sink.all(); len(got) != 0 {
+		t.Fatalf("the redelivery was delivered again: %+v", got[0].Event)
 	}
 }
