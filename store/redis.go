@@ -50,7 +50,7 @@ import (
 //	claim:<key>            a claim's expiry "<Unix s> <tag><ns, 9 digits>" by the store's clock
 //	                       (tag: random, per write), PX as garbage collection
 //	registry:{<namespace>} hash key -> entry
-//	registryrev:{<namespace>} the namespace's revision (INCR)
+//	registryrev:{<namespace>} the namespace's revision (INCR; registryRevLua)
 //	registryanswer:{<namespace>}:<write>  a registry write's answer (its
 //	                       revision, 0: not applied) for its resends, PX
 //	channel:<channel>      a pub/sub channel
@@ -1149,9 +1149,10 @@ func (s *redisStore) registryKeys(namespace string) []string {
 // server ran it, and the write, run again, would find its own value (a
 // swap "not swapped", a deletion "not deleted", a put bumping the revision
 // again).
-var registryWriteScript = redis.NewScript(`
+var registryWriteScript = redis.NewScript(registryRevLua + `
 local done = redis.call('GET', KEYS[3])
 if done then return tonumber(done) end
+revision()
 local function answer(rev)
   redis.call('SET', KEYS[3], rev, 'PX', ARGV[7])
   return rev
@@ -1174,9 +1175,37 @@ end
 return answer(rev)
 `)
 
+// registryRevLua begins the registry's scripts (KEYS hash, revision):
+// revision() returns the namespace's revision as a decimal string. A
+// revision that is no number INCR takes (set by hand or another program)
+// would stop every write and read of the namespace; it moves past the next
+// multiple of 2^32 above the highest revision an entry holds, as a lost
+// seq counter does (appendScript), so it never goes back below one a
+// reader saw.
+const registryRevLua = `
+local function revision()
+  local ok, cur = pcall(redis.call, 'GET', KEYS[2])
+  if ok and (not cur or (string.match(cur, '^%d+$') and type(redis.pcall('INCRBY', KEYS[2], 0)) == 'number')) then
+    return cur or '0'
+  end
+  local top = 0
+  for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
+    if #v >= 8 then top = math.max(top, (struct.unpack('>I8', v))) end
+  end
+  local rev = string.format('%d', (math.floor(top / 4294967296) + 1) * 4294967296)
+  redis.call('SET', KEYS[2], rev)
+  return rev
+end
+`
+
 // registryListScript: KEYS hash, revision. Returns {rev, {key, entry, ...}}.
-var registryListScript = redis.NewScript(`
-return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}
+var registryListScript = redis.NewScript(registryRevLua + `
+return {revision(), redis.call('HGETALL', KEYS[1])}
+`)
+
+// registryRevScript: KEYS hash, revision. Returns the revision.
+var registryRevScript = redis.NewScript(registryRevLua + `
+return revision()
 `)
 
 // writeRegistry implements regWrites with registryWriteScript. A write
@@ -1253,10 +1282,7 @@ func (r redisRegistry) Revision(ctx context.Context, namespace string) (uint64, 
 	if err := checkName("namespace", namespace); err != nil {
 		return 0, err
 	}
-	rev, err := r.s.c.Get(ctx, r.s.registryKeys(namespace)[1]).Uint64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
+	rev, err := registryRevScript.Run(ctx, r.s.c, r.s.registryKeys(namespace)).Uint64()
 	if err != nil {
 		return 0, fmt.Errorf("store: registry revision: %w", rerr(err))
 	}

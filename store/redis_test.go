@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -757,5 +758,42 @@ func TestRedisFirstAppendRoundTrips(t *testing.T) {
 	}
 	if !strings.Contains(stats, "cmdstat_evalsha:calls=2,") {
 		t.Fatalf("scripts run by a first append of a known tenant:\n%s\nwant 2 EVALSHA calls", stats)
+	}
+}
+
+// TestRedisForeignRegistryRevision: a namespace's revision overwritten
+// with a value INCR does not take (no number, a negative one, a key of
+// another type) moves past the revisions its entries hold and the
+// namespace goes on. Before, every write, List and Revision of the
+// namespace failed until someone deleted the key by hand.
+func TestRedisForeignRegistryRevision(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	s, ctx, admin := opener(t, cfg)(nil), t.Context(), srv.Client(t)
+	reg, key := s.Registry(), cfg.RedisPrefix+"registryrev:{ns}"
+	last, err := reg.Put(ctx, "ns", "k", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"garbage", "-3", "hash"} {
+		if bad == "hash" {
+			err = cmp.Or(admin.Del(ctx, key).Err(), admin.HSet(ctx, key, "f", "v").Err())
+		} else {
+			err = admin.Set(ctx, key, bad, 0).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, rev, err := reg.List(ctx, "ns"); err != nil || rev <= last {
+			t.Fatalf("list over the revision %q: rev %d, %v; want one past %d", bad, rev, err, last)
+		}
+		rev, err := reg.Put(ctx, "ns", "k", []byte(bad))
+		if err != nil || rev <= last {
+			t.Fatalf("put over the revision %q: %d, %v; want a revision past %d", bad, rev, err, last)
+		}
+		if now, err := reg.Revision(ctx, "ns"); err != nil || now != rev {
+			t.Fatalf("revision after the put over %q: %d, %v; want %d", bad, now, err, rev)
+		}
+		last = rev
 	}
 }
