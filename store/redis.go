@@ -892,7 +892,11 @@ func (c redisClaims) Renew(ctx context.Context, key string, held, expires time.T
 }
 
 // claim runs claimScript: key taken until expires unless a live claim
-// lasting past held holds it.
+// lasting past held holds it. A claim taken counts only once the replicas
+// have it (Config.RedisMinReplicas), as an append does: one a failover
+// lost would let a second caller act on the key (a nexscope action run
+// twice). Else it fails with ErrNotReplicated, and a claim it took is
+// released again, so the caller's retry is not refused by it.
 func (c redisClaims) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	if err := checkName("claim key", key); err != nil {
 		return false, err
@@ -902,8 +906,17 @@ func (c redisClaims) claim(ctx context.Context, key string, held, expires time.T
 	if held.After(after) {
 		after = held
 	}
-	n, err := claimScript.Run(ctx, c.s.c, []string{c.s.p + "claim:" + key}, after.Unix(), after.Nanosecond(), exp, px).Int()
-	return n == 1, rerr(err)
+	call := scriptCall(claimScript, []string{c.s.p + "claim:" + key}, after.Unix(), after.Nanosecond(), exp, px)
+	call.replicate = true
+	reply := c.s.pipelined(ctx, call)
+	n, err := redisInt(reply.cmd)
+	if err == nil && n == 1 && reply.unreplicated != nil {
+		if held.IsZero() {
+			_ = c.Release(context.WithoutCancel(ctx), key, expires)
+		}
+		err = reply.unreplicated
+	}
+	return err == nil && n == 1, rerr(err)
 }
 
 func (c redisClaims) Hold(ctx context.Context, key string, expires time.Time) error {
