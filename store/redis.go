@@ -32,7 +32,7 @@ import (
 //	log:{<tenant>}         the tenant's ledger: a stream with ids 0-<seq>,
 //	                       fields k kind, p platform, s session key,
 //	                       c chat id, r received (Unix µs), d payload
-//	bytes:{<tenant>}       the sum of the stream's payload lengths
+//	bytes:{<tenant>}       the sum of the stream's payload lengths (addBytes)
 //	answers:{<tenant>}     hash: an append's, ack's or trim's id -> its
 //	                       answer, for its resends, and the empty
 //	                       field -> 65 dashes (answerLua), PX
@@ -266,7 +266,7 @@ for i = 0, n - 1 do
     'k', ARGV[a], 'p', ARGV[a + 1], 's', ARGV[a + 2], 'c', ARGV[a + 3], 'r', ARGV[a + 4], 'd', ARGV[a + 5], 'g', ARGV[a + 6])
   size = size + string.len(ARGV[a + 5])
 end
-redis.call('INCRBY', KEYS[3], size)
+addBytes(KEYS[2], KEYS[3], size)
 return answer(first)
 `
 
@@ -287,6 +287,7 @@ return answer(first)
 // hash-max-listpack-value (64 by default), which makes it a hashtable at
 // once: as a listpack (up to 512 entries by default) each call's HGET,
 // which misses, and HSET would scan all its answers (4 µs at 256).
+// addBytes keeps the tenant's bytes counter.
 const answerLua = `
 local answers, older = KEYS[#KEYS - 1], KEYS[#KEYS]
 local answered = redis.call('HGET', answers, ARGV[1]) or redis.call('HGET', older, ARGV[1])
@@ -303,6 +304,24 @@ local function answer(v)
   end
   redis.call('HSET', answers, ARGV[1], type(v) == 'table' and cjson.encode(v) or v)
   return v
+end
+-- addBytes adds delta to the bytes counter of stream, whose change it
+-- follows, or sets a counter INCRBY does not take (another program wrote
+-- it) to the sum of the stream's payloads instead of failing the call.
+local function addBytes(stream, counter, delta)
+  if type(redis.pcall('INCRBY', counter, delta)) ~= 'table' then return end
+  local sum, start = 0, '-'
+  while true do
+    local es = redis.call('XRANGE', stream, start, '+', 'COUNT', 128)
+    if #es == 0 then break end
+    for _, e in ipairs(es) do
+      for j = 1, #e[2], 2 do
+        if e[2][j] == 'd' then sum = sum + string.len(e[2][j + 1]) end
+      end
+    end
+    start = '(' .. es[#es][1]
+  end
+  redis.call('SET', counter, string.format('%d', sum))
 end
 `
 
@@ -584,7 +603,7 @@ for i = 3, #ARGV do
   end
 end
 if removed == 0 then return 0 end
-redis.call('DECRBY', KEYS[2], size)
+addBytes(KEYS[1], KEYS[2], -size)
 return answer(removed)
 `)
 
@@ -652,7 +671,12 @@ func redisInt(cmd redis.Cmder) (int64, error) {
 var trimScript = redis.NewScript(answerLua + `
 local maxN, maxB, cutoff = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local n = redis.call('XLEN', KEYS[1])
-local b = tonumber(redis.call('GET', KEYS[2]) or '0')
+local ok, b = pcall(redis.call, 'GET', KEYS[2])
+b = ok and tonumber(b or '0')
+if not b then
+  addBytes(KEYS[1], KEYS[2], 0)
+  b = tonumber(redis.call('GET', KEYS[2]))
+end
 local out = {}
 local start = '-'
 local done = false

@@ -797,3 +797,55 @@ func TestRedisForeignRegistryRevision(t *testing.T) {
 		last = rev
 	}
 }
+
+// TestRedisForeignBytesCounter: a tenant's byte counter overwritten with a
+// value INCRBY does not take (no number, a key of another type; by hand or
+// another program) is counted again from the stream, and the tenant's
+// appends, acks and trims go on. Before, every append of the tenant failed
+// after storing its records (delivered, then sent again by the source),
+// every ack after removing its entries, and every trim, for good.
+func TestRedisForeignBytesCounter(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx, admin := t.Context(), srv.Client(t)
+	l, key := opener(t, cfg)(nil).Ledger(), cfg.RedisPrefix+"bytes:{t1}"
+	foreign := func(what string) {
+		t.Helper()
+		var err error
+		if what == "hash" {
+			err = cmp.Or(admin.Del(ctx, key).Err(), admin.HSet(ctx, key, "f", "v").Err())
+		} else {
+			err = admin.Set(ctx, key, what, 0).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("aaaa")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign("garbage")
+	seqs, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("bb")}, {Payload: []byte("c")}})
+	if err != nil {
+		t.Fatalf("append over the byte counter %q: %v", "garbage", err)
+	}
+	if st, err := l.Stats(ctx, "t1"); err != nil || st != (store.Stats{Entries: 3, Bytes: 7}) {
+		t.Fatalf("stats after the append: %+v, %v; want 3 entries of 7 bytes", st, err)
+	}
+	foreign("hash")
+	if n, err := l.Ack(ctx, "t1", first...); err != nil || n != 1 {
+		t.Fatalf("ack over a byte counter of another type: %d, %v; want 1 removed", n, err)
+	}
+	if st, err := l.Stats(ctx, "t1"); err != nil || st != (store.Stats{Entries: 2, Bytes: 3}) {
+		t.Fatalf("stats after the ack: %+v, %v; want 2 entries of 3 bytes", st, err)
+	}
+	foreign("garbage")
+	dropped, err := l.Trim(ctx, "t1", store.Bounds{MaxBytes: 1})
+	if err != nil || len(dropped) != 1 || dropped[0].Seq != seqs[0] {
+		t.Fatalf("trim over the byte counter %q: %+v, %v; want seq %d dropped", "garbage", dropped, err, seqs[0])
+	}
+	if st, err := l.Stats(ctx, "t1"); err != nil || st != (store.Stats{Entries: 1, Bytes: 1}) {
+		t.Fatalf("stats after the trim: %+v, %v; want 1 entry of 1 byte", st, err)
+	}
+}
