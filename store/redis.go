@@ -982,7 +982,10 @@ type redisLeases struct{ s *redisStore }
 // acquireScript: KEYS lease, token counter; ARGV holder, ttl ms. Returns
 // {acquired 0/1, token, holder, remaining ms}. A value that is no lease
 // ("<token>:<holder>", a token of at most 19 digits, which a uint64 holds;
-// another program's) is taken over as a free one.
+// another program's) is taken over as a free one. A counter INCR does not
+// take (another program's) moves past the next multiple of 2^32 above
+// the number it begins with, as a lost seq counter does (appendScript), so
+// the tokens still grow.
 var acquireScript = redis.NewScript(`
 local token, holder = string.match(redis.call('GET', KEYS[1]) or '', '^(%d+):(.*)$')
 if token and #token < 20 then
@@ -992,7 +995,14 @@ if token and #token < 20 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, token, holder, tonumber(ARGV[2])}
 end
-local token = string.format('%d', redis.call('INCR', KEYS[2]))
+local next = redis.pcall('INCR', KEYS[2])
+if type(next) == 'table' then
+  local ok, cur = pcall(redis.call, 'GET', KEYS[2])
+  cur = ok and tonumber(string.match(cur, '^%d+') or '0') or 0
+  next = (math.floor(cur / 4294967296) + 1) * 4294967296 + 1
+  redis.call('SET', KEYS[2], string.format('%d', next))
+end
+local token = string.format('%d', next)
 redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
 return {1, token, ARGV[1], tonumber(ARGV[2])}
 `)

@@ -591,7 +591,8 @@ func TestRedisAnswersRotateByAge(t *testing.T) {
 // Acquire took it over. A token of digits past a uint64 (20 of them)
 // failed every Acquire as corrupt until the key expired; one of 20 digits
 // or more that a uint64 holds (leading zeros) Holder took for held while
-// Acquire took it over.
+// Acquire took it over. A fencing token counter holding no integer failed
+// every Acquire of the free lease.
 func TestRedisForeignValuesDoNotStall(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
@@ -607,6 +608,30 @@ func TestRedisForeignValuesDoNotStall(t *testing.T) {
 		}
 		if l, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute); err != nil || !ok || l.Holder != "me" {
 			t.Fatalf("acquire over the lease value %q: %+v, %v, %v; want it taken", v, l, ok, err)
+		}
+	}
+	// A fencing token counter INCR does not take moves past the tokens
+	// given before; before, every Acquire of the free lease failed.
+	for _, v := range []string{"garbage", "hash"} {
+		name := "fenced-" + v
+		held, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		if err := s.Leases().Release(ctx, name, held); err != nil {
+			t.Fatal(err)
+		}
+		key := cfg.RedisPrefix + "leasetoken:{" + name + "}"
+		if v == "hash" {
+			err = cmp.Or(admin.Del(ctx, key).Err(), admin.HSet(ctx, key, "f", "v").Err())
+		} else {
+			err = admin.Set(ctx, key, v, 0).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute); err != nil || !ok || l.Token <= held.Token {
+			t.Fatalf("acquire over the token counter %q: %+v, %v, %v; want a token past %d", v, l, ok, err, held.Token)
 		}
 	}
 	if _, err := s.Registry().Put(ctx, "ns", "good", []byte("v")); err != nil {
