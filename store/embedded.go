@@ -158,7 +158,7 @@ func (e *embedded) Owners() Owners             { return expiringOwners{e, e.cloc
 func (e *embedded) Leases() Leases             { return localLeases{e.clock, e.lease} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
 func (e *embedded) Registry() Registry         { return embRegistry{e, regWrites{e.writeRegistry}} }
-func (e *embedded) Claims() Claims             { return localClaims{e, e.claim, e.release} }
+func (e *embedded) Claims() Claims             { return claims{claimPrefix, e.claim, holdExpiring(e), e.release} }
 
 func (e *embedded) Close() error {
 	e.closeOnce.Do(func() {
@@ -623,7 +623,7 @@ func (e *embedded) delExpiring(ctx context.Context, owner bool, a, b string) err
 	})
 }
 
-// claim is localClaims' transaction: a group-committed one.
+// claim is claims' transaction: a group-committed one.
 func (e *embedded) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	k := []byte(key)
 	var took bool
@@ -641,7 +641,7 @@ func (e *embedded) claim(ctx context.Context, key string, held, expires time.Tim
 	return took && err == nil, err
 }
 
-// release is localClaims' compare-and-delete: a group-committed one. An
+// release is claims' compare-and-delete: a group-committed one. An
 // unreadable claim goes.
 func (e *embedded) release(ctx context.Context, key string, expires time.Time) error {
 	k := []byte(key)

@@ -168,7 +168,9 @@ func (s *redisStore) Owners() Owners             { return expiringOwners{s, s.cl
 func (s *redisStore) Leases() Leases             { return redisLeases{s} }
 func (s *redisStore) PubSub() PubSub             { return redisPubSub{s} }
 func (s *redisStore) Registry() Registry         { return redisRegistry{s, regWrites{s.writeRegistry}} }
-func (s *redisStore) Claims() Claims             { return redisClaims{s} }
+func (s *redisStore) Claims() Claims {
+	return claims{s.p + "claim:", s.claim, s.holdClaim, s.releaseClaim}
+}
 
 func (s *redisStore) Close() error {
 	s.mu.Lock()
@@ -874,8 +876,6 @@ func (s *redisStore) delExpiring(ctx context.Context, owner bool, a, b string) e
 	return rerr(s.c.Del(ctx, s.expKey(owner, a, b)).Err())
 }
 
-type redisClaims struct{ s *redisStore }
-
 // claimScript: KEYS claim; ARGV the later of now and the caller's held
 // expiry, in seconds and nanoseconds, the expiry as stored, PX. Takes the
 // claim unless a live one lasting past held holds it (its expiry after
@@ -900,58 +900,39 @@ return 1
 
 // claimValue is a claim's expiry as stored, under a random tag of its
 // own, and its key's PX.
-func (c redisClaims) claimValue(expires time.Time) (string, int64) {
+func (s *redisStore) claimValue(expires time.Time) (string, int64) {
 	return fmt.Sprintf("%d %d%09d", expires.Unix(), 1+mathrand.Int64N(1e9-1), expires.Nanosecond()),
-		pxMillis(max(expires.Sub(c.s.clock.Now()), 0) + redisExpirySlack)
+		pxMillis(max(expires.Sub(s.clock.Now()), 0) + redisExpirySlack)
 }
 
-func (c redisClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
-	took, err := c.claim(ctx, key, time.Time{}, expires)
-	return took, opErr("claim", err)
-}
-
-func (c redisClaims) Renew(ctx context.Context, key string, held, expires time.Time) (bool, error) {
-	renewed, err := c.claim(ctx, key, held, expires)
-	return renewed, opErr("renew claim", err)
-}
-
-// claim runs claimScript: key taken until expires unless a live claim
-// lasting past held holds it. A claim taken counts only once the replicas
-// have it (Config.RedisMinReplicas), as an append does: one a failover
-// lost would let a second caller act on the key (a nexscope action run
-// twice). Else it fails with ErrNotReplicated, and a claim it took is
-// released again, so the caller's retry is not refused by it.
-func (c redisClaims) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
-	if err := checkName("claim key", key); err != nil {
-		return false, err
-	}
-	exp, px := c.claimValue(expires)
-	after := c.s.clock.Now()
+// claim is claims' claim: claimScript. A claim taken counts only once the
+// replicas have it (Config.RedisMinReplicas), as an append does: one a
+// failover lost would let a second caller act on the key (a nexscope
+// action run twice). Else it fails with ErrNotReplicated, and a claim it
+// took is released again, so the caller's retry is not refused by it.
+func (s *redisStore) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
+	exp, px := s.claimValue(expires)
+	after := s.clock.Now()
 	if held.After(after) {
 		after = held
 	}
-	call := scriptCall(claimScript, []string{c.s.p + "claim:" + key}, after.Unix(), after.Nanosecond(), exp, px)
+	call := scriptCall(claimScript, []string{key}, after.Unix(), after.Nanosecond(), exp, px)
 	call.replicate = true
-	reply := c.s.pipelined(ctx, call)
+	reply := s.pipelined(ctx, call)
 	n, err := redisInt(reply.cmd)
 	if err == nil && n == 1 && reply.unreplicated != nil {
 		if held.IsZero() {
-			_ = c.Release(context.WithoutCancel(ctx), key, expires)
+			_ = s.releaseClaim(context.WithoutCancel(ctx), key, expires)
 		}
 		err = reply.unreplicated
 	}
 	return err == nil && n == 1, rerr(err)
 }
 
-func (c redisClaims) Hold(ctx context.Context, key string, expires time.Time) error {
-	if err := checkName("claim key", key); err != nil {
-		return err
-	}
-	exp, px := c.claimValue(expires)
-	if err := c.s.c.Set(ctx, c.s.p+"claim:"+key, exp, time.Duration(px)*time.Millisecond).Err(); err != nil {
-		return fmt.Errorf("store: hold claim: %w", rerr(err))
-	}
-	return nil
+// holdClaim is claims' hold.
+func (s *redisStore) holdClaim(ctx context.Context, key string, expires time.Time) error {
+	exp, px := s.claimValue(expires)
+	return rerr(s.c.Set(ctx, key, exp, time.Duration(px)*time.Millisecond).Err())
 }
 
 // releaseScript: KEYS claim; ARGV the expiry's seconds and nanoseconds.
@@ -969,12 +950,9 @@ end
 return 1
 `)
 
-func (c redisClaims) Release(ctx context.Context, key string, expires time.Time) error {
-	if err := checkName("claim key", key); err != nil {
-		return err
-	}
-	err := releaseScript.Run(ctx, c.s.c, []string{c.s.p + "claim:" + key}, expires.Unix(), expires.Nanosecond()).Err()
-	return opErr("release claim", rerr(err))
+// releaseClaim is claims' release: releaseScript.
+func (s *redisStore) releaseClaim(ctx context.Context, key string, expires time.Time) error {
+	return rerr(releaseScript.Run(ctx, s.c, []string{key}, expires.Unix(), expires.Nanosecond()).Err())
 }
 
 type redisLeases struct{ s *redisStore }
