@@ -608,16 +608,14 @@ func newEpoch() string {
 	return hex.EncodeToString(b[:])
 }
 
-// micros truncates t to the microsecond, the precision records keep.
-func micros(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()) }
-
 // receivedAt is the receive time Append stores for a record stamped
-// received: now when it is zero, at the microsecond.
+// received: now when it is zero, at the microsecond, the precision records
+// keep.
 func receivedAt(received, now time.Time) time.Time {
 	if received.IsZero() {
 		received = now
 	}
-	return micros(received)
+	return time.UnixMicro(received.UnixMicro())
 }
 
 // trimRule is Bounds resolved against one moment: the single statement of
