@@ -909,7 +909,8 @@ func (s *redisStore) claimValue(expires time.Time) (string, int64) {
 // replicas have it (Config.RedisMinReplicas), as an append does: one a
 // failover lost would let a second caller act on the key (a nexscope
 // action run twice). Else it fails with ErrNotReplicated, and a claim it
-// took is released again, so the caller's retry is not refused by it.
+// took is released again, so the caller's retry is not refused by it; so
+// is one the server took after the caller stopped waiting (ctx ended).
 func (s *redisStore) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	exp, px := s.claimValue(expires)
 	after := s.clock.Now()
@@ -920,6 +921,13 @@ func (s *redisStore) claim(ctx context.Context, key string, held, expires time.T
 	call.replicate = true
 	reply := s.pipelined(ctx, call)
 	n, err := redisInt(reply.cmd)
+	if held.IsZero() && reply.late != nil {
+		go func() {
+			if n, err := redisInt((<-reply.late).cmd); err == nil && n == 1 {
+				_ = s.releaseClaim(context.Background(), key, expires)
+			}
+		}()
+	}
 	if err == nil && n == 1 && reply.unreplicated != nil {
 		if held.IsZero() {
 			_ = s.releaseClaim(context.WithoutCancel(ctx), key, expires)

@@ -228,7 +228,7 @@ func TestRedisCallsEndWithTheirContext(t *testing.T) {
 // a capability write) stops waiting for a server that does not answer when
 // its caller's deadline passes, and an append refused so is removed once
 // the server has it, so its records are not delivered besides the source's
-// retry.
+// retry; a claim refused so is released.
 func TestRedisPipelinedCallsEndWithTheirContext(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
@@ -249,6 +249,10 @@ func TestRedisPipelinedCallsEndWithTheirContext(t *testing.T) {
 		"capability put": func(ctx context.Context) error {
 			return s.Capabilities().Put(ctx, "k", []byte("v"), time.Now().Add(time.Minute))
 		},
+		"claim": func(ctx context.Context) error {
+			_, err := s.Claims().Claim(ctx, "c", time.Now().Add(time.Hour))
+			return err
+		},
 	} {
 		endsWithItsDeadline(t, name, call)
 	}
@@ -260,6 +264,18 @@ func TestRedisPipelinedCallsEndWithTheirContext(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("15s after the pause: ledger %v, %v; want only the record appended before it", recs, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The claim its caller gave up on, taken once the server ran it, is
+	// released: before, it refused every other caller for its hour.
+	for {
+		took, err := s.Claims().Claim(context.Background(), "c", time.Now().Add(time.Minute))
+		if err == nil && took {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15s after the pause: claim %v, %v; want the claim given up on released", took, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
