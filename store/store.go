@@ -364,8 +364,9 @@ var (
 	// no longer holds.
 	ErrNotHeld = errors.New("store: lease not held")
 	// ErrNotReplicated is returned by the redis backend's ledger appends,
-	// capability writes and registry writes (a registry write that applied
-	// stays on the primary) when Config.RedisMinReplicas replicas did not
+	// capability writes, claims (a claim taken is released again) and
+	// registry writes (a registry write that applied stays on the primary)
+	// when Config.RedisMinReplicas replicas did not
 	// acknowledge the write within Config.RedisReplicaTimeout: the write
 	// may survive or not, so it must not be confirmed to anyone. Lease
 	// acquisitions and renewals likewise (waiting at most a quarter of
