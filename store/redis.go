@@ -1210,15 +1210,16 @@ return answer(rev)
 
 // registryRevLua begins the registry's scripts (KEYS hash, revision):
 // revision() returns the namespace's revision as a decimal string. A
-// revision that is no number INCR takes (set by hand or another program)
-// would stop every write and read of the namespace; it moves past the next
+// revision that is no number INCR takes (set by hand or another program;
+// taken for one: below 10^18, in the digits INCR writes) would stop every
+// write and read of the namespace; it moves past the next
 // multiple of 2^32 above the highest revision an entry holds, as a lost
 // seq counter does (appendScript), so it never goes back below one a
 // reader saw.
 const registryRevLua = `
 local function revision()
   local ok, cur = pcall(redis.call, 'GET', KEYS[2])
-  if ok and (not cur or (string.match(cur, '^%d+$') and type(redis.pcall('INCRBY', KEYS[2], 0)) == 'number')) then
+  if ok and (not cur or cur == '0' or (string.match(cur, '^[1-9]%d*$') and #cur < 19)) then
     return cur or '0'
   end
   local top = 0
