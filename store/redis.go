@@ -240,7 +240,7 @@ const appendLua = answerLua + `
 local n, floor = tonumber(ARGV[3]), tonumber(ARGV[4])
 local function past(seq) return (math.floor(seq / 4294967296) + 1) * 4294967296 end
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
-if replid and redis.call('GET', KEYS[4]) ~= replid then
+if replid and redis.pcall('GET', KEYS[4]) ~= replid then
   local last = tonumber(redis.pcall('GET', KEYS[1]))
   if last then
     redis.call('SET', KEYS[1], past(last))
@@ -285,6 +285,7 @@ return answer(first)
 // one (the one before it goes). So each answer is kept ARGV[2] ms at least
 // unless 1023 calls of its tenant follow it, and a tenant holds the
 // answers of its last two windows at most, not 2046 whatever its pace. A
+// key of another type there (another program's) goes. A
 // hash begins with an empty field whose value is longer than
 // hash-max-listpack-value (64 by default), which makes it a hashtable at
 // once: as a listpack (up to 512 entries by default) each call's HGET,
@@ -292,7 +293,12 @@ return answer(first)
 // addBytes keeps the tenant's bytes counter.
 const answerLua = `
 local answers, older = KEYS[#KEYS - 1], KEYS[#KEYS]
-local answered = redis.call('HGET', answers, ARGV[1]) or redis.call('HGET', older, ARGV[1])
+local function asked(h)
+  local ok, v = pcall(redis.call, 'HGET', h, ARGV[1])
+  if not ok then redis.call('DEL', h) end
+  return ok and v
+end
+local answered = asked(answers) or asked(older)
 if answered then return tonumber(answered) or cjson.decode(answered) end
 local function answer(v)
   local left = redis.call('PTTL', answers)

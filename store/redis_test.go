@@ -890,3 +890,33 @@ func TestRedisForeignBytesCounter(t *testing.T) {
 		t.Fatalf("stats after the trim: %+v, %v; want 1 entry of 1 byte", st, err)
 	}
 }
+
+// TestRedisForeignAnswerKeys: a tenant's replication id or answers key
+// overwritten with a key of another type (by hand or another program) does
+// not stop the tenant: appends, acks and trims go on. Before, every one of
+// them failed with WRONGTYPE until someone deleted the key.
+func TestRedisForeignAnswerKeys(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx, admin := t.Context(), srv.Client(t)
+	l := opener(t, cfg)(nil).Ledger()
+	first, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"replid:{t1}", "answers:{t1}", "oldanswers:{t1}"} {
+		if err := cmp.Or(admin.Del(ctx, cfg.RedisPrefix+k).Err(), admin.RPush(ctx, cfg.RedisPrefix+k, "x").Err()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seqs, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}, {Payload: []byte("c")}})
+	if err != nil {
+		t.Fatalf("append over keys of another type: %v", err)
+	}
+	if n, err := l.Ack(ctx, "t1", first...); err != nil || n != 1 {
+		t.Fatalf("ack over keys of another type: %d, %v; want 1 removed", n, err)
+	}
+	if dropped, err := l.Trim(ctx, "t1", store.Bounds{MaxEntries: 1}); err != nil || len(dropped) != 1 || dropped[0].Seq != seqs[0] {
+		t.Fatalf("trim over keys of another type: %+v, %v; want seq %d dropped", dropped, err, seqs[0])
+	}
+}
