@@ -233,11 +233,14 @@ type redisLedger struct{ s *redisStore }
 // or read a seq of the tenant, still starts over. A counter that holds no
 // number (another program wrote it), or none while the stream holds
 // entries (deleted by hand), moves past the stream's last entry the same
-// way, instead of failing every append of the tenant.
+// way, instead of failing every append of the tenant. A log key of
+// another type (another program's) goes, with the byte counter.
 var appendScript = redis.NewScript(appendLua)
 
 const appendLua = answerLua + `
 local n, floor = tonumber(ARGV[3]), tonumber(ARGV[4])
+local kind = redis.call('TYPE', KEYS[2])['ok']
+if kind ~= 'stream' and kind ~= 'none' then redis.call('DEL', KEYS[2], KEYS[3]) end
 local function past(seq) return (math.floor(seq / 4294967296) + 1) * 4294967296 end
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
 if replid and redis.pcall('GET', KEYS[4]) ~= replid then
@@ -821,18 +824,21 @@ func (l redisLedger) Tenants(ctx context.Context) ([]string, error) {
 		}
 	}
 	lens := make([]*redis.IntCmd, len(all))
-	_, err = l.s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = l.s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range all {
 			lens[i] = p.XLen(ctx, l.keys(t)[1])
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("store: tenants: %w", rerr(err))
-	}
 	var out []string
 	for i, t := range all {
-		if lens[i].Val() > 0 {
+		// A key of another type (another program's) holds no records: it
+		// fails no other tenant's recovery.
+		n, err := lens[i].Result()
+		if err != nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
+			return nil, fmt.Errorf("store: tenants: %w", rerr(err))
+		}
+		if n > 0 {
 			out = append(out, t)
 		}
 	}

@@ -551,6 +551,42 @@ func TestRedisTenantsRepairsTheSet(t *testing.T) {
 	}
 }
 
+// TestRedisTenantsPassesOverAForeignLog: a tenant's log key overwritten
+// with a key of another type (by hand or another program) is no tenant
+// with records, and the others are still listed; the tenant's next append
+// replaces it. Before, Tenants failed with WRONGTYPE, and with it every
+// tenant's recovery and age sweep, and every append of the tenant.
+func TestRedisTenantsPassesOverAForeignLog(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx, admin := t.Context(), srv.Client(t)
+	l := opener(t, cfg)(nil).Ledger()
+	for _, tenant := range []string{"t1", "t2"} {
+		if _, err := l.Append(ctx, tenant, []store.Record{{Payload: []byte("kept")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := cfg.RedisPrefix + "log:{t2}"
+	if err := cmp.Or(admin.Del(ctx, key).Err(), admin.Set(ctx, key, "x", 0).Err()); err != nil {
+		t.Fatal(err)
+	}
+	if tenants, err := l.Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"t1"}) {
+		t.Fatalf("tenants beside a foreign log: %v, %v; want [t1]", tenants, err)
+	}
+	// The tenant's next append replaces the key; before, every append of
+	// the tenant failed.
+	seqs, err := l.Append(ctx, "t2", []store.Record{{Payload: []byte("again")}})
+	if err != nil {
+		t.Fatalf("append over a foreign log: %v", err)
+	}
+	if recs, err := l.Read(ctx, "t2", 0, 10); err != nil || len(recs) != 1 || recs[0].Seq != seqs[0] {
+		t.Fatalf("read after the append over a foreign log: %+v, %v; want seq %d alone", recs, err, seqs[0])
+	}
+	if st, err := l.Stats(ctx, "t2"); err != nil || st != (store.Stats{Entries: 1, Bytes: 5}) {
+		t.Fatalf("stats after the append over a foreign log: %+v, %v; want 1 entry of 5 bytes", st, err)
+	}
+}
+
 // TestRedisAnswersRotateByAge: a tenant's answers hash (answerLua) becomes
 // the older one once it is older than the resend window, not only at 1024
 // answers, and the older one goes at the next such turn. Before, each call
