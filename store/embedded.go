@@ -759,9 +759,10 @@ func (r embRegistry) List(ctx context.Context, namespace string) ([]Entry, uint6
 		}
 		rev = b.Sequence()
 		return b.ForEach(func(k, v []byte) error {
-			e, err := decodeEntry(string(k), v)
-			out = append(out, e)
-			return err
+			if e, err := decodeEntry(string(k), v); err == nil { // a damaged one is passed over, as on redis
+				out = append(out, e)
+			}
+			return nil
 		})
 	})
 	if err != nil {

@@ -90,3 +90,33 @@ func TestEmbeddedTrimPassesAnUndecodableRecord(t *testing.T) {
 		t.Fatalf("trim to the 3 bytes kept: %+v, %v; want none dropped", dropped, err)
 	}
 }
+
+// TestEmbeddedListPassesADamagedEntry: a registry entry that no longer
+// decodes (a damaged data file) is passed over by List, as the redis
+// backend passes over one another program wrote. Before, every List of
+// its namespace failed, the tenants' one included.
+func TestEmbeddedListPassesADamagedEntry(t *testing.T) {
+	ctx := t.Context()
+	e, err := openEmbedded(ctx, t.TempDir(), clock.System)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	reg := e.Registry()
+	if _, err := reg.Put(ctx, "ns", "good", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := reg.Put(ctx, "ns", "bad", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bRegistry).Bucket([]byte("ns")).Put([]byte("bad"), []byte("short"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es, got, err := reg.List(ctx, "ns"); err != nil || len(es) != 1 || es[0].Key != "good" || got != rev {
+		t.Fatalf("list beside a damaged entry: %+v, rev %d, %v; want the entry good at rev %d", es, got, err, rev)
+	}
+}

@@ -329,9 +329,9 @@ type Registry interface {
 	// the namespace's revision.
 	Delete(ctx context.Context, namespace, key string) (deleted bool, err error)
 	// List returns every entry of namespace sorted by key, and the
-	// namespace's revision (0 for a namespace never written). The redis
-	// backend passes over a value another program wrote there that is
-	// no entry.
+	// namespace's revision (0 for a namespace never written). It passes
+	// over a value that is no entry (another program's on redis, a
+	// damaged one on the embedded backend).
 	List(ctx context.Context, namespace string) (entries []Entry, rev uint64, err error)
 	// Revision returns the namespace's revision (0 for a namespace never
 	// written) without reading its entries: a cheap look for a change.
