@@ -1193,7 +1193,7 @@ func (s *redisStore) registryKeys(namespace string) []string {
 // pipeline whose reply it lost (an EOF, a read timeout) even when the
 // server ran it, and the write, run again, would find its own value (a
 // swap "not swapped", a deletion "not deleted", a put bumping the revision
-// again).
+// again). The revision is read first (revision(): registryRevLua).
 var registryWriteScript = redis.NewScript(registryRevLua + `
 local done = redis.call('GET', KEYS[3])
 if done then return tonumber(done) end
