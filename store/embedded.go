@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -157,7 +158,7 @@ func (e *embedded) Owners() Owners             { return expiringOwners{e, e.cloc
 func (e *embedded) Leases() Leases             { return localLeases{e.clock, e.lease} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
 func (e *embedded) Registry() Registry         { return embRegistry{e, regWrites{e.writeRegistry}} }
-func (e *embedded) Claims() Claims             { return localClaims{e, e.claim, e.release} }
+func (e *embedded) Claims() Claims             { return claims{claimPrefix, e.claim, holdExpiring(e), e.release} }
 
 func (e *embedded) Close() error {
 	e.closeOnce.Do(func() {
@@ -451,25 +452,24 @@ func (l embLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, e
 }
 
 // ackTx removes seqs from tenant's log in tx and reports how many it
-// removed. A record that does not decode goes too (its payload's bytes
-// stay counted): it fails no batch of removals, whose other tenants'
-// would fail with it.
+// removed. A record that does not decode goes too: it fails no batch of
+// removals, whose other tenants' would fail with it.
 func ackTx(tx *bolt.Tx, tenant string, seqs []uint64) (int, error) {
 	b := tx.Bucket(bLedger).Bucket([]byte(tenant))
 	if b == nil {
 		return 0, nil
 	}
 	st := readStats(tx, tenant)
-	removed := 0
+	removed, damaged := 0, false
 	for _, seq := range seqs {
 		k := seqKey(seq)
 		v := b.Get(k)
 		if v == nil {
 			continue
 		}
-		if r, err := decodeRecord(k, v); err == nil {
-			st.Bytes -= int64(len(r.Payload))
-		}
+		r, err := decodeRecord(k, v)
+		st.Bytes -= int64(len(r.Payload))
+		damaged = damaged || err != nil
 		st.Entries--
 		if err := b.Delete(k); err != nil {
 			return 0, err
@@ -479,7 +479,28 @@ func ackTx(tx *bolt.Tx, tenant string, seqs []uint64) (int, error) {
 	if removed == 0 {
 		return 0, nil
 	}
+	if damaged {
+		st.Bytes = payloadBytes(b, nil)
+	}
 	return removed, writeStats(tx, tenant, st)
+}
+
+// payloadBytes sums the payload lengths of b's records after the key
+// after (nil: all): a log's Bytes once a record that does not decode went,
+// whose length is not known, so that its bytes do not stay counted.
+func payloadBytes(b *bolt.Bucket, after []byte) (n int64) {
+	c := b.Cursor()
+	k, v := c.First()
+	if after != nil {
+		if k, v = c.Seek(after); bytes.Equal(k, after) {
+			k, v = c.Next()
+		}
+	}
+	for ; k != nil; k, v = c.Next() {
+		r, _ := decodeRecord(k, v)
+		n += int64(len(r.Payload))
+	}
+	return n
 }
 
 func (l embLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]Dropped, error) {
@@ -497,15 +518,22 @@ func (l embLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]Dr
 		var keys [][]byte
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
+			// A record that does not decode (a damaged data file) is older
+			// than any cutoff, as the redis backend's trim takes one.
 			r, err := decodeRecord(k, v)
-			if err != nil {
+			if err != nil && len(k) != 8 {
 				return fmt.Errorf("record %x: %w", k, err)
+			} else if err != nil {
+				r.Seq = binary.BigEndian.Uint64(k)
 			}
 			if !rule.drop(st.Entries, st.Bytes, r.Received.UnixMicro()) {
 				break
 			}
 			st.Entries--
 			st.Bytes -= int64(len(r.Payload))
+			if err != nil {
+				st.Bytes = payloadBytes(b, k)
+			}
 			keys = append(keys, k)
 			out = append(out, Dropped{Seq: r.Seq, Kind: r.Kind, Platform: r.Platform, Bytes: len(r.Payload), Received: r.Received})
 		}
@@ -595,7 +623,7 @@ func (e *embedded) delExpiring(ctx context.Context, owner bool, a, b string) err
 	})
 }
 
-// claim is localClaims' transaction: a group-committed one.
+// claim is claims' transaction: a group-committed one.
 func (e *embedded) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	k := []byte(key)
 	var took bool
@@ -613,7 +641,7 @@ func (e *embedded) claim(ctx context.Context, key string, held, expires time.Tim
 	return took && err == nil, err
 }
 
-// release is localClaims' compare-and-delete: a group-committed one. An
+// release is claims' compare-and-delete: a group-committed one. An
 // unreadable claim goes.
 func (e *embedded) release(ctx context.Context, key string, expires time.Time) error {
 	k := []byte(key)
@@ -731,9 +759,10 @@ func (r embRegistry) List(ctx context.Context, namespace string) ([]Entry, uint6
 		}
 		rev = b.Sequence()
 		return b.ForEach(func(k, v []byte) error {
-			e, err := decodeEntry(string(k), v)
-			out = append(out, e)
-			return err
+			if e, err := decodeEntry(string(k), v); err == nil { // a damaged one is passed over, as on redis
+				out = append(out, e)
+			}
+			return nil
 		})
 	})
 	if err != nil {

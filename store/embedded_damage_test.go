@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -49,7 +50,73 @@ func TestEmbeddedUndecodableRecord(t *testing.T) {
 	if recs, err := l.Read(ctx, "t1", 0, 10); err != nil || len(recs) != 2 || recs[1].Seq != t1[2] {
 		t.Fatalf("read after the removal: %+v, %v; want t1's 2 other records", recs, err)
 	}
-	if st, err := l.Stats(ctx, "t1"); err != nil || st.Entries != 2 {
-		t.Fatalf("t1's stats: %+v, %v; want 2 entries", st, err)
+	if st, err := l.Stats(ctx, "t1"); err != nil || st != (Stats{Entries: 2, Bytes: 2}) {
+		t.Fatalf("t1's stats: %+v, %v; want 2 entries of 2 bytes", st, err)
+	}
+}
+
+// TestEmbeddedTrimPassesAnUndecodableRecord: Trim takes a record that no
+// longer decodes for older than any cutoff, as the redis backend's does,
+// and its bytes leave the stats with it. Before, Trim failed on it for
+// good (the tenant's records never aged out), and a removal of it left its
+// payload's bytes counted for good, so a bytes bound dropped good records
+// early. Bytes alone above the bound go too.
+func TestEmbeddedTrimPassesAnUndecodableRecord(t *testing.T) {
+	ctx := t.Context()
+	e, err := openEmbedded(ctx, t.TempDir(), clock.System)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	l := embLedger{e}
+	seqs, err := l.Append(ctx, "t1", []Record{{Payload: []byte("aaaa")}, {Payload: []byte("bb")}, {Payload: []byte("c")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bLedger).Bucket([]byte("t1")).Put(seqKey(seqs[0]), []byte{1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped, err := l.Trim(ctx, "t1", Bounds{MaxAge: time.Hour})
+	if err != nil || len(dropped) != 1 || dropped[0].Seq != seqs[0] {
+		t.Fatalf("trim over the damaged record: %+v, %v; want it dropped alone", dropped, err)
+	}
+	if st, err := l.Stats(ctx, "t1"); err != nil || st != (Stats{Entries: 2, Bytes: 3}) {
+		t.Fatalf("stats after the trim: %+v, %v; want 2 entries of 3 bytes", st, err)
+	}
+	if dropped, err := l.Trim(ctx, "t1", Bounds{MaxBytes: 3}); err != nil || len(dropped) != 0 {
+		t.Fatalf("trim to the 3 bytes kept: %+v, %v; want none dropped", dropped, err)
+	}
+}
+
+// TestEmbeddedListPassesADamagedEntry: a registry entry that no longer
+// decodes (a damaged data file) is passed over by List, as the redis
+// backend passes over one another program wrote. Before, every List of
+// its namespace failed, the tenants' one included.
+func TestEmbeddedListPassesADamagedEntry(t *testing.T) {
+	ctx := t.Context()
+	e, err := openEmbedded(ctx, t.TempDir(), clock.System)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	reg := e.Registry()
+	if _, err := reg.Put(ctx, "ns", "good", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := reg.Put(ctx, "ns", "bad", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bRegistry).Bucket([]byte("ns")).Put([]byte("bad"), []byte("short"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es, got, err := reg.List(ctx, "ns"); err != nil || len(es) != 1 || es[0].Key != "good" || got != rev {
+		t.Fatalf("list beside a damaged entry: %+v, rev %d, %v; want the entry good at rev %d", es, got, err, rev)
 	}
 }

@@ -107,7 +107,7 @@ func (m *Memory) PubSub() PubSub { return m.ps }
 func (m *Memory) Registry() Registry { return memRegistry{m, regWrites{m.writeRegistry}} }
 
 // Claims implements Store.
-func (m *Memory) Claims() Claims { return localClaims{m, m.claim, m.release} }
+func (m *Memory) Claims() Claims { return claims{claimPrefix, m.claim, holdExpiring(m), m.release} }
 
 // Close implements Store.
 func (m *Memory) Close() error {
@@ -324,7 +324,7 @@ func (m *Memory) delExpiring(ctx context.Context, owner bool, a, b string) error
 	return nil
 }
 
-// claim is localClaims' transaction: the store's mutex.
+// claim is claims' transaction: the store's mutex.
 func (m *Memory) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	if err := m.lock(ctx, nil); err != nil {
 		return false, err
@@ -338,7 +338,7 @@ func (m *Memory) claim(ctx context.Context, key string, held, expires time.Time)
 	return true, nil
 }
 
-// release is localClaims' compare-and-delete: the store's mutex.
+// release is claims' compare-and-delete: the store's mutex.
 func (m *Memory) release(ctx context.Context, key string, expires time.Time) error {
 	if err := m.lock(ctx, nil); err != nil {
 		return err

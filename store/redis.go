@@ -32,7 +32,7 @@ import (
 //	log:{<tenant>}         the tenant's ledger: a stream with ids 0-<seq>,
 //	                       fields k kind, p platform, s session key,
 //	                       c chat id, r received (Unix µs), d payload
-//	bytes:{<tenant>}       the sum of the stream's payload lengths
+//	bytes:{<tenant>}       the sum of the stream's payload lengths (addBytes)
 //	answers:{<tenant>}     hash: an append's, ack's or trim's id -> its
 //	                       answer, for its resends, and the empty
 //	                       field -> 65 dashes (answerLua), PX
@@ -50,7 +50,7 @@ import (
 //	claim:<key>            a claim's expiry "<Unix s> <tag><ns, 9 digits>" by the store's clock
 //	                       (tag: random, per write), PX as garbage collection
 //	registry:{<namespace>} hash key -> entry
-//	registryrev:{<namespace>} the namespace's revision (INCR)
+//	registryrev:{<namespace>} the namespace's revision (INCR; registryRevLua)
 //	registryanswer:{<namespace>}:<write>  a registry write's answer (its
 //	                       revision, 0: not applied) for its resends, PX
 //	channel:<channel>      a pub/sub channel
@@ -168,7 +168,9 @@ func (s *redisStore) Owners() Owners             { return expiringOwners{s, s.cl
 func (s *redisStore) Leases() Leases             { return redisLeases{s} }
 func (s *redisStore) PubSub() PubSub             { return redisPubSub{s} }
 func (s *redisStore) Registry() Registry         { return redisRegistry{s, regWrites{s.writeRegistry}} }
-func (s *redisStore) Claims() Claims             { return redisClaims{s} }
+func (s *redisStore) Claims() Claims {
+	return claims{s.p + "claim:", s.claim, s.holdClaim, s.releaseClaim}
+}
 
 func (s *redisStore) Close() error {
 	s.mu.Lock()
@@ -231,14 +233,17 @@ type redisLedger struct{ s *redisStore }
 // or read a seq of the tenant, still starts over. A counter that holds no
 // number (another program wrote it), or none while the stream holds
 // entries (deleted by hand), moves past the stream's last entry the same
-// way, instead of failing every append of the tenant.
+// way, instead of failing every append of the tenant. A log key of
+// another type (another program's) goes, with the byte counter.
 var appendScript = redis.NewScript(appendLua)
 
 const appendLua = answerLua + `
 local n, floor = tonumber(ARGV[3]), tonumber(ARGV[4])
+local kind = redis.call('TYPE', KEYS[2])['ok']
+if kind ~= 'stream' and kind ~= 'none' then redis.call('DEL', KEYS[2], KEYS[3]) end
 local function past(seq) return (math.floor(seq / 4294967296) + 1) * 4294967296 end
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
-if replid and redis.call('GET', KEYS[4]) ~= replid then
+if replid and redis.pcall('GET', KEYS[4]) ~= replid then
   local last = tonumber(redis.pcall('GET', KEYS[1]))
   if last then
     redis.call('SET', KEYS[1], past(last))
@@ -266,7 +271,7 @@ for i = 0, n - 1 do
     'k', ARGV[a], 'p', ARGV[a + 1], 's', ARGV[a + 2], 'c', ARGV[a + 3], 'r', ARGV[a + 4], 'd', ARGV[a + 5], 'g', ARGV[a + 6])
   size = size + string.len(ARGV[a + 5])
 end
-redis.call('INCRBY', KEYS[3], size)
+addBytes(KEYS[2], KEYS[3], size)
 return answer(first)
 `
 
@@ -283,13 +288,20 @@ return answer(first)
 // one (the one before it goes). So each answer is kept ARGV[2] ms at least
 // unless 1023 calls of its tenant follow it, and a tenant holds the
 // answers of its last two windows at most, not 2046 whatever its pace. A
+// key of another type there (another program's) goes. A
 // hash begins with an empty field whose value is longer than
 // hash-max-listpack-value (64 by default), which makes it a hashtable at
 // once: as a listpack (up to 512 entries by default) each call's HGET,
 // which misses, and HSET would scan all its answers (4 µs at 256).
+// addBytes keeps the tenant's bytes counter.
 const answerLua = `
 local answers, older = KEYS[#KEYS - 1], KEYS[#KEYS]
-local answered = redis.call('HGET', answers, ARGV[1]) or redis.call('HGET', older, ARGV[1])
+local function asked(h)
+  local ok, v = pcall(redis.call, 'HGET', h, ARGV[1])
+  if not ok then redis.call('DEL', h) end
+  return ok and v
+end
+local answered = asked(answers) or asked(older)
 if answered then return tonumber(answered) or cjson.decode(answered) end
 local function answer(v)
   local left = redis.call('PTTL', answers)
@@ -303,6 +315,24 @@ local function answer(v)
   end
   redis.call('HSET', answers, ARGV[1], type(v) == 'table' and cjson.encode(v) or v)
   return v
+end
+-- addBytes adds delta to the bytes counter of stream, whose change it
+-- follows, or sets a counter INCRBY does not take (another program wrote
+-- it) to the sum of the stream's payloads instead of failing the call.
+local function addBytes(stream, counter, delta)
+  if type(redis.pcall('INCRBY', counter, delta)) ~= 'table' then return end
+  local sum, start = 0, '-'
+  while true do
+    local es = redis.call('XRANGE', stream, start, '+', 'COUNT', 128)
+    if #es == 0 then break end
+    for _, e in ipairs(es) do
+      for j = 1, #e[2], 2 do
+        if e[2][j] == 'd' then sum = sum + string.len(e[2][j + 1]) end
+      end
+    end
+    start = '(' .. es[#es][1]
+  end
+  redis.call('SET', counter, string.format('%d', sum))
 end
 `
 
@@ -584,7 +614,7 @@ for i = 3, #ARGV do
   end
 end
 if removed == 0 then return 0 end
-redis.call('DECRBY', KEYS[2], size)
+addBytes(KEYS[1], KEYS[2], -size)
 return answer(removed)
 `)
 
@@ -652,7 +682,12 @@ func redisInt(cmd redis.Cmder) (int64, error) {
 var trimScript = redis.NewScript(answerLua + `
 local maxN, maxB, cutoff = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local n = redis.call('XLEN', KEYS[1])
-local b = tonumber(redis.call('GET', KEYS[2]) or '0')
+local ok, b = pcall(redis.call, 'GET', KEYS[2])
+b = ok and tonumber(b or '0')
+if not b then
+  addBytes(KEYS[1], KEYS[2], 0)
+  b = tonumber(redis.call('GET', KEYS[2]))
+end
 local out = {}
 local start = '-'
 local done = false
@@ -789,18 +824,21 @@ func (l redisLedger) Tenants(ctx context.Context) ([]string, error) {
 		}
 	}
 	lens := make([]*redis.IntCmd, len(all))
-	_, err = l.s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = l.s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, t := range all {
 			lens[i] = p.XLen(ctx, l.keys(t)[1])
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("store: tenants: %w", rerr(err))
-	}
 	var out []string
 	for i, t := range all {
-		if lens[i].Val() > 0 {
+		// A key of another type (another program's) holds no records: it
+		// fails no other tenant's recovery.
+		n, err := lens[i].Result()
+		if err != nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
+			return nil, fmt.Errorf("store: tenants: %w", rerr(err))
+		}
+		if n > 0 {
 			out = append(out, t)
 		}
 	}
@@ -850,8 +888,6 @@ func (s *redisStore) delExpiring(ctx context.Context, owner bool, a, b string) e
 	return rerr(s.c.Del(ctx, s.expKey(owner, a, b)).Err())
 }
 
-type redisClaims struct{ s *redisStore }
-
 // claimScript: KEYS claim; ARGV the later of now and the caller's held
 // expiry, in seconds and nanoseconds, the expiry as stored, PX. Takes the
 // claim unless a live one lasting past held holds it (its expiry after
@@ -876,45 +912,47 @@ return 1
 
 // claimValue is a claim's expiry as stored, under a random tag of its
 // own, and its key's PX.
-func (c redisClaims) claimValue(expires time.Time) (string, int64) {
+func (s *redisStore) claimValue(expires time.Time) (string, int64) {
 	return fmt.Sprintf("%d %d%09d", expires.Unix(), 1+mathrand.Int64N(1e9-1), expires.Nanosecond()),
-		pxMillis(max(expires.Sub(c.s.clock.Now()), 0) + redisExpirySlack)
+		pxMillis(max(expires.Sub(s.clock.Now()), 0) + redisExpirySlack)
 }
 
-func (c redisClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
-	took, err := c.claim(ctx, key, time.Time{}, expires)
-	return took, opErr("claim", err)
-}
-
-func (c redisClaims) Renew(ctx context.Context, key string, held, expires time.Time) (bool, error) {
-	renewed, err := c.claim(ctx, key, held, expires)
-	return renewed, opErr("renew claim", err)
-}
-
-// claim runs claimScript: key taken until expires unless a live claim
-// lasting past held holds it.
-func (c redisClaims) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
-	if err := checkName("claim key", key); err != nil {
-		return false, err
-	}
-	exp, px := c.claimValue(expires)
-	after := c.s.clock.Now()
+// claim is claims' claim: claimScript. A claim taken counts only once the
+// replicas have it (Config.RedisMinReplicas), as an append does: one a
+// failover lost would let a second caller act on the key (a nexscope
+// action run twice). Else it fails with ErrNotReplicated, and a claim it
+// took is released again, so the caller's retry is not refused by it; so
+// is one the server took after the caller stopped waiting (ctx ended).
+func (s *redisStore) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
+	exp, px := s.claimValue(expires)
+	after := s.clock.Now()
 	if held.After(after) {
 		after = held
 	}
-	n, err := claimScript.Run(ctx, c.s.c, []string{c.s.p + "claim:" + key}, after.Unix(), after.Nanosecond(), exp, px).Int()
-	return n == 1, rerr(err)
+	call := scriptCall(claimScript, []string{key}, after.Unix(), after.Nanosecond(), exp, px)
+	call.replicate = true
+	reply := s.pipelined(ctx, call)
+	n, err := redisInt(reply.cmd)
+	if held.IsZero() && reply.late != nil {
+		go func() {
+			if n, err := redisInt((<-reply.late).cmd); err == nil && n == 1 {
+				_ = s.releaseClaim(context.Background(), key, expires)
+			}
+		}()
+	}
+	if err == nil && n == 1 && reply.unreplicated != nil {
+		if held.IsZero() {
+			_ = s.releaseClaim(context.WithoutCancel(ctx), key, expires)
+		}
+		err = reply.unreplicated
+	}
+	return err == nil && n == 1, rerr(err)
 }
 
-func (c redisClaims) Hold(ctx context.Context, key string, expires time.Time) error {
-	if err := checkName("claim key", key); err != nil {
-		return err
-	}
-	exp, px := c.claimValue(expires)
-	if err := c.s.c.Set(ctx, c.s.p+"claim:"+key, exp, time.Duration(px)*time.Millisecond).Err(); err != nil {
-		return fmt.Errorf("store: hold claim: %w", rerr(err))
-	}
-	return nil
+// holdClaim is claims' hold.
+func (s *redisStore) holdClaim(ctx context.Context, key string, expires time.Time) error {
+	exp, px := s.claimValue(expires)
+	return rerr(s.c.Set(ctx, key, exp, time.Duration(px)*time.Millisecond).Err())
 }
 
 // releaseScript: KEYS claim; ARGV the expiry's seconds and nanoseconds.
@@ -932,12 +970,9 @@ end
 return 1
 `)
 
-func (c redisClaims) Release(ctx context.Context, key string, expires time.Time) error {
-	if err := checkName("claim key", key); err != nil {
-		return err
-	}
-	err := releaseScript.Run(ctx, c.s.c, []string{c.s.p + "claim:" + key}, expires.Unix(), expires.Nanosecond()).Err()
-	return opErr("release claim", rerr(err))
+// releaseClaim is claims' release: releaseScript.
+func (s *redisStore) releaseClaim(ctx context.Context, key string, expires time.Time) error {
+	return rerr(releaseScript.Run(ctx, s.c, []string{key}, expires.Unix(), expires.Nanosecond()).Err())
 }
 
 type redisLeases struct{ s *redisStore }
@@ -945,7 +980,10 @@ type redisLeases struct{ s *redisStore }
 // acquireScript: KEYS lease, token counter; ARGV holder, ttl ms. Returns
 // {acquired 0/1, token, holder, remaining ms}. A value that is no lease
 // ("<token>:<holder>", a token of at most 19 digits, which a uint64 holds;
-// another program's) is taken over as a free one.
+// another program's) is taken over as a free one. A counter INCR does not
+// take (another program's) moves past the next multiple of 2^32 above
+// the number it begins with, as a lost seq counter does (appendScript), so
+// the tokens still grow.
 var acquireScript = redis.NewScript(`
 local token, holder = string.match(redis.call('GET', KEYS[1]) or '', '^(%d+):(.*)$')
 if token and #token < 20 then
@@ -955,7 +993,14 @@ if token and #token < 20 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, token, holder, tonumber(ARGV[2])}
 end
-local token = string.format('%d', redis.call('INCR', KEYS[2]))
+local next = redis.pcall('INCR', KEYS[2])
+if type(next) == 'table' then
+  local ok, cur = pcall(redis.call, 'GET', KEYS[2])
+  cur = ok and tonumber(string.match(cur, '^%d+') or '0') or 0
+  next = (math.floor(cur / 4294967296) + 1) * 4294967296 + 1
+  redis.call('SET', KEYS[2], string.format('%d', next))
+end
+local token = string.format('%d', next)
 redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
 return {1, token, ARGV[1], tonumber(ARGV[2])}
 `)
@@ -1148,10 +1193,11 @@ func (s *redisStore) registryKeys(namespace string) []string {
 // pipeline whose reply it lost (an EOF, a read timeout) even when the
 // server ran it, and the write, run again, would find its own value (a
 // swap "not swapped", a deletion "not deleted", a put bumping the revision
-// again).
-var registryWriteScript = redis.NewScript(`
+// again). The revision is read first (revision(): registryRevLua).
+var registryWriteScript = redis.NewScript(registryRevLua + `
 local done = redis.call('GET', KEYS[3])
 if done then return tonumber(done) end
+revision()
 local function answer(rev)
   redis.call('SET', KEYS[3], rev, 'PX', ARGV[7])
   return rev
@@ -1174,9 +1220,38 @@ end
 return answer(rev)
 `)
 
+// registryRevLua begins the registry's scripts (KEYS hash, revision):
+// revision() returns the namespace's revision as a decimal string. A
+// revision that is no number INCR takes (set by hand or another program;
+// taken for one: below 10^18, in the digits INCR writes) would stop every
+// write and read of the namespace; it moves past the next
+// multiple of 2^32 above the highest revision an entry holds, as a lost
+// seq counter does (appendScript), so it never goes back below one a
+// reader saw.
+const registryRevLua = `
+local function revision()
+  local ok, cur = pcall(redis.call, 'GET', KEYS[2])
+  if ok and (not cur or cur == '0' or (string.match(cur, '^[1-9]%d*$') and #cur < 19)) then
+    return cur or '0'
+  end
+  local top = 0
+  for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
+    if #v >= 8 then top = math.max(top, (struct.unpack('>I8', v))) end
+  end
+  local rev = string.format('%d', (math.floor(top / 4294967296) + 1) * 4294967296)
+  redis.call('SET', KEYS[2], rev)
+  return rev
+end
+`
+
 // registryListScript: KEYS hash, revision. Returns {rev, {key, entry, ...}}.
-var registryListScript = redis.NewScript(`
-return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}
+var registryListScript = redis.NewScript(registryRevLua + `
+return {revision(), redis.call('HGETALL', KEYS[1])}
+`)
+
+// registryRevScript: KEYS hash, revision. Returns the revision.
+var registryRevScript = redis.NewScript(registryRevLua + `
+return revision()
 `)
 
 // writeRegistry implements regWrites with registryWriteScript. A write
@@ -1253,10 +1328,7 @@ func (r redisRegistry) Revision(ctx context.Context, namespace string) (uint64, 
 	if err := checkName("namespace", namespace); err != nil {
 		return 0, err
 	}
-	rev, err := r.s.c.Get(ctx, r.s.registryKeys(namespace)[1]).Uint64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
+	rev, err := registryRevScript.Run(ctx, r.s.c, r.s.registryKeys(namespace)).Uint64()
 	if err != nil {
 		return 0, fmt.Errorf("store: registry revision: %w", rerr(err))
 	}

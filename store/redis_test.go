@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -227,7 +228,7 @@ func TestRedisCallsEndWithTheirContext(t *testing.T) {
 // a capability write) stops waiting for a server that does not answer when
 // its caller's deadline passes, and an append refused so is removed once
 // the server has it, so its records are not delivered besides the source's
-// retry.
+// retry; a claim refused so is released.
 func TestRedisPipelinedCallsEndWithTheirContext(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
@@ -248,6 +249,10 @@ func TestRedisPipelinedCallsEndWithTheirContext(t *testing.T) {
 		"capability put": func(ctx context.Context) error {
 			return s.Capabilities().Put(ctx, "k", []byte("v"), time.Now().Add(time.Minute))
 		},
+		"claim": func(ctx context.Context) error {
+			_, err := s.Claims().Claim(ctx, "c", time.Now().Add(time.Hour))
+			return err
+		},
 	} {
 		endsWithItsDeadline(t, name, call)
 	}
@@ -259,6 +264,18 @@ func TestRedisPipelinedCallsEndWithTheirContext(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("15s after the pause: ledger %v, %v; want only the record appended before it", recs, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The claim its caller gave up on, taken once the server ran it, is
+	// released: before, it refused every other caller for its hour.
+	for {
+		took, err := s.Claims().Claim(context.Background(), "c", time.Now().Add(time.Minute))
+		if err == nil && took {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15s after the pause: claim %v, %v; want the claim given up on released", took, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -534,6 +551,42 @@ func TestRedisTenantsRepairsTheSet(t *testing.T) {
 	}
 }
 
+// TestRedisTenantsPassesOverAForeignLog: a tenant's log key overwritten
+// with a key of another type (by hand or another program) is no tenant
+// with records, and the others are still listed; the tenant's next append
+// replaces it. Before, Tenants failed with WRONGTYPE, and with it every
+// tenant's recovery and age sweep, and every append of the tenant.
+func TestRedisTenantsPassesOverAForeignLog(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx, admin := t.Context(), srv.Client(t)
+	l := opener(t, cfg)(nil).Ledger()
+	for _, tenant := range []string{"t1", "t2"} {
+		if _, err := l.Append(ctx, tenant, []store.Record{{Payload: []byte("kept")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := cfg.RedisPrefix + "log:{t2}"
+	if err := cmp.Or(admin.Del(ctx, key).Err(), admin.Set(ctx, key, "x", 0).Err()); err != nil {
+		t.Fatal(err)
+	}
+	if tenants, err := l.Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"t1"}) {
+		t.Fatalf("tenants beside a foreign log: %v, %v; want [t1]", tenants, err)
+	}
+	// The tenant's next append replaces the key; before, every append of
+	// the tenant failed.
+	seqs, err := l.Append(ctx, "t2", []store.Record{{Payload: []byte("again")}})
+	if err != nil {
+		t.Fatalf("append over a foreign log: %v", err)
+	}
+	if recs, err := l.Read(ctx, "t2", 0, 10); err != nil || len(recs) != 1 || recs[0].Seq != seqs[0] {
+		t.Fatalf("read after the append over a foreign log: %+v, %v; want seq %d alone", recs, err, seqs[0])
+	}
+	if st, err := l.Stats(ctx, "t2"); err != nil || st != (store.Stats{Entries: 1, Bytes: 5}) {
+		t.Fatalf("stats after the append over a foreign log: %+v, %v; want 1 entry of 5 bytes", st, err)
+	}
+}
+
 // TestRedisAnswersRotateByAge: a tenant's answers hash (answerLua) becomes
 // the older one once it is older than the resend window, not only at 1024
 // answers, and the older one goes at the next such turn. Before, each call
@@ -590,7 +643,8 @@ func TestRedisAnswersRotateByAge(t *testing.T) {
 // Acquire took it over. A token of digits past a uint64 (20 of them)
 // failed every Acquire as corrupt until the key expired; one of 20 digits
 // or more that a uint64 holds (leading zeros) Holder took for held while
-// Acquire took it over.
+// Acquire took it over. A fencing token counter holding no integer failed
+// every Acquire of the free lease.
 func TestRedisForeignValuesDoNotStall(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
@@ -606,6 +660,30 @@ func TestRedisForeignValuesDoNotStall(t *testing.T) {
 		}
 		if l, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute); err != nil || !ok || l.Holder != "me" {
 			t.Fatalf("acquire over the lease value %q: %+v, %v, %v; want it taken", v, l, ok, err)
+		}
+	}
+	// A fencing token counter INCR does not take moves past the tokens
+	// given before; before, every Acquire of the free lease failed.
+	for _, v := range []string{"garbage", "hash"} {
+		name := "fenced-" + v
+		held, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		if err := s.Leases().Release(ctx, name, held); err != nil {
+			t.Fatal(err)
+		}
+		key := cfg.RedisPrefix + "leasetoken:{" + name + "}"
+		if v == "hash" {
+			err = cmp.Or(admin.Del(ctx, key).Err(), admin.HSet(ctx, key, "f", "v").Err())
+		} else {
+			err = admin.Set(ctx, key, v, 0).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute); err != nil || !ok || l.Token <= held.Token {
+			t.Fatalf("acquire over the token counter %q: %+v, %v, %v; want a token past %d", v, l, ok, err, held.Token)
 		}
 	}
 	if _, err := s.Registry().Put(ctx, "ns", "good", []byte("v")); err != nil {
@@ -757,5 +835,124 @@ func TestRedisFirstAppendRoundTrips(t *testing.T) {
 	}
 	if !strings.Contains(stats, "cmdstat_evalsha:calls=2,") {
 		t.Fatalf("scripts run by a first append of a known tenant:\n%s\nwant 2 EVALSHA calls", stats)
+	}
+}
+
+// TestRedisForeignRegistryRevision: a namespace's revision overwritten
+// with a value INCR does not take (no number, a negative one, a key of
+// another type) moves past the revisions its entries hold and the
+// namespace goes on. Before, every write, List and Revision of the
+// namespace failed until someone deleted the key by hand.
+func TestRedisForeignRegistryRevision(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	s, ctx, admin := opener(t, cfg)(nil), t.Context(), srv.Client(t)
+	reg, key := s.Registry(), cfg.RedisPrefix+"registryrev:{ns}"
+	last, err := reg.Put(ctx, "ns", "k", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"garbage", "-3", "hash"} {
+		if bad == "hash" {
+			err = cmp.Or(admin.Del(ctx, key).Err(), admin.HSet(ctx, key, "f", "v").Err())
+		} else {
+			err = admin.Set(ctx, key, bad, 0).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, rev, err := reg.List(ctx, "ns"); err != nil || rev <= last {
+			t.Fatalf("list over the revision %q: rev %d, %v; want one past %d", bad, rev, err, last)
+		}
+		rev, err := reg.Put(ctx, "ns", "k", []byte(bad))
+		if err != nil || rev <= last {
+			t.Fatalf("put over the revision %q: %d, %v; want a revision past %d", bad, rev, err, last)
+		}
+		if now, err := reg.Revision(ctx, "ns"); err != nil || now != rev {
+			t.Fatalf("revision after the put over %q: %d, %v; want %d", bad, now, err, rev)
+		}
+		last = rev
+	}
+}
+
+// TestRedisForeignBytesCounter: a tenant's byte counter overwritten with a
+// value INCRBY does not take (no number, a key of another type; by hand or
+// another program) is counted again from the stream, and the tenant's
+// appends, acks and trims go on. Before, every append of the tenant failed
+// after storing its records (delivered, then sent again by the source),
+// every ack after removing its entries, and every trim, for good.
+func TestRedisForeignBytesCounter(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx, admin := t.Context(), srv.Client(t)
+	l, key := opener(t, cfg)(nil).Ledger(), cfg.RedisPrefix+"bytes:{t1}"
+	foreign := func(what string) {
+		t.Helper()
+		var err error
+		if what == "hash" {
+			err = cmp.Or(admin.Del(ctx, key).Err(), admin.HSet(ctx, key, "f", "v").Err())
+		} else {
+			err = admin.Set(ctx, key, what, 0).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("aaaa")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign("garbage")
+	seqs, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("bb")}, {Payload: []byte("c")}})
+	if err != nil {
+		t.Fatalf("append over the byte counter %q: %v", "garbage", err)
+	}
+	if st, err := l.Stats(ctx, "t1"); err != nil || st != (store.Stats{Entries: 3, Bytes: 7}) {
+		t.Fatalf("stats after the append: %+v, %v; want 3 entries of 7 bytes", st, err)
+	}
+	foreign("hash")
+	if n, err := l.Ack(ctx, "t1", first...); err != nil || n != 1 {
+		t.Fatalf("ack over a byte counter of another type: %d, %v; want 1 removed", n, err)
+	}
+	if st, err := l.Stats(ctx, "t1"); err != nil || st != (store.Stats{Entries: 2, Bytes: 3}) {
+		t.Fatalf("stats after the ack: %+v, %v; want 2 entries of 3 bytes", st, err)
+	}
+	foreign("garbage")
+	dropped, err := l.Trim(ctx, "t1", store.Bounds{MaxBytes: 1})
+	if err != nil || len(dropped) != 1 || dropped[0].Seq != seqs[0] {
+		t.Fatalf("trim over the byte counter %q: %+v, %v; want seq %d dropped", "garbage", dropped, err, seqs[0])
+	}
+	if st, err := l.Stats(ctx, "t1"); err != nil || st != (store.Stats{Entries: 1, Bytes: 1}) {
+		t.Fatalf("stats after the trim: %+v, %v; want 1 entry of 1 byte", st, err)
+	}
+}
+
+// TestRedisForeignAnswerKeys: a tenant's replication id or answers key
+// overwritten with a key of another type (by hand or another program) does
+// not stop the tenant: appends, acks and trims go on. Before, every one of
+// them failed with WRONGTYPE until someone deleted the key.
+func TestRedisForeignAnswerKeys(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx, admin := t.Context(), srv.Client(t)
+	l := opener(t, cfg)(nil).Ledger()
+	first, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"replid:{t1}", "answers:{t1}", "oldanswers:{t1}"} {
+		if err := cmp.Or(admin.Del(ctx, cfg.RedisPrefix+k).Err(), admin.RPush(ctx, cfg.RedisPrefix+k, "x").Err()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seqs, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}, {Payload: []byte("c")}})
+	if err != nil {
+		t.Fatalf("append over keys of another type: %v", err)
+	}
+	if n, err := l.Ack(ctx, "t1", first...); err != nil || n != 1 {
+		t.Fatalf("ack over keys of another type: %d, %v; want 1 removed", n, err)
+	}
+	if dropped, err := l.Trim(ctx, "t1", store.Bounds{MaxEntries: 1}); err != nil || len(dropped) != 1 || dropped[0].Seq != seqs[0] {
+		t.Fatalf("trim over keys of another type: %+v, %v; want seq %d dropped", dropped, err, seqs[0])
 	}
 }

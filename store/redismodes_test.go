@@ -175,8 +175,8 @@ func TestRedisTLSAndUser(t *testing.T) {
 
 // With RedisMinReplicas an append returns once a replica has it; with the
 // replica gone it fails with ErrNotReplicated within the timeout, and what
-// it stored is removed again (the source sends it again); a capability
-// likewise. With the replica back, appends go through again.
+// it stored is removed again (the source sends it again); a capability,
+// a registry write and a claim likewise. With the replica back, appends go through again.
 func TestRedisMinReplicas(t *testing.T) {
 	primary := redistest.Start(t, redistest.Options{})
 	replica := redistest.StartReplicas(t, primary, 1)[0]
@@ -228,6 +228,14 @@ func TestRedisMinReplicas(t *testing.T) {
 	if deleted, err := s.Registry().Delete(ctx, "slack/intake", "absent"); err != nil || deleted {
 		t.Fatalf("registry Delete of an absent key without a replica: %v, %v; want false, nil", deleted, err)
 	}
+	// A claim (a nexscope action's, a dedupe's) is refused too, and the
+	// one it took on the primary alone released: a failover could lose it
+	// and let a second caller act, and kept it would refuse the retry.
+	// Before, Claim took it on the primary alone and reported it taken.
+	claimUntil := time.Now().Add(time.Hour)
+	if took, err := s.Claims().Claim(ctx, "nexscope:exec:1", claimUntil); !errors.Is(err, store.ErrNotReplicated) || took {
+		t.Fatalf("Claim without a replica: %v, %v; want ErrNotReplicated", took, err)
+	}
 	// A store that asks for no replica is not held up.
 	plain := opener(t, store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisPrefix: cfg.RedisPrefix})(clock.System)
 	if _, err := plain.Ledger().Append(ctx, "t2", []store.Record{{}}); err != nil {
@@ -238,6 +246,13 @@ func TestRedisMinReplicas(t *testing.T) {
 	primary.WaitReplicas(t, 1)
 	untilReplicated(t, "Append with the replica back", func() error {
 		_, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("again")}})
+		return err
+	})
+	untilReplicated(t, "Claim with the replica back", func() error {
+		took, err := s.Claims().Claim(ctx, "nexscope:exec:1", claimUntil)
+		if err == nil && !took {
+			t.Fatal("the claim refused without a replica still holds the key")
+		}
 		return err
 	})
 }

@@ -329,9 +329,9 @@ type Registry interface {
 	// the namespace's revision.
 	Delete(ctx context.Context, namespace, key string) (deleted bool, err error)
 	// List returns every entry of namespace sorted by key, and the
-	// namespace's revision (0 for a namespace never written). The redis
-	// backend passes over a value another program wrote there that is
-	// no entry.
+	// namespace's revision (0 for a namespace never written). It passes
+	// over a value that is no entry (another program's on redis, a
+	// damaged one on the embedded backend).
 	List(ctx context.Context, namespace string) (entries []Entry, rev uint64, err error)
 	// Revision returns the namespace's revision (0 for a namespace never
 	// written) without reading its entries: a cheap look for a change.
@@ -364,8 +364,9 @@ var (
 	// no longer holds.
 	ErrNotHeld = errors.New("store: lease not held")
 	// ErrNotReplicated is returned by the redis backend's ledger appends,
-	// capability writes and registry writes (a registry write that applied
-	// stays on the primary) when Config.RedisMinReplicas replicas did not
+	// capability writes, claims (a claim taken is released again) and
+	// registry writes (a registry write that applied stays on the primary)
+	// when Config.RedisMinReplicas replicas did not
 	// acknowledge the write within Config.RedisReplicaTimeout: the write
 	// may survive or not, so it must not be confirmed to anyone. Lease
 	// acquisitions and renewals likewise (waiting at most a quarter of
@@ -608,16 +609,14 @@ func newEpoch() string {
 	return hex.EncodeToString(b[:])
 }
 
-// micros truncates t to the microsecond, the precision records keep.
-func micros(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()) }
-
 // receivedAt is the receive time Append stores for a record stamped
-// received: now when it is zero, at the microsecond.
+// received: now when it is zero, at the microsecond, the precision records
+// keep.
 func receivedAt(received, now time.Time) time.Time {
 	if received.IsZero() {
 		received = now
 	}
-	return micros(received)
+	return time.UnixMicro(received.UnixMicro())
 }
 
 // trimRule is Bounds resolved against one moment: the single statement of
@@ -727,46 +726,52 @@ func opErr(op string, err error) error {
 	return fmt.Errorf("store: %s: %w", op, err)
 }
 
-// localClaims is Claims on the backends that keep claims beside their
-// capabilities, under claimPrefix (memory, embedded), so the sweep forgets
-// them. claim takes key (prefixed) until expires unless a live claim
-// lasting past held holds it, atomically, and reports whether it took it;
-// release deletes key's claim (prefixed) unless it lasts past expires,
-// atomically.
-type localClaims struct {
-	s       expiringStore
+// claims is Claims on a backend's claim, hold and release of the stored
+// key prefix + the caller's key, the single statement of the argument
+// checks: claim takes the key until expires unless a live claim lasting
+// past held holds it, atomically, and reports whether it took it; hold
+// sets its expiry; release deletes it unless it lasts past expires,
+// atomically. The memory and embedded backends keep claims beside their
+// capabilities, under claimPrefix, so the sweep forgets them.
+type claims struct {
+	prefix  string
 	claim   func(ctx context.Context, key string, held, expires time.Time) (bool, error)
+	hold    func(ctx context.Context, key string, expires time.Time) error
 	release func(ctx context.Context, key string, expires time.Time) error
 }
 
-func (c localClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+// holdExpiring is the hold of a backend that keeps claims as expiring
+// values (memory, embedded).
+func holdExpiring(s expiringStore) func(context.Context, string, time.Time) error {
+	return func(ctx context.Context, key string, expires time.Time) error {
+		return s.putExpiring(ctx, false, key, "", nil, expires)
+	}
+}
+
+func (c claims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	return c.Renew(ctx, key, time.Time{}, expires)
+}
+
+func (c claims) Renew(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	if err := checkName("claim key", key); err != nil {
 		return false, err
 	}
-	took, err := c.claim(ctx, claimPrefix+key, time.Time{}, expires)
+	took, err := c.claim(ctx, c.prefix+key, held, expires)
 	return took, opErr("claim", err)
 }
 
-func (c localClaims) Renew(ctx context.Context, key string, held, expires time.Time) (bool, error) {
-	if err := checkName("claim key", key); err != nil {
-		return false, err
-	}
-	renewed, err := c.claim(ctx, claimPrefix+key, held, expires)
-	return renewed, opErr("renew claim", err)
-}
-
-func (c localClaims) Hold(ctx context.Context, key string, expires time.Time) error {
+func (c claims) Hold(ctx context.Context, key string, expires time.Time) error {
 	if err := checkName("claim key", key); err != nil {
 		return err
 	}
-	return opErr("hold claim", c.s.putExpiring(ctx, false, claimPrefix+key, "", nil, expires))
+	return opErr("hold claim", c.hold(ctx, c.prefix+key, expires))
 }
 
-func (c localClaims) Release(ctx context.Context, key string, expires time.Time) error {
+func (c claims) Release(ctx context.Context, key string, expires time.Time) error {
 	if err := checkName("claim key", key); err != nil {
 		return err
 	}
-	return opErr("release claim", c.release(ctx, claimPrefix+key, expires))
+	return opErr("release claim", c.release(ctx, c.prefix+key, expires))
 }
 
 // localLeases is Leases on the backends that keep leases themselves
