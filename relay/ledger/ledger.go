@@ -308,6 +308,9 @@ type Ledger struct {
 	// at or below it was read by a Tail while it was staged, which took it
 	// in (its gateway may have acknowledged it since) or passed it over.
 	tailed uint64
+	// held is set by Hold, under mu: nothing is offered until a Tail of
+	// the ledger's generation ends.
+	held bool
 
 	// tailMu serializes Tails; it is taken before mu, and held across the
 	// store's Read. Reset does not take it, so it never waits for a read.
@@ -814,7 +817,7 @@ func (l *Ledger) queueRemovalLocked(seq uint64) {
 // entries of a session with an Append still being stored, which may come
 // before them.
 func (l *Ledger) dispatchLocked() {
-	if len(l.attached) == 0 || len(l.pending) == 0 {
+	if l.held || len(l.attached) == 0 || len(l.pending) == 0 {
 		return
 	}
 	cfg := &l.pool.cfg
@@ -1190,6 +1193,14 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 	p := l.pool
 	l.tailMu.Lock()
 	defer l.tailMu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		if l.held && l.readSince == l.since.Load() {
+			l.held = false
+			l.dispatchLocked()
+		}
+		l.mu.Unlock()
+	}()
 	l.mu.Lock()
 	resets := l.resets
 	l.mu.Unlock()
@@ -1338,6 +1349,18 @@ func (l *Ledger) earlierLocked(e *entry) bool {
 func (l *Ledger) laterLocked(e *entry) bool {
 	since := l.since.Load()
 	return since != 0 && e.gen > since
+}
+
+// Hold has the ledger offer nothing until a Tail that read from the
+// start of the ledger's generation ends, done or not (bound its context):
+// a Tail after Begin then offers the older stored records it takes in
+// before what Append took in meanwhile, in their sessions' order, and no
+// entry is acknowledged, removed and read again before its removal is
+// written.
+func (l *Ledger) Hold() {
+	l.mu.Lock()
+	l.held = true
+	l.mu.Unlock()
 }
 
 // Begin is SetSince for a ledger in use, whose tenant was deleted and
