@@ -1330,6 +1330,15 @@ func (l *Ledger) SetSince(t time.Time) {
 	l.since.Store(us)
 }
 
+// Other reports whether created, the creation a platform routed a
+// delivery under, is another tenant of the id than the ledger's (SetSince):
+// an earlier one, deleted since, or a later one not applied yet. Zero, or
+// a ledger of no known creation, is the ledger's.
+func (l *Ledger) Other(created time.Time) bool {
+	since := l.since.Load()
+	return since != 0 && !created.IsZero() && created.UnixMicro() != since
+}
+
 // earlierLocked reports whether e was an earlier tenant's of the id
 // (SetSince), under mu: of an earlier generation, or, of none known,
 // received before the tenant began.
