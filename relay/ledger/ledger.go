@@ -1360,12 +1360,12 @@ func (l *Ledger) laterLocked(e *entry) bool {
 	return since != 0 && e.gen > since
 }
 
-// Hold has the ledger offer nothing until a Tail that read from the
-// start of the ledger's generation ends, done or not (bound its context):
-// a Tail after Begin then offers the older stored records it takes in
-// before what Append took in meanwhile, in their sessions' order, and no
-// entry is acknowledged, removed and read again before its removal is
-// written.
+// Hold has the ledger offer nothing until a Tail of the ledger's
+// generation (SetSince) ends, done or not (bound its context): the Tail
+// after a Begin then offers the stored records it takes in ahead of what
+// Append took in meanwhile, in their sessions' order, and reads none that
+// was acknowledged meanwhile (its removal not yet written) to offer it
+// again.
 func (l *Ledger) Hold() {
 	l.mu.Lock()
 	l.held = true
