@@ -230,18 +230,6 @@ func (h *hub) interrupt(ctx context.Context, in interrupt) {
 		"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id)
 }
 
-// otherCreation reports whether created, the creation a platform routed a
-// delivery under (platform.Delivery.Created), is another tenant of h's id
-// than the one h serves: an earlier one, deleted since, or a later one the
-// relay has not applied. It is compared to the microsecond, as the ledger
-// compares generations; zero, or a tenant of no known creation, is h's.
-func (h *hub) otherCreation(created time.Time) bool {
-	h.srv.regMu.RLock()
-	mine := h.created
-	h.srv.regMu.RUnlock()
-	return !created.IsZero() && !mine.IsZero() && created.UnixMicro() != mine.UnixMicro()
-}
-
 // maxProfileBytes bounds the profile remembered for a chat (noteProfile):
 // a Hermes profile name is far shorter.
 const maxProfileBytes = 256
@@ -279,7 +267,8 @@ func (h *hub) noteProfile(drops uint64, platformName, chatID, profile string) {
 // forward, unless the platform already set one. The memory is this
 // instance's: in a cluster, an inbound stored by another instance than the
 // one that ran the outbound carries no profile (single-profile routing),
-// nor does one routed under another creation of the tenant's id.
+// nor does one routed under another creation of the tenant's id than its
+// ledger's (the profiles are dropped with the ledger's state, Begin).
 func (h *hub) stampProfile(d *platform.Delivery) {
 	if d.ChatID == "" || !h.profiled.Load() || (d.Event != nil && d.Event.Source.Profile != "") || (d.Forward != nil && d.Forward.Profile != nil) {
 		return
@@ -287,7 +276,7 @@ func (h *hub) stampProfile(d *platform.Delivery) {
 	h.chatsMu.Lock()
 	profile, ok := h.profiles.Get(d.Platform + "\x00" + d.ChatID)
 	h.chatsMu.Unlock()
-	if !ok || h.otherCreation(d.Created) {
+	if !ok || h.ledger.Other(d.Created) {
 		return // the profiles are this tenant's, not another of its id
 	}
 	// Copies: the platform owns what d points to.

@@ -1,9 +1,13 @@
 package relay_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -353,5 +357,93 @@ func TestDeliveryRoutedUnderALaterCreationCarriesNoProfile(t *testing.T) {
 	gw.Hello(t, "discord", "")
 	if ev, _ := gw.NextInbound(t); ev.Text != "routed first" || ev.Source.Profile != "" {
 		t.Fatalf("the new t1 got %q with profile %q, want %q with none (the earlier t1's)", ev.Text, ev.Source.Profile, "routed first")
+	}
+}
+
+// holdingHandler is a slog.Handler that, once armed, holds the record
+// with message msg (and the goroutine logging it) until release is
+// closed, announcing it on entered.
+type holdingHandler struct {
+	slog.Handler
+	msg     string
+	armed   *atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h holdingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg && h.armed.CompareAndSwap(true, false) {
+		h.entered <- struct{}{}
+		<-h.release
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h holdingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	h.Handler = h.Handler.WithAttrs(as)
+	return h
+}
+
+func (h holdingHandler) WithGroup(name string) slog.Handler {
+	h.Handler = h.Handler.WithGroup(name)
+	return h
+}
+
+// TestDeliveryRoutedUnderACreationBeingAppliedCarriesNoProfile: a delivery
+// routed to t1 made again while the relay applies it, after the registry's
+// new creation but before the earlier t1's state is dropped (its gateways'
+// connections being closed), is kept for the new t1 without the chat's
+// profile the earlier t1's gateway named: before, it was judged by the
+// creation the relay had just taken, not the ledger's, and was stored
+// with the earlier tenant's profile name on it.
+func TestDeliveryRoutedUnderACreationBeingAppliedCarriesNoProfile(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	now := time.Now()
+	earlier, again := now.Add(-2*time.Hour), now.Add(-time.Hour)
+	tenant := func(created time.Time, secret string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secret}}}}}
+	}
+	hold := holdingHandler{Handler: relaytest.TestLogger(t).Handler(), msg: "gateway revoked: its connections closed",
+		armed: new(atomic.Bool), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold.release) }) }
+	t.Cleanup(release)
+	m := outboundDone{done: make(chan string, 10)}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: tenant(earlier, "s1"), Platforms: []platform.Platform{p}, Log: slog.New(hold), Store: st, Metrics: m})
+	old := h.Dial(t, "gw1", "s1")
+	old.Hello(t, "discord", "")
+	a := sendAction("c1", "hi")
+	a["metadata"] = map[string]any{"profile": "earlier"}
+	old.Send(t, map[string]any{"type": "outbound", "requestId": "r1", "platform": "discord", "action": a})
+	select {
+	case <-m.done:
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for the earlier tenant's op to end", relaytest.Timeout)
+	}
+
+	hold.armed.Store(true)
+	applied := make(chan error, 1)
+	go func() { applied <- h.Server.SetTenants(tenant(again, "s2")) }()
+	select {
+	case <-hold.entered:
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for SetTenants to close the earlier t1's gateway", relaytest.Timeout)
+	}
+	p.deliverUnder("t1", again, "c1", "u1", "routed while applied", now)
+	release()
+	select {
+	case err := <-applied:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for SetTenants", relaytest.Timeout)
+	}
+	gw := h.Dial(t, "gw1", "s2")
+	gw.Hello(t, "discord", "")
+	if ev, _ := gw.NextInbound(t); ev.Text != "routed while applied" || ev.Source.Profile != "" {
+		t.Fatalf("the new t1 got %q with profile %q, want %q with none (the earlier t1's)", ev.Text, ev.Source.Profile, "routed while applied")
 	}
 }

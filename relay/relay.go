@@ -493,7 +493,7 @@ func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
 		return nil
 	}
 	if d.Kind == platform.KindInterrupt {
-		if h.otherCreation(d.Created) {
+		if h.ledger.Other(d.Created) {
 			s.log.Debug("interrupt dropped: routed under another generation of the tenant", "tenant", d.Tenant, "platform", d.Platform)
 			return nil
 		}

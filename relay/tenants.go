@@ -193,17 +193,18 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	if len(renewed) > 0 {
 		for _, h := range renewed {
 			h.renew()
+			if s.fleet == nil && s.recovered.Load() {
+				// What a platform routed under the new creation before the
+				// relay applied it was left in the store (ledger.Ledger.Append):
+				// read once its gateways may connect, so a slow store does
+				// not refuse them, and offered before what comes meanwhile.
+				h.ledger.Hold()
+				added = append(added, h)
+			}
 		}
 		s.regMu.Lock()
 		s.addGatewaysLocked(keys, owner, func(tenant string) bool { return later[tenant] != nil }, revoked)
 		s.regMu.Unlock()
-		if s.fleet == nil {
-			// What a platform routed under the new creation before the
-			// relay applied it was left in the store (ledger.Ledger.Append):
-			// read once its gateways may connect, so a slow store holds
-			// them back no more than a new tenant's.
-			added = append(added, renewed...)
-		}
 	}
 	if s.recovered.Load() {
 		for _, h := range added {

@@ -640,23 +640,29 @@ func (l readHoldingLedger) Read(ctx context.Context, tenant string, afterSeq uin
 // TestTenantMadeAgainConnectsWhileItsStoreReadHangs: on one instance,
 // the re-read of the store that follows a tenant's re-creation comes
 // after its gateways are added: a store that hangs holds SetTenants, but
-// not the new tenant's gateway, which connects and is served meanwhile.
+// does not refuse the new tenant's gateway. What the platform routed under
+// the new creation before the relay applied it reaches the gateway first,
+// then what came while the read hung, in the session's order: before, the
+// later inbound reached the gateway while the read hung, ahead of the
+// earlier one.
 func TestTenantMadeAgainConnectsWhileItsStoreReadHangs(t *testing.T) {
 	st := &readHoldingStore{Store: store.NewMemory(nil), hold: "t1", entered: make(chan struct{}, 1), release: make(chan struct{})}
 	t.Cleanup(func() { _ = st.Close() })
 	p := newFake("discord", map[string]string{"c1": "t1"})
 	now := time.Now()
+	again := now.Add(-time.Hour)
 	tenant := func(created time.Time, secret string) []relay.Tenant {
 		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secret}}}}}
 	}
 	h := relaytest.StartConfig(t, relay.Config{Tenants: tenant(now.Add(-2*time.Hour), "s1"), Platforms: []platform.Platform{p}, Store: st, Log: relaytest.TestLogger(t)})
+	p.deliverUnder("t1", again, "c1", "u1", "routed first", now) // kept in the store for the new t1
 
 	var released sync.Once
-	release := func() { released.Do(func() { close(st.release) }) }
+	release := func() { released.Do(func() { st.holding.Store(false); close(st.release) }) }
 	t.Cleanup(release)
 	st.holding.Store(true)
 	applied := make(chan error, 1)
-	go func() { applied <- h.Server.SetTenants(tenant(now.Add(-time.Hour), "s2")) }()
+	go func() { applied <- h.Server.SetTenants(tenant(again, "s2")) }()
 	select {
 	case <-st.entered:
 	case <-time.After(10 * time.Second):
@@ -664,11 +670,16 @@ func TestTenantMadeAgainConnectsWhileItsStoreReadHangs(t *testing.T) {
 	}
 	gw := h.Dial(t, "gw1", "s2") // refused 4401 while the gateway is not added
 	gw.Hello(t, "discord", "")
-	p.deliver("t1", "c1", "u1", "while the read hangs")
-	if ev, _ := gw.NextInbound(t); ev.Text != "while the read hangs" {
-		t.Fatalf("the new tenant's gateway got %q", ev.Text)
-	}
+	gw.Hello(t, "discord", "") // answered once the first one is served
+	p.deliverUnder("t1", again, "c1", "u1", "while the read hangs", now)
 	release()
+	for _, want := range []string{"routed first", "while the read hangs"} {
+		ev, id := gw.NextInbound(t)
+		if ev.Text != want {
+			t.Fatalf("the new tenant's gateway got %q, want %q (the session's order)", ev.Text, want)
+		}
+		gw.Ack(t, id)
+	}
 	select {
 	case err := <-applied:
 		if err != nil {

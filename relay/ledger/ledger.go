@@ -308,6 +308,9 @@ type Ledger struct {
 	// at or below it was read by a Tail while it was staged, which took it
 	// in (its gateway may have acknowledged it since) or passed it over.
 	tailed uint64
+	// held is set by Hold, under mu: nothing is offered until a Tail of
+	// the ledger's generation ends.
+	held bool
 
 	// tailMu serializes Tails; it is taken before mu, and held across the
 	// store's Read. Reset does not take it, so it never waits for a read.
@@ -814,7 +817,7 @@ func (l *Ledger) queueRemovalLocked(seq uint64) {
 // entries of a session with an Append still being stored, which may come
 // before them.
 func (l *Ledger) dispatchLocked() {
-	if len(l.attached) == 0 || len(l.pending) == 0 {
+	if l.held || len(l.attached) == 0 || len(l.pending) == 0 {
 		return
 	}
 	cfg := &l.pool.cfg
@@ -1190,6 +1193,14 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 	p := l.pool
 	l.tailMu.Lock()
 	defer l.tailMu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		if l.held && l.readSince == l.since.Load() {
+			l.held = false
+			l.dispatchLocked()
+		}
+		l.mu.Unlock()
+	}()
 	l.mu.Lock()
 	resets := l.resets
 	l.mu.Unlock()
@@ -1319,6 +1330,15 @@ func (l *Ledger) SetSince(t time.Time) {
 	l.since.Store(us)
 }
 
+// Other reports whether created, the creation a platform routed a
+// delivery under, is another tenant of the id than the ledger's (SetSince):
+// an earlier one, deleted since, or a later one not applied yet. Zero, or
+// a ledger of no known creation, is the ledger's.
+func (l *Ledger) Other(created time.Time) bool {
+	since := l.since.Load()
+	return since != 0 && !created.IsZero() && created.UnixMicro() != since
+}
+
 // earlierLocked reports whether e was an earlier tenant's of the id
 // (SetSince), under mu: of an earlier generation, or, of none known,
 // received before the tenant began.
@@ -1338,6 +1358,18 @@ func (l *Ledger) earlierLocked(e *entry) bool {
 func (l *Ledger) laterLocked(e *entry) bool {
 	since := l.since.Load()
 	return since != 0 && e.gen > since
+}
+
+// Hold has the ledger offer nothing until a Tail of the ledger's
+// generation (SetSince) ends, done or not (bound its context): the Tail
+// after a Begin then offers the stored records it takes in ahead of what
+// Append took in meanwhile, in their sessions' order, and reads none that
+// was acknowledged meanwhile (its removal not yet written) to offer it
+// again.
+func (l *Ledger) Hold() {
+	l.mu.Lock()
+	l.held = true
+	l.mu.Unlock()
 }
 
 // Begin is SetSince for a ledger in use, whose tenant was deleted and
