@@ -523,3 +523,22 @@ func TestOneTokenPlacesNoChannelInAnotherWorkspace(t *testing.T) {
 		t.Fatalf("t1 in its channel: %+v", r)
 	}
 }
+
+// TestOneTokenPlacesAnOrgSharedChannelInItsWorkspaces: an Enterprise Grid
+// channel shared to workspaces A and B of its org names both in
+// conversations.info's internal_team_ids, so bot_token's answer places it
+// in B too: t2, bound to B, sends there (on a grant: A is t1's). Before,
+// only the token's workspace and the Slack Connect fields counted, and t2
+// was declined its own workspace's channel.
+func TestOneTokenPlacesAnOrgSharedChannelInItsWorkspaces(t *testing.T) {
+	const orgChan = "C0ORG00001"
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: orgChan, Name: "all-hands", OrgTeams: []string{teamA.ID, teamB.ID}})
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+orgChan+`","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t2 in the org channel shared to B: %+v, want it sent", r)
+	}
+	if teams, _ := e.p.chanTeams.Get(orgChan); !slices.Contains(teams, teamB.ID) {
+		t.Fatalf("the org channel placed in %v, want B among them", teams)
+	}
+}

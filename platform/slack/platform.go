@@ -352,9 +352,10 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 // channelIn asks workspace team whether chat is one of its conversations
 // the bot sees (conversations.info with its token, on the share of the
 // tenant in ctx). The workspaces the answer shows the channel in are
-// recorded as the channel's (seenIn): the token's own, and a Slack
-// Connect channel's other workspaces (shared_team_ids, its host's and
-// context team); chat is team's when team is one of them. bot_token
+// recorded as the channel's (seenIn): the token's own, a Slack Connect
+// channel's other workspaces (shared_team_ids, its host's and context
+// team) and an Enterprise Grid org-shared channel's workspaces of its org
+// (internal_team_ids); chat is team's when team is one of them. bot_token
 // answers for a workspace that has no install of its own, so its answer
 // alone never places a channel in that workspace. An error wraps
 // platform.ErrUnavailable: Slack could not be asked.
@@ -373,7 +374,7 @@ func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, erro
 	}
 	_, tokens, _ := p.works.client(ctx, team) // the workspace whose token answered
 	found := false
-	for _, in := range append([]string{tokens, ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs...) {
+	for _, in := range slices.Concat([]string{tokens, ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs, ch.InternalTeamIDs) {
 		if teamIDPattern.MatchString(in) {
 			p.seenIn(chat, in)
 			found = found || in == team

@@ -71,6 +71,10 @@ type Channel struct {
 	// with (conversations.info's shared_team_ids); add the channel to
 	// each of them too for their tokens to reach it.
 	SharedTeams []string
+	// OrgTeams are the workspaces of its Enterprise Grid org an org-shared
+	// channel is shared to (conversations.info's internal_team_ids); add
+	// the channel to each of them too for their tokens to reach it.
+	OrgTeams []string
 }
 
 // Message is a message the fake holds.
@@ -544,6 +548,9 @@ func (s *Server) answer(w http.ResponseWriter, method string, t *Team, a args) {
 			"context_team_id": t.ID}
 		if len(c.SharedTeams) > 0 {
 			ch["is_shared"], ch["is_ext_shared"], ch["shared_team_ids"] = true, true, c.SharedTeams
+		}
+		if len(c.OrgTeams) > 0 {
+			ch["is_shared"], ch["is_org_shared"], ch["internal_team_ids"] = true, true, c.OrgTeams
 		}
 		if c.IsIM {
 			ch["user"] = c.Peer
