@@ -360,3 +360,21 @@ func TestOneTokenActsInItsSeenChannelWhileSlackCannotPlaceIt(t *testing.T) {
 		t.Fatalf("t2 in t1's channel: %+v, want unavailable", r)
 	}
 }
+
+// TestBindingAWorkspaceEndsItsTenantsDeclines: t3, bound to no
+// workspace, is declined #general (remembered for declineMemory); once A
+// is bound to t3 its send there goes through at once. Before, the decline
+// remembered before the binding answered for up to declineMemory.
+func TestBindingAWorkspaceEndsItsTenantsDeclines(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	send := `{"op":"send","chat_id":"` + chanGeneral + `","content":"x","metadata":{}}`
+	if r := e.execute(t, "t3", send); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t3 bound to no workspace: %+v, want egress_declined", r)
+	}
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t3"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.execute(t, "t3", send); !r.Success {
+		t.Fatalf("t3 once A is bound to it: %+v, want it sent", r)
+	}
+}

@@ -74,8 +74,9 @@ type Platform struct {
 	placed *ttlcache.Cache[string, struct{}]
 	// notFound remembers, per (tenant, chat), that the tenant's workspaces
 	// do not have the chat, for declineMemory: a decline's cost depends
-	// only on the asker's own asks.
-	notFound *ttlcache.Cache[string, struct{}]
+	// only on the asker's own asks. Each names the teams it was found
+	// under: a Bind since (a workspace newly bound) ends it.
+	notFound *ttlcache.Cache[string, *map[string]string]
 	// histories are threads' messages lately read for their context
 	// (threadcontext.go).
 	histories *ttlcache.Cache[string, []slack.Message]
@@ -151,7 +152,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.rehosts = platform.NewRehosts(p.clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
-	p.notFound = ttlcache.New[string, struct{}](chanTeamsSize, declineMemory, p.clock)
+	p.notFound = ttlcache.New[string, *map[string]string](chanTeamsSize, declineMemory, p.clock)
 	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.clock)
 	p.histories = ttlcache.New[string, []slack.Message](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
@@ -324,11 +325,12 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // Slack and ctx may not wait (platform.MayWait), it answers
 // platform.ErrWouldWait at once, with no call, whosever chat is.
 func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (string, error) {
-	if tenant == "" || p.notFound.Contains(tenant+"/"+chat) {
+	teams := p.teams.Load()
+	if bound, ok := p.notFound.Get(tenant + "/" + chat); tenant == "" || ok && bound == teams {
 		return "", nil
 	}
 	var unreachable error
-	for team, t := range *p.teams.Load() {
+	for team, t := range *teams {
 		if t != tenant {
 			continue
 		}
@@ -344,7 +346,7 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 		}
 	}
 	if unreachable == nil {
-		p.notFound.Add(tenant+"/"+chat, struct{}{})
+		p.notFound.Add(tenant+"/"+chat, teams)
 	}
 	return "", unreachable
 }
