@@ -491,19 +491,21 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	// The entries nobody holds are claimed and read again, the relay's
 	// ledger read (when one was claimed), and the entries it holds
 	// deleted, before the queue lock is taken: every request the intake
-	// takes waits for that lock before it is answered.
+	// takes waits for that lock before it is answered. Of a chat's
+	// entries only the first may have been delivered: they are handled one
+	// at a time, in order, each deleted before the next.
 	queue := p.claimUnheld(ctx)
-	var stored map[string]bool
-	var err error
-	if len(queue) > 0 {
-		stored, err = p.ledgerHeld(ctx)
+	first := make(map[string]bool)
+	stored := make(map[string]bool) // the firsts' deliveries: true once found
+	for _, c := range queue {
+		if !first[c.chat] {
+			first[c.chat], stored[entryName(c)] = true, false
+		}
 	}
-	if err != nil {
+	if err := p.ledgerHeld(ctx, stored); err != nil {
 		p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
 	}
-	// Of a chat's entries only the first may have been delivered: they are
-	// handled one at a time, in order, each deleted before the next.
-	first := make(map[string]bool)
+	clear(first)
 	queue = slices.DeleteFunc(queue, func(c claimedEntry) bool {
 		if first[c.chat] {
 			return false
@@ -592,21 +594,35 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 // ledgerPage is how many ledger records ledgerHeld reads at a time.
 const ledgerPage = 1000
 
-// ledgerHeld names the deliveries of this platform the store's ledger (the
-// relay's, every tenant's) holds, by ledgerName.
-func (p *Platform) ledgerHeld(ctx context.Context) (map[string]bool, error) {
+// ledgerHeld sets true each of names (deliveries by ledgerName) the
+// store's ledger (the relay's, every tenant's) holds. Only records of the
+// chats names are in are decoded, and nothing else kept: a sweep holds one
+// name per chat it resumes, however long the ledger.
+func (p *Platform) ledgerHeld(ctx context.Context, names map[string]bool) error {
+	if len(names) == 0 {
+		return nil
+	}
+	chats := make(map[string]bool, len(names))
+	for name := range names {
+		chat, _, _ := strings.Cut(name, "/")
+		chats[chat] = true
+	}
 	l := p.deps.Store.Ledger()
 	tenants, err := l.Tenants(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	held := make(map[string]bool)
+	mark := func(name string) {
+		if _, ok := names[name]; ok {
+			names[name] = true
+		}
+	}
 	for _, tenant := range tenants {
 		for after := uint64(0); ; {
 			recs, err := l.Read(ctx, tenant, after, ledgerPage)
 			var bad *store.UnreadableRecord
 			if err != nil && !errors.As(err, &bad) {
-				return nil, err
+				return err
 			}
 			for _, r := range recs {
 				var ev struct {
@@ -616,10 +632,10 @@ func (p *Platform) ledgerHeld(ctx context.Context) (map[string]bool, error) {
 						UserID string `json:"user_id"`
 					} `json:"source"`
 				}
-				if r.Platform == platformName && json.Unmarshal(r.Payload, &ev) == nil {
-					held[ledgerName(r.ChatID, r.Received, ev.MessageID)] = true
+				if r.Platform == platformName && chats[r.ChatID] && json.Unmarshal(r.Payload, &ev) == nil {
+					mark(ledgerName(r.ChatID, r.Received, ev.MessageID))
 					if ev.MessageID == "" {
-						held[ledgerName(r.ChatID, r.Received, commandMessage(ev.Source.UserID, ev.Text))] = true
+						mark(ledgerName(r.ChatID, r.Received, commandMessage(ev.Source.UserID, ev.Text)))
 					}
 				}
 				after = r.Seq
@@ -635,7 +651,7 @@ func (p *Platform) ledgerHeld(ctx context.Context) (map[string]bool, error) {
 			}
 		}
 	}
-	return held, nil
+	return nil
 }
 
 // ledgerName names a delivery of chat id chatID received at received,
@@ -698,8 +714,7 @@ func entryMessage(rec intakeRecord) string {
 // after the restart before this sweep, is no longer in the ledger, and its
 // entry is delivered again (at least once).
 func (p *Platform) deliveredBefore(ctx context.Context, c claimedEntry, stored map[string]bool) bool {
-	_, channel, _ := strings.Cut(c.chat, "/")
-	if !stored[ledgerName(cmp.Or(c.rec.To, channel), time.Unix(0, c.rec.Received), entryMessage(c.rec))] {
+	if !stored[entryName(c)] {
 		return false
 	}
 	defer p.releaseIntake(c.key, c.until)
@@ -709,6 +724,12 @@ func (p *Platform) deliveredBefore(ctx context.Context, c claimedEntry, stored m
 	}
 	p.log.Info("slack intake entry delivered before a restart: deleted", "key", c.key)
 	return true
+}
+
+// entryName is the ledgerName of entry c's delivery.
+func entryName(c claimedEntry) string {
+	_, channel, _ := strings.Cut(c.chat, "/")
+	return ledgerName(cmp.Or(c.rec.To, channel), time.Unix(0, c.rec.Received), entryMessage(c.rec))
 }
 
 // deleteUnreadable deletes entry key, whose value cannot be parsed or
