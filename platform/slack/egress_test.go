@@ -542,3 +542,25 @@ func TestOneTokenPlacesAnOrgSharedChannelInItsWorkspaces(t *testing.T) {
 		t.Fatalf("the org channel placed in %v, want B among them", teams)
 	}
 }
+
+// TestOneTokenPlacesAChannelWhereTheAnswerSaysItIs: an Enterprise Grid
+// org-wide bot_token whose auth.test names workspace A reaches the
+// channels of every workspace of its org; conversations.info of one in
+// B names B (context_team_id). The channel is B's alone: t2 sends there,
+// t1 (bound to A) is declined. Before, the token's own workspace was
+// counted too, so every channel of the org was also t1's.
+func TestOneTokenPlacesAChannelWhereTheAnswerSaysItIs(t *testing.T) {
+	const orgChan = "C0ORG00002"
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: orgChan, Name: "b-team", Context: teamB.ID})
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+orgChan+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1 in B's channel: %+v, want egress_declined", r)
+	}
+	if teams, _ := e.p.chanTeams.Get(orgChan); !slices.Equal(teams, []string{teamB.ID}) {
+		t.Fatalf("B's channel placed in %v, want B alone", teams)
+	}
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+orgChan+`","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t2 in its channel: %+v", r)
+	}
+}

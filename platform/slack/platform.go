@@ -353,13 +353,14 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 
 // channelIn asks workspace team whether chat is one of its conversations
 // the bot sees (conversations.info with its token, on the share of the
-// tenant in ctx). The workspaces the answer shows the channel in are
-// recorded as the channel's (seenIn): the token's own, a Slack Connect
-// channel's other workspaces (shared_team_ids, its host's and context
-// team) and an Enterprise Grid org-shared channel's workspaces of its org
-// (internal_team_ids); chat is team's when team is one of them. bot_token
-// answers for a workspace that has no install of its own, so its answer
-// alone never places a channel in that workspace. An error wraps
+// tenant in ctx). The workspaces the answer names are recorded as the
+// channel's (seenIn): its context team, a Slack Connect channel's host
+// and other workspaces (shared_team_ids), an Enterprise Grid org-shared
+// channel's workspaces of its org (internal_team_ids); an answer naming
+// none, the token's own. chat is team's when team is one of them:
+// bot_token answers for a workspace that has no install of its own (an
+// org-wide one, for every workspace of its org), so its answer alone
+// never places a channel in the workspace asked. An error wraps
 // platform.ErrUnavailable: Slack could not be asked.
 func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, error) {
 	var ch *slack.Channel
@@ -374,13 +375,14 @@ func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, erro
 	case err != nil:
 		return false, platform.UnavailableError("slack: the chat's owner could not be looked up; retry later")
 	}
-	_, tokens, _ := p.works.client(ctx, team) // the workspace whose token answered
-	found := false
-	for _, in := range slices.Concat([]string{tokens, ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs, ch.InternalTeamIDs) {
-		if teamIDPattern.MatchString(in) {
-			p.seenIn(chat, in)
-			found = found || in == team
-		}
+	in := slices.DeleteFunc(slices.Concat([]string{ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs, ch.InternalTeamIDs),
+		func(t string) bool { return !teamIDPattern.MatchString(t) })
+	if len(in) == 0 { // the workspace whose token answered
+		_, tokens, _ := p.works.client(ctx, team)
+		in = append(in, tokens)
 	}
-	return found, nil
+	for _, t := range in {
+		p.seenIn(chat, t)
+	}
+	return slices.Contains(in, team), nil
 }
