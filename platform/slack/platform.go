@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -50,7 +51,8 @@ type Platform struct {
 	// bindings, scope claims, author links; replaced by Bind.
 	owners atomic.Pointer[platform.Ownership]
 	// teams are the workspaces bound to tenants (workspace -> tenant), the
-	// workspaces a tenant's chats are looked up in; replaced by Bind.
+	// workspaces a tenant's chats are looked up in; replaced by Bind when
+	// they change.
 	teams    atomic.Pointer[map[string]string]
 	grants   *platform.Grants   // chats granted by author routing
 	links    *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
@@ -75,7 +77,7 @@ type Platform struct {
 	// notFound remembers, per (tenant, chat), that the tenant's workspaces
 	// do not have the chat, for declineMemory: a decline's cost depends
 	// only on the asker's own asks. Each names the teams it was found
-	// under: a Bind since (a workspace newly bound) ends it.
+	// under: a change of the workspaces bound ends it.
 	notFound *ttlcache.Cache[string, *map[string]string]
 	// histories are threads' messages lately read for their context
 	// (threadcontext.go).
@@ -247,7 +249,9 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 			return fmt.Errorf("slack: binding %s %q: want a team (T...), a channel (C..., G..., D...) or an author kind", b.Kind, b.ID)
 		}
 	}
-	p.teams.Store(&teams)
+	if old := p.teams.Load(); old == nil || !maps.Equal(*old, teams) { // else the declines stand (notFound)
+		p.teams.Store(&teams)
+	}
 	p.owners.Store(platform.NewOwnership(bindings))
 	return nil
 }
