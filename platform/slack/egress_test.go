@@ -564,3 +564,20 @@ func TestOneTokenPlacesAChannelWhereTheAnswerSaysItIs(t *testing.T) {
 		t.Fatalf("t2 in its channel: %+v", r)
 	}
 }
+
+// TestOneTokenPlacesAChannelItsAnswerDoesNotPlaceInItsOwnWorkspace: a
+// conversations.info answer that names no workspace (no context_team_id)
+// places the channel in the workspace of the token that answered: t1
+// sends into its channel, t2 (asking in B with A's token) is declined.
+func TestOneTokenPlacesAChannelItsAnswerDoesNotPlaceInItsOwnWorkspace(t *testing.T) {
+	const quiet = "C0QUIET001"
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: quiet, Name: "quiet", NoContext: true})
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+quiet+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 in A's channel: %+v, want egress_declined", r)
+	}
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+quiet+`","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t1 in its channel: %+v", r)
+	}
+}

@@ -379,14 +379,17 @@ func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, erro
 	case err != nil:
 		return false, platform.UnavailableError("slack: the chat's owner could not be looked up; retry later")
 	}
-	in := slices.DeleteFunc(slices.Concat([]string{ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs, ch.InternalTeamIDs),
-		func(t string) bool { return !teamIDPattern.MatchString(t) })
-	if len(in) == 0 { // the workspace whose token answered
+	in := slices.Concat([]string{ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs, ch.InternalTeamIDs)
+	if !slices.ContainsFunc(in, teamIDPattern.MatchString) { // the workspace whose token answered
 		_, tokens, _ := p.works.client(ctx, team)
-		in = append(in, tokens)
+		in = []string{tokens}
 	}
+	found := false
 	for _, t := range in {
-		p.seenIn(chat, t)
+		if teamIDPattern.MatchString(t) {
+			p.seenIn(chat, t)
+			found = found || t == team
+		}
 	}
-	return slices.Contains(in, team), nil
+	return found, nil
 }

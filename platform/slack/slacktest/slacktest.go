@@ -80,6 +80,8 @@ type Channel struct {
 	// asking token's workspace (an org-wide token answering for another
 	// workspace of its Enterprise Grid org).
 	Context string
+	// NoContext leaves context_team_id out of conversations.info's answer.
+	NoContext bool
 }
 
 // Message is a message the fake holds.
@@ -553,6 +555,9 @@ func (s *Server) answer(w http.ResponseWriter, method string, t *Team, a args) {
 			"context_team_id": cmp.Or(c.Context, t.ID)}
 		if len(c.SharedTeams) > 0 {
 			ch["is_shared"], ch["is_ext_shared"], ch["shared_team_ids"] = true, true, c.SharedTeams
+		}
+		if c.NoContext {
+			delete(ch, "context_team_id")
 		}
 		if len(c.OrgTeams) > 0 {
 			ch["is_shared"], ch["is_org_shared"], ch["internal_team_ids"] = true, true, c.OrgTeams
