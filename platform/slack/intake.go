@@ -491,21 +491,19 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	// The entries nobody holds are claimed and read again, the relay's
 	// ledger read (when one was claimed), and the entries it holds
 	// deleted, before the queue lock is taken: every request the intake
-	// takes waits for that lock before it is answered. Of a chat's
-	// entries only the first may have been delivered: they are handled one
-	// at a time, in order, each deleted before the next.
+	// takes waits for that lock before it is answered.
 	queue := p.claimUnheld(ctx)
-	first := make(map[string]bool)
-	stored := make(map[string]bool) // the firsts' deliveries: true once found
+	to := make(map[string]bool) // the chats their deliveries went to
 	for _, c := range queue {
-		if !first[c.chat] {
-			first[c.chat], stored[entryName(c)] = true, false
-		}
+		to[c.to()] = true
 	}
-	if err := p.ledgerHeld(ctx, stored); err != nil {
+	stored, err := p.ledgerHeld(ctx, to)
+	if err != nil {
 		p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
 	}
-	clear(first)
+	// Of a chat's entries only the first may have been delivered: they are
+	// handled one at a time, in order, each deleted before the next.
+	first := make(map[string]bool)
 	queue = slices.DeleteFunc(queue, func(c claimedEntry) bool {
 		if first[c.chat] {
 			return false
@@ -546,6 +544,13 @@ type claimedEntry struct {
 	key, chat string
 	rec       intakeRecord
 	until     time.Time // its claim's expiry
+}
+
+// to is the chat id entry c is delivered to: its own, or the one it
+// recorded (rec.To, deliveringTo).
+func (c claimedEntry) to() string {
+	_, channel, _ := strings.Cut(c.chat, "/")
+	return cmp.Or(c.rec.To, channel)
 }
 
 // claimUnheld claims the entries the intake lists that no live claim
@@ -594,35 +599,25 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 // ledgerPage is how many ledger records ledgerHeld reads at a time.
 const ledgerPage = 1000
 
-// ledgerHeld sets true each of names (deliveries by ledgerName) the
-// store's ledger (the relay's, every tenant's) holds. Only records of the
-// chats names are in are decoded, and nothing else kept: a sweep holds one
-// name per chat it resumes, however long the ledger.
-func (p *Platform) ledgerHeld(ctx context.Context, names map[string]bool) error {
-	if len(names) == 0 {
-		return nil
-	}
-	chats := make(map[string]bool, len(names))
-	for name := range names {
-		chat, _, _ := strings.Cut(name, "/")
-		chats[chat] = true
+// ledgerHeld names the deliveries of this platform into chats the store's
+// ledger (the relay's, every tenant's) holds, by ledgerName: a sweep
+// decodes and keeps nothing of the ledger's other chats.
+func (p *Platform) ledgerHeld(ctx context.Context, chats map[string]bool) (map[string]bool, error) {
+	if len(chats) == 0 {
+		return nil, nil
 	}
 	l := p.deps.Store.Ledger()
 	tenants, err := l.Tenants(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	mark := func(name string) {
-		if _, ok := names[name]; ok {
-			names[name] = true
-		}
-	}
+	held := make(map[string]bool)
 	for _, tenant := range tenants {
 		for after := uint64(0); ; {
 			recs, err := l.Read(ctx, tenant, after, ledgerPage)
 			var bad *store.UnreadableRecord
 			if err != nil && !errors.As(err, &bad) {
-				return err
+				return nil, err
 			}
 			for _, r := range recs {
 				var ev struct {
@@ -633,9 +628,9 @@ func (p *Platform) ledgerHeld(ctx context.Context, names map[string]bool) error 
 					} `json:"source"`
 				}
 				if r.Platform == platformName && chats[r.ChatID] && json.Unmarshal(r.Payload, &ev) == nil {
-					mark(ledgerName(r.ChatID, r.Received, ev.MessageID))
+					held[ledgerName(r.ChatID, r.Received, ev.MessageID)] = true
 					if ev.MessageID == "" {
-						mark(ledgerName(r.ChatID, r.Received, commandMessage(ev.Source.UserID, ev.Text)))
+						held[ledgerName(r.ChatID, r.Received, commandMessage(ev.Source.UserID, ev.Text))] = true
 					}
 				}
 				after = r.Seq
@@ -651,7 +646,7 @@ func (p *Platform) ledgerHeld(ctx context.Context, names map[string]bool) error 
 			}
 		}
 	}
-	return nil
+	return held, nil
 }
 
 // ledgerName names a delivery of chat id chatID received at received,
@@ -714,7 +709,7 @@ func entryMessage(rec intakeRecord) string {
 // after the restart before this sweep, is no longer in the ledger, and its
 // entry is delivered again (at least once).
 func (p *Platform) deliveredBefore(ctx context.Context, c claimedEntry, stored map[string]bool) bool {
-	if !stored[entryName(c)] {
+	if !stored[ledgerName(c.to(), time.Unix(0, c.rec.Received), entryMessage(c.rec))] {
 		return false
 	}
 	defer p.releaseIntake(c.key, c.until)
@@ -724,12 +719,6 @@ func (p *Platform) deliveredBefore(ctx context.Context, c claimedEntry, stored m
 	}
 	p.log.Info("slack intake entry delivered before a restart: deleted", "key", c.key)
 	return true
-}
-
-// entryName is the ledgerName of entry c's delivery.
-func entryName(c claimedEntry) string {
-	_, channel, _ := strings.Cut(c.chat, "/")
-	return ledgerName(cmp.Or(c.rec.To, channel), time.Unix(0, c.rec.Received), entryMessage(c.rec))
 }
 
 // deleteUnreadable deletes entry key, whose value cannot be parsed or
