@@ -1571,6 +1571,12 @@ func TestStreamWhoseRecordWasLostGoesOn(t *testing.T) {
 // chat.startStream is held until release: started receives once it is.
 func heldStartStream(t *testing.T, fake *slacktest.Server) (apiURL string, started <-chan struct{}, release func()) {
 	t.Helper()
+	return heldCall(t, fake, "chat.startStream")
+}
+
+// heldCall is heldStartStream for Web API method.
+func heldCall(t *testing.T, fake *slacktest.Server, method string) (apiURL string, started <-chan struct{}, release func()) {
+	t.Helper()
 	upstream, err := url.Parse(fake.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -1579,7 +1585,7 @@ func heldStartStream(t *testing.T, fake *slacktest.Server) (apiURL string, start
 	var held atomic.Bool
 	forward := httputil.NewSingleHostReverseProxy(upstream)
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/chat.startStream" && held.CompareAndSwap(false, true) {
+		if r.URL.Path == "/"+method && held.CompareAndSwap(false, true) {
 			begun <- struct{}{}
 			select {
 			case <-released:
@@ -1869,4 +1875,57 @@ func (c tallyClaims) Claim(ctx context.Context, key string, expires time.Time) (
 func (c tallyClaims) Release(ctx context.Context, key string, expires time.Time) error {
 	c.s.count(key)
 	return c.Claims.Release(ctx, key, expires)
+}
+
+// TestWaitingSealAsksLittleOfTheStore: a copy of a stream's seal that
+// waits on another instance for the seal's claim (its chat.stopStream
+// under way) asks the store two things each time it looks again: the
+// claim and the seal's record, then answers the seal's message. Before,
+// it read the stream's record too, which it cannot answer from while
+// that claim holds (the frame takes it first).
+func TestWaitingSealAsksLittleOfTheStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	st := newSharedStore(t)
+	tally := &tallyStore{Store: st}
+	fake := newFake(t)
+	apiURL, stopping, release := heldCall(t, fake, "chat.stopStream")
+	clk := clocktest.New(time.Now())
+	a := newEnvOn(t, fake, func(c *Config) { c.APIURL = apiURL }, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: tally, Clock: clk, Cluster: newNode(t, st, "i1")})
+	if r := turnFrame(t, a, 7, "Hello", false); !r.Success {
+		t.Fatalf("the first frame: %+v", r)
+	}
+	sealed := make(chan contract.Result, 1)
+	go func() { sealed <- turnFrame(t, a, 7, "Hello, world", true) }()
+	select {
+	case <-stopping:
+	case <-ctx.Done():
+		t.Fatalf("timed out after %v waiting for the seal's chat.stopStream", waitFor)
+	}
+	copied := make(chan contract.Result, 1)
+	go func() { copied <- turnFrame(t, b, 7, "Hello, world", true) }()
+	if err := clk.WaitSleepers(ctx, 1); err != nil {
+		t.Fatalf("waiting for the copy to wait for the seal's claim: %v", err)
+	}
+	const looks = 4
+	tally.calls.Store(0)
+	for range looks {
+		clk.Advance(sealPoll)
+		if err := clk.WaitSleepers(ctx, 1); err != nil {
+			t.Fatalf("waiting for the copy to wait again: %v", err)
+		}
+	}
+	if n := tally.calls.Load(); n > 2*looks {
+		t.Errorf("%d store calls in %d looks, want at most %d", n, looks, 2*looks)
+	}
+	release()
+	ts := (<-sealed).MessageID
+	clk.Advance(sealPoll)
+	if r := <-copied; !r.Success || r.MessageID != ts {
+		t.Fatalf("the copy: %+v, want %s", r, ts)
+	}
+	if n := len(fake.Calls("chat.stopStream")); n != 1 {
+		t.Fatalf("%d chat.stopStream, want 1", n)
+	}
 }

@@ -360,3 +360,44 @@ func TestOneTokenActsInItsSeenChannelWhileSlackCannotPlaceIt(t *testing.T) {
 		t.Fatalf("t2 in t1's channel: %+v, want unavailable", r)
 	}
 }
+
+// TestBindingAWorkspaceEndsItsTenantsDeclines: t3, bound to no
+// workspace, is declined #general (remembered for declineMemory); once A
+// is bound to t3 its send there goes through at once. Before, the decline
+// remembered before the binding answered for up to declineMemory.
+func TestBindingAWorkspaceEndsItsTenantsDeclines(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	send := `{"op":"send","chat_id":"` + chanGeneral + `","content":"x","metadata":{}}`
+	if r := e.execute(t, "t3", send); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t3 bound to no workspace: %+v, want egress_declined", r)
+	}
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t3"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.execute(t, "t3", send); !r.Success {
+		t.Fatalf("t3 once A is bound to it: %+v, want it sent", r)
+	}
+}
+
+// TestBindingsLeavingWorkspacesKeepDeclines: a change of the bindings that
+// binds no workspace anew (a channel bound) leaves the declines
+// remembered: t1, declined B's #acme-general, is declined again with no
+// lookup. Before, every change of the bindings had it asked again.
+func TestBindingsLeavingWorkspacesKeepDeclines(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	send := `{"op":"send","chat_id":"` + chanAcme + `","content":"x","metadata":{}}`
+	if r := e.execute(t, "t1", send); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1 in B's channel: %+v, want egress_declined", r)
+	}
+	lookups := len(e.fake.Calls("conversations.info"))
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindChannel, ID: chanOps, Tenant: "t3"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.execute(t, "t1", send); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1 in B's channel again: %+v, want egress_declined", r)
+	}
+	if n := len(e.fake.Calls("conversations.info")) - lookups; n != 0 {
+		t.Fatalf("%d lookups for the decline remembered, want none", n)
+	}
+}

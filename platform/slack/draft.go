@@ -361,11 +361,13 @@ func (p *Platform) claimFrame(ctx context.Context, kind string, k streamKey, a *
 }
 
 // recorded reports whether the record another copy of frame a left is
-// stored: a's seal (or its stream, sealed), or, for an opening frame, a's
-// stream.
+// stored: a's seal, or, for an opening frame, a's stream (a stream sealed
+// without a seal record answers a seal only once it holds the claim).
 func (p *Platform) recorded(ctx context.Context, kind string, k streamKey, a *contract.Action) bool {
-	if st, ok, _ := p.streams.load(ctx, k); ok && (st.sealedBy(a) || kind == "opening" && st.Draft == a.DraftID && !st.otherTurn(a)) {
-		return true
+	if kind == "opening" {
+		if st, ok, _ := p.streams.load(ctx, k); ok && st.Draft == a.DraftID && !st.otherTurn(a) {
+			return true
+		}
 	}
 	rec, ok, _ := p.streams.sealed(ctx, k, a.DraftID)
 	return ok && rec.repeatedBy(a)

@@ -523,3 +523,61 @@ func TestOneTokenPlacesNoChannelInAnotherWorkspace(t *testing.T) {
 		t.Fatalf("t1 in its channel: %+v", r)
 	}
 }
+
+// TestOneTokenPlacesAnOrgSharedChannelInItsWorkspaces: an Enterprise Grid
+// channel shared to workspaces A and B of its org names both in
+// conversations.info's internal_team_ids, so bot_token's answer places it
+// in B too: t2, bound to B, sends there (on a grant: A is t1's). Before,
+// only the token's workspace and the Slack Connect fields counted, and t2
+// was declined its own workspace's channel.
+func TestOneTokenPlacesAnOrgSharedChannelInItsWorkspaces(t *testing.T) {
+	const orgChan = "C0ORG00001"
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: orgChan, Name: "all-hands", OrgTeams: []string{teamA.ID, teamB.ID}})
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+orgChan+`","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t2 in the org channel shared to B: %+v, want it sent", r)
+	}
+	if teams, _ := e.p.chanTeams.Get(orgChan); !slices.Contains(teams, teamB.ID) {
+		t.Fatalf("the org channel placed in %v, want B among them", teams)
+	}
+}
+
+// TestOneTokenPlacesAChannelWhereTheAnswerSaysItIs: an Enterprise Grid
+// org-wide bot_token whose auth.test names workspace A reaches the
+// channels of every workspace of its org; conversations.info of one in
+// B names B (context_team_id). The channel is B's alone: t2 sends there,
+// t1 (bound to A) is declined. Before, the token's own workspace was
+// counted too, so every channel of the org was also t1's.
+func TestOneTokenPlacesAChannelWhereTheAnswerSaysItIs(t *testing.T) {
+	const orgChan = "C0ORG00002"
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: orgChan, Name: "b-team", Context: teamB.ID})
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+orgChan+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1 in B's channel: %+v, want egress_declined", r)
+	}
+	if teams, _ := e.p.chanTeams.Get(orgChan); !slices.Equal(teams, []string{teamB.ID}) {
+		t.Fatalf("B's channel placed in %v, want B alone", teams)
+	}
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+orgChan+`","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t2 in its channel: %+v", r)
+	}
+}
+
+// TestOneTokenPlacesAChannelItsAnswerDoesNotPlaceInItsOwnWorkspace: a
+// conversations.info answer that names no workspace (no context_team_id)
+// places the channel in the workspace of the token that answered: t1
+// sends into its channel, t2 (asking in B with A's token) is declined.
+func TestOneTokenPlacesAChannelItsAnswerDoesNotPlaceInItsOwnWorkspace(t *testing.T) {
+	const quiet = "C0QUIET001"
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: quiet, Name: "quiet", NoContext: true})
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+quiet+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 in A's channel: %+v, want egress_declined", r)
+	}
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+quiet+`","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t1 in its channel: %+v", r)
+	}
+}

@@ -493,11 +493,11 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	// deleted, before the queue lock is taken: every request the intake
 	// takes waits for that lock before it is answered.
 	queue := p.claimUnheld(ctx)
-	var stored map[string]bool
-	var err error
-	if len(queue) > 0 {
-		stored, err = p.ledgerHeld(ctx)
+	to := make(map[string]bool) // the chats their deliveries went to
+	for _, c := range queue {
+		to[c.to()] = true
 	}
+	stored, err := p.ledgerHeld(ctx, to)
 	if err != nil {
 		p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
 	}
@@ -546,6 +546,13 @@ type claimedEntry struct {
 	until     time.Time // its claim's expiry
 }
 
+// to is the chat id entry c is delivered to: its own, or the one it
+// recorded (rec.To, deliveringTo).
+func (c claimedEntry) to() string {
+	_, channel, _ := strings.Cut(c.chat, "/")
+	return cmp.Or(c.rec.To, channel)
+}
+
 // claimUnheld claims the entries the intake lists that no live claim
 // holds and this instance does not, and reads each again once claimed:
 // what a sweep takes, in key order, before its queue lock (sweepIntake).
@@ -592,9 +599,13 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 // ledgerPage is how many ledger records ledgerHeld reads at a time.
 const ledgerPage = 1000
 
-// ledgerHeld names the deliveries of this platform the store's ledger (the
-// relay's, every tenant's) holds, by ledgerName.
-func (p *Platform) ledgerHeld(ctx context.Context) (map[string]bool, error) {
+// ledgerHeld names the deliveries of this platform into chats the store's
+// ledger (the relay's, every tenant's) holds, by ledgerName: a sweep
+// decodes and keeps nothing of the ledger's other chats.
+func (p *Platform) ledgerHeld(ctx context.Context, chats map[string]bool) (map[string]bool, error) {
+	if len(chats) == 0 {
+		return nil, nil
+	}
 	l := p.deps.Store.Ledger()
 	tenants, err := l.Tenants(ctx)
 	if err != nil {
@@ -616,7 +627,7 @@ func (p *Platform) ledgerHeld(ctx context.Context) (map[string]bool, error) {
 						UserID string `json:"user_id"`
 					} `json:"source"`
 				}
-				if r.Platform == platformName && json.Unmarshal(r.Payload, &ev) == nil {
+				if r.Platform == platformName && chats[r.ChatID] && json.Unmarshal(r.Payload, &ev) == nil {
 					held[ledgerName(r.ChatID, r.Received, ev.MessageID)] = true
 					if ev.MessageID == "" {
 						held[ledgerName(r.ChatID, r.Received, commandMessage(ev.Source.UserID, ev.Text))] = true
@@ -698,8 +709,7 @@ func entryMessage(rec intakeRecord) string {
 // after the restart before this sweep, is no longer in the ledger, and its
 // entry is delivered again (at least once).
 func (p *Platform) deliveredBefore(ctx context.Context, c claimedEntry, stored map[string]bool) bool {
-	_, channel, _ := strings.Cut(c.chat, "/")
-	if !stored[ledgerName(cmp.Or(c.rec.To, channel), time.Unix(0, c.rec.Received), entryMessage(c.rec))] {
+	if !stored[ledgerName(c.to(), time.Unix(0, c.rec.Received), entryMessage(c.rec))] {
 		return false
 	}
 	defer p.releaseIntake(c.key, c.until)

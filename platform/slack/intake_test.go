@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1384,4 +1385,43 @@ func TestIntakeRefusedEntryReleasedOutsideTheQueueLock(t *testing.T) {
 		t.Fatalf("the next sweep delivered %+v, want the entry", d.Event)
 	}
 	intakeEmpty(t, mem)
+}
+
+// TestSweepDecodesOnlyTheLedgerOfItsChats: a sweep that took an entry
+// another instance left looks for that entry's delivery in the relay's
+// ledger, and decodes (and keeps) nothing of the ledger's other chats:
+// a ledger of 5,000 Slack deliveries elsewhere costs it a few allocations
+// per record, the store's read. Before, it decoded every record and held
+// a name for each, however long the ledger, every sweep that took one.
+func TestSweepDecodesOnlyTheLedgerOfItsChats(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: mem, Clock: clk})
+	a.sink.Check = func(platform.Delivery) error { return errors.New("the instance is dying") }
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: mem, Clock: clk})
+	answered(t, a.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "EvLeft",
+		slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "1768490000.000100", "left behind"))), "the reply a leaves")
+	const n = 5000
+	recs := make([]store.Record, n)
+	for i := range recs {
+		recs[i] = store.Record{Platform: platformName, ChatID: chanOps, Received: clk.Now(),
+			Payload: []byte(sprintf(`{"message_id":"1768480000.%06d","text":"elsewhere","source":{"user_id":"%s"}}`, i, userAda))}
+	}
+	if _, err := mem.Ledger().Append(t.Context(), "t1", recs); err != nil {
+		t.Fatal(err)
+	}
+	a.stop() // its claim released: b's sweep takes the entry
+	a.stop = func() {}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b.p.sweepIntake(t.Context(), nil)
+	runtime.ReadMemStats(&after)
+	if d := b.sink.Next(t); d.Event.Text != "left behind" {
+		t.Fatalf("b delivered %q, want the reply a left", d.Event.Text)
+	}
+	if allocs := after.Mallocs - before.Mallocs; allocs > 4*n {
+		t.Errorf("the sweep allocated %d times for a ledger of %d records elsewhere, want at most %d", allocs, n, 4*n)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -50,7 +51,8 @@ type Platform struct {
 	// bindings, scope claims, author links; replaced by Bind.
 	owners atomic.Pointer[platform.Ownership]
 	// teams are the workspaces bound to tenants (workspace -> tenant), the
-	// workspaces a tenant's chats are looked up in; replaced by Bind.
+	// workspaces a tenant's chats are looked up in; replaced by Bind when
+	// they change.
 	teams    atomic.Pointer[map[string]string]
 	grants   *platform.Grants   // chats granted by author routing
 	links    *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
@@ -74,8 +76,9 @@ type Platform struct {
 	placed *ttlcache.Cache[string, struct{}]
 	// notFound remembers, per (tenant, chat), that the tenant's workspaces
 	// do not have the chat, for declineMemory: a decline's cost depends
-	// only on the asker's own asks.
-	notFound *ttlcache.Cache[string, struct{}]
+	// only on the asker's own asks. Each names the teams it was found
+	// under: a change of the workspaces bound ends it.
+	notFound *ttlcache.Cache[string, *map[string]string]
 	// histories are threads' messages lately read for their context
 	// (threadcontext.go).
 	histories *ttlcache.Cache[string, []slack.Message]
@@ -151,7 +154,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.rehosts = platform.NewRehosts(p.clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
-	p.notFound = ttlcache.New[string, struct{}](chanTeamsSize, declineMemory, p.clock)
+	p.notFound = ttlcache.New[string, *map[string]string](chanTeamsSize, declineMemory, p.clock)
 	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.clock)
 	p.histories = ttlcache.New[string, []slack.Message](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
@@ -246,7 +249,9 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 			return fmt.Errorf("slack: binding %s %q: want a team (T...), a channel (C..., G..., D...) or an author kind", b.Kind, b.ID)
 		}
 	}
-	p.teams.Store(&teams)
+	if old := p.teams.Load(); old == nil || !maps.Equal(*old, teams) { // else the declines stand (notFound)
+		p.teams.Store(&teams)
+	}
 	p.owners.Store(platform.NewOwnership(bindings))
 	return nil
 }
@@ -324,11 +329,12 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // Slack and ctx may not wait (platform.MayWait), it answers
 // platform.ErrWouldWait at once, with no call, whosever chat is.
 func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (string, error) {
-	if tenant == "" || p.notFound.Contains(tenant+"/"+chat) {
+	teams := p.teams.Load()
+	if bound, ok := p.notFound.Get(tenant + "/" + chat); tenant == "" || ok && bound == teams {
 		return "", nil
 	}
 	var unreachable error
-	for team, t := range *p.teams.Load() {
+	for team, t := range *teams {
 		if t != tenant {
 			continue
 		}
@@ -344,19 +350,21 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 		}
 	}
 	if unreachable == nil {
-		p.notFound.Add(tenant+"/"+chat, struct{}{})
+		p.notFound.Add(tenant+"/"+chat, teams)
 	}
 	return "", unreachable
 }
 
 // channelIn asks workspace team whether chat is one of its conversations
 // the bot sees (conversations.info with its token, on the share of the
-// tenant in ctx). The workspaces the answer shows the channel in are
-// recorded as the channel's (seenIn): the token's own, and a Slack
-// Connect channel's other workspaces (shared_team_ids, its host's and
-// context team); chat is team's when team is one of them. bot_token
-// answers for a workspace that has no install of its own, so its answer
-// alone never places a channel in that workspace. An error wraps
+// tenant in ctx). The workspaces the answer names are recorded as the
+// channel's (seenIn): its context team, a Slack Connect channel's host
+// and other workspaces (shared_team_ids), an Enterprise Grid org-shared
+// channel's workspaces of its org (internal_team_ids); an answer naming
+// none, the token's own. chat is team's when team is one of them:
+// bot_token answers for a workspace that has no install of its own (an
+// org-wide one, for every workspace of its org), so its answer alone
+// never places a channel in the workspace asked. An error wraps
 // platform.ErrUnavailable: Slack could not be asked.
 func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, error) {
 	var ch *slack.Channel
@@ -371,12 +379,16 @@ func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, erro
 	case err != nil:
 		return false, platform.UnavailableError("slack: the chat's owner could not be looked up; retry later")
 	}
-	_, tokens, _ := p.works.client(ctx, team) // the workspace whose token answered
+	in := slices.Concat([]string{ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs, ch.InternalTeamIDs)
+	if !slices.ContainsFunc(in, teamIDPattern.MatchString) { // the workspace whose token answered
+		_, tokens, _ := p.works.client(ctx, team)
+		in = []string{tokens}
+	}
 	found := false
-	for _, in := range append([]string{tokens, ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs...) {
-		if teamIDPattern.MatchString(in) {
-			p.seenIn(chat, in)
-			found = found || in == team
+	for _, t := range in {
+		if teamIDPattern.MatchString(t) {
+			p.seenIn(chat, t)
+			found = found || t == team
 		}
 	}
 	return found, nil

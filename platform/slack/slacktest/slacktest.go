@@ -25,6 +25,7 @@
 package slacktest
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -71,6 +72,16 @@ type Channel struct {
 	// with (conversations.info's shared_team_ids); add the channel to
 	// each of them too for their tokens to reach it.
 	SharedTeams []string
+	// OrgTeams are the workspaces of its Enterprise Grid org an org-shared
+	// channel is shared to (conversations.info's internal_team_ids); add
+	// the channel to each of them too for their tokens to reach it.
+	OrgTeams []string
+	// Context is conversations.info's context_team_id when it is not the
+	// asking token's workspace (an org-wide token answering for another
+	// workspace of its Enterprise Grid org).
+	Context string
+	// NoContext leaves context_team_id out of conversations.info's answer.
+	NoContext bool
 }
 
 // Message is a message the fake holds.
@@ -541,9 +552,15 @@ func (s *Server) answer(w http.ResponseWriter, method string, t *Team, a args) {
 	case "conversations.info":
 		c := s.channels[t.ID+"/"+channel]
 		ch := map[string]any{"id": c.ID, "is_im": c.IsIM, "is_mpim": c.IsMPIM, "is_channel": !c.IsIM && !c.IsMPIM,
-			"context_team_id": t.ID}
+			"context_team_id": cmp.Or(c.Context, t.ID)}
 		if len(c.SharedTeams) > 0 {
 			ch["is_shared"], ch["is_ext_shared"], ch["shared_team_ids"] = true, true, c.SharedTeams
+		}
+		if c.NoContext {
+			delete(ch, "context_team_id")
+		}
+		if len(c.OrgTeams) > 0 {
+			ch["is_shared"], ch["is_org_shared"], ch["internal_team_ids"] = true, true, c.OrgTeams
 		}
 		if c.IsIM {
 			ch["user"] = c.Peer
