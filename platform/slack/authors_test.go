@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
+	"weak"
 
 	"connector/contract"
 	"connector/internal/redistest"
@@ -376,6 +378,26 @@ func TestBindingAWorkspaceEndsItsTenantsDeclines(t *testing.T) {
 	}
 	if r := e.execute(t, "t3", send); !r.Success {
 		t.Fatalf("t3 once A is bound to it: %+v, want it sent", r)
+	}
+}
+
+// TestDeclinesHoldNoFormerBindings: a decline remembered under the
+// workspaces bound before a change keeps nothing of them alive. Before,
+// each held the workspaces map it was made under until read again or
+// evicted (the cache expires on reads alone): every change of the
+// workspaces bound left a copy of them for each such decline.
+func TestDeclinesHoldNoFormerBindings(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	if r := e.execute(t, "t3", `{"op":"send","chat_id":"`+chanGeneral+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t3 bound to no workspace: %+v, want egress_declined", r)
+	}
+	before := weak.Make(e.p.teams.Load())
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t3"}}); err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	if before.Value() != nil {
+		t.Fatal("the workspaces bound before the change are still held")
 	}
 }
 

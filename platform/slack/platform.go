@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/slack-go/slack"
@@ -77,8 +78,9 @@ type Platform struct {
 	// notFound remembers, per (tenant, chat), that the tenant's workspaces
 	// do not have the chat, for declineMemory: a decline's cost depends
 	// only on the asker's own asks. Each names the teams it was found
-	// under: a change of the workspaces bound ends it.
-	notFound *ttlcache.Cache[string, *map[string]string]
+	// under, weakly (an expired entry stays until read or evicted): a
+	// change of the workspaces bound ends it.
+	notFound *ttlcache.Cache[string, weak.Pointer[map[string]string]]
 	// histories are threads' messages lately read for their context
 	// (threadcontext.go).
 	histories *ttlcache.Cache[string, []slack.Message]
@@ -154,7 +156,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.rehosts = platform.NewRehosts(p.clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
-	p.notFound = ttlcache.New[string, *map[string]string](chanTeamsSize, declineMemory, p.clock)
+	p.notFound = ttlcache.New[string, weak.Pointer[map[string]string]](chanTeamsSize, declineMemory, p.clock)
 	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.clock)
 	p.histories = ttlcache.New[string, []slack.Message](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
@@ -330,7 +332,7 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // platform.ErrWouldWait at once, with no call, whosever chat is.
 func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (string, error) {
 	teams := p.teams.Load()
-	if bound, ok := p.notFound.Get(tenant + "/" + chat); tenant == "" || ok && bound == teams {
+	if bound, ok := p.notFound.Get(tenant + "/" + chat); tenant == "" || ok && bound == weak.Make(teams) {
 		return "", nil
 	}
 	var unreachable error
@@ -350,7 +352,7 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 		}
 	}
 	if unreachable == nil {
-		p.notFound.Add(tenant+"/"+chat, teams)
+		p.notFound.Add(tenant+"/"+chat, weak.Make(teams))
 	}
 	return "", unreachable
 }
