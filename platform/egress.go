@@ -13,6 +13,7 @@ import (
 	"connector/internal/clock"
 	"connector/internal/netcause"
 	"connector/platform/fairshare"
+	"connector/vault"
 )
 
 // Op performs one outbound op of platform P for tenant on chat: what the
@@ -55,7 +56,7 @@ type Egress[P Platform, T any] struct {
 	Grants *Grants
 	// PromptsAsked is set when a press of a prompt names no tenant
 	// (Telegram's callback data has no room): then a prompt's poster is
-	// recorded (Grants.Prompted) also outside a chat held by grant when
+	// recorded (Grants.prompted) also outside a chat held by grant when
 	// it is true for the tenant, whose presses there may ask for it (one
 	// whose date cannot tell an earlier tenant's of the id).
 	PromptsAsked func(tenant string) bool
@@ -88,7 +89,7 @@ type Egress[P Platform, T any] struct {
 // asking again as their turn comes (StillMayAct); in a chat held by
 // grant, the message an op that names none answers is remembered as
 // tenant's (Grants.Posted; a prompt's poster also by the message alone,
-// for longer, Grants.Prompted, also elsewhere when PromptsAsked), and a
+// for longer, Grants.prompted, also elsewhere when PromptsAsked), and a
 // thread a thread_create made there, on a platform whose threads are
 // chats (ThreadChats), is granted to tenant
 // alone, for as long as its grant of the chat lasts
@@ -131,12 +132,19 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 			return contract.Declined(p.Name())
 		}
 	}
+	// The tenant's creation as the op was authorized: one that returns
+	// once its tenant was deleted and made again (the relay revokes it as
+	// it applies the change, after the vault) marks nothing of the new one.
+	var created time.Time
+	if e.Grants != nil {
+		created = vault.Creation(e.Grants.vault, tenant)
+	}
 	r := op(p, ctx, tenant, chat, a)
 	if hold == HoldGrant && e.Grants != nil && r.MessageID != "" && message == "" {
-		e.Grants.Posted(ctx, chatID, r.MessageID, tenant)
+		e.Grants.Posted(ctx, chatID, r.MessageID, tenant, created)
 	}
 	if (hold == HoldGrant || e.PromptsAsked != nil && e.PromptsAsked(tenant)) && e.Grants != nil && a.Op == contract.OpPrompt && r.MessageID != "" && message == "" {
-		e.Grants.Prompted(ctx, chatID, r.MessageID, tenant)
+		e.Grants.prompted(ctx, chatID, r.MessageID, tenant, created)
 	}
 	if hold == HoldGrant && e.ThreadChats && e.Grants != nil && a.Op == contract.OpThreadCreate && r.Success && r.ThreadID != "" {
 		e.Grants.AddThread(ctx, chatID, r.ThreadID, tenant)
