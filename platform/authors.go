@@ -163,13 +163,19 @@ func (g *Grants) postedKey(chat, message, tenant string) vault.Key {
 // its store call. A mark this instance stored less than half its TTL ago
 // is not stored again (as Add leaves a fresh grant), so a message answered
 // once per frame (a Slack stream's) costs the store one write, not one
-// per frame.
-func (g *Grants) Posted(ctx context.Context, chat, message, tenant string) {
+// per frame. created is tenant's creation (vault.Creation) as the op that
+// posted message was authorized (zero: as it is now), so an op that
+// returns once its tenant was deleted and made again under its id marks
+// nothing the new tenant holds.
+func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, created time.Time) {
 	k := g.postedKey(chat, message, tenant)
 	if g.stored.Contains(k) {
 		return
 	}
-	e := vault.Entry{Stored: g.clock.Now(), Created: vault.Creation(g.vault, tenant)}
+	if created.IsZero() {
+		created = vault.Creation(g.vault, tenant)
+	}
+	e := vault.Entry{Stored: g.clock.Now(), Created: created}
 	if err := g.vault.Put(context.WithoutCancel(ctx), k, e); err != nil {
 		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 		return
@@ -203,11 +209,11 @@ func (g *Grants) posterKey(chat, message string) vault.Key {
 
 // Prompted records, beside Posted's mark in a chat held by grant and for
 // longer (vault.PromptPosterTTL), that the prompt message in chat was
-// posted for tenant as it is now (its creation), so a press of it finds
-// its poster (PromptPoster). It is stored even when ctx ended, as Posted's
-// mark is.
-func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string) {
-	e := vault.Entry{Ref: tenant, Stored: g.clock.Now(), Created: vault.Creation(g.vault, tenant)}
+// posted for tenant as created at created (as Execute authorized its op),
+// so a press of it finds its poster (PromptPoster). It is stored even when
+// ctx ended, as Posted's mark is.
+func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string, created time.Time) {
+	e := vault.Entry{Ref: tenant, Stored: g.clock.Now(), Created: created}
 	if err := g.vault.Put(context.WithoutCancel(ctx), g.posterKey(chat, message), e); err != nil {
 		g.log.Warn("prompt poster not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 	}

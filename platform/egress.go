@@ -13,6 +13,7 @@ import (
 	"connector/internal/clock"
 	"connector/internal/netcause"
 	"connector/platform/fairshare"
+	"connector/vault"
 )
 
 // Op performs one outbound op of platform P for tenant on chat: what the
@@ -134,13 +135,20 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 			return contract.Declined(p.Name())
 		}
 	}
+	// The tenant's creation as the op was authorized: one that returns
+	// once its tenant was deleted and made again (the relay revokes it as
+	// it applies the change, after the vault) marks nothing of the new one.
+	var created time.Time
+	if e.Grants != nil {
+		created = vault.Creation(e.Grants.vault, tenant)
+	}
 	r := op(p, ctx, tenant, chat, a)
 	posted := r.MessageID != "" && (message == "" || !slices.Contains(namingOps, a.Op))
 	if hold == HoldGrant && e.Grants != nil && posted {
-		e.Grants.Posted(ctx, chatID, r.MessageID, tenant)
+		e.Grants.Posted(ctx, chatID, r.MessageID, tenant, created)
 	}
 	if (hold == HoldGrant || e.PromptsAsked != nil && e.PromptsAsked(tenant, chatID)) && e.Grants != nil && a.Op == contract.OpPrompt && posted {
-		e.Grants.Prompted(ctx, chatID, r.MessageID, tenant)
+		e.Grants.Prompted(ctx, chatID, r.MessageID, tenant, created)
 	}
 	if hold == HoldGrant && e.ThreadChats && e.Grants != nil && a.Op == contract.OpThreadCreate && r.Success && r.ThreadID != "" {
 		e.Grants.AddThread(ctx, chatID, r.ThreadID, tenant)

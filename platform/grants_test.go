@@ -3,6 +3,7 @@ package platform_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -175,6 +176,54 @@ func TestPostedWhenTheOpsContextEnded(t *testing.T) {
 	}
 }
 
+// TestMarksOfAnOpThatOutlivedItsTenant: t1 holds a chat by grant, and its
+// send and prompt there return once t1 was deleted and made again under
+// its id (the registry's apply moves the vault's Since first, then the
+// relay revokes the earlier t1's ops: a message or the first part of one
+// may have gone out). Their marks are stored under the creation the ops
+// were authorized under, so the new t1 may neither edit the earlier t1's
+// message nor receive the presses of its prompt. Before, they were stored
+// as the new t1's.
+func TestMarksOfAnOpThatOutlivedItsTenant(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	var mu sync.Mutex
+	began := clk.Now().Add(-time.Hour)
+	since := func(string) time.Time { mu.Lock(); defer mu.Unlock(); return began }
+	remade := func() { mu.Lock(); began = clk.Now(); mu.Unlock() }
+	p := &chatsPlatform{granted: map[string]string{"shared": "t1"}}
+	g := platform.NewGrants("chats", vault.NewMemory(vault.Config{Clock: clk, Since: since}), clk, nil)
+	posting := func(id string) platform.Op[*chatsPlatform, string] {
+		return func(_ *chatsPlatform, _ context.Context, _, _ string, _ *contract.Action) contract.Result {
+			remade() // the apply, while the op was on its way back
+			clk.Advance(time.Second)
+			return contract.OK(id)
+		}
+	}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpSend:   posting("m1"),
+			contract.OpPrompt: posting("p1"),
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: g,
+	}
+	if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpSend, ChatID: "shared", Content: "hi"}); !r.Success {
+		t.Fatalf("the earlier t1's send: %+v", r)
+	}
+	if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpEdit, ChatID: "shared", MessageID: "m1", Content: "mine"}); r.Success || r.Code != contract.CodeEgressDeclined {
+		t.Errorf("the new t1's edit of the earlier t1's message: %+v, want egress_declined", r)
+	}
+	if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpPrompt, ChatID: "shared", Content: "ok?"}); !r.Success {
+		t.Fatalf("the earlier t1's prompt: %+v", r)
+	}
+	if tenant, ok, err := g.PromptPoster(t.Context(), nil, "u1", platform.Chat{ID: "shared"}, "p1", "t1"); err != nil || ok {
+		t.Errorf("a press of the earlier t1's prompt goes to %q, the new t1 (err %v)", tenant, err)
+	}
+}
+
 // TestThreadGrantLastsAsTheChatGrant: a thread tenant t2 created in a
 // chat it holds by grant is granted to t2 alone, in the chat's space, and
 // ends with the chat's grant, not a TTL after its creation; a thread made
@@ -240,7 +289,7 @@ func grantsOfAnEarlierTenant(t *testing.T, skewed bool) {
 	a := platform.NewGrants("chats", vault.NewDurable(st.Capabilities(), cfg), clk, nil)
 	b := platform.NewGrants("chats", vault.NewDurable(st.Capabilities(), cfg), clk, nil)
 	a.Add(t.Context(), "shared", "", "t1")
-	a.Posted(t.Context(), "shared", "m1", "t1")
+	a.Posted(t.Context(), "shared", "m1", "t1", time.Time{})
 	for name, g := range map[string]*platform.Grants{"a": a, "b": b} {
 		if !g.Has(t.Context(), "shared", "t1") || !g.PostedBy(t.Context(), "shared", "m1", "t1") {
 			t.Fatalf("instance %s: t1's grant or mark not found before t1 was made again", name)
@@ -261,7 +310,7 @@ func grantsOfAnEarlierTenant(t *testing.T, skewed bool) {
 	}
 	clk.Advance(time.Second)
 	a.Add(t.Context(), "shared", "", "t1")
-	a.Posted(t.Context(), "shared", "m2", "t1")
+	a.Posted(t.Context(), "shared", "m2", "t1", time.Time{})
 	for name, g := range map[string]*platform.Grants{"a": a, "b": b} {
 		if !g.Has(t.Context(), "shared", "t1") || !g.PostedBy(t.Context(), "shared", "m2", "t1") {
 			t.Errorf("instance %s: the new t1's own grant or mark not found", name)

@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/cluster"
+	"connector/internal/textsplit"
 	"connector/internal/wsconn"
 	"connector/relay/ledger"
 	"connector/store"
@@ -59,7 +62,7 @@ const (
 	msgTally     = 'T' // socket's instance, every beat: tenant, links, digest of (link, frames sent)
 	msgAskServes = 'Q' // socket's instance, when a roster did not match: tenant
 	msgAskHolds  = 'K' // driver, when a tally did not match: tenant
-	msgInterrupt = 'I' // tenant, session key, chat id, gateway id, conn ("" for the driver), owner read ("1")
+	msgInterrupt = 'I' // tenant, session key, chat id, gateway id, conn ("" for the driver), owner read ("1"), creation (generation)
 )
 
 // Session owners in the store: each record lives ownerTTL, and is written
@@ -294,7 +297,7 @@ func newFleet(s *Server) *fleet {
 	n.Handle(msgAskHolds, 1, func(m cluster.Msg) {
 		fl.atDriver(m, func(f *tenantFleet) { f.holdsFor(m.From) })
 	})
-	n.Handle(msgInterrupt, 6, fl.interruptIn)
+	n.Handle(msgInterrupt, 7, fl.interruptIn)
 	n.OnRoom(func() {
 		for _, h := range fl.srv.hubs() {
 			if h.fleet.driving.Load() {
@@ -1260,24 +1263,50 @@ func (f *tenantFleet) sendInterrupt(instance string, in interrupt, conn, chatID 
 	if in.chatID == "" {
 		in.chatID = chatID
 	}
-	f.send(instance, msgInterrupt, []byte(in.sessionKey), []byte(in.chatID), []byte(in.gatewayID), []byte(conn), cluster.Flag(in.ownerRead))
+	f.send(instance, msgInterrupt, []byte(in.sessionKey), []byte(in.chatID), []byte(in.gatewayID), []byte(conn), cluster.Flag(in.ownerRead), f.h.generation())
+}
+
+// generation is h's tenant's creation as the relay serves it (Tenant.Created),
+// in Unix microseconds ("" for none), as an interrupt between instances
+// names it: the session owners in the store are keyed by the tenant's id
+// alone, so an instance that has not applied the tenant's deletion and
+// creation again (or has, while the sender has not) would otherwise reach
+// the other creation's connections with it.
+func (h *hub) generation() []byte {
+	h.srv.regMu.RLock()
+	created := h.created
+	h.srv.regMu.RUnlock()
+	if created.IsZero() {
+		return nil
+	}
+	return strconv.AppendInt(nil, created.UnixMicro(), 10)
 }
 
 // interruptIn takes an interrupt another instance sent: for one of this
-// instance's connections, or for the tenant's driver.
+// instance's connections, or for the tenant's driver, of the tenant's
+// creation the sender served (hub.generation); one of another creation is
+// dropped.
 func (fl *fleet) interruptIn(m cluster.Msg) {
 	if fl.ctx.Err() != nil {
 		return
 	}
 	in := interrupt{sessionKey: string(m.Fields[1]), chatID: string(m.Fields[2]), gatewayID: string(m.Fields[3]),
 		ownerRead: string(m.Fields[5]) == "1", forwarded: true}
+	ours := func(h *hub) bool {
+		if !bytes.Equal(h.generation(), m.Fields[6]) {
+			fl.srv.logs.tenants.Log(fl.srv.log, slog.LevelInfo, h.id, "interrupt dropped: sent for another creation of the tenant",
+				"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id, "from", m.From)
+			return false
+		}
+		return true
+	}
 	if conn := string(m.Fields[4]); conn != "" {
-		if c := fl.srv.conn(conn); c != nil && c.hub.id == string(m.Fields[0]) {
+		if c := fl.srv.conn(conn); c != nil && c.hub.id == string(m.Fields[0]) && ours(c.hub) {
 			c.push(in.frame(""))
 		}
 		return
 	}
-	if h := fl.srv.hub(string(m.Fields[0])); h != nil {
+	if h := fl.srv.hub(string(m.Fields[0])); h != nil && ours(h) {
 		h.interrupt(fl.ctx, in)
 	}
 }

@@ -447,3 +447,81 @@ func TestDeliveryRoutedUnderACreationBeingAppliedCarriesNoProfile(t *testing.T) 
 		t.Fatalf("the new t1 got %q with profile %q, want %q with none (the earlier t1's)", ev.Text, ev.Source.Profile, "routed while applied")
 	}
 }
+
+// TestInterruptOfAnotherCreation, on a real redis-server: t1 is deleted
+// and created again under its id, and i1 applies it first. The earlier
+// t1's gateway, still served by i0, names a session of the new t1 in an
+// interrupt (a session key is the chat's and the user's, the same under
+// either creation): i0 finds its owner in the store, which keys session
+// owners by the tenant's id alone, and sends it to i1, which drops it as
+// sent for another creation of t1. Before, the new t1's gateway got it as
+// interrupt_inbound and stopped its turn.
+func TestInterruptOfAnotherCreation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs redis-server")
+	}
+	ctx := t.Context()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	now := time.Now()
+	tenant := func(created time.Time, gw, secret string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: gw, Secrets: []string{secret}}}}}
+	}
+	earlier := tenant(now.Add(-4*time.Hour), "gw0", "s0")
+	logs := newLogBuffer()
+	var hs []*relaytest.Harness
+	var ps []*fakePlatform
+	for i := range 2 {
+		p := newFake("discord", map[string]string{"c1": "t1", "c2": "t1"})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(node.Close)
+		log := slog.New(slog.NewTextHandler(logs, nil)).With("instance", i)
+		hs = append(hs, relaytest.StartConfig(t, relay.Config{Tenants: earlier, Platforms: []platform.Platform{p},
+			Log: log, Store: st, Cluster: node}))
+		ps = append(ps, p)
+	}
+	old := hs[0].Dial(t, "gw0", "s0")
+	old.Hello(t, "discord", "")
+
+	if err := hs[1].Server.SetTenants(tenant(now.Add(-2*time.Hour), "gw1", "s1")); err != nil {
+		t.Fatal(err)
+	}
+	gw := hs[1].Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	for _, chat := range []string{"c1", "c2"} {
+		ps[1].deliver("t1", chat, "u1", "new in "+chat)
+		ev, id := gw.NextInbound(t)
+		gw.Ack(t, id)
+		key := sessionKey("discord", ev.Source.ChatID, "u1")
+		deadline := time.Now().Add(relaytest.Timeout)
+		for {
+			o, ok, err := st.Owners().Get(ctx, "t1", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok && o.Instance == "i1" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after %v, the new t1's session %s has no owner on i1 in the store", relaytest.Timeout, key)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	victim := sessionKey("discord", "c1", "u1")
+	old.Send(t, map[string]any{"type": "interrupt", "session_key": victim, "reason": nil})
+	logs.waitLine(t, "interrupt dropped: sent for another creation of the tenant")
+	// The new t1's own interrupt of its other session is the next it gets.
+	own := sessionKey("discord", "c2", "u1")
+	gw.Send(t, map[string]any{"type": "interrupt", "session_key": own, "reason": nil})
+	if f := gw.Next(t, contract.TypeInterruptInbound); f.SessionKey != own {
+		t.Fatalf("the new t1's gateway got an interrupt of %s, want only its own of %s", f.SessionKey, own)
+	}
+}

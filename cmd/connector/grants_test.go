@@ -109,7 +109,7 @@ func TestTenantMadeAgainInheritsNoGrants(t *testing.T) {
 	create()
 	grants := platform.NewGrants("discord", deps.Vault, nil, nil)
 	grants.Add(ctx, "801", "800", "acme")
-	grants.Posted(ctx, "801", "901", "acme")
+	grants.Posted(ctx, "801", "901", "acme", time.Time{})
 	if !grants.Has(ctx, "801", "acme") || !grants.PostedBy(ctx, "801", "901", "acme") {
 		t.Fatal("acme's grant or mark not found")
 	}
@@ -126,7 +126,7 @@ func TestTenantMadeAgainInheritsNoGrants(t *testing.T) {
 		}
 	}
 	grants.Add(ctx, "801", "800", "acme")
-	grants.Posted(ctx, "801", "902", "acme")
+	grants.Posted(ctx, "801", "902", "acme", time.Time{})
 	if !grants.Has(ctx, "801", "acme") || !grants.PostedBy(ctx, "801", "902", "acme") {
 		t.Error("acme made again lost its own grant or mark")
 	}

@@ -143,7 +143,8 @@ func (p *Platform) guildLabel(ctx context.Context, guildID string) string {
 // the interaction's channel (the token's Ref names it after the
 // application): where tenant holds that channel by grant, as
 // followUpAllowed found before the post, the follow-up is remembered as
-// tenant's (platform.Grants.Posted, stored even when ctx ended as the
+// tenant's (platform.Grants.Posted, under the creation its token was
+// stored under, and even when ctx ended as the
 // post returned), as Execute remembers a send there, so tenant may edit
 // and delete it there and no other tenant may. The token outlives the interaction's routing by up to 15 minutes:
 // tenant must still be allowed in that channel (followUpAllowed), or the
@@ -168,7 +169,7 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 	endpoint := discordgo.EndpointWebhookToken(app, e.Value.Reveal()) + "?wait=true"
 	_, _, r = p.postPieces("follow_up", textsplit.Split(a.Content, splitRules), p.poster(ctx, endpoint, nil))
 	if r.MessageID != "" && hold == platform.HoldGrant {
-		p.spoke.Posted(ctx, channel, r.MessageID, tenant)
+		p.spoke.Posted(ctx, channel, r.MessageID, tenant, e.Created)
 	}
 	return r
 }

@@ -65,7 +65,7 @@ const (
 	msgConsumed = 'u' // edge inbox: conn, bytes processed in total
 	msgEdgeBeat = 'b' // home inbox: "conn:sent:written" for each member (",")
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
-	msgExec     = 'x' // call on the room channel: tenant, exec (execClaim), action (JSON, its budget in it: budgetKey)
+	msgExec     = 'x' // call on the room channel: tenant, exec (execClaim), action (JSON, its budget and creation in it: budgetKey, createdKey)
 	msgTaken    = 'e' // forwarder's inbox: exec, from the home running it, every beat until it answers
 	msgClaimed  = 'o' // forwarder's inbox: exec, from a home that found it taken by another instance
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
@@ -77,6 +77,14 @@ const (
 // lacks, which its decoding ignores. Absent, the home gives the action
 // 30 s.
 const budgetKey = "nexscope_budget_ms"
+
+// createdKey is the key of a forwarded action's JSON (msgExec) that
+// carries, in Unix microseconds, the creation of its tenant the forwarder
+// knew (Platform.creation; absent when zero): the home acts on it only
+// while the room is bound to that creation (room.actsForLocked), as the
+// forwarder's relay revokes an earlier tenant's actions, which the home
+// does not hear of.
+const createdKey = "nexscope_created_us"
 
 // A forwarded action is named (msgExec's exec, a ULID: newMsgID) and
 // executed once however often it arrives, at whichever home (its
@@ -815,6 +823,10 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		return contract.Failed(contract.CodeBadRequest, "nexscope: action cannot be encoded")
 	}
 	exec := cl.p.newMsgID()
+	var created []byte
+	if c := cl.p.creation(tenant); !c.IsZero() {
+		created = strconv.AppendInt([]byte(`,"`+createdKey+`":`), c.UnixMicro(), 10)
+	}
 	f := &taker{}
 	cl.mu.Lock()
 	cl.forwards[exec] = f
@@ -850,7 +862,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		// deadline would move by their skew; counted from the home's
 		// receipt, it ends one hop late at most (as the answer's way back
 		// takes one).
-		head := strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10)
+		head := append(strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10), created...)
 		return [][]byte{[]byte(tenant), []byte(exec), append(append(head, ','), action[1:]...)}
 	})
 	if !ok && lost {
@@ -908,7 +920,8 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		budget := forwardedExecTimeout // the forwarder's, from the receipt
 		var a struct {
 			contract.Action
-			Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
+			Budget  json.RawMessage `json:"nexscope_budget_ms"`  // budgetKey
+			Created *int64          `json:"nexscope_created_us"` // createdKey
 		}
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
 		took := false
@@ -955,6 +968,9 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				// this goroutine comes before cl.ctx ends) or a lease lost
 				// ends it, as it ends the room's transfers.
 				ctx, cancel := context.WithTimeout(tenure, budget)
+				if a.Created != nil {
+					ctx = context.WithValue(ctx, forwardedUnderKey{}, time.UnixMicro(*a.Created))
+				}
 				res = platform.Execute(ctx, &p.here, p, string(req.Fields[0]), &a.Action)
 				cancel()
 			}

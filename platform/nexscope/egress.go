@@ -105,20 +105,19 @@ func (p *Platform) storedHere(tenant, sourceURL string) bool {
 // goes out as several msgs split on rune boundaries, and message_id is the
 // first one's msgId. No recipient online is unavailable (the relay keeps no
 // queue).
-func (p *Platform) send(_ context.Context, tenant string, r *room, a *contract.Action) contract.Result {
+func (p *Platform) send(ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result {
 	r.mu.Lock()
 	defer r.unlock()
-	return p.sendLocked(tenant, r, a)
+	return p.sendLocked(ctx, tenant, r, a)
 }
 
 // sendLocked is send under r.mu.
-func (p *Platform) sendLocked(tenant string, r *room, a *contract.Action) contract.Result {
+func (p *Platform) sendLocked(ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result {
 	if a.Content == "" {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: send needs content")
 	}
-	r.refreshLocked()
-	if r.tenant() != tenant {
-		return contract.Declined(platformName) // rebound since Execute authorized the action
+	if res, ok := r.actsForLocked(ctx, tenant); !ok {
+		return res
 	}
 	m, online := r.addressLocked(a)
 	if len(online) == 0 {

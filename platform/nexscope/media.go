@@ -106,9 +106,8 @@ func (r *room) beginBotTransfer(ctx context.Context, tenant string, a *contract.
 		}
 	}
 	defer r.unlock()
-	r.refreshLocked()
-	if r.tenant() != tenant {
-		return nil, "", contract.Declined(platformName), false // rebound while it waited
+	if res, ok := r.actsForLocked(ctx, tenant); !ok {
+		return nil, "", res, false // rebound, or its tenant made again, while it waited
 	}
 	m, online := r.addressLocked(a)
 	if len(online) == 0 {

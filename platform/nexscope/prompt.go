@@ -32,7 +32,7 @@ func promptText(question string, buttons []contract.PromptButton) string {
 // and makes it the room's open prompt, replacing an earlier one. A
 // member's next msg to the bot whose whole text is "/<option_id>" of it is
 // delivered with prompt_response (bridge), and the prompt is closed.
-func (p *Platform) prompt(_ context.Context, tenant string, r *room, a *contract.Action) contract.Result {
+func (p *Platform) prompt(ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result {
 	buttons, err := contract.PromptButtons(a, maxPromptOptions)
 	if err != nil {
 		return contract.Failed(contract.CodeBadRequest, "nexscope prompt: "+err.Error())
@@ -45,7 +45,7 @@ func (p *Platform) prompt(_ context.Context, tenant string, r *room, a *contract
 	// for (and be answered to) a tenant that never asked.
 	r.mu.Lock()
 	defer r.unlock()
-	res := p.sendLocked(tenant, r, &text)
+	res := p.sendLocked(ctx, tenant, r, &text)
 	if !res.Success {
 		return res
 	}

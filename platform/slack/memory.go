@@ -170,9 +170,10 @@ type promptOwner struct {
 	Created int64 `json:"c,omitempty"`
 }
 
-// promptPosted records that o posted the prompt message ts in channel.
+// promptPosted records that o (its Created read as its op was authorized)
+// posted the prompt message ts in channel.
 func (m *memory) promptPosted(ctx context.Context, channel, ts string, o promptOwner) error {
-	o.At, o.Created = m.clock.Now().UnixMicro(), creation(m.vault, o.Tenant)
+	o.At = m.clock.Now().UnixMicro()
 	value, _ := json.Marshal(o) // strings and integers: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()

@@ -57,11 +57,14 @@ func (p *Platform) prompt(ctx context.Context, tenant string, t target, a *contr
 			row = nil
 		}
 	}
+	// Its record keeps the creation the op was authorized under: an op
+	// returning once its tenant was made again answers none of the new one's.
+	owner := promptOwner{Tenant: tenant, Team: t.team, Created: creation(p.memory.vault, tenant)}
 	_, lastTS, r := p.postParts(ctx, tenant, t, a, parts, blocks)
 	if !r.Success {
 		return r
 	}
-	if err := p.memory.promptPosted(context.WithoutCancel(ctx), t.channel, lastTS, promptOwner{Tenant: tenant, Team: t.team}); err != nil {
+	if err := p.memory.promptPosted(context.WithoutCancel(ctx), t.channel, lastTS, owner); err != nil {
 		p.log.Warn("slack prompt owner not stored: its presses will be dropped", "channel_id", t.channel, "err", err)
 	}
 	return contract.OK(lastTS)

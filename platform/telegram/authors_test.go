@@ -216,7 +216,7 @@ func TestPressWhosePosterIsUnknownWhileTheStoreIsDown(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	elsewhere := platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil)
-	elsewhere.Prompted(t.Context(), strconv.Itoa(group), "77", "t1")
+	elsewhere.Prompted(t.Context(), strconv.Itoa(group), "77", "t1", time.Time{})
 	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{})}, func(c *Config) {
 		c.WebhookURL = "https://connector.example" + WebhookPath
 		c.WebhookSecret = testSecret
@@ -261,7 +261,7 @@ func TestPolledPressWhosePosterIsUnknownWhileTheStoreIsDown(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	elsewhere := platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil)
-	elsewhere.Prompted(t.Context(), strconv.Itoa(group), "78", "t1")
+	elsewhere.Prompted(t.Context(), strconv.Itoa(group), "78", "t1", time.Time{})
 	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{})}, nil)
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
 		t.Fatal(err)

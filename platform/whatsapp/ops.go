@@ -130,6 +130,9 @@ func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contrac
 	if err != nil {
 		return contract.Failed(contract.CodeBadRequest, "whatsapp_cloud prompt: "+err.Error())
 	}
+	// Its record keeps the creation the op was authorized under: an op
+	// returning once its tenant was made again answers none of the new one's.
+	created := vault.Creation(p.vault, tenant)
 	question := formatMessage(a.Content)
 	if len(buttons) > maxListRows {
 		var b strings.Builder
@@ -175,7 +178,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contrac
 	if err != nil {
 		return p.failure(a.Op, err)
 	}
-	p.promptPosted(ctx, c.number, c.user, id, promptRecord{Tenant: tenant, PromptID: a.PromptID, Created: vault.Creation(p.vault, tenant)})
+	p.promptPosted(ctx, c.number, c.user, id, promptRecord{Tenant: tenant, PromptID: a.PromptID, Created: created})
 	return contract.OK(id)
 }
 

@@ -506,3 +506,44 @@ func TestQuoteAcrossADeclarationTakenOut(t *testing.T) {
 		t.Fatalf("the reply delivered %+v, want it to quote t1's answer", got)
 	}
 }
+
+// TestPromptOfAnOpThatOutlivedItsTenant: t1's prompt reaches Meta, and t1
+// is deleted and made again under its id (the vault's Since moves) before
+// the op returns. Its record keeps the creation the op was authorized
+// under, so a tap on it is no answer of the new t1's. Before, the record
+// took the new creation, read as the op returned, and the tap went to the
+// new t1 as its prompt's answer.
+func TestPromptOfAnOpThatOutlivedItsTenant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	first, again := clk.Now().Add(-time.Hour), clk.Now().Add(time.Second)
+	var fake atomic.Pointer[whatsapptest.Server]
+	var armed atomic.Int64 // the messages Meta had before the prompt; -1: not yet
+	armed.Store(-1)
+	since := func(tenant string) time.Time {
+		if f := fake.Load(); tenant == "t1" && f != nil && armed.Load() >= 0 && int64(len(f.Sent())) > armed.Load() {
+			return again // made again once the prompt reached Meta
+		}
+		return first
+	}
+	r := newRig(t, vault.NewMemory(vault.Config{Clock: clk, Since: since}), func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	fake.Store(r.fake)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.O1")
+	armed.Store(int64(len(r.fake.Sent())))
+	res := r.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+		"options": []any{map[string]any{"id": "yes", "label": "Yes"}}})
+	if !res.Success {
+		t.Fatalf("the earlier t1's prompt: %+v", res)
+	}
+	clk.Advance(2 * time.Second)
+	r.converse(t, biz1, ada, "wamid.O2")
+	before := len(r.sink.all())
+	if code := r.post(t, whatsapptest.Tap(biz1, ada, "Ada", "wamid.O3", res.MessageID, "hp1:p1:yes", "Yes", false)); code != 200 {
+		t.Fatalf("tap: %d", code)
+	}
+	for _, d := range r.sink.all()[before:] {
+		if d.Event != nil && d.Event.PromptResponse != nil {
+			t.Fatalf("a tap on the earlier t1's prompt answered the new t1's: %+v", d.Event.PromptResponse)
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package nexscope
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/internal/redistest"
+	"connector/media"
+	"connector/platform"
+	"connector/vault"
+)
+
+// TestForwardedActionOfAnEarlierTenant: a gateway's send_media that the
+// edge forwarded to the room's home, while the home waits on its source
+// (or on the room's transfer lock), is not sent once the room's tenant
+// was deleted and created again under its id meanwhile: the relay revokes
+// the earlier tenant's actions on the edge, which the home does not hear
+// of, so the home declines it as an action of another creation than the
+// room's now. Before, the earlier tenant's file went out as the bot of the
+// tenant made again.
+func TestForwardedActionOfAnEarlierTenant(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	created := first
+	since := func(string) time.Time { mu.Lock(); defer mu.Unlock(); return created }
+	with := func(d *platform.Deps) {
+		s, err := media.New(media.Config{Dir: t.TempDir(), AllowPrivateURLs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Media, d.Vault = s, vault.NewMemory(vault.Config{Since: since})
+	}
+	ins := []*instance{
+		startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, with),
+		startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, with),
+	}
+	for _, in := range ins {
+		in.p.SetTenants(map[string]time.Time{"t1": first})
+	}
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice", "hermes")
+
+	asked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	source := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		once.Do(func() { close(asked) })
+		<-release
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write([]byte("the earlier tenant's picture"))
+	}))
+	t.Cleanup(source.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+
+	done := make(chan contract.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		done <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+			MediaKind: "image", SourceURL: source.URL + "/pic.png", Content: "from the earlier t1"})
+	}()
+	select {
+	case <-asked:
+	case <-time.After(testTimeout):
+		t.Fatal("the home never asked for the send_media's source")
+	}
+	mu.Lock()
+	created = first.Add(time.Hour) // t1 deleted and created again
+	mu.Unlock()
+	for _, in := range ins {
+		in.p.SetTenants(map[string]time.Time{"t1": first.Add(time.Hour)})
+	}
+	close(release)
+	var res contract.Result
+	select {
+	case res = <-done:
+	case <-time.After(testTimeout):
+		t.Fatal("the forwarded send_media never answered")
+	}
+	if res.Success || res.Code != contract.CodeEgressDeclined {
+		t.Fatalf("the earlier t1's forwarded send_media = %+v, want egress_declined", res)
+	}
+	alice.SendJSON(map[string]any{"type": "ping"})
+	if f := alice.Next(); f["type"] != "pong" {
+		t.Fatalf("alice got %v: the earlier t1's file reached the room of the t1 made again", f)
+	}
+}

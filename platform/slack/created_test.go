@@ -1,0 +1,45 @@
+package slack
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/platform"
+	"connector/platform/slack/slacktest"
+	"connector/vault"
+)
+
+// TestPromptOfAnOpThatOutlivedItsTenant: t1's prompt reaches Slack, and
+// t1 is deleted and made again under its id (the vault's Since moves)
+// before the op returns. Its record keeps the creation the op was
+// authorized under, so a press of it is dropped as an earlier tenant's
+// prompt. Before, the record took the new creation, read as the op
+// returned, and the press went to the new t1 as its prompt's answer.
+func TestPromptOfAnOpThatOutlivedItsTenant(t *testing.T) {
+	clk := clocktest.New(time.Now()) // requests are signed at the time of day
+	first, again := clk.Now().Add(-time.Hour), clk.Now().Add(time.Second)
+	fake := newFake(t)
+	var armed atomic.Int64 // the channel's messages before the prompt; -1: not yet
+	armed.Store(-1)
+	since := func(tenant string) time.Time {
+		if n := armed.Load(); tenant == "t1" && n >= 0 && int64(len(fake.Messages(chanGeneral))) > n {
+			return again // made again once the prompt reached Slack
+		}
+		return first
+	}
+	e := newEnvOn(t, fake, nil, &platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+	armed.Store(int64(len(fake.Messages(chanGeneral))))
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"`+chanGeneral+`","content":"Deploy?","prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("the earlier t1's prompt: %+v", r)
+	}
+	clk.Advance(2 * time.Second)
+	body := slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")
+	if code, text := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+		t.Fatalf("press: %d %s", code, text)
+	}
+	e.sink.Empty(t)
+}
