@@ -273,11 +273,14 @@ func (h *hub) stampProfile(d *platform.Delivery) {
 	if d.ChatID == "" || !h.profiled.Load() || (d.Event != nil && d.Event.Source.Profile != "") || (d.Forward != nil && d.Forward.Profile != nil) {
 		return
 	}
+	if h.ledger.Other(d.Created) {
+		return // the profiles are this tenant's, not another of its id
+	}
 	h.chatsMu.Lock()
 	profile, ok := h.profiles.Get(d.Platform + "\x00" + d.ChatID)
 	h.chatsMu.Unlock()
-	if !ok || h.ledger.Other(d.Created) {
-		return // the profiles are this tenant's, not another of its id
+	if !ok {
+		return
 	}
 	// Copies: the platform owns what d points to.
 	switch {
