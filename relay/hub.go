@@ -268,7 +268,7 @@ func (h *hub) noteProfile(drops uint64, platformName, chatID, profile string) {
 // instance's: in a cluster, an inbound stored by another instance than the
 // one that ran the outbound carries no profile (single-profile routing),
 // nor does one routed under another creation of the tenant's id than its
-// ledger's (the profiles are dropped with the ledger's state, Begin).
+// ledger's (the profiles are dropped before the ledger takes a creation, drop).
 func (h *hub) stampProfile(d *platform.Delivery) {
 	if d.ChatID == "" || !h.profiled.Load() || (d.Event != nil && d.Event.Source.Profile != "") || (d.Forward != nil && d.Forward.Profile != nil) {
 		return
