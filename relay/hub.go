@@ -268,16 +268,19 @@ func (h *hub) noteProfile(drops uint64, platformName, chatID, profile string) {
 // instance's: in a cluster, an inbound stored by another instance than the
 // one that ran the outbound carries no profile (single-profile routing),
 // nor does one routed under another creation of the tenant's id than its
-// ledger's (the profiles are dropped with the ledger's state, Begin).
+// ledger's (the profiles are dropped before the ledger takes a creation, drop).
 func (h *hub) stampProfile(d *platform.Delivery) {
 	if d.ChatID == "" || !h.profiled.Load() || (d.Event != nil && d.Event.Source.Profile != "") || (d.Forward != nil && d.Forward.Profile != nil) {
 		return
 	}
+	if h.ledger.Other(d.Created) {
+		return // the profiles are this tenant's, not another of its id
+	}
 	h.chatsMu.Lock()
 	profile, ok := h.profiles.Get(d.Platform + "\x00" + d.ChatID)
 	h.chatsMu.Unlock()
-	if !ok || h.ledger.Other(d.Created) {
-		return // the profiles are this tenant's, not another of its id
+	if !ok {
+		return
 	}
 	// Copies: the platform owns what d points to.
 	switch {

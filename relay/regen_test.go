@@ -525,3 +525,114 @@ func TestInterruptOfAnotherCreation(t *testing.T) {
 		t.Fatalf("the new t1's gateway got an interrupt of %s, want only its own of %s", f.SessionKey, own)
 	}
 }
+
+// beginHoldingMetrics holds, once armed, the first count of t1's buffered
+// entries (the ledger's lock held: Begin's, after it took the new
+// generation) until release is closed, announcing it on entered.
+type beginHoldingMetrics struct {
+	outboundDone
+	armed   *atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (m beginHoldingMetrics) Buffered(tenant string, _ int) {
+	if tenant == "t1" && m.armed.CompareAndSwap(true, false) {
+		m.entered <- struct{}{}
+		<-m.release
+	}
+}
+
+// stageSignalStore announces on staged each Stage of t1 while armed.
+type stageSignalStore struct {
+	store.Store
+	armed  atomic.Bool
+	staged chan struct{}
+}
+
+func (s *stageSignalStore) Ledger() store.Ledger { return stageSignalLedger{s.Store.Ledger(), s} }
+
+type stageSignalLedger struct {
+	store.Ledger
+	s *stageSignalStore
+}
+
+func (l stageSignalLedger) Stage(ctx context.Context, tenant string, recs []store.Record) ([]uint64, func() error, error) {
+	if tenant == "t1" && l.s.armed.Load() {
+		l.s.staged <- struct{}{}
+	}
+	return l.Ledger.Stage(ctx, tenant, recs)
+}
+
+// TestDeliveryRoutedWhileTheLedgerBeginsCarriesNoProfile: a delivery
+// routed to t1 made again once its ledger took the new creation (Begin)
+// but before the earlier t1's chat profiles were dropped is kept for the
+// new t1 without the profile the earlier t1's gateway named: before, it
+// was judged the ledger's and stamped with the profile still remembered.
+func TestDeliveryRoutedWhileTheLedgerBeginsCarriesNoProfile(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	st := &stageSignalStore{Store: store.NewMemory(nil), staged: make(chan struct{}, 1)}
+	t.Cleanup(func() { _ = st.Close() })
+	now := time.Now()
+	earlier, again := now.Add(-2*time.Hour), now.Add(-time.Hour)
+	tenant := func(created time.Time, secret string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secret}}}}}
+	}
+	m := beginHoldingMetrics{outboundDone: outboundDone{done: make(chan string, 10)},
+		armed: new(atomic.Bool), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	var released sync.Once
+	release := func() { released.Do(func() { close(m.release) }) }
+	t.Cleanup(release)
+	h := relaytest.StartConfig(t, relay.Config{Tenants: tenant(earlier, "s1"), Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t), Store: st, Metrics: m})
+	old := h.Dial(t, "gw1", "s1")
+	old.Hello(t, "discord", "")
+	a := sendAction("c1", "hi")
+	a["metadata"] = map[string]any{"profile": "earlier"}
+	old.Send(t, map[string]any{"type": "outbound", "requestId": "r1", "platform": "discord", "action": a})
+	select {
+	case <-m.done:
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for the earlier tenant's op to end", relaytest.Timeout)
+	}
+
+	m.armed.Store(true)
+	applied := make(chan error, 1)
+	go func() { applied <- h.Server.SetTenants(tenant(again, "s2")) }()
+	select {
+	case <-m.entered:
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for the ledger of t1 to begin again", relaytest.Timeout)
+	}
+	// No session key: the delivery is staged before it waits for the
+	// ledger's lock, which Begin holds.
+	st.armed.Store(true)
+	ev := &contract.Event{Text: "routed while begun", MessageID: "m1"}
+	ev.Source.Platform, ev.Source.ChatID, ev.Source.ChatType = "discord", "c1", "group"
+	delivered := make(chan error, 1)
+	go func() {
+		delivered <- h.Server.Deliver(context.Background(), platform.Delivery{Kind: platform.KindInbound, Tenant: "t1",
+			Platform: "discord", ChatID: "c1", Event: ev, Received: now, Created: again})
+	}()
+	select {
+	case <-st.staged:
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for the delivery to be staged", relaytest.Timeout)
+	}
+	st.armed.Store(false)
+	release()
+	for _, ch := range []chan error{delivered, applied} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(relaytest.Timeout):
+			t.Fatalf("timed out after %v waiting for the delivery and SetTenants", relaytest.Timeout)
+		}
+	}
+	gw := h.Dial(t, "gw1", "s2")
+	gw.Hello(t, "discord", "")
+	if ev, _ := gw.NextInbound(t); ev.Text != "routed while begun" || ev.Source.Profile != "" {
+		t.Fatalf("the new t1 got %q with profile %q, want %q with none (the earlier t1's)", ev.Text, ev.Source.Profile, "routed while begun")
+	}
+}

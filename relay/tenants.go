@@ -260,13 +260,14 @@ func (h *hub) renew() {
 // tenant deleted (stored through the registry, so gone for good), or
 // deleted and created again, leaves.
 func (h *hub) drop(since time.Time) int {
-	n := h.ledger.Begin(since)
+	// The profiles go first: a delivery judged the ledger's generation
+	// once Begin took since (stampProfile) finds none of them.
 	h.chatsMu.Lock()
 	h.drops.Add(1)
 	h.chats.Purge()
 	h.profiles.Purge()
 	h.chatsMu.Unlock()
-	return n
+	return h.ledger.Begin(since)
 }
 
 // release frees the hub of a tenant gone from the tenants (SetTenants),
