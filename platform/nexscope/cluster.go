@@ -838,13 +838,15 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 				cancel()
 				return "", nil
 			}
-			if home == "" || cl.p.deps.Clock.Now().Sub(heard) <= 2*cl.node.Beat() {
+			if home == "" || cl.p.deps.Clock.Now().Sub(heard) <= cl.node.Beat()*3/2 {
 				return "", nil // taken: no copy
 			}
 			// Its home stopped telling msgTaken and no answer came: it
-			// answered and the answer was lost, or it is gone. A copy, a
-			// beat before it would count gone, has it answer again
-			// (execHere): to it, not the room, which may have moved since
+			// answered and the answer was lost, or it is gone. A copy has
+			// it answer again (execHere): asked from a beat and a half of
+			// silence on, so that a check of these, each a beat after the
+			// last (a busy instance's later), comes before it counts gone
+			// (from three); to it, not the room, which may have moved since
 			// (its next home would only find the action claimed).
 			channel = cluster.Inbox(home)
 		}
