@@ -154,17 +154,18 @@ func (n *Node) Call(ctx context.Context, channel string, typ byte, fields ...[]b
 	if fields == nil {
 		fields = [][]byte{} // not CallAgain's "no copy"
 	}
-	return n.CallAgain(ctx, 0, channel, typ, func() [][]byte { return fields })
+	return n.CallAgain(ctx, 0, typ, func() (string, [][]byte) { return channel, fields })
 }
 
 // CallAgain is Call that sends the request again every interval (0:
-// never) until it is answered, with the fields build gives each time (nil:
-// no copy this time; the first time it must give some): a request
-// published while nobody subscribed to channel (a lease between holders)
-// is lost, and a copy reaches whoever subscribed since. Every copy is the
-// one request, whose first result counts, so the handler must act on it
-// once however often it arrives.
-func (n *Node) CallAgain(ctx context.Context, every time.Duration, channel string, typ byte, build func() [][]byte) (result []byte, ok bool) {
+// never) until it is answered, on the channel and with the fields build
+// gives each time (nil fields: no copy this time; the first time it must
+// give some): a request published while nobody subscribed to channel (a
+// lease between holders) is lost, and a copy reaches whoever subscribed
+// since, or the one instance (its Inbox) known to hold the request. Every
+// copy is the one request, whose first result counts, so the handler must
+// act on it once however often it arrives.
+func (n *Node) CallAgain(ctx context.Context, every time.Duration, typ byte, build func() (channel string, fields [][]byte)) (result []byte, ok bool) {
 	ch := make(chan []byte, 1)
 	n.mu.Lock()
 	n.nextReq++
@@ -179,7 +180,7 @@ func (n *Node) CallAgain(ctx context.Context, every time.Duration, channel strin
 	again := make(chan struct{}, 1)
 	var t clock.Timer
 	for {
-		if fields := build(); fields != nil {
+		if channel, fields := build(); fields != nil {
 			select {
 			case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}:
 			case <-ctx.Done():

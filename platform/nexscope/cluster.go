@@ -807,8 +807,9 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 // forwardExec asks the home of r to execute a (the home authorizes it)
 // within what is left of ctx's deadline (forwardedExecTimeout at most),
 // asking again every beat until a home takes it (a room between homes
-// reads no request: the next home reads a copy), and waits for its result
-// until then, or ctx ends, or away
+// reads no request: the next home reads a copy), and that home every beat
+// once its msgTaken stopped with no answer come (the answer lost), and
+// waits for its result until then, or ctx ends, or away
 // (r.away) does: this instance becomes the room's home (the home asked
 // dropped the room or lost its lease, and will not answer) or drops it, or
 // the home that took it is gone (silent for cluster.LostBeats beats: it
@@ -837,24 +838,29 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		cl.mu.Unlock()
 	}()
 	lost := false
-	raw, ok := cl.node.CallAgain(ctx, cl.node.Beat(), roomPrefix+r.name, msgExec, func() [][]byte {
+	raw, ok := cl.node.CallAgain(ctx, cl.node.Beat(), msgExec, func() (string, [][]byte) {
 		cl.mu.Lock()
 		home, since, heard := f.home, f.since, f.heard
 		cl.mu.Unlock()
+		channel := roomPrefix + r.name
 		if !since.IsZero() {
 			// A home not named ("": msgClaimed) is never heard from:
 			// gone unless its msgTaken names it within LostBeats beats.
 			if lost = cl.node.Gone(home, since); lost {
 				cancel()
-				return nil
+				return "", nil
 			}
-			if home == "" || cl.p.deps.Clock.Now().Sub(heard) <= 2*cl.node.Beat() {
-				return nil // taken: no copy
+			if home == "" || cl.p.deps.Clock.Now().Sub(heard) <= cl.node.Beat()*3/2 {
+				return "", nil // taken: no copy
 			}
 			// Its home stopped telling msgTaken and no answer came: it
-			// answered and the answer was lost, or it is gone. A copy, a
-			// beat before it would count gone, has it answer again
-			// (execHere).
+			// answered and the answer was lost, or it is gone. A copy has
+			// it answer again (execHere): asked from a beat and a half of
+			// silence on, so that a check of these, each a beat after the
+			// last (a busy instance's later), comes before it counts gone
+			// (from three); to it, not the room, which may have moved since
+			// (its next home would only find the action claimed).
+			channel = cluster.Inbox(home)
 		}
 		dl, _ := ctx.Deadline()
 		budget := time.Until(dl)
@@ -863,7 +869,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		// receipt, it ends one hop late at most (as the answer's way back
 		// takes one).
 		head := append(strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10), created...)
-		return [][]byte{[]byte(tenant), []byte(exec), append(append(head, ','), action[1:]...)}
+		return channel, [][]byte{[]byte(tenant), []byte(exec), append(append(head, ','), action[1:]...)}
 	})
 	if !ok && lost {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance that took the action is gone; its outcome is unknown")

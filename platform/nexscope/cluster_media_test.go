@@ -878,6 +878,120 @@ func TestClusterForwardAnswerLostIsAnsweredAgain(t *testing.T) {
 	}
 }
 
+// TestClusterForwardAnswerLostIsAskedForBeforeTheHomeCountsGone: the
+// forwarder of a send whose answer pub/sub lost asks its home again before
+// it would count that home gone, also when its checks (one a beat) run
+// late: its home's msgTaken came a fifth of a beat after the forward, and
+// the forwarder's third check ran a third of a beat late (its fleet lock
+// held). Asked only from two beats of silence on, the second check came
+// too early and the third found the home silent for three: unavailable,
+// "outcome unknown", for a send made.
+func TestClusterForwardAnswerLostIsAskedForBeforeTheHomeCountsGone(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstance(t, srv, cfg, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	beat := home.p.cluster.node.Beat()
+	home.p.cluster.decode = func(data []byte, v any) error {
+		time.Sleep(beat / 5) // the home's msgTaken comes late
+		return json.Unmarshal(data, v)
+	}
+	var once sync.Once
+	loseFirst := func(_ string, msg []byte) bool {
+		lost := false
+		if cluster.Type(msg) == 0 { // a Call's result
+			once.Do(func() { lost = true })
+		}
+		return lost
+	}
+	home.lose.Store(&loseFirst)
+	busy := make(chan clock.Timer, 1)
+	var first sync.Once
+	forwarded := func(_ string, msg []byte) bool {
+		if cluster.Type(msg) == msgExec {
+			first.Do(func() {
+				fl := edge.p.cluster
+				busy <- clock.System.AfterFunc(beat*5/2, func() { // up to its third check, a third of a beat after it
+					fl.mu.Lock()
+					time.Sleep(beat * 5 / 6) // a busy instance
+					fl.mu.Unlock()
+				})
+			})
+		}
+		return false
+	}
+	edge.lose.Store(&forwarded)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	(<-busy).Stop()
+	if !res.Success {
+		t.Fatalf("send = %+v, want its success: the home executed it, lives and kept the answer", res)
+	}
+	if m := alice.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("alice got %v, want the forwarded send", m)
+	}
+}
+
+// TestClusterForwardAnswerLostAfterTheRoomMovedIsAnsweredAgain: a
+// forwarded send whose answer pub/sub lost, its home losing the room just
+// after while that instance lives, is answered by that instance: the
+// forwarder asks it again in its inbox, not on the room's channel, which
+// it no longer reads (was: unavailable, "outcome unknown", for a send
+// made).
+func TestClusterForwardAnswerLostAfterTheRoomMovedIsAnsweredAgain(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	tenure := make(chan context.CancelFunc, 1)
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, run func(context.Context) error) error {
+			hctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			tenure <- cancel
+			_ = run(hctx)
+			<-ctx.Done() // the room's home no more
+			return nil
+		}
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	resign := <-tenure
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	var once sync.Once
+	loseFirst := func(_ string, msg []byte) bool {
+		lost := false
+		if cluster.Type(msg) == 0 { // a Call's result
+			once.Do(func() {
+				lost = true
+				resign() // the room's lease lost: it moves on
+			})
+		}
+		return lost
+	}
+	home.lose.Store(&loseFirst)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	if !res.Success {
+		t.Fatalf("send = %+v, want its success: the former home executed it and lives", res)
+	}
+	if m := alice.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("alice got %v, want the forwarded send", m)
+	}
+}
+
 // TestClusterForwardedActionEndsWithTheHomesShutdown: a forwarded
 // send_media the home runs (its source still downloading) ends when the
 // home shuts down, not at the forwarder's deadline: Run waits for it.
