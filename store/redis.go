@@ -1227,7 +1227,9 @@ return answer(rev)
 // write and read of the namespace; it moves past the next
 // multiple of 2^32 above the highest revision an entry holds, as a lost
 // seq counter does (appendScript), so it never goes back below one a
-// reader saw.
+// reader saw. A value whose first eight bytes are 2^59 or more is no
+// entry (another program's): taken for one, it would move the revision
+// to 10^18 or more, which this check does not take either.
 const registryRevLua = `
 local function revision()
   local ok, cur = pcall(redis.call, 'GET', KEYS[2])
@@ -1236,7 +1238,7 @@ local function revision()
   end
   local top = 0
   for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
-    if #v >= 8 then top = math.max(top, (struct.unpack('>I8', v))) end
+    if #v >= 8 and v:byte(1) < 8 then top = math.max(top, (struct.unpack('>I8', v))) end
   end
   local rev = string.format('%d', (math.floor(top / 4294967296) + 1) * 4294967296)
   redis.call('SET', KEYS[2], rev)

@@ -875,6 +875,50 @@ func TestRedisForeignRegistryRevision(t *testing.T) {
 	}
 }
 
+// TestRedisForeignRegistryRevisionOverAForeignValue: a revision that is no
+// number, in a namespace holding a value another program wrote (passed
+// over by List), moves past the entries' revisions only: the foreign
+// value's first eight bytes are no revision. Before, they were taken for
+// one, and the revision moved to 10^18 or more (past what INCR and the
+// check take: set again by every read, back below a deletion's) or to a
+// negative number no read parses.
+func TestRedisForeignRegistryRevisionOverAForeignValue(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	s, ctx, admin := opener(t, cfg)(nil), t.Context(), srv.Client(t)
+	reg := s.Registry()
+	for _, value := range []string{"hello world", "\xff\xff\xff\xff\xff\xff\xff\xffjunk"} {
+		ns := fmt.Sprintf("ns%d", len(value))
+		last, err := reg.Put(ctx, ns, "k", []byte("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = cmp.Or(admin.HSet(ctx, cfg.RedisPrefix+"registry:{"+ns+"}", "foreign", value).Err(),
+			admin.Set(ctx, cfg.RedisPrefix+"registryrev:{"+ns+"}", "garbage", 0).Err())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, rev, err := reg.List(ctx, ns); err != nil || rev <= last || rev >= 1e18 {
+			t.Fatalf("list over %q: rev %d, %v; want one past %d below 10^18", value, rev, err, last)
+		}
+		put, err := reg.Put(ctx, ns, "k2", []byte("v"))
+		if err != nil || put <= last {
+			t.Fatalf("put over %q: %d, %v; want past %d", value, put, err, last)
+		}
+		deleted, err := reg.Delete(ctx, ns, "k2")
+		if err != nil || !deleted {
+			t.Fatalf("delete over %q: %v, %v", value, deleted, err)
+		}
+		after, err := reg.Revision(ctx, ns)
+		if err != nil || after <= put {
+			t.Fatalf("revision after the deletion over %q: %d, %v; want past %d", value, after, err, put)
+		}
+		if _, rev, err := reg.List(ctx, ns); err != nil || rev != after {
+			t.Fatalf("list after the deletion over %q: rev %d, %v; want %d", value, rev, err, after)
+		}
+	}
+}
+
 // TestRedisForeignBytesCounter: a tenant's byte counter overwritten with a
 // value INCRBY does not take (no number, a key of another type; by hand or
 // another program) is counted again from the stream, and the tenant's
