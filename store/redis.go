@@ -922,15 +922,18 @@ func (s *redisStore) claimValue(expires time.Time) (string, int64) {
 // failover lost would let a second caller act on the key (a nexscope
 // action run twice). Else it fails with ErrNotReplicated, and a claim it
 // took is released again, so the caller's retry is not refused by it; so
-// is one the server took after the caller stopped waiting (ctx ended).
+// is one the server took after the caller stopped waiting (ctx ended). A
+// probe (expires already past: it holds nothing, a dedupe's look for a
+// done marker) waits for no replica.
 func (s *redisStore) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	exp, px := s.claimValue(expires)
-	after := s.clock.Now()
+	now := s.clock.Now()
+	after := now
 	if held.After(after) {
 		after = held
 	}
 	call := scriptCall(claimScript, []string{key}, after.Unix(), after.Nanosecond(), exp, px)
-	call.replicate = true
+	call.replicate = expires.After(now)
 	reply := s.pipelined(ctx, call)
 	n, err := redisInt(reply.cmd)
 	if held.IsZero() && reply.late != nil {
