@@ -986,7 +986,9 @@ type redisLeases struct{ s *redisStore }
 // another program's) is taken over as a free one. A counter INCR does not
 // take (another program's) moves past the next multiple of 2^32 above
 // the number it begins with, as a lost seq counter does (appendScript), so
-// the tokens still grow.
+// the tokens still grow; a number of 19 digits or more, past the tokens
+// INCR gives, counts as none (taken for one, the counter moved past what
+// a token's string takes, and every acquisition failed).
 var acquireScript = redis.NewScript(`
 local token, holder = string.match(redis.call('GET', KEYS[1]) or '', '^(%d+):(.*)$')
 if token and #token < 20 then
@@ -999,7 +1001,8 @@ end
 local next = redis.pcall('INCR', KEYS[2])
 if type(next) == 'table' then
   local ok, cur = pcall(redis.call, 'GET', KEYS[2])
-  cur = ok and tonumber(string.match(cur, '^%d+') or '0') or 0
+  cur = ok and string.match(cur, '^%d+') or ''
+  cur = #cur < 19 and tonumber(cur) or 0
   next = (math.floor(cur / 4294967296) + 1) * 4294967296 + 1
   redis.call('SET', KEYS[2], string.format('%d', next))
 end

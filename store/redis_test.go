@@ -663,8 +663,10 @@ func TestRedisForeignValuesDoNotStall(t *testing.T) {
 		}
 	}
 	// A fencing token counter INCR does not take moves past the tokens
-	// given before; before, every Acquire of the free lease failed.
-	for _, v := range []string{"garbage", "hash"} {
+	// given before; before, every Acquire of the free lease failed. So did
+	// one over a number past INCR's range (the counter moved past what a
+	// token's digits hold), until this sitting's second look.
+	for _, v := range []string{"garbage", "hash", "99999999999999999999999", "9223372036854775807"} {
 		name := "fenced-" + v
 		held, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute)
 		if err != nil || !ok {
@@ -684,6 +686,9 @@ func TestRedisForeignValuesDoNotStall(t *testing.T) {
 		}
 		if l, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute); err != nil || !ok || l.Token <= held.Token {
 			t.Fatalf("acquire over the token counter %q: %+v, %v, %v; want a token past %d", v, l, ok, err, held.Token)
+		}
+		if l, ok, err := s.Leases().Acquire(ctx, name, "other", time.Minute); err != nil || ok {
+			t.Fatalf("acquire by another of the lease taken over the token counter %q: %+v, %v, %v; want it refused", v, l, ok, err)
 		}
 	}
 	if _, err := s.Registry().Put(ctx, "ns", "good", []byte("v")); err != nil {
