@@ -1236,7 +1236,9 @@ return answer(rev)
 // revision() returns the namespace's revision as a decimal string. A
 // revision that is no number INCR takes (set by hand or another program;
 // taken for one: below 10^18, in the digits INCR writes) would stop every
-// write and read of the namespace; it moves past the next
+// write and read of the namespace, and one deleted while the namespace
+// holds entries (by hand) would start over below their revisions; either
+// moves past the next
 // multiple of 2^32 above the highest revision an entry holds, as a lost
 // seq counter does (appendScript), so it never goes back below one a
 // reader saw. A value whose first eight bytes are 2^59 or more is no
@@ -1245,7 +1247,7 @@ return answer(rev)
 const registryRevLua = pastLua + `
 local function revision()
   local ok, cur = pcall(redis.call, 'GET', KEYS[2])
-  if ok and (not cur or cur == '0' or (string.match(cur, '^[1-9]%d*$') and #cur < 19)) then
+  if ok and (not cur and redis.call('HLEN', KEYS[1]) == 0 or cur == '0' or (cur and string.match(cur, '^[1-9]%d*$') and #cur < 19)) then
     return cur or '0'
   end
   local top = 0

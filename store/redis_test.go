@@ -847,7 +847,9 @@ func TestRedisFirstAppendRoundTrips(t *testing.T) {
 // with a value INCR does not take (no number, a negative one, a key of
 // another type) moves past the revisions its entries hold and the
 // namespace goes on. Before, every write, List and Revision of the
-// namespace failed until someone deleted the key by hand.
+// namespace failed until someone deleted the key by hand. So does one
+// deleted while the entries stay; before, it started over at 1, below
+// them.
 func TestRedisForeignRegistryRevision(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
@@ -857,10 +859,13 @@ func TestRedisForeignRegistryRevision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []string{"garbage", "-3", "hash"} {
-		if bad == "hash" {
+	for _, bad := range []string{"garbage", "-3", "hash", "deleted"} {
+		switch bad {
+		case "hash":
 			err = cmp.Or(admin.Del(ctx, key).Err(), admin.HSet(ctx, key, "f", "v").Err())
-		} else {
+		case "deleted": // by hand, the entries kept: before, it started over at 1
+			err = admin.Del(ctx, key).Err()
+		default:
 			err = admin.Set(ctx, key, bad, 0).Err()
 		}
 		if err != nil {
