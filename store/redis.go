@@ -237,11 +237,17 @@ type redisLedger struct{ s *redisStore }
 // another type (another program's) goes, with the byte counter.
 var appendScript = redis.NewScript(appendLua)
 
-const appendLua = answerLua + `
+// pastLua defines past(n), the next multiple of 2^32 above n: where a
+// counter that lost track of its numbers (a seq, a fencing token, a
+// registry revision) moves, past every one it may have given.
+const pastLua = `
+local function past(n) return (math.floor(n / 4294967296) + 1) * 4294967296 end
+`
+
+const appendLua = answerLua + pastLua + `
 local n, floor = tonumber(ARGV[3]), tonumber(ARGV[4])
 local kind = redis.call('TYPE', KEYS[2])['ok']
 if kind ~= 'stream' and kind ~= 'none' then redis.call('DEL', KEYS[2], KEYS[3]) end
-local function past(seq) return (math.floor(seq / 4294967296) + 1) * 4294967296 end
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
 if replid and redis.pcall('GET', KEYS[4]) ~= replid then
   local last = tonumber(redis.pcall('GET', KEYS[1]))
@@ -536,14 +542,14 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 // behind the top entry, or holding no number (lost, set by hand, raised
 // only by the appends this entry failed), moves past the next multiple of
 // 2^32 above it first, as appendScript's does.
-var foreignScript = redis.NewScript(`
+var foreignScript = redis.NewScript(pastLua + `
 redis.call('XDEL', KEYS[2], ARGV[1])
 local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #top == 0 or string.sub(top[1][1], 1, 2) == '0-' then
   local last = tonumber(redis.pcall('GET', KEYS[1]) or '') or 0
   local seq = #top > 0 and tonumber(string.sub(top[1][1], 3)) or 0
   if last < seq then
-    last = (math.floor(seq / 4294967296) + 1) * 4294967296
+    last = past(seq)
     redis.call('SET', KEYS[1], last)
   end
   redis.call('XSETID', KEYS[2], string.format('0-%d', last))
@@ -922,15 +928,18 @@ func (s *redisStore) claimValue(expires time.Time) (string, int64) {
 // failover lost would let a second caller act on the key (a nexscope
 // action run twice). Else it fails with ErrNotReplicated, and a claim it
 // took is released again, so the caller's retry is not refused by it; so
-// is one the server took after the caller stopped waiting (ctx ended).
+// is one the server took after the caller stopped waiting (ctx ended). A
+// probe (expires already past: it holds nothing, a dedupe's look for a
+// done marker) waits for no replica.
 func (s *redisStore) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	exp, px := s.claimValue(expires)
-	after := s.clock.Now()
+	now := s.clock.Now()
+	after := now
 	if held.After(after) {
 		after = held
 	}
 	call := scriptCall(claimScript, []string{key}, after.Unix(), after.Nanosecond(), exp, px)
-	call.replicate = true
+	call.replicate = expires.After(now)
 	reply := s.pipelined(ctx, call)
 	n, err := redisInt(reply.cmd)
 	if held.IsZero() && reply.late != nil {
@@ -983,8 +992,10 @@ type redisLeases struct{ s *redisStore }
 // another program's) is taken over as a free one. A counter INCR does not
 // take (another program's) moves past the next multiple of 2^32 above
 // the number it begins with, as a lost seq counter does (appendScript), so
-// the tokens still grow.
-var acquireScript = redis.NewScript(`
+// the tokens still grow; a number of 19 digits or more, past the tokens
+// INCR gives, counts as none (taken for one, the counter moved past what
+// a token's string takes, and every acquisition failed).
+var acquireScript = redis.NewScript(pastLua + `
 local token, holder = string.match(redis.call('GET', KEYS[1]) or '', '^(%d+):(.*)$')
 if token and #token < 20 then
   if holder ~= ARGV[1] then
@@ -996,8 +1007,9 @@ end
 local next = redis.pcall('INCR', KEYS[2])
 if type(next) == 'table' then
   local ok, cur = pcall(redis.call, 'GET', KEYS[2])
-  cur = ok and tonumber(string.match(cur, '^%d+') or '0') or 0
-  next = (math.floor(cur / 4294967296) + 1) * 4294967296 + 1
+  cur = ok and string.match(cur, '^%d+') or ''
+  cur = #cur < 19 and tonumber(cur) or 0
+  next = past(cur) + 1
   redis.call('SET', KEYS[2], string.format('%d', next))
 end
 local token = string.format('%d', next)
@@ -1224,21 +1236,25 @@ return answer(rev)
 // revision() returns the namespace's revision as a decimal string. A
 // revision that is no number INCR takes (set by hand or another program;
 // taken for one: below 10^18, in the digits INCR writes) would stop every
-// write and read of the namespace; it moves past the next
+// write and read of the namespace, and one deleted while the namespace
+// holds entries (by hand) would start over below their revisions; either
+// moves past the next
 // multiple of 2^32 above the highest revision an entry holds, as a lost
 // seq counter does (appendScript), so it never goes back below one a
-// reader saw.
-const registryRevLua = `
+// reader saw. A value whose first eight bytes are 2^59 or more is no
+// entry (another program's): taken for one, it would move the revision
+// to 10^18 or more, which this check does not take either.
+const registryRevLua = pastLua + `
 local function revision()
   local ok, cur = pcall(redis.call, 'GET', KEYS[2])
-  if ok and (not cur or cur == '0' or (string.match(cur, '^[1-9]%d*$') and #cur < 19)) then
+  if ok and (not cur and redis.call('HLEN', KEYS[1]) == 0 or cur == '0' or (cur and string.match(cur, '^[1-9]%d*$') and #cur < 19)) then
     return cur or '0'
   end
   local top = 0
   for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
-    if #v >= 8 then top = math.max(top, (struct.unpack('>I8', v))) end
+    if #v >= 8 and v:byte(1) < 8 then top = math.max(top, (struct.unpack('>I8', v))) end
   end
-  local rev = string.format('%d', (math.floor(top / 4294967296) + 1) * 4294967296)
+  local rev = string.format('%d', past(top))
   redis.call('SET', KEYS[2], rev)
   return rev
 end

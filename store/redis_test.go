@@ -663,8 +663,10 @@ func TestRedisForeignValuesDoNotStall(t *testing.T) {
 		}
 	}
 	// A fencing token counter INCR does not take moves past the tokens
-	// given before; before, every Acquire of the free lease failed.
-	for _, v := range []string{"garbage", "hash"} {
+	// given before; before, every Acquire of the free lease failed. So did
+	// one over a number past INCR's range (the counter moved past what a
+	// token's digits hold), until this sitting's second look.
+	for _, v := range []string{"garbage", "hash", "99999999999999999999999", "9223372036854775807"} {
 		name := "fenced-" + v
 		held, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute)
 		if err != nil || !ok {
@@ -684,6 +686,9 @@ func TestRedisForeignValuesDoNotStall(t *testing.T) {
 		}
 		if l, ok, err := s.Leases().Acquire(ctx, name, "me", time.Minute); err != nil || !ok || l.Token <= held.Token {
 			t.Fatalf("acquire over the token counter %q: %+v, %v, %v; want a token past %d", v, l, ok, err, held.Token)
+		}
+		if l, ok, err := s.Leases().Acquire(ctx, name, "other", time.Minute); err != nil || ok {
+			t.Fatalf("acquire by another of the lease taken over the token counter %q: %+v, %v, %v; want it refused", v, l, ok, err)
 		}
 	}
 	if _, err := s.Registry().Put(ctx, "ns", "good", []byte("v")); err != nil {
@@ -842,7 +847,9 @@ func TestRedisFirstAppendRoundTrips(t *testing.T) {
 // with a value INCR does not take (no number, a negative one, a key of
 // another type) moves past the revisions its entries hold and the
 // namespace goes on. Before, every write, List and Revision of the
-// namespace failed until someone deleted the key by hand.
+// namespace failed until someone deleted the key by hand. So does one
+// deleted while the entries stay; before, it started over at 1, below
+// them.
 func TestRedisForeignRegistryRevision(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
@@ -852,10 +859,13 @@ func TestRedisForeignRegistryRevision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []string{"garbage", "-3", "hash"} {
-		if bad == "hash" {
+	for _, bad := range []string{"garbage", "-3", "hash", "deleted"} {
+		switch bad {
+		case "hash":
 			err = cmp.Or(admin.Del(ctx, key).Err(), admin.HSet(ctx, key, "f", "v").Err())
-		} else {
+		case "deleted": // by hand, the entries kept: before, it started over at 1
+			err = admin.Del(ctx, key).Err()
+		default:
 			err = admin.Set(ctx, key, bad, 0).Err()
 		}
 		if err != nil {
@@ -872,6 +882,50 @@ func TestRedisForeignRegistryRevision(t *testing.T) {
 			t.Fatalf("revision after the put over %q: %d, %v; want %d", bad, now, err, rev)
 		}
 		last = rev
+	}
+}
+
+// TestRedisForeignRegistryRevisionOverAForeignValue: a revision that is no
+// number, in a namespace holding a value another program wrote (passed
+// over by List), moves past the entries' revisions only: the foreign
+// value's first eight bytes are no revision. Before, they were taken for
+// one, and the revision moved to 10^18 or more (past what INCR and the
+// check take: set again by every read, back below a deletion's) or to a
+// negative number no read parses.
+func TestRedisForeignRegistryRevisionOverAForeignValue(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	s, ctx, admin := opener(t, cfg)(nil), t.Context(), srv.Client(t)
+	reg := s.Registry()
+	for _, value := range []string{"hello world", "\xff\xff\xff\xff\xff\xff\xff\xffjunk"} {
+		ns := fmt.Sprintf("ns%d", len(value))
+		last, err := reg.Put(ctx, ns, "k", []byte("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = cmp.Or(admin.HSet(ctx, cfg.RedisPrefix+"registry:{"+ns+"}", "foreign", value).Err(),
+			admin.Set(ctx, cfg.RedisPrefix+"registryrev:{"+ns+"}", "garbage", 0).Err())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, rev, err := reg.List(ctx, ns); err != nil || rev <= last || rev >= 1e18 {
+			t.Fatalf("list over %q: rev %d, %v; want one past %d below 10^18", value, rev, err, last)
+		}
+		put, err := reg.Put(ctx, ns, "k2", []byte("v"))
+		if err != nil || put <= last {
+			t.Fatalf("put over %q: %d, %v; want past %d", value, put, err, last)
+		}
+		deleted, err := reg.Delete(ctx, ns, "k2")
+		if err != nil || !deleted {
+			t.Fatalf("delete over %q: %v, %v", value, deleted, err)
+		}
+		after, err := reg.Revision(ctx, ns)
+		if err != nil || after <= put {
+			t.Fatalf("revision after the deletion over %q: %d, %v; want past %d", value, after, err, put)
+		}
+		if _, rev, err := reg.List(ctx, ns); err != nil || rev != after {
+			t.Fatalf("list after the deletion over %q: rev %d, %v; want %d", value, rev, err, after)
+		}
 	}
 }
 

@@ -236,6 +236,15 @@ func TestRedisMinReplicas(t *testing.T) {
 	if took, err := s.Claims().Claim(ctx, "nexscope:exec:1", claimUntil); !errors.Is(err, store.ErrNotReplicated) || took {
 		t.Fatalf("Claim without a replica: %v, %v; want ErrNotReplicated", took, err)
 	}
+	// A probe (an expiry already past: a dedupe's look for a done marker)
+	// holds nothing and waits for no replica. Before, it waited the
+	// timeout, and failed, as a claim does: every webhook's dedupe waited
+	// for the replicas twice.
+	probeCtx, cancelProbe := context.WithTimeout(ctx, cfg.RedisReplicaTimeout/2)
+	defer cancelProbe()
+	if free, err := s.Claims().Claim(probeCtx, "done/1", time.Unix(1, 0)); err != nil || !free {
+		t.Fatalf("probe without a replica: %v, %v; want free at once", free, err)
+	}
 	// A store that asks for no replica is not held up.
 	plain := opener(t, store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisPrefix: cfg.RedisPrefix})(clock.System)
 	if _, err := plain.Ledger().Append(ctx, "t2", []store.Record{{}}); err != nil {
