@@ -548,3 +548,22 @@ func TestThreadGrantOfTheCreationItWasMadeUnder(t *testing.T) {
 		t.Fatal("the new t2 holds a grant of the earlier t2's auto-thread")
 	}
 }
+
+// TestAutoThreadInABoundGuildLooksUpNoGrant: Ada's mention in t1's bound
+// guild is auto-threaded and delivered to t1 without a lookup of the
+// vault (on Redis, a store round trip per auto-thread): the thread is t1's
+// by the binding, and there is no grant of the channel to copy onto it.
+func TestAutoThreadInABoundGuildLooksUpNoGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	lookups := func() uint64 { s := e.vault.Stats(); return s.Hits + s.Misses + s.Expiries }
+	before := lookups()
+	e.dispatch(t, "MESSAGE_CREATE", msg("7113", chanGeneral, guildLab, "ada to t1", true))
+	if d := e.sink.Next(t); d.Tenant != "t1" || !d.Event.Source.AutoThreadCreated {
+		t.Fatalf("Ada's mention in t1's guild delivered to %q in %+v, want t1 in its auto-thread", d.Tenant, d.Event.Source)
+	}
+	if n := lookups() - before; n != 0 {
+		t.Errorf("the auto-thread in t1's bound guild looked the vault up %d times, want none", n)
+	}
+}
