@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/slack-go/slack"
 
 	"connector/contract"
 	"connector/platform"
+	"connector/vault"
 )
 
 // This file places Slack events and actions in the ownership order
@@ -29,20 +31,25 @@ func chatOf(channel, team string) platform.Chat {
 // route resolves the tenant of an event by user (empty when it has none)
 // in channel of workspace team (dm: a 1:1 DM). owner is set when the
 // author is linked to the tenant (the owner floor: no mention gates);
-// drop is why no tenant takes the event.
-func (p *Platform) route(ctx context.Context, user, channel, team string, dm bool) (tenant string, owner bool, drop string) {
+// drop is why no tenant takes the event. created is the tenant's creation
+// (vault.Creation) as the ownership was read, before the grant's store
+// calls: a tenant deleted and made again under its id while they wait does
+// not take the event.
+func (p *Platform) route(ctx context.Context, user, channel, team string, dm bool) (tenant string, created time.Time, owner bool, drop string) {
 	chat := chatOf(channel, team)
 	chat.DM = dm
 	r, ok := p.owners.Load().Route(user, chat)
 	switch {
 	case !ok:
-		return "", false, dropUnclaimed
+		return "", time.Time{}, false, dropUnclaimed
 	case r.Drop != "":
-		return "", false, r.Drop
-	case r.Grant:
+		return "", time.Time{}, false, r.Drop
+	}
+	created = vault.Creation(p.deps.Vault, r.Tenant)
+	if r.Grant {
 		p.grants.Add(ctx, channel, team, r.Tenant)
 	}
-	return r.Tenant, r.Owner, ""
+	return r.Tenant, created, r.Owner, ""
 }
 
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
