@@ -65,4 +65,3 @@ func (v *heldGrantVault) Put(ctx context.Context, k vault.Key, e vault.Entry) er
 	}
 	return v.Memory.Put(ctx, k, e)
 }
-
