@@ -65,3 +65,20 @@ func (v *heldGrantVault) Put(ctx context.Context, k vault.Key, e vault.Entry) er
 	}
 	return v.Memory.Put(ctx, k, e)
 }
+
+// TestClaimantActsWithoutAGrantLookup: t3 acts in the channel it claimed
+// without a lookup of the vault (on Redis, a store round trip per action):
+// the claim settles the chat's holder, and no grant counts there.
+func TestClaimantActsWithoutAGrantLookup(t *testing.T) {
+	v := vault.NewMemory(vault.Config{})
+	e := ownershipEnv(t, &platform.Deps{Vault: v}, platform.Binding{Kind: platform.BindScope, ID: "C0CLM00001", Tenant: "t3", Space: teamC.ID})
+	e.fake.AddChannel(teamC.ID, slacktest.Channel{ID: "C0CLM00001", Name: "claimed"})
+	lookups := func() uint64 { s := v.Stats(); return s.Hits + s.Misses + s.Expiries }
+	before := lookups()
+	if r := e.execute(t, "t3", `{"op":"send","chat_id":"C0CLM00001","content":"ok","metadata":{}}`); !r.Success {
+		t.Fatalf("the claimant's send into its channel = %+v", r)
+	}
+	if n := lookups() - before; n != 0 {
+		t.Errorf("the claimant's send looked the vault up %d times, want none", n)
+	}
+}
