@@ -1,13 +1,14 @@
 package telegram
 
 import (
-	"cmp"
 	"context"
+	"time"
 
 	"github.com/go-telegram/bot"
 
 	"connector/platform"
 	"connector/session"
+	"connector/vault"
 )
 
 // This file places Telegram updates and actions in the ownership order
@@ -33,8 +34,11 @@ import (
 // its chat's tenant's, unless earlierPrompt suspects an earlier tenant's
 // of the id and the record does not name the tenant as it is now.
 // A press answered by its poster renews the poster's grant only while the
-// presser is linked to it, as Discord's route does.
-func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner bool, drop string) {
+// presser is linked to it, as Discord's route does. created is the
+// tenant's creation (vault.Creation) as the ownership (or the prompt's
+// record) was read, before the grant's store calls: a tenant deleted and
+// made again under its id while they wait does not take the update.
+func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, created time.Time, owner bool, drop string) {
 	src := &in.event.Source
 	chat := chatOf(src.ChatID)
 	chat.DM = src.ChatType == session.ChatTypeDM
@@ -42,28 +46,31 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 	r, ok := own.Route(src.UserID.Value, chat)
 	switch {
 	case !ok:
-		return "", false, dropUnclaimed
+		return "", time.Time{}, false, dropUnclaimed
 	case r.Drop != "":
-		return "", false, r.Drop
+		return "", time.Time{}, false, r.Drop
 	}
 	routed := r.Tenant
+	created = vault.Creation(p.deps.Vault, routed)
 	switch press := in.event.PromptResponse; {
 	case press == nil:
 	case own.Hold(r.Tenant, chat, func() bool { return true }) == platform.HoldGrant:
 		t, ok := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
-		if !ok && !p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant) {
-			return "", false, dropPromptNotOwned
+		switch {
+		case !ok && !p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant):
+			return "", time.Time{}, false, dropPromptNotOwned
+		case ok && t != routed:
+			r.Tenant, created = t, vault.Creation(p.deps.Vault, t) // as PromptPoster judged its record
 		}
-		r.Tenant = cmp.Or(t, r.Tenant)
 	case p.earlierPrompt(r.Tenant, in.prompted):
 		if t, ok := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); !ok || t != r.Tenant {
-			return "", false, dropEarlierTenantPrompt
+			return "", time.Time{}, false, dropEarlierTenantPrompt
 		}
 	}
 	if r.Grant && (r.Tenant == routed || own.Linked(src.UserID.Value, r.Tenant)) {
 		p.grants.Add(ctx, src.ChatID, "", r.Tenant)
 	}
-	return r.Tenant, r.Owner, ""
+	return r.Tenant, created, r.Owner, ""
 }
 
 // linkCode returns the code of in when it is a "/link <code>" DM the

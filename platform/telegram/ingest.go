@@ -125,7 +125,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		}
 		return readied{}
 	}
-	tenant, owner, drop := p.route(ctx, in)
+	tenant, created, owner, drop := p.route(ctx, in)
 	if drop != "" {
 		if in.callbackID != "" {
 			p.queueCallbackAnswer(in.callbackID) // stop the presser's spinner
@@ -133,7 +133,6 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		p.drop(drop, u.ID, in.chatID)
 		return readied{}
 	}
-	created := vault.Creation(p.deps.Vault, tenant) // the creation it was routed under
 	var observed observedKey
 	if in.msg != nil {
 		pol := p.policy(tenant)
