@@ -2,8 +2,13 @@ package slack
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,5 +85,70 @@ func TestClaimantActsWithoutAGrantLookup(t *testing.T) {
 	}
 	if n := lookups() - before; n != 0 {
 		t.Errorf("the claimant's send looked the vault up %d times, want none", n)
+	}
+}
+
+// TestReactionGrantsNoTenantMadeAgain: Ada, linked to t2, reacts to the
+// bot's message in a channel no binding covers; while Slack is asked for
+// the message reacted to (conversations.replies), t2 is deleted and made
+// again under its id. The new t2 is not granted the channel (before, the
+// reaction's grant was stored under the creation read after that call).
+func TestReactionGrantsNoTenantMadeAgain(t *testing.T) {
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var created sync.Map
+	created.Store("t2", first)
+	since := func(tenant string) time.Time { c, _ := created.Load(tenant); at, _ := c.(time.Time); return at }
+	fake := newFake(t)
+	upstream, err := url.Parse(fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/conversations.replies" && armed.CompareAndSwap(true, false) {
+			close(held)
+			<-release
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	e := newEnvOn(t, fake, func(c *Config) {
+		c.APIURL = proxy.URL + "/"
+		c.Tenants["t2"] = TenantConfig{ReactionTriggers: &[]string{}}
+	}, &platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since})})
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	const root, reply = "1768400000.000100", "1768400000.000200"
+	fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: chanGeneral, TS: root, User: userAda, Text: "deploy?"})
+	fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: chanGeneral, TS: reply, ThreadTS: root, User: teamA.BotUser, BotID: teamA.BotID, Text: "deployed"})
+	armed.Store(true)
+	posted := make(chan error, 1)
+	go func() {
+		body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", map[string]any{"type": "reaction_added", "user": userAda, "reaction": "+1", "item_user": teamA.BotUser,
+			"item": map[string]any{"type": "message", "channel": chanGeneral, "ts": reply}, "event_ts": "1768400100.000100"})
+		resp, err := e.srv.Client().Do(slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, e.now(), "application/json", body))
+		if err == nil {
+			resp.Body.Close()
+		}
+		posted <- err
+	}()
+	select {
+	case <-held:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the reacted message to be asked for", waitFor)
+	}
+	created.Store("t2", again)
+	close(release)
+	if d := e.sink.Next(t); d.Tenant != "t2" || !d.Created.Equal(first) {
+		t.Fatalf("Ada's reaction delivered to %q as created %v, want the earlier t2's (%v)", d.Tenant, d.Created, first)
+	}
+	if err := <-posted; err != nil {
+		t.Fatal(err)
+	}
+	if e.p.grants.Has(t.Context(), chanGeneral, "t2") {
+		t.Fatal("the new t2 holds a grant of the channel where Ada, linked to the earlier t2, reacted")
 	}
 }
