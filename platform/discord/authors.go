@@ -50,7 +50,8 @@ func chatOfInfo(ci chanInfo) platform.Chat {
 // moved does not keep the earlier tenant in the chat by pressing its
 // prompts. created is the tenant's creation (vault.Creation) as the
 // ownership was read, before any store call: a tenant deleted and made
-// again under its id while one waits does not take the event.
+// again under its id while one waits does not take the event, nor the
+// grant.
 func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pressed string) (tenant string, created time.Time, owner bool, drop string) {
 	own := p.owners.Load()
 	r, ok := own.Route(author, c)
@@ -65,8 +66,8 @@ func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pr
 				r.Tenant, created = t, vault.Creation(p.vault, t) // as PromptPoster judged its record
 			}
 		}
-		if r.Grant && (r.Tenant == routed || own.Linked(author, r.Tenant)) {
-			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant)
+		if r.Grant && (r.Tenant == routed || own.Linked(author, r.Tenant)) && !vault.Earlier(p.vault, r.Tenant, created) {
+			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant) // not for one made again while PromptPoster read the store
 		}
 		return r.Tenant, created, r.Owner, ""
 	case c.Space == "" && p.cfg.DMTenant != "":

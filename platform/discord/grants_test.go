@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -547,4 +548,92 @@ func TestThreadGrantOfTheCreationItWasMadeUnder(t *testing.T) {
 	if e.p.spoke.Has(t.Context(), thread, "t2") {
 		t.Fatal("the new t2 holds a grant of the earlier t2's auto-thread")
 	}
+}
+
+// TestAutoThreadInABoundGuildLooksUpNoGrant: Ada's mention in t1's bound
+// guild is auto-threaded and delivered to t1 without a lookup of the
+// vault (on Redis, a store round trip per auto-thread): the thread is t1's
+// by the binding, and there is no grant of the channel to copy onto it.
+func TestAutoThreadInABoundGuildLooksUpNoGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	lookups := func() uint64 { s := e.vault.Stats(); return s.Hits + s.Misses + s.Expiries }
+	before := lookups()
+	e.dispatch(t, "MESSAGE_CREATE", msg("7113", chanGeneral, guildLab, "ada to t1", true))
+	if d := e.sink.Next(t); d.Tenant != "t1" || !d.Event.Source.AutoThreadCreated {
+		t.Fatalf("Ada's mention in t1's guild delivered to %q in %+v, want t1 in its auto-thread", d.Tenant, d.Event.Source)
+	}
+	if n := lookups() - before; n != 0 {
+		t.Errorf("the auto-thread in t1's bound guild looked the vault up %d times, want none", n)
+	}
+}
+
+// TestPressGrantsNoTenantMadeAgainWhileItsPosterWasRead: Ada, linked to
+// t2, presses t2's prompt in her DM, which t2 holds by grant; the route
+// reads the prompt's poster from the store, a read that waits (a Redis
+// failing over), and meanwhile t2 is deleted and made again under its id.
+// The new t2 is not granted Ada's DM (before, the press renewed the grant
+// under the creation read after that wait: the new t2 could post into the
+// DM of a user linked to the earlier one).
+func TestPressGrantsNoTenantMadeAgainWhileItsPosterWasRead(t *testing.T) {
+	t.Parallel()
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var created sync.Map
+	created.Store("t2", first)
+	since := func(tenant string) time.Time { c, _ := created.Load(tenant); at, _ := c.(time.Time); return at }
+	v := &heldPosterVault{Memory: vault.NewMemory(vault.Config{Since: since}), held: make(chan struct{}), release: make(chan struct{})}
+	e := newEnvDeps(t, platform.Deps{Vault: v}, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.p.spoke.Add(t.Context(), chanDMAda, "", "t2") // as her /link for t2 in the DM
+	r := execute(t, e, "t2", `{"op":"prompt","chat_id":"`+chanDMAda+`","content":"deploy?","prompt_id":"f00dba.1234abcd","options":[{"id":"once","label":"Approve once"}],"metadata":{}}`)
+	if !r.Success {
+		t.Fatalf("t2's prompt in Ada's DM = %+v", r)
+	}
+	body, err := e.fake.PressButton("8401", "tok-8401", r.MessageID, buttonOf(t, e, chanDMAda, r.MessageID, "once"), userAda, "ada.l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := discordtest.InteractionRequest(e.webhookServer(t), e.priv, time.Now(), body)
+	v.armed.Store(true)
+	posted := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		posted <- err
+	}()
+	select {
+	case <-v.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the prompt's poster was never looked up")
+	}
+	created.Store("t2", again)
+	close(v.release)
+	if err := <-posted; err != nil {
+		t.Fatal(err)
+	}
+	if e.p.spoke.Has(t.Context(), chanDMAda, "t2") {
+		t.Fatal("the new t2 holds a grant of the DM of Ada, who was linked to the earlier t2")
+	}
+}
+
+// heldPosterVault is a vault.Memory whose first look-up of a prompt's
+// poster once armed waits until release, telling held once it does.
+type heldPosterVault struct {
+	*vault.Memory
+	armed         atomic.Bool
+	once          sync.Once
+	held, release chan struct{}
+}
+
+func (v *heldPosterVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool) {
+	if k.Kind == vault.KindPromptPoster && v.armed.Load() {
+		v.once.Do(func() { close(v.held); <-v.release })
+	}
+	return v.Memory.Get(ctx, k)
 }

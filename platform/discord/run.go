@@ -80,8 +80,11 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		// The turn is keyed on the thread made of the message just now (not
 		// one posted in a thread the connector made, nor an edit of a
 		// thread's first message): a tenant granted the channel (route) is
-		// granted the thread too, so it can answer there.
-		p.spoke.AddThread(ctx, m.ChannelID, src.ChatID, tenant)
+		// granted the thread too, so it can answer there. A bound channel's
+		// thread is its tenant's by the binding: no grant is looked up.
+		if _, bound := p.owners.Load().Owner(p.chatOf(m.GuildID, m.ChannelID)); !bound {
+			p.spoke.AddThread(ctx, m.ChannelID, src.ChatID, tenant)
+		}
 	}
 	attached := p.attachContext(k, t)
 	// A Gateway event has no confirmation to withhold.

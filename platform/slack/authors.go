@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/slack-go/slack"
 
 	"connector/contract"
 	"connector/platform"
+	"connector/vault"
 )
 
 // This file places Slack events and actions in the ownership order
@@ -29,20 +31,25 @@ func chatOf(channel, team string) platform.Chat {
 // route resolves the tenant of an event by user (empty when it has none)
 // in channel of workspace team (dm: a 1:1 DM). owner is set when the
 // author is linked to the tenant (the owner floor: no mention gates);
-// drop is why no tenant takes the event.
-func (p *Platform) route(ctx context.Context, user, channel, team string, dm bool) (tenant string, owner bool, drop string) {
+// drop is why no tenant takes the event. created is the tenant's creation
+// (vault.Creation) as the ownership was read, before the grant's store
+// calls: a tenant deleted and made again under its id while they wait does
+// not take the event.
+func (p *Platform) route(ctx context.Context, user, channel, team string, dm bool) (tenant string, created time.Time, owner bool, drop string) {
 	chat := chatOf(channel, team)
 	chat.DM = dm
 	r, ok := p.owners.Load().Route(user, chat)
 	switch {
 	case !ok:
-		return "", false, dropUnclaimed
+		return "", time.Time{}, false, dropUnclaimed
 	case r.Drop != "":
-		return "", false, r.Drop
-	case r.Grant:
+		return "", time.Time{}, false, r.Drop
+	}
+	created = vault.Creation(p.deps.Vault, r.Tenant)
+	if r.Grant {
 		p.grants.Add(ctx, channel, team, r.Tenant)
 	}
-	return r.Tenant, r.Owner, ""
+	return r.Tenant, created, r.Owner, ""
 }
 
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
@@ -56,22 +63,27 @@ func (p *Platform) route(ctx context.Context, user, channel, team string, dm boo
 // placed first (place), on any instance, whether this one saw it or not; a
 // channel that cannot be placed grants nothing. A chat the tenant has
 // neither claim nor grant of costs no lookup, but on one bot_token
-// (sharedOnOneToken). A grant the store could not look up
-// (platform.Grants.Granted) answers unavailable where nothing else lets
-// tenant in.
+// (sharedOnOneToken). The grant of a chat the tenant claimed is not read
+// from the store, unless the claim recorded no space to place the chat by.
+// A grant the store could not look up (platform.Grants.Granted) answers
+// unavailable where nothing else lets tenant in.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	if !channelIDPattern.MatchString(chatID) {
 		return platform.HoldNone, nil
 	}
 	own := p.owners.Load()
 	claimSpace, claimed := own.ClaimedIn(chatID, tenant)
-	grantSpace, granted, grantErr := p.grants.Granted(ctx, chatID, tenant)
-	if !claimed && !granted {
-		hold, err := p.sharedOnOneToken(ctx, chatID, tenant)
-		if hold == platform.HoldNone && err == nil {
-			err = grantErr
+	var grantSpace string
+	var granted bool
+	if !claimed || claimSpace == "" { // a claim is held (or set aside) whatever the grants say
+		var grantErr error
+		if grantSpace, granted, grantErr = p.grants.Granted(ctx, chatID, tenant); !claimed && !granted {
+			hold, err := p.sharedOnOneToken(ctx, chatID, tenant)
+			if hold == platform.HoldNone && err == nil {
+				err = grantErr
+			}
+			return hold, err
 		}
-		return hold, err
 	}
 	teams, err := p.place(ctx, tenant, chatID, claimSpace, grantSpace)
 	if err != nil || len(teams) == 0 {
@@ -79,7 +91,7 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 	}
 	hold := platform.HoldOwn
 	for _, team := range teams {
-		h := own.Hold(tenant, chatOf(chatID, team), func() bool { return granted })
+		h := own.Hold(tenant, chatOf(chatID, team), func() bool { return granted || claimed && p.grants.Has(ctx, chatID, tenant) })
 		if h == platform.HoldNone {
 			return platform.HoldNone, nil
 		}

@@ -172,12 +172,12 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 	link = link && dm && !m.edit && p.deps.Linker != nil && !declaredBot(ev, p.defPol) && ev.User != ""
 	r := m.routed
 	if r == nil && !link {
-		tenant, owner, drop := p.route(ctx, ev.User, ev.Channel, m.install, dm)
+		tenant, created, owner, drop := p.route(ctx, ev.User, ev.Channel, m.install, dm)
 		if drop != "" {
 			p.drop(drop, env.EventID)
 			return nil
 		}
-		r = &routing{tenant: tenant, created: vault.Creation(p.deps.Vault, tenant), owner: owner}
+		r = &routing{tenant: tenant, created: created, owner: owner}
 	}
 	return p.once(ctx, "msg/"+m.liveDedupeKey(), env.EventID, func() error {
 		if m.edit {
@@ -321,8 +321,7 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	}
 	// Routed as a message of its user, who is then authorized by the
 	// tenant (policy.refusal).
-	tenant, _, drop := p.route(ctx, c.UserID, c.ChannelID, c.TeamID, dm)
-	created := vault.Creation(p.deps.Vault, tenant)
+	tenant, created, _, drop := p.route(ctx, c.UserID, c.ChannelID, c.TeamID, dm)
 	if drop == "" {
 		drop = p.policy(tenant).refusal(c.UserID, dm)
 	}

@@ -127,7 +127,7 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 			return nil
 		}
 	}
-	if r.Grant {
+	if r.Grant && !vault.Earlier(p.deps.Vault, r.Tenant, created) { // not for one made again while Slack was asked
 		p.grants.Add(ctx, channel, team, r.Tenant)
 	}
 	m.routed = &routing{tenant: r.Tenant, created: created, owner: r.Owner}

@@ -1,13 +1,14 @@
 package telegram
 
 import (
-	"cmp"
 	"context"
+	"time"
 
 	"github.com/go-telegram/bot"
 
 	"connector/platform"
 	"connector/session"
+	"connector/vault"
 )
 
 // This file places Telegram updates and actions in the ownership order
@@ -35,8 +36,11 @@ import (
 // A press whose poster the store could not look up is not dropped but
 // held for a retry (posterUnknown).
 // A press answered by its poster renews the poster's grant only while the
-// presser is linked to it, as Discord's route does.
-func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner bool, drop string) {
+// presser is linked to it, as Discord's route does. created is the
+// tenant's creation (vault.Creation) as the ownership (or the prompt's
+// record) was read, before the grant's store calls: a tenant deleted and
+// made again under its id while they wait does not take the update.
+func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, created time.Time, owner bool, drop string) {
 	src := &in.event.Source
 	chat := chatOf(src.ChatID)
 	chat.DM = src.ChatType == session.ChatTypeDM
@@ -44,35 +48,37 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 	r, ok := own.Route(src.UserID.Value, chat)
 	switch {
 	case !ok:
-		return "", false, dropUnclaimed
+		return "", time.Time{}, false, dropUnclaimed
 	case r.Drop != "":
-		return "", false, r.Drop
+		return "", time.Time{}, false, r.Drop
 	}
 	routed := r.Tenant
+	created = vault.Creation(p.deps.Vault, routed)
 	switch press := in.event.PromptResponse; {
 	case press == nil:
 	case own.Hold(r.Tenant, chat, func() bool { return true }) == platform.HoldGrant:
 		t, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
 		switch {
+		case ok && t != routed:
+			r.Tenant, created = t, vault.Creation(p.deps.Vault, t) // as PromptPoster judged its record
 		case ok || p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant):
 		case err != nil:
-			return "", false, posterUnknown
+			return "", time.Time{}, false, posterUnknown
 		default:
-			return "", false, dropPromptNotOwned
+			return "", time.Time{}, false, dropPromptNotOwned
 		}
-		r.Tenant = cmp.Or(t, r.Tenant)
 	case p.earlierPrompt(r.Tenant, in.prompted):
 		switch t, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); {
 		case err != nil:
-			return "", false, posterUnknown
+			return "", time.Time{}, false, posterUnknown
 		case !ok || t != r.Tenant:
-			return "", false, dropEarlierTenantPrompt
+			return "", time.Time{}, false, dropEarlierTenantPrompt
 		}
 	}
 	if r.Grant && (r.Tenant == routed || own.Linked(src.UserID.Value, r.Tenant)) {
 		p.grants.Add(ctx, src.ChatID, "", r.Tenant)
 	}
-	return r.Tenant, r.Owner, ""
+	return r.Tenant, created, r.Owner, ""
 }
 
 // linkCode returns the code of in when it is a "/link <code>" DM the

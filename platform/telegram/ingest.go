@@ -141,7 +141,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		}
 		return readied{}
 	}
-	tenant, owner, drop := p.route(ctx, in)
+	tenant, created, owner, drop := p.route(ctx, in)
 	if drop == posterUnknown {
 		return readied{err: errPosterUnknown}
 	}
@@ -152,7 +152,6 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		p.drop(drop, u.ID, in.chatID)
 		return readied{}
 	}
-	created := vault.Creation(p.deps.Vault, tenant) // the creation it was routed under
 	var observed observedKey
 	if in.msg != nil {
 		pol := p.policy(tenant)
