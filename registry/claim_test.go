@@ -237,6 +237,14 @@ func (r hookedRegistry) Delete(ctx context.Context, namespace, key string) (bool
 // instances), the first on a hookedStore.
 func hookedOnRedis(t *testing.T) (*hookedStore, *registry.Registry, *registry.Registry) {
 	t.Helper()
+	hooked, _, one, two := hookedPairOnRedis(t)
+	return hooked, one, two
+}
+
+// hookedPairOnRedis is hookedOnRedis with the second instance on a
+// hookedStore too.
+func hookedPairOnRedis(t *testing.T) (*hookedStore, *hookedStore, *registry.Registry, *registry.Registry) {
+	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
 	open := func() store.Store {
 		st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
@@ -246,8 +254,8 @@ func hookedOnRedis(t *testing.T) (*hookedStore, *registry.Registry, *registry.Re
 		t.Cleanup(func() { _ = st.Close() })
 		return st
 	}
-	hooked := &hookedStore{Store: open()}
-	return hooked, registry.New(hooked, clock.System), registry.New(open(), clock.System)
+	one, two := &hookedStore{Store: open()}, &hookedStore{Store: open()}
+	return one, two, registry.New(one, clock.System), registry.New(two, clock.System)
 }
 
 // TestBindOwnRacesAClaimOnRedis: two instances on one redis-server; while
