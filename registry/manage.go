@@ -283,17 +283,15 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	// that lands once the tenant's deletion or the gateway's deprovision
 	// began takes them all back (keptFor), as the drop that follows may
 	// have missed any of them; each take-back is tried, all of them
-	// within one releaseTimeout (a store that hangs holds the tenant's turn
-	// that long, not that long per user).
+	// within keptFor's one releaseTimeout (a store that hangs holds the
+	// tenant's turn that long, not that long per user).
 	written := map[string][]byte{}
 	err = r.syncAllow(ctx, entry, written)
 	if len(written) > 0 {
 		if kerr := r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
-			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			defer cancel()
 			var errs []error
 			for key, data := range written {
-				_, err := r.kv.CompareAndSwap(back, nsBindings, key, data, nil)
+				_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, data, nil)
 				errs = append(errs, err)
 			}
 			return errors.Join(errs...)
