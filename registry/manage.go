@@ -448,12 +448,21 @@ func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) 
 	return n, err
 }
 
-// markDrop stores a fresh nsDropped mark of tenant, dropping or not.
+// markDrop stores a fresh nsDropped mark of tenant, dropping or not, and
+// removes it again when it finds the tenant gone after: a deletion whose
+// sweep listed the marks before it would leave it for good.
 func (r *Registry) markDrop(ctx context.Context, tenant string, dropping bool) error {
 	mark, err := stamped(dropMark{tenant, dropping})
-	if err == nil {
-		_, err = r.kv.Put(ctx, nsDropped, tenant, mark)
+	if err != nil {
+		return err
 	}
+	if _, err := r.kv.Put(ctx, nsDropped, tenant, mark); err != nil {
+		return err
+	}
+	if _, err := r.tenant(ctx, tenant); !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	_, err = r.kv.CompareAndSwap(ctx, nsDropped, tenant, mark, nil)
 	return err
 }
 

@@ -1407,3 +1407,37 @@ func TestClaimTakeBackKeepsNoClaimOfADropUnderWayOnRedis(t *testing.T) {
 		t.Fatalf("claims after a's drop: a %v, b %v; want none", a, b)
 	}
 }
+
+// TestDropManagedLeavesNoMarkOfADeletedTenantOnRedis: instance two's
+// DropManaged of a (a deprovision) is about to mark its drop when
+// instance one deletes a, whose sweep lists the marks before the mark
+// is written. The mark goes all the same. Before, it stayed for good: one
+// entry for every tenant so deleted.
+func TestDropManagedLeavesNoMarkOfADeletedTenantOnRedis(t *testing.T) {
+	ctx := context.Background()
+	_, hookedTwo, one, two := hookedPairOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	var deleted sync.Once
+	hookedTwo.before = func(op, namespace, _ string) {
+		if op == "put" && namespace == "registry/dropped" {
+			deleted.Do(func() {
+				if err := one.DeleteTenant(ctx, "a"); err != nil {
+					t.Errorf("instance one's delete of a: %v", err)
+				}
+			})
+		}
+	}
+	if _, err := two.DropManaged(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	hookedTwo.before = nil
+	marks, _, err := hookedTwo.Store.Registry().List(ctx, "registry/dropped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(marks) != 0 {
+		t.Fatalf("%d drop marks left after a's deletion, want none", len(marks))
+	}
+}
