@@ -171,7 +171,7 @@ func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
 
 // hookedStore is a store whose registry calls before and after, when
 // set, around each CompareAndSwap ("cas"), Put ("put") and Delete
-// ("delete"): a test
+// ("delete"), and before each List ("list", before only): a test
 // runs another instance's write there, in the window between two steps.
 type hookedStore struct {
 	store.Store
@@ -225,6 +225,11 @@ func (r hookedRegistry) Get(ctx context.Context, namespace, key string) (store.E
 		}
 	}
 	return r.Registry.Get(ctx, namespace, key)
+}
+
+func (r hookedRegistry) List(ctx context.Context, namespace string) ([]store.Entry, uint64, error) {
+	r.hook(r.s.before, "list", namespace, "")
+	return r.Registry.List(ctx, namespace)
 }
 
 func (r hookedRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {

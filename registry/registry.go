@@ -285,6 +285,11 @@ type Registry struct {
 	principalMu sync.Mutex
 	principals  map[string]chan struct{}
 	declared    atomic.Pointer[State]
+	// wakesMu guards wakes, every wake URL by tenant then gateway as of
+	// nsWake's revision wakesRev or later (wakesOf). Held across its read.
+	wakesMu  sync.Mutex
+	wakes    map[string]map[string]string
+	wakesRev uint64
 }
 
 // New returns the registry kept in st; now is its clock (secret expiry).
