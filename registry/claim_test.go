@@ -171,7 +171,7 @@ func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
 
 // hookedStore is a store whose registry calls before and after, when
 // set, around each CompareAndSwap ("cas"), Put ("put") and Delete
-// ("delete"): a test
+// ("delete"), and before each List ("list", before only): a test
 // runs another instance's write there, in the window between two steps.
 type hookedStore struct {
 	store.Store
@@ -227,6 +227,11 @@ func (r hookedRegistry) Get(ctx context.Context, namespace, key string) (store.E
 	return r.Registry.Get(ctx, namespace, key)
 }
 
+func (r hookedRegistry) List(ctx context.Context, namespace string) ([]store.Entry, uint64, error) {
+	r.hook(r.s.before, "list", namespace, "")
+	return r.Registry.List(ctx, namespace)
+}
+
 func (r hookedRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
 	r.hook(r.s.before, "delete", namespace, key)
 	defer r.hook(r.s.after, "delete", namespace, key)
@@ -237,6 +242,14 @@ func (r hookedRegistry) Delete(ctx context.Context, namespace, key string) (bool
 // instances), the first on a hookedStore.
 func hookedOnRedis(t *testing.T) (*hookedStore, *registry.Registry, *registry.Registry) {
 	t.Helper()
+	hooked, _, one, two := hookedPairOnRedis(t)
+	return hooked, one, two
+}
+
+// hookedPairOnRedis is hookedOnRedis with the second instance on a
+// hookedStore too.
+func hookedPairOnRedis(t *testing.T) (*hookedStore, *hookedStore, *registry.Registry, *registry.Registry) {
+	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
 	open := func() store.Store {
 		st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
@@ -246,8 +259,8 @@ func hookedOnRedis(t *testing.T) (*hookedStore, *registry.Registry, *registry.Re
 		t.Cleanup(func() { _ = st.Close() })
 		return st
 	}
-	hooked := &hookedStore{Store: open()}
-	return hooked, registry.New(hooked, clock.System), registry.New(open(), clock.System)
+	one, two := &hookedStore{Store: open()}, &hookedStore{Store: open()}
+	return one, two, registry.New(one, clock.System), registry.New(two, clock.System)
 }
 
 // TestBindOwnRacesAClaimOnRedis: two instances on one redis-server; while

@@ -25,11 +25,19 @@ import (
 // the code: the code itself is never stored.
 const nsLinkCodes = "registry/linkcodes"
 
-// nsDropped holds, by tenant, a mark its every DropManaged replaces
-// first: a take-back that read it before its write and finds it changed
-// puts back none of the tenant's bindings it replaced (giveBack), which
-// the drop may have missed.
+// nsDropped holds, by tenant, a mark (dropMark) its every DropManaged
+// replaces before and after its drop: a take-back that read it before its
+// write and finds it changed, or a drop under way, puts back none of the
+// tenant's bindings it replaced (giveBack), which the drop may have
+// missed. A drop that fails leaves it under way until the next one ends.
 const nsDropped = "registry/dropped"
+
+// dropMark is a tenant's nsDropped entry: Dropping while a DropManaged is
+// under way.
+type dropMark struct {
+	Tenant   string
+	Dropping bool `json:",omitempty"`
+}
 
 // Link code bounds.
 const (
@@ -275,17 +283,15 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	// that lands once the tenant's deletion or the gateway's deprovision
 	// began takes them all back (keptFor), as the drop that follows may
 	// have missed any of them; each take-back is tried, all of them
-	// within one releaseTimeout (a store that hangs holds the tenant's turn
-	// that long, not that long per user).
+	// within keptFor's one releaseTimeout (a store that hangs holds the
+	// tenant's turn that long, not that long per user).
 	written := map[string][]byte{}
 	err = r.syncAllow(ctx, entry, written)
 	if len(written) > 0 {
 		if kerr := r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
-			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			defer cancel()
 			var errs []error
 			for key, data := range written {
-				_, err := r.kv.CompareAndSwap(back, nsBindings, key, data, nil)
+				_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, data, nil)
 				errs = append(errs, err)
 			}
 			return errors.Join(errs...)
@@ -414,32 +420,50 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 // DropManaged removes every binding the management plane made for tenant
 // (links, scope claims, DM defaults, principal, allow-list) and its
 // outstanding link codes, and returns how many bindings went. It marks
-// the drop first (nsDropped), so a take-back after it puts back none of
+// the drop under way before and done after (nsDropped), so a take-back
+// that lands meanwhile or read the mark before either puts back none of
 // the tenant's bindings (giveBack). The codes
 // go first: a redemption that consumed one before has written its link,
 // which goes with the others (see RedeemLinkCode). It takes no lock:
 // another tenant's changes go on while it sweeps.
 func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) {
-	mark, err := stamped(struct{ Tenant string }{tenant})
-	if err != nil {
-		return 0, err
-	}
-	if _, err := r.kv.Put(ctx, nsDropped, tenant, mark); err != nil {
+	if err := r.markDrop(ctx, tenant, true); err != nil {
 		return 0, err
 	}
 	if _, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return c.Tenant == tenant }); err != nil {
 		return 0, err
 	}
 	n := 0
-	err = r.dropBindings(ctx, func(b Binding) bool {
+	err := r.dropBindings(ctx, func(b Binding) bool {
 		drop := b.Tenant == tenant && managedKinds[b.Kind]
 		if drop {
 			n++
 		}
 		return drop
 	})
+	if err == nil {
+		err = r.markDrop(ctx, tenant, false)
+	}
 	r.notify(ctx)
 	return n, err
+}
+
+// markDrop stores a fresh nsDropped mark of tenant, dropping or not, and
+// removes it again when it finds the tenant gone after: a deletion whose
+// sweep listed the marks before it would leave it for good.
+func (r *Registry) markDrop(ctx context.Context, tenant string, dropping bool) error {
+	mark, err := stamped(dropMark{tenant, dropping})
+	if err != nil {
+		return err
+	}
+	if _, err := r.kv.Put(ctx, nsDropped, tenant, mark); err != nil {
+		return err
+	}
+	if _, err := r.tenant(ctx, tenant); !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	_, err = r.kv.CompareAndSwap(ctx, nsDropped, tenant, mark, nil)
+	return err
 }
 
 // dropBindings deletes the stored bindings drop selects, each only while

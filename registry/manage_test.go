@@ -1337,3 +1337,107 @@ func TestClaimTakeBackKeepsNoClaimOfADeprovisionOnRedis(t *testing.T) {
 		t.Fatalf("claims after a's deprovision: a %v, b %v; want none", a, b)
 	}
 }
+
+// TestClaimTakeBackKeepsNoClaimOfADropUnderWayOnRedis: as
+// TestClaimTakeBackKeepsNoClaimOfADeprovisionOnRedis, b's claim of a's
+// chat (set aside) is read and written once instance two's DropManaged
+// of a has marked its drop and before it lists the bindings, so the drop
+// does not see a's claim; the take-back puts it back after the drop
+// listed them. a's claim goes all the same. Before, the take-back read
+// the drop's mark before its write and found it unchanged after, and
+// a's claim outlived the drop.
+func TestClaimTakeBackKeepsNoClaimOfADropUnderWayOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hookedOne, hookedTwo, one, two := hookedPairOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chat := platform.Chat{ID: "701", Space: "700"}
+	if err := one.Claim(ctx, "a", "discord", chat); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	wait := func(ch <-chan struct{}, what string) {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Errorf("waited 10s for %s", what)
+		}
+	}
+	written, dropped := make(chan struct{}), make(chan struct{})
+	claimed := make(chan error, 1)
+	var marked, wrote sync.Once
+	hookedTwo.after = func(op, namespace, _ string) {
+		if op != "put" || namespace != "registry/dropped" {
+			return
+		}
+		marked.Do(func() { // the drop is marked, its bindings not listed yet
+			go func() { claimed <- one.Claim(registry.ForGateway(ctx, "gone", nil), "b", "discord", chat) }()
+			wait(written, "b's claim written")
+		})
+	}
+	hookedOne.after = func(op, namespace, key string) {
+		if op != "cas" || namespace != "registry/bindings" || !strings.Contains(key, "701") {
+			return
+		}
+		wrote.Do(func() { // b's claim replaced a's; its take-back waits for the drop
+			close(written)
+			wait(dropped, "a's drop")
+		})
+	}
+	if _, err := two.DropManaged(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	close(dropped)
+	select {
+	case err := <-claimed:
+		if !errors.Is(err, registry.ErrNotFound) {
+			t.Fatalf("b's claim, asked for by a gateway b does not have: %v, want ErrNotFound", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waited 10s for b's claim to return")
+	}
+	hookedOne.after, hookedTwo.after = nil, nil
+	s, _ := effective(t, two)
+	if a, b := bindingsOf(s, "a", platform.BindScope), bindingsOf(s, "b", platform.BindScope); len(a) != 0 || len(b) != 0 {
+		t.Fatalf("claims after a's drop: a %v, b %v; want none", a, b)
+	}
+}
+
+// TestDropManagedLeavesNoMarkOfADeletedTenantOnRedis: instance two's
+// DropManaged of a (a deprovision) is about to mark its drop when
+// instance one deletes a, whose sweep lists the marks before the mark
+// is written. The mark goes all the same. Before, it stayed for good: one
+// entry for every tenant so deleted.
+func TestDropManagedLeavesNoMarkOfADeletedTenantOnRedis(t *testing.T) {
+	ctx := context.Background()
+	_, hookedTwo, one, two := hookedPairOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	var deleted sync.Once
+	hookedTwo.before = func(op, namespace, _ string) {
+		if op == "put" && namespace == "registry/dropped" {
+			deleted.Do(func() {
+				if err := one.DeleteTenant(ctx, "a"); err != nil {
+					t.Errorf("instance one's delete of a: %v", err)
+				}
+			})
+		}
+	}
+	if _, err := two.DropManaged(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	hookedTwo.before = nil
+	marks, _, err := hookedTwo.Store.Registry().List(ctx, "registry/dropped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(marks) != 0 {
+		t.Fatalf("%d drop marks left after a's deletion, want none", len(marks))
+	}
+}

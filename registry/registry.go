@@ -285,6 +285,11 @@ type Registry struct {
 	principalMu sync.Mutex
 	principals  map[string]chan struct{}
 	declared    atomic.Pointer[State]
+	// wakesMu guards wakes, every wake URL by tenant then gateway as of
+	// nsWake's revision wakesRev or later (wakesOf). Held across its read.
+	wakesMu  sync.Mutex
+	wakes    map[string]map[string]string
+	wakesRev uint64
 }
 
 // New returns the registry kept in st; now is its clock (secret expiry).
@@ -1637,11 +1642,11 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 // data. A look at that tenant after the swap that finds it gone or of
 // another generation than before the write (a deletion whose sweep may
 // have passed the key while it held data, a tenant made again under the
-// id since), or its managed bindings dropped since (DropManaged, whose
-// drop may have passed the key too), takes the swap back: was neither
-// outlives its tenant or a deprovision nor reaches one made again under
-// the id. A look that fails otherwise (the store) keeps it in place, as
-// losing a live tenant's entry is the worse mistake.
+// id since), or its managed bindings dropped since or being dropped
+// (DropManaged, whose drop may have passed the key too), takes the swap
+// back: was neither outlives its tenant or a deprovision nor reaches one
+// made again under the id. A look that fails otherwise (the store) keeps
+// it in place, as losing a live tenant's entry is the worse mistake.
 func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []byte, was replaced) error {
 	if was.tenant == "" || was.gen == tombstone {
 		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
@@ -1652,10 +1657,12 @@ func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []b
 	}
 	after, err := r.tenant(ctx, was.tenant)
 	var drop store.Entry
+	var mark dropMark
 	if err == nil {
 		drop, _, err = r.kv.Get(ctx, nsDropped, was.tenant)
+		_ = json.Unmarshal(drop.Value, &mark) // none, or corrupt: no drop under way
 	}
-	if err == nil && after.Gen == was.gen && bytes.Equal(drop.Value, was.drop) || err != nil && !errors.Is(err, ErrNotFound) {
+	if err == nil && after.Gen == was.gen && bytes.Equal(drop.Value, was.drop) && !mark.Dropping || err != nil && !errors.Is(err, ErrNotFound) {
 		return nil
 	}
 	_, err = r.kv.CompareAndSwap(ctx, namespace, key, was.value, nil)

@@ -124,12 +124,12 @@ func (r *Registry) Wakes(ctx context.Context) (map[string]map[string]string, err
 // WakeTargets returns the wake URLs of tenant's gateways: those registered
 // for a gateway that still belongs to the tenant.
 func (r *Registry) WakeTargets(ctx context.Context, tenant string) ([]wake.Target, error) {
-	wakes, err := r.Wakes(ctx)
+	wakes, err := r.wakesOf(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
 	var out []wake.Target
-	for gateway, url := range wakes[tenant] {
+	for gateway, url := range wakes {
 		if ok, err := r.GatewayOf(ctx, tenant, gateway); err != nil {
 			return nil, err
 		} else if ok {
@@ -137,6 +137,27 @@ func (r *Registry) WakeTargets(ctx context.Context, tenant string) ([]wake.Targe
 		}
 	}
 	return out, nil
+}
+
+// wakesOf returns tenant's wake URLs by gateway id. It lists every
+// tenant's only when a wake URL changed (nsWake's revision), on any
+// instance, since the last listing: a poke (one per tenant and cooldown)
+// costs one small read, not 10,000 tenants' URLs.
+func (r *Registry) wakesOf(ctx context.Context, tenant string) (map[string]string, error) {
+	rev, err := r.kv.Revision(ctx, nsWake)
+	if err != nil {
+		return nil, err
+	}
+	r.wakesMu.Lock()
+	defer r.wakesMu.Unlock()
+	if r.wakes == nil || rev != r.wakesRev {
+		wakes, err := r.Wakes(ctx) // read after rev: as of it or later
+		if err != nil {
+			return nil, err
+		}
+		r.wakes, r.wakesRev = wakes, rev
+	}
+	return r.wakes[tenant], nil
 }
 
 // GatewayOf reports whether gateway id belongs to tenant, in the declared

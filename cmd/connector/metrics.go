@@ -52,8 +52,9 @@ type metrics struct {
 	outboundTimeOf children[[2]string, prometheus.Observer]
 	rateWaitOf     children[string, prometheus.Observer]
 
-	// servedMu guards served and closing: SetTenants runs on an apply,
-	// ConnClosed on a socket's goroutine.
+	// servedMu guards served and closing, and orders the connection
+	// gauge's changes with its deletion: SetTenants runs on an apply,
+	// ConnOpened and ConnClosed on a socket's goroutine.
 	servedMu sync.Mutex
 	// served are the tenants the last registry apply gave (SetTenants).
 	served map[string]time.Time
@@ -391,26 +392,28 @@ func (m *metrics) SetTenants(created map[string]time.Time) {
 	m.served = created
 }
 
-// idle reports whether a connection gauge reads no socket: 0, or below
-// it when a socket opened between SetTenants' read of 0 and its deletion
-// of the series closed after it.
+// idle reports whether a connection gauge reads no socket.
 func idle(g prometheus.Gauge) bool {
 	var d dto.Metric
-	return g.Write(&d) == nil && d.GetGauge().GetValue() <= 0
+	return g.Write(&d) == nil && d.GetGauge().GetValue() == 0
 }
 
 // ConnOpened implements relay.Metrics.
-func (m *metrics) ConnOpened(tenant string) { m.connections.WithLabelValues(tenant).Inc() }
-
-// ConnClosed implements relay.Metrics. The last socket of a tenant no
-// longer served deletes its connection gauge, as SetTenants does: one
-// opened after SetTenants deleted it (authenticated just before the
-// tenant's deletion) would else leave the series for good.
-func (m *metrics) ConnClosed(tenant string) {
-	g := m.connections.WithLabelValues(tenant)
-	g.Dec()
+func (m *metrics) ConnOpened(tenant string) {
 	m.servedMu.Lock()
 	defer m.servedMu.Unlock()
+	m.connections.WithLabelValues(tenant).Inc()
+}
+
+// ConnClosed implements relay.Metrics. The last socket of a tenant not
+// served deletes its connection gauge, as SetTenants does: one opened
+// after SetTenants deleted it (authenticated just before the tenant's
+// deletion) would else leave the series for good.
+func (m *metrics) ConnClosed(tenant string) {
+	m.servedMu.Lock()
+	defer m.servedMu.Unlock()
+	g := m.connections.WithLabelValues(tenant)
+	g.Dec()
 	if _, ok := m.served[tenant]; !ok && idle(g) {
 		m.connections.DeleteLabelValues(tenant)
 		delete(m.closing, tenant)

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TestResolvedSeriesAreTheLabelledOnes: what the relay reports through
@@ -50,5 +54,34 @@ func TestResolvedSeriesAreTheLabelledOnes(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("exported %v, want exactly %v", got, want)
+	}
+}
+
+// TestConnectionGaugeCountsSocketsOfATenantNotServedYet: a socket of a
+// tenant the metrics do not serve yet (the relay is told of a new tenant
+// first) closes while another one opens; the one left open is counted.
+// Before, the close read the gauge 0 and deleted the series between the
+// open's resolving it and raising it: the open raised a series no longer
+// exported (the gauge read 0), and its close, the tenant served by then,
+// left it at -1.
+func TestConnectionGaugeCountsSocketsOfATenantNotServedYet(t *testing.T) {
+	m := newMetrics()
+	for i := range 20000 {
+		tenant := "t" + strconv.Itoa(i)
+		m.ConnOpened(tenant)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); <-start; m.ConnClosed(tenant) }()
+		go func() { defer wg.Done(); <-start; m.ConnOpened(tenant) }()
+		close(start)
+		wg.Wait()
+		var d dto.Metric
+		if err := m.connections.WithLabelValues(tenant).Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		if n := d.GetGauge().GetValue(); n != 1 {
+			t.Fatalf("round %d: the gauge of a tenant not served yet reads %v with one socket open, want 1", i, n)
+		}
 	}
 }
