@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/internal/redistest"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/telegram/telegramtest"
 	"connector/store"
 	"connector/vault"
@@ -291,5 +293,65 @@ func TestPolledPressWhosePosterIsUnknownWhileTheStoreIsDown(t *testing.T) {
 	srv.Restart(t)
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
 		t.Fatalf("the press delivered to %q as %+v, want t1's answer", d.Tenant, d.Event)
+	}
+}
+
+// TestPolledPressWhosePosterIsUnreadable: the record of t1's prompt's
+// poster holds a value the store cannot read (a foreign one), while the
+// store answers everything else. The polled press is retried for a
+// minute (posterWait), then dropped (poster_unknown), and the next poll's
+// DM is delivered. Before, the press was retried for as long as the
+// connector ran, and the long poll, every chat's updates, waited for it.
+func TestPolledPressWhosePosterIsUnreadable(t *testing.T) {
+	const group = -1007778889993
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil).Prompted(t.Context(), strconv.Itoa(group), "79", "t1")
+	rc := srv.Client(t)
+	keys, err := rc.Keys(t.Context(), "*prompt_poster*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the poster record's key: %v, %v", keys, err)
+	}
+	if err := rc.Set(t.Context(), keys[0], "foreign", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktest.New(time.Now())
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk, Metrics: m}, nil)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.Enqueue(groupPress(e, 884300020, group, 79))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, e.sink) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(waitFor):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	wctx, wcancel := context.WithTimeout(t.Context(), waitFor)
+	defer wcancel()
+	if err := clk.WaitSleepers(wctx, 1); err != nil {
+		t.Fatalf("the press was not retried: %v", err)
+	}
+	e.fake.Enqueue([]byte(`{"update_id":884300021,"message":{"message_id":6,"date":1767225300,"chat":{"id":501,"type":"private","first_name":"Ada"},` +
+		`"from":{"id":501,"is_bot":false,"first_name":"Ada"},"text":"hi"}}`))
+	e.sink.Empty(t)
+	clk.Advance(posterWait)
+	platformtest.WaitUntil(t, "the press dropped as poster_unknown", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropPosterUnknown] == 1
+	})
+	if d := e.sink.Next(t); d.Event == nil || d.Event.Text != "hi" {
+		t.Fatalf("the next poll's delivery %+v, want the DM", d.Event)
 	}
 }

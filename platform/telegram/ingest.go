@@ -15,9 +15,18 @@ import (
 // errNotRunning answers updates that arrive while Run is not running.
 var errNotRunning = errors.New("telegram: not running")
 
-// errPosterUnknown answers a press in a chat held by grant whose prompt's
-// poster the store could not look up: it is retried, not dropped.
+// errPosterUnknown answers a press whose prompt's poster the store could
+// not look up: it is retried, not dropped, for posterWait.
 var errPosterUnknown = errors.New("telegram: the pressed prompt's poster could not be looked up")
+
+// posterWait bounds how long after it was received a polled press whose
+// prompt's poster the store could not look up is retried (route): longer
+// than a Redis failover. The next long poll waits for it, every chat's,
+// so a store that cannot read that one record (a foreign value) holds the
+// bot that long, not forever; then the press is dropped (poster_unknown).
+// A webhook's press is received anew at each retry: Telegram's own retry
+// period bounds it.
+const posterWait = time.Minute
 
 // handle ingests one update (a webhook's) in its chat's turn and returns
 // once it is delivered or dropped (prepare, then ingest). Updates of one
@@ -142,7 +151,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		return readied{}
 	}
 	tenant, owner, drop := p.route(ctx, in)
-	if drop == posterUnknown {
+	if drop == dropPosterUnknown && p.deps.Clock.Now().Sub(received) < posterWait {
 		return readied{err: errPosterUnknown}
 	}
 	if drop != "" {
