@@ -1406,9 +1406,12 @@ func TestReplyWhileTheStoreIsDown(t *testing.T) {
 // TestTapWhileTheStoreIsDown: t1 prompted Ada on one instance; her tap
 // reaches another, which does not hold the prompt's record in memory,
 // while Redis is down: it is answered 503 (Meta retries) and delivered
-// nowhere, then, with Redis back, it is t1's prompt_response. Before, it
-// was taken for a tap on no prompt of the connector's: a text turn
-// ("Yes") to the number's owner, and the prompt was never answered.
+// nowhere; so it is with Redis back while the prompt's record alone holds
+// a value the store cannot read (a foreign one: the tap's delivered mark
+// is looked up first, and fails with Redis down); then, with the record
+// back, it is t1's prompt_response. Before, it was taken for a tap on no
+// prompt of the connector's: a text turn ("Yes") to the number's owner,
+// and the prompt was never answered.
 func TestTapWhileTheStoreIsDown(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
 	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
@@ -1434,6 +1437,27 @@ func TestTapWhileTheStoreIsDown(t *testing.T) {
 		t.Fatalf("the tap with the store down was delivered: %+v", got[0].Event)
 	}
 	srv.Restart(t)
+	rc := srv.Client(t)
+	keys, err := rc.Keys(t.Context(), "*whatsapp_cloud.prompt*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the prompt record's key: %v, %v", keys, err)
+	}
+	record, err := rc.Get(t.Context(), keys[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Set(t.Context(), keys[0], "foreign", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.post(t, tap); code != http.StatusServiceUnavailable {
+		t.Fatalf("the tap with its prompt's record unreadable was answered %d, want 503", code)
+	}
+	if got := b.sink.all(); len(got) != 0 {
+		t.Fatalf("the tap with its prompt's record unreadable was delivered: %+v", got[0].Event)
+	}
+	if err := rc.Set(t.Context(), keys[0], record, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if code := b.post(t, tap); code != http.StatusOK {
 		t.Fatalf("the tap with the store back was answered %d", code)
 	}
@@ -1473,3 +1497,4 @@ func TestRedeliveryWhileTheStoreIsDown(t *testing.T) {
 		t.Fatalf("the redelivery was delivered again: %+v", got[0].Event)
 	}
 }
+
