@@ -1498,3 +1498,43 @@ func TestRedeliveryWhileTheStoreIsDown(t *testing.T) {
 	}
 }
 
+// marklessVault is a vault whose delivered-message marks cannot be stored.
+type marklessVault struct{ vault.Store }
+
+func (v marklessVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindWhatsAppMessage {
+		return errors.New("store down")
+	}
+	return v.Store.Put(ctx, k, e)
+}
+
+// TestTapSentAgainWithoutItsDeliveredMark: Ada's tap answered t1's prompt,
+// but its delivered mark could not be stored; Meta sends the tap again:
+// it is dropped as a duplicate, while a second tap of hers is a text turn.
+// Before, the copy was delivered again as a text turn ("Yes").
+func TestTapSentAgainWithoutItsDeliveredMark(t *testing.T) {
+	r := newRig(t, marklessVault{vault.NewMemory(vault.Config{})}, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.M0")
+	res := r.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+		"options": []any{map[string]any{"id": "yes", "label": "Yes"}, map[string]any{"id": "no", "label": "No"}}})
+	if !res.Success {
+		t.Fatalf("t1's prompt: %+v", res)
+	}
+	tap := whatsapptest.Tap(biz1, ada, "Ada", "wamid.M1", res.MessageID, "hp1:p1:yes", "Yes", false)
+	for range 2 {
+		if code := r.post(t, tap); code != http.StatusOK {
+			t.Fatalf("the tap: %d", code)
+		}
+	}
+	if code := r.post(t, whatsapptest.Tap(biz1, ada, "Ada", "wamid.M2", res.MessageID, "hp1:p1:no", "No", false)); code != http.StatusOK {
+		t.Fatalf("the second tap: %d", code)
+	}
+	got := r.sink.all()
+	if len(got) != 3 || got[1].Event.PromptResponse == nil || got[2].Event.Text != "No" {
+		t.Fatalf("deliveries %+v, want the conversation's message, the prompt's answer, then the second tap as text", got)
+	}
+	if n := r.stats.get(r.stats.dropped, dropDuplicate); n != 1 {
+		t.Errorf("%d duplicates dropped, want the tap's copy", n)
+	}
+}
