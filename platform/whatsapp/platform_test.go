@@ -1403,6 +1403,45 @@ func TestReplyWhileTheStoreIsDown(t *testing.T) {
 	}
 }
 
+// TestReplyToALinkedUserWhileTheStoreIsDown: Ada, linked to t2, wrote to
+// a number no tenant owns, so t2's conversation with her goes out from
+// it. With Redis down, t2's reply on another instance is answered
+// unavailable, and goes out from that number once Redis is back. Before,
+// it went out at once from t2's own number, which Ada never wrote to.
+func TestReplyToALinkedUserWhileTheStoreIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	const ada = "447700900123"
+	var rigs []*rig
+	for range 2 {
+		r := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+		if err := r.p.Bind([]platform.Binding{{Kind: platform.BindPhoneNumber, ID: biz2.PhoneNumberID, Tenant: "t2"}, {Kind: platform.BindUser, ID: ada, Tenant: "t2"}}); err != nil {
+			t.Fatal(err)
+		}
+		rigs = append(rigs, r)
+	}
+	rigs[0].converse(t, biz3, ada, "wamid.LD1")
+	b := rigs[1]
+	send := func() contract.Result {
+		return b.exec(t, "t2", map[string]any{"op": "send", "chat_id": ada, "content": "hi"})
+	}
+	srv.Kill(t)
+	if res := send(); res.Code != contract.CodeUnavailable {
+		t.Fatalf("t2's reply with the store down = %+v, want unavailable", res)
+	}
+	srv.Restart(t)
+	if res := send(); !res.Success {
+		t.Fatalf("t2's reply with the store back = %+v", res)
+	}
+	if s := b.fake.Sent(); len(s) != 1 || s[0].PhoneNumberID != biz3.PhoneNumberID {
+		t.Fatalf("sent %+v, want once from the number Ada wrote to", s)
+	}
+}
+
 // TestTapWhileTheStoreIsDown: t1 prompted Ada on one instance; her tap
 // reaches another, which does not hold the prompt's record in memory,
 // while Redis is down: it is answered 503 (Meta retries) and delivered
