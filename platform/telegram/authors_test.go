@@ -355,3 +355,69 @@ func TestPolledPressWhosePosterIsUnreadable(t *testing.T) {
 		t.Fatalf("the next poll's delivery %+v, want the DM", d.Event)
 	}
 }
+
+// TestPolledPressBehindAPressWhosePosterIsUnreadable: one getUpdates
+// answer holds two presses of user 501 (linked to t1) in a group, of two
+// prompts of t1's; the first one's poster record holds a foreign value
+// until it is written again. The first press is retried, the second waits
+// behind it: the chat's two answers reach t1 in order. Before, the second
+// went into the answer's batch and reached t1 first.
+func TestPolledPressBehindAPressWhosePosterIsUnreadable(t *testing.T) {
+	const group = -1007778889994
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	elsewhere := platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil)
+	elsewhere.Prompted(t.Context(), strconv.Itoa(group), "80", "t1")
+	rc := srv.Client(t)
+	keys, err := rc.Keys(t.Context(), "*prompt_poster*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the poster record's key: %v, %v", keys, err)
+	}
+	record, err := rc.Get(t.Context(), keys[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Set(t.Context(), keys[0], "foreign", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere.Prompted(t.Context(), strconv.Itoa(group), "81", "t1")
+	clk := clocktest.New(time.Now())
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk}, nil)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	close(release)
+	sink := &batchSink{Sink: e.sink, batches: make(chan [2]int, 4), release: release, polls: func() int { return 0 }}
+	e.fake.Enqueue(groupPress(e, 884300030, group, 80))
+	e.fake.Enqueue(groupPress(e, 884300031, group, 81))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(waitFor):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	wctx, wcancel := context.WithTimeout(t.Context(), waitFor)
+	defer wcancel()
+	if err := clk.WaitSleepers(wctx, 1); err != nil {
+		t.Fatalf("the first press was not retried: %v", err)
+	}
+	if err := rc.Set(t.Context(), keys[0], record, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	for _, want := range []string{"80", "81"} {
+		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptMessageID != want {
+			t.Fatalf("delivered to %q: %+v, want t1's answer of prompt %s", d.Tenant, d.Event, want)
+		}
+	}
+}
