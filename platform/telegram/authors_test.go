@@ -421,3 +421,53 @@ func TestPolledPressBehindAPressWhosePosterIsUnreadable(t *testing.T) {
 		}
 	}
 }
+
+// TestPressWhosePosterIsUnreadable: as TestPolledPressWhosePosterIsUnreadable,
+// through the webhook: the press is answered 503 (Telegram retries, and
+// sends the chat's later updates only once it is answered) for a minute
+// from its first arrival, then 200 and dropped (poster_unknown). Before,
+// every retry was answered 503, for as long as Telegram retried.
+func TestPressWhosePosterIsUnreadable(t *testing.T) {
+	const group = -1007778889995
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil).Prompted(t.Context(), strconv.Itoa(group), "82", "t1")
+	rc := srv.Client(t)
+	keys, err := rc.Keys(t.Context(), "*prompt_poster*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the poster record's key: %v, %v", keys, err)
+	}
+	if err := rc.Set(t.Context(), keys[0], "foreign", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktest.New(time.Now())
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk, Metrics: m}, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	e.startWebhook(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	press := groupPress(e, 884300040, group, 82)
+	for range 2 {
+		if code := e.post(t, press); code != http.StatusServiceUnavailable {
+			t.Fatalf("the press within a minute was answered %d, want 503", code)
+		}
+		clk.Advance(posterWait / 2)
+	}
+	if code := e.post(t, press); code != http.StatusOK {
+		t.Fatalf("the press a minute on was answered %d, want 200", code)
+	}
+	e.sink.Empty(t)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := m.dropped[dropPosterUnknown]; n != 1 {
+		t.Fatalf("%d presses dropped as poster_unknown, want 1", n)
+	}
+}

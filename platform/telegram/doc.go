@@ -86,8 +86,8 @@
 // tenant's of the id; or of an undated, inaccessible message within
 // datelessPressWindow of the creation; unless the record of the prompt's
 // poster, kept 30 days, names the tenant as it is now), poster_unknown (a
-// polled press whose prompt's poster the store could not look up for a
-// minute, posterWait), every dropped press answered,
+// press whose prompt's poster the store could not look up for a minute,
+// posterWait), every dropped press answered,
 // or the gate's topic_not_allowed, thread_ignored, mentions_other_bots,
 // chat_not_allowed, bot_not_mentioned, not_mentioned and observed. Redeliveries are dropped by update_id
 // (the last dedupe_window ids of the instance; with several instances a
