@@ -18,7 +18,8 @@
 //	405  any method but POST
 //	413  the body exceeds max_webhook_bytes
 //	503  the relay refused the delivery, Run is not running, the store
-//	     could not tell a pressed prompt's poster (authors.go), or another
+//	     could not tell a pressed prompt's poster (authors.go; for a
+//	     minute from the press's first arrival, posterWait), or another
 //	     instance is handling the same update: Telegram retries, and
 //	     update_id dedupe drops a copy that did get through
 //
