@@ -304,21 +304,7 @@ func TestPolledPressWhosePosterIsUnknownWhileTheStoreIsDown(t *testing.T) {
 // connector ran, and the long poll, every chat's updates, waited for it.
 func TestPolledPressWhosePosterIsUnreadable(t *testing.T) {
 	const group = -1007778889993
-	srv := redistest.Start(t, redistest.Options{})
-	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil).Prompted(t.Context(), strconv.Itoa(group), "79", "t1")
-	rc := srv.Client(t)
-	keys, err := rc.Keys(t.Context(), "*prompt_poster*").Result()
-	if err != nil || len(keys) != 1 {
-		t.Fatalf("the poster record's key: %v, %v", keys, err)
-	}
-	if err := rc.Set(t.Context(), keys[0], "foreign", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := unreadablePoster(t, group, "79")
 	clk := clocktest.New(time.Now())
 	m := &countingMetrics{}
 	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk, Metrics: m}, nil)
@@ -364,27 +350,8 @@ func TestPolledPressWhosePosterIsUnreadable(t *testing.T) {
 // went into the answer's batch and reached t1 first.
 func TestPolledPressBehindAPressWhosePosterIsUnreadable(t *testing.T) {
 	const group = -1007778889994
-	srv := redistest.Start(t, redistest.Options{})
-	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	elsewhere := platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil)
-	elsewhere.Prompted(t.Context(), strconv.Itoa(group), "80", "t1")
-	rc := srv.Client(t)
-	keys, err := rc.Keys(t.Context(), "*prompt_poster*").Result()
-	if err != nil || len(keys) != 1 {
-		t.Fatalf("the poster record's key: %v, %v", keys, err)
-	}
-	record, err := rc.Get(t.Context(), keys[0]).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Set(t.Context(), keys[0], "foreign", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	elsewhere.Prompted(t.Context(), strconv.Itoa(group), "81", "t1")
+	st, writeBack := unreadablePoster(t, group, "80")
+	platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil).Prompted(t.Context(), strconv.Itoa(group), "81", "t1")
 	clk := clocktest.New(time.Now())
 	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk}, nil)
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
@@ -411,9 +378,7 @@ func TestPolledPressBehindAPressWhosePosterIsUnreadable(t *testing.T) {
 	if err := clk.WaitSleepers(wctx, 1); err != nil {
 		t.Fatalf("the first press was not retried: %v", err)
 	}
-	if err := rc.Set(t.Context(), keys[0], record, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	writeBack()
 	clk.Advance(time.Second)
 	for _, want := range []string{"80", "81"} {
 		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptMessageID != want {
@@ -429,21 +394,7 @@ func TestPolledPressBehindAPressWhosePosterIsUnreadable(t *testing.T) {
 // every retry was answered 503, for as long as Telegram retried.
 func TestPressWhosePosterIsUnreadable(t *testing.T) {
 	const group = -1007778889995
-	srv := redistest.Start(t, redistest.Options{})
-	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil).Prompted(t.Context(), strconv.Itoa(group), "82", "t1")
-	rc := srv.Client(t)
-	keys, err := rc.Keys(t.Context(), "*prompt_poster*").Result()
-	if err != nil || len(keys) != 1 {
-		t.Fatalf("the poster record's key: %v, %v", keys, err)
-	}
-	if err := rc.Set(t.Context(), keys[0], "foreign", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := unreadablePoster(t, group, "82")
 	clk := clocktest.New(time.Now())
 	m := &countingMetrics{}
 	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk, Metrics: m}, func(c *Config) {
@@ -469,5 +420,37 @@ func TestPressWhosePosterIsUnreadable(t *testing.T) {
 	defer m.mu.Unlock()
 	if n := m.dropped[dropPosterUnknown]; n != 1 {
 		t.Fatalf("%d presses dropped as poster_unknown, want 1", n)
+	}
+}
+
+// unreadablePoster starts Redis and records t1 as the poster of prompt
+// msgID in group there, as another instance would, under a value the
+// store cannot read (a foreign one) until writeBack writes the record
+// back.
+func unreadablePoster(t *testing.T, group int64, msgID string) (st store.Store, writeBack func()) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil).Prompted(t.Context(), strconv.FormatInt(group, 10), msgID, "t1")
+	rc := srv.Client(t)
+	keys, err := rc.Keys(t.Context(), "*prompt_poster*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the poster record's key: %v, %v", keys, err)
+	}
+	record, err := rc.Get(t.Context(), keys[0]).Result()
+	if err == nil {
+		err = rc.Set(t.Context(), keys[0], "foreign", 0).Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, func() {
+		if err := rc.Set(t.Context(), keys[0], record, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
