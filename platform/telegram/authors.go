@@ -33,8 +33,8 @@ import (
 // (the callback data has no room to name its tenant). A press elsewhere is
 // its chat's tenant's, unless earlierPrompt suspects an earlier tenant's
 // of the id and the record does not name the tenant as it is now.
-// A press whose poster the store could not look up is not dropped but
-// held for a retry (posterUnknown).
+// A press whose poster the store could not look up is retried for a
+// while (dropPosterUnknown, posterWait).
 // A press answered by its poster renews the poster's grant only while the
 // presser is linked to it, as Discord's route does. created is the
 // tenant's creation (vault.Creation) as the ownership (or the prompt's
@@ -63,14 +63,14 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 			r.Tenant, created = t, vault.Creation(p.deps.Vault, t) // as PromptPoster judged its record
 		case ok || p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant):
 		case err != nil:
-			return "", time.Time{}, false, posterUnknown
+			return "", time.Time{}, false, dropPosterUnknown
 		default:
 			return "", time.Time{}, false, dropPromptNotOwned
 		}
 	case p.earlierPrompt(r.Tenant, in.prompted):
 		switch t, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); {
 		case err != nil:
-			return "", time.Time{}, false, posterUnknown
+			return "", time.Time{}, false, dropPosterUnknown
 		case !ok || t != r.Tenant:
 			return "", time.Time{}, false, dropEarlierTenantPrompt
 		}

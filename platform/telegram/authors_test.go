@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/internal/redistest"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/telegram/telegramtest"
 	"connector/store"
 	"connector/vault"
@@ -291,5 +293,164 @@ func TestPolledPressWhosePosterIsUnknownWhileTheStoreIsDown(t *testing.T) {
 	srv.Restart(t)
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
 		t.Fatalf("the press delivered to %q as %+v, want t1's answer", d.Tenant, d.Event)
+	}
+}
+
+// TestPolledPressWhosePosterIsUnreadable: the record of t1's prompt's
+// poster holds a value the store cannot read (a foreign one), while the
+// store answers everything else. The polled press is retried for a
+// minute (posterWait), then dropped (poster_unknown), and the next poll's
+// DM is delivered. Before, the press was retried for as long as the
+// connector ran, and the long poll, every chat's updates, waited for it.
+func TestPolledPressWhosePosterIsUnreadable(t *testing.T) {
+	const group = -1007778889993
+	st, _ := unreadablePoster(t, group, "79")
+	clk := clocktest.New(time.Now())
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk, Metrics: m}, nil)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.Enqueue(groupPress(e, 884300020, group, 79))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, e.sink) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(waitFor):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	wctx, wcancel := context.WithTimeout(t.Context(), waitFor)
+	defer wcancel()
+	if err := clk.WaitSleepers(wctx, 1); err != nil {
+		t.Fatalf("the press was not retried: %v", err)
+	}
+	e.fake.Enqueue([]byte(`{"update_id":884300021,"message":{"message_id":6,"date":1767225300,"chat":{"id":501,"type":"private","first_name":"Ada"},` +
+		`"from":{"id":501,"is_bot":false,"first_name":"Ada"},"text":"hi"}}`))
+	e.sink.Empty(t)
+	clk.Advance(posterWait)
+	platformtest.WaitUntil(t, "the press dropped as poster_unknown", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropPosterUnknown] == 1
+	})
+	if d := e.sink.Next(t); d.Event == nil || d.Event.Text != "hi" {
+		t.Fatalf("the next poll's delivery %+v, want the DM", d.Event)
+	}
+}
+
+// TestPolledPressBehindAPressWhosePosterIsUnreadable: one getUpdates
+// answer holds two presses of user 501 (linked to t1) in a group, of two
+// prompts of t1's; the first one's poster record holds a foreign value
+// until it is written again. The first press is retried, the second waits
+// behind it: the chat's two answers reach t1 in order. Before, the second
+// went into the answer's batch and reached t1 first.
+func TestPolledPressBehindAPressWhosePosterIsUnreadable(t *testing.T) {
+	const group = -1007778889994
+	st, writeBack := unreadablePoster(t, group, "80")
+	platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil).Prompted(t.Context(), strconv.Itoa(group), "81", "t1", time.Time{})
+	clk := clocktest.New(time.Now())
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk}, nil)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	close(release)
+	sink := &batchSink{Sink: e.sink, batches: make(chan [2]int, 4), release: release, polls: func() int { return 0 }}
+	e.fake.Enqueue(groupPress(e, 884300030, group, 80))
+	e.fake.Enqueue(groupPress(e, 884300031, group, 81))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(waitFor):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	wctx, wcancel := context.WithTimeout(t.Context(), waitFor)
+	defer wcancel()
+	if err := clk.WaitSleepers(wctx, 1); err != nil {
+		t.Fatalf("the first press was not retried: %v", err)
+	}
+	writeBack()
+	clk.Advance(time.Second)
+	for _, want := range []string{"80", "81"} {
+		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptMessageID != want {
+			t.Fatalf("delivered to %q: %+v, want t1's answer of prompt %s", d.Tenant, d.Event, want)
+		}
+	}
+}
+
+// TestPressWhosePosterIsUnreadable: as TestPolledPressWhosePosterIsUnreadable,
+// through the webhook: the press is answered 503 (Telegram retries, and
+// sends the chat's later updates only once it is answered) for a minute
+// from its first arrival, then 200 and dropped (poster_unknown). Before,
+// every retry was answered 503, for as long as Telegram retried.
+func TestPressWhosePosterIsUnreadable(t *testing.T) {
+	const group = -1007778889995
+	st, _ := unreadablePoster(t, group, "82")
+	clk := clocktest.New(time.Now())
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk, Metrics: m}, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	e.startWebhook(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	press := groupPress(e, 884300040, group, 82)
+	for range 2 {
+		if code := e.post(t, press); code != http.StatusServiceUnavailable {
+			t.Fatalf("the press within a minute was answered %d, want 503", code)
+		}
+		clk.Advance(posterWait / 2)
+	}
+	if code := e.post(t, press); code != http.StatusOK {
+		t.Fatalf("the press a minute on was answered %d, want 200", code)
+	}
+	e.sink.Empty(t)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := m.dropped[dropPosterUnknown]; n != 1 {
+		t.Fatalf("%d presses dropped as poster_unknown, want 1", n)
+	}
+}
+
+// unreadablePoster starts Redis and records t1 as the poster of prompt
+// msgID in group there, as another instance would, under a value the
+// store cannot read (a foreign one) until writeBack writes the record
+// back.
+func unreadablePoster(t *testing.T, group int64, msgID string) (st store.Store, writeBack func()) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil).Prompted(t.Context(), strconv.FormatInt(group, 10), msgID, "t1", time.Time{})
+	rc := srv.Client(t)
+	keys, err := rc.Keys(t.Context(), "*prompt_poster*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the poster record's key: %v, %v", keys, err)
+	}
+	record, err := rc.Get(t.Context(), keys[0]).Result()
+	if err == nil {
+		err = rc.Set(t.Context(), keys[0], "foreign", 0).Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, func() {
+		if err := rc.Set(t.Context(), keys[0], record, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -33,8 +33,10 @@ func (p *Platform) inAnswer(id int64) bool {
 // deliveries in one store write, so a sequential source pays one commit
 // (one fsync of the embedded store) per answer instead of one per update.
 // An update counts as done for the offset (offsetGate) only once stored;
-// one the sink refused is retried on its own (ingestOne). A sink that takes
-// no batches gets each update through ingestOne.
+// one the sink refused is retried on its own (ingestOne), as is a press
+// whose prompt's poster route could not look up, with its chat's later
+// updates, which stay behind it. A sink that takes no batches gets each
+// update through ingestOne.
 func (p *Platform) ingestAnswer(ctx context.Context, answer []polledUpdate) {
 	var bs platform.BatchSink
 	if sink := p.sink.Load(); sink != nil {
@@ -62,39 +64,46 @@ func (p *Platform) ingestAnswer(ctx context.Context, answer []polledUpdate) {
 	wg.Wait()
 	ds := make([]platform.Delivery, 0, len(answer))
 	idx := make([]int, 0, len(answer))
+	var held []int            // retried (route could not tell a press's poster), with its chat's later updates
+	chats := map[int64]bool{} // the chats of held
 	for i := range answer {
-		if ready[i].deliver {
+		switch chat := answer[i].in.chatID; {
+		case ready[i].err != nil || ready[i].deliver && chats[chat]:
+			held, chats[chat] = append(held, i), true
+		case ready[i].deliver:
 			ds = append(ds, ready[i].d)
 			idx = append(idx, i)
-			continue
+		default:
+			p.offsets.done(answer[i].u.ID)
 		}
-		if ready[i].err != nil {
-			p.ingestOne(ctx, &answer[i]) // retried, as a refused delivery
-			continue
-		}
-		p.offsets.done(answer[i].u.ID)
 	}
+	p.retry(ctx, answer, ready, held)
 	if len(ds) == 0 {
 		return
 	}
 	errs := bs.DeliverAll(dctx, ds)
-	failed := func(n int) bool { return errs != nil && errs[n] != nil }
-	// The context a refused delivery took goes back to its chat topic
-	// before any retry, the latest first, so that it stays in order.
-	for n, i := range slices.Backward(idx) {
-		if failed(n) {
-			p.observed.Restore(ready[i].observed, answer[i].in.event.Context)
-		}
-	}
+	var failed []int
 	for n, i := range idx {
-		pu := &answer[i]
-		if failed(n) {
-			p.log.Warn("telegram update not delivered, retrying", "update_id", pu.u.ID, "err", errs[n])
-			pu.in, _ = normalize(pu.u, p.mapping.Load()) // afresh: ready may have changed it
-			p.ingestOne(ctx, pu)
+		if errs != nil && errs[n] != nil {
+			p.log.Warn("telegram update not delivered, retrying", "update_id", answer[i].u.ID, "err", errs[n])
+			failed = append(failed, i)
 			continue
 		}
-		p.delivered(pu.u, &pu.in, ready[i].d.Tenant)
-		p.offsets.done(pu.u.ID)
+		p.delivered(answer[i].u, &answer[i].in, ready[i].d.Tenant)
+		p.offsets.done(answer[i].u.ID)
+	}
+	p.retry(ctx, answer, ready, failed)
+}
+
+// retry hands the updates at is of answer, which ready readied, to
+// ingestOne in order, once the context each took is back with its chat
+// topic (the latest first, so that it stays in order).
+func (p *Platform) retry(ctx context.Context, answer []polledUpdate, ready []readied, is []int) {
+	for _, i := range slices.Backward(is) {
+		p.observed.Restore(ready[i].observed, answer[i].in.event.Context)
+	}
+	for _, i := range is {
+		answer[i].in, _ = normalize(answer[i].u, p.mapping.Load()) // afresh: ready may have changed it
+		p.ingestOne(ctx, &answer[i])
 	}
 }

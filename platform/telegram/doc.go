@@ -18,7 +18,8 @@
 //	405  any method but POST
 //	413  the body exceeds max_webhook_bytes
 //	503  the relay refused the delivery, Run is not running, the store
-//	     could not tell a pressed prompt's poster (authors.go), or another
+//	     could not tell a pressed prompt's poster (authors.go; for a
+//	     minute from the press's first arrival, posterWait), or another
 //	     instance is handling the same update: Telegram retries, and
 //	     update_id dedupe drops a copy that did get through
 //
@@ -85,8 +86,9 @@
 // date, in whole seconds, went before its tenant's creation: an earlier
 // tenant's of the id; or of an undated, inaccessible message within
 // datelessPressWindow of the creation; unless the record of the prompt's
-// poster, kept 30 days, names the tenant as it is now), every dropped
-// press answered,
+// poster, kept 30 days, names the tenant as it is now), poster_unknown (a
+// press whose prompt's poster the store could not look up for a minute,
+// posterWait), every dropped press answered,
 // or the gate's topic_not_allowed, thread_ignored, mentions_other_bots,
 // chat_not_allowed, bot_not_mentioned, not_mentioned and observed. Redeliveries are dropped by update_id
 // (the last dedupe_window ids of the instance; with several instances a

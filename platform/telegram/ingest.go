@@ -15,9 +15,18 @@ import (
 // errNotRunning answers updates that arrive while Run is not running.
 var errNotRunning = errors.New("telegram: not running")
 
-// errPosterUnknown answers a press in a chat held by grant whose prompt's
-// poster the store could not look up: it is retried, not dropped.
+// errPosterUnknown answers a press whose prompt's poster the store could
+// not look up: it is retried, not dropped, for posterWait.
 var errPosterUnknown = errors.New("telegram: the pressed prompt's poster could not be looked up")
+
+// posterWait bounds how long after it was first received a press whose
+// prompt's poster the store could not look up is retried (route, ready):
+// longer than a Redis failover. Its chat's later updates wait for it
+// (Telegram sends a webhook the next once it is answered), and when
+// polling the next long poll, every chat's; so a store that cannot read
+// that one record (a foreign value) holds them that long, not for good.
+// Then the press is dropped (poster_unknown).
+const posterWait = time.Minute
 
 // handle ingests one update (a webhook's) in its chat's turn and returns
 // once it is delivered or dropped (prepare, then ingest). Updates of one
@@ -142,8 +151,10 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		return readied{}
 	}
 	tenant, created, owner, drop := p.route(ctx, in)
-	if drop == posterUnknown {
-		return readied{err: errPosterUnknown}
+	if drop == dropPosterUnknown {
+		if first, held, _ := p.posterUnknown.PeekOrAdd(u.ID, received); !held || p.deps.Clock.Now().Sub(first) < posterWait {
+			return readied{err: errPosterUnknown}
+		}
 	}
 	if drop != "" {
 		if in.callbackID != "" {

@@ -61,9 +61,9 @@ const (
 	// dropPromptNotOwned: a press, in a chat held by grant, of a prompt
 	// no live mark names the pressed tenant the poster of (route).
 	dropPromptNotOwned = "prompt_not_owned"
-	// posterUnknown is no drop: a press whose prompt's poster the store
-	// could not look up (route) is retried, as a refused delivery is.
-	posterUnknown = "poster_unknown"
+	// dropPosterUnknown: a press whose prompt's poster the store could
+	// not look up (route), retried for posterWait first.
+	dropPosterUnknown = "poster_unknown"
 )
 
 // normalize maps u to the event the native Hermes Telegram adapter would

@@ -81,6 +81,9 @@ type Platform struct {
 	// took so far (batch.go); only that one goroutine touches it.
 	answer    []polledUpdate
 	unclaimed *lru.Cache[int64, struct{}] // unclaimed chats already logged (the latest 1,024)
+	// posterUnknown is when each of the latest 1,024 presses whose prompt's
+	// poster route could not look up was first received (posterWait).
+	posterUnknown *lru.Cache[int64, time.Time]
 
 	budget *fairshare.Scheduler
 	limits *limiter
@@ -140,6 +143,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.storeLogs = loglimit.NewBucket(storeLogRate, p.deps.Clock)
 	p.unclaimed, _ = lru.New[int64, struct{}](1024)
+	p.posterUnknown, _ = lru.New[int64, time.Time](1024)
 	p.rehosts = platform.NewRehosts(p.deps.Clock)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	p.drafts, _ = lru.New[wireDraft, draftKey](sealedDrafts)

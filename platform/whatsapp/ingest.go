@@ -128,6 +128,10 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			return err
 		}
 		if tapped { // a tap on a prompt of the connector's: its poster's
+			if wamid != "" && rec.By == wamid { // Meta's copy of the tap that answered it, its delivered mark not stored
+				p.drop(dropDuplicate, number, sender)
+				return nil
+			}
 			if !p.mayAct(rec.Tenant, sender, number) {
 				p.drop(dropPromptNotOwned, number, sender)
 				return nil
@@ -189,7 +193,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			p.rehosts.Delivered(tenant, strings.TrimSpace(md.ID))
 		}
 		if ev.PromptResponse != nil { // one tap answers a prompt
-			rec.Answered = true
+			rec.Answered, rec.By = true, wamid
 			p.promptPosted(ctx, number, sender, rec.msgID, rec)
 		}
 		return nil
@@ -366,11 +370,13 @@ func (liveTap) native(string, string) bool { return false }
 func (l liveTap) prompt(_, promptID string) bool { return l != "" && promptID == string(l) }
 
 // promptRecord is who posted a prompt message (the tenant as created, and
-// the action's prompt_id) and whether a tap answered it already.
+// the action's prompt_id) and whether a tap answered it already (By: that
+// tap's message id, so a copy of it Meta sends again is no later tap).
 type promptRecord struct {
 	Tenant   string    `json:"t"`
 	PromptID string    `json:"p"`
 	Answered bool      `json:"a,omitempty"`
+	By       string    `json:"b,omitempty"`
 	Created  time.Time `json:"c,omitzero"` // the tenant's creation (the vault's Since) when it posted
 	stored   time.Time // when the prompt was sent (the vault entry's Stored)
 	msgID    string    // the prompt message's id

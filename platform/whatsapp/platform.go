@@ -279,20 +279,20 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // number is tenant's own or (a number no tenant owns) reached tenant by
 // author link (mayAct), which holds only while the user is still linked
 // to tenant (the conversation outlives a revoked link or an unbound number
-// by up to 30 days); else, for a user linked to tenant, tenant's own
-// lowest number. ok is false otherwise, with err (wrapping
-// platform.ErrUnavailable) when the store could not tell the
-// conversation.
+// by up to 30 days); else, when the store could not tell the
+// conversation, err (wrapping platform.ErrUnavailable: the user may have
+// written to another number than the next rule's); else, for a user
+// linked to tenant, tenant's own lowest number. ok is false otherwise.
 func (p *Platform) sender(ctx context.Context, tenant, user string) (c chat, ok bool, err error) {
 	cv, ok, err := p.conversation(ctx, tenant, user)
-	if ok && p.mayAct(tenant, user, cv.Number) {
+	switch {
+	case ok && p.mayAct(tenant, user, cv.Number):
 		return chat{user: user, number: cv.Number, last: cv.Last, wrote: cv.wrote}, true, nil
+	case err != nil:
+		return chat{}, false, fmt.Errorf("whatsapp: conversation: %w", platform.ErrUnavailable)
 	}
 	if number := p.ownNumber(tenant); number != "" && p.owners.Load().Linked(user, tenant) {
 		return chat{user: user, number: number}, true, nil
-	}
-	if err != nil {
-		return chat{}, false, fmt.Errorf("whatsapp: conversation: %w", platform.ErrUnavailable)
 	}
 	return chat{}, false, nil
 }

@@ -1403,12 +1403,54 @@ func TestReplyWhileTheStoreIsDown(t *testing.T) {
 	}
 }
 
+// TestReplyToALinkedUserWhileTheStoreIsDown: Ada, linked to t2, wrote to
+// a number no tenant owns, so t2's conversation with her goes out from
+// it. With Redis down, t2's reply on another instance is answered
+// unavailable, and goes out from that number once Redis is back. Before,
+// it went out at once from t2's own number, which Ada never wrote to.
+func TestReplyToALinkedUserWhileTheStoreIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	const ada = "447700900123"
+	var rigs []*rig
+	for range 2 {
+		r := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+		if err := r.p.Bind([]platform.Binding{{Kind: platform.BindPhoneNumber, ID: biz2.PhoneNumberID, Tenant: "t2"}, {Kind: platform.BindUser, ID: ada, Tenant: "t2"}}); err != nil {
+			t.Fatal(err)
+		}
+		rigs = append(rigs, r)
+	}
+	rigs[0].converse(t, biz3, ada, "wamid.LD1")
+	b := rigs[1]
+	send := func() contract.Result {
+		return b.exec(t, "t2", map[string]any{"op": "send", "chat_id": ada, "content": "hi"})
+	}
+	srv.Kill(t)
+	if res := send(); res.Code != contract.CodeUnavailable {
+		t.Fatalf("t2's reply with the store down = %+v, want unavailable", res)
+	}
+	srv.Restart(t)
+	if res := send(); !res.Success {
+		t.Fatalf("t2's reply with the store back = %+v", res)
+	}
+	if s := b.fake.Sent(); len(s) != 1 || s[0].PhoneNumberID != biz3.PhoneNumberID {
+		t.Fatalf("sent %+v, want once from the number Ada wrote to", s)
+	}
+}
+
 // TestTapWhileTheStoreIsDown: t1 prompted Ada on one instance; her tap
 // reaches another, which does not hold the prompt's record in memory,
 // while Redis is down: it is answered 503 (Meta retries) and delivered
-// nowhere, then, with Redis back, it is t1's prompt_response. Before, it
-// was taken for a tap on no prompt of the connector's: a text turn
-// ("Yes") to the number's owner, and the prompt was never answered.
+// nowhere; so it is with Redis back while the prompt's record alone holds
+// a value the store cannot read (a foreign one: the tap's delivered mark
+// is looked up first, and fails with Redis down); then, with the record
+// back, it is t1's prompt_response. Before, it was taken for a tap on no
+// prompt of the connector's: a text turn ("Yes") to the number's owner,
+// and the prompt was never answered.
 func TestTapWhileTheStoreIsDown(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
 	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
@@ -1434,6 +1476,27 @@ func TestTapWhileTheStoreIsDown(t *testing.T) {
 		t.Fatalf("the tap with the store down was delivered: %+v", got[0].Event)
 	}
 	srv.Restart(t)
+	rc := srv.Client(t)
+	keys, err := rc.Keys(t.Context(), "*whatsapp_cloud.prompt*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the prompt record's key: %v, %v", keys, err)
+	}
+	record, err := rc.Get(t.Context(), keys[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Set(t.Context(), keys[0], "foreign", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.post(t, tap); code != http.StatusServiceUnavailable {
+		t.Fatalf("the tap with its prompt's record unreadable was answered %d, want 503", code)
+	}
+	if got := b.sink.all(); len(got) != 0 {
+		t.Fatalf("the tap with its prompt's record unreadable was delivered: %+v", got[0].Event)
+	}
+	if err := rc.Set(t.Context(), keys[0], record, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if code := b.post(t, tap); code != http.StatusOK {
 		t.Fatalf("the tap with the store back was answered %d", code)
 	}
@@ -1471,5 +1534,46 @@ func TestRedeliveryWhileTheStoreIsDown(t *testing.T) {
 	}
 	if got := b.sink.all(); len(got) != 0 {
 		t.Fatalf("the redelivery was delivered again: %+v", got[0].Event)
+	}
+}
+
+// marklessVault is a vault whose delivered-message marks cannot be stored.
+type marklessVault struct{ vault.Store }
+
+func (v marklessVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindWhatsAppMessage {
+		return errors.New("store down")
+	}
+	return v.Store.Put(ctx, k, e)
+}
+
+// TestTapSentAgainWithoutItsDeliveredMark: Ada's tap answered t1's prompt,
+// but its delivered mark could not be stored; Meta sends the tap again:
+// it is dropped as a duplicate, while a second tap of hers is a text turn.
+// Before, the copy was delivered again as a text turn ("Yes").
+func TestTapSentAgainWithoutItsDeliveredMark(t *testing.T) {
+	r := newRig(t, marklessVault{vault.NewMemory(vault.Config{})}, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.M0")
+	res := r.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+		"options": []any{map[string]any{"id": "yes", "label": "Yes"}, map[string]any{"id": "no", "label": "No"}}})
+	if !res.Success {
+		t.Fatalf("t1's prompt: %+v", res)
+	}
+	tap := whatsapptest.Tap(biz1, ada, "Ada", "wamid.M1", res.MessageID, "hp1:p1:yes", "Yes", false)
+	for range 2 {
+		if code := r.post(t, tap); code != http.StatusOK {
+			t.Fatalf("the tap: %d", code)
+		}
+	}
+	if code := r.post(t, whatsapptest.Tap(biz1, ada, "Ada", "wamid.M2", res.MessageID, "hp1:p1:no", "No", false)); code != http.StatusOK {
+		t.Fatalf("the second tap: %d", code)
+	}
+	got := r.sink.all()
+	if len(got) != 3 || got[1].Event.PromptResponse == nil || got[2].Event.Text != "No" {
+		t.Fatalf("deliveries %+v, want the conversation's message, the prompt's answer, then the second tap as text", got)
+	}
+	if n := r.stats.get(r.stats.dropped, dropDuplicate); n != 1 {
+		t.Errorf("%d duplicates dropped, want the tap's copy", n)
 	}
 }

@@ -41,10 +41,10 @@ func (p *Platform) serveVerify(w http.ResponseWriter, r *http.Request) {
 // X-Hub-Signature-256 missing or malformed (before the body is read) or
 // not the body's HMAC-SHA256 under app_secret; 413 past
 // max_webhook_bytes; 400 for a body that is not the webhook's JSON object;
-// 503 when a message could not be stored (or a tapped prompt looked up)
-// or Run is not running (Meta retries; what got through is dropped then
-// as a duplicate); else 200, once every message is stored (delivered
-// into the sink) or dropped.
+// 503 when a message could not be stored (or its delivered mark, or a
+// tapped prompt, looked up) or Run is not running (Meta retries; what got
+// through is dropped then as a duplicate); else 200, once every message
+// is stored (delivered into the sink) or dropped.
 func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	received := p.clock.Now()
 	sig, ok := parseSignature(r.Header.Get(signatureHeader))
