@@ -122,6 +122,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			return nil
 		}
 		tenant, owner := p.route(number, sender)
+		created := vault.Creation(p.vault, tenant) // the creation it was routed under, before the store calls
 		var live liveTap
 		rec, tapped, err := p.promptOf(ctx, number, sender, m)
 		if err != nil {
@@ -137,6 +138,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 				return nil
 			}
 			tenant, owner = rec.Tenant, p.owners.Load().Linked(sender, rec.Tenant)
+			created = vault.Creation(p.vault, tenant) // as promptOf judged its record
 			if !rec.Answered {
 				key := "whatsapp_cloud/prompt/" + number + "/" + sender + "/" + rec.msgID
 				release, err := p.claim(ctx, key, "prompt")
@@ -157,7 +159,6 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			p.drop(dropUnclaimed, number, sender)
 			return nil
 		}
-		created := vault.Creation(p.vault, tenant) // the creation it was routed under
 		gate := p.gate(tenant)
 		if owner {
 			gate = ownerGate

@@ -547,3 +547,58 @@ func TestPromptOfAnOpThatOutlivedItsTenant(t *testing.T) {
 		}
 	}
 }
+
+// TestTapRoutedUnderTheCreationItsRecordWasJudgedFor: Ada taps t1's
+// prompt; its record is read and judged t1's, then read again after the
+// prompt's claim (store calls), and t1 is deleted and made again under its
+// id meanwhile. The tap is delivered as routed for the earlier t1 (the
+// relay then drops it), not for the new one, whose prompt it never
+// answered (before, the creation was read after those store calls).
+func TestTapRoutedUnderTheCreationItsRecordWasJudgedFor(t *testing.T) {
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var remade atomic.Bool
+	since := func(tenant string) time.Time {
+		if remade.Load() {
+			return again
+		}
+		return first
+	}
+	v := &remakingVault{Memory: vault.NewMemory(vault.Config{Since: since}), remade: &remade}
+	r := newRig(t, v, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.O1")
+	res := r.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+		"options": []any{map[string]any{"id": "yes", "label": "Yes"}}})
+	if !res.Success {
+		t.Fatalf("t1's prompt: %+v", res)
+	}
+	v.armed.Store(true)
+	before := len(r.sink.all())
+	if code := r.post(t, whatsapptest.Tap(biz1, ada, "Ada", "wamid.O2", res.MessageID, "hp1:p1:yes", "Yes", false)); code != 200 {
+		t.Fatalf("tap: %d", code)
+	}
+	if !remade.Load() {
+		t.Fatal("the tapped prompt's record was not read twice")
+	}
+	got := r.sink.all()[before:]
+	if len(got) != 1 || got[0].Tenant != "t1" || !got[0].Created.Equal(first) {
+		t.Fatalf("the tap delivered %+v, want one delivery to t1 as created %v (the earlier t1's)", got, first)
+	}
+}
+
+// remakingVault is a vault.Memory that, once armed, marks its tenant made
+// again (remade) on the second read of a prompt's record.
+type remakingVault struct {
+	*vault.Memory
+	armed  atomic.Bool
+	remade *atomic.Bool
+	reads  atomic.Int32
+}
+
+func (v *remakingVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool) {
+	e, ok := v.Memory.Get(ctx, k)
+	if k.Kind == vault.KindWhatsAppPrompt && v.armed.Load() && v.reads.Add(1) == 2 {
+		v.remade.Store(true)
+	}
+	return e, ok
+}
