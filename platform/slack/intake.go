@@ -752,31 +752,49 @@ func (p *Platform) keepIntake(ctx context.Context, renew, sweep *clock.Ticker) {
 		case <-ctx.Done():
 			return
 		case <-renew.C:
-			now := p.clock.Now()
-			expires := now.Add(intakeClaimTTL)
-			for _, key := range p.intake.keys() {
-				held := p.intake.claimUntil(key)
-				if held.IsZero() {
-					continue // being claimed (a sweep)
-				}
-				switch renewed, err := p.claims.Renew(ctx, intakeClaim(key), held, expires); {
-				case err != nil:
-					// It may have been made: a later renewal must not
-					// take it for another instance's claim.
-					p.intake.mayHaveClaimed(key, now, expires)
-					if ctx.Err() == nil {
-						p.log.Warn("slack intake claim not renewed", "key", key, "err", err)
-					}
-					continue
-				case !renewed:
-					p.log.Warn("slack intake claim lapsed and taken by another instance; not renewed", "key", key)
-					continue
-				}
-				p.intake.claimed(key, expires)
-			}
+			p.renewIntake(ctx)
 		case <-sweep.C:
 			p.sweepIntake(ctx, nil)
 		}
+	}
+}
+
+// intakeRenewAtOnce bounds the renewals of a round (renewIntake) in flight
+// at once: with store.redis_min_replicas each waits up to
+// redis_replica_timeout for the replicas, and one after another the
+// renewals of ~120 entries outlasted intakeClaimTTL.
+const intakeRenewAtOnce = 16
+
+// renewIntake renews the claims held, intakeRenewAtOnce at a time, and
+// returns once each renewal answered.
+func (p *Platform) renewIntake(ctx context.Context) {
+	now := p.clock.Now()
+	expires := now.Add(intakeClaimTTL)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, intakeRenewAtOnce)
+	for _, key := range p.intake.keys() {
+		held := p.intake.claimUntil(key)
+		if held.IsZero() {
+			continue // being claimed (a sweep)
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			switch renewed, err := p.claims.Renew(ctx, intakeClaim(key), held, expires); {
+			case err != nil:
+				// It may have been made: a later renewal must not
+				// take it for another instance's claim.
+				p.intake.mayHaveClaimed(key, now, expires)
+				if ctx.Err() == nil {
+					p.log.Warn("slack intake claim not renewed", "key", key, "err", err)
+				}
+			case !renewed:
+				p.log.Warn("slack intake claim lapsed and taken by another instance; not renewed", "key", key)
+			default:
+				p.intake.claimed(key, expires)
+			}
+		})
 	}
 }
 

@@ -1425,3 +1425,63 @@ func TestSweepDecodesOnlyTheLedgerOfItsChats(t *testing.T) {
 		t.Errorf("the sweep allocated %d times for a ledger of %d records elsewhere, want at most %d", allocs, n, 4*n)
 	}
 }
+
+// heldRenewals is a store whose claims' renewals tell entered, then wait
+// for release (or their ctx), as one waiting for replicas that are down
+// (store.redis_min_replicas) does.
+type heldRenewals struct {
+	store.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *heldRenewals) Claims() store.Claims { return heldRenewalClaims{s.Store.Claims(), s} }
+
+type heldRenewalClaims struct {
+	store.Claims
+	s *heldRenewals
+}
+
+func (c heldRenewalClaims) Renew(ctx context.Context, key string, held, expires time.Time) (bool, error) {
+	c.s.entered <- struct{}{}
+	select {
+	case <-c.s.release:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	return c.Claims.Renew(ctx, key, held, expires)
+}
+
+// TestIntakeClaimsRenewedTogether: the renewals of the entries held run
+// together, not one after another. Each waits for the replicas (up to
+// redis_replica_timeout, 1 s, when they are down), and the keeper renewed
+// one entry at a time: some 120 entries outlasted the claims' 2 minutes,
+// which lapsed while held, for another instance to take.
+func TestIntakeClaimsRenewedTogether(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &heldRenewals{Store: mem, entered: make(chan struct{}, 8), release: make(chan struct{})}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0"), Media: newMediaStore(t), Clock: clk})
+	started := make(chan string, 4)
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	t.Cleanup(sync.OnceFunc(func() { close(st.release) }))
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	// Held behind it, in its chat's turn.
+	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "", "and then"), http.StatusOK)
+	e.event(t, teamA, "Ev3", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000300", "", "and more"), http.StatusOK)
+	if pending, _ := e.p.IntakeStats(); pending != 3 {
+		t.Fatalf("%d entries held, want 3", pending)
+	}
+	clk.Advance(intakeRenewEvery)
+	for i := range 3 {
+		select {
+		case <-st.entered:
+		case <-time.After(waitFor):
+			t.Fatalf("timed out after %v waiting for renewal %d of 3 while the others wait for the replicas", waitFor, i+1)
+		}
+	}
+}
