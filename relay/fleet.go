@@ -62,7 +62,7 @@ const (
 	msgTally     = 'T' // socket's instance, every beat: tenant, links, digest of (link, frames sent)
 	msgAskServes = 'Q' // socket's instance, when a roster did not match: tenant
 	msgAskHolds  = 'K' // driver, when a tally did not match: tenant
-	msgInterrupt = 'I' // tenant, session key, chat id, gateway id, conn ("" for the driver), owner read ("1"), creation (generation)
+	msgInterrupt = 'I' // tenant, session key, chat id, gateway id, conn ("" for the driver), owner read ("1") "@" creation (generation)
 )
 
 // Session owners in the store: each record lives ownerTTL, and is written
@@ -297,7 +297,7 @@ func newFleet(s *Server) *fleet {
 	n.Handle(msgAskHolds, 1, func(m cluster.Msg) {
 		fl.atDriver(m, func(f *tenantFleet) { f.holdsFor(m.From) })
 	})
-	n.Handle(msgInterrupt, 7, fl.interruptIn)
+	n.Handle(msgInterrupt, 6, fl.interruptIn)
 	n.OnRoom(func() {
 		for _, h := range fl.srv.hubs() {
 			if h.fleet.driving.Load() {
@@ -1263,7 +1263,12 @@ func (f *tenantFleet) sendInterrupt(instance string, in interrupt, conn, chatID 
 	if in.chatID == "" {
 		in.chatID = chatID
 	}
-	f.send(instance, msgInterrupt, []byte(in.sessionKey), []byte(in.chatID), []byte(in.gatewayID), []byte(conn), cluster.Flag(in.ownerRead), f.h.generation())
+	// The creation rides in the owner-read field, so an instance of an
+	// earlier version (which reads that field as "1" or not, and then at
+	// most reads the owner once more) still takes the interrupt during a
+	// rolling upgrade.
+	read := append(cluster.Flag(in.ownerRead), '@')
+	f.send(instance, msgInterrupt, []byte(in.sessionKey), []byte(in.chatID), []byte(in.gatewayID), []byte(conn), append(read, f.h.generation()...))
 }
 
 // generation is h's tenant's creation as the relay serves it (Tenant.Created),
@@ -1285,15 +1290,17 @@ func (h *hub) generation() []byte {
 // interruptIn takes an interrupt another instance sent: for one of this
 // instance's connections, or for the tenant's driver, of the tenant's
 // creation the sender served (hub.generation); one of another creation is
-// dropped.
+// dropped. One naming no creation comes from an instance of an earlier
+// version, during a rolling upgrade, and is taken as before.
 func (fl *fleet) interruptIn(m cluster.Msg) {
 	if fl.ctx.Err() != nil {
 		return
 	}
+	read, created, named := bytes.Cut(m.Fields[5], []byte("@"))
 	in := interrupt{sessionKey: string(m.Fields[1]), chatID: string(m.Fields[2]), gatewayID: string(m.Fields[3]),
-		ownerRead: string(m.Fields[5]) == "1", forwarded: true}
+		ownerRead: string(read) == "1", forwarded: true}
 	ours := func(h *hub) bool {
-		if !bytes.Equal(h.generation(), m.Fields[6]) {
+		if named && !bytes.Equal(h.generation(), created) {
 			fl.srv.logs.tenants.Log(fl.srv.log, slog.LevelInfo, h.id, "interrupt dropped: sent for another creation of the tenant",
 				"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id, "from", m.From)
 			return false

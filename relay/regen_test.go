@@ -636,3 +636,46 @@ func TestDeliveryRoutedWhileTheLedgerBeginsCarriesNoProfile(t *testing.T) {
 		t.Fatalf("the new t1 got %q with profile %q, want %q with none (the earlier t1's)", ev.Text, ev.Source.Profile, "routed while begun")
 	}
 }
+
+// TestInterruptOfAnEarlierVersion, on a real redis-server: an instance
+// of the version before interrupts named a creation sends one in its
+// six fields, with the owner-read flag alone ("0"), during a rolling
+// upgrade; i0, driving t1 (created), delivers it to the session's owner.
+// Before, i0 expected a seventh field and dropped it as malformed.
+func TestInterruptOfAnEarlierVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs redis-server")
+	}
+	ctx := t.Context()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	node, err := cluster.New(cluster.Config{Instance: "i0", PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Close)
+	h := relaytest.StartConfig(t, relay.Config{Tenants: []relay.Tenant{{ID: "t1", Created: time.Now().Add(-time.Hour),
+		Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}, Platforms: []platform.Platform{p}, Store: st, Cluster: node})
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	p.deliver("t1", "c1", "u1", "hi")
+	_, id := gw.NextInbound(t)
+	gw.Ack(t, id)
+
+	older, err := cluster.New(cluster.Config{Instance: "old", PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(older.Close)
+	key := sessionKey("discord", "c1", "u1")
+	if !older.Send(cluster.Inbox("i0"), 'I', []byte("t1"), []byte(key), []byte("c1"), []byte("gw1"), nil, []byte("0")) {
+		t.Fatal("the earlier version's interrupt was not queued")
+	}
+	if f := gw.Next(t, contract.TypeInterruptInbound); f.SessionKey != key {
+		t.Fatalf("gw1 got an interrupt of %s, want %s", f.SessionKey, key)
+	}
+}
