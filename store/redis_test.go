@@ -886,8 +886,8 @@ func TestRedisForeignRegistryRevision(t *testing.T) {
 }
 
 // TestRedisForeignRegistryRevisionOverAForeignValue: a revision that is no
-// number, in a namespace holding a value another program wrote (passed
-// over by List), moves past the entries' revisions only: the foreign
+// number, in a namespace holding a value another program wrote (which
+// List still returns as an entry), moves past the entries' revisions only: the foreign
 // value's first eight bytes are no revision. Before, they were taken for
 // one, and the revision moved to 10^18 or more (past what INCR and the
 // check take: set again by every read, back below a deletion's) or to a
