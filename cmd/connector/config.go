@@ -174,8 +174,9 @@ type StoreConfig struct {
 	// token) is taken or renewed only once that many replicas have it; if
 	// they do not, the instance does not act on it (and steps down by the
 	// lease_ttl rule when renewals keep failing), and a registry change
-	// (Slack's durable intake, an admin change) counts only once that many
-	// replicas have it. Default 0: confirmed once the primary has it.
+	// (Slack's durable intake, an admin change) or a claim (a nexscope
+	// action's, a webhook dedupe's) counts only once that many replicas
+	// have it. Default 0: confirmed once the primary has it.
 	RedisMinReplicas int `yaml:"redis_min_replicas"`
 	// RedisReplicaTimeout bounds the wait for redis_min_replicas; a lease's
 	// wait is bounded by a quarter of lease_ttl (its renewal period) when
