@@ -882,25 +882,32 @@ func TestClusterForwardAnswerLostIsAnsweredAgain(t *testing.T) {
 // forwarder of a send whose answer pub/sub lost asks its home again before
 // it would count that home gone, also when its checks (one a beat) run
 // late: its home's msgTaken came a fifth of a beat after the forward, and
-// the forwarder's third check ran a third of a beat late (its fleet lock
-// held). Asked only from two beats of silence on, the second check came
-// too early and the third found the home silent for three: unavailable,
-// "outcome unknown", for a send made.
+// the forwarder's third check ran a third of a beat late (a busy
+// instance). Asked only from two beats of silence on, the second check
+// came too early and the third found the home silent for three:
+// unavailable, "outcome unknown", for a send made. The forwarder runs on
+// a fake clock, each check at the instant the test moves it to.
 func TestClusterForwardAnswerLostIsAskedForBeforeTheHomeCountsGone(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
 	home := startInstance(t, srv, cfg, "i0", clusterLeaseTTL)
 	homeOf(t, []*instance{home}, DefaultRoom)
 	alice := home.joinWith(t, "alice", "alice", "hermes")
-	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+	clk := newFakeClock()
+	edge := startInstanceOn(t, srv, cfg, "i1", clusterLeaseTTL, clk, func(d *platform.Deps) {
 		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
 			<-ctx.Done() // never the home
 			return nil
 		}
 	})
-	beat := home.p.cluster.node.Beat()
+	beat := edge.p.cluster.node.Beat()
+	decoding, decode := make(chan struct{}), make(chan struct{})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(decode) }) })
+	var entered sync.Once
 	home.p.cluster.decode = func(data []byte, v any) error {
-		time.Sleep(beat / 5) // the home's msgTaken comes late
+		entered.Do(func() { close(decoding) })
+		<-decode // the home's msgTaken comes late
 		return json.Unmarshal(data, v)
 	}
 	var once sync.Once
@@ -912,31 +919,69 @@ func TestClusterForwardAnswerLostIsAskedForBeforeTheHomeCountsGone(t *testing.T)
 		return lost
 	}
 	home.lose.Store(&loseFirst)
-	busy := make(chan clock.Timer, 1)
-	var first sync.Once
-	forwarded := func(_ string, msg []byte) bool {
-		if cluster.Type(msg) == msgExec {
-			first.Do(func() {
-				fl := edge.p.cluster
-				busy <- clock.System.AfterFunc(beat*5/2, func() { // up to its third check, a third of a beat after it
-					fl.mu.Lock()
-					time.Sleep(beat * 5 / 6) // a busy instance
-					fl.mu.Unlock()
-				})
-			})
+	var askedAgain atomic.Bool
+	flushed := make(chan struct{}, 1)
+	watch := func(channel string, msg []byte) bool {
+		switch {
+		case channel == cluster.Inbox(home.name) && bytes.Contains(msg, []byte(budgetKey)):
+			askedAgain.Store(true)
+		case channel == "elsewhere":
+			flushed <- struct{}{}
 		}
 		return false
 	}
-	edge.lose.Store(&forwarded)
+	edge.lose.Store(&watch)
+	asking := goroutineIn("[select", "cluster.(*Node).CallAgain")
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
-	(<-busy).Stop()
-	if !res.Success {
-		t.Fatalf("send = %+v, want its success: the home executed it, lives and kept the answer", res)
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	}()
+	waitFor(t, "the forwarder waiting for the send's answer, its next check a beat on", asking)
+	select {
+	case <-decoding:
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the home to decode the send", testTimeout)
 	}
+	clk.Advance(beat / 5)
+	release.Do(func() { close(decode) })
 	if m := alice.Expect("msg"); m["text"] != "hi" {
 		t.Fatalf("alice got %v, want the forwarded send", m)
+	}
+	waitFor(t, "the forwarder told the home took the send", func() bool {
+		fl := edge.p.cluster
+		fl.mu.Lock()
+		defer fl.mu.Unlock()
+		for _, f := range fl.forwards {
+			if f.home == home.name {
+				return true
+			}
+		}
+		return false
+	})
+	// Its checks: a beat after the forward, and a beat after that.
+	for _, d := range []time.Duration{beat - beat/5, beat} {
+		clk.Advance(d)
+		waitFor(t, "the forwarder's check done", func() bool { return asking() || !goroutineIn("cluster.(*Node).CallAgain")() })
+	}
+	for !edge.p.cluster.node.Send("elsewhere", 'Z') {
+	}
+	select { // what the checks sent is published
+	case <-flushed:
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the forwarder's outbox to be published", testTimeout)
+	}
+	if !askedAgain.Load() { // not asked again: its third check, a third of a beat late
+		clk.Advance(beat + beat/3)
+	}
+	select {
+	case res := <-results:
+		if !res.Success {
+			t.Fatalf("send = %+v, want its success: the home executed it, lives and kept the answer", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the send's answer", testTimeout)
 	}
 }
 

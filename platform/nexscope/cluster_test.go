@@ -88,6 +88,13 @@ func startInstance(t testing.TB, srv *redistest.Server, cfg Config, name string,
 // they are).
 func startInstanceWith(t testing.TB, srv *redistest.Server, cfg Config, name string, ttl time.Duration, with func(*platform.Deps)) *instance {
 	t.Helper()
+	return startInstanceOn(t, srv, cfg, name, ttl, nil, with)
+}
+
+// startInstanceOn is startInstanceWith whose node and deps run on clk (nil:
+// the system's).
+func startInstanceOn(t testing.TB, srv *redistest.Server, cfg Config, name string, ttl time.Duration, clk clock.Clock, with func(*platform.Deps)) *instance {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:"})
@@ -99,13 +106,14 @@ func startInstanceWith(t testing.TB, srv *redistest.Server, cfg Config, name str
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", name)
 	in := &instance{name: name, st: st}
-	node, err := cluster.New(cluster.Config{Instance: name, PubSub: lossyPubSub{st.PubSub(), in}, LeaseTTL: ttl, ResendWindow: store.ResendWindow(st), Log: log})
+	node, err := cluster.New(cluster.Config{Instance: name, PubSub: lossyPubSub{st.PubSub(), in}, LeaseTTL: ttl, ResendWindow: store.ResendWindow(st), Log: log, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(node.Close)
 	deps := platform.Deps{
 		Log:     log,
+		Clock:   clk,
 		Cluster: node,
 		Store:   st,
 		Exclusive: func(ctx context.Context, lease string, run func(context.Context) error) error {
