@@ -11,6 +11,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 	"connector/vault"
 )
@@ -88,5 +89,40 @@ func TestDraftOfAnOpThatOutlivedItsTenant(t *testing.T) {
 				t.Fatalf("the new t1's frame appended to the earlier t1's stream (%d appends)", n)
 			}
 		})
+	}
+}
+
+// TestThreadMarkerOfAnOpThatOutlivedItsTenant: t1's send into a thread
+// reaches Slack, and t1 is deleted and made again under its id before the
+// op returns. The thread's marker keeps the creation the send was
+// authorized under, so an unmentioned reply there does not wake the bot
+// for the new t1. Before, the marker took the new creation, read as the
+// op returned, and the reply went to the new t1.
+func TestThreadMarkerOfAnOpThatOutlivedItsTenant(t *testing.T) {
+	clk := clocktest.New(time.Now()) // requests are signed at the time of day
+	first, again := clk.Now().Add(-time.Hour), clk.Now().Add(time.Second)
+	fake := newFake(t)
+	var armed atomic.Int64 // the channel's messages before the send; -1: not yet
+	armed.Store(-1)
+	since := func(tenant string) time.Time {
+		if n := armed.Load(); tenant == "t1" && n >= 0 && int64(len(fake.Messages(chanGeneral))) > n {
+			return again // made again once the send reached Slack
+		}
+		return first
+	}
+	drops := &platformtest.LastDrop{}
+	e := newEnvOn(t, fake, nil, &platform.Deps{Clock: clk, Metrics: drops, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+	const root = "1768490100.000100"
+	armed.Store(int64(len(fake.Messages(chanGeneral))))
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"looking","metadata":{"thread_id":"`+root+`"}}`); !r.Success {
+		t.Fatalf("the earlier t1's send: %+v", r)
+	}
+	clk.Advance(2 * time.Second)
+	drops.Take()
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490110.000100", root, "thanks"), http.StatusOK)
+	e.settled(t)
+	e.sink.Empty(t)
+	if r := drops.Take(); r != dropMentionRequired {
+		t.Fatalf("the reply in the earlier t1's thread: drop %q, want %s", r, dropMentionRequired)
 	}
 }
