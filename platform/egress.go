@@ -141,6 +141,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	var created time.Time
 	if e.Grants != nil {
 		created = vault.Creation(e.Grants.vault, tenant)
+		ctx = context.WithValue(ctx, creationKey{}, created) // AuthorizedCreation
 	}
 	r := op(p, ctx, tenant, chat, a)
 	posted := r.MessageID != "" && (message == "" || !slices.Contains(namingOps, a.Op))

@@ -1,8 +1,16 @@
 package platform
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"connector/vault"
+)
 
 type tenantKey struct{}
+
+// creationKey carries the tenant's creation as Execute authorized its op.
+type creationKey struct{}
 
 // WithTenant marks ctx as carrying a call made on tenant's behalf: every
 // caller of ChatTenant sets it (Authorize, the relay's routing), and a
@@ -17,4 +25,16 @@ func WithTenant(ctx context.Context, tenant string) context.Context {
 func TenantOf(ctx context.Context) string {
 	t, _ := ctx.Value(tenantKey{}).(string)
 	return t
+}
+
+// AuthorizedCreation is tenant's creation as its op was authorized
+// (Execute puts it in ctx), else as v knows it now (vault.Creation). A
+// record an op writes after its platform call keeps it, so one that
+// returns once its tenant was deleted and made again under its id is an
+// earlier tenant's record, not the new one's.
+func AuthorizedCreation(ctx context.Context, v vault.Store, tenant string) time.Time {
+	if c, ok := ctx.Value(creationKey{}).(time.Time); ok && TenantOf(ctx) == tenant {
+		return c
+	}
+	return vault.Creation(v, tenant)
 }

@@ -1,13 +1,17 @@
 package slack
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 	"connector/vault"
 )
@@ -42,4 +46,83 @@ func TestPromptOfAnOpThatOutlivedItsTenant(t *testing.T) {
 		t.Fatalf("press: %d %s", code, text)
 	}
 	e.sink.Empty(t)
+}
+
+// TestDraftOfAnOpThatOutlivedItsTenant: t1's draft frame starts a stream
+// (or its seal, nothing streamed, posts the reply), and t1 is deleted and
+// made again under its id before the op returns. The stream's (or seal's)
+// record keeps the creation the frame was authorized under, so the new
+// t1's frame under the same draft_id starts a stream of its own (its seal
+// posts a reply of its own). Before, the record took the new creation,
+// read as the op returned: the new t1's frame appended to the earlier
+// t1's stream message, and its seal was answered with the earlier reply.
+func TestDraftOfAnOpThatOutlivedItsTenant(t *testing.T) {
+	for _, final := range []bool{false, true} {
+		t.Run(fmt.Sprintf("final %v", final), func(t *testing.T) {
+			clk := clocktest.New(time.Now())
+			first, again := clk.Now().Add(-time.Hour), clk.Now().Add(time.Second)
+			fake := newFake(t)
+			var armed atomic.Int64 // the channel's messages before the frame; -1: not yet
+			armed.Store(-1)
+			since := func(tenant string) time.Time {
+				if n := armed.Load(); tenant == "t1" && n >= 0 && int64(len(fake.Messages(chanGeneral))) > n {
+					return again // made again once the frame reached Slack
+				}
+				return first
+			}
+			e := newEnvOn(t, fake, nil, &platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+			frame := func(content string) contract.Result {
+				b, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 7, "content": content, "final": final,
+					"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda}})
+				return e.execute(t, "t1", string(b))
+			}
+			armed.Store(int64(len(fake.Messages(chanGeneral))))
+			earlier := frame("Hello")
+			if !earlier.Success || earlier.MessageID == "" {
+				t.Fatalf("the earlier t1's frame: %+v", earlier)
+			}
+			clk.Advance(2 * time.Second)
+			if r := frame("Hello, again"); !r.Success || r.MessageID == earlier.MessageID {
+				t.Fatalf("the new t1's frame %+v was the earlier t1's %s", r, earlier.MessageID)
+			}
+			if n := len(fake.Calls("chat.appendStream")); n != 0 {
+				t.Fatalf("the new t1's frame appended to the earlier t1's stream (%d appends)", n)
+			}
+		})
+	}
+}
+
+// TestThreadMarkerOfAnOpThatOutlivedItsTenant: t1's send into a thread
+// reaches Slack, and t1 is deleted and made again under its id before the
+// op returns. The thread's marker keeps the creation the send was
+// authorized under, so an unmentioned reply there does not wake the bot
+// for the new t1. Before, the marker took the new creation, read as the
+// op returned, and the reply went to the new t1.
+func TestThreadMarkerOfAnOpThatOutlivedItsTenant(t *testing.T) {
+	clk := clocktest.New(time.Now()) // requests are signed at the time of day
+	first, again := clk.Now().Add(-time.Hour), clk.Now().Add(time.Second)
+	fake := newFake(t)
+	var armed atomic.Int64 // the channel's messages before the send; -1: not yet
+	armed.Store(-1)
+	since := func(tenant string) time.Time {
+		if n := armed.Load(); tenant == "t1" && n >= 0 && int64(len(fake.Messages(chanGeneral))) > n {
+			return again // made again once the send reached Slack
+		}
+		return first
+	}
+	drops := &platformtest.LastDrop{}
+	e := newEnvOn(t, fake, nil, &platform.Deps{Clock: clk, Metrics: drops, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+	const root = "1768490100.000100"
+	armed.Store(int64(len(fake.Messages(chanGeneral))))
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"looking","metadata":{"thread_id":"`+root+`"}}`); !r.Success {
+		t.Fatalf("the earlier t1's send: %+v", r)
+	}
+	clk.Advance(2 * time.Second)
+	drops.Take()
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490110.000100", root, "thanks"), http.StatusOK)
+	e.settled(t)
+	e.sink.Empty(t)
+	if r := drops.Take(); r != dropMentionRequired {
+		t.Fatalf("the reply in the earlier t1's thread: drop %q, want %s", r, dropMentionRequired)
+	}
 }

@@ -49,7 +49,8 @@ import (
 // frame of a draft and turn sealed lately shows nothing (a straggler
 // behind its seal: resealed). Two instances racing on later frames may
 // append a frame twice or fail it. Records are kept
-// with when they were written and the tenant's creation then, and one
+// with when they were written and the tenant's creation as the frame was
+// authorized (creation), and one
 // written for an earlier tenant of its tenant's id, deleted since
 // (earlierRecord), is none: a tenant
 // created again under the id streams afresh where its predecessor
@@ -184,7 +185,7 @@ func (s *streams) save(ctx context.Context, k streamKey, st *stream) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	now := s.clock.Now()
-	st.At, st.Created = now.UnixMicro(), creation(s.vault, k.tenant)
+	st.At, st.Created = now.UnixMicro(), creation(ctx, s.vault, k.tenant)
 	raw, _ := json.Marshal(st) // plain fields: cannot fail
 	return s.state.Put(ctx, k.stateKey(), raw, now.Add(streamTTL))
 }
@@ -214,7 +215,7 @@ func (s *streams) seal(ctx context.Context, k streamKey, draft int64, turn, ts s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	now := s.clock.Now()
-	raw, _ := json.Marshal(sealRecord{TS: ts, At: now.UnixMicro(), Created: creation(s.vault, k.tenant), Turn: turn}) // plain fields: cannot fail
+	raw, _ := json.Marshal(sealRecord{TS: ts, At: now.UnixMicro(), Created: creation(ctx, s.vault, k.tenant), Turn: turn}) // plain fields: cannot fail
 	return s.state.Put(ctx, k.sealKey(draft), raw, now.Add(streamTTL))
 }
 
@@ -346,7 +347,7 @@ const sealPoll = 250 * time.Millisecond
 // deadline. The key names the tenant as created, so no copy waits for an
 // earlier tenant's of its id.
 func (p *Platform) claimFrame(ctx context.Context, kind string, k streamKey, a *contract.Action) (c *platform.Claim, again bool, err error) {
-	key := "slack/" + kind + "/" + k.tenant + "/" + strconv.FormatInt(creation(p.streams.vault, k.tenant), 10) + "/" + k.channel + "/" +
+	key := "slack/" + kind + "/" + k.tenant + "/" + strconv.FormatInt(creation(ctx, p.streams.vault, k.tenant), 10) + "/" + k.channel + "/" +
 		strconv.FormatInt(a.DraftID, 10) + "/" + a.Metadata.Turn()
 	c, err = platform.AwaitClaim(ctx, p.claims, p.clock, key, func() time.Time {
 		return platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)

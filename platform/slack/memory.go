@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connector/internal/clock"
+	"connector/platform"
 	"connector/store"
 	"connector/vault"
 )
@@ -105,15 +106,16 @@ func (m *memory) set(ctx context.Context, kind markKind, key string) error {
 	now := m.clock.Now()
 	value := strconv.AppendInt(nil, now.UnixMicro(), 10)
 	if kind != markTurn {
-		value = strconv.AppendInt(append(value, '/'), creation(m.vault, markTenant(key)), 10)
+		value = strconv.AppendInt(append(value, '/'), creation(ctx, m.vault, markTenant(key)), 10)
 	}
 	return m.caps.Put(ctx, markKey(kind, key), value, now.Add(memoryTTL))
 }
 
-// creation is tenant's creation as v knows it (vault.Creation) in Unix
-// microseconds, 0 when it has none.
-func creation(v vault.Store, tenant string) int64 {
-	if c := vault.Creation(v, tenant); !c.IsZero() {
+// creation is tenant's creation as its op was authorized, else as v knows
+// it (platform.AuthorizedCreation), in Unix microseconds, 0 when it has
+// none.
+func creation(ctx context.Context, v vault.Store, tenant string) int64 {
+	if c := platform.AuthorizedCreation(ctx, v, tenant); !c.IsZero() {
 		return c.UnixMicro()
 	}
 	return 0

@@ -59,7 +59,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, t target, a *contr
 	}
 	// Its record keeps the creation the op was authorized under: an op
 	// returning once its tenant was made again answers none of the new one's.
-	owner := promptOwner{Tenant: tenant, Team: t.team, Created: creation(p.memory.vault, tenant)}
+	owner := promptOwner{Tenant: tenant, Team: t.team, Created: creation(ctx, p.memory.vault, tenant)}
 	_, lastTS, r := p.postParts(ctx, tenant, t, a, parts, blocks)
 	if !r.Success {
 		return r

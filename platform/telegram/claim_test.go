@@ -139,3 +139,53 @@ func TestSealWaitingOutAClaimIsToldToRetry(t *testing.T) {
 		t.Fatalf("the retry that waited out the seal's claim: %+v", r)
 	}
 }
+
+// TestDraftOfAnOpThatOutlivedItsTenant: a tenant's seal is being sent
+// (its send held) when the tenant is deleted and made again under its id;
+// the send then goes out. The new tenant's seal of the same draft_id and
+// content, on the same instance or another sharing the store (a real
+// redis-server), sends a reply of its own: the earlier seal's record
+// keeps the creation it was authorized under. Before, the record took
+// the new creation, read as the send returned, and the new tenant's seal
+// was answered with the earlier tenant's message as its repeat.
+func TestDraftOfAnOpThatOutlivedItsTenant(t *testing.T) {
+	for _, there := range []bool{true, false} {
+		t.Run("sealed where sealed before "+strconv.FormatBool(there), func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			e, other, h := heldSealInstances(t, clk)
+			chat := telegramtest.ChatAda
+			tenant := testChats[chat]
+			id, _ := strconv.ParseInt(chat, 10, 64)
+			seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+			e.created.made(tenant, clk.Now().Add(-time.Hour))
+			first := make(chan contract.Result, 1)
+			go func() {
+				a := seal
+				first <- e.p.Execute(ctx, tenant, &a)
+			}()
+			select {
+			case <-h.held:
+			case <-time.After(waitFor):
+				t.Fatal("the earlier tenant's seal sent no message")
+			}
+			clk.Advance(time.Second)
+			e.created.made(tenant, clk.Now())
+			h.release()
+			r1 := <-first
+			sealer := other
+			if there {
+				sealer = e.p
+			}
+			a := seal
+			r2 := sealer.Execute(ctx, tenant, &a)
+			if !r1.Success || !r2.Success || r1.MessageID == r2.MessageID {
+				t.Fatalf("the earlier tenant's seal %+v, the new tenant's %+v: want two messages", r1, r2)
+			}
+			if msgs := e.fake.Messages(id); len(msgs) != 2 {
+				t.Fatalf("the chat has %v, want both tenants' replies", msgs)
+			}
+		})
+	}
+}

@@ -55,7 +55,7 @@ type sealedDraft struct {
 	At      time.Time `json:"at"`             // when it was sealed
 	Sum     uint64    `json:"sum"`            // contentSum of the sealed content
 	Turn    string    `json:"turn,omitempty"` // contract.Metadata.Turn of the seal
-	Created time.Time `json:"c,omitzero"`     // the tenant's creation (vault.Creation) when it sealed
+	Created time.Time `json:"c,omitzero"`     // the tenant's creation as the seal was authorized (platform.AuthorizedCreation)
 }
 
 // contentSum is the digest of a seal's content that tells a repeated seal
@@ -151,7 +151,7 @@ func (p *Platform) sealedStream(ctx context.Context, k draftKey, a *contract.Act
 // instance, and for sealRetryWindow in the store when there is one (a
 // failure is logged: only a retry reaching another instance sends again).
 func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id string) (stored bool) {
-	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content), Turn: a.Metadata.Turn(), Created: vault.Creation(p.deps.Vault, k.tenant)}
+	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content), Turn: a.Metadata.Turn(), Created: platform.AuthorizedCreation(ctx, p.deps.Vault, k.tenant)}
 	p.sealed.Add(k, s)
 	if p.seals == nil {
 		return false
