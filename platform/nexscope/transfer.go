@@ -111,12 +111,16 @@ func (m *member) handleFileStart(f *clientFrame) {
 	// Armed before file-start goes out: a recipient that has it knows the
 	// deadline runs.
 	t.timer = m.p.deps.Clock.AfterFunc(m.p.cfg.TransferTimeout, func() { r.stall(t) })
+	// The tenant and its creation as the route is decided, before
+	// file-start reaches anyone: a recipient that has it may see the
+	// tenant made again, and the file is still the earlier one's.
+	tenant := r.tenant()
+	created := m.p.creation(tenant)
 	var res routed
 	r.routeLocked(m, &start, out, true, &res)
 	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
 	if t.toBot {
-		t.tenant = r.tenant()
-		t.created = m.p.creation(t.tenant)
+		t.tenant, t.created = tenant, created
 	}
 	r.transfer = t
 	r.unlock()
