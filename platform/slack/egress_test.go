@@ -581,3 +581,23 @@ func TestOneTokenPlacesAChannelItsAnswerDoesNotPlaceInItsOwnWorkspace(t *testing
 		t.Fatalf("t1 in its channel: %+v", r)
 	}
 }
+
+// TestOneTokenPlacesNoChannelByItsOrgAlone: an Enterprise Grid org-wide
+// bot_token (auth.test names A) answers conversations.info of a channel
+// with its org's id alone (context_team_id E..., no internal_team_ids):
+// the answer says which org, not which workspace, so the channel is placed
+// nowhere and t1 (bound to A) is declined. Before, an answer naming no
+// workspace placed it in the token's own, A, and t1 posted into a channel
+// of another workspace of the org.
+func TestOneTokenPlacesNoChannelByItsOrgAlone(t *testing.T) {
+	const orgChan = "C0ORG00003"
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: orgChan, Name: "org-wide", Context: "E0ORG00001"})
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+orgChan+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1 in a channel only its org is named for: %+v, want egress_declined", r)
+	}
+	if teams, _ := e.p.chanTeams.Get(orgChan); len(teams) != 0 {
+		t.Fatalf("the channel placed in %v, want nowhere", teams)
+	}
+}

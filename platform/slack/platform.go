@@ -363,7 +363,8 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 // channel's (seenIn): its context team, a Slack Connect channel's host
 // and other workspaces (shared_team_ids), an Enterprise Grid org-shared
 // channel's workspaces of its org (internal_team_ids); an answer naming
-// none, the token's own. chat is team's when team is one of them:
+// no id at all, the token's own (one naming its org alone, E..., says
+// not which workspace: none). chat is team's when team is one of them:
 // bot_token answers for a workspace that has no install of its own (an
 // org-wide one, for every workspace of its org), so its answer alone
 // never places a channel in the workspace asked. An error wraps
@@ -382,7 +383,7 @@ func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, erro
 		return false, platform.UnavailableError("slack: the chat's owner could not be looked up; retry later")
 	}
 	in := slices.Concat([]string{ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs, ch.InternalTeamIDs)
-	if !slices.ContainsFunc(in, teamIDPattern.MatchString) { // the workspace whose token answered
+	if !slices.ContainsFunc(in, func(id string) bool { return id != "" }) { // the workspace whose token answered
 		_, tokens, _ := p.works.client(ctx, team)
 		in = []string{tokens}
 	}
