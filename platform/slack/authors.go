@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"weak"
 
 	"github.com/slack-go/slack"
 
@@ -148,7 +149,8 @@ func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (p
 // none has it; an error wrapping platform.ErrUnavailable when Slack could
 // not be asked.
 func (p *Platform) place(ctx context.Context, tenant, chat string, hints ...string) ([]string, error) {
-	if p.placed.Contains(chat) {
+	bound := weak.Make(p.teams.Load())
+	if at, ok := p.placed.Get(chat); ok && at == bound {
 		teams, _ := p.chanTeams.Get(chat)
 		return teams, nil
 	}
@@ -180,7 +182,7 @@ func (p *Platform) place(ctx context.Context, tenant, chat string, hints ...stri
 	if !found && unreachable != nil {
 		return nil, unreachable
 	}
-	p.placed.Add(chat, struct{}{})
+	p.placed.Add(chat, bound)
 	teams, _ := p.chanTeams.Get(chat)
 	return teams, nil
 }

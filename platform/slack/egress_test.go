@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -599,5 +600,29 @@ func TestOneTokenPlacesNoChannelByItsOrgAlone(t *testing.T) {
 	}
 	if teams, _ := e.p.chanTeams.Get(orgChan); len(teams) != 0 {
 		t.Fatalf("the channel placed in %v, want nowhere", teams)
+	}
+}
+
+// TestSharedChannelRecordsItsUnboundWorkspacesBounded: a Slack Connect
+// channel shared with 300 workspaces bound to no tenant, and with A and B
+// (bound to t1 and t2): conversations.info names them all, and the channel
+// keeps A, B and maxUnboundTeams of the others. Before, every workspace
+// named was kept, for each of up to chanTeamsSize channels.
+func TestSharedChannelRecordsItsUnboundWorkspacesBounded(t *testing.T) {
+	const wide = "C0WIDE0001"
+	shared := []string{teamA.ID}
+	for i := range 300 {
+		shared = append(shared, fmt.Sprintf("T0X%07d", i))
+	}
+	shared = append(shared, teamB.ID)
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: wide, Name: "wide", SharedTeams: shared})
+	e := newEnvOn(t, fake, nil, nil)
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+wide+`","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t1 in its shared channel: %+v", r)
+	}
+	teams, _ := e.p.chanTeams.Get(wide)
+	if len(teams) > maxUnboundTeams+2 || !slices.Contains(teams, teamA.ID) || !slices.Contains(teams, teamB.ID) {
+		t.Fatalf("the channel placed in %d workspaces (%v), want A, B and at most %d others", len(teams), teams, maxUnboundTeams)
 	}
 }

@@ -73,8 +73,9 @@ type Platform struct {
 	chanMu    sync.Mutex                   // serializes seenIn's read and write of chanTeams
 	// placed remembers the channels ChatGranted placed with
 	// conversations.info lately (placementTTL): their workspaces are in
-	// chanTeams.
-	placed *ttlcache.Cache[string, struct{}]
+	// chanTeams, those bound when they were placed at least (seenIn). Each
+	// names the teams bound then, weakly: a change of them ends it.
+	placed *ttlcache.Cache[string, weak.Pointer[map[string]string]]
 	// notFound remembers, per (tenant, chat), that the tenant's workspaces
 	// do not have the chat, for declineMemory: a decline's cost depends
 	// only on the asker's own asks. Each names the teams it was found
@@ -114,6 +115,10 @@ const maxInFlight = 16_384
 // chanTeamsSize bounds the channels whose workspaces are remembered (and
 // the declines).
 const chanTeamsSize = 100_000
+
+// maxUnboundTeams bounds the workspaces bound to no tenant recorded for a
+// channel (seenIn).
+const maxUnboundTeams = 8
 
 // declineMemory is how long a chat found in none of a tenant's workspaces
 // is not looked up again for it.
@@ -157,7 +162,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
 	p.notFound = ttlcache.New[string, weak.Pointer[map[string]string]](chanTeamsSize, declineMemory, p.clock)
-	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.clock)
+	p.placed = ttlcache.New[string, weak.Pointer[map[string]string]](chanTeamsSize, placementTTL, p.clock)
 	p.histories = ttlcache.New[string, []slack.Message](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
@@ -264,7 +269,10 @@ func (p *Platform) teamTenant(team string) string { return (*p.teams.Load())[tea
 // seenIn records that channel is a conversation of workspace team (from
 // an event Slack delivered for it, or conversations.info). A workspace
 // once recorded stays until the channel is evicted: a grant is judged
-// against every one (ChatGranted).
+// against every one (ChatGranted). Of the workspaces bound to no tenant,
+// which judge nothing, the first maxUnboundTeams are recorded (a Slack
+// Connect channel is shared with up to 250 organizations, an org-shared
+// one with every workspace of its org); every bound one is.
 func (p *Platform) seenIn(channel, team string) {
 	if channel == "" || team == "" {
 		return
@@ -272,7 +280,16 @@ func (p *Platform) seenIn(channel, team string) {
 	p.chanMu.Lock()
 	defer p.chanMu.Unlock()
 	teams, _ := p.chanTeams.Peek(channel)
-	if slices.Contains(teams, team) {
+	unbound := 0
+	for _, t := range teams {
+		if t == team {
+			return
+		}
+		if p.teamTenant(t) == "" {
+			unbound++
+		}
+	}
+	if unbound >= maxUnboundTeams && p.teamTenant(team) == "" {
 		return
 	}
 	p.chanTeams.Add(channel, append(slices.Clip(teams), team))
