@@ -125,7 +125,7 @@ func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (p
 	if err != nil {
 		// Seen in a workspace of tenant's, the channel is tenant's, alone
 		// or beside another tenant's: held by grant, the stricter.
-		if seen, _ := p.chanTeams.Get(chat); slices.ContainsFunc(seen, func(t string) bool { return teams[t] == tenant }) {
+		if seen := p.channelTeams(chat); slices.ContainsFunc(seen, func(t string) bool { return teams[t] == tenant }) {
 			return platform.HoldGrant, nil
 		}
 		return platform.HoldNone, err
@@ -151,10 +151,10 @@ func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (p
 func (p *Platform) place(ctx context.Context, tenant, chat string, hints ...string) ([]string, error) {
 	bound := weak.Make(p.teams.Load())
 	if at, ok := p.placed.Get(chat); ok && at == bound {
-		teams, _ := p.chanTeams.Get(chat)
+		teams := p.channelTeams(chat)
 		return teams, nil
 	}
-	seen, _ := p.chanTeams.Get(chat)
+	seen := p.channelTeams(chat)
 	var unreachable error
 	found := false
 	for _, team := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(seen), hints...)))) {
@@ -183,7 +183,7 @@ func (p *Platform) place(ctx context.Context, tenant, chat string, hints ...stri
 		return nil, unreachable
 	}
 	p.placed.Add(chat, bound)
-	teams, _ := p.chanTeams.Get(chat)
+	teams := p.channelTeams(chat)
 	return teams, nil
 }
 
@@ -208,7 +208,7 @@ func (p *Platform) LocateChat(ctx context.Context, chatID string) (platform.Chat
 	if !channelIDPattern.MatchString(chatID) {
 		return platform.Chat{}, platform.ErrUnknownChat
 	}
-	if teams, _ := p.chanTeams.Get(chatID); len(teams) > 0 {
+	if teams := p.channelTeams(chatID); len(teams) > 0 {
 		return chatOf(chatID, teams[0]), nil
 	}
 	team, err := p.probeChannel(ctx, platform.TenantOf(ctx), chatID)

@@ -69,8 +69,8 @@ type Platform struct {
 	queues    *chatorder.Queue[string] // ingest in order per chat (team/channel)
 	intake    *intake                  // the durable intake (intake.go); nil without a store
 	limits    *limits
-	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
-	chanMu    sync.Mutex                   // serializes seenIn's read and write of chanTeams
+	chanTeams *lru.Cache[string, []sighting] // channel -> workspaces it was seen in (channelTeams)
+	chanMu    sync.Mutex                     // serializes seenIn's read and write of chanTeams
 	// placed remembers the channels ChatGranted placed with
 	// conversations.info lately (placementTTL): their workspaces are in
 	// chanTeams, those bound when they were placed at least (seenIn). Each
@@ -116,6 +116,20 @@ const maxInFlight = 16_384
 // the declines).
 const chanTeamsSize = 100_000
 
+// seenFor is how long a channel is taken to be in a workspace after it was
+// last seen there (seenIn): a Slack Connect channel one stopped sharing is
+// asked about again then. A sighting is recorded again once seenRenew old.
+const (
+	seenFor   = 24 * time.Hour
+	seenRenew = time.Hour
+)
+
+// sighting is a workspace a channel was seen in, and when last.
+type sighting struct {
+	team string
+	at   time.Time
+}
+
 // maxUnboundTeams bounds the workspaces bound to no tenant recorded for a
 // channel (seenIn).
 const maxUnboundTeams = 8
@@ -160,7 +174,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.storeLogs = loglimit.NewBucket(storeLogRate, p.clock)
 	p.rehosts = platform.NewRehosts(p.clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
-	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
+	p.chanTeams, _ = lru.New[string, []sighting](chanTeamsSize) // size > 0: cannot fail
 	p.notFound = ttlcache.New[string, weak.Pointer[map[string]string]](chanTeamsSize, declineMemory, p.clock)
 	p.placed = ttlcache.New[string, weak.Pointer[map[string]string]](chanTeamsSize, placementTTL, p.clock)
 	p.histories = ttlcache.New[string, []slack.Message](threadContextSize, threadContextTTL, p.clock)
@@ -268,8 +282,9 @@ func (p *Platform) teamTenant(team string) string { return (*p.teams.Load())[tea
 
 // seenIn records that channel is a conversation of workspace team (from
 // an event Slack delivered for it, or conversations.info). A workspace
-// once recorded stays until the channel is evicted: a grant is judged
-// against every one (ChatGranted). Of the workspaces bound to no tenant,
+// recorded stays for seenFor after it was last seen there, or until the
+// channel is evicted: a grant is judged against every one (ChatGranted).
+// Of the workspaces bound to no tenant,
 // which judge nothing, the first maxUnboundTeams are recorded (a Slack
 // Connect channel is shared with up to 250 organizations, an org-shared
 // one with every workspace of its org); every bound one is.
@@ -279,20 +294,44 @@ func (p *Platform) seenIn(channel, team string) {
 	}
 	p.chanMu.Lock()
 	defer p.chanMu.Unlock()
-	teams, _ := p.chanTeams.Peek(channel)
-	unbound := 0
-	for _, t := range teams {
-		if t == team {
+	now := p.clock.Now()
+	old, _ := p.chanTeams.Peek(channel)
+	teams := make([]sighting, 0, len(old)+1) // readers may hold old
+	unbound, found := 0, false
+	for _, s := range old {
+		switch {
+		case s.team == team && now.Sub(s.at) < seenRenew:
 			return
+		case s.team == team:
+			s.at, found = now, true
+		case now.Sub(s.at) >= seenFor:
+			continue
 		}
-		if p.teamTenant(t) == "" {
+		if p.teamTenant(s.team) == "" {
 			unbound++
 		}
+		teams = append(teams, s)
 	}
-	if unbound >= maxUnboundTeams && p.teamTenant(team) == "" {
+	switch {
+	case !found && unbound >= maxUnboundTeams && p.teamTenant(team) == "":
 		return
+	case !found:
+		teams = append(teams, sighting{team, now})
 	}
-	p.chanTeams.Add(channel, append(slices.Clip(teams), team))
+	p.chanTeams.Add(channel, teams)
+}
+
+// channelTeams are the workspaces channel was seen in within seenFor
+// (seenIn), in the order first recorded.
+func (p *Platform) channelTeams(channel string) []string {
+	seen, _ := p.chanTeams.Get(channel)
+	teams := make([]string, 0, len(seen))
+	for _, s := range seen {
+		if p.clock.Now().Sub(s.at) < seenFor {
+			teams = append(teams, s.team)
+		}
+	}
+	return teams
 }
 
 // ChatTenant implements platform.Platform: a channel bound to a tenant is
@@ -321,7 +360,7 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 		return t, nil
 	}
 	owner := ""
-	teams, _ := p.chanTeams.Get(chatID)
+	teams := p.channelTeams(chatID)
 	for _, team := range teams {
 		switch t := p.teamTenant(team); {
 		case t == "":
