@@ -151,8 +151,7 @@ func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (p
 func (p *Platform) place(ctx context.Context, tenant, chat string, hints ...string) ([]string, error) {
 	bound := weak.Make(p.teams.Load())
 	if at, ok := p.placed.Get(chat); ok && at == bound {
-		teams := p.channelTeams(chat)
-		return teams, nil
+		return p.channelTeams(chat), nil
 	}
 	seen := p.channelTeams(chat)
 	var unreachable error
@@ -183,8 +182,7 @@ func (p *Platform) place(ctx context.Context, tenant, chat string, hints ...stri
 		return nil, unreachable
 	}
 	p.placed.Add(chat, bound)
-	teams := p.channelTeams(chat)
-	return teams, nil
+	return p.channelTeams(chat), nil
 }
 
 // mayAct reports whether tenant may act in chat (platform.Authorize, the

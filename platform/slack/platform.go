@@ -296,12 +296,13 @@ func (p *Platform) seenIn(channel, team string) {
 	defer p.chanMu.Unlock()
 	now := p.clock.Now()
 	old, _ := p.chanTeams.Peek(channel)
+	if slices.ContainsFunc(old, func(s sighting) bool { return s.team == team && now.Sub(s.at) < seenRenew }) {
+		return
+	}
 	teams := make([]sighting, 0, len(old)+1) // readers may hold old
 	unbound, found := 0, false
 	for _, s := range old {
 		switch {
-		case s.team == team && now.Sub(s.at) < seenRenew:
-			return
 		case s.team == team:
 			s.at, found = now, true
 		case now.Sub(s.at) >= seenFor:
