@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"weak"
 
 	"github.com/slack-go/slack"
 
@@ -124,7 +125,7 @@ func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (p
 	if err != nil {
 		// Seen in a workspace of tenant's, the channel is tenant's, alone
 		// or beside another tenant's: held by grant, the stricter.
-		if seen, _ := p.chanTeams.Get(chat); slices.ContainsFunc(seen, func(t string) bool { return teams[t] == tenant }) {
+		if seen := p.channelTeams(chat); slices.ContainsFunc(seen, func(t string) bool { return teams[t] == tenant }) {
 			return platform.HoldGrant, nil
 		}
 		return platform.HoldNone, err
@@ -148,11 +149,11 @@ func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (p
 // none has it; an error wrapping platform.ErrUnavailable when Slack could
 // not be asked.
 func (p *Platform) place(ctx context.Context, tenant, chat string, hints ...string) ([]string, error) {
-	if p.placed.Contains(chat) {
-		teams, _ := p.chanTeams.Get(chat)
-		return teams, nil
+	bound := weak.Make(p.teams.Load())
+	if at, ok := p.placed.Get(chat); ok && at == bound {
+		return p.channelTeams(chat), nil
 	}
-	seen, _ := p.chanTeams.Get(chat)
+	seen := p.channelTeams(chat)
 	var unreachable error
 	found := false
 	for _, team := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(seen), hints...)))) {
@@ -180,9 +181,8 @@ func (p *Platform) place(ctx context.Context, tenant, chat string, hints ...stri
 	if !found && unreachable != nil {
 		return nil, unreachable
 	}
-	p.placed.Add(chat, struct{}{})
-	teams, _ := p.chanTeams.Get(chat)
-	return teams, nil
+	p.placed.Add(chat, bound)
+	return p.channelTeams(chat), nil
 }
 
 // mayAct reports whether tenant may act in chat (platform.Authorize, the
@@ -206,7 +206,7 @@ func (p *Platform) LocateChat(ctx context.Context, chatID string) (platform.Chat
 	if !channelIDPattern.MatchString(chatID) {
 		return platform.Chat{}, platform.ErrUnknownChat
 	}
-	if teams, _ := p.chanTeams.Get(chatID); len(teams) > 0 {
+	if teams := p.channelTeams(chatID); len(teams) > 0 {
 		return chatOf(chatID, teams[0]), nil
 	}
 	team, err := p.probeChannel(ctx, platform.TenantOf(ctx), chatID)

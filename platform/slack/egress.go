@@ -87,7 +87,7 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 // token, never with another tenant's (an inbound's scope_id is its
 // author's workspace, which may be the other tenant's).
 func (p *Platform) teamFor(ctx context.Context, tenant, chat, hint string) (string, error) {
-	seen, _ := p.chanTeams.Get(chat)
+	seen := p.channelTeams(chat)
 	if hint != "" && p.teamTenant(hint) == tenant {
 		return hint, nil
 	}

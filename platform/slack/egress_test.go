@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -516,7 +517,7 @@ func TestOneTokenPlacesNoChannelInAnotherWorkspace(t *testing.T) {
 	if n := len(e.fake.Calls("chat.postMessage")); n != before {
 		t.Fatalf("%d messages posted, want none", n-before)
 	}
-	if teams, _ := e.p.chanTeams.Get(chanGeneral); !slices.Equal(teams, []string{teamA.ID}) {
+	if teams := e.p.channelTeams(chanGeneral); !slices.Equal(teams, []string{teamA.ID}) {
 		t.Fatalf("#general placed in %v, want A alone", teams)
 	}
 	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+chanGeneral+`","content":"x","metadata":{}}`); !r.Success {
@@ -538,7 +539,7 @@ func TestOneTokenPlacesAnOrgSharedChannelInItsWorkspaces(t *testing.T) {
 	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+orgChan+`","content":"x","metadata":{}}`); !r.Success {
 		t.Fatalf("t2 in the org channel shared to B: %+v, want it sent", r)
 	}
-	if teams, _ := e.p.chanTeams.Get(orgChan); !slices.Contains(teams, teamB.ID) {
+	if teams := e.p.channelTeams(orgChan); !slices.Contains(teams, teamB.ID) {
 		t.Fatalf("the org channel placed in %v, want B among them", teams)
 	}
 }
@@ -557,7 +558,7 @@ func TestOneTokenPlacesAChannelWhereTheAnswerSaysItIs(t *testing.T) {
 	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+orgChan+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
 		t.Fatalf("t1 in B's channel: %+v, want egress_declined", r)
 	}
-	if teams, _ := e.p.chanTeams.Get(orgChan); !slices.Equal(teams, []string{teamB.ID}) {
+	if teams := e.p.channelTeams(orgChan); !slices.Equal(teams, []string{teamB.ID}) {
 		t.Fatalf("B's channel placed in %v, want B alone", teams)
 	}
 	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+orgChan+`","content":"x","metadata":{}}`); !r.Success {
@@ -579,5 +580,74 @@ func TestOneTokenPlacesAChannelItsAnswerDoesNotPlaceInItsOwnWorkspace(t *testing
 	}
 	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+quiet+`","content":"x","metadata":{}}`); !r.Success {
 		t.Fatalf("t1 in its channel: %+v", r)
+	}
+}
+
+// TestOneTokenPlacesNoChannelByItsOrgAlone: an Enterprise Grid org-wide
+// bot_token (auth.test names A) answers conversations.info of a channel
+// with its org's id alone (context_team_id E..., no internal_team_ids):
+// the answer says which org, not which workspace, so the channel is placed
+// nowhere and t1 (bound to A) is declined. Before, an answer naming no
+// workspace placed it in the token's own, A, and t1 posted into a channel
+// of another workspace of the org.
+func TestOneTokenPlacesNoChannelByItsOrgAlone(t *testing.T) {
+	const orgChan = "C0ORG00003"
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: orgChan, Name: "org-wide", Context: "E0ORG00001"})
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+orgChan+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1 in a channel only its org is named for: %+v, want egress_declined", r)
+	}
+	if teams := e.p.channelTeams(orgChan); len(teams) != 0 {
+		t.Fatalf("the channel placed in %v, want nowhere", teams)
+	}
+}
+
+// TestSharedChannelRecordsItsUnboundWorkspacesBounded: a Slack Connect
+// channel shared with 300 workspaces bound to no tenant, and with A and B
+// (bound to t1 and t2): conversations.info names them all, and the channel
+// keeps A, B and maxUnboundTeams of the others. Before, every workspace
+// named was kept, for each of up to chanTeamsSize channels.
+func TestSharedChannelRecordsItsUnboundWorkspacesBounded(t *testing.T) {
+	const wide = "C0WIDE0001"
+	shared := []string{teamA.ID}
+	for i := range 300 {
+		shared = append(shared, fmt.Sprintf("T0X%07d", i))
+	}
+	shared = append(shared, teamB.ID)
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: wide, Name: "wide", SharedTeams: shared})
+	e := newEnvOn(t, fake, nil, nil)
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+wide+`","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t1 in its shared channel: %+v", r)
+	}
+	teams := e.p.channelTeams(wide)
+	if len(teams) > maxUnboundTeams+2 || !slices.Contains(teams, teamA.ID) || !slices.Contains(teams, teamB.ID) {
+		t.Fatalf("the channel placed in %d workspaces (%v), want A, B and at most %d others", len(teams), teams, maxUnboundTeams)
+	}
+}
+
+// TestOneTokenForgetsAWorkspaceAChannelLeft: with one bot_token an event
+// once showed a channel in A (shared then), and t1 (bound to A) sends
+// there; the channel is now B's alone (conversations.info names B). A day
+// after it was last seen in A, t1 is declined. Before, a channel stayed in
+// every workspace it was once seen in until evicted, and t1 kept posting
+// into B's channel.
+func TestOneTokenForgetsAWorkspaceAChannelLeft(t *testing.T) {
+	const left = "C0LEFT0001"
+	clk := clocktest.New(time.Now())
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: left, Name: "left", Context: teamB.ID})
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, &platform.Deps{Clock: clk})
+	e.p.seenIn(left, teamA.ID) // an event of A's there, while it was shared
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+left+`","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t1 in a channel seen in A: %+v", r)
+	}
+	clk.Advance(seenFor)
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+left+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1 in the channel a day after it was last seen in A: %+v, want egress_declined", r)
+	}
+	if teams := e.p.channelTeams(left); !slices.Equal(teams, []string{teamB.ID}) {
+		t.Fatalf("the channel placed in %v, want B alone", teams)
 	}
 }

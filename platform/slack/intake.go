@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"connector/internal/clock"
+	"connector/platform"
 	"connector/store"
 )
 
@@ -146,8 +147,37 @@ type intake struct {
 	until map[string]time.Time
 	// sure is, of an entry held, the latest expiry its claim surely got
 	// (claimed).
-	sure    map[string]time.Time
-	resumed atomic.Uint64 // entries taken by sweepIntake
+	sure map[string]time.Time
+	// reserved counts the entries being stored or claimed (reserve), which
+	// count toward intakeMaxHeld with those held.
+	reserved int
+	resumed  atomic.Uint64 // entries taken by sweepIntake
+}
+
+// intakeMaxHeld bounds the entries an instance holds (and so their
+// bodies, and the renewals of a round, which the store sends in one
+// pipeline and one wait for the replicas): past it a request the intake
+// would store is answered 503 (Slack sends it again), and a sweep takes
+// no more.
+const intakeMaxHeld = 512
+
+// reserve counts one more entry toward intakeMaxHeld until unreserve;
+// false when the intake is full.
+func (in *intake) reserve() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.held)+in.reserved >= intakeMaxHeld {
+		return false
+	}
+	in.reserved++
+	return true
+}
+
+// unreserve gives n reservations back.
+func (in *intake) unreserve(n int) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.reserved -= n
 }
 
 // IntakeStats reports the entries of the durable intake this instance
@@ -277,12 +307,17 @@ func intakeClaim(key string) string { return "slack/intake/" + key }
 
 // admit stores r as an entry of chat and queues it, or answers it without:
 // a slow message already handled is a duplicate (nil), one another
-// instance is handling is platform.ErrBusy.
+// instance is handling, or one the full intake cannot take, is
+// platform.ErrBusy.
 func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) error {
 	run := p.intake.runCtx()
 	if run == nil || run.Err() != nil || p.sink.Load() == nil {
 		return errNotRunning
 	}
+	if !p.intake.reserve() {
+		return platform.ErrBusy
+	}
+	defer p.intake.unreserve(1)
 	if r.once != "" {
 		switch dup, err := p.dedupe.Check(ctx, r.once); {
 		case err != nil:
@@ -493,7 +528,8 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	// deleted, before the queue lock is taken: every request the intake
 	// takes waits for that lock before it is answered.
 	queue := p.claimUnheld(ctx)
-	to := make(map[string]bool) // the chats their deliveries went to
+	defer p.intake.unreserve(len(queue)) // each is held by then, or let go
+	to := make(map[string]bool)          // the chats their deliveries went to
 	for _, c := range queue {
 		to[c.to()] = true
 	}
@@ -576,8 +612,12 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		if p.intake.holds(e.Key) {
 			continue
 		}
+		if !p.intake.reserve() {
+			break // full: a later sweep takes the rest
+		}
 		until := p.clock.Now().Add(intakeClaimTTL)
 		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), until); err != nil || !took {
+			p.intake.unreserve(1)
 			continue
 		}
 		// The listing may be older than the entry's end: one this
@@ -588,6 +628,7 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		now, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key)
 		rec = intakeRecord{}
 		if err != nil || !ok || json.Unmarshal(now.Value, &rec) != nil {
+			p.intake.unreserve(1)
 			p.releaseIntake(e.Key, until)
 			continue
 		}
@@ -759,28 +800,22 @@ func (p *Platform) keepIntake(ctx context.Context, renew, sweep *clock.Ticker) {
 	}
 }
 
-// intakeRenewAtOnce bounds the renewals of a round (renewIntake) in flight
-// at once: with store.redis_min_replicas each waits up to
-// redis_replica_timeout for the replicas, and one after another the
-// renewals of ~120 entries outlasted intakeClaimTTL.
-const intakeRenewAtOnce = 16
-
-// renewIntake renews the claims held, intakeRenewAtOnce at a time, and
+// renewIntake renews the claims held, all at once (at most
+// intakeMaxHeld: with store.redis_min_replicas each waits up to
+// redis_replica_timeout for the replicas, and one after another, or 16 at
+// a time, the renewals of enough entries outlasted intakeClaimTTL), and
 // returns once each renewal answered.
 func (p *Platform) renewIntake(ctx context.Context) {
 	now := p.clock.Now()
 	expires := now.Add(intakeClaimTTL)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	slots := make(chan struct{}, intakeRenewAtOnce)
 	for _, key := range p.intake.keys() {
 		held := p.intake.claimUntil(key)
 		if held.IsZero() {
 			continue // being claimed (a sweep)
 		}
-		slots <- struct{}{}
 		wg.Go(func() {
-			defer func() { <-slots }()
 			switch renewed, err := p.claims.Renew(ctx, intakeClaim(key), held, expires); {
 			case err != nil:
 				// It may have been made: a later renewal must not

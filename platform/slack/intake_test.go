@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"runtime"
@@ -1483,5 +1484,31 @@ func TestIntakeClaimsRenewedTogether(t *testing.T) {
 		case <-time.After(waitFor):
 			t.Fatalf("timed out after %v waiting for renewal %d of 3 while the others wait for the replicas", waitFor, i+1)
 		}
+	}
+}
+
+// TestIntakeHoldsAtMostItsBound: behind a message whose file stalls, its
+// chat's later messages are held in the intake up to intakeMaxHeld; the
+// next is answered 503 (Slack sends it again), unstored. Before, the
+// intake took every one: their bodies, and the renewals of their claims,
+// which outlasted the claims with the replicas down, had no bound.
+func TestIntakeHoldsAtMostItsBound(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	started := make(chan string, 4)
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	for i := 1; i < intakeMaxHeld; i++ {
+		e.event(t, teamA, fmt.Sprintf("Ev%d", i), slacktest.MessageEvent(teamA.ID, dmAda, userAda, fmt.Sprintf("1768490101.%06d", i), "", "held"), http.StatusOK)
+	}
+	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
+		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
+	}
+	e.event(t, teamA, "EvFull", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490102.000001", "", "one too many"), http.StatusServiceUnavailable)
+	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
+		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
 	}
 }

@@ -69,12 +69,13 @@ type Platform struct {
 	queues    *chatorder.Queue[string] // ingest in order per chat (team/channel)
 	intake    *intake                  // the durable intake (intake.go); nil without a store
 	limits    *limits
-	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
-	chanMu    sync.Mutex                   // serializes seenIn's read and write of chanTeams
+	chanTeams *lru.Cache[string, []sighting] // channel -> workspaces it was seen in (channelTeams)
+	chanMu    sync.Mutex                     // serializes seenIn's read and write of chanTeams
 	// placed remembers the channels ChatGranted placed with
 	// conversations.info lately (placementTTL): their workspaces are in
-	// chanTeams.
-	placed *ttlcache.Cache[string, struct{}]
+	// chanTeams, those bound when they were placed at least (seenIn). Each
+	// names the teams bound then, weakly: a change of them ends it.
+	placed *ttlcache.Cache[string, weak.Pointer[map[string]string]]
 	// notFound remembers, per (tenant, chat), that the tenant's workspaces
 	// do not have the chat, for declineMemory: a decline's cost depends
 	// only on the asker's own asks. Each names the teams it was found
@@ -114,6 +115,24 @@ const maxInFlight = 16_384
 // chanTeamsSize bounds the channels whose workspaces are remembered (and
 // the declines).
 const chanTeamsSize = 100_000
+
+// seenFor is how long a channel is taken to be in a workspace after it was
+// last seen there (seenIn): a Slack Connect channel one stopped sharing is
+// asked about again then. A sighting is recorded again once seenRenew old.
+const (
+	seenFor   = 24 * time.Hour
+	seenRenew = time.Hour
+)
+
+// sighting is a workspace a channel was seen in, and when last.
+type sighting struct {
+	team string
+	at   time.Time
+}
+
+// maxUnboundTeams bounds the workspaces bound to no tenant recorded for a
+// channel (seenIn).
+const maxUnboundTeams = 8
 
 // declineMemory is how long a chat found in none of a tenant's workspaces
 // is not looked up again for it.
@@ -155,9 +174,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.storeLogs = loglimit.NewBucket(storeLogRate, p.clock)
 	p.rehosts = platform.NewRehosts(p.clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
-	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
+	p.chanTeams, _ = lru.New[string, []sighting](chanTeamsSize) // size > 0: cannot fail
 	p.notFound = ttlcache.New[string, weak.Pointer[map[string]string]](chanTeamsSize, declineMemory, p.clock)
-	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.clock)
+	p.placed = ttlcache.New[string, weak.Pointer[map[string]string]](chanTeamsSize, placementTTL, p.clock)
 	p.histories = ttlcache.New[string, []slack.Message](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
@@ -263,19 +282,57 @@ func (p *Platform) teamTenant(team string) string { return (*p.teams.Load())[tea
 
 // seenIn records that channel is a conversation of workspace team (from
 // an event Slack delivered for it, or conversations.info). A workspace
-// once recorded stays until the channel is evicted: a grant is judged
-// against every one (ChatGranted).
+// recorded stays for seenFor after it was last seen there, or until the
+// channel is evicted: a grant is judged against every one (ChatGranted).
+// Of the workspaces bound to no tenant,
+// which judge nothing, the first maxUnboundTeams are recorded (a Slack
+// Connect channel is shared with up to 250 organizations, an org-shared
+// one with every workspace of its org); every bound one is.
 func (p *Platform) seenIn(channel, team string) {
 	if channel == "" || team == "" {
 		return
 	}
 	p.chanMu.Lock()
 	defer p.chanMu.Unlock()
-	teams, _ := p.chanTeams.Peek(channel)
-	if slices.Contains(teams, team) {
+	now := p.clock.Now()
+	old, _ := p.chanTeams.Peek(channel)
+	if slices.ContainsFunc(old, func(s sighting) bool { return s.team == team && now.Sub(s.at) < seenRenew }) {
 		return
 	}
-	p.chanTeams.Add(channel, append(slices.Clip(teams), team))
+	teams := make([]sighting, 0, len(old)+1) // readers may hold old
+	unbound, found := 0, false
+	for _, s := range old {
+		switch {
+		case s.team == team:
+			s.at, found = now, true
+		case now.Sub(s.at) >= seenFor:
+			continue
+		}
+		if p.teamTenant(s.team) == "" {
+			unbound++
+		}
+		teams = append(teams, s)
+	}
+	switch {
+	case !found && unbound >= maxUnboundTeams && p.teamTenant(team) == "":
+		return
+	case !found:
+		teams = append(teams, sighting{team, now})
+	}
+	p.chanTeams.Add(channel, teams)
+}
+
+// channelTeams are the workspaces channel was seen in within seenFor
+// (seenIn), in the order first recorded.
+func (p *Platform) channelTeams(channel string) []string {
+	seen, _ := p.chanTeams.Get(channel)
+	teams := make([]string, 0, len(seen))
+	for _, s := range seen {
+		if p.clock.Now().Sub(s.at) < seenFor {
+			teams = append(teams, s.team)
+		}
+	}
+	return teams
 }
 
 // ChatTenant implements platform.Platform: a channel bound to a tenant is
@@ -304,7 +361,7 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 		return t, nil
 	}
 	owner := ""
-	teams, _ := p.chanTeams.Get(chatID)
+	teams := p.channelTeams(chatID)
 	for _, team := range teams {
 		switch t := p.teamTenant(team); {
 		case t == "":
@@ -363,7 +420,8 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 // channel's (seenIn): its context team, a Slack Connect channel's host
 // and other workspaces (shared_team_ids), an Enterprise Grid org-shared
 // channel's workspaces of its org (internal_team_ids); an answer naming
-// none, the token's own. chat is team's when team is one of them:
+// no id at all, the token's own (one naming its org alone, E..., says
+// not which workspace: none). chat is team's when team is one of them:
 // bot_token answers for a workspace that has no install of its own (an
 // org-wide one, for every workspace of its org), so its answer alone
 // never places a channel in the workspace asked. An error wraps
@@ -382,7 +440,7 @@ func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, erro
 		return false, platform.UnavailableError("slack: the chat's owner could not be looked up; retry later")
 	}
 	in := slices.Concat([]string{ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs, ch.InternalTeamIDs)
-	if !slices.ContainsFunc(in, teamIDPattern.MatchString) { // the workspace whose token answered
+	if !slices.ContainsFunc(in, func(id string) bool { return id != "" }) { // the workspace whose token answered
 		_, tokens, _ := p.works.client(ctx, team)
 		in = []string{tokens}
 	}
