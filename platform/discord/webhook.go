@@ -26,7 +26,8 @@ import (
 //	503  the platform is not running (Run not started or stopped),
 //	     maxProcessing interactions are in flight for over a second, or
 //	     the interaction could not be delivered within 2.5 s (the relay
-//	     did not store it)
+//	     did not store it), or a press's prompt's poster could not be
+//	     looked up
 //	200  PING -> {"type":1}; autocomplete -> {"type":8} with no choices;
 //	     a guild no tenant claims, or a DM with no dm_tenant -> an
 //	     ephemeral "not connected" message (type 4); otherwise the deferred
@@ -127,6 +128,10 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		pressed = in.Message.ID
 	}
 	tenant, created, _, drop := p.route(admit, author, chat, pressed)
+	if drop == dropPosterUnknown {
+		p.metrics.Dropped(platformName, drop)
+		return nil, http.StatusServiceUnavailable
+	}
 	if drop != "" {
 		p.routeDropped(drop, in.GuildID, in.ChannelID)
 		return p.answerNow(respond, ackNotConnected, answerBy)
