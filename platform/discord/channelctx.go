@@ -20,7 +20,7 @@ import (
 // contextKey names a channel (or thread) of a tenant, as created (the
 // vault's vault.Creation, which the registry's apply updates first): a
 // tenant deleted and made again under its id never gets the chatter held
-// for the earlier one.
+// for the earlier one (chatcontext.Tenant).
 type contextKey struct {
 	tenant  chatcontext.Tenant
 	channel string
@@ -32,6 +32,6 @@ func (p *Platform) attachContext(k contextKey, t *turn) bool {
 	if t.interrupt || t.ev.Source.ChatType == session.ChatTypeDM {
 		return false
 	}
-	t.ev.Context = p.channelContext.Pending(k)
+	t.ev.Context = p.channelContext.Pending(k.tenant, k.channel)
 	return len(t.ev.Context) > 0
 }

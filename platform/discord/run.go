@@ -69,7 +69,7 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	var d *dropError
 	switch {
 	case errors.As(err, &d) && d.seen != nil:
-		p.channelContext.Keep(k, *d.seen)
+		p.channelContext.Keep(k.tenant, k.channel, *d.seen)
 		p.dropped(err, "message_id", m.ID)
 		return
 	case err != nil:
@@ -89,7 +89,7 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	attached := p.attachContext(k, t)
 	// A Gateway event has no confirmation to withhold.
 	if p.deliver(ctx, tenant, created, t, it.received) == nil && attached {
-		p.channelContext.Delivered(k)
+		p.channelContext.Delivered(k.tenant, k.channel)
 	}
 }
 
