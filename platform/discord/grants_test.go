@@ -700,3 +700,47 @@ func TestPressWhosePosterIsUnreadable(t *testing.T) {
 	}
 	e.sink.Empty(t)
 }
+
+// TestTokenOfAnInteractionRoutedToAnEarlierTenant: a slash command in t1's
+// guild is routed to t1, then t1 is deleted and made again under its id
+// just before the interaction's token is stored (the vault first, as the
+// registry's apply does). The token is the earlier t1's: the new t1 finds
+// none for the session (before, it was stored under the new creation, and
+// the new t1 could answer the earlier one's interaction, and then edit
+// that answer as its own).
+func TestTokenOfAnInteractionRoutedToAnEarlierTenant(t *testing.T) {
+	t.Parallel()
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var created sync.Map
+	created.Store("t1", first)
+	since := func(tenant string) time.Time { c, _ := created.Load(tenant); at, _ := c.(time.Time); return at }
+	v := &recreatingVault{Memory: vault.NewMemory(vault.Config{Since: since}), recreate: func() { created.Store("t1", again) }}
+	e := newEnvDeps(t, platform.Deps{Vault: v}, discordtest.Options{}, nil)
+	e.startReady(t)
+	resp, err := http.DefaultClient.Do(discordtest.InteractionRequest(e.webhookServer(t), e.priv, time.Now(), slashBody(liveID(8403), "tok-8403", guildLab, chanGeneral)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	d := e.sink.Next(t)
+	if d.Tenant != "t1" {
+		t.Fatalf("delivery to %q, want t1", d.Tenant)
+	}
+	if _, ok := v.Get(t.Context(), vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); ok {
+		t.Fatal("the new t1 finds the token of an interaction routed to the earlier t1")
+	}
+}
+
+// recreatingVault is a vault.Memory that calls recreate before it stores
+// an interaction token.
+type recreatingVault struct {
+	*vault.Memory
+	recreate func()
+}
+
+func (v *recreatingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindDiscordInteractionToken {
+		v.recreate()
+	}
+	return v.Memory.Put(ctx, k, e)
+}

@@ -242,7 +242,8 @@ func (p *Platform) acquireSlot(ctx context.Context) bool {
 
 // processInteraction normalizes an interaction routed to tenant, as
 // created when it was routed (vault.Creation), moves its token into the
-// vault under the session it belongs to, and delivers the event, which never
+// vault under the session it belongs to, kept with that creation (a tenant
+// made again meanwhile finds none), and delivers the event, which never
 // carries the token. It returns the error of the token's store or of the
 // delivery; an interaction dropped on purpose is not an error.
 func (p *Platform) processInteraction(ctx context.Context, tenant string, created time.Time, in *wireInteraction, received time.Time) error {
@@ -269,7 +270,7 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, create
 			ref += "/" + src.UserID.Value // the DM's user, whom rule 4 places it by (opFollowUp)
 		}
 		err := p.vault.Put(ctx, vault.Key{Tenant: tenant, SessionKey: key, Kind: vault.KindDiscordInteractionToken},
-			vault.Entry{Value: token, Ref: ref, Stored: received})
+			vault.Entry{Value: token, Ref: ref, Stored: received, Created: created})
 		if err != nil {
 			p.log.Warn("discord interaction token not stored; not confirmed", "interaction_id", in.ID, "err", err)
 			return err
