@@ -84,7 +84,9 @@ type Egress[P Platform, T any] struct {
 //  5. in a chat tenant holds by grant (HoldGrant), which other tenants may
 //     hold too, an edit or delete names a message the bot posted for
 //     tenant there, a thread_rename a topic it created there
-//     (Grants.PostedBy): egress_declined.
+//     (Grants.PostedBy): egress_declined;
+//  6. with e.Grants, the creation ctx carries (WithCreation) is tenant's
+//     as the vault knows it: egress_declined.
 //
 // The op then runs, charged to tenant (WithTenant), its platform calls
 // asking again as their turn comes (StillMayAct); in a chat held by
@@ -135,12 +137,18 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 			return contract.Declined(p.Name())
 		}
 	}
-	// The tenant's creation as the op was authorized: one that returns
-	// once its tenant was deleted and made again (the relay revokes it as
-	// it applies the change, after the vault) marks nothing of the new one.
-	var created time.Time
+	// The tenant's creation as the action was dispatched (WithCreation),
+	// else as the op was authorized: an action of a tenant since deleted
+	// and made again (the relay revokes its connections as it applies the
+	// change, after the vault) is declined, and one that returns after
+	// that marks nothing of the new one.
+	created, dispatched := ctx.Value(creationKey{}).(time.Time)
 	if e.Grants != nil {
-		created = vault.Creation(e.Grants.vault, tenant)
+		now := vault.Creation(e.Grants.vault, tenant)
+		if dispatched && !now.Equal(created) {
+			return contract.Declined(p.Name())
+		}
+		created = now
 		ctx = context.WithValue(ctx, creationKey{}, created) // AuthorizedCreation
 	}
 	r := op(p, ctx, tenant, chat, a)

@@ -291,6 +291,9 @@ type countingVault struct {
 	puts, markReads int
 }
 
+// Since is the counted vault's (vault.Creation).
+func (v *countingVault) Since(tenant string) time.Time { return vault.Creation(v.Store, tenant) }
+
 func (v *countingVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool) {
 	if k.Kind == vault.KindPostedMessage {
 		v.markReads++
@@ -562,5 +565,46 @@ func TestPromptPosterRecorded(t *testing.T) {
 	grants.Add(t.Context(), "dm", "", "t1")
 	if got, ok, _ := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "dm", DM: true}, "m-dm", "t2"); ok {
 		t.Errorf("a press of the earlier t1's prompt in Ada's DM reached %q, want nobody", got)
+	}
+}
+
+// TestActionOfAnEarlierTenant: the relay took t1's action from its
+// connection (platform.WithCreation), then t1 was deleted and made again
+// under its id, the vault first. In a chat t1 holds by grant the action is
+// declined, Locate's earlier answer reused or not, and nothing is marked;
+// on a platform without grants its op's records keep the creation as
+// dispatched (AuthorizedCreation). Before, the creation was read after the
+// chat was authorized: the earlier tenant's post was marked as the new
+// t1's, which could then edit it.
+func TestActionOfAnEarlierTenant(t *testing.T) {
+	first := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	created := first
+	v := &countingVault{Store: vault.NewMemory(vault.Config{Since: func(string) time.Time { return created }})}
+	p := &chatsPlatform{granted: map[string]string{"shared": "t1"}}
+	var stamped time.Time
+	ops := platform.Ops[*chatsPlatform, string]{contract.OpSend: func(_ *chatsPlatform, ctx context.Context, tenant, chat string, _ *contract.Action) contract.Result {
+		stamped = platform.AuthorizedCreation(ctx, v, tenant)
+		return contract.OK("m-" + chat)
+	}}
+	e := platform.Egress[*chatsPlatform, string]{Ops: ops, Chat: func(_ *chatsPlatform, chat string) (string, bool) { return chat, true }, Grants: platform.NewGrants("chats", v, nil, nil)}
+	send := &contract.Action{Op: contract.OpSend, ChatID: "shared"}
+	dispatched := platform.WithCreation(t.Context(), first)
+	if r := platform.Execute(dispatched, &e, p, "t1", send); !r.Success || !stamped.Equal(first) || v.puts != 1 {
+		t.Fatalf("t1's send as dispatched: %+v, stamped %v, %d marks", r, stamped, v.puts)
+	}
+	_, located, err := platform.Locate(dispatched, []platform.Platform{p}, "t1", "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, stamped = first.Add(time.Minute), time.Time{}
+	for _, ctx := range []context.Context{dispatched, located} {
+		if r := platform.Execute(ctx, &e, p, "t1", send); r != contract.Declined("chats") || !stamped.IsZero() || v.puts != 1 {
+			t.Errorf("the earlier t1's send once t1 was made again: %+v, op ran: %v, %d marks, want declined, no op, 1 mark", r, !stamped.IsZero(), v.puts)
+		}
+	}
+	e.Grants = nil
+	p.owners = map[string]string{"shared": "t1"}
+	if r := platform.Execute(dispatched, &e, p, "t1", send); !r.Success || !stamped.Equal(first) {
+		t.Errorf("the earlier t1's send without grants: %+v, stamped %v, want %v", r, stamped, first)
 	}
 }

@@ -9,8 +9,19 @@ import (
 
 type tenantKey struct{}
 
-// creationKey carries the tenant's creation as Execute authorized its op.
+// creationKey carries the tenant's creation as its action was dispatched
+// (WithCreation), else as Execute authorized its op.
 type creationKey struct{}
+
+// WithCreation marks ctx as carrying an action its dispatcher (the relay)
+// took from a connection of a tenant created at created (zero: declared,
+// or created before creations were kept): Execute declines it once the
+// vault knows another creation of its tenant (deleted and made again under
+// its id since), and what its op records keeps created
+// (AuthorizedCreation).
+func WithCreation(ctx context.Context, created time.Time) context.Context {
+	return context.WithValue(ctx, creationKey{}, created)
+}
 
 // WithTenant marks ctx as carrying a call made on tenant's behalf: every
 // caller of ChatTenant sets it (Authorize, the relay's routing), and a
@@ -27,8 +38,9 @@ func TenantOf(ctx context.Context) string {
 	return t
 }
 
-// AuthorizedCreation is tenant's creation as its op was authorized
-// (Execute puts it in ctx), else as v knows it now (vault.Creation). A
+// AuthorizedCreation is tenant's creation as its action was dispatched
+// (WithCreation) or its op authorized (Execute puts it in ctx), else as v
+// knows it now (vault.Creation). A
 // record an op writes after its platform call keeps it, so one that
 // returns once its tenant was deleted and made again under its id is an
 // earlier tenant's record, not the new one's.

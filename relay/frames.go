@@ -285,6 +285,9 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 	if r, missing := a.MissingTarget(); missing {
 		return r
 	}
+	c.srv.regMu.RLock()
+	ctx = platform.WithCreation(ctx, c.hub.created) // as dispatched: Execute compares it
+	c.srv.regMu.RUnlock()
 	name := t.name
 	if name == "" {
 		var err error

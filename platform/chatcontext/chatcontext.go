@@ -6,10 +6,11 @@
 //
 // Memory is bounded: per chat the latest PerChat messages within
 // BytesPerChat bytes of text, for at most Chats chats (the least recently
-// used is forgotten first). Keys are the platform's; they name the tenant,
-// as created (Tenant), as well as the chat, so a chat that changes tenants
-// never shows one tenant's messages to another, nor a tenant deleted and
-// made again under its id the messages kept for the earlier one.
+// used is forgotten first). A chat's messages are kept for a tenant, as
+// created (Tenant), under the platform's key of the chat, so a chat that
+// changes tenants never shows one tenant's messages to another, nor a
+// tenant deleted and made again under its id the messages kept for the
+// earlier one.
 package chatcontext
 
 import (
@@ -21,10 +22,12 @@ import (
 	"connector/contract"
 )
 
-// Tenant names a tenant as created at a time, in a platform's keys: a
-// tenant deleted and made again under its id is another Tenant, so it never
-// gets the messages kept for the earlier one, received before its
-// creation (docs/operations.md). The earlier one's age out of the Log.
+// Tenant names a tenant as created at a time: a Log keeps a chat's
+// messages under its id, for one creation at a time, so a tenant deleted
+// and made again under its id, or a declared one (creation zero) after a
+// stored one or before it, never gets the messages kept for another
+// (docs/operations.md): they are forgotten as the chat keeps its first
+// message for it.
 type Tenant struct {
 	id      string
 	created int64 // Unix nanoseconds; 0 for the zero time
@@ -55,11 +58,24 @@ type Bounds struct {
 	BytesPerChat int // bytes of text per chat
 }
 
-// Log holds kept messages by chat key. It is safe for concurrent use; a
-// platform serializes the changes of one chat (its ingest order).
+// Log holds kept messages by tenant and chat key. It is safe for
+// concurrent use; a platform serializes the changes of one chat (its
+// ingest order).
 type Log[K comparable] struct {
 	perChat, bytesPerChat int
-	byChat                *lru.Cache[K, []contract.ContextMessage]
+	byChat                *lru.Cache[chatKey[K], held]
+}
+
+// chatKey is a chat k of tenant id.
+type chatKey[K comparable] struct {
+	id string
+	k  K
+}
+
+// held is a chat's kept messages, for a tenant created at created (Tenant).
+type held struct {
+	created int64
+	msgs    []contract.ContextMessage
 }
 
 // New returns an empty Log with bounds b.
@@ -75,17 +91,22 @@ func New[K comparable](b Bounds) *Log[K] {
 	if l.bytesPerChat <= 0 {
 		l.bytesPerChat = DefaultBytesPerChat
 	}
-	l.byChat, _ = lru.New[K, []contract.ContextMessage](chats) // size > 0: cannot fail
+	l.byChat, _ = lru.New[chatKey[K], held](chats) // size > 0: cannot fail
 	return l
 }
 
-// Keep adds a message to chat k, dropping the oldest beyond the bounds. A
-// message without text is not kept: the gateway skips context without text.
-func (l *Log[K]) Keep(k K, msg contract.ContextMessage) {
+// Keep adds a message to t's chat k, dropping the oldest beyond the bounds
+// and any kept for another creation of t's id. A message without text is
+// not kept: the gateway skips context without text.
+func (l *Log[K]) Keep(t Tenant, k K, msg contract.ContextMessage) {
 	if msg.Text == "" {
 		return
 	}
-	old, _ := l.byChat.Get(k)
+	key := chatKey[K]{t.id, k}
+	var old []contract.ContextMessage
+	if h, ok := l.byChat.Get(key); ok && h.created == t.created {
+		old = h.msgs
+	}
 	kept := append(make([]contract.ContextMessage, 0, len(old)+1), old...)
 	kept = append(kept, msg)
 	size := 0
@@ -97,38 +118,40 @@ func (l *Log[K]) Keep(k K, msg contract.ContextMessage) {
 		}
 	}
 	if len(kept) == 0 {
-		l.byChat.Remove(k)
+		l.byChat.Remove(key)
 		return
 	}
-	l.byChat.Add(k, kept)
+	l.byChat.Add(key, held{t.created, kept})
 }
 
-// Take returns the messages kept for chat k, oldest first, and forgets
+// Take returns the messages kept for t's chat k, oldest first, and forgets
 // them, for a delivery to carry; Restore gives them back when it fails.
 // Messages kept after Take are the next delivery's.
-func (l *Log[K]) Take(k K) []contract.ContextMessage {
-	kept, _ := l.byChat.Peek(k)
-	l.byChat.Remove(k)
+func (l *Log[K]) Take(t Tenant, k K) []contract.ContextMessage {
+	kept := l.Pending(t, k)
+	l.byChat.Remove(chatKey[K]{t.id, k})
 	return kept
 }
 
 // Restore puts msgs, which Take returned for a delivery that failed, back
-// before the messages chat k kept since, within the bounds.
-func (l *Log[K]) Restore(k K, msgs []contract.ContextMessage) {
-	for _, msg := range append(slices.Clip(msgs), l.Take(k)...) {
-		l.Keep(k, msg)
+// before the messages t's chat k kept since, within the bounds.
+func (l *Log[K]) Restore(t Tenant, k K, msgs []contract.ContextMessage) {
+	for _, msg := range append(slices.Clip(msgs), l.Take(t, k)...) {
+		l.Keep(t, k, msg)
 	}
 }
 
-// Pending returns the messages kept for chat k, oldest first. The slice is
-// the Log's: read it, never change it.
-func (l *Log[K]) Pending(k K) []contract.ContextMessage {
-	kept, _ := l.byChat.Peek(k)
-	return kept
+// Pending returns the messages kept for t's chat k, oldest first. The
+// slice is the Log's: read it, never change it.
+func (l *Log[K]) Pending(t Tenant, k K) []contract.ContextMessage {
+	if h, ok := l.byChat.Peek(chatKey[K]{t.id, k}); ok && h.created == t.created {
+		return h.msgs
+	}
+	return nil
 }
 
-// Delivered forgets chat k's messages once a delivery carried them.
-func (l *Log[K]) Delivered(k K) { l.byChat.Remove(k) }
+// Delivered forgets t's chat k's messages once a delivery carried them.
+func (l *Log[K]) Delivered(t Tenant, k K) { l.byChat.Remove(chatKey[K]{t.id, k}) }
 
 // Len is the number of chats with kept messages.
 func (l *Log[K]) Len() int { return l.byChat.Len() }

@@ -48,7 +48,8 @@ func chatOfInfo(ci chanInfo) platform.Chat {
 // while it may act there (platform.Grants.PromptPoster), which it renews
 // the grant of only while the author is linked to it: a user whose link
 // moved does not keep the earlier tenant in the chat by pressing its
-// prompts. created is the tenant's creation (vault.Creation) as the
+// prompts; a press whose poster the store could not tell is dropped
+// (dropPosterUnknown), its user told to try again. created is the tenant's creation (vault.Creation) as the
 // ownership was read, before any store call: a tenant deleted and made
 // again under its id while one waits does not take the event, nor the
 // grant.
@@ -62,7 +63,10 @@ func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pr
 		routed := r.Tenant
 		created = vault.Creation(p.vault, routed)
 		if r.Grant && pressed != "" {
-			if t, ok, _ := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); ok && t != routed {
+			switch t, ok, err := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); {
+			case err != nil:
+				return "", time.Time{}, false, dropPosterUnknown
+			case ok && t != routed:
 				r.Tenant, created = t, vault.Creation(p.vault, t) // as PromptPoster judged its record
 			}
 		}
@@ -76,8 +80,12 @@ func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pr
 	return "", time.Time{}, false, dropUnclaimed
 }
 
-// dropUnclaimed is route's drop for an event no tenant claims.
-const dropUnclaimed = "unclaimed"
+// Route's drops of its own: an event no tenant claims, and a press whose
+// prompt's poster the store could not tell.
+const (
+	dropUnclaimed     = "unclaimed"
+	dropPosterUnknown = "poster_unknown"
+)
 
 // messageNormalizer resolves m's tenant (route) and returns the normalizer
 // to read it with: under the owner floor, without the tenant's mention

@@ -17,21 +17,15 @@ import (
 // never kept, nor anything of a tenant whose channel_context is off. Memory is bounded by package chatcontext (per channel the
 // latest 20 messages within 32 KiB, 1,024 channels) and per instance.
 
-// contextKey names a channel (or thread) of a tenant, as created (the
-// vault's vault.Creation, which the registry's apply updates first): a
-// tenant deleted and made again under its id never gets the chatter held
-// for the earlier one.
-type contextKey struct {
-	tenant  chatcontext.Tenant
-	channel string
-}
-
-// attachContext sets the kept messages of k as t's context and reports
-// whether there were any. A DM or an interrupt carries none.
-func (p *Platform) attachContext(k contextKey, t *turn) bool {
+// attachContext sets the messages kept for ct (as created: the vault's
+// vault.Creation, which the registry's apply updates first, so a tenant
+// made again under its id never gets the earlier one's) in channel as t's
+// context and reports whether there were any. A DM or an interrupt
+// carries none.
+func (p *Platform) attachContext(ct chatcontext.Tenant, channel string, t *turn) bool {
 	if t.interrupt || t.ev.Source.ChatType == session.ChatTypeDM {
 		return false
 	}
-	t.ev.Context = p.channelContext.Pending(k)
+	t.ev.Context = p.channelContext.Pending(ct, channel)
 	return len(t.ev.Context) > 0
 }

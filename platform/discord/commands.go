@@ -71,7 +71,10 @@ import (
 // that started since: one whose registry apply lags never deletes the
 // manifest of a tenant newer than that apply, nor replaces one of a later
 // creation than it knows (a hello from the earlier tenant's gateway, still
-// connected there).
+// connected there). That order is the creation times' (the clocks of the
+// instances that made them must agree, docs/durability.md): a registry
+// counter would free it from them, but the registry keeps none per
+// creation.
 
 // commandName is what the contract lets through; invalid entries are
 // dropped one by one.

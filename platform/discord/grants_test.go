@@ -637,3 +637,110 @@ func (v *heldPosterVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bo
 	}
 	return v.Memory.Get(ctx, k)
 }
+
+// TestPressWhosePosterIsUnreadable: Ada, linked to t2, presses t2's
+// prompt in her DM, which t2 holds by grant, while the store holds a
+// value it cannot read (a foreign one) at the prompt's poster record.
+// The press is refused with 503 (Discord tells her it failed; she may
+// press again) and reaches no tenant. Before, the store's error was
+// taken for no record and the press went to the tenant her messages
+// reach, whoever posted the prompt.
+func TestPressWhosePosterIsUnreadable(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	durable := func() vault.Store { return vault.NewDurable(st.Capabilities(), vault.Config{}) }
+	e := newEnvDeps(t, platform.Deps{Vault: durable()}, discordtest.Options{}, nil)
+	e.startReady(t)
+	standby := func(ctx context.Context, _ string, _ func(context.Context) error) error {
+		<-ctx.Done() // the Gateway lease stays with e
+		return nil
+	}
+	// The prompt is posted on another instance: e's vault does not
+	// remember its poster, and reads it from the store.
+	other := &env{fake: e.fake, sink: newSink(), logs: newLogCapture(), metrics: newMetrics(), cfg: e.cfg}
+	other.p, err = New(e.cfg, platform.Deps{Log: other.logs.Logger(), Metrics: other.metrics, Vault: durable(), Exclusive: standby})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.start(t)
+	for _, e := range []*env{e, other} {
+		if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other.p.spoke.Add(t.Context(), chanDMAda, "", "t2") // as her /link for t2 in the DM
+	r := execute(t, other, "t2", `{"op":"prompt","chat_id":"`+chanDMAda+`","content":"deploy?","prompt_id":"f00dba.1234abcd","options":[{"id":"once","label":"Approve once"}],"metadata":{}}`)
+	if !r.Success {
+		t.Fatalf("t2's prompt in Ada's DM = %+v", r)
+	}
+	rc := srv.Client(t)
+	keys, err := rc.Keys(t.Context(), "*prompt_poster*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the poster record's key: %v, %v", keys, err)
+	}
+	if err := rc.Set(t.Context(), keys[0], "foreign", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	body, err := e.fake.PressButton("8402", "tok-8402", r.MessageID, buttonOf(t, e, chanDMAda, r.MessageID, "once"), userAda, "ada.l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(discordtest.InteractionRequest(e.webhookServer(t), e.priv, time.Now(), body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("the press whose poster the store could not tell answered %d, want 503", resp.StatusCode)
+	}
+	e.sink.Empty(t)
+}
+
+// TestTokenOfAnInteractionRoutedToAnEarlierTenant: a slash command in t1's
+// guild is routed to t1, then t1 is deleted and made again under its id
+// just before the interaction's token is stored (the vault first, as the
+// registry's apply does). The token is the earlier t1's: the new t1 finds
+// none for the session (before, it was stored under the new creation, and
+// the new t1 could answer the earlier one's interaction, and then edit
+// that answer as its own).
+func TestTokenOfAnInteractionRoutedToAnEarlierTenant(t *testing.T) {
+	t.Parallel()
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var created sync.Map
+	created.Store("t1", first)
+	since := func(tenant string) time.Time { c, _ := created.Load(tenant); at, _ := c.(time.Time); return at }
+	v := &recreatingVault{Memory: vault.NewMemory(vault.Config{Since: since}), recreate: func() { created.Store("t1", again) }}
+	e := newEnvDeps(t, platform.Deps{Vault: v}, discordtest.Options{}, nil)
+	e.startReady(t)
+	resp, err := http.DefaultClient.Do(discordtest.InteractionRequest(e.webhookServer(t), e.priv, time.Now(), slashBody(liveID(8403), "tok-8403", guildLab, chanGeneral)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	d := e.sink.Next(t)
+	if d.Tenant != "t1" {
+		t.Fatalf("delivery to %q, want t1", d.Tenant)
+	}
+	if _, ok := v.Get(t.Context(), vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); ok {
+		t.Fatal("the new t1 finds the token of an interaction routed to the earlier t1")
+	}
+}
+
+// recreatingVault is a vault.Memory that calls recreate before it stores
+// an interaction token.
+type recreatingVault struct {
+	*vault.Memory
+	recreate func()
+}
+
+func (v *recreatingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindDiscordInteractionToken {
+		v.recreate()
+	}
+	return v.Memory.Put(ctx, k, e)
+}

@@ -66,7 +66,7 @@ type Platform struct {
 	cache   *cache
 	created *createdThreads
 	// channelContext holds held-back guild messages (channelctx.go).
-	channelContext *chatcontext.Log[contextKey]
+	channelContext *chatcontext.Log[string]
 	snap           snapshot
 	// gwHere is set while the Gateway session runs on this instance (with
 	// several instances, while it holds the lease ingest/discord/gateway).
@@ -171,7 +171,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.owned = ttlcache.New[[2]string, chanInfo](maxStandbyDeclines, standbyOwnTTL, p.clock)
 	p.created = newCreatedThreads()
-	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
+	p.channelContext = chatcontext.New[string](chatcontext.Bounds{})
 	p.seen = platform.ClaimsFor(deps, maxSeenInteractions, p.clock)
 	p.turns = chatorder.New[string](maxIngesting)
 	p.cmds = newCommandSync(p)

@@ -65,11 +65,11 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		return
 	}
 	t, err := n.message(platform.WithTenant(ctx, tenant), m, it.edit)
-	k := contextKey{tenant: chatcontext.TenantOf(tenant, created), channel: m.ChannelID}
+	ct := chatcontext.TenantOf(tenant, created)
 	var d *dropError
 	switch {
 	case errors.As(err, &d) && d.seen != nil:
-		p.channelContext.Keep(k, *d.seen)
+		p.channelContext.Keep(ct, m.ChannelID, *d.seen)
 		p.dropped(err, "message_id", m.ID)
 		return
 	case err != nil:
@@ -86,10 +86,10 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 			p.spoke.AddThread(ctx, m.ChannelID, src.ChatID, tenant)
 		}
 	}
-	attached := p.attachContext(k, t)
+	attached := p.attachContext(ct, m.ChannelID, t)
 	// A Gateway event has no confirmation to withhold.
 	if p.deliver(ctx, tenant, created, t, it.received) == nil && attached {
-		p.channelContext.Delivered(k)
+		p.channelContext.Delivered(ct, m.ChannelID)
 	}
 }
 

@@ -26,7 +26,8 @@ import (
 //	503  the platform is not running (Run not started or stopped),
 //	     maxProcessing interactions are in flight for over a second, or
 //	     the interaction could not be delivered within 2.5 s (the relay
-//	     did not store it)
+//	     did not store it), or a press's prompt's poster could not be
+//	     looked up
 //	200  PING -> {"type":1}; autocomplete -> {"type":8} with no choices;
 //	     a guild no tenant claims, or a DM with no dm_tenant -> an
 //	     ephemeral "not connected" message (type 4); otherwise the deferred
@@ -127,6 +128,10 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		pressed = in.Message.ID
 	}
 	tenant, created, _, drop := p.route(admit, author, chat, pressed)
+	if drop == dropPosterUnknown {
+		p.metrics.Dropped(platformName, drop)
+		return nil, http.StatusServiceUnavailable
+	}
 	if drop != "" {
 		p.routeDropped(drop, in.GuildID, in.ChannelID)
 		return p.answerNow(respond, ackNotConnected, answerBy)
@@ -237,7 +242,8 @@ func (p *Platform) acquireSlot(ctx context.Context) bool {
 
 // processInteraction normalizes an interaction routed to tenant, as
 // created when it was routed (vault.Creation), moves its token into the
-// vault under the session it belongs to, and delivers the event, which never
+// vault under the session it belongs to, kept with that creation (a tenant
+// made again meanwhile finds none), and delivers the event, which never
 // carries the token. It returns the error of the token's store or of the
 // delivery; an interaction dropped on purpose is not an error.
 func (p *Platform) processInteraction(ctx context.Context, tenant string, created time.Time, in *wireInteraction, received time.Time) error {
@@ -264,7 +270,7 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, create
 			ref += "/" + src.UserID.Value // the DM's user, whom rule 4 places it by (opFollowUp)
 		}
 		err := p.vault.Put(ctx, vault.Key{Tenant: tenant, SessionKey: key, Kind: vault.KindDiscordInteractionToken},
-			vault.Entry{Value: token, Ref: ref, Stored: received})
+			vault.Entry{Value: token, Ref: ref, Stored: received, Created: created})
 		if err != nil {
 			p.log.Warn("discord interaction token not stored; not confirmed", "interaction_id", in.ID, "err", err)
 			return err

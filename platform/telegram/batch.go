@@ -100,7 +100,7 @@ func (p *Platform) ingestAnswer(ctx context.Context, answer []polledUpdate) {
 // topic (the latest first, so that it stays in order).
 func (p *Platform) retry(ctx context.Context, answer []polledUpdate, ready []readied, is []int) {
 	for _, i := range slices.Backward(is) {
-		p.observed.Restore(ready[i].observed, answer[i].in.event.Context)
+		p.observed.Restore(ready[i].observed.tenant, ready[i].observed.topic, answer[i].in.event.Context)
 	}
 	for _, i := range is {
 		answer[i].in, _ = normalize(answer[i].u, p.mapping.Load()) // afresh: ready may have changed it

@@ -74,7 +74,7 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 		return r.err
 	}
 	if err := (*sink).Deliver(ctx, r.d); err != nil {
-		p.observed.Restore(r.observed, in.event.Context)
+		p.observed.Restore(r.observed.tenant, r.observed.topic, in.event.Context)
 		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)
 	}
 	p.delivered(u, in, r.d.Tenant)
@@ -170,7 +170,8 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		if reason := pol.admit(in.msg, m); reason != "" && !owner {
 			if pol.observes(in.msg, m) {
 				in.event.Text = m.heldBackText(in.msg)
-				p.observed.Keep(p.observedKeyOf(tenant, in.msg), contextMessage(&in.event))
+				k := p.observedKeyOf(tenant, in.msg)
+				p.observed.Keep(k.tenant, k.topic, contextMessage(&in.event))
 				reason = dropObserved
 			}
 			if u.ID != 0 {
@@ -182,7 +183,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		if pol.sharesSessions(in.msg) {
 			shareSession(&in.event)
 			observed = p.observedKeyOf(tenant, in.msg)
-			in.event.Context = p.observed.Take(observed) // Restore when not delivered
+			in.event.Context = p.observed.Take(observed.tenant, observed.topic) // Restore when not delivered
 		}
 		p.attachMedia(ctx, tenant, in.msg, &in.event)
 	}

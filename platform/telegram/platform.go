@@ -49,7 +49,7 @@ type Platform struct {
 	// relevance their gateways declared (relevance.go); defaultPolicy when
 	// absent.
 	policies atomic.Pointer[map[string]*policy]
-	observed *chatcontext.Log[observedKey]
+	observed *chatcontext.Log[topicKey]
 	sealed   *lru.Cache[draftKey, sealedDraft] // see sealedDrafts
 	seals    store.Capabilities                // every instance's seals and group previews (draft.go), in deps.Store; nil without one
 	previews *lru.Cache[draftKey, *preview]    // open draft streams of group chats
@@ -124,7 +124,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		cfg:       cfg,
 		log:       deps.Log.With("platform", platformName),
 		deps:      deps,
-		observed:  chatcontext.New[observedKey](chatcontext.Bounds{}),
+		observed:  chatcontext.New[topicKey](chatcontext.Bounds{}),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
 		callbacks: make(chan string, 256),
