@@ -68,6 +68,7 @@ const (
 	msgExec     = 'x' // call on the room channel: tenant, exec (execClaim), action (JSON, its budget and creation in it: budgetKey, createdKey)
 	msgTaken    = 'e' // forwarder's inbox: exec, from the home running it, every beat until it answers
 	msgClaimed  = 'o' // forwarder's inbox: exec, from a home that found it taken by another instance
+	msgHeldBy   = 'y' // forwarder's inbox: exec, holder (msgClaimed naming the instance that took it)
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
@@ -93,7 +94,11 @@ const createdKey = "nexscope_created_us"
 // the store's, shared by the instances) for forwardedExecTimeout and the
 // store's resend window (cluster.Node.ResendWindow), how long copies may
 // arrive, and remembers the claim's outcome as long (fleet.execs), so that
-// a copy costs no decoding and no store call.
+// a copy costs no decoding and no store call. The claimer records itself
+// as the claim's holder (fleet.holders, as long), so that a home finding
+// it claimed names that instance to the forwarder (msgHeldBy), which asks
+// it for the answer: a former home whose msgTaken and answer were both
+// lost answers a copy with the result it keeps.
 
 // maxLeft bounds fleet.gone and fleet.execs: a flood of leaves or forwards
 // costs bounded memory, and only a join arriving after a leave forgotten
@@ -150,6 +155,7 @@ type fleet struct {
 	// it runs one, then its result) or found claimed (claim), and running
 	// those it executes, to their forwarders.
 	claims  store.Claims
+	holders store.Capabilities
 	execs   platform.LocalState
 	running map[string]string
 	// forwards are this instance's forwarded actions waiting for their
@@ -183,7 +189,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		p: p, node: node, ctx: ctx, stop: stop,
 		edges: make(map[string]*member), remotes: make(map[string]*member),
 		joining: make(map[string]bool), left: make(map[string]int),
-		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
+		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), holders: platform.StateOr(p.deps.Store, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
 		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]string), forwards: make(map[string]*taker),
 		decode: json.Unmarshal, tookBeat: platform.NewLocalState(maxLeft, p.deps.Clock),
 	}
@@ -247,6 +253,14 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		cl.mu.Lock()
 		if f := cl.forwards[string(m.Fields[0])]; f != nil && f.since.IsZero() {
 			f.since = cl.p.deps.Clock.Now() // taken by a home not named yet
+		}
+		cl.mu.Unlock()
+	})
+	node.Handle(msgHeldBy, 2, func(m cluster.Msg) {
+		cl.mu.Lock()
+		if f := cl.forwards[string(m.Fields[0])]; f != nil && f.home == "" {
+			// Not heard from yet: asked for the answer from the next copy on.
+			f.home, f.since, f.heard = string(m.Fields[1]), cl.p.deps.Clock.Now(), time.Time{}
 		}
 		cl.mu.Unlock()
 	})
@@ -886,7 +900,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 
 // taker is the home that took a forwarded action (msgTaken), when it
 // first told so and when last, or ("" home) when a home found it taken by
-// another (msgClaimed); under fleet.mu.
+// another (msgClaimed) not named (msgHeldBy); under fleet.mu.
 type taker struct {
 	home         string
 	since, heard time.Time
@@ -913,9 +927,9 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	}
 	if v, seen, _ := cl.execs.Get(cl.ctx, exec); seen || !p.track() {
 		switch {
-		case len(v) == 1: // claimed elsewhere (claim)
-			cl.sendNow(req.From, msgClaimed, req.Fields[1]) // its first word was lost
-		case len(v) > 1: // answered here, and the answer lost: the forwarder asks again
+		case len(v) > 0 && v[0] == claimedElsewhere: // (claim)
+			cl.tellClaimed(req.From, req.Fields[1], v[1:]) // its first word was lost
+		case len(v) > 0: // answered here, and the answer lost: the forwarder asks again
 			cl.node.Reply(req, v)
 		}
 		return // a copy: the first is answered
@@ -937,10 +951,10 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			if tenure == nil {
 				return // not (any more) the room's home: the home answers
 			}
-			var elsewhere bool
-			took, elsewhere = cl.claim(exec)
-			if elsewhere {
-				cl.sendNow(req.From, msgClaimed, req.Fields[1])
+			var holder []byte
+			took, holder = cl.claim(exec)
+			if holder != nil {
+				cl.tellClaimed(req.From, req.Fields[1], holder[1:])
 			}
 			if !took {
 				return // a copy sent again: the first is answered (or its claim failed: a copy may take it)
@@ -1000,14 +1014,19 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	}()
 }
 
+// claimedElsewhere starts the fleet.execs value of a forwarded action
+// another instance claimed, followed by that instance's name (none when
+// its record was not found); a result is JSON.
+const claimedElsewhere = 1
+
 // claim takes the forwarded action exec for this instance to execute, and
 // reports whether it did (took), or whether another instance took it
-// before (elsewhere: a former home of the room, whose msgTaken the
-// forwarder, still asking, never got; remembered as a one-byte value).
-// Neither when a copy here claims it first, or the claim failed (a copy
-// may take it then). A copy here is remembered from its claim on
-// (fleet.execs).
-func (cl *fleet) claim(exec string) (took, elsewhere bool) {
+// before (held: claimedElsewhere and the holder's name as its record
+// gives it; that of a former home of the room, whose msgTaken the
+// forwarder, still asking, never got). Neither when a copy here claims it
+// first, or the claim failed (a copy may take it then). A copy here is
+// remembered from its claim on (fleet.execs).
+func (cl *fleet) claim(exec string) (took bool, held []byte) {
 	until := cl.p.deps.Clock.Now().Add(forwardedExecTimeout + cl.node.ResendWindow())
 	cl.mu.Lock()
 	_, seen, _ := cl.execs.Get(cl.ctx, exec)
@@ -1016,17 +1035,32 @@ func (cl *fleet) claim(exec string) (took, elsewhere bool) {
 	}
 	cl.mu.Unlock()
 	if seen {
-		return false, false
+		return false, nil
 	}
 	took, err := cl.claims.Claim(cl.ctx, "nexscope:exec:"+exec, until)
 	if err != nil {
 		_ = cl.execs.Delete(cl.ctx, exec)
-		return false, false
+		return false, nil
 	}
-	if !took {
-		_ = cl.execs.Put(cl.ctx, exec, []byte{1}, until)
+	if took {
+		_ = cl.holders.Put(cl.ctx, "nexscope:holder:"+exec, []byte(cl.node.Instance()), until)
+		return true, nil
 	}
-	return took, !took
+	held = []byte{claimedElsewhere}
+	if name, _, _ := cl.holders.Get(cl.ctx, "nexscope:holder:"+exec); string(name) != cl.node.Instance() {
+		held = append(held, name...) // not its own earlier run's, which keeps no answer
+	}
+	_ = cl.execs.Put(cl.ctx, exec, held, until)
+	return false, held
+}
+
+// tellClaimed tells forwarder that another instance claimed its action
+// exec: msgClaimed, and msgHeldBy when holder names it.
+func (cl *fleet) tellClaimed(forwarder string, exec, holder []byte) {
+	cl.sendNow(forwarder, msgClaimed, exec)
+	if len(holder) > 0 {
+		cl.sendNow(forwarder, msgHeldBy, exec, holder)
+	}
 }
 
 // homeLink is, at a room's home, the far end of a remote member: its edge

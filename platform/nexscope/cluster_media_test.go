@@ -738,6 +738,78 @@ func TestClusterForwardTakenByALiveFormerHomeGetsItsAnswer(t *testing.T) {
 	}
 }
 
+// heldClaims are claims a former home ("i9") took every one of, recording
+// itself as their holder as a home does.
+type heldClaims struct {
+	store.Claims
+	holders store.Capabilities
+}
+
+func (c heldClaims) Claim(ctx context.Context, key string, until time.Time) (bool, error) {
+	return false, c.holders.Put(ctx, "nexscope:holder:"+strings.TrimPrefix(key, "nexscope:exec:"), []byte("i9"), until)
+}
+
+// claimsHeld is a store whose claims a former home ("i9") took.
+type claimsHeld struct{ store.Store }
+
+func (s claimsHeld) Claims() store.Claims { return heldClaims{s.Store.Claims(), s.Capabilities()} }
+
+// TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer: a
+// forwarded send that a former home took and answered, its msgTaken and
+// its answer both lost, is asked of that home (named by the claim's
+// record) and gets its answer: not `unavailable`, its outcome unknown,
+// three beats later, over a send that was made.
+func TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = claimsHeld{d.Store}
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	asked := make(chan []byte, 8) // copies sent to the former home
+	record := func(channel string, msg []byte) bool {
+		if cluster.Type(msg) == msgExec && channel == cluster.Inbox("i9") {
+			select {
+			case asked <- msg:
+			default:
+			}
+		}
+		return false
+	}
+	edge.lose.Store(&record)
+	results := make(chan contract.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	}()
+	var call []byte
+	select {
+	case call = <-asked:
+	case res := <-results:
+		t.Fatalf("send = %+v, want the former home asked for its answer", res)
+	case <-time.After(testTimeout):
+		t.Fatal("the former home that took the send is never asked for its answer")
+	}
+	req, _ := execCall(t, call)
+	raw, _ := json.Marshal(contract.Result{Success: true, MessageID: "m1"})
+	edge.p.cluster.node.Dispatch(cluster.Encode(0, "i9", req, raw)) // its answer to the copy
+	select {
+	case res := <-results:
+		if !res.Success || res.MessageID != "m1" {
+			t.Fatalf("send = %+v, want the former home's answer", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the send is not answered")
+	}
+}
+
 // TestClusterForwardAnsweredOverAFullOutboxArrives: the result of a
 // forwarded send that finds the home's outbox full (Redis slow to take a
 // burst) waits for room, not lost: the home tells the forwarder no more
