@@ -69,6 +69,7 @@ const (
 	msgTaken    = 'e' // forwarder's inbox: exec, from the home running it, every beat until it answers
 	msgClaimed  = 'o' // forwarder's inbox: exec, from a home that found it taken by another instance
 	msgHeldBy   = 'y' // forwarder's inbox: exec, holder (msgClaimed naming the instance that took it)
+	msgCancel   = 'z' // home inbox (or room channel while none took it): exec, from its forwarder, which gave up on it
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
@@ -153,11 +154,11 @@ type fleet struct {
 	// claims are the forwarded actions taken, the store's claims
 	// (platform.ClaimsFor); execs those this instance claimed (nil while
 	// it runs one, then its result) or found claimed (claim), and running
-	// those it executes, to their forwarders.
+	// those it executes.
 	claims  store.Claims
 	holders store.Capabilities
 	execs   platform.LocalState
-	running map[string]string
+	running map[string]execRun
 	// forwards are this instance's forwarded actions waiting for their
 	// result, to the home that took each ("" none yet: msgTaken).
 	forwards map[string]*taker
@@ -190,7 +191,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		edges: make(map[string]*member), remotes: make(map[string]*member),
 		joining: make(map[string]bool), left: make(map[string]int),
 		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), holders: platform.StateOr(p.deps.Store, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
-		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]string), forwards: make(map[string]*taker),
+		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]execRun), forwards: make(map[string]*taker),
 		decode: json.Unmarshal, tookBeat: platform.NewLocalState(maxLeft, p.deps.Clock),
 	}
 	cl.beatNo.Store(p.deps.Clock.Now().UnixMilli())
@@ -264,6 +265,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		}
 		cl.mu.Unlock()
 	})
+	node.Handle(msgCancel, 1, func(m cluster.Msg) { cl.cancelHere(m.From, string(m.Fields[0])) })
 	node.HandleCall(msgExec, 3, cl.execHere)
 	node.HandleCall(msgProbe, 1, cl.probeHere)
 	node.HandleCall(msgStream, 0, cl.streams.ticketHere)
@@ -464,8 +466,8 @@ func (cl *fleet) sendBeats() {
 			m.kick(wsconn.Drop)
 		}
 	}
-	for exec, forwarder := range running {
-		cl.sendNow(forwarder, msgTaken, []byte(exec))
+	for exec, run := range running {
+		cl.sendNow(run.forwarder, msgTaken, []byte(exec))
 	}
 	// Its number leads the list as an entry with no conn, which a reader
 	// that knows none skips.
@@ -889,6 +891,16 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance that took the action is gone; its outcome is unknown")
 	}
 	if !ok {
+		// Its caller gave up (its gateway revoked, its deadline passed):
+		// the home is told, so that the action does not run on.
+		cl.mu.Lock()
+		home := f.home
+		cl.mu.Unlock()
+		if home != "" {
+			cl.sendNow(home, msgCancel, []byte(exec))
+		} else {
+			cl.node.Send(roomPrefix+r.name, msgCancel, []byte(exec))
+		}
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 	}
 	var res contract.Result
@@ -960,8 +972,17 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				return // a copy sent again: the first is answered (or its claim failed: a copy may take it)
 			}
 			cl.sendNow(req.From, msgTaken, req.Fields[1])
+			// Within the room's tenure here: a shutdown (whose wait for
+			// this goroutine comes before cl.ctx ends) or a lease lost
+			// ends it, as it ends the room's transfers; so does its
+			// forwarder's msgCancel, here now or before (cancelHere).
+			tenure, stop := context.WithCancel(tenure)
+			defer stop()
 			cl.mu.Lock()
-			cl.running[exec] = req.From
+			cl.running[exec] = execRun{req.From, stop}
+			if v, _, _ := cl.execs.Get(cl.ctx, exec); len(v) > 0 {
+				stop()
+			}
 			cl.mu.Unlock()
 			defer func() {
 				cl.mu.Lock()
@@ -981,12 +1002,12 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				}
 				budget = time.Duration(min(ms, forwardedExecTimeout.Milliseconds())) * time.Millisecond
 			}
-			if budget <= 0 {
+			switch {
+			case budget <= 0:
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
-			} else {
-				// Within the room's tenure here: a shutdown (whose wait for
-				// this goroutine comes before cl.ctx ends) or a lease lost
-				// ends it, as it ends the room's transfers.
+			case tenure.Err() != nil:
+				res = contract.Failed(contract.CodeUnavailable, "nexscope: the forwarded action ended before it ran (its forwarder gave up, or the room moved)")
+			default:
 				ctx, cancel := context.WithTimeout(tenure, budget)
 				if a.Created != nil {
 					ctx = context.WithValue(ctx, forwardedUnderKey{}, time.UnixMicro(*a.Created))
@@ -1012,6 +1033,37 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			cancel()
 		}
 	}()
+}
+
+// execRun is a forwarded action running here: its forwarder, and the
+// cancel of its context.
+type execRun struct {
+	forwarder string
+	stop      context.CancelFunc
+}
+
+// cancelled is the fleet.execs value of a forwarded action its forwarder
+// cancelled before it ran here, the answer to a later copy.
+var cancelled, _ = json.Marshal(contract.Failed(contract.CodeUnavailable, "nexscope: the forwarded action was cancelled"))
+
+// cancelHere takes the word of forwarder that it gave up on its action
+// exec (its gateway revoked, its deadline passed): one running here ends
+// (its context cancelled: a send_media waiting for the room's lock or its
+// recipients gives up), and one not run yet here never runs (claimed
+// meanwhile, or a copy arriving later, which is answered that it was
+// cancelled).
+func (cl *fleet) cancelHere(forwarder, exec string) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if run, ok := cl.running[exec]; ok {
+		if run.forwarder == forwarder {
+			run.stop()
+		}
+		return
+	}
+	if v, _, _ := cl.execs.Get(cl.ctx, exec); len(v) == 0 { // unseen, or being claimed
+		_ = cl.execs.Put(cl.ctx, exec, cancelled, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow()))
+	}
 }
 
 // claimedElsewhere starts the fleet.execs value of a forwarded action

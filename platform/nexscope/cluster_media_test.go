@@ -278,6 +278,42 @@ func TestClusterForwardedActionDecodedOffTheReader(t *testing.T) {
 	}
 }
 
+// TestClusterForwardCancelledBeforeItRunsRunsNot: a forwarded send its
+// forwarder cancelled (the relay revoked its gateway) while the home
+// decoded it is not executed: the member never gets it.
+func TestClusterForwardCancelledBeforeItRunsRunsNot(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	cl := in.p.cluster
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	cl.decode = func(data []byte, v any) error {
+		if bytes.Contains(data, []byte(`"held"`)) {
+			once.Do(func() { close(held) })
+			<-release
+		}
+		return json.Unmarshal(data, v)
+	}
+	cl.execHere(forwardedSend("01JHELD", "held"))
+	select {
+	case <-held:
+	case <-time.After(testTimeout):
+		t.Fatalf("the forwarded action's decoding did not start within %v", testTimeout)
+	}
+	cl.node.Dispatch(cluster.Encode(msgCancel, "i9", []byte("01JHELD")))
+	close(release)
+	waitFor(t, "the cancelled send's answer", func() bool {
+		v, _, _ := cl.execs.Get(context.Background(), "01JHELD")
+		return len(v) > 0 && v[0] == '{'
+	})
+	cl.execHere(forwardedSend("01JNEXT", "next"))
+	if m := alice.Expect("msg"); m["text"] != "next" {
+		t.Fatalf("alice got %v, want only the msg forwarded after the cancelled one", m)
+	}
+}
+
 // TestClusterForwardedActionSentTwiceExecutesOnce: a forwarded send whose
 // PUBLISH reaches the home twice (go-redis sends it again when the reply
 // to the first was lost) is executed once: the member gets one msg. The
@@ -514,6 +550,46 @@ func heldLock(t *testing.T) (home, edge *instance, url string) {
 		t.Fatalf("alice got %v, want bob's file-start", f)
 	}
 	return home, edge, stores[home.name].URL(info.ID)
+}
+
+// TestClusterForwardCancelledEndsAtTheHome: a forwarded send_media waiting
+// at the home for the room's lock ends there once its caller gave up (the
+// relay revoked its gateway): not up to 30 s later, when the lock may
+// have come free and the file gone out for a gateway told it failed.
+func TestClusterForwardCancelledEndsAtTheHome(t *testing.T) {
+	home, edge, url := heldLock(t)
+	gaveUp := make(chan struct{})
+	var once sync.Once
+	answer := func(_ string, msg []byte) bool {
+		if bytes.Contains(msg, []byte("another file transfer holds the room")) {
+			once.Do(func() { close(gaveUp) })
+		}
+		return false
+	}
+	home.lose.Store(&answer)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+			MediaKind: "document", SourceURL: url, Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	waitFor(t, "the home running the forwarded send_media", func() bool {
+		cl := home.p.cluster
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.running) > 0
+	})
+	cancel() // the relay revokes the gateway
+	if res := <-results; res.Success {
+		t.Fatalf("send_media = %+v, want a failure: its caller gave up", res)
+	}
+	bound := 3 * home.p.cluster.node.Beat()
+	select {
+	case <-gaveUp:
+	case <-time.After(bound):
+		t.Fatalf("the home's send_media did not give up within %v of its caller", bound)
+	}
 }
 
 // TestClusterForwardTakenIsNotSentAgain: a forwarded send_media waiting at
