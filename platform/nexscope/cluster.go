@@ -1099,8 +1099,10 @@ func (cl *fleet) claim(exec string) (took bool, held []byte) {
 		return true, nil
 	}
 	held = []byte{claimedElsewhere}
-	if name, _, _ := cl.holders.Get(cl.ctx, "nexscope:holder:"+exec); string(name) != cl.node.Instance() {
-		held = append(held, name...) // not its own earlier run's, which keeps no answer
+	// Not its own earlier run's, which keeps no answer, nor a foreign value
+	// longer than a name (remembered as long as the claim).
+	if name, _, _ := cl.holders.Get(cl.ctx, "nexscope:holder:"+exec); string(name) != cl.node.Instance() && len(name) <= maxHello {
+		held = append(held, name...)
 	}
 	_ = cl.execs.Put(cl.ctx, exec, held, until)
 	return false, held

@@ -886,6 +886,28 @@ func TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer(t *test
 	}
 }
 
+// TestClusterClaimHolderForeignValueIsNotKept: a claim's holder record
+// holding a foreign value of a megabyte (Redis written by another program)
+// names no holder, and costs the home no megabyte per action remembered.
+func TestClusterClaimHolderForeignValueIsNotKept(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = claimsTaken{d.Store, make(chan string, 1)}
+	})
+	cl := home.p.cluster
+	ctx := context.Background()
+	if err := cl.holders.Put(ctx, "nexscope:holder:01JBIG", bytes.Repeat([]byte("x"), 1<<20), time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if took, held := cl.claim("01JBIG"); took || len(held) != 1 {
+		t.Fatalf("claim = %v, %d bytes held, want taken elsewhere by no instance named", took, len(held))
+	}
+	if v, _, _ := cl.execs.Get(ctx, "01JBIG"); len(v) != 1 {
+		t.Fatalf("the home remembers %d bytes of the claim, want 1", len(v))
+	}
+}
+
 // TestClusterForwardAnsweredOverAFullOutboxArrives: the result of a
 // forwarded send that finds the home's outbox full (Redis slow to take a
 // burst) waits for room, not lost: the home tells the forwarder no more
