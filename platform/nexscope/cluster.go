@@ -250,21 +250,20 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		}
 		cl.mu.Unlock()
 	})
-	node.Handle(msgClaimed, 1, func(m cluster.Msg) {
+	claimed := func(m cluster.Msg) {
 		cl.mu.Lock()
-		if f := cl.forwards[string(m.Fields[0])]; f != nil && f.since.IsZero() {
-			f.since = cl.p.deps.Clock.Now() // taken by a home not named yet
-		}
-		cl.mu.Unlock()
-	})
-	node.Handle(msgHeldBy, 2, func(m cluster.Msg) {
-		cl.mu.Lock()
-		if f := cl.forwards[string(m.Fields[0])]; f != nil && f.home == "" {
+		f, now := cl.forwards[string(m.Fields[0])], cl.p.deps.Clock.Now()
+		switch {
+		case f != nil && len(m.Fields) > 1 && f.home == "":
 			// Not heard from yet: asked for the answer from the next copy on.
-			f.home, f.since, f.heard = string(m.Fields[1]), cl.p.deps.Clock.Now(), time.Time{}
+			f.home, f.since, f.heard = string(m.Fields[1]), now, time.Time{}
+		case f != nil && f.since.IsZero():
+			f.since = now // taken by a home not named yet
 		}
 		cl.mu.Unlock()
-	})
+	}
+	node.Handle(msgClaimed, 1, claimed)
+	node.Handle(msgHeldBy, 2, claimed)
 	node.Handle(msgCancel, 1, func(m cluster.Msg) { cl.cancelHere(m.From, string(m.Fields[0])) })
 	node.HandleCall(msgExec, 3, cl.execHere)
 	node.HandleCall(msgProbe, 1, cl.probeHere)
