@@ -68,6 +68,8 @@ const (
 	msgExec     = 'x' // call on the room channel: tenant, exec (execClaim), action (JSON, its budget and creation in it: budgetKey, createdKey)
 	msgTaken    = 'e' // forwarder's inbox: exec, from the home running it, every beat until it answers
 	msgClaimed  = 'o' // forwarder's inbox: exec, from a home that found it taken by another instance
+	msgHeldBy   = 'y' // forwarder's inbox: exec, holder (msgClaimed naming the instance that took it)
+	msgCancel   = 'z' // home inbox (or room channel while none took it): exec, from its forwarder, which gave up on it
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
@@ -93,7 +95,11 @@ const createdKey = "nexscope_created_us"
 // the store's, shared by the instances) for forwardedExecTimeout and the
 // store's resend window (cluster.Node.ResendWindow), how long copies may
 // arrive, and remembers the claim's outcome as long (fleet.execs), so that
-// a copy costs no decoding and no store call.
+// a copy costs no decoding and no store call. The claimer records itself
+// as the claim's holder (fleet.holders, as long), so that a home finding
+// it claimed names that instance to the forwarder (msgHeldBy), which asks
+// it for the answer: a former home whose msgTaken and answer were both
+// lost answers a copy with the result it keeps.
 
 // maxLeft bounds fleet.gone and fleet.execs: a flood of leaves or forwards
 // costs bounded memory, and only a join arriving after a leave forgotten
@@ -148,10 +154,11 @@ type fleet struct {
 	// claims are the forwarded actions taken, the store's claims
 	// (platform.ClaimsFor); execs those this instance claimed (nil while
 	// it runs one, then its result) or found claimed (claim), and running
-	// those it executes, to their forwarders.
+	// those it executes.
 	claims  store.Claims
+	holders store.Capabilities
 	execs   platform.LocalState
-	running map[string]string
+	running map[string]execRun
 	// forwards are this instance's forwarded actions waiting for their
 	// result, to the home that took each ("" none yet: msgTaken).
 	forwards map[string]*taker
@@ -183,8 +190,8 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		p: p, node: node, ctx: ctx, stop: stop,
 		edges: make(map[string]*member), remotes: make(map[string]*member),
 		joining: make(map[string]bool), left: make(map[string]int),
-		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
-		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]string), forwards: make(map[string]*taker),
+		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), holders: platform.StateOr(p.deps.Store, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
+		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]execRun), forwards: make(map[string]*taker),
 		decode: json.Unmarshal, tookBeat: platform.NewLocalState(maxLeft, p.deps.Clock),
 	}
 	cl.beatNo.Store(p.deps.Clock.Now().UnixMilli())
@@ -243,13 +250,21 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		}
 		cl.mu.Unlock()
 	})
-	node.Handle(msgClaimed, 1, func(m cluster.Msg) {
+	claimed := func(m cluster.Msg) {
 		cl.mu.Lock()
-		if f := cl.forwards[string(m.Fields[0])]; f != nil && f.since.IsZero() {
-			f.since = cl.p.deps.Clock.Now() // taken by a home not named yet
+		f, now := cl.forwards[string(m.Fields[0])], cl.p.deps.Clock.Now()
+		switch {
+		case f != nil && len(m.Fields) > 1 && f.home == "":
+			// Not heard from yet: asked for the answer from the next copy on.
+			f.home, f.since, f.heard = string(m.Fields[1]), now, time.Time{}
+		case f != nil && f.since.IsZero():
+			f.since = now // taken by a home not named yet
 		}
 		cl.mu.Unlock()
-	})
+	}
+	node.Handle(msgClaimed, 1, claimed)
+	node.Handle(msgHeldBy, 2, claimed)
+	node.Handle(msgCancel, 1, func(m cluster.Msg) { cl.cancelHere(m.From, string(m.Fields[0])) })
 	node.HandleCall(msgExec, 3, cl.execHere)
 	node.HandleCall(msgProbe, 1, cl.probeHere)
 	node.HandleCall(msgStream, 0, cl.streams.ticketHere)
@@ -450,8 +465,8 @@ func (cl *fleet) sendBeats() {
 			m.kick(wsconn.Drop)
 		}
 	}
-	for exec, forwarder := range running {
-		cl.sendNow(forwarder, msgTaken, []byte(exec))
+	for exec, run := range running {
+		cl.sendNow(run.forwarder, msgTaken, []byte(exec))
 	}
 	// Its number leads the list as an entry with no conn, which a reader
 	// that knows none skips.
@@ -875,6 +890,16 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance that took the action is gone; its outcome is unknown")
 	}
 	if !ok {
+		// Its caller gave up (its gateway revoked, its deadline passed):
+		// the home is told, so that the action does not run on.
+		cl.mu.Lock()
+		home := f.home
+		cl.mu.Unlock()
+		if home != "" {
+			cl.sendNow(home, msgCancel, []byte(exec))
+		} else {
+			cl.node.Send(roomPrefix+r.name, msgCancel, []byte(exec))
+		}
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 	}
 	var res contract.Result
@@ -886,7 +911,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 
 // taker is the home that took a forwarded action (msgTaken), when it
 // first told so and when last, or ("" home) when a home found it taken by
-// another (msgClaimed); under fleet.mu.
+// another (msgClaimed) not named (msgHeldBy); under fleet.mu.
 type taker struct {
 	home         string
 	since, heard time.Time
@@ -913,9 +938,9 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	}
 	if v, seen, _ := cl.execs.Get(cl.ctx, exec); seen || !p.track() {
 		switch {
-		case len(v) == 1: // claimed elsewhere (claim)
-			cl.sendNow(req.From, msgClaimed, req.Fields[1]) // its first word was lost
-		case len(v) > 1: // answered here, and the answer lost: the forwarder asks again
+		case len(v) > 0 && v[0] == claimedElsewhere: // (claim)
+			cl.tellClaimed(req.From, req.Fields[1], v[1:]) // its first word was lost
+		case len(v) > 0: // answered here, and the answer lost: the forwarder asks again
 			cl.node.Reply(req, v)
 		}
 		return // a copy: the first is answered
@@ -937,17 +962,26 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			if tenure == nil {
 				return // not (any more) the room's home: the home answers
 			}
-			var elsewhere bool
-			took, elsewhere = cl.claim(exec)
-			if elsewhere {
-				cl.sendNow(req.From, msgClaimed, req.Fields[1])
+			var holder []byte
+			took, holder = cl.claim(exec)
+			if holder != nil {
+				cl.tellClaimed(req.From, req.Fields[1], holder[1:])
 			}
 			if !took {
 				return // a copy sent again: the first is answered (or its claim failed: a copy may take it)
 			}
 			cl.sendNow(req.From, msgTaken, req.Fields[1])
+			// Within the room's tenure here: a shutdown (whose wait for
+			// this goroutine comes before cl.ctx ends) or a lease lost
+			// ends it, as it ends the room's transfers; so does its
+			// forwarder's msgCancel, here now or before (cancelHere).
+			tenure, stop := context.WithCancel(tenure)
+			defer stop()
 			cl.mu.Lock()
-			cl.running[exec] = req.From
+			cl.running[exec] = execRun{req.From, stop}
+			if v, _, _ := cl.execs.Get(cl.ctx, exec); len(v) > 0 {
+				stop()
+			}
 			cl.mu.Unlock()
 			defer func() {
 				cl.mu.Lock()
@@ -967,12 +1001,12 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				}
 				budget = time.Duration(min(ms, forwardedExecTimeout.Milliseconds())) * time.Millisecond
 			}
-			if budget <= 0 {
+			switch {
+			case budget <= 0:
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
-			} else {
-				// Within the room's tenure here: a shutdown (whose wait for
-				// this goroutine comes before cl.ctx ends) or a lease lost
-				// ends it, as it ends the room's transfers.
+			case tenure.Err() != nil:
+				res = contract.Failed(contract.CodeUnavailable, "nexscope: the forwarded action ended before it ran (its forwarder gave up, or the room moved)")
+			default:
 				ctx, cancel := context.WithTimeout(tenure, budget)
 				if a.Created != nil {
 					ctx = context.WithValue(ctx, forwardedUnderKey{}, time.UnixMicro(*a.Created))
@@ -1000,14 +1034,50 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	}()
 }
 
+// execRun is a forwarded action running here: its forwarder, and the
+// cancel of its context.
+type execRun struct {
+	forwarder string
+	stop      context.CancelFunc
+}
+
+// cancelled is the fleet.execs value of a forwarded action its forwarder
+// cancelled before it ran here, the answer to a later copy.
+var cancelled, _ = json.Marshal(contract.Failed(contract.CodeUnavailable, "nexscope: the forwarded action was cancelled"))
+
+// cancelHere takes the word of forwarder that it gave up on its action
+// exec (its gateway revoked, its deadline passed): one running here ends
+// (its context cancelled: a send_media waiting for the room's lock or its
+// recipients gives up), and one not run yet here never runs (claimed
+// meanwhile, or a copy arriving later, which is answered that it was
+// cancelled).
+func (cl *fleet) cancelHere(forwarder, exec string) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if run, ok := cl.running[exec]; ok {
+		if run.forwarder == forwarder {
+			run.stop()
+		}
+		return
+	}
+	if v, _, _ := cl.execs.Get(cl.ctx, exec); len(v) == 0 { // unseen, or being claimed
+		_ = cl.execs.Put(cl.ctx, exec, cancelled, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow()))
+	}
+}
+
+// claimedElsewhere starts the fleet.execs value of a forwarded action
+// another instance claimed, followed by that instance's name (none when
+// its record was not found); a result is JSON.
+const claimedElsewhere = 1
+
 // claim takes the forwarded action exec for this instance to execute, and
 // reports whether it did (took), or whether another instance took it
-// before (elsewhere: a former home of the room, whose msgTaken the
-// forwarder, still asking, never got; remembered as a one-byte value).
-// Neither when a copy here claims it first, or the claim failed (a copy
-// may take it then). A copy here is remembered from its claim on
-// (fleet.execs).
-func (cl *fleet) claim(exec string) (took, elsewhere bool) {
+// before (held: claimedElsewhere and the holder's name as its record
+// gives it; that of a former home of the room, whose msgTaken the
+// forwarder, still asking, never got). Neither when a copy here claims it
+// first, or the claim failed (a copy may take it then). A copy here is
+// remembered from its claim on (fleet.execs).
+func (cl *fleet) claim(exec string) (took bool, held []byte) {
 	until := cl.p.deps.Clock.Now().Add(forwardedExecTimeout + cl.node.ResendWindow())
 	cl.mu.Lock()
 	_, seen, _ := cl.execs.Get(cl.ctx, exec)
@@ -1016,17 +1086,34 @@ func (cl *fleet) claim(exec string) (took, elsewhere bool) {
 	}
 	cl.mu.Unlock()
 	if seen {
-		return false, false
+		return false, nil
 	}
 	took, err := cl.claims.Claim(cl.ctx, "nexscope:exec:"+exec, until)
 	if err != nil {
 		_ = cl.execs.Delete(cl.ctx, exec)
-		return false, false
+		return false, nil
 	}
-	if !took {
-		_ = cl.execs.Put(cl.ctx, exec, []byte{1}, until)
+	if took {
+		_ = cl.holders.Put(cl.ctx, "nexscope:holder:"+exec, []byte(cl.node.Instance()), until)
+		return true, nil
 	}
-	return took, !took
+	held = []byte{claimedElsewhere}
+	// Not its own earlier run's, which keeps no answer, nor a foreign value
+	// longer than a name (remembered as long as the claim).
+	if name, _, _ := cl.holders.Get(cl.ctx, "nexscope:holder:"+exec); string(name) != cl.node.Instance() && len(name) <= maxHello {
+		held = append(held, name...)
+	}
+	_ = cl.execs.Put(cl.ctx, exec, held, until)
+	return false, held
+}
+
+// tellClaimed tells forwarder that another instance claimed its action
+// exec: msgClaimed, and msgHeldBy when holder names it.
+func (cl *fleet) tellClaimed(forwarder string, exec, holder []byte) {
+	cl.sendNow(forwarder, msgClaimed, exec)
+	if len(holder) > 0 {
+		cl.sendNow(forwarder, msgHeldBy, exec, holder)
+	}
 }
 
 // homeLink is, at a room's home, the far end of a remote member: its edge

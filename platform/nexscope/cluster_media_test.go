@@ -278,6 +278,42 @@ func TestClusterForwardedActionDecodedOffTheReader(t *testing.T) {
 	}
 }
 
+// TestClusterForwardCancelledBeforeItRunsRunsNot: a forwarded send its
+// forwarder cancelled (the relay revoked its gateway) while the home
+// decoded it is not executed: the member never gets it.
+func TestClusterForwardCancelledBeforeItRunsRunsNot(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	cl := in.p.cluster
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	cl.decode = func(data []byte, v any) error {
+		if bytes.Contains(data, []byte(`"held"`)) {
+			once.Do(func() { close(held) })
+			<-release
+		}
+		return json.Unmarshal(data, v)
+	}
+	cl.execHere(forwardedSend("01JHELD", "held"))
+	select {
+	case <-held:
+	case <-time.After(testTimeout):
+		t.Fatalf("the forwarded action's decoding did not start within %v", testTimeout)
+	}
+	cl.node.Dispatch(cluster.Encode(msgCancel, "i9", []byte("01JHELD")))
+	close(release)
+	waitFor(t, "the cancelled send's answer", func() bool {
+		v, _, _ := cl.execs.Get(context.Background(), "01JHELD")
+		return len(v) > 0 && v[0] == '{'
+	})
+	cl.execHere(forwardedSend("01JNEXT", "next"))
+	if m := alice.Expect("msg"); m["text"] != "next" {
+		t.Fatalf("alice got %v, want only the msg forwarded after the cancelled one", m)
+	}
+}
+
 // TestClusterForwardedActionSentTwiceExecutesOnce: a forwarded send whose
 // PUBLISH reaches the home twice (go-redis sends it again when the reply
 // to the first was lost) is executed once: the member gets one msg. The
@@ -516,6 +552,46 @@ func heldLock(t *testing.T) (home, edge *instance, url string) {
 	return home, edge, stores[home.name].URL(info.ID)
 }
 
+// TestClusterForwardCancelledEndsAtTheHome: a forwarded send_media waiting
+// at the home for the room's lock ends there once its caller gave up (the
+// relay revoked its gateway): not up to 30 s later, when the lock may
+// have come free and the file gone out for a gateway told it failed.
+func TestClusterForwardCancelledEndsAtTheHome(t *testing.T) {
+	home, edge, url := heldLock(t)
+	gaveUp := make(chan struct{})
+	var once sync.Once
+	answer := func(_ string, msg []byte) bool {
+		if bytes.Contains(msg, []byte("another file transfer holds the room")) {
+			once.Do(func() { close(gaveUp) })
+		}
+		return false
+	}
+	home.lose.Store(&answer)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+			MediaKind: "document", SourceURL: url, Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	waitFor(t, "the home running the forwarded send_media", func() bool {
+		cl := home.p.cluster
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.running) > 0
+	})
+	cancel() // the relay revokes the gateway
+	if res := <-results; res.Success {
+		t.Fatalf("send_media = %+v, want a failure: its caller gave up", res)
+	}
+	bound := 3 * home.p.cluster.node.Beat()
+	select {
+	case <-gaveUp:
+	case <-time.After(bound):
+		t.Fatalf("the home's send_media did not give up within %v of its caller", bound)
+	}
+}
+
 // TestClusterForwardTakenIsNotSentAgain: a forwarded send_media waiting at
 // the home for the room's lock is sent once, not again every beat: the
 // home tells the forwarder it took it.
@@ -735,6 +811,100 @@ func TestClusterForwardTakenByALiveFormerHomeGetsItsAnswer(t *testing.T) {
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("the send is not answered")
+	}
+}
+
+// heldClaims are claims a former home ("i9") took every one of, recording
+// itself as their holder as a home does.
+type heldClaims struct {
+	store.Claims
+	holders store.Capabilities
+}
+
+func (c heldClaims) Claim(ctx context.Context, key string, until time.Time) (bool, error) {
+	return false, c.holders.Put(ctx, "nexscope:holder:"+strings.TrimPrefix(key, "nexscope:exec:"), []byte("i9"), until)
+}
+
+// claimsHeld is a store whose claims a former home ("i9") took.
+type claimsHeld struct{ store.Store }
+
+func (s claimsHeld) Claims() store.Claims { return heldClaims{s.Store.Claims(), s.Capabilities()} }
+
+// TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer: a
+// forwarded send that a former home took and answered, its msgTaken and
+// its answer both lost, is asked of that home (named by the claim's
+// record) and gets its answer: not `unavailable`, its outcome unknown,
+// three beats later, over a send that was made.
+func TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = claimsHeld{d.Store}
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	asked := make(chan []byte, 8) // copies sent to the former home
+	record := func(channel string, msg []byte) bool {
+		if cluster.Type(msg) == msgExec && channel == cluster.Inbox("i9") {
+			select {
+			case asked <- msg:
+			default:
+			}
+		}
+		return false
+	}
+	edge.lose.Store(&record)
+	results := make(chan contract.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	}()
+	var call []byte
+	select {
+	case call = <-asked:
+	case res := <-results:
+		t.Fatalf("send = %+v, want the former home asked for its answer", res)
+	case <-time.After(testTimeout):
+		t.Fatal("the former home that took the send is never asked for its answer")
+	}
+	req, _ := execCall(t, call)
+	raw, _ := json.Marshal(contract.Result{Success: true, MessageID: "m1"})
+	edge.p.cluster.node.Dispatch(cluster.Encode(0, "i9", req, raw)) // its answer to the copy
+	select {
+	case res := <-results:
+		if !res.Success || res.MessageID != "m1" {
+			t.Fatalf("send = %+v, want the former home's answer", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the send is not answered")
+	}
+}
+
+// TestClusterClaimHolderForeignValueIsNotKept: a claim's holder record
+// holding a foreign value of a megabyte (Redis written by another program)
+// names no holder, and costs the home no megabyte per action remembered.
+func TestClusterClaimHolderForeignValueIsNotKept(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = claimsTaken{d.Store, make(chan string, 1)}
+	})
+	cl := home.p.cluster
+	ctx := context.Background()
+	if err := cl.holders.Put(ctx, "nexscope:holder:01JBIG", bytes.Repeat([]byte("x"), 1<<20), time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if took, held := cl.claim("01JBIG"); took || len(held) != 1 {
+		t.Fatalf("claim = %v, %d bytes held, want taken elsewhere by no instance named", took, len(held))
+	}
+	if v, _, _ := cl.execs.Get(ctx, "01JBIG"); len(v) != 1 {
+		t.Fatalf("the home remembers %d bytes of the claim, want 1", len(v))
 	}
 }
 
