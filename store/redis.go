@@ -877,10 +877,12 @@ func (s *redisStore) putExpiring(ctx context.Context, owner bool, a, b string, v
 
 func (s *redisStore) getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error) {
 	v, err := s.c.Get(ctx, s.expKey(owner, a, b)).Bytes()
-	if errors.Is(err, redis.Nil) {
+	switch {
+	case errors.Is(err, redis.Nil):
 		return nil, false, nil
-	}
-	if err != nil {
+	case err != nil && redis.HasErrorPrefix(err, "WRONGTYPE"):
+		return nil, false, errCorrupt
+	case err != nil:
 		return nil, false, rerr(err)
 	}
 	value, expires, err := decodeExpiring(v)

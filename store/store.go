@@ -194,7 +194,10 @@ type Capabilities interface {
 	// Put stores value under key until expires, replacing an older value.
 	Put(ctx context.Context, key string, value []byte, expires time.Time) error
 	// Get returns the value under key unless it is absent or expired by the
-	// store's clock.
+	// store's clock. A value that does not decode (a damaged data file,
+	// or one another program wrote, of any Redis type) is answered as
+	// absent, not as a failure that would last as long as it: the next
+	// Put replaces it.
 	Get(ctx context.Context, key string) (value []byte, ok bool, err error)
 	// Delete removes key; an absent key is not an error.
 	Delete(ctx context.Context, key string) error
@@ -670,6 +673,9 @@ func (c expiringCaps) Get(ctx context.Context, key string) ([]byte, bool, error)
 		return nil, false, err
 	}
 	value, ok, err := c.s.getLive(ctx, false, key, "")
+	if errors.Is(err, errCorrupt) {
+		return nil, false, nil
+	}
 	if err != nil {
 		return nil, false, opErr("get capability", err)
 	}

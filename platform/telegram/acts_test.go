@@ -405,9 +405,9 @@ func TestPromptPressInASharedGroupReachesItsPoster(t *testing.T) {
 // to it, and is deleted and created again under its id: a press of the earlier t1's
 // prompt (its message dated a second before the new t1's creation) is
 // dropped and its spinner stopped, not delivered to the new t1 as its
-// prompt's answer; a press of a prompt dated in the second of the creation
-// (Telegram dates in whole seconds) is the new t1's. So is a press of a
-// message Telegram no longer shows the bot (no date) once t1 is older than
+// prompt's answer; so is one dated after the creation (the record of its
+// poster names the earlier t1's creation). A press of a message Telegram
+// no longer shows the bot (no date) is the new t1's once t1 is older than
 // datelessPressWindow; before, that press is dropped too: it was
 // delivered, undated, to the new t1. A press of the new t1's own prompt is
 // its answer, undated or dated before the creation (clocks apart): the
@@ -466,16 +466,18 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 		t.Errorf("answerCallbackQuery %v, want the dropped press's", calls[0].Form)
 	}
 	e.sink.Empty(t)
-	press(884100911, created)
-	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
-		t.Fatalf("the new t1's press delivered to %q as %+v", d.Tenant, d.Event)
-	}
+	press(884100911, created.Add(time.Second))
+	platformtest.WaitUntil(t, "the press dated after the creation dropped", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropEarlierTenantPrompt] == 2
+	})
 	undated := time.Unix(0, 0) // an inaccessible message's date
 	press(884100912, undated)
 	platformtest.WaitUntil(t, "the undated press dropped", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		return m.dropped[dropEarlierTenantPrompt] == 2
+		return m.dropped[dropEarlierTenantPrompt] == 3
 	})
 	e.sink.Empty(t)
 	creation.Store(time.Now().Add(-datelessPressWindow - time.Minute).UnixNano())
@@ -728,4 +730,72 @@ func TestPressAfterTheClaimWent(t *testing.T) {
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
 		t.Fatalf("501's press after the claim went delivered to %q as %+v, want t1's answer", d.Tenant, d.Event)
 	}
+}
+
+// TestPressOfAPromptThatOutlivedItsTenant: t1's prompt in the DM bound to
+// it is being sent (sendMessage held) when t1 is deleted and made again
+// under its id; the prompt then goes out, dated after the new t1's
+// creation. A press of it is dropped (earlier_tenant_prompt): its record
+// names the earlier t1's creation. Before, a dated press was judged by
+// its date alone and delivered to the new t1 as its prompt's answer.
+func TestPressOfAPromptThatOutlivedItsTenant(t *testing.T) {
+	h := holdFirst(t, "sendMessage")
+	var creation atomic.Int64 // Unix nanoseconds: the vault reads it in the ingest
+	created := time.Now().Truncate(time.Second).Add(-time.Minute)
+	creation.Store(created.Add(-time.Hour).UnixNano()) // the earlier t1's
+	since := func(tenant string) time.Time {
+		if tenant == "t1" {
+			return time.Unix(0, creation.Load())
+		}
+		return time.Time{}
+	}
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since}), Metrics: m}, func(c *Config) {
+		c.APIServerURL = h.URL
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	h.to(e.fake.URL)
+	e.startWebhook(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindChat, ID: "501", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan contract.Result, 1)
+	go func() {
+		sent <- e.act(t, "t1", promptAction("501", contract.PromptOption{ID: "once", Label: "Approve once"}))
+	}()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the earlier t1's prompt was not sent")
+	}
+	creation.Store(created.UnixNano()) // t1 deleted and made again
+	h.release()
+	r := <-sent
+	if !r.Success {
+		t.Fatalf("the earlier t1's prompt: %+v", r)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	body, err := e.fake.PressButton(884100990, map[string]any{"id": int64(501), "type": "private", "first_name": "Ada"}, msgID,
+		"hp1:f00dba.1234abcd:once", map[string]any{"id": int64(501), "is_bot": false, "first_name": "Ada"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u map[string]any
+	if err := json.Unmarshal(body, &u); err != nil {
+		t.Fatal(err)
+	}
+	u["callback_query"].(map[string]any)["message"].(map[string]any)["date"] = created.Add(5 * time.Second).Unix()
+	if body, err = json.Marshal(u); err != nil {
+		t.Fatal(err)
+	}
+	if code := e.post(t, body); code != http.StatusOK {
+		t.Fatalf("press: status %d", code)
+	}
+	platformtest.WaitUntil(t, "the press of the earlier t1's prompt dropped", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropEarlierTenantPrompt] == 1
+	})
+	e.sink.Empty(t)
 }

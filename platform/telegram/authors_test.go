@@ -2,10 +2,12 @@ package telegram
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -297,17 +299,16 @@ func TestPolledPressWhosePosterIsUnknownWhileTheStoreIsDown(t *testing.T) {
 }
 
 // TestPolledPressWhosePosterIsUnreadable: the record of t1's prompt's
-// poster holds a value the store cannot read (a foreign one), while the
-// store answers everything else. The polled press is retried for a
+// poster cannot be read from the store, which answers everything else. The polled press is retried for a
 // minute (posterWait), then dropped (poster_unknown), and the next poll's
 // DM is delivered. Before, the press was retried for as long as the
 // connector ran, and the long poll, every chat's updates, waited for it.
 func TestPolledPressWhosePosterIsUnreadable(t *testing.T) {
 	const group = -1007778889993
-	st, _ := unreadablePoster(t, group, "79")
+	caps, _ := unreadablePoster(t, group, "79")
 	clk := clocktest.New(time.Now())
 	m := &countingMetrics{}
-	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk, Metrics: m}, nil)
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(caps, vault.Config{}), Clock: clk, Metrics: m}, nil)
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -350,10 +351,10 @@ func TestPolledPressWhosePosterIsUnreadable(t *testing.T) {
 // went into the answer's batch and reached t1 first.
 func TestPolledPressBehindAPressWhosePosterIsUnreadable(t *testing.T) {
 	const group = -1007778889994
-	st, writeBack := unreadablePoster(t, group, "80")
-	platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil).Prompted(t.Context(), strconv.Itoa(group), "81", "t1", time.Time{})
+	caps, writeBack := unreadablePoster(t, group, "80")
+	platform.NewGrants(platformName, vault.NewDurable(caps, vault.Config{}), nil, nil).Prompted(t.Context(), strconv.Itoa(group), "81", "t1", time.Time{})
 	clk := clocktest.New(time.Now())
-	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk}, nil)
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(caps, vault.Config{}), Clock: clk}, nil)
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -394,10 +395,10 @@ func TestPolledPressBehindAPressWhosePosterIsUnreadable(t *testing.T) {
 // every retry was answered 503, for as long as Telegram retried.
 func TestPressWhosePosterIsUnreadable(t *testing.T) {
 	const group = -1007778889995
-	st, _ := unreadablePoster(t, group, "82")
+	caps, _ := unreadablePoster(t, group, "82")
 	clk := clocktest.New(time.Now())
 	m := &countingMetrics{}
-	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{}), Clock: clk, Metrics: m}, func(c *Config) {
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(caps, vault.Config{}), Clock: clk, Metrics: m}, func(c *Config) {
 		c.WebhookURL = "https://connector.example" + WebhookPath
 		c.WebhookSecret = testSecret
 	})
@@ -423,34 +424,30 @@ func TestPressWhosePosterIsUnreadable(t *testing.T) {
 	}
 }
 
-// unreadablePoster starts Redis and records t1 as the poster of prompt
-// msgID in group there, as another instance would, under a value the
-// store cannot read (a foreign one) until writeBack writes the record
-// back.
-func unreadablePoster(t *testing.T, group int64, msgID string) (st store.Store, writeBack func()) {
+// unreadablePoster records t1 as the poster of prompt msgID in group,
+// as another instance would, in a store whose reads of that record fail
+// (as a store that cannot give it does; it answers everything else) until
+// writeBack.
+func unreadablePoster(t *testing.T, group int64, msgID string) (caps store.Capabilities, writeBack func()) {
 	t.Helper()
-	srv := redistest.Start(t, redistest.Options{})
-	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
 	platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil).Prompted(t.Context(), strconv.FormatInt(group, 10), msgID, "t1", time.Time{})
-	rc := srv.Client(t)
-	keys, err := rc.Keys(t.Context(), "*prompt_poster*").Result()
-	if err != nil || len(keys) != 1 {
-		t.Fatalf("the poster record's key: %v, %v", keys, err)
+	u := &unreadableCaps{Capabilities: st.Capabilities()}
+	u.failing.Store(true)
+	return u, func() { u.failing.Store(false) }
+}
+
+// unreadableCaps fails every read of a prompt poster's record while
+// failing is set.
+type unreadableCaps struct {
+	store.Capabilities
+	failing atomic.Bool
+}
+
+func (u *unreadableCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if u.failing.Load() && strings.Contains(key, "prompt_poster") {
+		return nil, false, errors.New("store: get capability: unreadable")
 	}
-	record, err := rc.Get(t.Context(), keys[0]).Result()
-	if err == nil {
-		err = rc.Set(t.Context(), keys[0], "foreign", 0).Err()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st, func() {
-		if err := rc.Set(t.Context(), keys[0], record, 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return u.Capabilities.Get(ctx, key)
 }

@@ -2,6 +2,8 @@ package telegram
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,5 +189,45 @@ func TestDraftOfAnOpThatOutlivedItsTenant(t *testing.T) {
 				t.Fatalf("the chat has %v, want both tenants' replies", msgs)
 			}
 		})
+	}
+}
+
+// TestPreviewOfAFrameThatOutlivedItsTenant: a tenant's first group frame
+// is looking for its stream's seal in the store when the tenant is
+// deleted and made again under its id; the frame then shows its preview.
+// The new tenant's stream under the same draft_id sends a preview and a
+// reply of its own and leaves the earlier tenant's preview as it was. The
+// preview took the tenant's creation as it was opened, after the store
+// read, so the new tenant's frames edited the earlier tenant's message.
+func TestPreviewOfAFrameThatOutlivedItsTenant(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, _ := sharedStoreEnv(t, clk)
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	e.created.made(tenant, clk.Now().Add(-time.Hour))
+	remade := false
+	e.p.seals = hookedSeals{Capabilities: e.p.seals, onGet: func() {
+		if !remade {
+			remade = true
+			clk.Advance(time.Second)
+			e.created.made(tenant, clk.Now())
+		}
+	}}
+	frame := func(content string, final bool) contract.Result {
+		t.Helper()
+		r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: content, Final: final})
+		if !r.Success {
+			t.Fatalf("%q: %+v", content, r)
+		}
+		return r
+	}
+	frame("the earlier preview", false)
+	frame("the new preview", false)
+	reply := frame("the new reply", true)
+	msgs := e.fake.Messages(id)
+	replyID, _ := strconv.Atoi(reply.MessageID)
+	if len(msgs) != 2 || msgs[replyID] != "the new reply" || !slices.Contains(slices.Collect(maps.Values(msgs)), "the earlier preview") {
+		t.Fatalf("the chat has %v (the reply %s), want the earlier tenant's preview as it was and the new tenant's reply", msgs, reply.MessageID)
 	}
 }

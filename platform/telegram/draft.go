@@ -415,9 +415,9 @@ type preview struct {
 	id     int    // the message; 0 until sent (or adopted), and after it was gone
 	thread int    // the topic it is in
 	turn   string // the turn it answers (contract.Metadata.Turn)
-	// created is the tenant's creation (vault.Creation) when it was
-	// opened, at; one opened under another is an earlier tenant's of the
-	// id (vault.Outdated).
+	// created is the tenant's creation as its frame was authorized
+	// (platform.AuthorizedCreation), opened at at; one opened under
+	// another is an earlier tenant's of the id (vault.Outdated).
 	created, at time.Time
 	asked       bool // the store was asked for the stream's preview (adoptPreview)
 	// done is set once the preview left Platform.previews (sealed or
@@ -428,20 +428,24 @@ type preview struct {
 
 // openPreview returns the preview of stream k, locked, adding one for a's
 // topic and turn when there is none. An open preview of another turn, or
-// of an earlier tenant of the id, is of a stream the gateway left (it
-// restarted, or the tenant was deleted and made again under its id: either
-// names draft ids from 1 again, never within a turn): it is left as it is,
-// and a's stream gets a preview of its own, as the store keeps one per turn
-// (previewKey).
-func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
+// of another tenant of the id than the frame's (an earlier one, or a later
+// one when the frame outlived its tenant), is of a stream the gateway left
+// (it restarted, or the tenant was deleted and made again under its id:
+// either names draft ids from 1 again, never within a turn): it is left as
+// it is, and a's stream gets a preview of its own, as the store keeps one
+// per turn (previewKey).
+func (p *Platform) openPreview(ctx context.Context, k draftKey, a *contract.Action) *preview {
 	turn := a.Metadata.Turn()
+	created := platform.AuthorizedCreation(ctx, p.deps.Vault, k.tenant)
 	for {
-		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn, created: vault.Creation(p.deps.Vault, k.tenant), at: p.deps.Clock.Now()}
-		if old, ok, _ := p.previews.PeekOrAdd(k, pv); ok {
+		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn, created: created, at: p.deps.Clock.Now()}
+		old, found, _ := p.previews.PeekOrAdd(k, pv)
+		if found {
 			pv = old
 		}
 		pv.mu.Lock()
-		if !pv.done && (pv.turn != turn && pv.turn != "" && turn != "" || vault.Outdated(p.deps.Vault, k.tenant, pv.at, pv.created)) {
+		if found && !pv.done && (pv.turn != turn && pv.turn != "" && turn != "" || vault.Outdated(p.deps.Vault, k.tenant, pv.at, pv.created) ||
+			!pv.created.Equal(created) && !created.IsZero() && vault.Earlier(p.deps.Vault, k.tenant, created)) {
 			p.closePreview(k, pv)
 		}
 		if !pv.done {
@@ -540,7 +544,7 @@ func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a
 	if p.sealedStream(ctx, k, a) {
 		return contract.OK("")
 	}
-	pv := p.openPreview(k, a)
+	pv := p.openPreview(ctx, k, a)
 	defer pv.mu.Unlock()
 	if s, ok := p.recentSeal(k); ok && s.Turn == a.Metadata.Turn() { // sealed here while this frame waited
 		p.closePreview(k, pv)
@@ -619,7 +623,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	defer func() { p.releaseSeal(k, claimed, stored) }()
 	parts := textsplit.Split(a.Content, splitRules)
 	if chat < 0 { // holding the preview: a frame waiting for it then finds the seal (showPreview)
-		pv := p.openPreview(k, a)
+		pv := p.openPreview(ctx, k, a)
 		held := true
 		defer func() {
 			if held {

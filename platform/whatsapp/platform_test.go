@@ -1445,12 +1445,9 @@ func TestReplyToALinkedUserWhileTheStoreIsDown(t *testing.T) {
 // TestTapWhileTheStoreIsDown: t1 prompted Ada on one instance; her tap
 // reaches another, which does not hold the prompt's record in memory,
 // while Redis is down: it is answered 503 (Meta retries) and delivered
-// nowhere; so it is with Redis back while the prompt's record alone holds
-// a value the store cannot read (a foreign one: the tap's delivered mark
-// is looked up first, and fails with Redis down); then, with the record
-// back, it is t1's prompt_response. Before, it was taken for a tap on no
-// prompt of the connector's: a text turn ("Yes") to the number's owner,
-// and the prompt was never answered.
+// nowhere; with Redis back it is t1's prompt_response. Before, it was
+// taken for a tap on no prompt of the connector's: a text turn ("Yes") to
+// the number's owner, and the prompt was never answered.
 func TestTapWhileTheStoreIsDown(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
 	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
@@ -1476,27 +1473,6 @@ func TestTapWhileTheStoreIsDown(t *testing.T) {
 		t.Fatalf("the tap with the store down was delivered: %+v", got[0].Event)
 	}
 	srv.Restart(t)
-	rc := srv.Client(t)
-	keys, err := rc.Keys(t.Context(), "*whatsapp_cloud.prompt*").Result()
-	if err != nil || len(keys) != 1 {
-		t.Fatalf("the prompt record's key: %v, %v", keys, err)
-	}
-	record, err := rc.Get(t.Context(), keys[0]).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Set(t.Context(), keys[0], "foreign", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if code := b.post(t, tap); code != http.StatusServiceUnavailable {
-		t.Fatalf("the tap with its prompt's record unreadable was answered %d, want 503", code)
-	}
-	if got := b.sink.all(); len(got) != 0 {
-		t.Fatalf("the tap with its prompt's record unreadable was delivered: %+v", got[0].Event)
-	}
-	if err := rc.Set(t.Context(), keys[0], record, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
 	if code := b.post(t, tap); code != http.StatusOK {
 		t.Fatalf("the tap with the store back was answered %d", code)
 	}
@@ -1534,6 +1510,78 @@ func TestRedeliveryWhileTheStoreIsDown(t *testing.T) {
 	}
 	if got := b.sink.all(); len(got) != 0 {
 		t.Fatalf("the redelivery was delivered again: %+v", got[0].Event)
+	}
+}
+
+// TestMessagesWhoseRecordsAreDamaged: Ada's message was delivered and her
+// tap answers t1's prompt, each on one instance; their delivered mark and
+// prompt record then hold values the store cannot decode (a foreign
+// string; a Redis hash). Meta's copy of the message, and the tap, reach
+// another instance: each is answered 200, delivered once (the record taken
+// as absent: the message again, the tap as a text turn to the number's
+// owner), and the mark written over the damaged value drops the next copy.
+// Before, each was answered 503 for as long as the value stayed, so Meta
+// retried it for 7 days and it was never delivered.
+func TestMessagesWhoseRecordsAreDamaged(t *testing.T) {
+	for _, foreign := range []string{"string", "hash"} {
+		t.Run(foreign, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.Options{})
+			st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			a := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+			b := newRig(t, vault.NewDurable(st.Capabilities(), vault.Config{}), nil)
+			const ada = "447700900123"
+			body := whatsapptest.Text(biz1, ada, "Ada", "wamid.DM1", "once")
+			if code := a.post(t, body); code != http.StatusOK {
+				t.Fatalf("first delivery: %d", code)
+			}
+			res := a.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+				"options": []any{map[string]any{"id": "yes", "label": "Yes"}, map[string]any{"id": "no", "label": "No"}}})
+			if !res.Success {
+				t.Fatalf("t1's prompt: %+v", res)
+			}
+			rc := srv.Client(t)
+			keys, err := rc.Keys(t.Context(), "*whatsapp_cloud.*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			damaged := 0
+			for _, k := range keys {
+				if !strings.Contains(k, "prompt") && !strings.Contains(k, "message") {
+					continue
+				}
+				damaged++
+				rc.Del(t.Context(), k)
+				if foreign == "hash" {
+					err = rc.HSet(t.Context(), k, "f", "v").Err()
+				} else {
+					err = rc.Set(t.Context(), k, "foreign", 0).Err()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if damaged != 2 {
+				t.Fatalf("damaged %d of %v, want the mark and the prompt record", damaged, keys)
+			}
+			a.sink.all()
+			if code := b.post(t, body); code != http.StatusOK {
+				t.Fatalf("the copy whose mark is damaged was answered %d", code)
+			}
+			tap := whatsapptest.Tap(biz1, ada, "Ada", "wamid.DM2", res.MessageID, "hp1:p1:yes", "Yes", false)
+			if code := b.post(t, tap); code != http.StatusOK {
+				t.Fatalf("the tap whose prompt record is damaged was answered %d", code)
+			}
+			if code := b.post(t, body); code != http.StatusOK {
+				t.Fatalf("the next copy was answered %d", code)
+			}
+			if got := b.sink.all(); len(got) != 2 || got[1].Event.PromptResponse != nil {
+				t.Fatalf("delivered %+v, want the message once more and the tap as text", got)
+			}
+		})
 	}
 }
 
