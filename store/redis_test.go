@@ -1010,3 +1010,76 @@ func TestRedisForeignAnswerKeys(t *testing.T) {
 		t.Fatalf("trim over keys of another type: %+v, %v; want seq %d dropped", dropped, err, seqs[0])
 	}
 }
+
+// TestRedisForgetDropsADeletedTenant: the ledgers set and the numbered
+// hash shrink once a deleted tenant's records are gone (Forget), a store
+// that still remembers having indexed the tenant does not add it back, and
+// the tenant made again under the name goes on from its last seq and is
+// indexed again by its next append, whichever store makes it. Before,
+// nothing removed a tenant from either: they grew with every tenant ever
+// made.
+func TestRedisForgetDropsADeletedTenant(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx := t.Context()
+	a, b, c := opener(t, cfg)(nil).Ledger(), opener(t, cfg)(nil).Ledger(), opener(t, cfg)(nil).Ledger()
+	var last uint64
+	for _, l := range []store.Ledger{a, b, c} {
+		seqs, err := l.Append(ctx, "gone", []store.Record{{Payload: []byte("x")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Ack(ctx, "gone", seqs...); err != nil {
+			t.Fatal(err)
+		}
+		last = seqs[0]
+	}
+	if _, err := a.Append(ctx, "kept", []store.Record{{Payload: []byte("y")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, "held", []store.Record{{Payload: []byte("z")}}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := a.Forget(ctx, func(tenant string) bool { return tenant == "kept" })
+	if err != nil || n != 1 {
+		t.Fatalf("Forget: %d, %v; want 1 (gone: held has records, kept is kept)", n, err)
+	}
+	admin := srv.Client(t)
+	set, numbered := cfg.RedisPrefix+"ledgers", cfg.RedisPrefix+"numbered{"+cfg.RedisPrefix+"ledgers}"
+	index := func() ([]string, []string) {
+		t.Helper()
+		members, err := admin.SMembers(ctx, set).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields, err := admin.HKeys(ctx, numbered).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(members)
+		slices.Sort(fields)
+		return members, fields
+	}
+	if m, f := index(); !slices.Equal(m, []string{"held", "kept"}) || !slices.Equal(f, []string{"held", "kept"}) {
+		t.Fatalf("after Forget the set holds %v and the hash %v; want [held kept] in both", m, f)
+	}
+	if tenants, err := b.Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"held", "kept"}) {
+		t.Fatalf("tenants: %v, %v", tenants, err)
+	}
+	if m, _ := index(); slices.Contains(m, "gone") {
+		t.Fatalf("a store that had indexed the forgotten tenant added it back: %v", m)
+	}
+	seqs, err := c.Append(ctx, "gone", []store.Record{{Payload: []byte("again")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seqs[0] <= last {
+		t.Fatalf("the tenant made again numbered from %d, after %d", seqs[0], last)
+	}
+	if m, f := index(); !slices.Contains(m, "gone") || !slices.Contains(f, "gone") {
+		t.Fatalf("the tenant's append after Forget left it out of the index: set %v, hash %v", m, f)
+	}
+	if tenants, err := opener(t, cfg)(nil).Ledger().Tenants(ctx); err != nil || !slices.Contains(tenants, "gone") {
+		t.Fatalf("a new instance's tenants: %v, %v; want gone listed", tenants, err)
+	}
+}

@@ -133,6 +133,14 @@ type Ledger interface {
 	// Tenants lists, sorted, the tenants whose log holds records: the
 	// ledgers to recover after a restart.
 	Tenants(ctx context.Context) ([]string, error)
+	// Forget drops what the store keeps across tenants for each tenant
+	// keep rejects (a deleted one) whose log holds no records, and reports
+	// how many it dropped; their numbering is kept, so a tenant made again
+	// under the name goes on from its last seq. The redis backend removes
+	// the tenant from the ledgers set and the numbered hash (an append
+	// under way or later adds it back); the memory and embedded backends
+	// keep nothing across tenants besides the numbering, and drop nothing.
+	Forget(ctx context.Context, keep func(tenant string) bool) (int, error)
 }
 
 // Record is one inbound delivery in a tenant's ledger.
