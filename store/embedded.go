@@ -701,10 +701,10 @@ func (e *embedded) writeRegistry(ctx context.Context, namespace string, w regWri
 		if b != nil {
 			stored = b.Get([]byte(w.key))
 		}
-		if stored != nil && w.when == regFrom {
+		if stored != nil {
 			ent, err := decodeEntry(w.key, stored)
-			if err != nil {
-				return err
+			if err != nil { // damaged: none
+				stored = nil
 			}
 			cur = ent.Value // nil for an empty value: stored says it is present
 		}
@@ -745,8 +745,8 @@ func (r embRegistry) Get(ctx context.Context, namespace, key string) (Entry, boo
 		}
 		var err error
 		e, err = decodeEntry(key, v)
-		ok = err == nil
-		return err
+		ok = err == nil // a damaged one is passed over, as by List
+		return nil
 	})
 	return e, ok, err
 }

@@ -1308,7 +1308,8 @@ func (s *redisStore) registryKeys(namespace string) []string {
 // pipeline whose reply it lost (an EOF, a read timeout) even when the
 // server ran it, and the write, run again, would find its own value (a
 // swap "not swapped", a deletion "not deleted", a put bumping the revision
-// again). The revision is read first (revision(): registryRevLua).
+// again). The revision is read first (revision(): registryRevLua). A
+// value that is no entry (another program's) is taken for none.
 var registryWriteScript = redis.NewScript(registryRevLua + `
 local done = redis.call('GET', KEYS[3])
 if done then return tonumber(done) end
@@ -1318,6 +1319,7 @@ local function answer(rev)
   return rev
 end
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and (#cur < 8 or cur:byte(1) >= 8) then cur = nil end
 if ARGV[2] == '1' and not cur then return answer(0) end
 if ARGV[2] == '2' then
   if ARGV[3] == '1' then
@@ -1411,10 +1413,7 @@ func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, b
 		return Entry{}, false, fmt.Errorf("store: registry get: %w", rerr(err))
 	}
 	e, err := decodeEntry(key, v)
-	if err != nil {
-		return Entry{}, false, err
-	}
-	return e, true, nil
+	return e, err == nil, nil
 }
 
 func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {

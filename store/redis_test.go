@@ -1083,3 +1083,30 @@ func TestRedisForgetDropsADeletedTenant(t *testing.T) {
 		t.Fatalf("a new instance's tenants: %v, %v; want gone listed", tenants, err)
 	}
 }
+
+// TestRedisForeignRegistryValue: a registry value another program wrote
+// (text: its first eight bytes read as a revision of 2^59 or more) is no
+// entry to Get as to List, and a swap from none replaces it. Before, Get
+// returned it as an entry with that revision, and a reader keeping the
+// highest revision it saw (Discord's manifests) missed every later change
+// until a restart.
+func TestRedisForeignRegistryValue(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	s, ctx := opener(t, cfg)(nil), t.Context()
+	if err := srv.Client(t).HSet(ctx, cfg.RedisPrefix+"registry:{ns}", "k", "another program's value").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok, err := s.Registry().Get(ctx, "ns", "k"); err != nil || ok {
+		t.Fatalf("get of a foreign value: %+v, %v, %v; want none", e, ok, err)
+	}
+	if es, _, err := s.Registry().List(ctx, "ns"); err != nil || len(es) != 0 {
+		t.Fatalf("list of a foreign value: %+v, %v; want none", es, err)
+	}
+	if ok, err := s.Registry().CompareAndSwap(ctx, "ns", "k", nil, []byte("v")); err != nil || !ok {
+		t.Fatalf("swap from none over a foreign value: %v, %v; want swapped", ok, err)
+	}
+	if e, ok, err := s.Registry().Get(ctx, "ns", "k"); err != nil || !ok || string(e.Value) != "v" || e.Rev >= 1<<59 {
+		t.Fatalf("get after the swap: %+v, %v, %v; want v at a revision below 2^59", e, ok, err)
+	}
+}

@@ -331,7 +331,9 @@ const SubscriptionBuffer = 256
 type Registry interface {
 	// Put stores value under key and returns the namespace's new revision.
 	Put(ctx context.Context, namespace, key string, value []byte) (rev uint64, err error)
-	// Get returns the entry under key.
+	// Get returns the entry under key; a value that is no entry (as List
+	// passes over) is none, which Put, Delete and CompareAndSwap take it
+	// for too.
 	Get(ctx context.Context, namespace, key string) (e Entry, ok bool, err error)
 	// Delete removes key, reporting whether it was there. A removal bumps
 	// the namespace's revision.
