@@ -1061,10 +1061,14 @@ func (s *redisStore) claim(ctx context.Context, key string, held, expires time.T
 	return err == nil && n == 1, rerr(err)
 }
 
-// holdClaim is claims' hold.
+// holdClaim is claims' hold; it counts once the replicas have it, as a
+// claim does (a dedupe's done marker).
 func (s *redisStore) holdClaim(ctx context.Context, key string, expires time.Time) error {
 	exp, px := s.claimValue(expires)
-	return rerr(s.c.Set(ctx, key, exp, time.Duration(px)*time.Millisecond).Err())
+	reply := s.pipelined(ctx, pipeCall{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return p.Set(ctx, key, exp, time.Duration(px)*time.Millisecond)
+	}})
+	return rerr(cmp.Or(reply.cmd.Err(), reply.unreplicated))
 }
 
 // releaseScript: KEYS claim; ARGV the expiry's seconds and nanoseconds.
