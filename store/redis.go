@@ -461,6 +461,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 			// Raised again by the next append, which would not otherwise:
 			// the numbered entry must follow a skip.
 			l.s.indexed.Delete(tenant)
+			l.unprune(context.WithoutCancel(ctx), tenant, first)
 			failed = cmp.Or(failed, err)
 		}
 	}
@@ -508,6 +509,16 @@ func appendedSeqs(first int64, n int) []uint64 {
 func (l redisLedger) forget(tenant string, n int, late <-chan pipeReply) {
 	if first, err := redisInt((<-late).cmd); err == nil {
 		_, _ = l.Ack(context.Background(), tenant, appendedSeqs(first, n)...)
+		l.unprune(context.Background(), tenant, first)
+	}
+}
+
+// unprune puts back the prune marker an append took (its answer first is
+// negative) without indexing the tenant, so the next append, from any
+// store, indexes it.
+func (l redisLedger) unprune(ctx context.Context, tenant string, first int64) {
+	if first < 0 {
+		_ = l.s.c.Set(ctx, l.prunedKey(tenant), "1", 0).Err()
 	}
 }
 

@@ -1110,3 +1110,55 @@ func TestRedisForeignRegistryValue(t *testing.T) {
 		t.Fatalf("get after the swap: %+v, %v, %v; want v at a revision below 2^59", e, ok, err)
 	}
 }
+
+// TestRedisAppendGivenUpOnPutsThePruneMarkerBack: an append of a tenant
+// Forget dropped, which its caller gave up on (its deadline passed on a
+// paused server) and the server ran later, took the prune marker without
+// indexing the tenant; the marker goes back, so the tenant's next append,
+// from any store, indexes it. Without it, a store that had indexed the
+// tenant before appended for good outside the set a restart recovers
+// from.
+func TestRedisAppendGivenUpOnPutsThePruneMarkerBack(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	cfg.RedisReplicaTimeout = time.Minute // and so a read timeout past the pause
+	ctx := context.Background()
+	a, b := opener(t, cfg)(clock.System).Ledger(), opener(t, cfg)(clock.System).Ledger()
+	seqs, err := b.Append(ctx, "gone", []store.Record{{Payload: []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Ack(ctx, "gone", seqs...); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.Forget(ctx, func(string) bool { return false }); err != nil || n != 1 {
+		t.Fatalf("Forget: %d, %v", n, err)
+	}
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	endsWithItsDeadline(t, "append", func(ctx context.Context) error {
+		_, err := b.Append(ctx, "gone", []store.Record{{Payload: []byte("given up on")}})
+		return err
+	})
+	marker := cfg.RedisPrefix + "pruned:{gone}"
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		n, err := admin.Exists(ctx, marker).Result()
+		recs, rerr := b.Read(ctx, "gone", 0, 10)
+		if err == nil && n == 1 && rerr == nil && len(recs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15s after the pause: marker %d, %v, records %v, %v; want the marker back and no record", n, err, recs, rerr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := b.Append(ctx, "gone", []store.Record{{Payload: []byte("kept")}}); err != nil {
+		t.Fatal(err)
+	}
+	if tenants, err := opener(t, cfg)(clock.System).Ledger().Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"gone"}) {
+		t.Fatalf("a new store's tenants: %v, %v; want [gone]", tenants, err)
+	}
+}
