@@ -148,8 +148,10 @@ func encodeEntry(rev uint64, value []byte) []byte {
 }
 
 // decodeEntry decodes a registry value stored under key; Value is copied.
+// A revision of 2^59 or more is no entry's (another program's value:
+// registryRevLua).
 func decodeEntry(key string, b []byte) (Entry, error) {
-	if len(b) < 8 {
+	if len(b) < 8 || b[0] >= 8 {
 		return Entry{}, fmt.Errorf("%w: registry entry %q", errCorrupt, key)
 	}
 	return Entry{Key: key, Rev: binary.BigEndian.Uint64(b), Value: append([]byte(nil), b[8:]...)}, nil

@@ -565,6 +565,11 @@ func (l embLedger) Stats(ctx context.Context, tenant string) (Stats, error) {
 	return st, err
 }
 
+// Forget drops nothing: a tenant's bucket and stats hold its numbering.
+func (l embLedger) Forget(ctx context.Context, keep func(string) bool) (int, error) {
+	return 0, l.e.view(ctx, func(*bolt.Tx) error { return nil })
+}
+
 func (l embLedger) Tenants(ctx context.Context) ([]string, error) {
 	var out []string
 	err := l.e.view(ctx, func(tx *bolt.Tx) error {
@@ -696,10 +701,10 @@ func (e *embedded) writeRegistry(ctx context.Context, namespace string, w regWri
 		if b != nil {
 			stored = b.Get([]byte(w.key))
 		}
-		if stored != nil && w.when == regFrom {
+		if stored != nil {
 			ent, err := decodeEntry(w.key, stored)
-			if err != nil {
-				return err
+			if err != nil { // damaged: none
+				stored = nil
 			}
 			cur = ent.Value // nil for an empty value: stored says it is present
 		}
@@ -740,8 +745,8 @@ func (r embRegistry) Get(ctx context.Context, namespace, key string) (Entry, boo
 		}
 		var err error
 		e, err = decodeEntry(key, v)
-		ok = err == nil
-		return err
+		ok = err == nil // a damaged one is passed over, as by List
+		return nil
 	})
 	return e, ok, err
 }

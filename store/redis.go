@@ -37,7 +37,10 @@ import (
 //	                       answer, for its resends, and the empty
 //	                       field -> 65 dashes (answerLua), PX
 //	oldanswers:{<tenant>}  the answers before those, PX
-//	ledgers                set of the tenants that ever appended (SADD)
+//	pruned:{<tenant>}      set by Forget, taken by the tenant's next
+//	                       append (appendScript), which indexes it again
+//	ledgers                set of the tenants that appended since Forget
+//	                       last dropped them (SADD)
 //	numbered{<prefix>ledgers}  hash: tenant -> the highest seq a store
 //	                       recorded it gave (indexScript), so a tenant
 //	                       whose keys are lost does not number from 1
@@ -64,9 +67,11 @@ import (
 // written apart from the tenant's scripts (indexScript): once per tenant
 // and store, before its first append (numbered read) and after it when the
 // entry is none or in an earlier block of 2^32, and after one
-// numbered 1 or past a multiple of 2^32 (its keys may have been lost); they
-// never shrink. Tenants reads ledgers, adds back the tenants this store
-// added that it lacks, and keeps the tenants whose stream holds entries.
+// numbered 1 or past a multiple of 2^32 (its keys may have been lost), or
+// one that took the tenant's prune marker. Forget drops a deleted tenant
+// whose log is empty from both (forgetTenant). Tenants reads ledgers, adds
+// back the tenants this store added that it lacks (unless Forget dropped
+// them), and keeps the tenants whose stream holds entries.
 
 // redisExpirySlack is added to the PX of capabilities and owners, whose
 // expiry is judged by the store's clock: the key outlives its expiry by this
@@ -234,7 +239,9 @@ type redisLedger struct{ s *redisStore }
 // number (another program wrote it), or none while the stream holds
 // entries (deleted by hand), moves past the stream's last entry the same
 // way, instead of failing every append of the tenant. A log key of
-// another type (another program's) goes, with the byte counter.
+// another type (another program's) goes, with the byte counter. An append
+// that takes the tenant's prune marker (Forget) answers -first: the
+// tenant is to be indexed again.
 var appendScript = redis.NewScript(appendLua)
 
 // pastLua defines past(n), the next multiple of 2^32 above n: where a
@@ -278,7 +285,7 @@ for i = 0, n - 1 do
   size = size + string.len(ARGV[a + 5])
 end
 addBytes(KEYS[2], KEYS[3], size)
-return answer(first)
+return answer(redis.call('DEL', KEYS[5]) == 1 and -first or first)
 `
 
 // answerLua begins the scripts of Append, Ack and Trim, whose last two
@@ -371,6 +378,15 @@ func (l redisLedger) answerKeys(tenant string) []string {
 // indexKey is the set of the tenants that ever appended.
 func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
 
+// indexKeys are the ledgers set and the numbered hash, on its slot.
+func (l redisLedger) indexKeys() []string {
+	key := l.indexKey()
+	return []string{key, l.s.p + "numbered{" + key + "}"}
+}
+
+// prunedKey is tenant's prune marker.
+func (l redisLedger) prunedKey(tenant string) string { return l.s.p + "pruned:" + tagged(tenant) }
+
 // indexScript: KEYS the ledgers set and the numbered hash (on its slot);
 // ARGV a tenant and a seq it was given (0: none). Adds the tenant to the
 // set, raises its numbered entry to the seq and returns the entry as it
@@ -386,8 +402,7 @@ return cur
 // raises its numbered entry to last, and returns the entry as it was. It
 // counts once the replicas have it, as an append does.
 func (l redisLedger) index(ctx context.Context, tenant string, last uint64) (numbered uint64, err error) {
-	key := l.indexKey()
-	call := scriptCall(indexScript, []string{key, l.s.p + "numbered{" + key + "}"}, tenant, last)
+	call := scriptCall(indexScript, l.indexKeys(), tenant, last)
 	call.replicate = true
 	reply := l.s.pipelined(ctx, call)
 	n, err := redisInt(reply.cmd)
@@ -420,7 +435,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		received := receivedAt(r.Received, now)
 		args = append(args, r.Kind, r.Platform, r.SessionKey, r.ChatID, received.UnixMicro(), r.Payload, r.Generation)
 	}
-	add := scriptCall(appendScript, slices.Concat(l.keys(tenant), []string{l.s.p + "replid:" + tagged(tenant)}, l.answerKeys(tenant)), args...)
+	add := scriptCall(appendScript, slices.Concat(l.keys(tenant), []string{l.s.p + "replid:" + tagged(tenant), l.prunedKey(tenant)}, l.answerKeys(tenant)), args...)
 	add.replicate = true
 	stored := l.s.pipelined(ctx, add)
 	first, err := redisInt(stored.cmd)
@@ -434,16 +449,19 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	last := seqs[len(seqs)-1]
 	l.s.saw(tenant, last)
 	failed := stored.unreplicated
-	if !indexed && (numbered == 0 || numbered>>32 != last>>32) || (first-1)%(1<<32) == 0 {
-		// This store's first append of the tenant, whose numbered entry is
-		// none or in an earlier block of 2^32 (all a floor needs), or its
-		// numbering started over or skipped (appendScript): its keys may be
-		// gone (a failover before its first append reached a replica, a
-		// server restarted without its data), and from the set with them.
+	if first < 0 || !indexed && (numbered == 0 || numbered>>32 != last>>32) || (seqs[0]-1)%(1<<32) == 0 {
+		// The append took the prune marker (Forget dropped the tenant from
+		// the set), or this store's first append of the tenant, whose
+		// numbered entry is none or in an earlier block of 2^32 (all a
+		// floor needs), or its numbering started over or skipped
+		// (appendScript): its keys may be gone (a failover before its first
+		// append reached a replica, a server restarted without its data),
+		// and from the set with them.
 		if _, err := l.index(ctx, tenant, last); err != nil {
 			// Raised again by the next append, which would not otherwise:
 			// the numbered entry must follow a skip.
 			l.s.indexed.Delete(tenant)
+			l.unprune(context.WithoutCancel(ctx), tenant, first)
 			failed = cmp.Or(failed, err)
 		}
 	}
@@ -475,11 +493,12 @@ func (s *redisStore) saw(tenant string, seq uint64) {
 	}
 }
 
-// appendedSeqs are the seqs of n records appended from first.
+// appendedSeqs are the seqs of n records appended from first (or -first,
+// appendScript's answer when it took the prune marker).
 func appendedSeqs(first int64, n int) []uint64 {
 	seqs := make([]uint64, n)
 	for i := range seqs {
-		seqs[i] = uint64(first) + uint64(i)
+		seqs[i] = uint64(max(first, -first)) + uint64(i)
 	}
 	return seqs
 }
@@ -490,6 +509,16 @@ func appendedSeqs(first int64, n int) []uint64 {
 func (l redisLedger) forget(tenant string, n int, late <-chan pipeReply) {
 	if first, err := redisInt((<-late).cmd); err == nil {
 		_, _ = l.Ack(context.Background(), tenant, appendedSeqs(first, n)...)
+		l.unprune(context.Background(), tenant, first)
+	}
+}
+
+// unprune puts back the prune marker an append took (its answer first is
+// negative) without indexing the tenant, so the next append, from any
+// store, indexes it.
+func (l redisLedger) unprune(ctx context.Context, tenant string, first int64) {
+	if first < 0 {
+		_ = l.s.c.Set(ctx, l.prunedKey(tenant), "1", 0).Err()
 	}
 }
 
@@ -809,18 +838,33 @@ func (l redisLedger) Tenants(ctx context.Context) ([]string, error) {
 	}
 	// A tenant this store added and the set lost (on a Cluster its shard
 	// failed over before it had the SADD, or restarted without its data)
-	// goes back in.
+	// goes back in; one Forget dropped (its prune marker is still there) is
+	// forgotten here too.
 	listed := make(map[string]bool, len(all))
 	for _, t := range all {
 		listed[t] = true
 	}
 	var lost []any
-	l.s.indexed.Range(func(t, _ any) bool {
-		if !listed[t.(string)] {
-			lost = append(lost, t)
-		}
-		return true
+	var marks []*redis.IntCmd
+	_, err = l.s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		l.s.indexed.Range(func(t, _ any) bool {
+			if !listed[t.(string)] {
+				lost = append(lost, t)
+				marks = append(marks, p.Exists(ctx, l.prunedKey(t.(string))))
+			}
+			return true
+		})
+		return nil
 	})
+	if err != nil {
+		return nil, fmt.Errorf("store: tenants: %w", rerr(err))
+	}
+	for i := len(lost) - 1; i >= 0; i-- {
+		if marks[i].Val() == 1 {
+			l.s.unindexed(lost[i].(string))
+			lost = slices.Delete(lost, i, i+1)
+		}
+	}
 	if len(lost) > 0 {
 		if err := l.s.c.SAdd(ctx, l.indexKey(), lost...).Err(); err != nil {
 			return nil, fmt.Errorf("store: tenants: %w", rerr(err))
@@ -850,6 +894,76 @@ func (l redisLedger) Tenants(ctx context.Context) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// forgetScript: KEYS a tenant's stream, bytes counter and prune marker.
+// Unless the stream holds entries, it deletes the stream and the counter,
+// sets the marker and returns 1.
+var forgetScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1])['ok'] == 'stream' and redis.call('XLEN', KEYS[1]) > 0 then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('SET', KEYS[3], '1')
+return 1
+`)
+
+// unindexScript: KEYS the ledgers set and the numbered hash; ARGV a
+// tenant, which it removes from both.
+var unindexScript = redis.NewScript(`
+redis.call('SREM', KEYS[1], ARGV[1])
+return redis.call('HDEL', KEYS[2], ARGV[1])
+`)
+
+func (l redisLedger) Forget(ctx context.Context, keep func(string) bool) (int, error) {
+	all, err := l.s.c.SMembers(ctx, l.indexKey()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("store: forget tenants: %w", rerr(err))
+	}
+	n := 0
+	for _, t := range all {
+		if keep(t) {
+			continue
+		}
+		dropped, err := l.forgetTenant(ctx, t)
+		if err != nil {
+			return n, fmt.Errorf("store: forget tenant %q: %w", t, rerr(err))
+		}
+		if dropped {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// forgetTenant drops tenant from the ledgers set and the numbered hash
+// unless its stream holds entries, and reports whether it did. It sets the
+// tenant's prune marker first: an append that follows takes it and indexes
+// the tenant again, whichever store made it (one whose indexed still
+// holds the tenant too), and one that took it before the removal, whose
+// index the removal may have undone, is indexed again here.
+func (l redisLedger) forgetTenant(ctx context.Context, tenant string) (bool, error) {
+	k := l.keys(tenant)
+	mark := scriptCall(forgetScript, []string{k[1], k[2], l.prunedKey(tenant)})
+	mark.replicate = true
+	reply := l.s.pipelined(ctx, mark)
+	if n, err := redisInt(reply.cmd); err != nil || n == 0 || reply.unreplicated != nil {
+		return false, cmp.Or(err, reply.unreplicated)
+	}
+	l.s.unindexed(tenant)
+	if err := unindexScript.Run(ctx, l.s.c, l.indexKeys(), tenant).Err(); err != nil {
+		return false, err
+	}
+	if marked, err := l.s.c.Exists(ctx, l.prunedKey(tenant)).Result(); err != nil || marked == 1 {
+		return marked == 1, err
+	}
+	last, _ := l.s.c.Get(ctx, k[0]).Uint64() // a counter that holds no number: none
+	_, err := l.index(ctx, tenant, last)
+	return false, err
+}
+
+// unindexed forgets what s kept of tenant once Forget dropped it.
+func (s *redisStore) unindexed(tenant string) {
+	s.indexed.Delete(tenant)
+	s.highest.Delete(tenant)
 }
 
 // expKey is the key of the expiring value (a, b) (expiringStore).
@@ -960,10 +1074,14 @@ func (s *redisStore) claim(ctx context.Context, key string, held, expires time.T
 	return err == nil && n == 1, rerr(err)
 }
 
-// holdClaim is claims' hold.
+// holdClaim is claims' hold; it counts once the replicas have it, as a
+// claim does (a dedupe's done marker).
 func (s *redisStore) holdClaim(ctx context.Context, key string, expires time.Time) error {
 	exp, px := s.claimValue(expires)
-	return rerr(s.c.Set(ctx, key, exp, time.Duration(px)*time.Millisecond).Err())
+	reply := s.pipelined(ctx, pipeCall{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return p.Set(ctx, key, exp, time.Duration(px)*time.Millisecond)
+	}})
+	return rerr(cmp.Or(reply.cmd.Err(), reply.unreplicated))
 }
 
 // releaseScript: KEYS claim; ARGV the expiry's seconds and nanoseconds.
@@ -1207,7 +1325,8 @@ func (s *redisStore) registryKeys(namespace string) []string {
 // pipeline whose reply it lost (an EOF, a read timeout) even when the
 // server ran it, and the write, run again, would find its own value (a
 // swap "not swapped", a deletion "not deleted", a put bumping the revision
-// again). The revision is read first (revision(): registryRevLua).
+// again). The revision is read first (revision(): registryRevLua). A
+// value that is no entry (another program's) is taken for none.
 var registryWriteScript = redis.NewScript(registryRevLua + `
 local done = redis.call('GET', KEYS[3])
 if done then return tonumber(done) end
@@ -1217,6 +1336,7 @@ local function answer(rev)
   return rev
 end
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and (#cur < 8 or cur:byte(1) >= 8) then cur = nil end
 if ARGV[2] == '1' and not cur then return answer(0) end
 if ARGV[2] == '2' then
   if ARGV[3] == '1' then
@@ -1310,10 +1430,7 @@ func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, b
 		return Entry{}, false, fmt.Errorf("store: registry get: %w", rerr(err))
 	}
 	e, err := decodeEntry(key, v)
-	if err != nil {
-		return Entry{}, false, err
-	}
-	return e, true, nil
+	return e, err == nil, nil
 }
 
 func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {

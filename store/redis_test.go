@@ -1010,3 +1010,155 @@ func TestRedisForeignAnswerKeys(t *testing.T) {
 		t.Fatalf("trim over keys of another type: %+v, %v; want seq %d dropped", dropped, err, seqs[0])
 	}
 }
+
+// TestRedisForgetDropsADeletedTenant: the ledgers set and the numbered
+// hash shrink once a deleted tenant's records are gone (Forget), a store
+// that still remembers having indexed the tenant does not add it back, and
+// the tenant made again under the name goes on from its last seq and is
+// indexed again by its next append, whichever store makes it. Before,
+// nothing removed a tenant from either: they grew with every tenant ever
+// made.
+func TestRedisForgetDropsADeletedTenant(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	ctx := t.Context()
+	a, b, c := opener(t, cfg)(nil).Ledger(), opener(t, cfg)(nil).Ledger(), opener(t, cfg)(nil).Ledger()
+	var last uint64
+	for _, l := range []store.Ledger{a, b, c} {
+		seqs, err := l.Append(ctx, "gone", []store.Record{{Payload: []byte("x")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Ack(ctx, "gone", seqs...); err != nil {
+			t.Fatal(err)
+		}
+		last = seqs[0]
+	}
+	if _, err := a.Append(ctx, "kept", []store.Record{{Payload: []byte("y")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, "held", []store.Record{{Payload: []byte("z")}}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := a.Forget(ctx, func(tenant string) bool { return tenant == "kept" })
+	if err != nil || n != 1 {
+		t.Fatalf("Forget: %d, %v; want 1 (gone: held has records, kept is kept)", n, err)
+	}
+	admin := srv.Client(t)
+	set, numbered := cfg.RedisPrefix+"ledgers", cfg.RedisPrefix+"numbered{"+cfg.RedisPrefix+"ledgers}"
+	index := func() ([]string, []string) {
+		t.Helper()
+		members, err := admin.SMembers(ctx, set).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields, err := admin.HKeys(ctx, numbered).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(members)
+		slices.Sort(fields)
+		return members, fields
+	}
+	if m, f := index(); !slices.Equal(m, []string{"held", "kept"}) || !slices.Equal(f, []string{"held", "kept"}) {
+		t.Fatalf("after Forget the set holds %v and the hash %v; want [held kept] in both", m, f)
+	}
+	if tenants, err := b.Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"held", "kept"}) {
+		t.Fatalf("tenants: %v, %v", tenants, err)
+	}
+	if m, _ := index(); slices.Contains(m, "gone") {
+		t.Fatalf("a store that had indexed the forgotten tenant added it back: %v", m)
+	}
+	seqs, err := c.Append(ctx, "gone", []store.Record{{Payload: []byte("again")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seqs[0] <= last {
+		t.Fatalf("the tenant made again numbered from %d, after %d", seqs[0], last)
+	}
+	if m, f := index(); !slices.Contains(m, "gone") || !slices.Contains(f, "gone") {
+		t.Fatalf("the tenant's append after Forget left it out of the index: set %v, hash %v", m, f)
+	}
+	if tenants, err := opener(t, cfg)(nil).Ledger().Tenants(ctx); err != nil || !slices.Contains(tenants, "gone") {
+		t.Fatalf("a new instance's tenants: %v, %v; want gone listed", tenants, err)
+	}
+}
+
+// TestRedisForeignRegistryValue: a registry value another program wrote
+// (text: its first eight bytes read as a revision of 2^59 or more) is no
+// entry to Get as to List, and a swap from none replaces it. Before, Get
+// returned it as an entry with that revision, and a reader keeping the
+// highest revision it saw (Discord's manifests) missed every later change
+// until a restart.
+func TestRedisForeignRegistryValue(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	s, ctx := opener(t, cfg)(nil), t.Context()
+	if err := srv.Client(t).HSet(ctx, cfg.RedisPrefix+"registry:{ns}", "k", "another program's value").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok, err := s.Registry().Get(ctx, "ns", "k"); err != nil || ok {
+		t.Fatalf("get of a foreign value: %+v, %v, %v; want none", e, ok, err)
+	}
+	if es, _, err := s.Registry().List(ctx, "ns"); err != nil || len(es) != 0 {
+		t.Fatalf("list of a foreign value: %+v, %v; want none", es, err)
+	}
+	if ok, err := s.Registry().CompareAndSwap(ctx, "ns", "k", nil, []byte("v")); err != nil || !ok {
+		t.Fatalf("swap from none over a foreign value: %v, %v; want swapped", ok, err)
+	}
+	if e, ok, err := s.Registry().Get(ctx, "ns", "k"); err != nil || !ok || string(e.Value) != "v" || e.Rev >= 1<<59 {
+		t.Fatalf("get after the swap: %+v, %v, %v; want v at a revision below 2^59", e, ok, err)
+	}
+}
+
+// TestRedisAppendGivenUpOnPutsThePruneMarkerBack: an append of a tenant
+// Forget dropped, which its caller gave up on (its deadline passed on a
+// paused server) and the server ran later, took the prune marker without
+// indexing the tenant; the marker goes back, so the tenant's next append,
+// from any store, indexes it. Without it, a store that had indexed the
+// tenant before appended for good outside the set a restart recovers
+// from.
+func TestRedisAppendGivenUpOnPutsThePruneMarkerBack(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	cfg.RedisReplicaTimeout = time.Minute // and so a read timeout past the pause
+	ctx := context.Background()
+	a, b := opener(t, cfg)(clock.System).Ledger(), opener(t, cfg)(clock.System).Ledger()
+	seqs, err := b.Append(ctx, "gone", []store.Record{{Payload: []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Ack(ctx, "gone", seqs...); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.Forget(ctx, func(string) bool { return false }); err != nil || n != 1 {
+		t.Fatalf("Forget: %d, %v", n, err)
+	}
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	endsWithItsDeadline(t, "append", func(ctx context.Context) error {
+		_, err := b.Append(ctx, "gone", []store.Record{{Payload: []byte("given up on")}})
+		return err
+	})
+	marker := cfg.RedisPrefix + "pruned:{gone}"
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		n, err := admin.Exists(ctx, marker).Result()
+		recs, rerr := b.Read(ctx, "gone", 0, 10)
+		if err == nil && n == 1 && rerr == nil && len(recs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15s after the pause: marker %d, %v, records %v, %v; want the marker back and no record", n, err, recs, rerr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := b.Append(ctx, "gone", []store.Record{{Payload: []byte("kept")}}); err != nil {
+		t.Fatal(err)
+	}
+	if tenants, err := opener(t, cfg)(clock.System).Ledger().Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"gone"}) {
+		t.Fatalf("a new store's tenants: %v, %v; want [gone]", tenants, err)
+	}
+}

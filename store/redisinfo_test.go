@@ -69,7 +69,7 @@ func TestAppendScriptWithoutMasterReplid(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
-	keys := []string{"seq:{t}", "log:{t}", "bytes:{t}", "replid:{t}", "answers:{t}", "oldanswers:{t}"}
+	keys := []string{"seq:{t}", "log:{t}", "bytes:{t}", "replid:{t}", "pruned:{t}", "answers:{t}", "oldanswers:{t}"}
 	for want := int64(1); want <= 2; want++ {
 		got, err := c.Eval(context.Background(), script, keys, strconv.FormatInt(want, 10), 60000, 1, 0, 0, "", "", "", 0, "x", 0).Int64()
 		if err != nil || got != want {

@@ -236,6 +236,12 @@ func TestRedisMinReplicas(t *testing.T) {
 	if took, err := s.Claims().Claim(ctx, "nexscope:exec:1", claimUntil); !errors.Is(err, store.ErrNotReplicated) || took {
 		t.Fatalf("Claim without a replica: %v, %v; want ErrNotReplicated", took, err)
 	}
+	// A dedupe's done marker (Hold) is refused too: one on the primary
+	// alone, lost in a failover, lets a retry of the event be delivered
+	// again. Before, Hold returned once the primary had it.
+	if err := s.Claims().Hold(ctx, "done/2", claimUntil); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("Hold without a replica: %v; want ErrNotReplicated", err)
+	}
 	// A probe (an expiry already past: a dedupe's look for a done marker)
 	// holds nothing and waits for no replica. Before, it waited the
 	// timeout, and failed, as a claim does: every webhook's dedupe waited

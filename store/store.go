@@ -133,6 +133,14 @@ type Ledger interface {
 	// Tenants lists, sorted, the tenants whose log holds records: the
 	// ledgers to recover after a restart.
 	Tenants(ctx context.Context) ([]string, error)
+	// Forget drops what the store keeps across tenants for each tenant
+	// keep rejects (a deleted one) whose log holds no records, and reports
+	// how many it dropped; their numbering is kept, so a tenant made again
+	// under the name goes on from its last seq. The redis backend removes
+	// the tenant from the ledgers set and the numbered hash (an append
+	// under way or later adds it back); the memory and embedded backends
+	// keep nothing across tenants besides the numbering, and drop nothing.
+	Forget(ctx context.Context, keep func(tenant string) bool) (int, error)
 }
 
 // Record is one inbound delivery in a tenant's ledger.
@@ -326,7 +334,9 @@ const SubscriptionBuffer = 256
 type Registry interface {
 	// Put stores value under key and returns the namespace's new revision.
 	Put(ctx context.Context, namespace, key string, value []byte) (rev uint64, err error)
-	// Get returns the entry under key.
+	// Get returns the entry under key; a value that is no entry (as List
+	// passes over) is none, which Put, Delete and CompareAndSwap take it
+	// for too.
 	Get(ctx context.Context, namespace, key string) (e Entry, ok bool, err error)
 	// Delete removes key, reporting whether it was there. A removal bumps
 	// the namespace's revision.

@@ -53,6 +53,10 @@ func (p *promotable) Stats(ctx context.Context, tenant string) (store.Stats, err
 
 func (p *promotable) Tenants(ctx context.Context) ([]string, error) { return p.get().Tenants(ctx) }
 
+func (p *promotable) Forget(ctx context.Context, keep func(string) bool) (int, error) {
+	return p.get().Forget(ctx, keep)
+}
+
 // TestTailAfterAFailover: the driver's Tail took in a record the primary
 // numbered and never replicated (its append refused, or confirmed without
 // redis_min_replicas), and the replica promoted then stores the next
@@ -115,5 +119,41 @@ func TestTailAfterAFailover(t *testing.T) {
 	after := tail("confirmed")
 	if slices.Contains(before, after[0]) {
 		t.Fatalf("the confirmed record came as %s, a bufferId given out before the failover (%q)", after[0], before)
+	}
+}
+
+// TestSweepForgetsADeletedTenant: the age sweep drops a tenant no longer
+// configured whose records are all gone from the store's index of tenants
+// (Redis: the ledgers set and the numbered hash), and keeps a configured
+// one. Before, both grew with every tenant ever made.
+func TestSweepForgetsADeletedTenant(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	clk := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	for _, tenant := range []string{"t1", "deleted"} {
+		seqs, err := st.Ledger().Append(ctx, tenant, []store.Record{{Payload: []byte("x")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Ledger().Ack(ctx, tenant, seqs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := testConfig(st.Ledger(), clk, &fakeMetrics{outcomes: make(map[string]int)})
+	cfg.MaxAge, cfg.SweepEvery = time.Hour, 24*time.Hour
+	p := NewPool(cfg)
+	t.Cleanup(func() { p.Close(context.Background()) })
+	p.Ledger("t1")
+	if err := p.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	members, err := srv.Client(t).SMembers(ctx, "connector:ledgers").Result()
+	if err != nil || !slices.Equal(members, []string{"t1"}) {
+		t.Fatalf("the set of tenants after the sweep: %v, %v; want [t1]", members, err)
 	}
 }

@@ -1454,7 +1454,10 @@ func (p *Pool) Sweep(ctx context.Context) (err error) {
 		p.cfg.Log.Warn("stored inbound of a tenant no longer configured dropped: older than the age bound",
 			"tenant", t, "entries", len(dropped), "max_age", p.cfg.MaxAge)
 	}
-	return err
+	// A tenant no longer configured whose records are all gone leaves the
+	// store's index of tenants (store.Ledger.Forget).
+	_, ferr := p.cfg.Store.Forget(ctx, func(t string) bool { return p.known(t) != nil })
+	return cmp.Or(err, ferr)
 }
 
 // markDirty queues l for the next removal flush and wakes the goroutine.
