@@ -477,10 +477,7 @@ func (r *Registry) dropBindings(ctx context.Context, drop func(Binding) bool) er
 	}
 	for _, e := range entries {
 		var b Binding
-		if err := json.Unmarshal(e.Value, &b); err != nil {
-			return fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, e.Key, err)
-		}
-		if drop(b) {
+		if json.Unmarshal(e.Value, &b) == nil && drop(b) { // a corrupt one is no tenant's (State.Corrupt)
 			if _, err := r.kv.CompareAndSwap(ctx, nsBindings, e.Key, e.Value, nil); err != nil {
 				return err
 			}

@@ -35,6 +35,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -243,6 +244,11 @@ type State struct {
 	Gateways []Gateway
 	Bindings []Binding
 	Policies []Policy
+	// Corrupt names the stored entries passed over as they do not decode
+	// (another program's value, a damaged one), each as "namespace key":
+	// one bad value stops no tenant's apply (the apply logs and counts
+	// them), and no claim is judged without what it would have said.
+	Corrupt []string
 }
 
 // Registry reads and writes the stored layer and merges it with the
@@ -325,8 +331,8 @@ func (r *Registry) Declared() State { return *r.declared.Load() }
 func (r *Registry) Stored(ctx context.Context) (State, error) {
 	var s State
 	var tenants []storedTenant
-	err := cmp.Or(list(ctx, r.kv, nsTenants, &tenants), list(ctx, r.kv, nsGateways, &s.Gateways),
-		list(ctx, r.kv, nsBindings, &s.Bindings), list(ctx, r.kv, nsPolicies, &s.Policies))
+	err := cmp.Or(list(ctx, r.kv, nsTenants, &tenants, &s.Corrupt), list(ctx, r.kv, nsGateways, &s.Gateways, &s.Corrupt),
+		list(ctx, r.kv, nsBindings, &s.Bindings, &s.Corrupt), list(ctx, r.kv, nsPolicies, &s.Policies, &s.Corrupt))
 	if err != nil {
 		return State{}, err
 	}
@@ -357,8 +363,10 @@ func (r *Registry) Revision(ctx context.Context) (Revision, error) {
 	return rev, nil
 }
 
-// list decodes every entry of namespace into out.
-func list[T any](ctx context.Context, kv store.Registry, namespace string, out *[]T) error {
+// list decodes every entry of namespace into out, passing over one that
+// does not decode: it is named in corrupt (State.Corrupt) when that is
+// not nil.
+func list[T any](ctx context.Context, kv store.Registry, namespace string, out *[]T, corrupt *[]string) error {
 	entries, _, err := kv.List(ctx, namespace)
 	if err != nil {
 		return fmt.Errorf("registry: read %s: %w", namespace, err)
@@ -366,9 +374,24 @@ func list[T any](ctx context.Context, kv store.Registry, namespace string, out *
 	for _, e := range entries {
 		var v T
 		if err := json.Unmarshal(e.Value, &v); err != nil {
-			return fmt.Errorf("registry: %s entry %q is corrupt: %w", namespace, e.Key, err)
+			if corrupt != nil {
+				*corrupt = append(*corrupt, namespace+" "+e.Key)
+			}
+			continue
 		}
 		*out = append(*out, v)
+	}
+	return nil
+}
+
+// judgeable is nil unless an entry the ownership of platformName's chats
+// depends on (a tenant, a binding of the platform) was passed over as
+// corrupt: a claim judged without it might take a chat it holds.
+func (s State) judgeable(platformName string) error {
+	for _, c := range s.Corrupt {
+		if strings.HasPrefix(c, nsTenants+" ") || strings.HasPrefix(c, nsBindings+" "+platformName+"/") {
+			return fmt.Errorf("registry: %s does not decode; no %s claim is judged until an operator fixes or removes it", c, platformName)
+		}
 	}
 	return nil
 }
@@ -401,6 +424,7 @@ func (r *Registry) Effective(ctx context.Context) (State, time.Time, error) {
 		gateways[g.ID] = true
 	}
 	out.Gateways = append(out.Gateways, decl.Gateways...)
+	out.Corrupt = stored.Corrupt
 	var next time.Time
 	for _, g := range stored.Gateways {
 		if gateways[g.ID] || !tenants[g.Tenant] {
@@ -657,7 +681,8 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 // sweepEntry removes e, listed in namespace by DeleteTenant, when it is
 // tenant's: a reservation under the tenant's key, any other entry naming
 // it (an enrollment token or link code that does not decode goes too, as
-// sweep has it), and only while deleting reports the tenant still being
+// sweep has it, another entry that does not decode stays: State.Corrupt),
+// and only while deleting reports the tenant still being
 // deleted (nil once it is not: another instance's deletion finished it,
 // and an entry of the same bytes may be a tenant's made again under the
 // id, a route key bound again). An entry changed since it was listed (a
@@ -670,7 +695,7 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 		} else if err != nil && (namespace == nsEnroll || namespace == nsLinkCodes) {
 			of.Tenant = tenant
 		} else if err != nil {
-			return fmt.Errorf("registry: %s entry %q is corrupt: %w", namespace, e.Key, err)
+			return nil // corrupt: no tenant's (State.Corrupt)
 		}
 		if of.Tenant != tenant {
 			return nil
@@ -869,7 +894,7 @@ func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) (str
 		}
 	}
 	var stored []Gateway
-	if err := list(ctx, r.kv, nsGateways, &stored); err != nil {
+	if err := list(ctx, r.kv, nsGateways, &stored, nil); err != nil {
 		return "", err
 	}
 	for _, g := range stored {
@@ -1123,7 +1148,7 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 			return nil, err
 		}
 		var stored []Binding
-		if err := list(ctx, r.kv, nsBindings, &stored); err != nil {
+		if err := list(ctx, r.kv, nsBindings, &stored, nil); err != nil {
 			return nil, err
 		}
 		held := make(map[string]bool, len(stored))
@@ -1241,6 +1266,9 @@ type ownView struct {
 func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []byte) (bool, error) {
 	if !v.read || v.platform != b.Platform || !bytes.Equal(v.guard, guard) {
 		s, _, err := r.Effective(ctx)
+		if err == nil {
+			err = s.judgeable(b.Platform)
+		}
 		if err != nil {
 			return false, err
 		}
@@ -1324,6 +1352,9 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 	defer release()
 	_, _, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
 		s, _, err := r.Effective(ctx)
+		if err == nil {
+			err = s.judgeable(platformName)
+		}
 		if err != nil {
 			return false, err
 		}
