@@ -341,6 +341,7 @@ func (r *Registry) Stored(ctx context.Context) (State, error) {
 			s.Tenants = append(s.Tenants, t.Tenant)
 		}
 	}
+	s.Bindings = slices.DeleteFunc(s.Bindings, isDropMark)
 	return s, nil
 }
 
@@ -654,7 +655,7 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 	// tenant made again under the id must not redeem them), and so do the
 	// reservations of its requests whose instance stopped (it must not
 	// count them).
-	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved, nsDropped}
+	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved, "registry/dropped" /* earlier versions' drop marks */}
 	listed := make([][]store.Entry, len(namespaces))
 	for i, ns := range namespaces {
 		var err error
@@ -1153,7 +1154,7 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 		}
 		held := make(map[string]bool, len(stored))
 		n := 0
-		for _, b := range stored {
+		for _, b := range slices.DeleteFunc(stored, isDropMark) {
 			held[b.key()] = true
 			if b.Tenant == tenant {
 				n++
@@ -1690,7 +1691,7 @@ func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []b
 	var drop store.Entry
 	var mark dropMark
 	if err == nil {
-		drop, _, err = r.kv.Get(ctx, nsDropped, was.tenant)
+		drop, _, err = r.kv.Get(ctx, nsBindings, dropKey(was.tenant))
 		_ = json.Unmarshal(drop.Value, &mark) // none, or corrupt: no drop under way
 	}
 	if err == nil && after.Gen == was.gen && bytes.Equal(drop.Value, was.drop) && !mark.Dropping || err != nil && !errors.Is(err, ErrNotFound) {
@@ -1723,7 +1724,7 @@ func (r *Registry) replacing(ctx context.Context, old []byte, tenant string) (re
 	if err == nil {
 		was.gen = t.Gen
 		var drop store.Entry
-		drop, _, err = r.kv.Get(ctx, nsDropped, of.Tenant)
+		drop, _, err = r.kv.Get(ctx, nsBindings, dropKey(of.Tenant))
 		was.drop = drop.Value
 	}
 	if errors.Is(err, ErrNotFound) {
