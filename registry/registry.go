@@ -637,15 +637,17 @@ func (r *Registry) endTenant(ctx context.Context, id string) ([]byte, error) {
 	if r.declaredTenant(id) {
 		return nil, ErrDeclared
 	}
-	var t storedTenant
-	raw, ok, err := r.getRaw(ctx, nsTenants, id, &t)
+	e, ok, err := r.kv.Get(ctx, nsTenants, id)
 	if err != nil || !ok {
 		return nil, cmp.Or(err, ErrNotFound)
 	}
-	if t.Gen == tombstone {
-		return raw, nil
+	var t storedTenant
+	if json.Unmarshal(e.Value, &t) == nil && t.Gen == tombstone {
+		return e.Value, nil
 	}
-	return r.swapTenant(ctx, id, raw, storedTenant{Tenant{ID: id}, tombstone})
+	// One that does not decode (State.Corrupt) ends too: the operator's
+	// way to remove it.
+	return r.swapTenant(ctx, id, e.Value, storedTenant{Tenant{ID: id}, tombstone})
 }
 
 // sweepTenant is DeleteTenant's sweep of tenant id, being deleted as raw,

@@ -299,3 +299,34 @@ func TestCorruptEntryIsPassedOver(t *testing.T) {
 		t.Fatalf("DeleteTenant: %v", err)
 	}
 }
+
+// TestCorruptTenantCanBeDeleted: a tenant record that does not decode
+// holds every platform's claims (its bindings are left out of the merge,
+// so a claim might take its chats); DeleteTenant removes it, and claims
+// are judged again. Before, DeleteTenant failed on it: no API could.
+func TestCorruptTenantCanBeDeleted(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(c)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, c)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Registry().Put(ctx, "registry/tenants", "a", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	chat := platform.Chat{ID: "-1002"}
+	if err := r.Claim(ctx, "b", "telegram", chat); err == nil {
+		t.Fatal("a claim was judged without the corrupt tenant's bindings")
+	}
+	if err := r.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatalf("DeleteTenant of the corrupt tenant: %v", err)
+	}
+	if s, _ := effective(t, r); len(s.Corrupt) != 0 {
+		t.Fatalf("corrupt after the deletion: %q", s.Corrupt)
+	}
+	if err := r.Claim(ctx, "b", "telegram", chat); err != nil {
+		t.Fatalf("claim after the corrupt tenant went: %v", err)
+	}
+}
