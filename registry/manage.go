@@ -25,15 +25,18 @@ import (
 // the code: the code itself is never stored.
 const nsLinkCodes = "registry/linkcodes"
 
-// nsDropped holds, by tenant, a mark (dropMark) its every DropManaged
-// replaces before and after its drop: a take-back that read it before its
-// write and finds it changed, or a drop under way, puts back none of the
-// tenant's bindings it replaced (giveBack), which the drop may have
-// missed. A drop that fails leaves it under way until the next one ends.
-const nsDropped = "registry/dropped"
+// dropKey is where nsBindings holds tenant's mark (dropMark), which its
+// every DropManaged replaces before and after its drop: a take-back that
+// read it before its write and finds it changed, or a drop under way,
+// puts back none of the tenant's bindings it replaced (giveBack), which
+// the drop may have missed. A drop that fails leaves it under way until
+// the next one ends. It is kept with the bindings (no binding's key starts
+// so: CanonicalBinding), so no failover loses it without the drop's
+// deletes after it (one hash tag on Redis); Stored leaves it out.
+func dropKey(tenant string) string { return "dropped/" + tenant }
 
-// dropMark is a tenant's nsDropped entry: Dropping while a DropManaged is
-// under way.
+// dropMark is a tenant's mark (dropKey): Dropping while a DropManaged is
+// under way. It has no Platform, as no binding does.
 type dropMark struct {
 	Tenant   string
 	Dropping bool `json:",omitempty"`
@@ -420,7 +423,7 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 // DropManaged removes every binding the management plane made for tenant
 // (links, scope claims, DM defaults, principal, allow-list) and its
 // outstanding link codes, and returns how many bindings went. It marks
-// the drop under way before and done after (nsDropped), so a take-back
+// the drop under way before and done after (dropKey), so a take-back
 // that lands meanwhile or read the mark before either puts back none of
 // the tenant's bindings (giveBack). The codes
 // go first: a redemption that consumed one before has written its link,
@@ -448,7 +451,10 @@ func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) 
 	return n, err
 }
 
-// markDrop stores a fresh nsDropped mark of tenant, dropping or not, and
+// isDropMark reports whether b, listed in nsBindings, is a dropMark.
+func isDropMark(b Binding) bool { return b.Platform == "" }
+
+// markDrop stores a fresh mark (dropKey) of tenant, dropping or not, and
 // removes it again when it finds the tenant gone after: a deletion whose
 // sweep listed the marks before it would leave it for good.
 func (r *Registry) markDrop(ctx context.Context, tenant string, dropping bool) error {
@@ -456,13 +462,13 @@ func (r *Registry) markDrop(ctx context.Context, tenant string, dropping bool) e
 	if err != nil {
 		return err
 	}
-	if _, err := r.kv.Put(ctx, nsDropped, tenant, mark); err != nil {
+	if _, err := r.kv.Put(ctx, nsBindings, dropKey(tenant), mark); err != nil {
 		return err
 	}
 	if _, err := r.tenant(ctx, tenant); !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	_, err = r.kv.CompareAndSwap(ctx, nsDropped, tenant, mark, nil)
+	_, err = r.kv.CompareAndSwap(ctx, nsBindings, dropKey(tenant), mark, nil)
 	return err
 }
 
@@ -477,10 +483,7 @@ func (r *Registry) dropBindings(ctx context.Context, drop func(Binding) bool) er
 	}
 	for _, e := range entries {
 		var b Binding
-		if err := json.Unmarshal(e.Value, &b); err != nil {
-			return fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, e.Key, err)
-		}
-		if drop(b) {
+		if json.Unmarshal(e.Value, &b) == nil && drop(b) { // a corrupt one is no tenant's (State.Corrupt)
 			if _, err := r.kv.CompareAndSwap(ctx, nsBindings, e.Key, e.Value, nil); err != nil {
 				return err
 			}

@@ -1371,8 +1371,8 @@ func TestClaimTakeBackKeepsNoClaimOfADropUnderWayOnRedis(t *testing.T) {
 	written, dropped := make(chan struct{}), make(chan struct{})
 	claimed := make(chan error, 1)
 	var marked, wrote sync.Once
-	hookedTwo.after = func(op, namespace, _ string) {
-		if op != "put" || namespace != "registry/dropped" {
+	hookedTwo.after = func(op, namespace, key string) {
+		if op != "put" || key != "dropped/a" {
 			return
 		}
 		marked.Do(func() { // the drop is marked, its bindings not listed yet
@@ -1420,8 +1420,8 @@ func TestDropManagedLeavesNoMarkOfADeletedTenantOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	var deleted sync.Once
-	hookedTwo.before = func(op, namespace, _ string) {
-		if op == "put" && namespace == "registry/dropped" {
+	hookedTwo.before = func(op, _, key string) {
+		if op == "put" && key == "dropped/a" {
 			deleted.Do(func() {
 				if err := one.DeleteTenant(ctx, "a"); err != nil {
 					t.Errorf("instance one's delete of a: %v", err)
@@ -1433,11 +1433,43 @@ func TestDropManagedLeavesNoMarkOfADeletedTenantOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	hookedTwo.before = nil
-	marks, _, err := hookedTwo.Store.Registry().List(ctx, "registry/dropped")
-	if err != nil {
+	if _, left, err := hookedTwo.Store.Registry().Get(ctx, "registry/bindings", "dropped/a"); err != nil || left {
+		t.Fatalf("a's drop mark left after a's deletion (%v), want none", err)
+	}
+}
+
+// TestDropMarkIsKeptWithTheBindings: DropManaged's marks go to the
+// bindings' namespace (one hash tag on Redis, so on one Cluster shard):
+// no failover loses a mark and keeps the deletes the drop made after
+// it, which a take-back reading the lost mark would undo. The mark is
+// no binding: Effective and the tenant's count leave it out. Before, the
+// marks had a namespace of their own.
+func TestDropMarkIsKeptWithTheBindings(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	hooked := &hookedStore{Store: store.NewMemory(c)}
+	t.Cleanup(func() { _ = hooked.Close() })
+	r := registry.New(hooked, c)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if len(marks) != 0 {
-		t.Fatalf("%d drop marks left after a's deletion, want none", len(marks))
+	if err := r.Claim(ctx, "a", "discord", platform.Chat{ID: "701", Space: "700"}); err != nil {
+		t.Fatal(err)
+	}
+	var elsewhere []string
+	hooked.before = func(op, namespace, key string) {
+		if op != "list" && namespace != "registry/bindings" && namespace != "registry/linkcodes" {
+			elsewhere = append(elsewhere, op+" "+namespace+" "+key)
+		}
+	}
+	if n, err := r.DropManaged(ctx, "a"); err != nil || n != 1 {
+		t.Fatalf("DropManaged: %d, %v; want 1", n, err)
+	}
+	hooked.before = nil
+	if len(elsewhere) > 0 {
+		t.Fatalf("the drop wrote outside the bindings' namespace: %q", elsewhere)
+	}
+	if s, _ := effective(t, r); len(s.Bindings) != 0 {
+		t.Fatalf("bindings after the drop: %+v, want none (the mark is none)", s.Bindings)
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -243,6 +244,11 @@ type State struct {
 	Gateways []Gateway
 	Bindings []Binding
 	Policies []Policy
+	// Corrupt names the stored entries passed over as they do not decode
+	// (another program's value, a damaged one), each as "namespace key":
+	// one bad value stops no tenant's apply (the apply logs and counts
+	// them), and no claim is judged without what it would have said.
+	Corrupt []string
 }
 
 // Registry reads and writes the stored layer and merges it with the
@@ -325,8 +331,8 @@ func (r *Registry) Declared() State { return *r.declared.Load() }
 func (r *Registry) Stored(ctx context.Context) (State, error) {
 	var s State
 	var tenants []storedTenant
-	err := cmp.Or(list(ctx, r.kv, nsTenants, &tenants), list(ctx, r.kv, nsGateways, &s.Gateways),
-		list(ctx, r.kv, nsBindings, &s.Bindings), list(ctx, r.kv, nsPolicies, &s.Policies))
+	err := cmp.Or(list(ctx, r.kv, nsTenants, &tenants, &s.Corrupt), list(ctx, r.kv, nsGateways, &s.Gateways, &s.Corrupt),
+		list(ctx, r.kv, nsBindings, &s.Bindings, &s.Corrupt), list(ctx, r.kv, nsPolicies, &s.Policies, &s.Corrupt))
 	if err != nil {
 		return State{}, err
 	}
@@ -335,6 +341,7 @@ func (r *Registry) Stored(ctx context.Context) (State, error) {
 			s.Tenants = append(s.Tenants, t.Tenant)
 		}
 	}
+	s.Bindings = slices.DeleteFunc(s.Bindings, isDropMark)
 	return s, nil
 }
 
@@ -357,8 +364,10 @@ func (r *Registry) Revision(ctx context.Context) (Revision, error) {
 	return rev, nil
 }
 
-// list decodes every entry of namespace into out.
-func list[T any](ctx context.Context, kv store.Registry, namespace string, out *[]T) error {
+// list decodes every entry of namespace into out, passing over one that
+// does not decode: it is named in corrupt (State.Corrupt) when that is
+// not nil.
+func list[T any](ctx context.Context, kv store.Registry, namespace string, out *[]T, corrupt *[]string) error {
 	entries, _, err := kv.List(ctx, namespace)
 	if err != nil {
 		return fmt.Errorf("registry: read %s: %w", namespace, err)
@@ -366,9 +375,24 @@ func list[T any](ctx context.Context, kv store.Registry, namespace string, out *
 	for _, e := range entries {
 		var v T
 		if err := json.Unmarshal(e.Value, &v); err != nil {
-			return fmt.Errorf("registry: %s entry %q is corrupt: %w", namespace, e.Key, err)
+			if corrupt != nil {
+				*corrupt = append(*corrupt, namespace+" "+e.Key)
+			}
+			continue
 		}
 		*out = append(*out, v)
+	}
+	return nil
+}
+
+// judgeable is nil unless an entry the ownership of platformName's chats
+// depends on (a tenant, a binding of the platform) was passed over as
+// corrupt: a claim judged without it might take a chat it holds.
+func (s State) judgeable(platformName string) error {
+	for _, c := range s.Corrupt {
+		if strings.HasPrefix(c, nsTenants+" ") || strings.HasPrefix(c, nsBindings+" "+platformName+"/") {
+			return fmt.Errorf("registry: %s does not decode; no %s claim is judged until an operator fixes or removes it", c, platformName)
+		}
 	}
 	return nil
 }
@@ -401,6 +425,7 @@ func (r *Registry) Effective(ctx context.Context) (State, time.Time, error) {
 		gateways[g.ID] = true
 	}
 	out.Gateways = append(out.Gateways, decl.Gateways...)
+	out.Corrupt = stored.Corrupt
 	var next time.Time
 	for _, g := range stored.Gateways {
 		if gateways[g.ID] || !tenants[g.Tenant] {
@@ -612,15 +637,17 @@ func (r *Registry) endTenant(ctx context.Context, id string) ([]byte, error) {
 	if r.declaredTenant(id) {
 		return nil, ErrDeclared
 	}
-	var t storedTenant
-	raw, ok, err := r.getRaw(ctx, nsTenants, id, &t)
+	e, ok, err := r.kv.Get(ctx, nsTenants, id)
 	if err != nil || !ok {
 		return nil, cmp.Or(err, ErrNotFound)
 	}
-	if t.Gen == tombstone {
-		return raw, nil
+	var t storedTenant
+	if json.Unmarshal(e.Value, &t) == nil && t.Gen == tombstone {
+		return e.Value, nil
 	}
-	return r.swapTenant(ctx, id, raw, storedTenant{Tenant{ID: id}, tombstone})
+	// One that does not decode (State.Corrupt) ends too: the operator's
+	// way to remove it.
+	return r.swapTenant(ctx, id, e.Value, storedTenant{Tenant{ID: id}, tombstone})
 }
 
 // sweepTenant is DeleteTenant's sweep of tenant id, being deleted as raw,
@@ -630,7 +657,7 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 	// tenant made again under the id must not redeem them), and so do the
 	// reservations of its requests whose instance stopped (it must not
 	// count them).
-	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved, nsDropped}
+	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved, "registry/dropped" /* earlier versions' drop marks */}
 	listed := make([][]store.Entry, len(namespaces))
 	for i, ns := range namespaces {
 		var err error
@@ -657,7 +684,8 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 // sweepEntry removes e, listed in namespace by DeleteTenant, when it is
 // tenant's: a reservation under the tenant's key, any other entry naming
 // it (an enrollment token or link code that does not decode goes too, as
-// sweep has it), and only while deleting reports the tenant still being
+// sweep has it, another entry that does not decode stays: State.Corrupt),
+// and only while deleting reports the tenant still being
 // deleted (nil once it is not: another instance's deletion finished it,
 // and an entry of the same bytes may be a tenant's made again under the
 // id, a route key bound again). An entry changed since it was listed (a
@@ -670,7 +698,7 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 		} else if err != nil && (namespace == nsEnroll || namespace == nsLinkCodes) {
 			of.Tenant = tenant
 		} else if err != nil {
-			return fmt.Errorf("registry: %s entry %q is corrupt: %w", namespace, e.Key, err)
+			return nil // corrupt: no tenant's (State.Corrupt)
 		}
 		if of.Tenant != tenant {
 			return nil
@@ -869,7 +897,7 @@ func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) (str
 		}
 	}
 	var stored []Gateway
-	if err := list(ctx, r.kv, nsGateways, &stored); err != nil {
+	if err := list(ctx, r.kv, nsGateways, &stored, nil); err != nil {
 		return "", err
 	}
 	for _, g := range stored {
@@ -1123,12 +1151,12 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 			return nil, err
 		}
 		var stored []Binding
-		if err := list(ctx, r.kv, nsBindings, &stored); err != nil {
+		if err := list(ctx, r.kv, nsBindings, &stored, nil); err != nil {
 			return nil, err
 		}
 		held := make(map[string]bool, len(stored))
 		n := 0
-		for _, b := range stored {
+		for _, b := range slices.DeleteFunc(stored, isDropMark) {
 			held[b.key()] = true
 			if b.Tenant == tenant {
 				n++
@@ -1241,6 +1269,9 @@ type ownView struct {
 func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []byte) (bool, error) {
 	if !v.read || v.platform != b.Platform || !bytes.Equal(v.guard, guard) {
 		s, _, err := r.Effective(ctx)
+		if err == nil {
+			err = s.judgeable(b.Platform)
+		}
 		if err != nil {
 			return false, err
 		}
@@ -1324,6 +1355,9 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 	defer release()
 	_, _, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
 		s, _, err := r.Effective(ctx)
+		if err == nil {
+			err = s.judgeable(platformName)
+		}
 		if err != nil {
 			return false, err
 		}
@@ -1659,7 +1693,7 @@ func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []b
 	var drop store.Entry
 	var mark dropMark
 	if err == nil {
-		drop, _, err = r.kv.Get(ctx, nsDropped, was.tenant)
+		drop, _, err = r.kv.Get(ctx, nsBindings, dropKey(was.tenant))
 		_ = json.Unmarshal(drop.Value, &mark) // none, or corrupt: no drop under way
 	}
 	if err == nil && after.Gen == was.gen && bytes.Equal(drop.Value, was.drop) && !mark.Dropping || err != nil && !errors.Is(err, ErrNotFound) {
@@ -1692,7 +1726,7 @@ func (r *Registry) replacing(ctx context.Context, old []byte, tenant string) (re
 	if err == nil {
 		was.gen = t.Gen
 		var drop store.Entry
-		drop, _, err = r.kv.Get(ctx, nsDropped, of.Tenant)
+		drop, _, err = r.kv.Get(ctx, nsBindings, dropKey(of.Tenant))
 		was.drop = drop.Value
 	}
 	if errors.Is(err, ErrNotFound) {

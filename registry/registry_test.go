@@ -8,6 +8,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
+	"connector/platform"
 	"connector/registry"
 	"connector/store"
 )
@@ -247,5 +248,85 @@ func TestPolicies(t *testing.T) {
 		if err := r.SetPolicy(ctx, p); !errors.Is(err, registry.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
+	}
+}
+
+// TestCorruptEntryIsPassedOver: a stored entry that does not decode (a
+// binding, a gateway, a wake URL another program wrote) stops no apply,
+// listing, drop or deletion: Effective names it in Corrupt and merges
+// the rest; a claim on its platform is refused (it might hold the chat),
+// one on another platform is judged as ever.
+func TestCorruptEntryIsPassedOver(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(c)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, c)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1001", Tenant: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CreateGateway(ctx, "a", "gw1"); err != nil {
+		t.Fatal(err)
+	}
+	kv := st.Registry()
+	for ns, key := range map[string]string{"registry/bindings": "discord/guild/700", "registry/gateways": "gw9", "registry/wake": "gw8"} {
+		if _, err := kv.Put(ctx, ns, key, []byte("{not json")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := effective(t, r)
+	if len(s.Bindings) != 1 || len(s.Gateways) != 1 || len(s.Corrupt) != 2 {
+		t.Fatalf("effective bindings %+v, gateways %d, corrupt %q: want the telegram binding, gw1 and the two corrupt entries", s.Bindings, len(s.Gateways), s.Corrupt)
+	}
+	if _, err := r.Wakes(ctx); err != nil {
+		t.Fatalf("Wakes: %v", err)
+	}
+	if err := r.Claim(ctx, "b", "discord", platform.Chat{ID: "701", Space: "700"}); err == nil {
+		t.Fatal("a discord claim was judged without the corrupt discord binding")
+	}
+	if err := r.Claim(ctx, "b", "telegram", platform.Chat{ID: "-1002"}); err != nil {
+		t.Fatalf("telegram claim: %v", err)
+	}
+	if _, err := r.DropManaged(ctx, "b"); err != nil {
+		t.Fatalf("DropManaged: %v", err)
+	}
+	if err := r.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatalf("DeleteTenant: %v", err)
+	}
+}
+
+// TestCorruptTenantCanBeDeleted: a tenant record that does not decode
+// holds every platform's claims (its bindings are left out of the merge,
+// so a claim might take its chats); DeleteTenant removes it, and claims
+// are judged again. Before, DeleteTenant failed on it: no API could.
+func TestCorruptTenantCanBeDeleted(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(c)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, c)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Registry().Put(ctx, "registry/tenants", "a", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	chat := platform.Chat{ID: "-1002"}
+	if err := r.Claim(ctx, "b", "telegram", chat); err == nil {
+		t.Fatal("a claim was judged without the corrupt tenant's bindings")
+	}
+	if err := r.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatalf("DeleteTenant of the corrupt tenant: %v", err)
+	}
+	if s, _ := effective(t, r); len(s.Corrupt) != 0 {
+		t.Fatalf("corrupt after the deletion: %q", s.Corrupt)
+	}
+	if err := r.Claim(ctx, "b", "telegram", chat); err != nil {
+		t.Fatalf("claim after the corrupt tenant went: %v", err)
 	}
 }

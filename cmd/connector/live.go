@@ -198,6 +198,10 @@ func (l *live) applyLocked(ctx context.Context) error {
 	if err != nil {
 		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
 	}
+	l.metrics.corrupt.Set(float64(len(s.Corrupt)))
+	if len(s.Corrupt) > 0 {
+		l.log.Error("registry entries passed over: they do not decode; fix or remove them", "entries", s.Corrupt)
+	}
 	tenants := relayTenants(s)
 	created := l.keys.set(tenants)
 	if err := l.relay.SetTenants(tenants); err != nil {
@@ -360,6 +364,9 @@ type adminMetrics struct {
 	// setAside is the number of stored scope claims a binding of another
 	// tenant sets aside, per platform (live.reportSetAside).
 	setAside *prometheus.GaugeVec
+	// corrupt is the number of stored registry entries the last apply
+	// passed over (registry.State.Corrupt).
+	corrupt prometheus.Gauge
 }
 
 // Results of connector_config_reloads_total.
@@ -384,8 +391,10 @@ func newAdminMetrics(pm *metrics) *adminMetrics {
 			"SIGHUP config reloads by result: ok, unreadable (the file did not parse or validate; the running config stays) or not_applied.", "result"),
 		setAside: gaugeVec("connector_scope_claims_set_aside",
 			"Stored scope claims that a binding of another tenant (configuration or admin API) sets aside, per platform: kept in the store, ignored by routing and egress.", "platform"),
+		corrupt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "connector_registry_corrupt_entries",
+			Help: "Stored registry entries the last apply passed over as they do not decode (logged): their tenant, gateway, binding or policy is left out, and no claim on a platform whose binding or any tenant is corrupt is judged."}),
 	}
-	pm.register(m.changes, m.gateways, m.refused, m.applies, m.reloads, m.setAside)
+	pm.register(m.changes, m.gateways, m.refused, m.applies, m.reloads, m.setAside, m.corrupt)
 	m.applies.WithLabelValues("ok")
 	m.applies.WithLabelValues("error")
 	for _, r := range []string{reloadOK, reloadUnreadable, reloadNotApplied} {
