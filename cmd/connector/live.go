@@ -57,6 +57,9 @@ type live struct {
 	// both hold).
 	applied   registry.Revision
 	appliedOK bool
+	// relayed is whether the relay took the registry at applied (catchUp
+	// skips while it did).
+	relayed bool
 	// setAside are the scope claims the last apply found set aside by a
 	// binding of another tenant (reportSetAside).
 	setAside map[setAsideClaim]bool
@@ -175,6 +178,35 @@ func (l *live) applyChanged(ctx context.Context) {
 	_ = l.applyLocked(ctx)
 }
 
+// catchUp is the relay's Config.CatchUp: it applies the registry unless
+// the relay took it at its stored revision, for a delivery to a tenant the
+// relay does not know (another instance may have applied it first). It
+// waits for the apply until ctx ends, on a goroutine of its own, so a
+// platform delivering under a lock its Bind takes holds the apply only
+// that long.
+func (l *live) catchUp(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		rev, err := l.reg.Revision(ctx)
+		if err == nil && l.relayed && rev == l.applied {
+			done <- nil
+			return
+		}
+		if err = l.applyLocked(ctx); l.relayed {
+			err = nil // the relay took it; a platform's refusal is logged
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // errTableRefused is an apply's error once the relay took the registry
 // and a platform refused its bindings: the rest is applied all the same.
 // It names the platforms, and wraps the first one's refusal.
@@ -193,7 +225,7 @@ func (l *live) applyLocked(ctx context.Context) error {
 	if err != nil {
 		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
 	}
-	l.applied, l.appliedOK = rev, false
+	l.applied, l.appliedOK, l.relayed = rev, false, false
 	s, next, err := l.reg.Effective(ctx)
 	if err != nil {
 		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
@@ -203,6 +235,7 @@ func (l *live) applyLocked(ctx context.Context) error {
 	if err := l.relay.SetTenants(tenants); err != nil {
 		return failed(slog.LevelError, "registry not applied to the relay", err)
 	}
+	l.relayed = true
 	for _, k := range l.keepers {
 		k.SetTenants(created)
 	}

@@ -15,6 +15,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
@@ -472,5 +473,35 @@ func TestDeletedTenantsSeriesGo(t *testing.T) {
 	report("gone")
 	if n := seriesOf("gone"); n < 4 {
 		t.Errorf("%d series of the tenant made again, want its 4 at least", n)
+	}
+}
+
+// TestDeliveryCatchesTheRegistryUp: a delivery to a tenant another
+// instance created, which this one has not applied yet, has the registry
+// applied (live.catchUp) and is kept for the tenant, not dropped as an
+// unknown tenant's.
+func TestDeliveryCatchesTheRegistryUp(t *testing.T) {
+	st := memStore(t)
+	ctx := context.Background()
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	if err := registry.New(st, clock.System).CreateTenant(ctx, registry.Tenant{ID: "added"}); err != nil {
+		t.Fatal(err)
+	}
+	ev := &contract.Event{Text: "hi", MessageID: "m1"}
+	ev.Source.Platform, ev.Source.ChatID, ev.Source.ChatType = "discord", "c1", "group"
+	if err := c.relay.Deliver(ctx, platform.Delivery{Kind: platform.KindInbound, Tenant: "added", Platform: "discord",
+		SessionKey: "k", ChatID: "c1", Event: ev, Received: time.Now()}); err != nil {
+		t.Fatalf("Deliver: %v", err)
+	}
+	if b := c.relay.TenantBufferBytes()["added"]; b == 0 {
+		t.Fatal("nothing buffered for a tenant another instance created after a delivery to it: dropped as unknown")
 	}
 }
