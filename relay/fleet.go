@@ -77,9 +77,28 @@ const (
 	ownerQueue   = 4096
 )
 
-// beatWorkers bounds the tenants whose beats (lease calls to the store)
-// run at once.
-const beatWorkers = 16
+// tenantWorkers bounds the tenants whose store calls (beats, the reads of
+// tenants added) run at once.
+const tenantWorkers = 16
+
+// forEach runs f on each of items, tenantWorkers at a time, and returns
+// once every one returned.
+func forEach[T any](items []T, f func(T)) {
+	work := make(chan T)
+	var wg sync.WaitGroup
+	for range min(tenantWorkers, len(items)) {
+		wg.Go(func() {
+			for it := range work {
+				f(it)
+			}
+		})
+	}
+	for _, it := range items {
+		work <- it
+	}
+	close(work)
+	wg.Wait()
+}
 
 // fleet is this instance's part in serving tenants with other instances.
 type fleet struct {
@@ -519,25 +538,14 @@ func (fl *fleet) stop(ctx context.Context) {
 	}
 }
 
-// beat runs every tenant's beat, beatWorkers at a time: the node's beat,
+// beat runs every tenant's beat, tenantWorkers at a time: the node's beat,
 // on its clock (on a fake clock inside the Advance that reaches it, so
 // tests step the fleet beat by beat).
 func (fl *fleet) beat() {
-	work := make(chan *tenantFleet)
-	var wg sync.WaitGroup
-	for range beatWorkers {
-		wg.Go(func() {
-			for f := range work {
-				f.beat(fl.ctx)
-				f.tail(fl.ctx)
-			}
-		})
-	}
-	for _, h := range fl.srv.hubs() {
-		work <- h.fleet
-	}
-	close(work)
-	wg.Wait()
+	forEach(fl.srv.hubs(), func(h *hub) {
+		h.fleet.beat(fl.ctx)
+		h.fleet.tail(fl.ctx)
+	})
 }
 
 // ownerLoop stores the session owners the drivers noted.
@@ -612,10 +620,8 @@ func (f *tenantFleet) markUnserved() {
 // markStored is, for a tenant added while the instances run, what start
 // does for the others: it marks the tenant unserved when its stored ledger
 // holds records (it was served before).
-func (fl *fleet) markStored(h *hub) {
-	ctx, cancel := context.WithTimeout(fl.ctx, fl.node.LeaseTTL())
+func (fl *fleet) markStored(ctx context.Context, h *hub) {
 	st, err := fl.srv.cfg.Store.Ledger().Stats(ctx, h.id)
-	cancel()
 	if err != nil {
 		fl.srv.log.Warn("stored inbound of an added tenant not counted: it waits for one of its gateways to connect", "tenant", h.id, "err", err)
 		return

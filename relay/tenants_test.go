@@ -607,9 +607,9 @@ func outboundOfAnEarlierTenant(t *testing.T, ended bool) {
 	}
 }
 
-// readHoldingStore is a store whose ledger's reads of tenant hold hang
-// until release is closed (or their context ends), each one announced
-// on entered.
+// readHoldingStore is a store whose ledger's reads of tenant hold (of
+// every tenant: "*") hang until release is closed (or their context
+// ends), each one announced on entered.
 type readHoldingStore struct {
 	store.Store
 	hold    string
@@ -626,7 +626,7 @@ type readHoldingLedger struct {
 }
 
 func (l readHoldingLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
-	if tenant == l.s.hold && l.s.holding.Load() {
+	if (tenant == l.s.hold || l.s.hold == "*") && l.s.holding.Load() {
 		l.s.entered <- struct{}{}
 		select {
 		case <-l.s.release:
@@ -746,5 +746,40 @@ func TestDeliveryToATenantNotAppliedYet(t *testing.T) {
 	}
 	if err := deliver("nobody", "dropped"); err != nil {
 		t.Fatalf("delivery to a tenant unknown after the catch-up: %v, want dropped", err)
+	}
+}
+
+// TestTenantsAddedAreReadAtOnce: the store reads of the tenants one apply
+// adds run side by side under one deadline: a store that hangs holds
+// SetTenants once, not once per tenant added (5 minutes each before).
+func TestTenantsAddedAreReadAtOnce(t *testing.T) {
+	st := &readHoldingStore{Store: store.NewMemory(nil), hold: "*", entered: make(chan struct{}, 2), release: make(chan struct{})}
+	t.Cleanup(func() { _ = st.Close() })
+	p := newFake("discord", nil)
+	base := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: []relay.Tenant{base}, Platforms: []platform.Platform{p}, Store: st, Log: relaytest.TestLogger(t)})
+	st.holding.Store(true)
+	var released sync.Once
+	release := func() { released.Do(func() { close(st.release) }) }
+	t.Cleanup(release)
+	applied := make(chan error, 1)
+	go func() {
+		applied <- h.Server.SetTenants([]relay.Tenant{base, {ID: "t2"}, {ID: "t3"}})
+	}()
+	for i := range 2 {
+		select {
+		case <-st.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of the 2 added tenants' store reads began while the first hung, want both", i)
+		}
+	}
+	release()
+	select {
+	case err := <-applied:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SetTenants did not return once the store reads were released")
 	}
 }
