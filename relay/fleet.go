@@ -1297,7 +1297,10 @@ func (h *hub) generation() []byte {
 // instance's connections, or for the tenant's driver, of the tenant's
 // creation the sender served (hub.generation); one of another creation is
 // dropped. One naming no creation comes from an instance of an earlier
-// version, during a rolling upgrade, and is taken as before.
+// version, during a rolling upgrade, and is taken as before; so is one
+// between a tenant declared in the YAML (no creation) and the stored
+// tenant it shadows, the same tenant (SetTenants), while the instances'
+// YAML differs.
 func (fl *fleet) interruptIn(m cluster.Msg) {
 	if fl.ctx.Err() != nil {
 		return
@@ -1306,7 +1309,7 @@ func (fl *fleet) interruptIn(m cluster.Msg) {
 	in := interrupt{sessionKey: string(m.Fields[1]), chatID: string(m.Fields[2]), gatewayID: string(m.Fields[3]),
 		ownerRead: string(read) == "1", forwarded: true}
 	ours := func(h *hub) bool {
-		if named && !bytes.Equal(h.generation(), created) {
+		if gen := h.generation(); named && len(created) > 0 && gen != nil && !bytes.Equal(gen, created) {
 			fl.srv.logs.tenants.Log(fl.srv.log, slog.LevelInfo, h.id, "interrupt dropped: sent for another creation of the tenant",
 				"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id, "from", m.From)
 			return false
