@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -503,5 +504,39 @@ func TestDeliveryCatchesTheRegistryUp(t *testing.T) {
 	}
 	if b := c.relay.TenantBufferBytes()["added"]; b == 0 {
 		t.Fatal("nothing buffered for a tenant another instance created after a delivery to it: dropped as unknown")
+	}
+}
+
+// TestCatchUpsWhileAnApplyHangsShareOneRun: deliveries to an unknown
+// tenant while an apply holds the registry start one catch-up run, which
+// they share, not one goroutine each waiting for the apply (memory that a
+// flood of webhooks would grow for as long as the apply hangs).
+func TestCatchUpsWhileAnApplyHangsShareOneRun(t *testing.T) {
+	st := memStore(t)
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	c.live.mu.Lock() // an apply that hangs
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 200 {
+		if err := c.live.catchUp(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("catch-up while an apply hangs: %v, want the caller's context's end", err)
+		}
+	}
+	waiting := runtime.NumGoroutine() - before
+	c.live.mu.Unlock()
+	if waiting > 20 {
+		t.Fatalf("200 catch-ups while an apply hung left %d goroutines waiting, want one run", waiting)
+	}
+	if err := c.live.catchUp(context.Background()); err != nil {
+		t.Fatalf("catch-up once the apply is done: %v", err)
 	}
 }
