@@ -77,9 +77,28 @@ const (
 	ownerQueue   = 4096
 )
 
-// beatWorkers bounds the tenants whose beats (lease calls to the store)
-// run at once.
-const beatWorkers = 16
+// tenantWorkers bounds the tenants whose store calls (beats, the reads of
+// tenants added) run at once.
+const tenantWorkers = 16
+
+// forEach runs f on each of items, tenantWorkers at a time, and returns
+// once every one returned.
+func forEach[T any](items []T, f func(T)) {
+	work := make(chan T)
+	var wg sync.WaitGroup
+	for range min(tenantWorkers, len(items)) {
+		wg.Go(func() {
+			for it := range work {
+				f(it)
+			}
+		})
+	}
+	for _, it := range items {
+		work <- it
+	}
+	close(work)
+	wg.Wait()
+}
 
 // fleet is this instance's part in serving tenants with other instances.
 type fleet struct {
@@ -519,25 +538,14 @@ func (fl *fleet) stop(ctx context.Context) {
 	}
 }
 
-// beat runs every tenant's beat, beatWorkers at a time: the node's beat,
+// beat runs every tenant's beat, tenantWorkers at a time: the node's beat,
 // on its clock (on a fake clock inside the Advance that reaches it, so
 // tests step the fleet beat by beat).
 func (fl *fleet) beat() {
-	work := make(chan *tenantFleet)
-	var wg sync.WaitGroup
-	for range beatWorkers {
-		wg.Go(func() {
-			for f := range work {
-				f.beat(fl.ctx)
-				f.tail(fl.ctx)
-			}
-		})
-	}
-	for _, h := range fl.srv.hubs() {
-		work <- h.fleet
-	}
-	close(work)
-	wg.Wait()
+	forEach(fl.srv.hubs(), func(h *hub) {
+		h.fleet.beat(fl.ctx)
+		h.fleet.tail(fl.ctx)
+	})
 }
 
 // ownerLoop stores the session owners the drivers noted.
@@ -612,10 +620,8 @@ func (f *tenantFleet) markUnserved() {
 // markStored is, for a tenant added while the instances run, what start
 // does for the others: it marks the tenant unserved when its stored ledger
 // holds records (it was served before).
-func (fl *fleet) markStored(h *hub) {
-	ctx, cancel := context.WithTimeout(fl.ctx, fl.node.LeaseTTL())
+func (fl *fleet) markStored(ctx context.Context, h *hub) {
 	st, err := fl.srv.cfg.Store.Ledger().Stats(ctx, h.id)
-	cancel()
 	if err != nil {
 		fl.srv.log.Warn("stored inbound of an added tenant not counted: it waits for one of its gateways to connect", "tenant", h.id, "err", err)
 		return
@@ -1291,7 +1297,10 @@ func (h *hub) generation() []byte {
 // instance's connections, or for the tenant's driver, of the tenant's
 // creation the sender served (hub.generation); one of another creation is
 // dropped. One naming no creation comes from an instance of an earlier
-// version, during a rolling upgrade, and is taken as before.
+// version, during a rolling upgrade, and is taken as before; so is one
+// between a tenant declared in the YAML (no creation) and the stored
+// tenant it shadows, the same tenant (SetTenants), while the instances'
+// YAML differs.
 func (fl *fleet) interruptIn(m cluster.Msg) {
 	if fl.ctx.Err() != nil {
 		return
@@ -1300,7 +1309,7 @@ func (fl *fleet) interruptIn(m cluster.Msg) {
 	in := interrupt{sessionKey: string(m.Fields[1]), chatID: string(m.Fields[2]), gatewayID: string(m.Fields[3]),
 		ownerRead: string(read) == "1", forwarded: true}
 	ours := func(h *hub) bool {
-		if named && !bytes.Equal(h.generation(), created) {
+		if gen := h.generation(); named && len(created) > 0 && gen != nil && !bytes.Equal(gen, created) {
 			fl.srv.logs.tenants.Log(fl.srv.log, slog.LevelInfo, h.id, "interrupt dropped: sent for another creation of the tenant",
 				"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id, "from", m.From)
 			return false

@@ -679,3 +679,61 @@ func TestInterruptOfAnEarlierVersion(t *testing.T) {
 		t.Fatalf("gw1 got an interrupt of %s, want %s", f.SessionKey, key)
 	}
 }
+
+// TestInterruptBetweenADeclaredAndAStoredTenant, on a real redis-server:
+// t1 is declared in i0's YAML (no creation) while i1, whose YAML no
+// longer declares it, serves the stored t1 under it (a SIGHUP reload not
+// yet converged): the same tenant, which keeps its state as SetTenants
+// keeps it. An interrupt from t1's gateway on i0 of a session owned on i1
+// reaches its owner. Before, i1 dropped it as sent for another creation.
+func TestInterruptBetweenADeclaredAndAStoredTenant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs redis-server")
+	}
+	ctx := t.Context()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	created := time.Now().Add(-time.Hour)
+	var hs []*relaytest.Harness
+	var ps []*fakePlatform
+	for i, c := range []time.Time{{}, created} {
+		p := newFake("discord", map[string]string{"c1": "t1"})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(node.Close)
+		hs = append(hs, relaytest.StartConfig(t, relay.Config{Tenants: []relay.Tenant{{ID: "t1", Created: c, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+			Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t), Store: st, Cluster: node}))
+		ps = append(ps, p)
+	}
+	owner := hs[1].Dial(t, "gw1", "s1")
+	owner.Hello(t, "discord", "")
+	ps[1].deliver("t1", "c1", "u1", "hi")
+	_, id := owner.NextInbound(t)
+	owner.Ack(t, id)
+	key := sessionKey("discord", "c1", "u1")
+	deadline := time.Now().Add(relaytest.Timeout)
+	for {
+		o, ok, err := st.Owners().Get(ctx, "t1", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && o.Instance == "i1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v, t1's session %s has no owner on i1 in the store", relaytest.Timeout, key)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	other := hs[0].Dial(t, "gw1", "s1")
+	other.Hello(t, "discord", "")
+	other.Send(t, map[string]any{"type": "interrupt", "session_key": key, "reason": nil})
+	if f := owner.Next(t, contract.TypeInterruptInbound); f.SessionKey != key {
+		t.Fatalf("the owner got an interrupt of %s, want %s", f.SessionKey, key)
+	}
+}

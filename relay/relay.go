@@ -215,6 +215,14 @@ type Config struct {
 	// the tenant, not once Shutdown began; with the ledger's mutex held,
 	// so it must not block.
 	Away func(tenant string) `yaml:"-"`
+	// CatchUp, when set, applies the registry (SetTenants) when it changed
+	// since the last apply, and returns once it did, or with an error when
+	// it could not tell or apply: Deliver calls it for a delivery to a
+	// tenant it does not know, which another instance may have provisioned
+	// (and routed a chat to) before this one applied it. A delivery whose
+	// tenant is still not known is dropped; one whose CatchUp failed is
+	// refused, so its platform delivers it again.
+	CatchUp func(ctx context.Context) error `yaml:"-"`
 	// WakeCooldown is the least time between two wake pokes of one wake
 	// URL: the GET the connector sends to a gateway's registered wake URL
 	// when inbound is buffered for its tenant and none of the tenant's
@@ -486,11 +494,13 @@ func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
 	if s.stopping.Load() {
 		return ErrShuttingDown
 	}
-	h := s.hub(d.Tenant)
+	h, err := s.hubOrCatchUp(ctx, d.Tenant)
 	if h == nil {
-		s.cfg.Metrics.Inbound(d.Platform, d.Tenant, "dropped_unknown_tenant")
-		s.log.Warn("delivery dropped: unknown tenant", "tenant", d.Tenant, "platform", d.Platform)
-		return nil
+		if err == nil {
+			s.cfg.Metrics.Inbound(d.Platform, d.Tenant, "dropped_unknown_tenant")
+			s.log.Warn("delivery dropped: unknown tenant", "tenant", d.Tenant, "platform", d.Platform)
+		}
+		return err
 	}
 	if d.Kind == platform.KindInterrupt {
 		if h.ledger.Other(d.Created) {
@@ -587,19 +597,41 @@ func (s *Server) deliverTenant(ctx context.Context, tenant string, ds []platform
 	if s.stopping.Load() {
 		return ErrShuttingDown
 	}
-	h := s.hub(tenant)
+	h, err := s.hubOrCatchUp(ctx, tenant)
 	if h == nil {
-		for _, i := range idx {
-			s.cfg.Metrics.Inbound(ds[i].Platform, tenant, "dropped_unknown_tenant")
+		if err == nil {
+			for _, i := range idx {
+				s.cfg.Metrics.Inbound(ds[i].Platform, tenant, "dropped_unknown_tenant")
+			}
+			s.log.Warn("deliveries dropped: unknown tenant", "tenant", tenant, "platform", ds[idx[0]].Platform, "deliveries", len(idx))
 		}
-		s.log.Warn("deliveries dropped: unknown tenant", "tenant", tenant, "platform", ds[idx[0]].Platform, "deliveries", len(idx))
-		return nil
+		return err
 	}
 	batch := make([]platform.Delivery, 0, len(idx))
 	for _, i := range idx {
 		batch = append(batch, ds[i])
 	}
 	return h.enqueueAll(ctx, batch)
+}
+
+// catchUpTimeout bounds a delivery's wait for Config.CatchUp.
+const catchUpTimeout = 30 * time.Second
+
+// hubOrCatchUp returns tenant's hub, after Config.CatchUp when the relay
+// does not know the tenant: nil and no error for a tenant still unknown
+// once the registry is applied, nil and an error (the delivery not taken)
+// when CatchUp failed.
+func (s *Server) hubOrCatchUp(ctx context.Context, tenant string) (*hub, error) {
+	if h := s.hub(tenant); h != nil || s.cfg.CatchUp == nil {
+		return h, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
+	if err := s.cfg.CatchUp(ctx); err != nil {
+		s.log.Warn("delivery not taken: its tenant is not known here and the registry was not applied", "tenant", tenant, "err", err)
+		return nil, fmt.Errorf("relay: tenant %q not known here, the registry not applied: %w", tenant, err)
+	}
+	return s.hub(tenant), nil
 }
 
 // ServeHTTP upgrades a gateway's request and returns, serving the

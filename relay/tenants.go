@@ -206,15 +206,18 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 		s.addGatewaysLocked(keys, owner, func(tenant string) bool { return later[tenant] != nil }, revoked)
 		s.regMu.Unlock()
 	}
+	// The tenants added are read from the store tenantWorkers at a time,
+	// under one deadline: a store that hangs holds the apply that long,
+	// not that long for each of them.
 	if s.recovered.Load() {
-		for _, h := range added {
-			s.recoverAdded(h)
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
+		forEach(added, func(h *hub) { s.recoverAdded(ctx, h) })
+		cancel()
 	}
 	if s.fleet != nil && s.fleet.started.Load() {
-		for _, h := range added {
-			s.fleet.markStored(h)
-		}
+		ctx, cancel := context.WithTimeout(s.fleet.ctx, s.fleet.node.LeaseTTL())
+		forEach(added, func(h *hub) { s.fleet.markStored(ctx, h) })
+		cancel()
 	}
 	return nil
 }
@@ -302,9 +305,7 @@ func (h *hub) redeclare() {
 // created again, after New recovered the others' (among several instances
 // its driver reads it when it takes the tenant's lease). A failure is
 // logged: the entries stay in the store for the next start.
-func (s *Server) recoverAdded(h *hub) {
-	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
-	defer cancel()
+func (s *Server) recoverAdded(ctx context.Context, h *hub) {
 	n, err := h.ledger.Tail(ctx)
 	if err != nil {
 		s.log.Warn("buffered inbound of a tenant added or created again not read from the store: it is delivered after the next start", "tenant", h.id, "err", err)

@@ -607,9 +607,9 @@ func outboundOfAnEarlierTenant(t *testing.T, ended bool) {
 	}
 }
 
-// readHoldingStore is a store whose ledger's reads of tenant hold hang
-// until release is closed (or their context ends), each one announced
-// on entered.
+// readHoldingStore is a store whose ledger's reads of tenant hold (of
+// every tenant: "*") hang until release is closed (or their context
+// ends), each one announced on entered.
 type readHoldingStore struct {
 	store.Store
 	hold    string
@@ -626,7 +626,7 @@ type readHoldingLedger struct {
 }
 
 func (l readHoldingLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
-	if tenant == l.s.hold && l.s.holding.Load() {
+	if (tenant == l.s.hold || l.s.hold == "*") && l.s.holding.Load() {
 		l.s.entered <- struct{}{}
 		select {
 		case <-l.s.release:
@@ -687,5 +687,99 @@ func TestTenantMadeAgainConnectsWhileItsStoreReadHangs(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("SetTenants did not return once the store read was released")
+	}
+}
+
+// TestDeliveryToATenantNotAppliedYet: a delivery to a tenant the relay
+// has not applied yet (another instance provisioned it and routed a chat
+// to it first) has the registry applied (Config.CatchUp) and is kept for
+// the tenant, not confirmed and dropped as an unknown tenant's; one whose
+// catch-up fails is refused, so its platform delivers it again; one whose
+// tenant is still unknown after it is dropped.
+func TestDeliveryToATenantNotAppliedYet(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1", "c3": "t3"})
+	base := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+	added := relay.Tenant{ID: "t3", Gateways: []relay.Gateway{{ID: "gw3", Secrets: []string{"s3"}}}}
+	var srv atomic.Pointer[relay.Server]
+	var failing atomic.Bool
+	var catchUps atomic.Int32
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants: []relay.Tenant{base}, Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t),
+		CatchUp: func(context.Context) error {
+			catchUps.Add(1)
+			if failing.Load() {
+				return errors.New("registry unreachable")
+			}
+			return srv.Load().SetTenants([]relay.Tenant{base, added})
+		},
+	})
+	srv.Store(h.Server)
+	sink := p.runningSink()
+	deliver := func(tenant, text string) error {
+		ev := &contract.Event{Text: text, MessageID: "msg-" + text}
+		ev.Source.Platform, ev.Source.ChatID, ev.Source.ChatType = "discord", "c3", "group"
+		return sink.Deliver(context.Background(), platform.Delivery{
+			Kind: platform.KindInbound, Tenant: tenant, Platform: "discord",
+			SessionKey: sessionKey("discord", "c3", "u1"), ChatID: "c3", Event: ev, Received: time.Now(),
+		})
+	}
+
+	failing.Store(true)
+	if err := deliver("t3", "refused"); err == nil {
+		t.Fatal("delivery to an unknown tenant whose catch-up failed: taken, want refused")
+	}
+	failing.Store(false)
+	if err := deliver("t3", "kept"); err != nil {
+		t.Fatalf("delivery to a tenant not applied yet: %v", err)
+	}
+	gw3 := h.Dial(t, "gw3", "s3")
+	gw3.Hello(t, "discord", "app")
+	if ev, _ := gw3.NextInbound(t); ev.Text != "kept" {
+		t.Fatalf("gw3 inbound %q, want %q", ev.Text, "kept")
+	}
+	before := catchUps.Load()
+	if err := deliver("t3", "known"); err != nil {
+		t.Fatalf("delivery to a known tenant: %v", err)
+	}
+	if catchUps.Load() != before {
+		t.Fatal("a delivery to a known tenant caught the registry up")
+	}
+	if err := deliver("nobody", "dropped"); err != nil {
+		t.Fatalf("delivery to a tenant unknown after the catch-up: %v, want dropped", err)
+	}
+}
+
+// TestTenantsAddedAreReadAtOnce: the store reads of the tenants one apply
+// adds run side by side under one deadline: a store that hangs holds
+// SetTenants once, not once per tenant added (5 minutes each before).
+func TestTenantsAddedAreReadAtOnce(t *testing.T) {
+	st := &readHoldingStore{Store: store.NewMemory(nil), hold: "*", entered: make(chan struct{}, 2), release: make(chan struct{})}
+	t.Cleanup(func() { _ = st.Close() })
+	p := newFake("discord", nil)
+	base := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: []relay.Tenant{base}, Platforms: []platform.Platform{p}, Store: st, Log: relaytest.TestLogger(t)})
+	st.holding.Store(true)
+	var released sync.Once
+	release := func() { released.Do(func() { close(st.release) }) }
+	t.Cleanup(release)
+	applied := make(chan error, 1)
+	go func() {
+		applied <- h.Server.SetTenants([]relay.Tenant{base, {ID: "t2"}, {ID: "t3"}})
+	}()
+	for i := range 2 {
+		select {
+		case <-st.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of the 2 added tenants' store reads began while the first hung, want both", i)
+		}
+	}
+	release()
+	select {
+	case err := <-applied:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SetTenants did not return once the store reads were released")
 	}
 }

@@ -57,6 +57,13 @@ type live struct {
 	// both hold).
 	applied   registry.Revision
 	appliedOK bool
+	// catching is the catchUp run callers share now, nil when none waits
+	// to begin; under catchMu.
+	catchMu  sync.Mutex
+	catching *catchRun
+	// relayed is whether the relay took the registry at applied (catchUp
+	// skips while it did).
+	relayed bool
 	// setAside are the scope claims the last apply found set aside by a
 	// binding of another tenant (reportSetAside).
 	setAside map[setAsideClaim]bool
@@ -175,6 +182,60 @@ func (l *live) applyChanged(ctx context.Context) {
 	_ = l.applyLocked(ctx)
 }
 
+// catchUp is the relay's Config.CatchUp: it applies the registry unless
+// the relay took it at its stored revision, for a delivery to a tenant the
+// relay does not know (another instance may have applied it first). The
+// callers that ask before a run takes mu share it (it reads the revision
+// after each of them asked), so a flood of such deliveries while an apply
+// hangs starts one run, not one each. It waits for the run until ctx
+// ends, so a platform delivering under a lock its Bind takes holds the
+// apply only that long.
+func (l *live) catchUp(ctx context.Context) error {
+	l.catchMu.Lock()
+	r := l.catching
+	if r == nil {
+		r = &catchRun{done: make(chan struct{})}
+		l.catching = r
+		go l.runCatchUp(r)
+	}
+	l.catchMu.Unlock()
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// catchRun is one run of catchUp, shared by the callers that asked
+// before it began.
+type catchRun struct {
+	done chan struct{}
+	err  error
+}
+
+// catchUpTimeout bounds one run of catchUp.
+const catchUpTimeout = 5 * time.Minute
+
+// runCatchUp is r's run: once it holds mu, later callers start the next.
+func (l *live) runCatchUp(r *catchRun) {
+	defer close(r.done)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.catchMu.Lock()
+	l.catching = nil
+	l.catchMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
+	defer cancel()
+	rev, err := l.reg.Revision(ctx)
+	if err == nil && l.relayed && rev == l.applied {
+		return
+	}
+	if r.err = l.applyLocked(ctx); l.relayed {
+		r.err = nil // the relay took it; a platform's refusal is logged
+	}
+}
+
 // errTableRefused is an apply's error once the relay took the registry
 // and a platform refused its bindings: the rest is applied all the same.
 // It names the platforms, and wraps the first one's refusal.
@@ -193,7 +254,7 @@ func (l *live) applyLocked(ctx context.Context) error {
 	if err != nil {
 		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
 	}
-	l.applied, l.appliedOK = rev, false
+	l.applied, l.appliedOK, l.relayed = rev, false, false
 	s, next, err := l.reg.Effective(ctx)
 	if err != nil {
 		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
@@ -207,6 +268,7 @@ func (l *live) applyLocked(ctx context.Context) error {
 	if err := l.relay.SetTenants(tenants); err != nil {
 		return failed(slog.LevelError, "registry not applied to the relay", err)
 	}
+	l.relayed = true
 	for _, k := range l.keepers {
 		k.SetTenants(created)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
@@ -472,5 +474,69 @@ func TestDeletedTenantsSeriesGo(t *testing.T) {
 	report("gone")
 	if n := seriesOf("gone"); n < 4 {
 		t.Errorf("%d series of the tenant made again, want its 4 at least", n)
+	}
+}
+
+// TestDeliveryCatchesTheRegistryUp: a delivery to a tenant another
+// instance created, which this one has not applied yet, has the registry
+// applied (live.catchUp) and is kept for the tenant, not dropped as an
+// unknown tenant's.
+func TestDeliveryCatchesTheRegistryUp(t *testing.T) {
+	st := memStore(t)
+	ctx := context.Background()
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	if err := registry.New(st, clock.System).CreateTenant(ctx, registry.Tenant{ID: "added"}); err != nil {
+		t.Fatal(err)
+	}
+	ev := &contract.Event{Text: "hi", MessageID: "m1"}
+	ev.Source.Platform, ev.Source.ChatID, ev.Source.ChatType = "discord", "c1", "group"
+	if err := c.relay.Deliver(ctx, platform.Delivery{Kind: platform.KindInbound, Tenant: "added", Platform: "discord",
+		SessionKey: "k", ChatID: "c1", Event: ev, Received: time.Now()}); err != nil {
+		t.Fatalf("Deliver: %v", err)
+	}
+	if b := c.relay.TenantBufferBytes()["added"]; b == 0 {
+		t.Fatal("nothing buffered for a tenant another instance created after a delivery to it: dropped as unknown")
+	}
+}
+
+// TestCatchUpsWhileAnApplyHangsShareOneRun: deliveries to an unknown
+// tenant while an apply holds the registry start one catch-up run, which
+// they share, not one goroutine each waiting for the apply (memory that a
+// flood of webhooks would grow for as long as the apply hangs).
+func TestCatchUpsWhileAnApplyHangsShareOneRun(t *testing.T) {
+	st := memStore(t)
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	c.live.mu.Lock() // an apply that hangs
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 200 {
+		if err := c.live.catchUp(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("catch-up while an apply hangs: %v, want the caller's context's end", err)
+		}
+	}
+	waiting := runtime.NumGoroutine() - before
+	c.live.mu.Unlock()
+	if waiting > 20 {
+		t.Fatalf("200 catch-ups while an apply hung left %d goroutines waiting, want one run", waiting)
+	}
+	if err := c.live.catchUp(context.Background()); err != nil {
+		t.Fatalf("catch-up once the apply is done: %v", err)
 	}
 }

@@ -386,6 +386,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 		return nil, err
 	}
 	rc.Away = poker.Away
+	rc.CatchUp = func(ctx context.Context) error { return c.live.catchUp(ctx) } // set below, before any platform runs
 	srv, err := relay.New(rc)
 	if err != nil {
 		return nil, err
