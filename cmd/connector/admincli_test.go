@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -214,5 +217,28 @@ func TestAdminCLIAnswerCutShortFails(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, "cut short") {
 			t.Errorf("admin %s: exit %d, stdout %q, stderr %q; want exit 1 saying the answer was cut short", strings.Join(args, " "), code, out, errOut)
 		}
+	}
+}
+
+// TestAdminCLIPrintsALongAnswerWhole: an answer longer than the CLI
+// indents (a listing of many tenants, gateways and user links) was cut at
+// 16 MiB and printed, invalid, with exit 0; it is now printed whole, as
+// the connector sent it.
+func TestAdminCLIPrintsALongAnswerWhole(t *testing.T) {
+	t.Setenv(envAdminToken, adminToken)
+	names := make([]string, 1<<20) // 18 MiB of JSON
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%07d", i)
+	}
+	answer, _ := json.Marshal(map[string][]string{"tenants": names})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answer)
+	}))
+	defer srv.Close()
+	code, out, errOut := runCmd(t, "admin", "-url", srv.URL, "tenants")
+	var got map[string][]string
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got["tenants"]) != len(names) {
+		t.Fatalf("exit %d, %d bytes printed of %d (%v), stderr %q", code, len(out), len(answer), err, errOut)
 	}
 }
