@@ -242,3 +242,25 @@ func TestAdminCLIPrintsALongAnswerWhole(t *testing.T) {
 		t.Fatalf("exit %d, %d bytes printed of %d (%v), stderr %q", code, len(out), len(answer), err, errOut)
 	}
 }
+
+// TestAdminCLIChangeWithoutAnswerMayHaveBeenMade: a change whose answer
+// does not come within adminWait (the connector took the request and
+// stalled, or the answer was lost) may have been made: the CLI says so,
+// as it does for an answer cut short, so that a gateway add is not run
+// again blindly (409) with its secret lost; a listing's timeout does not.
+func TestAdminCLIChangeWithoutAnswerMayHaveBeenMade(t *testing.T) {
+	t.Setenv(envAdminToken, adminToken)
+	defer func(w time.Duration) { adminWait = w }(adminWait)
+	adminWait = 200 * time.Millisecond
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	defer srv.Close()
+	defer close(release)
+	code, _, errOut := runCmd(t, "admin", "-url", srv.URL, "gateway", "add", "acme", "gw")
+	if code != 1 || !strings.Contains(errOut, "the change may have been made") {
+		t.Errorf("gateway add without an answer: exit %d, stderr %q; want exit 1 saying the change may have been made", code, errOut)
+	}
+	if code, _, errOut := runCmd(t, "admin", "-url", srv.URL, "tenants"); code != 1 || strings.Contains(errOut, "may have been made") {
+		t.Errorf("tenants without an answer: exit %d, stderr %q", code, errOut)
+	}
+}

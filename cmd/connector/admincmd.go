@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -269,6 +270,10 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := (&http.Client{Timeout: adminWait}).Do(req)
 	if err != nil {
+		var oe *net.OpError
+		if c.method != http.MethodGet && !(errors.As(err, &oe) && oe.Op == "dial") { // sent, no answer
+			err = fmt.Errorf("%w; the change may have been made: check with connector admin tenants", err)
+		}
 		fmt.Fprintf(stderr, "connector admin: %v\n", unreachable(base, err))
 		return 1
 	}
