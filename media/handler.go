@@ -137,6 +137,9 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request, tenant, id st
 		return
 	}
 	defer obj.Close()
+	// A client that stops reading would hold the connection, its slot
+	// among the unauthenticated ones and the object's file for good.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h.s.cfg.UploadTimeout))
 	hdr := w.Header()
 	hdr.Set("Content-Type", cmp.Or(obj.MIME, "application/octet-stream"))
 	hdr.Set("X-Content-Type-Options", "nosniff")

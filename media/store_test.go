@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -709,5 +710,40 @@ func TestSetTenantsKeepsAnUploadOfATenantNotYetApplied(t *testing.T) {
 			t.Fatalf("%s's upload made before its tenant was applied: %v", tenant, err)
 		}
 		obj.Close()
+	}
+}
+
+// TestDownloadToAClientThatStopsReadingEnds: a gateway that asks for an
+// object and then reads none of it (a zero receive window) held the
+// request's connection, its slot among the public listener's
+// unauthenticated connections and the object's file for as long as it
+// liked; the answer now gives up after media.upload_timeout, as the
+// upload's body does.
+func TestDownloadToAClientThatStopsReadingEnds(t *testing.T) {
+	s, _ := newStore(t, Config{MaxBytes: 32 << 20, UploadTimeout: 300 * time.Millisecond})
+	info, err := s.Put("t1", bytes.NewReader(make([]byte, 32<<20)), "application/octet-stream", "big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler(HandlerConfig{Auth: tokens{"tok1": "t1"}})
+	done := make(chan struct{})
+	srv := httptest.NewServer(httpMux(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(done)
+		h.ServeHTTP(w, r)
+	})))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+	if _, err := fmt.Fprintf(conn, "GET /relay/media/%s HTTP/1.1\r\nHost: c\r\nAuthorization: Bearer tok1\r\n\r\n", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	select { // never reading the answer
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the download's handler still writes to a client that stopped reading 10 s after the request (upload_timeout 300ms)")
 	}
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -214,5 +217,50 @@ func TestAdminCLIAnswerCutShortFails(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, "cut short") {
 			t.Errorf("admin %s: exit %d, stdout %q, stderr %q; want exit 1 saying the answer was cut short", strings.Join(args, " "), code, out, errOut)
 		}
+	}
+}
+
+// TestAdminCLIPrintsALongAnswerWhole: an answer longer than the CLI
+// indents (a listing of many tenants, gateways and user links) was cut at
+// 16 MiB and printed, invalid, with exit 0; it is now printed whole, as
+// the connector sent it.
+func TestAdminCLIPrintsALongAnswerWhole(t *testing.T) {
+	t.Setenv(envAdminToken, adminToken)
+	names := make([]string, 1<<20) // 18 MiB of JSON
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%07d", i)
+	}
+	answer, _ := json.Marshal(map[string][]string{"tenants": names})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answer)
+	}))
+	defer srv.Close()
+	code, out, errOut := runCmd(t, "admin", "-url", srv.URL, "tenants")
+	var got map[string][]string
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got["tenants"]) != len(names) {
+		t.Fatalf("exit %d, %d bytes printed of %d (%v), stderr %q", code, len(out), len(answer), err, errOut)
+	}
+}
+
+// TestAdminCLIChangeWithoutAnswerMayHaveBeenMade: a change whose answer
+// does not come within adminWait (the connector took the request and
+// stalled, or the answer was lost) may have been made: the CLI says so,
+// as it does for an answer cut short, so that a gateway add is not run
+// again blindly (409) with its secret lost; a listing's timeout does not.
+func TestAdminCLIChangeWithoutAnswerMayHaveBeenMade(t *testing.T) {
+	t.Setenv(envAdminToken, adminToken)
+	defer func(w time.Duration) { adminWait = w }(adminWait)
+	adminWait = 200 * time.Millisecond
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	defer srv.Close()
+	defer close(release)
+	code, _, errOut := runCmd(t, "admin", "-url", srv.URL, "gateway", "add", "acme", "gw")
+	if code != 1 || !strings.Contains(errOut, "the change may have been made") {
+		t.Errorf("gateway add without an answer: exit %d, stderr %q; want exit 1 saying the change may have been made", code, errOut)
+	}
+	if code, _, errOut := runCmd(t, "admin", "-url", srv.URL, "tenants"); code != 1 || strings.Contains(errOut, "may have been made") {
+		t.Errorf("tenants without an answer: exit %d, stderr %q", code, errOut)
 	}
 }

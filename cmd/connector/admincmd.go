@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -250,6 +251,10 @@ func unreachable(base string, err error) error {
 		"(and admin.token or $%s); give its address (the banner's admin: line) with -url or $%s", base, envAdminToken, envAdminURL)
 }
 
+// maxIndented bounds the answers adminDo indents; a longer one (a listing
+// of many tenants) is printed as it comes.
+const maxIndented = 16 << 20
+
 // adminDo sends req and prints the answer.
 func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 	var body io.Reader
@@ -265,11 +270,19 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := (&http.Client{Timeout: adminWait}).Do(req)
 	if err != nil {
+		var oe *net.OpError
+		if c.method != http.MethodGet && !(errors.As(err, &oe) && oe.Op == "dial") { // sent, no answer
+			err = fmt.Errorf("%w; the change may have been made: check with connector admin tenants", err)
+		}
 		fmt.Fprintf(stderr, "connector admin: %v\n", unreachable(base, err))
 		return 1
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxIndented+1))
+	if len(data) > maxIndented && err == nil && resp.StatusCode < 300 { // too long to indent: printed as it comes
+		_, _ = stdout.Write(data)
+		_, err = io.Copy(stdout, resp.Body)
+	}
 	if err != nil { // e.g. a secret the answer was to carry is lost
 		fmt.Fprintf(stderr, "connector admin: %s: the answer was cut short (%v); the change may have been made: check with connector admin tenants\n", resp.Status, err)
 		return 1
@@ -301,7 +314,7 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "single use, valid until %s: hermes gateway enroll --token <it> --connector-url <this connector's /relay URL>\n", e.Expires)
 		return 0
 	}
-	if len(data) > 0 {
+	if len(data) > 0 && len(data) <= maxIndented {
 		var out bytes.Buffer
 		if json.Indent(&out, data, "", "  ") == nil {
 			data = out.Bytes()

@@ -128,7 +128,9 @@ type TLSConfig struct {
 	KeyFile string `yaml:"key_file"`
 }
 
-// StoreConfig selects the durable store.
+// StoreConfig selects the durable store. It is not store.Config: its
+// keys are flat (redis_cluster_*), name files (redis_tls) and hold the
+// instances' settings (instance, lease_ttl); storeConfig converts it.
 type StoreConfig struct {
 	// Backend is embedded (a bbolt file in the data directory; no
 	// external service; one process at a time) or redis (Redis 6.2 or

@@ -384,12 +384,6 @@ type sessionKeys struct {
 	created atomic.Pointer[map[string]time.Time]
 }
 
-func newSessionKeys(tenants []relay.Tenant) *sessionKeys {
-	k := &sessionKeys{}
-	k.set(tenants)
-	return k
-}
-
 // set follows tenants' session settings and creation times, and returns
 // the creation times (platform.TenantKeeper's map).
 func (k *sessionKeys) set(tenants []relay.Tenant) map[string]time.Time {

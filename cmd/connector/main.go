@@ -7,6 +7,7 @@
 //	connector config example            print a commented example config file
 //	connector conformance keys FILE     check session keys against a fixture
 //	connector conformance events FILE   check platform normalization against a fixture
+//	connector admin [-url URL] SUBCOMMAND ARGS...   change a running connector's registry (admin API)
 //	connector token -gateway-id ID [-ttl 300s]   (secret from $CONNECTOR_TOKEN_SECRET or stdin)
 //	connector health [-config FILE] [-url URL]   probe /healthz of a running connector
 //	connector version

@@ -358,15 +358,25 @@ type noIntake struct{}
 func (noIntake) IntakeStats() (int, uint64) { return 0, 0 }
 
 // SetTenants implements platform.TenantKeeper: the series of a tenant no
-// longer served (deleted, or dropped from the YAML) are deleted, so
+// longer served (deleted, or dropped from the YAML), or counted since it
+// was (an event routed to it after), are deleted, so
 // tenants coming and going do not grow the metrics without end; its
 // connection gauge by the first apply that reads it 0 (its sockets may
 // still be closing, each lowering it).
 func (m *metrics) SetTenants(created map[string]time.Time) {
 	m.servedMu.Lock()
 	defer m.servedMu.Unlock()
+	gone := make(map[string]bool, len(m.served))
 	for tenant := range m.served {
-		if _, ok := created[tenant]; ok {
+		gone[tenant] = true
+	}
+	m.inboundOf.mu.RLock()
+	for k := range m.inboundOf.m { // also an event dropped for a tenant not served (deleted before)
+		gone[k[1]] = k[1] != ""
+	}
+	m.inboundOf.mu.RUnlock()
+	for tenant, counted := range gone {
+		if _, ok := created[tenant]; ok || !counted {
 			continue
 		}
 		l := prometheus.Labels{"tenant": tenant}

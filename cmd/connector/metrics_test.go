@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 )
@@ -83,5 +84,39 @@ func TestConnectionGaugeCountsSocketsOfATenantNotServedYet(t *testing.T) {
 		if n := d.GetGauge().GetValue(); n != 1 {
 			t.Fatalf("round %d: the gauge of a tenant not served yet reads %v with one socket open, want 1", i, n)
 		}
+	}
+}
+
+// TestSeriesOfADeletedTenantCountedAfterItsDeletionGo: an event routed to a
+// tenant after its deletion was applied (a platform's binding is applied
+// after the metrics, another instance's route lags) is counted as
+// dropped_unknown_tenant under the deleted tenant's id; the next apply
+// deletes that series too. Before, only the tenants of the previous apply
+// were looked at, so each deleted tenant could leave series (and their
+// cache entries) for good, growing with tenant churn.
+func TestSeriesOfADeletedTenantCountedAfterItsDeletionGo(t *testing.T) {
+	m := newMetrics()
+	m.SetTenants(map[string]time.Time{"t1": {}, "t2": {}})
+	m.SetTenants(map[string]time.Time{"t1": {}}) // t2 deleted
+	m.Inbound("discord", "t2", "dropped_unknown_tenant")
+	m.Inbound("discord", "t1", "queued")
+	m.SetTenants(map[string]time.Time{"t1": {}})
+	families, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "tenant" && l.GetValue() == "t2" {
+					t.Errorf("%s still exports a series of deleted tenant t2: %v", f.GetName(), s.GetLabel())
+				}
+			}
+		}
+	}
+	m.inboundOf.mu.RLock()
+	defer m.inboundOf.mu.RUnlock()
+	if _, ok := m.inboundOf.m[[3]string{"discord", "t2", "dropped_unknown_tenant"}]; ok {
+		t.Error("the cache keeps the deleted tenant's series")
 	}
 }

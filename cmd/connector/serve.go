@@ -345,7 +345,8 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 		return nil, err
 	}
 	tenants := relayTenants(effective)
-	keys := newSessionKeys(tenants)
+	keys := &sessionKeys{}
+	keys.set(tenants)
 	m := newMetrics()
 	am := newAdminMetrics(m)
 	m.watchStore(st)
