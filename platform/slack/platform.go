@@ -185,7 +185,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.dedupe = &platform.Dedupe{Claims: p.claims, Clock: p.clock, Prefix: "slack/", Pending: pendingTTL, Window: cfg.DedupeWindow, Log: p.log}
 	p.queues = chatorder.New[string](maxInFlight)
 	if deps.Store != nil {
-		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}, sure: map[string]time.Time{}}
+		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}, sure: map[string]time.Time{},
+			reserved: map[string]int{}, tenantOf: p.chatTenant}
 	}
 	p.besides = make(chan struct{}, maxBeside)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
@@ -279,6 +280,13 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 
 // teamTenant returns the tenant a workspace is bound to.
 func (p *Platform) teamTenant(team string) string { return (*p.teams.Load())[team] }
+
+// chatTenant returns the tenant chat's workspace ("<team>/<channel>") is
+// bound to.
+func (p *Platform) chatTenant(chat string) string {
+	team, _, _ := strings.Cut(chat, "/")
+	return p.teamTenant(team)
+}
 
 // seenIn records that channel is a conversation of workspace team (from
 // an event Slack delivered for it, or conversations.info). A workspace
