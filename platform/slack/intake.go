@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -339,6 +340,7 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 		return errNotRunning
 	}
 	if !p.intake.reserve(chat) {
+		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request answered 503 for Slack to send again", "tenant", p.chatTenant(chat))
 		return platform.ErrBusy
 	}
 	defer p.intake.unreserve(chat)

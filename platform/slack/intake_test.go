@@ -1516,6 +1516,9 @@ func TestIntakeHoldsAtMostATenantsShare(t *testing.T) {
 	if pending, _ := e.p.IntakeStats(); taken != intakeTenantShare || pending != intakeTenantShare {
 		t.Fatalf("t1's messages: %d taken, %d held, want %d", taken, pending, intakeTenantShare)
 	}
+	if n := strings.Count(e.logs.String(), "slack intake full"); n != storeLogRate.Burst {
+		t.Fatalf("%d warnings of the full intake logged, want %d", n, storeLogRate.Burst)
+	}
 	url = e.fake.AddStalledFile(teamB.ID, "F0SLOW0002", "F0SLOW0002.png", "image/png", started)
 	ev := fileMessage(chanAcme, "1768490103.000100", "F0SLOW0002", url)
 	ev["team"], ev["user"], ev["text"] = teamB.ID, userBob, "<@"+teamB.BotUser+"> a shot"

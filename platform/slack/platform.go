@@ -89,7 +89,10 @@ type Platform struct {
 	// storeLogs bounds the warnings of draft streams' store failures
 	// (storeWarn).
 	storeLogs *loglimit.Bucket
-	egress    platform.Egress[*Platform, string]
+	// intakeLogs bounds the warnings of requests the full intake refused
+	// (admit).
+	intakeLogs *loglimit.Bucket
+	egress     platform.Egress[*Platform, string]
 
 	running atomic.Bool
 	sink    atomic.Pointer[platform.Sink]
@@ -172,6 +175,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	_ = p.Bind(bindings) // Validate checked the ids
 	p.links = platform.NewLinkDesk(p.clock)
 	p.storeLogs = loglimit.NewBucket(storeLogRate, p.clock)
+	p.intakeLogs = loglimit.NewBucket(storeLogRate, p.clock)
 	p.rehosts = platform.NewRehosts(p.clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []sighting](chanTeamsSize) // size > 0: cannot fail
