@@ -629,7 +629,10 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		return nil
 	}
 	var claimed []claimedEntry
-	full := make(map[string]bool) // chats an entry of which the intake had no room for
+	// skip holds the chats an entry of which this sweep did not take (no
+	// room, another instance's, or unread): it takes none behind it, which
+	// would be delivered before it, or beside it on another instance.
+	skip := make(map[string]bool)
 	for _, e := range entries {
 		chat, ok := entryChat(e.Key)
 		var rec intakeRecord
@@ -637,16 +640,17 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 			p.deleteUnreadable(ctx, e.Key)
 			continue
 		}
-		if p.intake.holds(e.Key) || full[chat] {
+		if p.intake.holds(e.Key) || skip[chat] {
 			continue
 		}
 		if !p.intake.reserve(chat) {
-			full[chat] = true // a later sweep takes it and the chat's next ones, in order
+			skip[chat] = true
 			continue
 		}
 		until := p.clock.Now().Add(intakeClaimTTL)
 		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), until); err != nil || !took {
 			p.intake.unreserve(chat)
+			skip[chat] = true
 			continue
 		}
 		// The listing may be older than the entry's end: one this
@@ -659,6 +663,7 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		if err != nil || !ok || json.Unmarshal(now.Value, &rec) != nil {
 			p.intake.unreserve(chat)
 			p.releaseIntake(e.Key, until)
+			skip[chat] = err != nil || ok // one deleted since is behind it no more
 			continue
 		}
 		claimed = append(claimed, claimedEntry{key: e.Key, chat: chat, rec: rec, until: until})

@@ -1547,3 +1547,39 @@ func TestIntakeReservesAtMostItsBound(t *testing.T) {
 		t.Fatal("a place given back refused, want it taken")
 	}
 }
+
+// TestSweepTakesNoEntryBehindOneItCouldNotTake: a chat's first entry is
+// claimed by another instance, alive, and its second is unclaimed. A
+// sweep takes neither: the second waits for the first (taken with it once
+// the first's claim lapses). Before, the sweep took the second, which was
+// delivered before the first, beside it on the other instance.
+func TestSweepTakesNoEntryBehindOneItCouldNotTake(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	e := newEnv(t, nil, &platform.Deps{Store: mem, Cluster: newNode(t, mem, "i1"), Clock: clk})
+	ctx := t.Context()
+	var keys []string
+	for i, ts := range []string{"1768490100.000100", "1768490100.000200"} {
+		ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, ts, "", "in order")
+		rec := intakeRecord{Route: routeEvents, Body: slacktest.Envelope(teamA.ID, teamA.BotUser, fmt.Sprintf("EvO%d", i), ev), Received: clk.Now().Add(time.Duration(i)).UnixNano()}
+		key := intakeKey(teamA.ID+"/"+dmAda, rec)
+		if i == 0 { // the other instance's
+			if ok, err := mem.Claims().Claim(ctx, intakeClaim(key), clk.Now().Add(intakeClaimTTL)); err != nil || !ok {
+				t.Fatalf("claim: %v %v", ok, err)
+			}
+		}
+		if _, err := mem.Registry().Put(ctx, intakeNamespace, key, mustJSON(t, rec)); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	e.p.sweepIntake(ctx, nil)
+	if _, ok, err := mem.Registry().Get(ctx, intakeNamespace, keys[1]); err != nil || !ok {
+		t.Fatalf("the second entry: stored %v (%v), want it left for its turn", ok, err)
+	}
+	if ok, err := mem.Claims().Claim(ctx, intakeClaim(keys[1]), clk.Now().Add(intakeClaimTTL)); err != nil || !ok {
+		t.Fatalf("the second entry's claim: taken %v (%v), want it free: the sweep took the entry", ok, err)
+	}
+	e.sink.Empty(t)
+}
