@@ -339,8 +339,9 @@ func (p *Platform) seenIn(channel, team string) {
 func (p *Platform) channelTeams(channel string) []string {
 	seen, _ := p.chanTeams.Get(channel)
 	teams := make([]string, 0, len(seen))
+	now := p.clock.Now()
 	for _, s := range seen {
-		if p.clock.Now().Sub(s.at) < seenFor {
+		if now.Sub(s.at) < seenFor {
 			teams = append(teams, s.team)
 		}
 	}
