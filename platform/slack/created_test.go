@@ -126,3 +126,36 @@ func TestThreadMarkerOfAnOpThatOutlivedItsTenant(t *testing.T) {
 		t.Fatalf("the reply in the earlier t1's thread: drop %q, want %s", r, dropMentionRequired)
 	}
 }
+
+// TestPressOfAPromptWhoseTenantIsMadeAgainMeanwhile: a press of t1's
+// prompt is checked against the prompt's record (t1's creation then), and
+// t1 is deleted and made again under its id right after (the vault's
+// Since moves once the record was judged). The press is delivered under
+// the creation the record was judged by, which the relay refuses for the
+// new t1. Before, the press read the creation again after the check and
+// went to the new t1 as its prompt's answer.
+func TestPressOfAPromptWhoseTenantIsMadeAgainMeanwhile(t *testing.T) {
+	clk := clocktest.New(time.Now()) // requests are signed at the time of day
+	first, again := clk.Now().Add(-time.Hour), clk.Now().Add(time.Second)
+	var reads atomic.Int64 // t1's creation reads since the press came; -1: not yet
+	reads.Store(-1)
+	since := func(tenant string) time.Time {
+		if tenant == "t1" && reads.Load() >= 0 && reads.Add(1) > 1 {
+			return again // made again once the record was judged (the press's first read)
+		}
+		return first
+	}
+	e := newEnv(t, nil, &platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"`+chanGeneral+`","content":"Deploy?","prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("t1's prompt: %+v", r)
+	}
+	reads.Store(0)
+	body := slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")
+	if code, text := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+		t.Fatalf("press: %d %s", code, text)
+	}
+	if d := e.sink.Next(t); d.Created.UnixMicro() != first.UnixMicro() {
+		t.Fatalf("the press of the earlier t1's prompt delivered under creation %v, want %v (the record's)", d.Created, first)
+	}
+}

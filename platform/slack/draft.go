@@ -518,7 +518,8 @@ func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a
 }
 
 // storeLogRate bounds the warnings of a store that cannot be read or
-// written (storeWarn): while it is down every frame would log one.
+// written (storeWarn): while it is down every frame would log one; and
+// those of the full intake (admit), every request past it.
 var storeLogRate = loglimit.Rate{Burst: 3, Every: time.Minute}
 
 // storeWarn logs a store failure of a draft stream, within storeLogRate.

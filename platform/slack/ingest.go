@@ -396,7 +396,12 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 		return nil
 	}
 	tenant, team := owner.Tenant, owner.Team
-	created := vault.Creation(p.deps.Vault, tenant)
+	created := vault.Creation(p.deps.Vault, tenant) // a record kept without one
+	if owner.Created != 0 {
+		// As the record was judged: a tenant made again since does not
+		// take the press.
+		created = time.UnixMicro(owner.Created)
+	}
 	dm := strings.HasPrefix(pr.channel, "D")
 	if r, ok := p.owners.Load().Route(pr.user, platform.Chat{ID: pr.channel, Space: pr.team, DM: dm}); ok && r.Grant && r.Tenant == tenant {
 		p.grants.Add(ctx, pr.channel, pr.team, tenant) // as the presser's message there would (route)

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,36 +149,60 @@ type intake struct {
 	// sure is, of an entry held, the latest expiry its claim surely got
 	// (claimed).
 	sure map[string]time.Time
-	// reserved counts the entries being stored or claimed (reserve), which
-	// count toward intakeMaxHeld with those held.
-	reserved int
+	// reserved counts, by chat, the entries being stored or claimed
+	// (reserve), which count toward intakeMaxHeld and their tenant's
+	// intakeTenantShare with those held.
+	reserved map[string]int
+	// tenantOf is the tenant of a chat's workspace (Platform.chatTenant).
+	tenantOf func(chat string) string
 	resumed  atomic.Uint64 // entries taken by sweepIntake
 }
 
 // intakeMaxHeld bounds the entries an instance holds (and so their
 // bodies, and the renewals of a round, which the store sends in one
-// pipeline and one wait for the replicas): past it a request the intake
+// pipeline and one wait for the replicas), and intakeTenantShare those of
+// the workspaces of one tenant (of none, together), so that one tenant's
+// slow chats leave the others room: past either a request the intake
 // would store is answered 503 (Slack sends it again), and a sweep takes
-// no more.
-const intakeMaxHeld = 512
+// no more of them.
+const (
+	intakeMaxHeld     = 512
+	intakeTenantShare = intakeMaxHeld / 8
+)
 
-// reserve counts one more entry toward intakeMaxHeld until unreserve;
-// false when the intake is full.
-func (in *intake) reserve() bool {
+// reserve counts one more entry of chat toward intakeMaxHeld and its
+// tenant's intakeTenantShare until unreserve; false when either is full.
+func (in *intake) reserve(chat string) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if len(in.held)+in.reserved >= intakeMaxHeld {
+	tenant, total, own := in.tenantOf(chat), len(in.held), 0
+	for c, n := range in.reserved {
+		total += n
+		if in.tenantOf(c) == tenant {
+			own += n
+		}
+	}
+	for c, n := range in.pending {
+		if in.tenantOf(c) == tenant {
+			own += n
+		}
+	}
+	if total >= intakeMaxHeld || own >= intakeTenantShare {
 		return false
 	}
-	in.reserved++
+	in.reserved[chat]++
 	return true
 }
 
-// unreserve gives n reservations back.
-func (in *intake) unreserve(n int) {
+// unreserve gives a reservation of each of chats back.
+func (in *intake) unreserve(chats ...string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.reserved -= n
+	for _, c := range chats {
+		if in.reserved[c]--; in.reserved[c] <= 0 {
+			delete(in.reserved, c)
+		}
+	}
 }
 
 // IntakeStats reports the entries of the durable intake this instance
@@ -314,10 +339,11 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 	if run == nil || run.Err() != nil || p.sink.Load() == nil {
 		return errNotRunning
 	}
-	if !p.intake.reserve() {
+	if !p.intake.reserve(chat) {
+		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request answered 503 for Slack to send again", "tenant", p.chatTenant(chat))
 		return platform.ErrBusy
 	}
-	defer p.intake.unreserve(1)
+	defer p.intake.unreserve(chat)
 	if r.once != "" {
 		switch dup, err := p.dedupe.Check(ctx, r.once); {
 		case err != nil:
@@ -528,11 +554,12 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	// deleted, before the queue lock is taken: every request the intake
 	// takes waits for that lock before it is answered.
 	queue := p.claimUnheld(ctx)
-	defer p.intake.unreserve(len(queue)) // each is held by then, or let go
-	to := make(map[string]bool)          // the chats their deliveries went to
-	for _, c := range queue {
-		to[c.to()] = true
+	to := make(map[string]bool) // the chats their deliveries went to
+	chats := make([]string, len(queue))
+	for i, c := range queue {
+		to[c.to()], chats[i] = true, c.chat
 	}
+	defer p.intake.unreserve(chats...) // each is held by then, or let go
 	stored, err := p.ledgerHeld(ctx, to)
 	if err != nil {
 		p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
@@ -602,6 +629,10 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		return nil
 	}
 	var claimed []claimedEntry
+	// skip holds the chats an entry of which this sweep did not take (no
+	// room, another instance's, or unread): it takes none behind it, which
+	// would be delivered before it, or beside it on another instance.
+	skip := make(map[string]bool)
 	for _, e := range entries {
 		chat, ok := entryChat(e.Key)
 		var rec intakeRecord
@@ -609,15 +640,17 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 			p.deleteUnreadable(ctx, e.Key)
 			continue
 		}
-		if p.intake.holds(e.Key) {
+		if p.intake.holds(e.Key) || skip[chat] {
 			continue
 		}
-		if !p.intake.reserve() {
-			break // full: a later sweep takes the rest
+		if !p.intake.reserve(chat) {
+			skip[chat] = true
+			continue
 		}
 		until := p.clock.Now().Add(intakeClaimTTL)
 		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), until); err != nil || !took {
-			p.intake.unreserve(1)
+			p.intake.unreserve(chat)
+			skip[chat] = true
 			continue
 		}
 		// The listing may be older than the entry's end: one this
@@ -628,8 +661,9 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		now, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key)
 		rec = intakeRecord{}
 		if err != nil || !ok || json.Unmarshal(now.Value, &rec) != nil {
-			p.intake.unreserve(1)
+			p.intake.unreserve(chat)
 			p.releaseIntake(e.Key, until)
+			skip[chat] = err != nil || ok // one deleted since is behind it no more
 			continue
 		}
 		claimed = append(claimed, claimedEntry{key: e.Key, chat: chat, rec: rec, until: until})

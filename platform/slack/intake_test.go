@@ -1487,28 +1487,99 @@ func TestIntakeClaimsRenewedTogether(t *testing.T) {
 	}
 }
 
-// TestIntakeHoldsAtMostItsBound: behind a message whose file stalls, its
-// chat's later messages are held in the intake up to intakeMaxHeld; the
-// next is answered 503 (Slack sends it again), unstored. Before, the
-// intake took every one: their bodies, and the renewals of their claims,
-// which outlasted the claims with the replicas down, had no bound.
-func TestIntakeHoldsAtMostItsBound(t *testing.T) {
+// TestIntakeHoldsAtMostATenantsShare: behind a message of t1's whose file
+// stalls, its chat's later messages are held in the intake up to
+// intakeTenantShare, the rest answered 503 (Slack sends them again),
+// unstored; a message of t2's whose file stalls too is still taken. Before,
+// t1's took every one of the intake's intakeMaxHeld places, and each slow
+// message of every other tenant was refused while t1's file stalled.
+func TestIntakeHoldsAtMostATenantsShare(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
 	started := make(chan string, 4)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the downloads end
 	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
-	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
 	answered(t, e.postAsync(t, EventsPath, "application/json",
-		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
-	waitStarted(t, started, "the stalled file")
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	taken := 1
 	for i := 1; i < intakeMaxHeld; i++ {
-		e.event(t, teamA, fmt.Sprintf("Ev%d", i), slacktest.MessageEvent(teamA.ID, dmAda, userAda, fmt.Sprintf("1768490101.%06d", i), "", "held"), http.StatusOK)
+		body := slacktest.Envelope(teamA.ID, teamA.BotUser, fmt.Sprintf("Ev%d", i), slacktest.MessageEvent(teamA.ID, dmAda, userAda, fmt.Sprintf("1768490101.%06d", i), "", "held"))
+		switch code, _ := e.post(t, EventsPath, "application/json", body); code {
+		case http.StatusOK:
+			taken++
+		case http.StatusServiceUnavailable:
+		default:
+			t.Fatalf("t1's message %d answered %d", i, code)
+		}
 	}
-	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
-		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
+	if pending, _ := e.p.IntakeStats(); taken != intakeTenantShare || pending != intakeTenantShare {
+		t.Fatalf("t1's messages: %d taken, %d held, want %d", taken, pending, intakeTenantShare)
 	}
-	e.event(t, teamA, "EvFull", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490102.000001", "", "one too many"), http.StatusServiceUnavailable)
-	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
-		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
+	if n := strings.Count(e.logs.String(), "slack intake full"); n != storeLogRate.Burst {
+		t.Fatalf("%d warnings of the full intake logged, want %d", n, storeLogRate.Burst)
 	}
+	url = e.fake.AddStalledFile(teamB.ID, "F0SLOW0002", "F0SLOW0002.png", "image/png", started)
+	ev := fileMessage(chanAcme, "1768490103.000100", "F0SLOW0002", url)
+	ev["team"], ev["user"], ev["text"] = teamB.ID, userBob, "<@"+teamB.BotUser+"> a shot"
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamB.ID, teamB.BotUser, "EvB", ev)), "t2's message with a stalled file")
+	waitStarted(t, started, "t2's stalled file")
+	if pending, _ := e.p.IntakeStats(); pending != intakeTenantShare+1 {
+		t.Fatalf("%d entries held, want %d", pending, intakeTenantShare+1)
+	}
+}
+
+// TestIntakeReservesAtMostItsBound: the intake reserves intakeMaxHeld
+// places at most, whichever tenants they are of, and a place given back
+// is taken again.
+func TestIntakeReservesAtMostItsBound(t *testing.T) {
+	in := &intake{pending: map[string]int{}, held: map[string]string{}, reserved: map[string]int{}, tenantOf: func(chat string) string { return chat }}
+	for i := range intakeMaxHeld {
+		if !in.reserve(fmt.Sprintf("T%d/C1", i)) {
+			t.Fatalf("place %d refused, want it taken", i)
+		}
+	}
+	if in.reserve("T0NEW/C1") {
+		t.Fatalf("place %d taken, want it refused", intakeMaxHeld)
+	}
+	in.unreserve("T0/C1")
+	if !in.reserve("T0NEW/C1") {
+		t.Fatal("a place given back refused, want it taken")
+	}
+}
+
+// TestSweepTakesNoEntryBehindOneItCouldNotTake: a chat's first entry is
+// claimed by another instance, alive, and its second is unclaimed. A
+// sweep takes neither: the second waits for the first (taken with it once
+// the first's claim lapses). Before, the sweep took the second, which was
+// delivered before the first, beside it on the other instance.
+func TestSweepTakesNoEntryBehindOneItCouldNotTake(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	e := newEnv(t, nil, &platform.Deps{Store: mem, Cluster: newNode(t, mem, "i1"), Clock: clk})
+	ctx := t.Context()
+	var keys []string
+	for i, ts := range []string{"1768490100.000100", "1768490100.000200"} {
+		ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, ts, "", "in order")
+		rec := intakeRecord{Route: routeEvents, Body: slacktest.Envelope(teamA.ID, teamA.BotUser, fmt.Sprintf("EvO%d", i), ev), Received: clk.Now().Add(time.Duration(i)).UnixNano()}
+		key := intakeKey(teamA.ID+"/"+dmAda, rec)
+		if i == 0 { // the other instance's
+			if ok, err := mem.Claims().Claim(ctx, intakeClaim(key), clk.Now().Add(intakeClaimTTL)); err != nil || !ok {
+				t.Fatalf("claim: %v %v", ok, err)
+			}
+		}
+		if _, err := mem.Registry().Put(ctx, intakeNamespace, key, mustJSON(t, rec)); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	e.p.sweepIntake(ctx, nil)
+	if _, ok, err := mem.Registry().Get(ctx, intakeNamespace, keys[1]); err != nil || !ok {
+		t.Fatalf("the second entry: stored %v (%v), want it left for its turn", ok, err)
+	}
+	if ok, err := mem.Claims().Claim(ctx, intakeClaim(keys[1]), clk.Now().Add(intakeClaimTTL)); err != nil || !ok {
+		t.Fatalf("the second entry's claim: taken %v (%v), want it free: the sweep took the entry", ok, err)
+	}
+	e.sink.Empty(t)
 }

@@ -89,7 +89,10 @@ type Platform struct {
 	// storeLogs bounds the warnings of draft streams' store failures
 	// (storeWarn).
 	storeLogs *loglimit.Bucket
-	egress    platform.Egress[*Platform, string]
+	// intakeLogs bounds the warnings of requests the full intake refused
+	// (admit).
+	intakeLogs *loglimit.Bucket
+	egress     platform.Egress[*Platform, string]
 
 	running atomic.Bool
 	sink    atomic.Pointer[platform.Sink]
@@ -172,6 +175,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	_ = p.Bind(bindings) // Validate checked the ids
 	p.links = platform.NewLinkDesk(p.clock)
 	p.storeLogs = loglimit.NewBucket(storeLogRate, p.clock)
+	p.intakeLogs = loglimit.NewBucket(storeLogRate, p.clock)
 	p.rehosts = platform.NewRehosts(p.clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []sighting](chanTeamsSize) // size > 0: cannot fail
@@ -185,7 +189,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.dedupe = &platform.Dedupe{Claims: p.claims, Clock: p.clock, Prefix: "slack/", Pending: pendingTTL, Window: cfg.DedupeWindow, Log: p.log}
 	p.queues = chatorder.New[string](maxInFlight)
 	if deps.Store != nil {
-		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}, sure: map[string]time.Time{}}
+		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}, sure: map[string]time.Time{},
+			reserved: map[string]int{}, tenantOf: p.chatTenant}
 	}
 	p.besides = make(chan struct{}, maxBeside)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
@@ -280,6 +285,13 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 // teamTenant returns the tenant a workspace is bound to.
 func (p *Platform) teamTenant(team string) string { return (*p.teams.Load())[team] }
 
+// chatTenant returns the tenant chat's workspace ("<team>/<channel>") is
+// bound to.
+func (p *Platform) chatTenant(chat string) string {
+	team, _, _ := strings.Cut(chat, "/")
+	return p.teamTenant(team)
+}
+
 // seenIn records that channel is a conversation of workspace team (from
 // an event Slack delivered for it, or conversations.info). A workspace
 // recorded stays for seenFor after it was last seen there, or until the
@@ -327,8 +339,9 @@ func (p *Platform) seenIn(channel, team string) {
 func (p *Platform) channelTeams(channel string) []string {
 	seen, _ := p.chanTeams.Get(channel)
 	teams := make([]string, 0, len(seen))
+	now := p.clock.Now()
 	for _, s := range seen {
-		if p.clock.Now().Sub(s.at) < seenFor {
+		if now.Sub(s.at) < seenFor {
 			teams = append(teams, s.team)
 		}
 	}
