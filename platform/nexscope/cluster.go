@@ -1094,7 +1094,16 @@ func (cl *fleet) claim(exec string) (took bool, held []byte) {
 		return false, nil
 	}
 	if took {
-		_ = cl.holders.Put(cl.ctx, "nexscope:holder:"+exec, []byte(cl.node.Instance()), until)
+		// The record only names this instance to a later home (msgHeldBy),
+		// asked a beat later at the earliest: the action waits neither for
+		// its write nor for the replicas (one lost names no one: 'outcome
+		// unknown', as before it was kept).
+		if cl.p.track() {
+			go func() {
+				defer cl.p.wg.Done()
+				_ = cl.holders.Put(cl.ctx, "nexscope:holder:"+exec, []byte(cl.node.Instance()), until)
+			}()
+		}
 		return true, nil
 	}
 	held = []byte{claimedElsewhere}

@@ -886,6 +886,60 @@ func TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer(t *test
 	}
 }
 
+// holdersHeld is a store whose writes of a claim's holder record wait
+// for held to close.
+type holdersHeld struct {
+	store.Store
+	held <-chan struct{}
+}
+
+func (s holdersHeld) Capabilities() store.Capabilities {
+	return heldHolders{s.Store.Capabilities(), s.held}
+}
+
+type heldHolders struct {
+	store.Capabilities
+	held <-chan struct{}
+}
+
+func (c heldHolders) Put(ctx context.Context, key string, value []byte, until time.Time) error {
+	if strings.HasPrefix(key, "nexscope:holder:") {
+		select {
+		case <-c.held:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return c.Capabilities.Put(ctx, key, value, until)
+}
+
+// TestClusterForwardRunsBeforeItsHolderIsRecorded: a forwarded send the
+// home claimed is executed at once, not after a second store write (its
+// holder record, under redis_min_replicas a wait for the replicas more),
+// and the record, once written, names the home.
+func TestClusterForwardRunsBeforeItsHolderIsRecorded(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	held := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(held) }) }
+	in := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = holdersHeld{d.Store, held}
+	})
+	t.Cleanup(release) // before the instance's shutdown, which waits for the write
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	cl := in.p.cluster
+	cl.execHere(forwardedSend("01JREC", "hi"))
+	if m := alice.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("alice got %v, want the forwarded send", m)
+	}
+	release()
+	waitFor(t, "the claim's holder record naming the home", func() bool {
+		v, _, _ := cl.holders.Get(context.Background(), "nexscope:holder:01JREC")
+		return string(v) == "i0"
+	})
+}
+
 // TestClusterClaimHolderForeignValueIsNotKept: a claim's holder record
 // holding a foreign value of a megabyte (Redis written by another program)
 // names no holder, and costs the home no megabyte per action remembered.
