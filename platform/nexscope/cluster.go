@@ -1090,7 +1090,11 @@ func (cl *fleet) claim(exec string) (took bool, held []byte) {
 	}
 	took, err := cl.claims.Claim(cl.ctx, "nexscope:exec:"+exec, until)
 	if err != nil {
-		_ = cl.execs.Delete(cl.ctx, exec)
+		cl.mu.Lock()
+		if v, _, _ := cl.execs.Get(cl.ctx, exec); v == nil { // not cancelled meanwhile (cancelHere)
+			_ = cl.execs.Delete(cl.ctx, exec)
+		}
+		cl.mu.Unlock()
 		return false, nil
 	}
 	if took {
