@@ -1090,11 +1090,24 @@ func (cl *fleet) claim(exec string) (took bool, held []byte) {
 	}
 	took, err := cl.claims.Claim(cl.ctx, "nexscope:exec:"+exec, until)
 	if err != nil {
-		_ = cl.execs.Delete(cl.ctx, exec)
+		cl.mu.Lock()
+		if v, _, _ := cl.execs.Get(cl.ctx, exec); v == nil { // not cancelled meanwhile (cancelHere)
+			_ = cl.execs.Delete(cl.ctx, exec)
+		}
+		cl.mu.Unlock()
 		return false, nil
 	}
 	if took {
-		_ = cl.holders.Put(cl.ctx, "nexscope:holder:"+exec, []byte(cl.node.Instance()), until)
+		// The record only names this instance to a later home (msgHeldBy),
+		// asked a beat later at the earliest: the action waits neither for
+		// its write nor for the replicas (one lost names no one: 'outcome
+		// unknown', as before it was kept).
+		if cl.p.track() {
+			go func() {
+				defer cl.p.wg.Done()
+				_ = cl.holders.Put(cl.ctx, "nexscope:holder:"+exec, []byte(cl.node.Instance()), until)
+			}()
+		}
 		return true, nil
 	}
 	held = []byte{claimedElsewhere}

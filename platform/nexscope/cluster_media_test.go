@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -308,6 +309,67 @@ func TestClusterForwardCancelledBeforeItRunsRunsNot(t *testing.T) {
 		v, _, _ := cl.execs.Get(context.Background(), "01JHELD")
 		return len(v) > 0 && v[0] == '{'
 	})
+	cl.execHere(forwardedSend("01JNEXT", "next"))
+	if m := alice.Expect("msg"); m["text"] != "next" {
+		t.Fatalf("alice got %v, want only the msg forwarded after the cancelled one", m)
+	}
+}
+
+// failedClaims are claims whose first Claim tells asked and fails once
+// fail closes.
+type failedClaims struct {
+	store.Claims
+	asked chan<- struct{}
+	fail  <-chan struct{}
+	once  *sync.Once
+}
+
+func (c failedClaims) Claim(ctx context.Context, key string, until time.Time) (bool, error) {
+	failed := false
+	c.once.Do(func() {
+		close(c.asked)
+		<-c.fail
+		failed = true
+	})
+	if failed {
+		return false, errors.New("store down")
+	}
+	return c.Claims.Claim(ctx, key, until)
+}
+
+// claimsFailed is a store whose first claim fails.
+type claimsFailed struct {
+	store.Store
+	claims failedClaims
+}
+
+func (s claimsFailed) Claims() store.Claims { s.claims.Claims = s.Store.Claims(); return s.claims }
+
+// TestClusterForwardCancelledWhileItsClaimFailsRunsNot: a forwarded send
+// its forwarder cancelled while the home's claim of it was failing is not
+// executed by a copy arriving later: the cancel is not forgotten with the
+// failed claim.
+func TestClusterForwardCancelledWhileItsClaimFailsRunsNot(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	asked, fail := make(chan struct{}), make(chan struct{})
+	in := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = claimsFailed{d.Store, failedClaims{asked: asked, fail: fail, once: new(sync.Once)}}
+	})
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	cl := in.p.cluster
+	cl.execHere(forwardedSend("01JFAIL", "cancelled"))
+	select {
+	case <-asked:
+	case <-time.After(testTimeout):
+		t.Fatalf("the home did not claim the forwarded send within %v", testTimeout)
+	}
+	cl.node.Dispatch(cluster.Encode(msgCancel, "i9", []byte("01JFAIL")))
+	close(fail)
+	waitFor(t, "the failed claim let go", func() bool {
+		return !goroutineIn("nexscope.(*fleet).claim(")()
+	})
+	cl.execHere(forwardedSend("01JFAIL", "cancelled")) // a copy
 	cl.execHere(forwardedSend("01JNEXT", "next"))
 	if m := alice.Expect("msg"); m["text"] != "next" {
 		t.Fatalf("alice got %v, want only the msg forwarded after the cancelled one", m)
@@ -884,6 +946,60 @@ func TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer(t *test
 	case <-time.After(testTimeout):
 		t.Fatal("the send is not answered")
 	}
+}
+
+// holdersHeld is a store whose writes of a claim's holder record wait
+// for held to close.
+type holdersHeld struct {
+	store.Store
+	held <-chan struct{}
+}
+
+func (s holdersHeld) Capabilities() store.Capabilities {
+	return heldHolders{s.Store.Capabilities(), s.held}
+}
+
+type heldHolders struct {
+	store.Capabilities
+	held <-chan struct{}
+}
+
+func (c heldHolders) Put(ctx context.Context, key string, value []byte, until time.Time) error {
+	if strings.HasPrefix(key, "nexscope:holder:") {
+		select {
+		case <-c.held:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return c.Capabilities.Put(ctx, key, value, until)
+}
+
+// TestClusterForwardRunsBeforeItsHolderIsRecorded: a forwarded send the
+// home claimed is executed at once, not after a second store write (its
+// holder record, under redis_min_replicas a wait for the replicas more),
+// and the record, once written, names the home.
+func TestClusterForwardRunsBeforeItsHolderIsRecorded(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	held := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(held) }) }
+	in := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = holdersHeld{d.Store, held}
+	})
+	t.Cleanup(release) // before the instance's shutdown, which waits for the write
+	homeOf(t, []*instance{in}, DefaultRoom)
+	alice := in.joinWith(t, "alice", "alice", "hermes")
+	cl := in.p.cluster
+	cl.execHere(forwardedSend("01JREC", "hi"))
+	if m := alice.Expect("msg"); m["text"] != "hi" {
+		t.Fatalf("alice got %v, want the forwarded send", m)
+	}
+	release()
+	waitFor(t, "the claim's holder record naming the home", func() bool {
+		v, _, _ := cl.holders.Get(context.Background(), "nexscope:holder:01JREC")
+		return string(v) == "i0"
+	})
 }
 
 // TestClusterClaimHolderForeignValueIsNotKept: a claim's holder record

@@ -489,6 +489,8 @@ func FuzzClusterHandle(f *testing.F) {
 	f.Add(enc(msgExec, "r1", "t1", "e1", `{"nexscope_budget_ms":30000,"op":"send","chat_id":"default","content":"hi"}`))
 	f.Add(enc(msgExec, "r1", "t1", "e1", `{"op":"send","chat_id":"default","content":"hi"}`))
 	f.Add(enc(msgProbe, "r2", "7"))
+	f.Add(bytes.Join([][]byte{enc(msgCancel, "e1"), enc(msgExec, "r1", "t1", "e1", `{"op":"send","chat_id":"default","content":"hi"}`)}, []byte{0x1e}))
+	f.Add(bytes.Join([][]byte{enc(msgClaimed, "e2"), enc(msgHeldBy, "e2", "i8"), enc(msgTaken, "e2")}, []byte{0x1e}))
 	f.Add(enc(0, "1", "1"))
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		st := store.NewMemory(nil)
