@@ -191,7 +191,8 @@ func TestMarksOfAnOpThatOutlivedItsTenant(t *testing.T) {
 	since := func(string) time.Time { mu.Lock(); defer mu.Unlock(); return began }
 	remade := func() { mu.Lock(); began = clk.Now(); mu.Unlock() }
 	p := &chatsPlatform{granted: map[string]string{"shared": "t1"}}
-	g := platform.NewGrants("chats", vault.NewMemory(vault.Config{Clock: clk, Since: since}), clk, nil)
+	v := vault.NewMemory(vault.Config{Clock: clk, Since: since})
+	g := platform.NewGrants("chats", v, clk, nil)
 	posting := func(id string) platform.Op[*chatsPlatform, string] {
 		return func(_ *chatsPlatform, _ context.Context, _, _ string, _ *contract.Action) contract.Result {
 			remade() // the apply, while the op was on its way back
@@ -209,6 +210,7 @@ func TestMarksOfAnOpThatOutlivedItsTenant(t *testing.T) {
 		},
 		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
 		Grants: g,
+		Vault:  v,
 	}
 	if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpSend, ChatID: "shared", Content: "hi"}); !r.Success {
 		t.Fatalf("the earlier t1's send: %+v", r)

@@ -178,3 +178,19 @@ func ClusterSocketQueue(s *Server, tenant string) (waiting int, queued int64, re
 // writes it, so a test sees whether that flush comes before the lease is
 // released.
 func StopLedgerFlushes(s *Server) { s.ledgers.Close(context.Background()) }
+
+// LateOutbound returns, for a connection of tenant's here now, a call that
+// runs an action as that connection's outbound op does once its goroutine
+// gets to it (conn.execute), tagged with platform: a test sees what an op
+// read before its connection was revoked does when it runs after.
+func LateOutbound(s *Server, tenant, platform string) func(*contract.Action) contract.Result {
+	h := s.hub(tenant)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.seats {
+		return func(a *contract.Action) contract.Result {
+			return c.execute(context.Background(), outboundTarget{name: platform}, a, &outboundOp{c: c})
+		}
+	}
+	return nil
+}

@@ -285,9 +285,16 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 	if r, missing := a.MissingTarget(); missing {
 		return r
 	}
+	// The creation of the tenant the connection serves, read with whether
+	// it still does: SetTenants changes both at once, and closes the
+	// connection after.
 	c.srv.regMu.RLock()
-	ctx = platform.WithCreation(ctx, c.hub.created) // as dispatched: Execute compares it
+	created, current := c.hub.created, c.srv.gateways[c.gw.id] == c.gw
 	c.srv.regMu.RUnlock()
+	if !current {
+		return contract.Declined(truncateForLog(cmp.Or(t.name, contract.PlatformRelay)))
+	}
+	ctx = platform.WithCreation(ctx, created) // as dispatched: Execute compares it
 	name := t.name
 	if name == "" {
 		var err error

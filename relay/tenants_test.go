@@ -783,3 +783,36 @@ func TestTenantsAddedAreReadAtOnce(t *testing.T) {
 		t.Fatal("SetTenants did not return once the store reads were released")
 	}
 }
+
+// TestOutboundOfAnEarlierTenantRunsNowhere: t1's gateway sent an action,
+// and t1 was deleted and made again under its id before the op's
+// goroutine got to run it. The op is declined and reaches no platform
+// (before, the relay passed it the new t1's creation, as it then read its
+// hub's, so a platform's check 8 let it through as the new t1's).
+func TestOutboundOfAnEarlierTenantRunsNowhere(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	tenant := func(created time.Time, secret string) relay.Tenant {
+		return relay.Tenant{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secret}}}}
+	}
+	h := relaytest.Start(t, []relay.Tenant{tenant(time.Now().Add(-time.Hour), "s1")}, p)
+	old := h.Dial(t, "gw1", "s1")
+	old.Hello(t, "discord", "app")
+	late := relay.LateOutbound(h.Server, "t1", "discord")
+	for deadline := time.Now().Add(relaytest.Timeout); late == nil; late = relay.LateOutbound(h.Server, "t1", "discord") {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the earlier t1's connection to be served")
+		}
+		runtime.Gosched()
+	}
+	if err := h.Server.SetTenants([]relay.Tenant{tenant(time.Now(), "s2")}); err != nil {
+		t.Fatal(err)
+	}
+	if r := late(&contract.Action{Op: contract.OpSend, ChatID: "c1", Content: "earlier"}); r != contract.Declined("discord") {
+		t.Fatalf("the earlier t1's op run after t1 was made again: %+v, want declined", r)
+	}
+	select {
+	case e := <-p.egress:
+		t.Fatalf("the earlier t1's op reached the platform: %+v", e)
+	default:
+	}
+}

@@ -66,15 +66,15 @@ import (
 // sent for (registry.Tenant.Created), so one of another creation is
 // ignored (whichever instance's clock made either), and one of an earlier
 // creation deleted too, and the re-created tenant's guilds emptied, when
-// the deletion and the creation came in one registry apply. The instances
+// the deletion and the creation came in one registry apply (earlier: an
+// instance that saw the creation end, whichever clock made the next). The instances
 // that delete it are those that saw the tenant configured and then not, or
 // that started since: one whose registry apply lags never deletes the
 // manifest of a tenant newer than that apply, nor replaces one of a later
 // creation than it knows (a hello from the earlier tenant's gateway, still
-// connected there). That order is the creation times' (the clocks of the
-// instances that made them must agree, docs/durability.md): a registry
-// counter would free it from them, but the registry keeps none per
-// creation.
+// connected there). Beyond the creations an instance saw end, that order
+// is the creation times' (docs/durability.md): a registry counter would
+// free it from the clocks, but the registry keeps none per creation.
 
 // commandName is what the contract lets through; invalid entries are
 // dropped one by one.
@@ -143,8 +143,10 @@ type commandSync struct {
 	lastRev   uint64               // several: the namespace's revision the last look read
 	tenants   map[string]time.Time // the configured tenants and their creation; nil until SetTenants
 	// forget are the tenants this instance saw configured and then not
-	// (deleted), with the creation it saw: their stored manifests of that
-	// creation or an earlier one are deleted by a look. A tenant it
+	// (deleted), or made again, with the creation it saw end: their stored
+	// manifests of that creation (or, of a tenant not configured, an
+	// earlier one) are deleted by a look, and replaced by a save, whatever
+	// the clocks that made the creations. A tenant it
 	// never saw may be newer than its last registry apply (one that failed,
 	// or has not come yet): its manifest stays. forgetAll, from the first
 	// SetTenants to the first look that lists the namespace, deletes every
@@ -285,6 +287,16 @@ func (c *commandSync) currentLocked(tenant string, created time.Time) bool {
 	return ok && (t.IsZero() || created.Equal(t))
 }
 
+// earlierLocked reports whether a manifest of tenant, configured, sent for
+// its creation at created is of an earlier creation than the configured
+// one: before it by the clocks, or one this instance saw end (forget),
+// whichever clock made it. Called under mu.
+func (c *commandSync) earlierLocked(tenant string, created time.Time) bool {
+	now, ok := c.tenants[tenant]
+	ended, saw := c.forget[tenant]
+	return ok && !created.Equal(now) && (created.Before(now) || saw && created.Equal(ended))
+}
+
 // setTenants records the configured tenants and their creation: the
 // manifests of any other, or of an earlier creation, are ignored from now
 // on, and forgotten (deleted from the store by the next look). The guilds
@@ -305,10 +317,13 @@ func (c *commandSync) setTenants(created map[string]time.Time) {
 		case !now.Equal(was): // deleted and made again, by any clock
 			left, remade = true, true
 			c.queueTenantLocked(tenant, true)
+			c.forget[tenant] = was
 		}
 	}
-	for tenant := range c.tenants {
-		delete(c.forget, tenant)
+	for tenant, now := range c.tenants {
+		if now.IsZero() || c.forget[tenant].Equal(now) { // declared, or back as it was
+			delete(c.forget, tenant)
+		}
 	}
 	for _, kept := range []map[string]manifest{c.manifests, c.unsaved} {
 		for tenant, m := range kept {
@@ -628,10 +643,10 @@ var errEarlierCreation = errors.New("manifest of an earlier creation")
 
 // store stores tenant's manifest m unless the store holds it already, and
 // reports whether it changed. It never replaces the manifest of a later
-// creation of the tenant (errEarlierCreation), nor one stored since it
-// read (errManifestChanged): this instance has not applied that creation
-// yet, and the others would delete the manifest it stored as of an
-// earlier one.
+// creation of the tenant (errEarlierCreation), by the clocks and not one
+// it saw end (earlierLocked), nor one stored since it read
+// (errManifestChanged): this instance has not applied that creation yet,
+// and the others would delete the manifest it stored as of an earlier one.
 func (c *commandSync) store(ctx context.Context, tenant string, m manifest) (bool, error) {
 	value, _ := json.Marshal(m) // decoded JSON: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
@@ -645,7 +660,12 @@ func (c *commandSync) store(ctx context.Context, tenant string, m manifest) (boo
 	}
 	var have manifest
 	if found && json.Unmarshal(e.Value, &have) == nil && have.Created.After(m.Created) {
-		return false, errEarlierCreation
+		c.mu.Lock()
+		ended := c.earlierLocked(tenant, have.Created)
+		c.mu.Unlock()
+		if !ended {
+			return false, errEarlierCreation
+		}
 	}
 	var old []byte // absent
 	if found {
@@ -768,9 +788,9 @@ func (c *commandSync) look(ctx context.Context) {
 		if c.tenants != nil {
 			var m manifest
 			_ = json.Unmarshal(e.Value, &m) // unreadable: as of no creation
-			created, ok := c.tenants[e.Key]
+			_, ok := c.tenants[e.Key]
 			left, saw := c.forget[e.Key]
-			if !ok && (c.forgetAll || saw && !m.Created.After(left)) || ok && m.Created.Before(created) {
+			if !ok && (c.forgetAll || saw && !m.Created.After(left)) || c.earlierLocked(e.Key, m.Created) {
 				gone = append(gone, e)
 			}
 			if !c.currentLocked(e.Key, m.Created) {

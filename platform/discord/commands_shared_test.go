@@ -623,3 +623,47 @@ func TestRemadeTenantGetsNoEarlierChannelContext(t *testing.T) {
 		t.Fatalf("the new t2's inbound carries context %+v, want its own chatter only", d.Event)
 	}
 }
+
+// TestRemadeByASlowerClockGetsItsManifest: t2 is deleted and made again in
+// one registry apply by an instance whose clock runs behind the one that
+// made it first (the new creation time is the earlier). The earlier t2's
+// stored manifest is deleted by a look, and the new t2's hello replaces
+// it, as when the clocks agree: this instance saw the earlier creation
+// end. Before, creations were ordered by their times only: the new t2's
+// manifest was refused as of an earlier creation and the earlier one's
+// kept, so t2 had no commands until the entry was deleted by hand.
+func TestRemadeByASlowerClockGetsItsManifest(t *testing.T) {
+	t.Parallel()
+	for _, lookFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("look first %v", lookFirst), func(t *testing.T) {
+			t.Parallel()
+			st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			e := newEnvDeps(t, platform.Deps{Store: st}, discordtest.Options{}, nil)
+			c := newCommandSync(e.p) // no loop: each look and save is the test's
+			c.shared, c.ps = st.Registry(), st.PubSub()
+			first := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			again := first.Add(-3 * time.Second)
+			c.setTenants(map[string]time.Time{"t1": {}, "t2": first})
+			c.unsaved["t2"] = manifest{Created: first, Commands: []map[string]any{{"name": "ask", "description": "Old ask"}}}
+			c.save(waitCtx(t))
+			c.setTenants(map[string]time.Time{"t1": {}, "t2": again})
+			if lookFirst {
+				c.look(waitCtx(t))
+				if _, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || ok {
+					t.Fatalf("the earlier t2's stored manifest: found %v, %v; want it deleted", ok, err)
+				}
+			}
+			newer := manifest{Created: again, Commands: []map[string]any{{"name": "ask", "description": "New ask"}}}
+			c.unsaved["t2"] = newer
+			c.save(waitCtx(t))
+			want, _ := json.Marshal(newer)
+			if got, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || !ok || !bytes.Equal(got.Value, want) {
+				t.Fatalf("t2's stored manifest = %s (found %v, %v), want the new t2's %s", got.Value, ok, err, want)
+			}
+		})
+	}
+}

@@ -161,7 +161,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.guilds.Store(&guilds)
 	p.owners.Store(platform.NewOwnership(guildBindings(guilds)))
 	p.spoke = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
-	p.egress = platform.Egress[*Platform, string]{Ops: ops, Chat: channelOf, Timeout: cfg.RequestTimeout, Grants: p.spoke, ThreadChats: true, Clock: p.clock}
+	p.egress = platform.Egress[*Platform, string]{Ops: ops, Chat: channelOf, Timeout: cfg.RequestTimeout, Grants: p.spoke, Vault: deps.Vault, ThreadChats: true, Clock: p.clock}
 	p.links = platform.NewLinkDesk(p.clock)
 	p.SetRelevance(nil)
 	weights := fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight })

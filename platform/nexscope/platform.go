@@ -99,6 +99,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		p.rooms[DefaultRoom] = newRoom(p, Room{Name: DefaultRoom}, true)
 	}
 	p.edge, p.here = newEgress()
+	p.edge.Vault = deps.Vault
 	p.desc = descriptor.Nexscope(egress.Names(), cfg.MaxText)
 	return p, nil
 }

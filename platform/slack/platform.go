@@ -196,7 +196,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
 	p.streams = &streams{state: platform.StateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0), vault: deps.Vault}
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
-	p.egress.Grants, p.egress.Clock = p.grants, p.clock
+	p.egress.Grants, p.egress.Vault, p.egress.Clock = p.grants, deps.Vault, p.clock
 	p.desc = descriptor.Slack(p.egress.Ops.Names())
 	p.setStatus(platform.Status{Detail: "not started"})
 	return p, nil

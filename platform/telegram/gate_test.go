@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/session"
+	"connector/vault"
 )
 
 // TestEntitySpan: offsets and lengths count UTF-16 code units; a span
@@ -264,5 +266,43 @@ func TestRemadeTenantGetsNoEarlierObservedContext(t *testing.T) {
 	d := e.sink.Next(t)
 	if d.Event == nil || len(d.Event.Context) != 1 || d.Event.Context[0].Text != "the new t1's chatter" {
 		t.Fatalf("the new t1's inbound carries context %+v, want its own chatter only", d.Event)
+	}
+}
+
+// TestChatterRoutedToAnEarlierTenant: a group message observe mode holds
+// back is routed to t1, then t1 is deleted and made again under its id
+// (the vault first, as the registry's apply does) before it is kept. It is
+// the earlier t1's: the new t1's next inbound carries no context. Before,
+// it was kept under the creation read as it was kept, the new t1's.
+func TestChatterRoutedToAnEarlierTenant(t *testing.T) {
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	created := &creations{}
+	created.made("t1", first)
+	var remake atomic.Bool // the next creation read is route's: t1 is made again right after it
+	since := func(tenant string) time.Time {
+		at := created.since(tenant)
+		if remake.CompareAndSwap(true, false) {
+			created.made("t1", again)
+		}
+		return at
+	}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since})}, func(c *Config) {
+		if err := yaml.Unmarshal([]byte("{tenants: {t1: {require_mention: true, observe_unmentioned_group_messages: true, group_allowed_chats: -4001234567}}}"), c); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.run(t)
+	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+	remake.Store(true)
+	e.fake.Enqueue(parityRaw(t, "say(the earlier t1's chatter)@group", 1))
+	platformtest.WaitUntil(t, "update 1 held back as context", func() bool {
+		return strings.Contains(e.logs.String(), `"reason":"observed","chat_id":-4001234567,"update_id":1}`)
+	})
+	if remake.Load() {
+		t.Fatal("t1 was not made again as its chatter was routed")
+	}
+	e.fake.Enqueue(parityRaw(t, "say(@hermes_test_bot hi)@group", 2))
+	if d := e.sink.Next(t); d.Event == nil || len(d.Event.Context) != 0 {
+		t.Fatalf("the new t1's inbound carries context %+v, want none (the earlier t1's chatter)", d.Event)
 	}
 }

@@ -170,7 +170,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		if reason := pol.admit(in.msg, m); reason != "" && !owner {
 			if pol.observes(in.msg, m) {
 				in.event.Text = m.heldBackText(in.msg)
-				k := p.observedKeyOf(tenant, in.msg)
+				k := observedKeyOf(tenant, created, in.msg)
 				p.observed.Keep(k.tenant, k.topic, contextMessage(&in.event))
 				reason = dropObserved
 			}
@@ -182,7 +182,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		}
 		if pol.sharesSessions(in.msg) {
 			shareSession(&in.event)
-			observed = p.observedKeyOf(tenant, in.msg)
+			observed = observedKeyOf(tenant, created, in.msg)
 			in.event.Context = p.observed.Take(observed.tenant, observed.topic) // Restore when not delivered
 		}
 		p.attachMedia(ctx, tenant, in.msg, &in.event)

@@ -1,12 +1,13 @@
 package telegram
 
 import (
+	"time"
+
 	"github.com/go-telegram/bot/models"
 
 	"connector/contract"
 	"connector/platform/chatcontext"
 	"connector/session"
-	"connector/vault"
 )
 
 // This file owns observe mode (observe_unmentioned_group_messages) after
@@ -24,18 +25,18 @@ import (
 // as chat topic.
 
 // observedKey names the chat topic of a message (thread 0: none) for the
-// tenant it was delivered to, as created (the vault's vault.Creation,
-// which the registry's apply updates first): a tenant deleted and made
-// again under its id never gets the messages held back for the earlier
-// one; they age out of the bounded log.
+// tenant it was routed to, as created when it was routed (route): a tenant
+// deleted and made again under its id, even as the message was on its way,
+// never gets the messages held back for the earlier one; they age out of
+// the bounded log.
 type observedKey struct {
 	tenant chatcontext.Tenant
 	topic  topicKey
 }
 
-// observedKeyOf is the key of msg for tenant.
-func (p *Platform) observedKeyOf(tenant string, msg *models.Message) observedKey {
-	return observedKey{tenant: chatcontext.TenantOf(tenant, vault.Creation(p.deps.Vault, tenant)), topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
+// observedKeyOf is the key of msg for tenant, created at created.
+func observedKeyOf(tenant string, created time.Time, msg *models.Message) observedKey {
+	return observedKey{tenant: chatcontext.TenantOf(tenant, created), topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
 }
 
 // contextMessage is a held-back event as context: its text and sender.

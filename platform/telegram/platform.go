@@ -157,7 +157,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }),
 		Clock: p.deps.Clock,
 	})
-	p.egress = platform.Egress[*Platform, int64]{Ops: handlers, Chat: chatIDOf, Timeout: cfg.RequestTimeout, Grants: p.grants, PromptsAsked: p.promptsAsked, Clock: p.deps.Clock}
+	p.egress = platform.Egress[*Platform, int64]{Ops: handlers, Chat: chatIDOf, Timeout: cfg.RequestTimeout, Grants: p.grants, Vault: deps.Vault, PromptsAsked: p.promptsAsked, Clock: p.deps.Clock}
 	p.desc = descriptor.Telegram(handlers.Names())
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()

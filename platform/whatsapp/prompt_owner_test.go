@@ -602,3 +602,28 @@ func (v *remakingVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool
 	}
 	return e, ok
 }
+
+// TestActionDispatchedForAnEarlierTenant: the relay took t1's send from
+// its connection (platform.WithCreation), then t1 was deleted and made
+// again under its id, the vault first: the send is declined, as on every
+// platform (docs/contract.md check 8), and Ada gets nothing. Before, a
+// platform without grants ran it, and the earlier t1 wrote to the new
+// t1's user.
+func TestActionDispatchedForAnEarlierTenant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	began := clk.Now().Add(-time.Hour)
+	r := newRig(t, vault.NewMemory(vault.Config{Clock: clk, Since: func(string) time.Time { return began }}), func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.D1")
+	send := &contract.Action{Op: contract.OpSend, ChatID: ada, Content: "hi"}
+	ctx, cancel := context.WithTimeout(platform.WithCreation(t.Context(), began.Add(-time.Hour)), 10*time.Second)
+	defer cancel()
+	if res := r.p.Execute(ctx, "t1", send); res != contract.Declined(platformName) {
+		t.Fatalf("the earlier t1's send once t1 was made again: %+v, want declined", res)
+	}
+	ctx, cancel = context.WithTimeout(platform.WithCreation(t.Context(), began), 10*time.Second)
+	defer cancel()
+	if res := r.p.Execute(ctx, "t1", send); !res.Success {
+		t.Fatalf("t1's send as dispatched: %+v", res)
+	}
+}
