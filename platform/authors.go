@@ -227,22 +227,25 @@ func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string, cre
 // when there is none: the prompt is another tenant's, or an earlier
 // tenant's of the id (vault.Outdated), or was not recorded (posted over
 // vault.PromptPosterTTL ago, or not by grant), or the store could not
-// tell (err, wrapping ErrUnavailable).
-func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) (string, bool, error) {
+// tell (err, wrapping ErrUnavailable). created is the tenant's creation
+// as the record keeps it (as the record was judged, when it keeps none).
+func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) (tenant string, created time.Time, ok bool, err error) {
 	e, ok, err := vault.Lookup(ctx, g.vault, g.posterKey(chat.ID, message))
 	t := e.Ref
 	switch {
 	case err != nil:
-		return "", false, fmt.Errorf("%s: prompt poster: %w", g.platform, ErrUnavailable)
+		return "", time.Time{}, false, fmt.Errorf("%s: prompt poster: %w", g.platform, ErrUnavailable)
 	case !ok || vault.Outdated(g.vault, t, e.Stored, e.Created):
-		return "", false, nil
-	case t == home:
-		return t, true, nil
+		return "", time.Time{}, false, nil
+	}
+	created = cmp.Or(e.Created, vault.Creation(g.vault, t))
+	if t == home {
+		return t, created, true, nil
 	}
 	if linked := own.Linked(user, t); (linked || chat.DM) && own.MayAct(t, chat, func() bool { return linked || g.Has(ctx, chat.ID, t) }) {
-		return t, true, nil
+		return t, created, true, nil
 	}
-	return "", false, nil
+	return "", time.Time{}, false, nil
 }
 
 // PromptedByAnother reports whether the record Prompted kept of the

@@ -39,8 +39,8 @@ import (
 // while (dropPosterUnknown, posterWait).
 // A press answered by its poster renews the poster's grant only while the
 // presser is linked to it, as Discord's route does. created is the
-// tenant's creation (vault.Creation) as the ownership (or the prompt's
-// record) was read, before the grant's store calls: a tenant deleted and
+// tenant's creation (vault.Creation) as the ownership was read (or as the
+// prompt's record keeps it), before the grant's store calls: a tenant deleted and
 // made again under its id while they wait does not take the update.
 func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, created time.Time, owner bool, drop string) {
 	src := &in.event.Source
@@ -59,10 +59,10 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 	switch press := in.event.PromptResponse; {
 	case press == nil:
 	case own.Hold(r.Tenant, chat, func() bool { return true }) == platform.HoldGrant:
-		t, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
+		t, posted, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
 		switch {
 		case ok && t != routed:
-			r.Tenant, created = t, vault.Creation(p.deps.Vault, t) // as PromptPoster judged its record
+			r.Tenant, created = t, posted // as its record keeps it
 		case ok || p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant):
 		case err != nil:
 			return "", time.Time{}, false, dropPosterUnknown
@@ -70,7 +70,7 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 			return "", time.Time{}, false, dropPromptNotOwned
 		}
 	case p.earlierPrompt(r.Tenant, in.prompted):
-		switch t, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); {
+		switch t, _, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); {
 		case err != nil:
 			return "", time.Time{}, false, dropPosterUnknown
 		case !ok || t != r.Tenant:
