@@ -248,17 +248,17 @@ func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, 
 	return "", time.Time{}, false, nil
 }
 
-// PromptedByAnother reports whether the record Prompted kept of the
-// prompt message in chat names a poster other than tenant as it is now:
-// another tenant, or an earlier one of its id (vault.Outdated, an op that
-// outlived it). No record is nobody's; err (wrapping ErrUnavailable) is
-// set when the store could not tell.
-func (g *Grants) PromptedByAnother(ctx context.Context, chat, message, tenant string) (bool, error) {
+// PromptedByEarlier reports whether the record Prompted kept of the
+// prompt message in chat names an earlier tenant of tenant's id
+// (vault.Outdated: an op that outlived it). No record, or another
+// tenant's, is not; err (wrapping ErrUnavailable) is set when the store
+// could not tell.
+func (g *Grants) PromptedByEarlier(ctx context.Context, chat, message, tenant string) (bool, error) {
 	e, ok, err := vault.Lookup(ctx, g.vault, g.posterKey(chat, message))
 	if err != nil {
 		return false, fmt.Errorf("%s: prompt poster: %w", g.platform, ErrUnavailable)
 	}
-	return ok && (e.Ref != tenant || vault.Outdated(g.vault, tenant, e.Stored, e.Created)), nil
+	return ok && e.Ref == tenant && vault.Outdated(g.vault, tenant, e.Stored, e.Created), nil
 }
 
 // Linker redeems the account-link codes users send the bot in a DM

@@ -33,8 +33,8 @@ import (
 // (the callback data has no room to name its tenant). A press elsewhere is
 // its chat's tenant's, unless earlierPrompt suspects an earlier tenant's
 // of the id and the record does not name the tenant as it is now, or,
-// dated since a young tenant's creation, the record names another poster
-// (an earlier tenant's op that outlived it).
+// dated since a young tenant's creation, the record names an earlier
+// tenant of the id (its op outlived it).
 // A press whose poster the store could not look up is retried for a
 // while (dropPosterUnknown, posterWait).
 // A press answered by its poster renews the poster's grant only while the
@@ -77,10 +77,10 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 			return "", time.Time{}, false, dropEarlierTenantPrompt
 		}
 	case in.prompted != 0 && p.young(r.Tenant): // dated since the creation, maybe by an op that outlived an earlier tenant
-		switch another, err := p.grants.PromptedByAnother(ctx, src.ChatID, press.PromptMessageID, r.Tenant); {
+		switch earlier, err := p.grants.PromptedByEarlier(ctx, src.ChatID, press.PromptMessageID, r.Tenant); {
 		case err != nil:
 			return "", time.Time{}, false, dropPosterUnknown
-		case another:
+		case earlier:
 			return "", time.Time{}, false, dropEarlierTenantPrompt
 		}
 	}
