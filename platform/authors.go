@@ -227,35 +227,38 @@ func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string, cre
 // when there is none: the prompt is another tenant's, or an earlier
 // tenant's of the id (vault.Outdated), or was not recorded (posted over
 // vault.PromptPosterTTL ago, or not by grant), or the store could not
-// tell (err, wrapping ErrUnavailable).
-func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) (string, bool, error) {
+// tell (err, wrapping ErrUnavailable). created is the tenant's creation
+// as the record keeps it (as the record was judged, when it keeps none).
+func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) (tenant string, created time.Time, ok bool, err error) {
 	e, ok, err := vault.Lookup(ctx, g.vault, g.posterKey(chat.ID, message))
 	t := e.Ref
 	switch {
 	case err != nil:
-		return "", false, fmt.Errorf("%s: prompt poster: %w", g.platform, ErrUnavailable)
+		return "", time.Time{}, false, fmt.Errorf("%s: prompt poster: %w", g.platform, ErrUnavailable)
 	case !ok || vault.Outdated(g.vault, t, e.Stored, e.Created):
-		return "", false, nil
-	case t == home:
-		return t, true, nil
+		return "", time.Time{}, false, nil
+	}
+	created = cmp.Or(e.Created, vault.Creation(g.vault, t))
+	if t == home {
+		return t, created, true, nil
 	}
 	if linked := own.Linked(user, t); (linked || chat.DM) && own.MayAct(t, chat, func() bool { return linked || g.Has(ctx, chat.ID, t) }) {
-		return t, true, nil
+		return t, created, true, nil
 	}
-	return "", false, nil
+	return "", time.Time{}, false, nil
 }
 
-// PromptedByAnother reports whether the record Prompted kept of the
-// prompt message in chat names a poster other than tenant as it is now:
-// another tenant, or an earlier one of its id (vault.Outdated, an op that
-// outlived it). No record is nobody's; err (wrapping ErrUnavailable) is
-// set when the store could not tell.
-func (g *Grants) PromptedByAnother(ctx context.Context, chat, message, tenant string) (bool, error) {
+// PromptedByEarlier reports whether the record Prompted kept of the
+// prompt message in chat names an earlier tenant of tenant's id
+// (vault.Outdated: an op that outlived it). No record, or another
+// tenant's, is not; err (wrapping ErrUnavailable) is set when the store
+// could not tell.
+func (g *Grants) PromptedByEarlier(ctx context.Context, chat, message, tenant string) (bool, error) {
 	e, ok, err := vault.Lookup(ctx, g.vault, g.posterKey(chat, message))
 	if err != nil {
 		return false, fmt.Errorf("%s: prompt poster: %w", g.platform, ErrUnavailable)
 	}
-	return ok && (e.Ref != tenant || vault.Outdated(g.vault, tenant, e.Stored, e.Created)), nil
+	return ok && e.Ref == tenant && vault.Outdated(g.vault, tenant, e.Stored, e.Created), nil
 }
 
 // Linker redeems the account-link codes users send the bot in a DM

@@ -555,15 +555,15 @@ func TestPromptPosterRecorded(t *testing.T) {
 	clk.Advance(25 * time.Hour)
 	grants.Add(t.Context(), "dm", "", "t1")
 	own := platform.NewOwnership([]platform.Binding{{Kind: platform.BindUser, ID: "ada", Tenant: "t2"}})
-	if got, ok, _ := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "dm", DM: true}, "m-dm", "t2"); got != "t1" || !ok {
+	if got, _, ok, _ := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "dm", DM: true}, "m-dm", "t2"); got != "t1" || !ok {
 		t.Errorf("a press of t1's prompt in Ada's DM reached %q (%v), want t1", got, ok)
 	}
-	if got, ok, _ := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "group"}, "m-group", "t2"); ok {
+	if got, _, ok, _ := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "group"}, "m-group", "t2"); ok {
 		t.Errorf("a press of t1's prompt in a granted group reached %q, want nobody", got)
 	}
 	created = clk.Now()
 	grants.Add(t.Context(), "dm", "", "t1")
-	if got, ok, _ := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "dm", DM: true}, "m-dm", "t2"); ok {
+	if got, _, ok, _ := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "dm", DM: true}, "m-dm", "t2"); ok {
 		t.Errorf("a press of the earlier t1's prompt in Ada's DM reached %q, want nobody", got)
 	}
 }

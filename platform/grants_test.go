@@ -221,7 +221,7 @@ func TestMarksOfAnOpThatOutlivedItsTenant(t *testing.T) {
 	if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpPrompt, ChatID: "shared", Content: "ok?"}); !r.Success {
 		t.Fatalf("the earlier t1's prompt: %+v", r)
 	}
-	if tenant, ok, err := g.PromptPoster(t.Context(), nil, "u1", platform.Chat{ID: "shared"}, "p1", "t1"); err != nil || ok {
+	if tenant, _, ok, err := g.PromptPoster(t.Context(), nil, "u1", platform.Chat{ID: "shared"}, "p1", "t1"); err != nil || ok {
 		t.Errorf("a press of the earlier t1's prompt goes to %q, the new t1 (err %v)", tenant, err)
 	}
 }

@@ -120,3 +120,30 @@ func TestEmbeddedListPassesADamagedEntry(t *testing.T) {
 		t.Fatalf("list beside a damaged entry: %+v, rev %d, %v; want the entry good at rev %d", es, got, err, rev)
 	}
 }
+
+// TestEmbeddedDamagedCapabilityIsAbsent: a capability value that no
+// longer decodes (a damaged data file) is read as absent, and the next
+// Put replaces it, as on Redis one another program wrote. Before, every
+// Get of it failed until the data file was mended by hand.
+func TestEmbeddedDamagedCapabilityIsAbsent(t *testing.T) {
+	ctx := t.Context()
+	e, err := openEmbedded(ctx, t.TempDir(), clock.System)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	caps := e.Capabilities()
+	err = e.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bCaps).Put([]byte("k"), []byte("short")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := caps.Get(ctx, "k"); err != nil || ok {
+		t.Fatalf("get of a damaged value: %q, %v, %v; want absent", v, ok, err)
+	}
+	if err := caps.Put(ctx, "k", []byte("v"), time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := caps.Get(ctx, "k"); err != nil || !ok || string(v) != "v" {
+		t.Fatalf("get after the put: %q, %v, %v; want v", v, ok, err)
+	}
+}

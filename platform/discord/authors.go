@@ -63,11 +63,11 @@ func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pr
 		routed := r.Tenant
 		created = vault.Creation(p.vault, routed)
 		if r.Grant && pressed != "" {
-			switch t, ok, err := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); {
+			switch t, posted, ok, err := p.spoke.PromptPoster(ctx, own, author, c, pressed, routed); {
 			case err != nil:
 				return "", time.Time{}, false, dropPosterUnknown
 			case ok && t != routed:
-				r.Tenant, created = t, vault.Creation(p.vault, t) // as PromptPoster judged its record
+				r.Tenant, created = t, posted // as its record keeps it
 			}
 		}
 		if r.Grant && (r.Tenant == routed || own.Linked(author, r.Tenant)) && !vault.Earlier(p.vault, r.Tenant, created) {

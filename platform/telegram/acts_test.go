@@ -799,3 +799,58 @@ func TestPressOfAPromptThatOutlivedItsTenant(t *testing.T) {
 	})
 	e.sink.Empty(t)
 }
+
+// TestPressInAYoungTenantsClaimedGroupOfAnotherTenantsPrompt:
+// TestPromptPressInASharedGroupReachesItsPoster's second half with t3
+// made an hour ago (younger than datelessPressWindow): t2 prompted in a
+// group it held by grant, and t3 claims the group since; a press of t2's
+// prompt, dated after t3's creation, is t3's, as any message there, as it
+// is for an older t3. It was dropped as earlier_tenant_prompt: the
+// prompt's record names another tenant than t3, which is no earlier t3.
+func TestPressInAYoungTenantsClaimedGroupOfAnotherTenantsPrompt(t *testing.T) {
+	made := time.Now().Add(-time.Hour)
+	since := func(tenant string) time.Time {
+		if tenant == "t3" {
+			return made
+		}
+		return time.Time{}
+	}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since})}, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	e.startWebhook(t)
+	bindings := []platform.Binding{{Kind: platform.BindUser, ID: "505", Tenant: "t2"}}
+	if err := e.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	const group = -100889
+	chat := map[string]any{"id": int64(group), "type": "supergroup", "title": "G"}
+	say := `{"update_id":884100941,"message":{"message_id":1,"date":1767225300,"chat":{"id":-100889,"type":"supergroup","title":"G"},"from":{"id":505,"is_bot":false,"first_name":"U"},"text":"hello"}}`
+	if code := e.post(t, []byte(say)); code != http.StatusOK {
+		t.Fatalf("t2's user's message: status %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t2" {
+		t.Fatalf("t2's user's message delivered to %q", d.Tenant)
+	}
+	r := e.act(t, "t2", promptAction(strconv.Itoa(group), contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("t2's prompt: %+v", r)
+	}
+	bindings = append(bindings, platform.Binding{Kind: platform.BindUser, ID: "501", Tenant: "t3"},
+		platform.Binding{Kind: platform.BindScope, ID: strconv.Itoa(group), Tenant: "t3"})
+	if err := e.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	press, err := e.fake.PressButton(884100942, chat, msgID, "hp1:f00dba.1234abcd:once", map[string]any{"id": int64(501), "is_bot": false, "first_name": "Ada"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := e.post(t, press); code != http.StatusOK {
+		t.Fatalf("press in the claimed group: status %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t3" {
+		t.Fatalf("press in t3's claimed group delivered to %q, want t3", d.Tenant)
+	}
+}

@@ -33,14 +33,14 @@ import (
 // (the callback data has no room to name its tenant). A press elsewhere is
 // its chat's tenant's, unless earlierPrompt suspects an earlier tenant's
 // of the id and the record does not name the tenant as it is now, or,
-// dated since a young tenant's creation, the record names another poster
-// (an earlier tenant's op that outlived it).
+// dated since a young tenant's creation, the record names an earlier
+// tenant of the id (its op outlived it).
 // A press whose poster the store could not look up is retried for a
 // while (dropPosterUnknown, posterWait).
 // A press answered by its poster renews the poster's grant only while the
 // presser is linked to it, as Discord's route does. created is the
-// tenant's creation (vault.Creation) as the ownership (or the prompt's
-// record) was read, before the grant's store calls: a tenant deleted and
+// tenant's creation (vault.Creation) as the ownership was read (or as the
+// prompt's record keeps it), before the grant's store calls: a tenant deleted and
 // made again under its id while they wait does not take the update.
 func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, created time.Time, owner bool, drop string) {
 	src := &in.event.Source
@@ -59,10 +59,10 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 	switch press := in.event.PromptResponse; {
 	case press == nil:
 	case own.Hold(r.Tenant, chat, func() bool { return true }) == platform.HoldGrant:
-		t, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
+		t, posted, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
 		switch {
 		case ok && t != routed:
-			r.Tenant, created = t, vault.Creation(p.deps.Vault, t) // as PromptPoster judged its record
+			r.Tenant, created = t, posted // as its record keeps it
 		case ok || p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant):
 		case err != nil:
 			return "", time.Time{}, false, dropPosterUnknown
@@ -70,17 +70,17 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 			return "", time.Time{}, false, dropPromptNotOwned
 		}
 	case p.earlierPrompt(r.Tenant, in.prompted):
-		switch t, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); {
+		switch t, _, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); {
 		case err != nil:
 			return "", time.Time{}, false, dropPosterUnknown
 		case !ok || t != r.Tenant:
 			return "", time.Time{}, false, dropEarlierTenantPrompt
 		}
 	case in.prompted != 0 && p.young(r.Tenant): // dated since the creation, maybe by an op that outlived an earlier tenant
-		switch another, err := p.grants.PromptedByAnother(ctx, src.ChatID, press.PromptMessageID, r.Tenant); {
+		switch earlier, err := p.grants.PromptedByEarlier(ctx, src.ChatID, press.PromptMessageID, r.Tenant); {
 		case err != nil:
 			return "", time.Time{}, false, dropPosterUnknown
-		case another:
+		case earlier:
 			return "", time.Time{}, false, dropEarlierTenantPrompt
 		}
 	}

@@ -231,3 +231,41 @@ func TestPreviewOfAFrameThatOutlivedItsTenant(t *testing.T) {
 		t.Fatalf("the chat has %v (the reply %s), want the earlier tenant's preview as it was and the new tenant's reply", msgs, reply.MessageID)
 	}
 }
+
+// TestPreviewOfAFrameThatOutlivedItsTenantAfterTheNewOnes: as
+// TestPreviewOfAFrameThatOutlivedItsTenant, but the new tenant's first
+// frame under the same draft_id shows its preview while the earlier
+// tenant's frame waits. The earlier frame then leaves the new preview as
+// it is and shows its content in a message of its own: it does not edit
+// the new tenant's message (openPreview replaces an open preview of a
+// later creation than the frame's).
+func TestPreviewOfAFrameThatOutlivedItsTenantAfterTheNewOnes(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, _ := sharedStoreEnv(t, clk)
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	e.created.made(tenant, clk.Now().Add(-time.Hour))
+	frame := func(content string) contract.Result {
+		t.Helper()
+		r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: content})
+		if !r.Success {
+			t.Fatalf("%q: %+v", content, r)
+		}
+		return r
+	}
+	remade := false
+	e.p.seals = hookedSeals{Capabilities: e.p.seals, onGet: func() {
+		if !remade {
+			remade = true
+			clk.Advance(time.Second)
+			e.created.made(tenant, clk.Now())
+			frame("the new preview")
+		}
+	}}
+	frame("the earlier preview")
+	msgs := e.fake.Messages(id)
+	if len(msgs) != 2 || !slices.Contains(slices.Collect(maps.Values(msgs)), "the new preview") {
+		t.Fatalf("the chat has %v, want the new tenant's preview as it was and the earlier tenant's apart", msgs)
+	}
+}

@@ -353,14 +353,16 @@ func (p *Platform) listTopicTurn(ctx context.Context, key, turn string, expires 
 
 // adoptPreview takes up the preview another instance showed for stream
 // k's turn (its record in the store, not sealed) as pv's, locked, so the
-// stream goes on editing it after the gateway reconnected here. The store
-// is asked once per preview this instance remembers.
+// stream goes on editing it after the gateway reconnected here, unless
+// it was shown under another creation of the tenant than pv's (a frame
+// that outlived its tenant finds the new one's). The store is asked once
+// per preview this instance remembers.
 func (p *Platform) adoptPreview(ctx context.Context, k draftKey, pv *preview) {
 	if pv.asked {
 		return
 	}
 	pv.asked = true
-	if r, ok, _ := p.storedPreview(ctx, k, pv.turn); ok && !r.Sealed {
+	if r, ok, _ := p.storedPreview(ctx, k, pv.turn); ok && !r.Sealed && (r.Created.IsZero() || pv.created.IsZero() || r.Created.UnixMicro() == pv.created.UnixMicro()) {
 		pv.id = r.ID
 	}
 }

@@ -150,3 +150,67 @@ func (v *heldGrantVault) await(t *testing.T, what string) {
 		t.Fatalf("timed out after %v waiting for %s to be stored or looked up", waitFor, what)
 	}
 }
+
+// TestPressRoutedUnderItsRecordsCreation:
+// TestPromptPressInASharedGroupReachesItsPoster while t2 is deleted and
+// made again right after its prompt's record was judged (the vault's
+// Since moves on its next read of t2): the press is delivered under the
+// creation the record keeps, the earlier t2's (the relay then drops it),
+// not the new t2's, which posted no prompt (before, the creation was read
+// again after the record was judged).
+func TestPressRoutedUnderItsRecordsCreation(t *testing.T) {
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var judged atomic.Bool // the prompt's record was read
+	var reads atomic.Int32 // t2's creation read since
+	since := func(tenant string) time.Time {
+		if tenant == "t2" && judged.Load() && reads.Add(1) > 1 {
+			return again
+		}
+		return first
+	}
+	v := &judgedPosterVault{Memory: vault.NewMemory(vault.Config{Since: since}), judged: &judged}
+	e := heldEnv(t, v,
+		platform.Binding{Kind: platform.BindUser, ID: "501", Tenant: "t1"},
+		platform.Binding{Kind: platform.BindUser, ID: "501", Tenant: "t2"},
+		platform.Binding{Kind: platform.BindUser, ID: "505", Tenant: "t2"})
+	say := `{"update_id":884100934,"message":{"message_id":1,"date":1767225300,"chat":{"id":-100888,"type":"supergroup","title":"G"},"from":{"id":505,"is_bot":false,"first_name":"U"},"text":"hello"}}`
+	if code := e.post(t, []byte(say)); code != http.StatusOK {
+		t.Fatalf("t2's user's message: status %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t2" {
+		t.Fatalf("t2's user's message delivered to %q", d.Tenant)
+	}
+	r := e.act(t, "t2", promptAction("-100888", contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("t2's prompt: %+v", r)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	press, err := e.fake.PressButton(884100935, map[string]any{"id": int64(-100888), "type": "supergroup", "title": "G"}, msgID,
+		"hp1:f00dba.1234abcd:once", map[string]any{"id": int64(501), "is_bot": false, "first_name": "Ada"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.armed.Store(true)
+	if code := e.post(t, press); code != http.StatusOK {
+		t.Fatalf("press: status %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.PromptResponse == nil || !d.Created.Equal(first) {
+		t.Fatalf("the press delivered to %q as created %v: %+v, want the earlier t2's prompt_response (%v)", d.Tenant, d.Created, d.Event, first)
+	}
+}
+
+// judgedPosterVault is a vault.Memory that, once armed, sets judged as it
+// reads a prompt poster's record.
+type judgedPosterVault struct {
+	*vault.Memory
+	armed  atomic.Bool
+	judged *atomic.Bool
+}
+
+func (v *judgedPosterVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool) {
+	e, ok := v.Memory.Get(ctx, k)
+	if k.Kind == vault.KindPromptPoster && v.armed.Load() {
+		v.judged.Store(true)
+	}
+	return e, ok
+}

@@ -138,7 +138,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 				return nil
 			}
 			tenant, owner = rec.Tenant, p.owners.Load().Linked(sender, rec.Tenant)
-			created = vault.Creation(p.vault, tenant) // as promptOf judged its record
+			created = cmp.Or(rec.Created, vault.Creation(p.vault, tenant)) // the record's, as promptOf judged it
 			if !rec.Answered {
 				key := "whatsapp_cloud/prompt/" + number + "/" + sender + "/" + rec.msgID
 				release, err := p.claim(ctx, key, "prompt")

@@ -9,7 +9,6 @@ import (
 	"connector/contract"
 	"connector/internal/textsplit"
 	"connector/platform"
-	"connector/vault"
 )
 
 // maxMessageRunes is the native adapter's MAX_MESSAGE_LENGTH: text is
@@ -130,9 +129,10 @@ func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contrac
 	if err != nil {
 		return contract.Failed(contract.CodeBadRequest, "whatsapp_cloud prompt: "+err.Error())
 	}
-	// Its record keeps the creation the op was authorized under: an op
-	// returning once its tenant was made again answers none of the new one's.
-	created := vault.Creation(p.vault, tenant)
+	// Its record keeps the creation the action was dispatched (or the op
+	// authorized) under: an op returning once its tenant was made again
+	// answers none of the new one's.
+	created := platform.AuthorizedCreation(ctx, p.vault, tenant)
 	question := formatMessage(a.Content)
 	if len(buttons) > maxListRows {
 		var b strings.Builder

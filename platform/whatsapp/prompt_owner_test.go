@@ -627,3 +627,55 @@ func TestActionDispatchedForAnEarlierTenant(t *testing.T) {
 		t.Fatalf("t1's send as dispatched: %+v", res)
 	}
 }
+
+// TestTapRoutedUnderItsRecordsCreation: Ada taps t1's prompt, whose record
+// is judged t1's, and t1 is deleted and made again under its id right
+// after (the vault's Since moves on its next read of t1). The tap is
+// delivered as routed for the creation the record keeps (the relay then
+// drops it), not for the new one. Before, the creation was read again
+// after the record was judged.
+func TestTapRoutedUnderItsRecordsCreation(t *testing.T) {
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var judged atomic.Bool // the tapped prompt's record was read
+	var reads atomic.Int32 // t1's creation read since
+	since := func(tenant string) time.Time {
+		if tenant == "t1" && judged.Load() && reads.Add(1) > 1 {
+			return again
+		}
+		return first
+	}
+	v := &judgingVault{Memory: vault.NewMemory(vault.Config{Since: since}), judged: &judged}
+	r := newRig(t, v, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.R1")
+	res := r.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+		"options": []any{map[string]any{"id": "yes", "label": "Yes"}}})
+	if !res.Success {
+		t.Fatalf("t1's prompt: %+v", res)
+	}
+	v.armed.Store(true)
+	before := len(r.sink.all())
+	if code := r.post(t, whatsapptest.Tap(biz1, ada, "Ada", "wamid.R2", res.MessageID, "hp1:p1:yes", "Yes", false)); code != 200 {
+		t.Fatalf("tap: %d", code)
+	}
+	got := r.sink.all()[before:]
+	if len(got) != 1 || got[0].Tenant != "t1" || got[0].Event.PromptResponse == nil || !got[0].Created.Equal(first) {
+		t.Fatalf("the tap delivered %+v, want t1's prompt_response as created %v (the record's)", got, first)
+	}
+}
+
+// judgingVault is a vault.Memory that, once armed, sets judged as it
+// reads a prompt's record.
+type judgingVault struct {
+	*vault.Memory
+	armed  atomic.Bool
+	judged *atomic.Bool
+}
+
+func (v *judgingVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool) {
+	e, ok := v.Memory.Get(ctx, k)
+	if k.Kind == vault.KindWhatsAppPrompt && v.armed.Load() {
+		v.judged.Store(true)
+	}
+	return e, ok
+}
