@@ -54,6 +54,9 @@ type Egress[P Platform, T any] struct {
 	// tenant posts in a chat it holds by grant (HoldGrant); nil declines
 	// every edit and delete there.
 	Grants *Grants
+	// Vault, on a platform without Grants, knows the tenants' creations
+	// (step 6); with Grants, theirs does.
+	Vault vault.Store
 	// PromptsAsked is set when a press of a prompt names no tenant
 	// (Telegram's callback data has no room): then a prompt's poster is
 	// recorded (Grants.Prompted) also outside a chat held by grant when
@@ -85,8 +88,8 @@ type Egress[P Platform, T any] struct {
 //     hold too, an edit or delete names a message the bot posted for
 //     tenant there, a thread_rename a topic it created there
 //     (Grants.PostedBy): egress_declined;
-//  6. with e.Grants, the creation ctx carries (WithCreation) is tenant's
-//     as the vault knows it: egress_declined.
+//  6. with e.Grants or e.Vault, the creation ctx carries (WithCreation)
+//     is tenant's as the vault knows it: egress_declined.
 //
 // The op then runs, charged to tenant (WithTenant), its platform calls
 // asking again as their turn comes (StillMayAct); in a chat held by
@@ -143,8 +146,12 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	// change, after the vault) is declined, and one that returns after
 	// that marks nothing of the new one.
 	created, dispatched := ctx.Value(creationKey{}).(time.Time)
+	v := e.Vault
 	if e.Grants != nil {
-		now := vault.Creation(e.Grants.vault, tenant)
+		v = e.Grants.vault
+	}
+	if v != nil {
+		now := vault.Creation(v, tenant)
 		if dispatched && !now.Equal(created) {
 			return contract.Declined(p.Name())
 		}

@@ -111,6 +111,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.links = platform.NewLinkDesk(deps.Clock)
 	p.rehosts = platform.NewRehosts(deps.Clock)
 	p.egress = newEgress(cfg.RequestTimeout)
+	p.egress.Vault = p.vault
 	p.turns = chatorder.New[string](0)
 	p.desc = descriptor.WhatsApp(handlers.Names())
 	return p, nil

@@ -602,3 +602,34 @@ func (v *remakingVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool
 	}
 	return e, ok
 }
+
+// TestSendOfAnEarlierTenant: the relay took t1's send from its gateway
+// (platform.WithCreation, t1 as created an hour ago), and t1 was deleted
+// and made again under its id before it ran; Ada has written to the new
+// t1's number since. The send is declined and Meta gets nothing. Before,
+// WhatsApp (no grants) ran it: the earlier tenant's gateway wrote to the
+// new tenant's user from the new tenant's number.
+func TestSendOfAnEarlierTenant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	first, again := clk.Now().Add(-time.Hour), clk.Now().Add(-time.Minute)
+	since := func(tenant string) time.Time {
+		if tenant == "t1" {
+			return again
+		}
+		return first
+	}
+	r := newRig(t, vault.NewMemory(vault.Config{Clock: clk, Since: since}), func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.E1")
+	sent := len(r.fake.Sent())
+	ctx, cancel := context.WithTimeout(platform.WithCreation(t.Context(), first), 10*time.Second)
+	defer cancel()
+	send := &contract.Action{Op: contract.OpSend, ChatID: ada, Content: "the earlier t1's"}
+	if res := r.p.Execute(ctx, "t1", send); res != contract.Declined("whatsapp_cloud") || len(r.fake.Sent()) != sent {
+		t.Fatalf("the earlier t1's send: %+v, %d messages sent, want declined and none", res, len(r.fake.Sent())-sent)
+	}
+	ctx = platform.WithCreation(ctx, again)
+	if res := r.p.Execute(ctx, "t1", send); !res.Success || len(r.fake.Sent()) != sent+1 {
+		t.Fatalf("the new t1's send: %+v, %d messages sent, want one", res, len(r.fake.Sent())-sent)
+	}
+}
