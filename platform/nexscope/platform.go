@@ -99,6 +99,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		p.rooms[DefaultRoom] = newRoom(p, Room{Name: DefaultRoom}, true)
 	}
 	p.edge, p.here = newEgress()
+	p.edge.Vault = deps.Vault // an earlier tenant's action is declined at the edge
 	p.desc = descriptor.Nexscope(egress.Names(), cfg.MaxText)
 	return p, nil
 }
