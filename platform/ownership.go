@@ -191,15 +191,22 @@ func (o *Ownership) MayAct(tenant string, c Chat, granted func() bool) bool {
 	return o.Hold(tenant, c, granted) != HoldNone
 }
 
+// Holder returns the tenant rules 1 and 2 give c to: its owner (Owner),
+// else its claimant; held is false when neither does.
+func (o *Ownership) Holder(c Chat) (tenant string, held bool) {
+	if t, ok := o.Owner(c); ok {
+		return t, true
+	}
+	cl, claimed := o.claimOf(c)
+	return cl.Tenant, claimed
+}
+
 // Hold is how rules 1 to 3 let tenant act in c: in a bound chat only its
 // owner, in a claimed one only its claimant (HoldOwn), elsewhere a tenant
 // granted the chat by author (rule 3, HoldGrant), which granted reports;
 // it is called only there. Rule 4 is the platform's ChatTenant.
 func (o *Ownership) Hold(tenant string, c Chat, granted func() bool) Hold {
-	holder, held := o.Owner(c)
-	if cl, claimed := o.claimOf(c); !held && claimed {
-		holder, held = cl.Tenant, true
-	}
+	holder, held := o.Holder(c)
 	switch {
 	case held && holder == tenant:
 		return HoldOwn

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/platform"
@@ -438,4 +439,40 @@ func TestRefusedDeliveryIsNotRemembered(t *testing.T) {
 	if m := alice.Expect("msg"); fmt.Sprint(m["to"]) != "[alice]" {
 		t.Fatalf("the bot's reply %v, want it to alice (the last inbound the tenant got)", m)
 	}
+}
+
+// TestSendOfAnEarlierTenant: the relay took t1's send from its gateway
+// (platform.WithCreation, t1 as first created), and t1 was deleted and
+// made again under its id before it ran. The send is declined and the
+// room gets nothing; the new t1's goes out. Before, nexscope (no grants)
+// ran it: the earlier tenant's gateway spoke as the bot in the new
+// tenant's room.
+func TestSendOfAnEarlierTenant(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	first := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	bindings := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	tr.setTenants(map[string]time.Time{"t1": first})
+	if err := tr.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.ExpectPresence("alice", "bob", "hermes")
+	again := first.Add(time.Minute)
+	tr.setTenants(map[string]time.Time{"t1": again}) // deleted and created again
+	if err := tr.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	send := &contract.Action{Op: contract.OpSend, ChatID: "lab", Content: "the earlier t1's"}
+	if res := tr.p.Execute(platform.WithCreation(t.Context(), first), "t1", send); res != contract.Declined(platformName) {
+		t.Fatalf("the earlier t1's send: %+v, want declined", res)
+	}
+	send.Content = "the new t1's"
+	if res := tr.p.Execute(platform.WithCreation(t.Context(), again), "t1", send); !res.Success {
+		t.Fatalf("the new t1's send: %+v", res)
+	}
+	if m := alice.Expect("msg"); m["text"] != "the new t1's" {
+		t.Fatalf("alice got %v first, want the new t1's send", m)
+	}
+	bob.Expect("msg")
 }

@@ -153,7 +153,7 @@ type intake struct {
 	// (reserve), which count toward intakeMaxHeld and their tenant's
 	// intakeTenantShare with those held.
 	reserved map[string]int
-	// tenantOf is the tenant of a chat's workspace (Platform.chatTenant).
+	// tenantOf is the tenant that holds a chat (Platform.chatTenant).
 	tenantOf func(chat string) string
 	resumed  atomic.Uint64 // entries taken by sweepIntake
 }
@@ -161,7 +161,8 @@ type intake struct {
 // intakeMaxHeld bounds the entries an instance holds (and so their
 // bodies, and the renewals of a round, which the store sends in one
 // pipeline and one wait for the replicas), and intakeTenantShare those of
-// the workspaces of one tenant (of none, together), so that one tenant's
+// the chats one tenant holds (by binding of the channel or its workspace,
+// or by claim: chatTenant; of none, together), so that one tenant's
 // slow chats leave the others room: past either a request the intake
 // would store is answered 503 (Slack sends it again), and a sweep takes
 // no more of them.

@@ -1529,6 +1529,35 @@ func TestIntakeHoldsAtMostATenantsShare(t *testing.T) {
 	}
 }
 
+// TestIntakeShareIsTheChatHoldersNotItsWorkspaces: #ops, in t1's
+// workspace, is bound to t3, whose stalled chat fills a share of the
+// intake; t1's message with a stalled file in #general is still taken.
+// Before, every chat of a workspace counted toward the share of the
+// workspace's tenant, so t3's messages (or a claimant's) refused t1's.
+func TestIntakeShareIsTheChatHoldersNotItsWorkspaces(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	started := make(chan string, 4)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the downloads end
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanOps, "1768490100.000100", "F0SLOW0001", url))), "t3's message with a stalled file")
+	waitStarted(t, started, "t3's stalled file")
+	for i := 1; i < intakeTenantShare; i++ {
+		body := slacktest.Envelope(teamA.ID, teamA.BotUser, fmt.Sprintf("Ev%d", i), slacktest.MessageEvent(teamA.ID, chanOps, userAda, fmt.Sprintf("1768490101.%06d", i), "", "held"))
+		if code, _ := e.post(t, EventsPath, "application/json", body); code != http.StatusOK {
+			t.Fatalf("t3's message %d answered %d", i, code)
+		}
+	}
+	url = e.fake.AddStalledFile(teamA.ID, "F0SLOW0002", "F0SLOW0002.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "EvT1", fileMessage(chanGeneral, "1768490103.000100", "F0SLOW0002", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	if pending, _ := e.p.IntakeStats(); pending != intakeTenantShare+1 {
+		t.Fatalf("%d entries held, want %d", pending, intakeTenantShare+1)
+	}
+}
+
 // TestIntakeReservesAtMostItsBound: the intake reserves intakeMaxHeld
 // places at most, whichever tenants they are of, and a place given back
 // is taken again.

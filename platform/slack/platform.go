@@ -285,11 +285,13 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 // teamTenant returns the tenant a workspace is bound to.
 func (p *Platform) teamTenant(team string) string { return (*p.teams.Load())[team] }
 
-// chatTenant returns the tenant chat's workspace ("<team>/<channel>") is
-// bound to.
+// chatTenant returns the tenant that holds chat ("<team>/<channel>"): the
+// tenant of its channel binding, else of its workspace's, else its
+// claimant (platform.Ownership.Holder); empty when none does.
 func (p *Platform) chatTenant(chat string) string {
-	team, _, _ := strings.Cut(chat, "/")
-	return p.teamTenant(team)
+	team, channel, _ := strings.Cut(chat, "/")
+	tenant, _ := p.owners.Load().Holder(chatOf(channel, team))
+	return tenant
 }
 
 // seenIn records that channel is a conversation of workspace team (from
