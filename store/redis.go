@@ -961,6 +961,10 @@ func (l redisLedger) forgetTenant(ctx context.Context, tenant string) (bool, err
 		return false, cmp.Or(err, reply.unreplicated)
 	}
 	l.s.unindexed(tenant)
+	// Once the tenant may be out of the set, the look below runs even when
+	// ctx ends (a shutdown, the sweep's deadline): an append that indexed
+	// the tenant before the removal would stay out of it otherwise.
+	ctx = context.WithoutCancel(ctx)
 	if err := unindexScript.Run(ctx, l.s.c, l.indexKeys(), tenant).Err(); err != nil {
 		return false, err
 	}
