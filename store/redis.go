@@ -381,7 +381,8 @@ func (l redisLedger) answerKeys(tenant string) []string {
 	return []string{p + "answers:" + t, p + "oldanswers:" + t}
 }
 
-// indexKey is the set of the tenants that ever appended.
+// indexKey is the set of the tenants that appended since Forget last
+// dropped them.
 func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
 
 // indexKeys are the ledgers set and the numbered hash, on its slot.
