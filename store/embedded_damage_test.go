@@ -94,7 +94,8 @@ func TestEmbeddedTrimPassesAnUndecodableRecord(t *testing.T) {
 // TestEmbeddedListPassesADamagedEntry: a registry entry that no longer
 // decodes (a damaged data file) is passed over by List, as the redis
 // backend passes over one another program wrote. Before, every List of
-// its namespace failed, the tenants' one included.
+// its namespace failed, the tenants' one included. Get takes it for none
+// too, and a swap from none replaces it (before, both failed on it).
 func TestEmbeddedListPassesADamagedEntry(t *testing.T) {
 	ctx := t.Context()
 	e, err := openEmbedded(ctx, t.TempDir(), clock.System)
@@ -118,6 +119,12 @@ func TestEmbeddedListPassesADamagedEntry(t *testing.T) {
 	}
 	if es, got, err := reg.List(ctx, "ns"); err != nil || len(es) != 1 || es[0].Key != "good" || got != rev {
 		t.Fatalf("list beside a damaged entry: %+v, rev %d, %v; want the entry good at rev %d", es, got, err, rev)
+	}
+	if got, ok, err := reg.Get(ctx, "ns", "bad"); err != nil || ok {
+		t.Fatalf("get of a damaged entry: %+v, %v, %v; want none", got, ok, err)
+	}
+	if ok, err := reg.CompareAndSwap(ctx, "ns", "bad", nil, []byte("w")); err != nil || !ok {
+		t.Fatalf("swap from none over a damaged entry: %v, %v; want swapped", ok, err)
 	}
 }
 

@@ -37,8 +37,9 @@ import (
 //	                       answer, for its resends, and the empty
 //	                       field -> 65 dashes (answerLua), PX
 //	oldanswers:{<tenant>}  the answers before those, PX
-//	pruned:{<tenant>}      set by Forget, taken by the tenant's next
-//	                       append (appendScript), which indexes it again
+//	pruned:{<tenant>}      1, set by Forget; an append raises it
+//	                       (appendScript) and indexes the tenant again,
+//	                       then deletes it (untake)
 //	ledgers                set of the tenants that appended since Forget
 //	                       last dropped them (SADD)
 //	numbered{<prefix>ledgers}  hash: tenant -> the highest seq a store
@@ -240,8 +241,9 @@ type redisLedger struct{ s *redisStore }
 // entries (deleted by hand), moves past the stream's last entry the same
 // way, instead of failing every append of the tenant. A log key of
 // another type (another program's) goes, with the byte counter. An append
-// that takes the tenant's prune marker (Forget) answers -first: the
-// tenant is to be indexed again.
+// that finds the tenant's prune marker (Forget) raises it past 1 and
+// answers -first: the tenant is to be indexed again, and the marker goes
+// once it is (untake).
 var appendScript = redis.NewScript(appendLua)
 
 // pastLua defines past(n), the next multiple of 2^32 above n: where a
@@ -285,7 +287,11 @@ for i = 0, n - 1 do
   size = size + string.len(ARGV[a + 5])
 end
 addBytes(KEYS[2], KEYS[3], size)
-return answer(redis.call('DEL', KEYS[5]) == 1 and -first or first)
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('INCR', KEYS[5])
+  first = -first
+end
+return answer(first)
 `
 
 // answerLua begins the scripts of Append, Ack and Trim, whose last two
@@ -375,7 +381,8 @@ func (l redisLedger) answerKeys(tenant string) []string {
 	return []string{p + "answers:" + t, p + "oldanswers:" + t}
 }
 
-// indexKey is the set of the tenants that ever appended.
+// indexKey is the set of the tenants that appended since Forget last
+// dropped them.
 func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
 
 // indexKeys are the ledgers set and the numbered hash, on its slot.
@@ -461,8 +468,9 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 			// Raised again by the next append, which would not otherwise:
 			// the numbered entry must follow a skip.
 			l.s.indexed.Delete(tenant)
-			l.unprune(context.WithoutCancel(ctx), tenant, first)
 			failed = cmp.Or(failed, err)
+		} else if first < 0 {
+			l.untake(ctx, tenant)
 		}
 	}
 	if failed == nil && !indexed {
@@ -509,17 +517,22 @@ func appendedSeqs(first int64, n int) []uint64 {
 func (l redisLedger) forget(tenant string, n int, late <-chan pipeReply) {
 	if first, err := redisInt((<-late).cmd); err == nil {
 		_, _ = l.Ack(context.Background(), tenant, appendedSeqs(first, n)...)
-		l.unprune(context.Background(), tenant, first)
 	}
 }
 
-// unprune puts back the prune marker an append took (its answer first is
-// negative) without indexing the tenant, so the next append, from any
-// store, indexes it.
-func (l redisLedger) unprune(ctx context.Context, tenant string, first int64) {
-	if first < 0 {
-		_ = l.s.c.Set(ctx, l.prunedKey(tenant), "1", 0).Err()
-	}
+// untakeScript: KEYS a tenant's prune marker, which it deletes if an
+// append took it (it is past 1); one Forget set again meanwhile stays.
+var untakeScript = redis.NewScript(`
+if (tonumber(redis.call('GET', KEYS[1])) or 0) > 1 then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// untake removes tenant's prune marker once an append that took it
+// indexed the tenant. Until then (its index failed, its caller gave up, its
+// instance stopped) every append of the tenant, from any store, takes the
+// marker and indexes it: none is confirmed outside the ledgers set.
+func (l redisLedger) untake(ctx context.Context, tenant string) {
+	_ = untakeScript.Run(ctx, l.s.c, []string{l.prunedKey(tenant)}).Err()
 }
 
 func (l redisLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]uint64, func() error, error) {
@@ -949,11 +962,16 @@ func (l redisLedger) forgetTenant(ctx context.Context, tenant string) (bool, err
 		return false, cmp.Or(err, reply.unreplicated)
 	}
 	l.s.unindexed(tenant)
+	// Once the tenant may be out of the set, the look below runs even when
+	// ctx ends (a shutdown, the sweep's deadline): an append that indexed
+	// the tenant before the removal would stay out of it otherwise.
+	ctx = context.WithoutCancel(ctx)
 	if err := unindexScript.Run(ctx, l.s.c, l.indexKeys(), tenant).Err(); err != nil {
 		return false, err
 	}
-	if marked, err := l.s.c.Exists(ctx, l.prunedKey(tenant)).Result(); err != nil || marked == 1 {
-		return marked == 1, err
+	// "1": no append took the marker since it was set.
+	if marker, err := l.s.c.Get(ctx, l.prunedKey(tenant)).Result(); marker == "1" || err != nil && !errors.Is(err, redis.Nil) {
+		return marker == "1", err
 	}
 	last, _ := l.s.c.Get(ctx, k[0]).Uint64() // a counter that holds no number: none
 	_, err := l.index(ctx, tenant, last)

@@ -1111,14 +1111,13 @@ func TestRedisForeignRegistryValue(t *testing.T) {
 	}
 }
 
-// TestRedisAppendGivenUpOnPutsThePruneMarkerBack: an append of a tenant
+// TestRedisAppendGivenUpOnKeepsThePruneMarker: an append of a tenant
 // Forget dropped, which its caller gave up on (its deadline passed on a
 // paused server) and the server ran later, took the prune marker without
-// indexing the tenant; the marker goes back, so the tenant's next append,
-// from any store, indexes it. Without it, a store that had indexed the
-// tenant before appended for good outside the set a restart recovers
-// from.
-func TestRedisAppendGivenUpOnPutsThePruneMarkerBack(t *testing.T) {
+// indexing the tenant; the marker stays, so the tenant's next append, from
+// any store, indexes it. Without it, a store that had indexed the tenant
+// before appended for good outside the set a restart recovers from.
+func TestRedisAppendGivenUpOnKeepsThePruneMarker(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
 	cfg.RedisReplicaTimeout = time.Minute // and so a read timeout past the pause
@@ -1160,5 +1159,46 @@ func TestRedisAppendGivenUpOnPutsThePruneMarkerBack(t *testing.T) {
 	}
 	if tenants, err := opener(t, cfg)(clock.System).Ledger().Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"gone"}) {
 		t.Fatalf("a new store's tenants: %v, %v; want [gone]", tenants, err)
+	}
+}
+
+// TestRedisAppendIndexesUntilTheTakenMarkerIsIndexed: an append took a
+// forgotten tenant's prune marker and could neither index the tenant nor
+// put the marker back (here its user may no longer SADD or SET; a crash
+// after the append does the same); a store that had indexed the tenant
+// before Forget then appends for it, and a fresh store (a restart) lists
+// the tenant. Before, the taken marker was gone, the second append did not
+// index the tenant, and its confirmed record was outside the set a restart
+// recovers from.
+func TestRedisAppendIndexesUntilTheTakenMarkerIsIndexed(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Users: []string{appACL}})
+	cfg := redisConfig(srv)
+	ctx := t.Context()
+	limited := cfg
+	limited.RedisURL = fmt.Sprintf("redis://%s:%s@%s/0", appUser, appPassword, srv.Addr())
+	a, c := opener(t, limited)(nil).Ledger(), opener(t, cfg)(nil).Ledger()
+	for _, l := range []store.Ledger{a, c} {
+		seqs, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("x")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Ack(ctx, "t1", seqs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := opener(t, cfg)(nil).Ledger().Forget(ctx, func(string) bool { return false }); err != nil || n != 1 {
+		t.Fatalf("Forget: %d, %v; want 1", n, err)
+	}
+	if err := srv.Client(t).Do(ctx, "ACL", "SETUSER", appUser, "-sadd", "-set").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Append(ctx, "t1", []store.Record{{Payload: []byte("not indexed")}}); err == nil {
+		t.Fatal("an append whose index was refused succeeded")
+	}
+	if _, err := c.Append(ctx, "t1", []store.Record{{Payload: []byte("confirmed")}}); err != nil {
+		t.Fatal(err)
+	}
+	if tenants, err := opener(t, cfg)(nil).Ledger().Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"t1"}) {
+		t.Fatalf("a fresh store's tenants: %v, %v; want [t1], which holds a confirmed record", tenants, err)
 	}
 }

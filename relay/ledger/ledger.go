@@ -249,6 +249,11 @@ type Pool struct {
 	sweeping  sync.WaitGroup // the age sweep's goroutine
 
 	removed, removeErrors atomic.Uint64
+
+	// unknownMu guards unknown: the stored tenants the last Sweep found
+	// without a ledger here (Sweep).
+	unknownMu sync.Mutex
+	unknown   map[string]bool
 }
 
 // NewPool returns an empty pool and starts its goroutines; Close stops them.
@@ -1455,8 +1460,20 @@ func (p *Pool) Sweep(ctx context.Context) (err error) {
 			"tenant", t, "entries", len(dropped), "max_age", p.cfg.MaxAge)
 	}
 	// A tenant no longer configured whose records are all gone leaves the
-	// store's index of tenants (store.Ledger.Forget).
-	_, ferr := p.cfg.Store.Forget(ctx, func(t string) bool { return p.known(t) != nil })
+	// store's index of tenants (store.Ledger.Forget), once two sweeps in a
+	// row found it without a ledger here: one SweepEvery is time enough for
+	// this instance to apply a tenant another one just created.
+	p.unknownMu.Lock()
+	defer p.unknownMu.Unlock()
+	unknown := make(map[string]bool)
+	_, ferr := p.cfg.Store.Forget(ctx, func(t string) bool {
+		if p.known(t) != nil {
+			return true
+		}
+		unknown[t] = true
+		return !p.unknown[t]
+	})
+	p.unknown = unknown
 	return cmp.Or(err, ferr)
 }
 
