@@ -220,7 +220,6 @@ const catchUpTimeout = 5 * time.Minute
 // its outcome on done. A look that fails counts as a failed apply, so
 // the next catch-ups are refused until the watch's next apply.
 func (l *live) runCatchUp(done chan<- error) {
-	defer l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
 	defer cancel()
 	rev, err := l.reg.Revision(ctx)
@@ -232,6 +231,7 @@ func (l *live) runCatchUp(done chan<- error) {
 			err = nil // the relay took it; a platform's refusal is logged
 		}
 	}
+	l.mu.Unlock() // before done: the next catch-up finds mu free
 	done <- err
 }
 
