@@ -229,3 +229,30 @@ func burstToARemoteSocket(t *testing.T, frameType string, events, size int, ack 
 		}
 	}
 }
+
+// TestSetTenantsDuringShutdown: an apply (a registry watch's, an admin
+// change's) that adds tenants while Shutdown stops the fleet starts no
+// tenant loop on its WaitGroup while Shutdown waits on it (a WaitGroup
+// misuse: a panic, or a loop Shutdown does not wait for).
+func TestSetTenantsDuringShutdown(t *testing.T) {
+	for round := range 20 {
+		in := fleet(t, 1)[0]
+		tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}
+		for i := range 200 {
+			tenants = append(tenants, relay.Tenant{ID: fmt.Sprintf("a%d", i)})
+		}
+		applied := make(chan error, 1)
+		go func() { applied <- in.h.Server.SetTenants(tenants) }()
+		ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+		_ = in.h.Server.Shutdown(ctx)
+		cancel()
+		select {
+		case err := <-applied:
+			if err != nil {
+				t.Fatalf("round %d: SetTenants: %v", round, err)
+			}
+		case <-time.After(relaytest.Timeout):
+			t.Fatalf("round %d: SetTenants did not return within %v of a shutdown", round, relaytest.Timeout)
+		}
+	}
+}

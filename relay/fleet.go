@@ -109,9 +109,13 @@ type fleet struct {
 
 	ownerOut chan ownerWrite // session owners to store
 
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// loopMu orders startLoop's wg.Go before stop's cancel: no tenant
+	// loop starts once stop began waiting on wg (an apply adding tenants
+	// during Shutdown).
+	loopMu    sync.Mutex
 	stopBeats func()
 	// started is set by start: from then on a joining tenant's loop starts
 	// at once.
@@ -480,7 +484,9 @@ func (f *tenantFleet) retire(name string) {
 
 // startLoop starts f's loop unless it runs already.
 func (fl *fleet) startLoop(f *tenantFleet) {
-	if f.looping.CompareAndSwap(false, true) {
+	fl.loopMu.Lock()
+	defer fl.loopMu.Unlock()
+	if fl.ctx.Err() == nil && f.looping.CompareAndSwap(false, true) {
 		fl.wg.Go(func() { f.loop(fl.ctx) })
 	}
 }
@@ -522,7 +528,9 @@ func (fl *fleet) stop(ctx context.Context) {
 	if fl.stopBeats != nil {
 		fl.stopBeats() // a beat under way ends first
 	}
+	fl.loopMu.Lock()
 	fl.cancel()
+	fl.loopMu.Unlock()
 	fl.wg.Wait()
 	fl.srv.ledgers.Flush(ctx)
 	for _, h := range fl.srv.hubs() {

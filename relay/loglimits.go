@@ -30,7 +30,7 @@ const tenantLogKeys = 4096
 // serverLogs are the Server's log allowances shared by connections.
 type serverLogs struct {
 	sources *loglimit.Limiter // refused upgrades, by source (loglimit.NewSources)
-	tenants *loglimit.Limiter // dropped interrupts, by tenant
+	tenants *loglimit.Limiter // dropped interrupts, deliveries not caught up, by tenant
 }
 
 // logSource logs a line about an upgrade from remote (host:port) within

@@ -217,11 +217,12 @@ type Config struct {
 	Away func(tenant string) `yaml:"-"`
 	// CatchUp, when set, applies the registry (SetTenants) when it changed
 	// since the last apply, and returns once it did, or with an error when
-	// it could not tell or apply: Deliver calls it for a delivery to a
-	// tenant it does not know, which another instance may have provisioned
-	// (and routed a chat to) before this one applied it. A delivery whose
-	// tenant is still not known is dropped; one whose CatchUp failed is
-	// refused, so its platform delivers it again.
+	// it could not tell or apply, or would have to wait for another apply
+	// (it must not hold a platform's reader): Deliver calls it for a
+	// delivery to a tenant it does not know, which another instance may
+	// have provisioned (and routed a chat to) before this one applied it. A
+	// delivery whose tenant is still not known is dropped; one whose
+	// CatchUp failed is refused, so its platform delivers it again.
 	CatchUp func(ctx context.Context) error `yaml:"-"`
 	// WakeCooldown is the least time between two wake pokes of one wake
 	// URL: the GET the connector sends to a gateway's registered wake URL
@@ -628,7 +629,7 @@ func (s *Server) hubOrCatchUp(ctx context.Context, tenant string) (*hub, error) 
 	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	if err := s.cfg.CatchUp(ctx); err != nil {
-		s.log.Warn("delivery not taken: its tenant is not known here and the registry was not applied", "tenant", tenant, "err", err)
+		s.logs.tenants.Log(s.log, slog.LevelWarn, tenant, "delivery not taken: its tenant is not known here and the registry was not applied", "tenant", tenant, "err", err)
 		return nil, fmt.Errorf("relay: tenant %q not known here, the registry not applied: %w", tenant, err)
 	}
 	return s.hub(tenant), nil

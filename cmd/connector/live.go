@@ -57,12 +57,8 @@ type live struct {
 	// both hold).
 	applied   registry.Revision
 	appliedOK bool
-	// catching is the catchUp run callers share now, nil when none waits
-	// to begin; under catchMu.
-	catchMu  sync.Mutex
-	catching *catchRun
 	// relayed is whether the relay took the registry at applied (catchUp
-	// skips while it did).
+	// skips while it did, and refuses while it did not).
 	relayed bool
 	// setAside are the scope claims the last apply found set aside by a
 	// binding of another tenant (reportSetAside).
@@ -182,58 +178,61 @@ func (l *live) applyChanged(ctx context.Context) {
 	_ = l.applyLocked(ctx)
 }
 
-// catchUp is the relay's Config.CatchUp: it applies the registry unless
-// the relay took it at its stored revision, for a delivery to a tenant the
-// relay does not know (another instance may have applied it first). The
-// callers that ask before a run takes mu share it (it reads the revision
-// after each of them asked), so a flood of such deliveries while an apply
-// hangs starts one run, not one each. It waits for the run until ctx
-// ends, so a platform delivering under a lock its Bind takes holds the
-// apply only that long.
+// catchUp is the relay's Config.CatchUp: for a delivery to a tenant the
+// relay does not know (another instance may have applied it first), it
+// applies the registry when its stored revision moved since the relay took
+// it. It never waits for another apply: while one runs (the watch's, an
+// admin change's, another catch-up), or after the last one failed (the
+// watch tries again every registryPoll), the delivery is refused at once,
+// and its platform delivers it again; so a flood of deliveries to a tenant
+// gone or unknown costs one registry look at a time, and holds no
+// platform's reader behind an apply that hangs. The run holds mu on a
+// goroutine of its own, waited for until ctx ends, so a platform
+// delivering under a lock its Bind takes holds the apply only that long.
 func (l *live) catchUp(ctx context.Context) error {
-	l.catchMu.Lock()
-	r := l.catching
-	if r == nil {
-		r = &catchRun{done: make(chan struct{})}
-		l.catching = r
-		go l.runCatchUp(r)
+	if !l.mu.TryLock() {
+		return errCatchUpBusy
 	}
-	l.catchMu.Unlock()
+	if !l.relayed {
+		l.mu.Unlock()
+		return errCatchUpFailed
+	}
+	done := make(chan error, 1)
+	go l.runCatchUp(done) // unlocks mu
 	select {
-	case <-r.done:
-		return r.err
+	case err := <-done:
+		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// catchRun is one run of catchUp, shared by the callers that asked
-// before it began.
-type catchRun struct {
-	done chan struct{}
-	err  error
-}
+// catchUp's refusals.
+var (
+	errCatchUpBusy   = errors.New("registry: an apply is under way")
+	errCatchUpFailed = errors.New("registry: the last apply failed")
+)
 
 // catchUpTimeout bounds one run of catchUp.
 const catchUpTimeout = 5 * time.Minute
 
-// runCatchUp is r's run: once it holds mu, later callers start the next.
-func (l *live) runCatchUp(r *catchRun) {
-	defer close(r.done)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.catchMu.Lock()
-	l.catching = nil
-	l.catchMu.Unlock()
+// runCatchUp is catchUp's run, with mu held, which it unlocks; it sends
+// its outcome on done. A look that fails counts as a failed apply, so
+// the next catch-ups are refused until the watch's next apply.
+func (l *live) runCatchUp(done chan<- error) {
 	ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
 	defer cancel()
 	rev, err := l.reg.Revision(ctx)
-	if err == nil && l.relayed && rev == l.applied {
-		return
+	switch {
+	case err != nil:
+		l.relayed, l.appliedOK = false, false
+	case rev != l.applied:
+		if err = l.applyLocked(ctx); l.relayed {
+			err = nil // the relay took it; a platform's refusal is logged
+		}
 	}
-	if r.err = l.applyLocked(ctx); l.relayed {
-		r.err = nil // the relay took it; a platform's refusal is logged
-	}
+	l.mu.Unlock() // before done: the next catch-up finds mu free
+	done <- err
 }
 
 // errTableRefused is an apply's error once the relay took the registry
