@@ -3,6 +3,7 @@ package media
 import (
 	"cmp"
 	"errors"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -137,9 +138,6 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request, tenant, id st
 		return
 	}
 	defer obj.Close()
-	// A client that stops reading would hold the connection, its slot
-	// among the unauthenticated ones and the object's file for good.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h.s.cfg.UploadTimeout))
 	hdr := w.Header()
 	hdr.Set("Content-Type", cmp.Or(obj.MIME, "application/octet-stream"))
 	hdr.Set("X-Content-Type-Options", "nosniff")
@@ -151,7 +149,22 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request, tenant, id st
 		cd = cmp.Or(mime.FormatMediaType("attachment", map[string]string{"filename": obj.Filename}), cd)
 	}
 	hdr.Set("Content-Disposition", cd)
-	http.ServeContent(w, r, "", time.Time{}, obj.Section())
+	http.ServeContent(w, r, "", time.Time{}, &progress{obj.Section(), http.NewResponseController(w), h.s.cfg.UploadTimeout})
+}
+
+// progress reads a download's object and gives the write of each chunk
+// read d: a client that stops reading would else hold the connection, its
+// slot among the unauthenticated ones and the object's file for good,
+// while a slow one that keeps reading gets the whole object.
+type progress struct {
+	io.ReadSeeker
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (p *progress) Read(b []byte) (int, error) {
+	_ = p.rc.SetWriteDeadline(time.Now().Add(p.d))
+	return p.ReadSeeker.Read(b)
 }
 
 func tooLargeText(limit int64) string {

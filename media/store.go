@@ -110,8 +110,8 @@ type Config struct {
 	// re-hosts on receipt. Default 1h.
 	TTL time.Duration `yaml:"ttl"`
 	// UploadTimeout bounds reading one upload's body (POST /relay/media),
-	// where it replaces http.body_timeout, and sending one download (GET
-	// /relay/media/{id}). Default 2m.
+	// where it replaces http.body_timeout, and the time a download (GET
+	// /relay/media/{id}) may make no progress. Default 2m.
 	UploadTimeout time.Duration `yaml:"upload_timeout"`
 	// AllowPrivateURLs lets send_media download a source_url that resolves
 	// to a loopback, private or link-local address. Off by default: a

@@ -747,3 +747,56 @@ func TestDownloadToAClientThatStopsReadingEnds(t *testing.T) {
 		t.Fatal("the download's handler still writes to a client that stopped reading 10 s after the request (upload_timeout 300ms)")
 	}
 }
+
+// TestDownloadToASlowClientThatKeepsReadingEnds: media.upload_timeout
+// bounds each chunk's write of a download, not the whole answer: a gateway
+// fetching an object slowly but steadily (a 25 MiB one at under 210 KB/s
+// takes over 2 m) was cut off once the download took upload_timeout.
+func TestDownloadToASlowClientThatKeepsReadingEnds(t *testing.T) {
+	const size = 1 << 20
+	s, _ := newStore(t, Config{MaxBytes: 32 << 20, UploadTimeout: 500 * time.Millisecond})
+	info, err := s.Put("t1", bytes.NewReader(make([]byte, size)), "application/octet-stream", "big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(httpMux(s.Handler(HandlerConfig{Auth: tokens{"tok1": "t1"}})))
+	srv.Listener = smallSendBuffers{srv.Listener} // so the kernel cannot take the object at once
+	srv.Start()
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(64 << 10)
+	if _, err := fmt.Fprintf(conn, "GET /relay/media/%s HTTP/1.1\r\nHost: c\r\nAuthorization: Bearer tok1\r\nConnection: close\r\n\r\n", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	start, n, buf := time.Now(), 0, make([]byte, 32<<10)
+	for pace := time.NewTicker(50 * time.Millisecond); ; <-pace.C { // about 640 KB/s: 1.6 s for the object
+		m, err := io.ReadFull(resp.Body, buf)
+		if n += m; err != nil {
+			if n != size {
+				t.Fatalf("got %d bytes of %d in %v (upload_timeout 500ms), then %v", n, size, time.Since(start), err)
+			}
+			return
+		}
+	}
+}
+
+// smallSendBuffers gives every accepted connection a small send buffer.
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4096)
+	}
+	return c, err
+}

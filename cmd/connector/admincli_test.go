@@ -264,3 +264,16 @@ func TestAdminCLIChangeWithoutAnswerMayHaveBeenMade(t *testing.T) {
 		t.Errorf("tenants without an answer: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestAdminCLIChangeNeverSentIsNotSaidToBeMade: a change whose request
+// never reached the connector (its TLS certificate refused, so nothing was
+// sent) was said to be maybe made, as for a change sent and unanswered.
+func TestAdminCLIChangeNeverSentIsNotSaidToBeMade(t *testing.T) {
+	t.Setenv(envAdminToken, adminToken)
+	srv := httptest.NewTLSServer(http.NotFoundHandler()) // a certificate the CLI does not trust
+	defer srv.Close()
+	code, _, errOut := runCmd(t, "admin", "-url", srv.URL, "gateway", "add", "acme", "gw")
+	if code != 1 || strings.Contains(errOut, "may have been made") {
+		t.Errorf("gateway add never sent: exit %d, stderr %q; want exit 1 not saying the change may have been made", code, errOut)
+	}
+}

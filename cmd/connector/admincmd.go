@@ -8,14 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"os/user"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -268,10 +269,12 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 		return 2
 	}
 	req.Header.Set("Content-Type", "application/json")
+	var sent atomic.Bool // the request reached the connector whole
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) { sent.CompareAndSwap(false, i.Err == nil) }}))
 	resp, err := (&http.Client{Timeout: adminWait}).Do(req)
 	if err != nil {
-		var oe *net.OpError
-		if c.method != http.MethodGet && !(errors.As(err, &oe) && oe.Op == "dial") { // sent, no answer
+		if c.method != http.MethodGet && sent.Load() { // no answer
 			err = fmt.Errorf("%w; the change may have been made: check with connector admin tenants", err)
 		}
 		fmt.Fprintf(stderr, "connector admin: %v\n", unreachable(base, err))

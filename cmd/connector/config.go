@@ -34,7 +34,8 @@ type Config struct {
 	// Listen is the address of the public HTTP listener (/relay, webhooks,
 	// nexscope, /healthz). Default 127.0.0.1:8080.
 	Listen string `yaml:"listen"`
-	// ShutdownGrace bounds how long SIGTERM waits for in-flight outbound ops.
+	// ShutdownGrace bounds how long SIGTERM waits for the platforms to stop
+	// taking events (one that does not is logged) and for in-flight outbound ops.
 	// Every op still running then is answered with the retryable code
 	// unavailable, marked ambiguous (it may have been applied), and every
 	// gateway is closed with 1001 (waiting up to relay.write_timeout + 5s

@@ -342,3 +342,37 @@ func TestFailedStartShutsTheRelayDown(t *testing.T) {
 		t.Fatalf("relay after the failed start: Deliver = %v, want %v", err, relay.ErrShuttingDown)
 	}
 }
+
+// stuckPlatform is a platform whose ingest does not stop when told to.
+type stuckPlatform struct {
+	downPlatform
+	release chan struct{}
+}
+
+func (p stuckPlatform) Run(context.Context, platform.Sink) error {
+	<-p.release
+	return nil
+}
+
+// TestIngestThatDoesNotStopHoldsTheShutdownOnlyForTheGrace: a platform
+// whose ingest ignores the shutdown held it for good (no deadline, the
+// gateways never told to reconnect elsewhere); stopping the ingest now
+// gives up after shutdown_grace and logs which platform did not stop.
+func TestIngestThatDoesNotStopHoldsTheShutdownOnlyForTheGrace(t *testing.T) {
+	logs := &syncBuffer{}
+	release := make(chan struct{})
+	defer close(release)
+	c := &connector{cfg: &Config{ShutdownGrace: 200 * time.Millisecond}, log: slog.New(slog.NewJSONHandler(logs, nil)),
+		platforms: []platform.Platform{stuckPlatform{release: release}}}
+	stop := c.startIngest()
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stopping an ingest that does not stop still waits 10 s after it began (shutdown_grace 200ms)")
+	}
+	if !strings.Contains(logs.String(), `"platforms":["discord"]`) {
+		t.Errorf("the log does not name the platform that did not stop: %s", logs.String())
+	}
+}

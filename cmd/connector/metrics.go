@@ -51,8 +51,9 @@ type metrics struct {
 	outboundOf     children[[3]string, prometheus.Counter]
 	outboundTimeOf children[[2]string, prometheus.Observer]
 	rateWaitOf     children[string, prometheus.Observer]
+	ignoredOf      children[[2]string, prometheus.Counter]
 
-	// servedMu guards served and closing, and orders the connection
+	// servedMu guards served, closing and counted, and orders the connection
 	// gauge's changes with its deletion: SetTenants runs on an apply,
 	// ConnOpened and ConnClosed on a socket's goroutine.
 	servedMu sync.Mutex
@@ -61,6 +62,12 @@ type metrics struct {
 	// closing are the tenants no longer served whose connection gauge
 	// has not read 0 yet (SetTenants).
 	closing map[string]bool
+	// counted are the tenants a series was made for since the last apply
+	// (a child resolved, not every event): one counted after the apply
+	// that deleted it (a revoked socket's last frame, a platform's binding
+	// applied after the metrics, another instance's lagging route) is
+	// deleted by the next.
+	counted map[string]bool
 }
 
 // children caches a vector's children by their label values, each resolved
@@ -143,8 +150,15 @@ func newMetrics() *metrics {
 		statuses: counterVec("connector_delivery_statuses_total",
 			"Delivery statuses the platform reported for tenants' messages (WhatsApp Cloud: sent, delivered, read, failed, other), consumed, never delivered to gateways; tenant is unknown for a sender the platform echoed that is not a configured tenant (deleted since, or another app's mark).", "platform", "tenant", "status"),
 	}
-	m.inboundOf.new = func(k [3]string) prometheus.Counter { return m.inbound.WithLabelValues(k[0], k[1], k[2]) }
-	m.bufferedOf.new = func(t string) prometheus.Gauge { return m.buffered.WithLabelValues(t) }
+	m.inboundOf.new = func(k [3]string) prometheus.Counter {
+		m.count(k[1])
+		return m.inbound.WithLabelValues(k[0], k[1], k[2])
+	}
+	m.bufferedOf.new = func(t string) prometheus.Gauge { m.count(t); return m.buffered.WithLabelValues(t) }
+	m.ignoredOf.new = func(k [2]string) prometheus.Counter {
+		m.count(k[0])
+		return m.framesIgnored.WithLabelValues(k[0], k[1])
+	}
 	m.delayOf.new = func(p string) prometheus.Observer { return m.deliveryDelay.WithLabelValues(p) }
 	m.outboundOf.new = func(k [3]string) prometheus.Counter { return m.outbound.WithLabelValues(k[0], k[1], k[2]) }
 	m.outboundTimeOf.new = func(k [2]string) prometheus.Observer { return m.outboundTime.WithLabelValues(k[0], k[1]) }
@@ -357,26 +371,38 @@ type noIntake struct{}
 
 func (noIntake) IntakeStats() (int, uint64) { return 0, 0 }
 
+// count notes that a series of tenant was made (counted).
+func (m *metrics) count(tenant string) {
+	if tenant == "" {
+		return
+	}
+	m.servedMu.Lock()
+	defer m.servedMu.Unlock()
+	if m.counted == nil {
+		m.counted = make(map[string]bool)
+	}
+	m.counted[tenant] = true
+}
+
 // SetTenants implements platform.TenantKeeper: the series of a tenant no
-// longer served (deleted, or dropped from the YAML), or counted since it
-// was (an event routed to it after), are deleted, so
+// longer served (deleted, or dropped from the YAML), or counted since the
+// last apply (an event or frame of it after its deletion), are deleted, so
 // tenants coming and going do not grow the metrics without end; its
 // connection gauge by the first apply that reads it 0 (its sockets may
 // still be closing, each lowering it).
 func (m *metrics) SetTenants(created map[string]time.Time) {
 	m.servedMu.Lock()
 	defer m.servedMu.Unlock()
-	gone := make(map[string]bool, len(m.served))
+	gone := m.counted
+	if gone == nil {
+		gone = make(map[string]bool, len(m.served))
+	}
 	for tenant := range m.served {
 		gone[tenant] = true
 	}
-	m.inboundOf.mu.RLock()
-	for k := range m.inboundOf.m { // also an event dropped for a tenant not served (deleted before)
-		gone[k[1]] = k[1] != ""
-	}
-	m.inboundOf.mu.RUnlock()
-	for tenant, counted := range gone {
-		if _, ok := created[tenant]; ok || !counted {
+	for tenant := range gone {
+		if _, ok := created[tenant]; ok {
+			delete(gone, tenant)
 			continue
 		}
 		l := prometheus.Labels{"tenant": tenant}
@@ -384,13 +410,14 @@ func (m *metrics) SetTenants(created map[string]time.Time) {
 		m.inbound.DeletePartialMatch(l)
 		m.buffered.DeletePartialMatch(l)
 		m.statuses.DeletePartialMatch(l)
-		m.inboundOf.forget(func(k [3]string) bool { return k[1] == tenant })
-		m.bufferedOf.forget(func(k string) bool { return k == tenant })
 		if m.closing == nil {
 			m.closing = make(map[string]bool)
 		}
 		m.closing[tenant] = true
 	}
+	m.inboundOf.forget(func(k [3]string) bool { return gone[k[1]] })
+	m.bufferedOf.forget(func(k string) bool { return gone[k] })
+	m.ignoredOf.forget(func(k [2]string) bool { return gone[k[0]] })
 	for tenant := range m.closing {
 		if _, ok := created[tenant]; ok {
 			delete(m.closing, tenant)
@@ -399,7 +426,7 @@ func (m *metrics) SetTenants(created map[string]time.Time) {
 			delete(m.closing, tenant)
 		}
 	}
-	m.served = created
+	m.served, m.counted = created, nil
 }
 
 // idle reports whether a connection gauge reads no socket.
@@ -435,7 +462,7 @@ func (m *metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc
 
 // FrameIgnored implements relay.Metrics.
 func (m *metrics) FrameIgnored(tenant, reason string) {
-	m.framesIgnored.WithLabelValues(tenant, reason).Inc()
+	m.ignoredOf.get([2]string{tenant, reason}).Inc()
 }
 
 // Inbound implements relay.Metrics.

@@ -90,15 +90,16 @@ func TestConnectionGaugeCountsSocketsOfATenantNotServedYet(t *testing.T) {
 // TestSeriesOfADeletedTenantCountedAfterItsDeletionGo: an event routed to a
 // tenant after its deletion was applied (a platform's binding is applied
 // after the metrics, another instance's route lags) is counted as
-// dropped_unknown_tenant under the deleted tenant's id; the next apply
-// deletes that series too. Before, only the tenants of the previous apply
+// dropped_unknown_tenant under the deleted tenant's id, as is a revoked
+// socket's last ignored frame; the next apply deletes those series too. Before, only the tenants of the previous apply
 // were looked at, so each deleted tenant could leave series (and their
 // cache entries) for good, growing with tenant churn.
 func TestSeriesOfADeletedTenantCountedAfterItsDeletionGo(t *testing.T) {
 	m := newMetrics()
-	m.SetTenants(map[string]time.Time{"t1": {}, "t2": {}})
-	m.SetTenants(map[string]time.Time{"t1": {}}) // t2 deleted
+	m.SetTenants(map[string]time.Time{"t1": {}, "t2": {}, "t3": {}})
+	m.SetTenants(map[string]time.Time{"t1": {}}) // t2 and t3 deleted
 	m.Inbound("discord", "t2", "dropped_unknown_tenant")
+	m.FrameIgnored("t3", "malformed") // a revoked socket's last frame
 	m.Inbound("discord", "t1", "queued")
 	m.SetTenants(map[string]time.Time{"t1": {}})
 	families, err := m.reg.Gather()
@@ -108,8 +109,8 @@ func TestSeriesOfADeletedTenantCountedAfterItsDeletionGo(t *testing.T) {
 	for _, f := range families {
 		for _, s := range f.GetMetric() {
 			for _, l := range s.GetLabel() {
-				if l.GetName() == "tenant" && l.GetValue() == "t2" {
-					t.Errorf("%s still exports a series of deleted tenant t2: %v", f.GetName(), s.GetLabel())
+				if l.GetName() == "tenant" && (l.GetValue() == "t2" || l.GetValue() == "t3") {
+					t.Errorf("%s still exports a series of a deleted tenant: %v", f.GetName(), s.GetLabel())
 				}
 			}
 		}

@@ -128,7 +128,7 @@ metrics. Label values come from the configuration (tenants, platforms) or fixed 
 (ops, outcomes, reasons), never from what a gateway or a platform user sends. A histogram
 (` + "`_seconds`" + `) is exported as its ` + "`_bucket`" + `, ` + "`_sum`" + ` and ` + "`_count`" + ` series. A tenant's series
 are deleted by the registry apply that finds it no longer served (deleted, or dropped from the
-YAML), or the next one for an event counted after (routed to it late), its ` + "`connector_gateway_connections`" + ` by the first apply that reads it 0, or its last socket's close after that apply.
+YAML), or the next one for an event or a gateway frame counted after (routed to it late, a revoked socket's last), its ` + "`connector_gateway_connections`" + ` by the first apply that reads it 0, or its last socket's close after that apply.
 
 This file is generated from the collectors the connector registers, and a test keeps it so:
 ` + "`go test ./cmd/connector -run TestMetricsDoc -update`" + ` rewrites it. A Grafana dashboard and

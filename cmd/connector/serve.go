@@ -632,12 +632,17 @@ func (c *connector) servePublic(l *listeners) <-chan error {
 }
 
 // startIngest runs every platform's ingest into the relay, and the media
-// sweeper, until stop is called; stop returns once they have all returned.
+// sweeper, until stop is called; stop returns once they have all returned,
+// or after shutdown_grace, logging the platforms that did not.
 func (c *connector) startIngest() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var ingest sync.WaitGroup
+	var mu sync.Mutex
+	running := make(map[string]bool, len(c.platforms))
 	for _, p := range c.platforms {
+		running[p.Name()] = true
 		ingest.Go(func() {
+			defer func() { mu.Lock(); delete(running, p.Name()); mu.Unlock() }()
 			err := p.Run(ctx, c.relay)
 			if err != nil && ctx.Err() == nil {
 				c.log.Error("platform ingest stopped", "platform", p.Name(), "err", err)
@@ -651,7 +656,16 @@ func (c *connector) startIngest() (stop func()) {
 	}
 	return func() {
 		cancel()
-		ingest.Wait()
+		done := make(chan struct{})
+		go func() { ingest.Wait(); close(done) }()
+		grace := cmp.Or(c.cfg.ShutdownGrace, defaultShutdownGrace)
+		select {
+		case <-done:
+		case <-time.After(grace):
+			mu.Lock()
+			defer mu.Unlock()
+			c.log.Error("platform ingest did not stop within shutdown_grace; going on without it", "platforms", slices.Sorted(maps.Keys(running)), "grace", grace)
+		}
 	}
 }
 
