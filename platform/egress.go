@@ -90,7 +90,8 @@ type Egress[P Platform, T any] struct {
 //     tenant there, a thread_rename a topic it created there
 //     (Grants.PostedBy): egress_declined;
 //  6. the creation ctx carries (WithCreation) is tenant's as e.Vault
-//     knows it: egress_declined.
+//     knows it, unless that is none (declared in the YAML over the stored
+//     tenant, the same tenant: vault.Earlier): egress_declined.
 //
 // The op then runs, charged to tenant (WithTenant), its platform calls
 // asking again as their turn comes (StillMayAct); in a chat held by
@@ -149,7 +150,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	created, dispatched := ctx.Value(creationKey{}).(time.Time)
 	if e.Vault != nil {
 		now := vault.Creation(e.Vault, tenant)
-		if dispatched && !now.Equal(created) {
+		if dispatched && !now.IsZero() && !now.Equal(created) {
 			return contract.Declined(p.Name())
 		}
 		created = now

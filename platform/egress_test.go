@@ -607,3 +607,26 @@ func TestActionOfAnEarlierTenant(t *testing.T) {
 		t.Errorf("the earlier t1's send without grants: %+v, op ran: %v, want declined, no op", r, !stamped.IsZero())
 	}
 }
+
+// TestActionOfATenantDeclaredMeanwhile: the relay took t1's action from
+// its connection (platform.WithCreation), then the YAML declared t1 over
+// its stored tenant (the vault first, creation zero): the same tenant, whose
+// connections stay (relay.Server.SetTenants), so its action runs and what
+// it records is the declared tenant's. Before, any other creation than
+// the one dispatched was declined, the live tenant's action too.
+func TestActionOfATenantDeclaredMeanwhile(t *testing.T) {
+	first := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	var created time.Time // declared
+	v := vault.NewMemory(vault.Config{Since: func(string) time.Time { return created }})
+	p := &chatsPlatform{owners: map[string]string{"c1": "t1"}}
+	stamped := first
+	ops := platform.Ops[*chatsPlatform, string]{contract.OpSend: func(_ *chatsPlatform, ctx context.Context, tenant, chat string, _ *contract.Action) contract.Result {
+		stamped = platform.AuthorizedCreation(ctx, v, tenant)
+		return contract.OK("m-" + chat)
+	}}
+	e := platform.Egress[*chatsPlatform, string]{Ops: ops, Chat: func(_ *chatsPlatform, chat string) (string, bool) { return chat, true }, Vault: v}
+	send := &contract.Action{Op: contract.OpSend, ChatID: "c1"}
+	if r := platform.Execute(platform.WithCreation(t.Context(), first), &e, p, "t1", send); !r.Success || !stamped.IsZero() {
+		t.Fatalf("t1's send once the YAML declared t1: %+v, stamped %v; want sent, stamped as declared", r, stamped)
+	}
+}
