@@ -37,7 +37,7 @@ import (
 //	                       answer, for its resends, and the empty
 //	                       field -> 65 dashes (answerLua), PX
 //	oldanswers:{<tenant>}  the answers before those, PX
-//	pruned:{<tenant>}      1, set by Forget; an append raises it
+//	pruned:{<tenant>}      1, set by Forget; an append sets it to 2
 //	                       (appendScript) and indexes the tenant again,
 //	                       then deletes it (untake)
 //	ledgers                set of the tenants that appended since Forget
@@ -241,9 +241,9 @@ type redisLedger struct{ s *redisStore }
 // entries (deleted by hand), moves past the stream's last entry the same
 // way, instead of failing every append of the tenant. A log key of
 // another type (another program's) goes, with the byte counter. An append
-// that finds the tenant's prune marker (Forget) raises it past 1 and
-// answers -first: the tenant is to be indexed again, and the marker goes
-// once it is (untake).
+// that finds the tenant's prune marker (Forget) sets it to 2, whatever it
+// held (another program's value too), and answers -first: the tenant is
+// to be indexed again, and the marker goes once it is (untake).
 var appendScript = redis.NewScript(appendLua)
 
 // pastLua defines past(n), the next multiple of 2^32 above n: where a
@@ -288,7 +288,7 @@ for i = 0, n - 1 do
 end
 addBytes(KEYS[2], KEYS[3], size)
 if redis.call('EXISTS', KEYS[5]) == 1 then
-  redis.call('INCR', KEYS[5])
+  redis.call('SET', KEYS[5], '2')
   first = -first
 end
 return answer(first)

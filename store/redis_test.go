@@ -1202,3 +1202,59 @@ func TestRedisAppendIndexesUntilTheTakenMarkerIsIndexed(t *testing.T) {
 		t.Fatalf("a fresh store's tenants: %v, %v; want [t1], which holds a confirmed record", tenants, err)
 	}
 }
+
+// TestRedisForeignPruneMarker: a forgotten tenant's prune marker
+// overwritten with a value that is no number or a key of another type (by
+// hand or another program) does not stop the tenant's appends: the first
+// is stored once, indexes the tenant and removes the marker. Before, the
+// append script's INCR of the marker failed after its XADD: every append
+// of the tenant failed for good and left its records in the stream, which
+// the resent event stored again.
+func TestRedisForeignPruneMarker(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	admin := srv.Client(t)
+	for _, c := range []struct {
+		name string
+		set  func(ctx context.Context, key string) error
+	}{
+		{"no number", func(ctx context.Context, key string) error { return admin.Set(ctx, key, "garbage", 0).Err() }},
+		{"a hash", func(ctx context.Context, key string) error {
+			if err := admin.Del(ctx, key).Err(); err != nil {
+				return err
+			}
+			return admin.HSet(ctx, key, "x", "y").Err()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := redisConfig(srv)
+			ctx := t.Context()
+			l := opener(t, cfg)(nil).Ledger()
+			seqs, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a")}})
+			if err == nil {
+				_, err = l.Ack(ctx, "t1", seqs...)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := l.Forget(ctx, func(string) bool { return false }); err != nil || n != 1 {
+				t.Fatalf("Forget: %d, %v; want 1", n, err)
+			}
+			marker := cfg.RedisPrefix + "pruned:{t1}"
+			if err := c.set(ctx, marker); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}}); err != nil {
+				t.Fatalf("append over the foreign marker: %v", err)
+			}
+			if recs, err := l.Read(ctx, "t1", 0, 10); err != nil || len(recs) != 1 {
+				t.Fatalf("read: %+v, %v; want the one record", recs, err)
+			}
+			if n, err := admin.Exists(ctx, marker).Result(); err != nil || n != 0 {
+				t.Fatalf("marker: %d, %v; want it gone", n, err)
+			}
+			if tenants, err := opener(t, cfg)(nil).Ledger().Tenants(ctx); err != nil || !slices.Equal(tenants, []string{"t1"}) {
+				t.Fatalf("a fresh store's tenants: %v, %v; want [t1]", tenants, err)
+			}
+		})
+	}
+}
