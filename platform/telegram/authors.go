@@ -41,7 +41,8 @@ import (
 // presser is linked to it, as Discord's route does. created is the
 // tenant's creation (vault.Creation) as the ownership was read (or as the
 // prompt's record keeps it), before the grant's store calls: a tenant deleted and
-// made again under its id while they wait does not take the update.
+// made again under its id while they wait does not take the update, nor the
+// grant.
 func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, created time.Time, owner bool, drop string) {
 	src := &in.event.Source
 	chat := chatOf(src.ChatID)
@@ -84,8 +85,8 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 			return "", time.Time{}, false, dropEarlierTenantPrompt
 		}
 	}
-	if r.Grant && (r.Tenant == routed || own.Linked(src.UserID.Value, r.Tenant)) {
-		p.grants.Add(ctx, src.ChatID, "", r.Tenant)
+	if r.Grant && (r.Tenant == routed || own.Linked(src.UserID.Value, r.Tenant)) && !vault.Earlier(p.deps.Vault, r.Tenant, created) {
+		p.grants.Add(ctx, src.ChatID, "", r.Tenant) // not for one made again while PromptPoster read the store
 	}
 	return r.Tenant, created, r.Owner, ""
 }

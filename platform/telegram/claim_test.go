@@ -268,4 +268,11 @@ func TestPreviewOfAFrameThatOutlivedItsTenantAfterTheNewOnes(t *testing.T) {
 	if len(msgs) != 2 || !slices.Contains(slices.Collect(maps.Values(msgs)), "the new preview") {
 		t.Fatalf("the chat has %v, want the new tenant's preview as it was and the earlier tenant's apart", msgs)
 	}
+	// The earlier frame's record does not replace the new tenant's: its
+	// next frame edits its own preview, not a message of its own.
+	frame("the new preview, longer")
+	msgs = e.fake.Messages(id)
+	if len(msgs) != 2 || !slices.Contains(slices.Collect(maps.Values(msgs)), "the new preview, longer") {
+		t.Fatalf("the chat has %v, want the new tenant's preview edited and the earlier tenant's apart", msgs)
+	}
 }

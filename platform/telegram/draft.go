@@ -311,9 +311,11 @@ func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (
 // storePreview records pv, stream k's preview (locked), in the store for
 // previewWindow when there is one; sealed marks it the stream's reply, and
 // an open one of a turn is named for the turn (turnPreviewKey). A failure
-// is logged: only an instance without the record misses it.
+// is logged: only an instance without the record misses it. A preview of
+// an earlier tenant of the id (a frame that outlived it) is not recorded:
+// no one reads its record, and it would replace the new tenant's.
 func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, sealed bool) {
-	if p.seals == nil {
+	if p.seals == nil || vault.Outdated(p.deps.Vault, k.tenant, pv.at, pv.created) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)

@@ -197,6 +197,10 @@ func TestPressRoutedUnderItsRecordsCreation(t *testing.T) {
 	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.PromptResponse == nil || !d.Created.Equal(first) {
 		t.Fatalf("the press delivered to %q as created %v: %+v, want the earlier t2's prompt_response (%v)", d.Tenant, d.Created, d.Event, first)
 	}
+	// Nor does the new t2 take the group's grant from the press, as on Discord.
+	if e.p.grants.Has(t.Context(), "-100888", "t2") {
+		t.Fatal("the new t2 was granted the group by a press of the earlier t2's prompt")
+	}
 }
 
 // judgedPosterVault is a vault.Memory that, once armed, sets judged as it
