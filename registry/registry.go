@@ -385,10 +385,11 @@ func list[T any](ctx context.Context, kv store.Registry, namespace string, out *
 	return nil
 }
 
-// judgeable is nil unless an entry the ownership of platformName's chats
+// Judgeable is nil unless an entry the ownership of platformName's chats
 // depends on (a tenant, a binding of the platform) was passed over as
-// corrupt: a claim judged without it might take a chat it holds.
-func (s State) judgeable(platformName string) error {
+// corrupt: a claim judged, or a routing table applied, without it might
+// give another tenant a chat it holds (a claim it set aside).
+func (s State) Judgeable(platformName string) error {
 	for _, c := range s.Corrupt {
 		if strings.HasPrefix(c, nsTenants+" ") || strings.HasPrefix(c, nsBindings+" "+platformName+"/") {
 			return fmt.Errorf("registry: %s does not decode; no %s claim is judged until an operator fixes or removes it", c, platformName)
@@ -1270,7 +1271,7 @@ func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []
 	if !v.read || v.platform != b.Platform || !bytes.Equal(v.guard, guard) {
 		s, _, err := r.Effective(ctx)
 		if err == nil {
-			err = s.judgeable(b.Platform)
+			err = s.Judgeable(b.Platform)
 		}
 		if err != nil {
 			return false, err
@@ -1356,7 +1357,7 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 	_, _, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
 		s, _, err := r.Effective(ctx)
 		if err == nil {
-			err = s.judgeable(platformName)
+			err = s.Judgeable(platformName)
 		}
 		if err != nil {
 			return false, err

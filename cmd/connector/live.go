@@ -274,12 +274,17 @@ func (l *live) applyLocked(ctx context.Context) error {
 	}
 	// A platform refusing its table (a binding stored by an older
 	// version) holds back no other platform, nor the policies and the
-	// secrets' expiry.
+	// secrets' expiry. One whose table lacks a corrupt entry keeps the
+	// last (registry.State.Judgeable), as one refusing it.
 	bindings := s.PlatformBindings()
 	var names []string
 	var refused error
 	for name, b := range l.binders {
-		if err := b.Bind(bindings[name]); err != nil {
+		err := s.Judgeable(name)
+		if err == nil {
+			err = b.Bind(bindings[name])
+		}
+		if err != nil {
 			l.log.Error("registry bindings not applied", "platform", name, "err", err)
 			names, refused = append(names, name), cmp.Or(refused, err)
 		}
@@ -448,7 +453,7 @@ func newAdminMetrics(pm *metrics) *adminMetrics {
 		setAside: gaugeVec("connector_scope_claims_set_aside",
 			"Stored scope claims that a binding of another tenant (configuration or admin API) sets aside, per platform: kept in the store, ignored by routing and egress.", "platform"),
 		corrupt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "connector_registry_corrupt_entries",
-			Help: "Stored registry entries the last apply passed over as they do not decode (logged): their tenant, gateway, binding or policy is left out, and no claim on a platform whose binding or any tenant is corrupt is judged."}),
+			Help: "Stored registry entries the last apply passed over as they do not decode (logged): their tenant, gateway, binding or policy is left out, and a platform whose binding or any tenant is corrupt judges no claim and keeps its last routing table."}),
 	}
 	pm.register(m.changes, m.gateways, m.refused, m.applies, m.reloads, m.setAside, m.corrupt)
 	m.applies.WithLabelValues("ok")
