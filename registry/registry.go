@@ -390,9 +390,21 @@ func list[T any](ctx context.Context, kv store.Registry, namespace string, out *
 // corrupt: a claim judged, or a routing table applied, without it might
 // give another tenant a chat it holds (a claim it set aside).
 func (s State) Judgeable(platformName string) error {
+	return s.corrupt(nsTenants+" ", nsBindings+" "+platformName+"/")
+}
+
+// TenantsWhole is nil unless a tenant record was passed over as corrupt:
+// a state without it must not be applied, which would take the tenant
+// for deleted and drop its buffered inbound and media with it.
+func (s State) TenantsWhole() error { return s.corrupt(nsTenants + " ") }
+
+// corrupt names the first entry of Corrupt starting with one of prefixes.
+func (s State) corrupt(prefixes ...string) error {
 	for _, c := range s.Corrupt {
-		if strings.HasPrefix(c, nsTenants+" ") || strings.HasPrefix(c, nsBindings+" "+platformName+"/") {
-			return fmt.Errorf("registry: %s does not decode; no %s claim is judged until an operator fixes or removes it", c, platformName)
+		for _, p := range prefixes {
+			if strings.HasPrefix(c, p) {
+				return fmt.Errorf("registry: %s does not decode; an operator must fix or remove it", c)
+			}
 		}
 	}
 	return nil

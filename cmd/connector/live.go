@@ -263,6 +263,9 @@ func (l *live) applyLocked(ctx context.Context) error {
 	if len(s.Corrupt) > 0 {
 		l.log.Error("registry entries passed over: they do not decode; fix or remove them", "entries", s.Corrupt)
 	}
+	if err := s.TenantsWhole(); err != nil {
+		return failed(slog.LevelError, "registry not applied: a tenant record does not decode (fix it, or end the tenant: connector admin tenant rm)", err)
+	}
 	tenants := relayTenants(s)
 	created := l.keys.set(tenants)
 	if err := l.relay.SetTenants(tenants); err != nil {
@@ -453,7 +456,7 @@ func newAdminMetrics(pm *metrics) *adminMetrics {
 		setAside: gaugeVec("connector_scope_claims_set_aside",
 			"Stored scope claims that a binding of another tenant (configuration or admin API) sets aside, per platform: kept in the store, ignored by routing and egress.", "platform"),
 		corrupt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "connector_registry_corrupt_entries",
-			Help: "Stored registry entries the last apply passed over as they do not decode (logged): their tenant, gateway, binding or policy is left out, and a platform whose binding or any tenant is corrupt judges no claim and keeps its last routing table."}),
+			Help: "Stored registry entries the last apply passed over as they do not decode (logged): their gateway, binding or policy is left out, and a platform whose binding is corrupt judges no claim and keeps its last routing table; a corrupt tenant record stops the apply (the tenant would be taken for deleted) and every claim."}),
 	}
 	pm.register(m.changes, m.gateways, m.refused, m.applies, m.reloads, m.setAside, m.corrupt)
 	m.applies.WithLabelValues("ok")

@@ -545,9 +545,10 @@ func TestCatchUpsWhileAnApplyHangsShareOneRun(t *testing.T) {
 // decode (passed over, registry.State.Corrupt) leaves its platform the
 // last table it applied, as a refused table does: applied without it,
 // a scope claim of another tenant it set aside would route that tenant
-// the chat. A tenant record that does not decode holds back every
-// platform (its bindings would all go). Before, the tables were applied
-// without them: tenant b's claim in a's guild took a's channel.
+// the chat. A tenant record that does not decode holds back the apply:
+// applied without it, the tenant is taken for deleted (its buffered
+// inbound and media dropped, its bindings gone). Before, both were
+// applied: tenant b's claim in a's guild took a's channel.
 func TestCorruptEntryHoldsBackItsPlatformsTable(t *testing.T) {
 	st := memStore(t)
 	ctx := context.Background()
@@ -596,7 +597,9 @@ func TestCorruptEntryHoldsBackItsPlatformsTable(t *testing.T) {
 	put("registry/bindings", "discord/guild/700", string(guild.Value))
 	put("registry/tenants", "a", "{not json")
 	discord.bindings, telegram.bindings = nil, nil
-	if err := c.live.apply(ctx); !errors.Is(err, errTableRefused) || discord.bindings != nil || telegram.bindings != nil {
-		t.Fatalf("apply with a's record corrupt: %v; tables %v, %v: want both held back", err, discord.bindings, telegram.bindings)
+	k := &tenantKeeper{}
+	c.live.keepers = append(c.live.keepers, k)
+	if err := c.live.apply(ctx); err == nil || discord.bindings != nil || telegram.bindings != nil || k.last != nil {
+		t.Fatalf("apply with a's record corrupt: %v; tables %v, %v, tenants %v: want none applied (a taken for deleted, its inbound and media dropped)", err, discord.bindings, telegram.bindings, k.last)
 	}
 }
