@@ -1025,12 +1025,24 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 	return secret, data, nil
 }
 
-// DeleteGateway removes gateway id of tenant (removeGateway).
+// DeleteGateway removes gateway id of tenant (removeGateway). One stored
+// under id that does not decode (State.Corrupt: no tenant's, its secrets
+// refused) goes whichever tenant is named: the operator's way to remove
+// it (the management plane's deprovision finds its caller's gateway
+// first, so it never gets here).
 func (r *Registry) DeleteGateway(ctx context.Context, tenant, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return ErrDeclared
+	}
+	var g Gateway
+	if e, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok && json.Unmarshal(e.Value, &g) != nil {
+		if err == nil {
+			_, err = r.kv.CompareAndSwap(ctx, nsGateways, id, e.Value, nil)
+			r.notify(ctx)
+		}
+		return err
 	}
 	return r.removeGateway(ctx, tenant, id)
 }
