@@ -1721,7 +1721,7 @@ func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []b
 		drop, _, err = r.kv.Get(ctx, nsBindings, dropKey(was.tenant))
 		_ = json.Unmarshal(drop.Value, &mark) // none, or corrupt: no drop under way
 	}
-	if err == nil && after.Gen == was.gen && bytes.Equal(drop.Value, was.drop) && !mark.Dropping || err != nil && !errors.Is(err, ErrNotFound) {
+	if err == nil && after.Gen == was.gen && bytes.Equal(drop.Value, was.drop) && !mark.dropping(r.clock.Now()) || err != nil && !errors.Is(err, ErrNotFound) {
 		return nil
 	}
 	_, err = r.kv.CompareAndSwap(ctx, namespace, key, was.value, nil)
