@@ -30,17 +30,27 @@ const nsLinkCodes = "registry/linkcodes"
 // read it before its write and finds it changed, or a drop under way,
 // puts back none of the tenant's bindings it replaced (giveBack), which
 // the drop may have missed. A drop that fails leaves it under way until
-// the next one ends. It is kept with the bindings (no binding's key starts
+// it expires (dropMark). It is kept with the bindings (no binding's key starts
 // so: CanonicalBinding), so no failover loses it without the drop's
 // deletes after it (one hash tag on Redis); Stored leaves it out.
 func dropKey(tenant string) string { return "dropped/" + tenant }
 
-// dropMark is a tenant's mark (dropKey): Dropping while a DropManaged is
-// under way. It has no Platform, as no binding does.
+// dropMark is a tenant's mark (dropKey): Drops counts the DropManaged
+// under way, until Until (dropExpiry after the last began), so one that
+// ends before another, begun meanwhile, does not mark it done, and one
+// killed does not leave it under way for good. It has no Platform, as no
+// binding does.
 type dropMark struct {
-	Tenant   string
-	Dropping bool `json:",omitempty"`
+	Tenant string
+	Drops  int       `json:",omitempty"`
+	Until  time.Time `json:",omitzero"`
 }
+
+// dropExpiry bounds how long a DropManaged is taken for under way.
+const dropExpiry = 10 * time.Minute
+
+// dropping reports whether a DropManaged is under way at now.
+func (m dropMark) dropping(now time.Time) bool { return m.Drops > 0 && now.Before(m.Until) }
 
 // Link code bounds.
 const (
@@ -458,17 +468,43 @@ func isDropMark(b Binding) bool { return b.Platform == "" }
 // removes it again when it finds the tenant gone after: a deletion whose
 // sweep listed the marks before it would leave it for good.
 func (r *Registry) markDrop(ctx context.Context, tenant string, dropping bool) error {
-	mark, err := stamped(dropMark{tenant, dropping})
-	if err != nil {
-		return err
-	}
-	if _, err := r.kv.Put(ctx, nsBindings, dropKey(tenant), mark); err != nil {
-		return err
+	var mark []byte
+	for round := 0; mark == nil; round++ {
+		if err := backoff(ctx, round); err != nil || round == maxSwaps {
+			return cmp.Or(err, fmt.Errorf("%w: tenant %q's drop mark kept changing; try again", ErrConflict, tenant))
+		}
+		e, ok, err := r.kv.Get(ctx, nsBindings, dropKey(tenant))
+		if err != nil {
+			return err
+		}
+		var cur dropMark
+		now := r.clock.Now()
+		if json.Unmarshal(e.Value, &cur) != nil || !cur.dropping(now) { // none, corrupt or expired
+			cur = dropMark{}
+		}
+		next := dropMark{tenant, cur.Drops - 1, cur.Until}
+		if dropping {
+			next.Drops, next.Until = cur.Drops+1, now.Add(dropExpiry)
+		}
+		next.Drops = max(next.Drops, 0)
+		data, err := stamped(next)
+		if err != nil {
+			return err
+		}
+		var old []byte
+		if ok {
+			old = e.Value
+		}
+		if swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, dropKey(tenant), old, data); err != nil {
+			return err
+		} else if swapped {
+			mark = data
+		}
 	}
 	if _, err := r.tenant(ctx, tenant); !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	_, err = r.kv.CompareAndSwap(ctx, nsBindings, dropKey(tenant), mark, nil)
+	_, err := r.kv.CompareAndSwap(ctx, nsBindings, dropKey(tenant), mark, nil)
 	return err
 }
 

@@ -1372,7 +1372,7 @@ func TestClaimTakeBackKeepsNoClaimOfADropUnderWayOnRedis(t *testing.T) {
 	claimed := make(chan error, 1)
 	var marked, wrote sync.Once
 	hookedTwo.after = func(op, namespace, key string) {
-		if op != "put" || key != "dropped/a" {
+		if op != "cas" || key != "dropped/a" {
 			return
 		}
 		marked.Do(func() { // the drop is marked, its bindings not listed yet
@@ -1421,7 +1421,7 @@ func TestDropManagedLeavesNoMarkOfADeletedTenantOnRedis(t *testing.T) {
 	}
 	var deleted sync.Once
 	hookedTwo.before = func(op, _, key string) {
-		if op == "put" && key == "dropped/a" {
+		if op == "cas" && key == "dropped/a" {
 			deleted.Do(func() {
 				if err := one.DeleteTenant(ctx, "a"); err != nil {
 					t.Errorf("instance one's delete of a: %v", err)
@@ -1471,5 +1471,65 @@ func TestDropMarkIsKeptWithTheBindings(t *testing.T) {
 	}
 	if s, _ := effective(t, r); len(s.Bindings) != 0 {
 		t.Fatalf("bindings after the drop: %+v, want none (the mark is none)", s.Bindings)
+	}
+}
+
+// TestOverlappingDropsKeepTheMarkUnderWay: of two DropManaged of one
+// tenant at once, the first to end leaves the drop mark under way while
+// the other still drops (a take-back reading it then puts back none of
+// the tenant's bindings the other may have passed), and the last marks
+// it done; a drop that failed before its end leaves it under way only
+// until it expires. Before, the first to end marked it done (a Put), and
+// one that failed left it under way until the next one ended.
+func TestOverlappingDropsKeepTheMarkUnderWay(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	hooked := &hookedStore{Store: store.NewMemory(c)}
+	t.Cleanup(func() { _ = hooked.Close() })
+	r := registry.New(hooked, c)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	mark := func() string {
+		e, _, err := hooked.Store.Registry().Get(ctx, "registry/bindings", "dropped/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(e.Value)
+	}
+	inner := false
+	var during string
+	hooked.before = func(op, namespace, _ string) {
+		if op == "list" && namespace == "registry/bindings" && !inner {
+			inner = true // the outer drop is under way: another runs to its end
+			if _, err := r.DropManaged(ctx, "a"); err != nil {
+				t.Errorf("inner DropManaged: %v", err)
+			}
+			during = mark()
+		}
+	}
+	if _, err := r.DropManaged(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	hooked.before = nil
+	if !strings.Contains(during, `"Drops":1`) || strings.Contains(mark(), `"Drops"`) {
+		t.Fatalf("mark while the outer drop ran %s, after %s: want one drop under way, then none", during, mark())
+	}
+	marks := 0
+	hooked.put = func(_, key string) error {
+		if key == "dropped/a" {
+			if marks++; marks == 2 {
+				return errors.New("killed (injected)")
+			}
+		}
+		return nil
+	}
+	if _, err := r.DropManaged(ctx, "a"); err == nil {
+		t.Fatal("a drop that could not mark its end succeeded")
+	}
+	hooked.put = nil
+	c.Advance(11 * time.Minute)
+	if _, err := r.DropManaged(ctx, "a"); err != nil || strings.Contains(mark(), `"Drops"`) {
+		t.Fatalf("drop after a failed one expired: %v, mark %s: want done", err, mark())
 	}
 }

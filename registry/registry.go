@@ -385,13 +385,26 @@ func list[T any](ctx context.Context, kv store.Registry, namespace string, out *
 	return nil
 }
 
-// judgeable is nil unless an entry the ownership of platformName's chats
+// Judgeable is nil unless an entry the ownership of platformName's chats
 // depends on (a tenant, a binding of the platform) was passed over as
-// corrupt: a claim judged without it might take a chat it holds.
-func (s State) judgeable(platformName string) error {
+// corrupt: a claim judged, or a routing table applied, without it might
+// give another tenant a chat it holds (a claim it set aside).
+func (s State) Judgeable(platformName string) error {
+	return s.corrupt(nsTenants+" ", nsBindings+" "+platformName+"/")
+}
+
+// TenantsWhole is nil unless a tenant record was passed over as corrupt:
+// a state without it must not be applied, which would take the tenant
+// for deleted and drop its buffered inbound and media with it.
+func (s State) TenantsWhole() error { return s.corrupt(nsTenants + " ") }
+
+// corrupt names the first entry of Corrupt starting with one of prefixes.
+func (s State) corrupt(prefixes ...string) error {
 	for _, c := range s.Corrupt {
-		if strings.HasPrefix(c, nsTenants+" ") || strings.HasPrefix(c, nsBindings+" "+platformName+"/") {
-			return fmt.Errorf("registry: %s does not decode; no %s claim is judged until an operator fixes or removes it", c, platformName)
+		for _, p := range prefixes {
+			if strings.HasPrefix(c, p) {
+				return fmt.Errorf("registry: %s does not decode; an operator must fix or remove it", c)
+			}
 		}
 	}
 	return nil
@@ -1012,12 +1025,24 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 	return secret, data, nil
 }
 
-// DeleteGateway removes gateway id of tenant (removeGateway).
+// DeleteGateway removes gateway id of tenant (removeGateway). One stored
+// under id that does not decode (State.Corrupt: no tenant's, its secrets
+// refused) goes whichever tenant is named: the operator's way to remove
+// it (the management plane's deprovision finds its caller's gateway
+// first, so it never gets here).
 func (r *Registry) DeleteGateway(ctx context.Context, tenant, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return ErrDeclared
+	}
+	var g Gateway
+	if e, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok && json.Unmarshal(e.Value, &g) != nil {
+		if err == nil {
+			_, err = r.kv.CompareAndSwap(ctx, nsGateways, id, e.Value, nil)
+			r.notify(ctx)
+		}
+		return err
 	}
 	return r.removeGateway(ctx, tenant, id)
 }
@@ -1270,7 +1295,7 @@ func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []
 	if !v.read || v.platform != b.Platform || !bytes.Equal(v.guard, guard) {
 		s, _, err := r.Effective(ctx)
 		if err == nil {
-			err = s.judgeable(b.Platform)
+			err = s.Judgeable(b.Platform)
 		}
 		if err != nil {
 			return false, err
@@ -1356,7 +1381,7 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 	_, _, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
 		s, _, err := r.Effective(ctx)
 		if err == nil {
-			err = s.judgeable(platformName)
+			err = s.Judgeable(platformName)
 		}
 		if err != nil {
 			return false, err
@@ -1696,7 +1721,7 @@ func (r *Registry) giveBack(ctx context.Context, namespace, key string, data []b
 		drop, _, err = r.kv.Get(ctx, nsBindings, dropKey(was.tenant))
 		_ = json.Unmarshal(drop.Value, &mark) // none, or corrupt: no drop under way
 	}
-	if err == nil && after.Gen == was.gen && bytes.Equal(drop.Value, was.drop) && !mark.Dropping || err != nil && !errors.Is(err, ErrNotFound) {
+	if err == nil && after.Gen == was.gen && bytes.Equal(drop.Value, was.drop) && !mark.dropping(r.clock.Now()) || err != nil && !errors.Is(err, ErrNotFound) {
 		return nil
 	}
 	_, err = r.kv.CompareAndSwap(ctx, namespace, key, was.value, nil)

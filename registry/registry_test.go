@@ -330,3 +330,33 @@ func TestCorruptTenantCanBeDeleted(t *testing.T) {
 		t.Fatalf("claim after the corrupt tenant went: %v", err)
 	}
 }
+
+// TestCorruptGatewayCanBeDeleted: a gateway entry that does not decode
+// (passed over: its secrets are refused) is removed by DeleteGateway, the
+// admin API's, whichever tenant names it. Before, DeleteGateway failed on
+// it: no API could remove it.
+func TestCorruptGatewayCanBeDeleted(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(c)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, c)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Registry().Put(ctx, "registry/gateways", "gw9", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := effective(t, r); len(s.Gateways) != 0 || len(s.Corrupt) != 1 {
+		t.Fatalf("gateways %+v, corrupt %q: want none, and gw9 corrupt", s.Gateways, s.Corrupt)
+	}
+	if err := r.DeleteGateway(ctx, "a", "gw9"); err != nil {
+		t.Fatalf("DeleteGateway of the corrupt gateway: %v", err)
+	}
+	if s, _ := effective(t, r); len(s.Corrupt) != 0 {
+		t.Fatalf("corrupt after the deletion: %q", s.Corrupt)
+	}
+	if _, err := r.CreateGateway(ctx, "a", "gw9"); err != nil {
+		t.Fatalf("CreateGateway of the freed id: %v", err)
+	}
+}

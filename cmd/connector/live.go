@@ -262,6 +262,9 @@ func (l *live) applyLocked(ctx context.Context) error {
 	if len(s.Corrupt) > 0 {
 		l.log.Error("registry entries passed over: they do not decode; fix or remove them", "entries", s.Corrupt)
 	}
+	if err := s.TenantsWhole(); err != nil {
+		return failed(slog.LevelError, "registry not applied: a tenant record does not decode (fix it, or end the tenant: connector admin tenant rm)", err)
+	}
 	tenants := relayTenants(s)
 	created := l.keys.set(tenants)
 	if err := l.relay.SetTenants(tenants); err != nil {
@@ -273,12 +276,17 @@ func (l *live) applyLocked(ctx context.Context) error {
 	}
 	// A platform refusing its table (a binding stored by an older
 	// version) holds back no other platform, nor the policies and the
-	// secrets' expiry.
+	// secrets' expiry. One whose table lacks a corrupt entry keeps the
+	// last (registry.State.Judgeable), as one refusing it.
 	bindings := s.PlatformBindings()
 	var names []string
 	var refused error
 	for name, b := range l.binders {
-		if err := b.Bind(bindings[name]); err != nil {
+		err := s.Judgeable(name)
+		if err == nil {
+			err = b.Bind(bindings[name])
+		}
+		if err != nil {
 			l.log.Error("registry bindings not applied", "platform", name, "err", err)
 			names, refused = append(names, name), cmp.Or(refused, err)
 		}
@@ -447,7 +455,7 @@ func newAdminMetrics(pm *metrics) *adminMetrics {
 		setAside: gaugeVec("connector_scope_claims_set_aside",
 			"Stored scope claims that a binding of another tenant (configuration or admin API) sets aside, per platform: kept in the store, ignored by routing and egress.", "platform"),
 		corrupt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "connector_registry_corrupt_entries",
-			Help: "Stored registry entries the last apply passed over as they do not decode (logged): their tenant, gateway, binding or policy is left out, and no claim on a platform whose binding or any tenant is corrupt is judged."}),
+			Help: "Stored registry entries the last apply passed over as they do not decode (logged): their gateway, binding or policy is left out, and a platform whose binding is corrupt judges no claim and keeps its last routing table; a corrupt tenant record stops the apply (the tenant would be taken for deleted) and every claim."}),
 	}
 	pm.register(m.changes, m.gateways, m.refused, m.applies, m.reloads, m.setAside, m.corrupt)
 	m.applies.WithLabelValues("ok")

@@ -560,3 +560,66 @@ func TestCatchUpIsRefusedAtOnceWhileAnApplyHangsOrFailed(t *testing.T) {
 		t.Fatalf("catch-up once the registry is applied: %v", err)
 	}
 }
+
+// TestCorruptEntryHoldsBackItsPlatformsTable: a binding that does not
+// decode (passed over, registry.State.Corrupt) leaves its platform the
+// last table it applied, as a refused table does: applied without it,
+// a scope claim of another tenant it set aside would route that tenant
+// the chat. A tenant record that does not decode holds back the apply:
+// applied without it, the tenant is taken for deleted (its buffered
+// inbound and media dropped, its bindings gone). Before, both were
+// applied: tenant b's claim in a's guild took a's channel.
+func TestCorruptEntryHoldsBackItsPlatformsTable(t *testing.T) {
+	st := memStore(t)
+	ctx := context.Background()
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	discord, telegram := &tableTaker{}, &tableTaker{}
+	c.live.binders = map[string]platform.Binder{"discord": discord, "telegram": telegram}
+	reg := c.live.reg
+	chat := platform.Chat{ID: "701", Space: "700"}
+	err = cmp.Or(reg.CreateTenant(ctx, registry.Tenant{ID: "a"}), reg.CreateTenant(ctx, registry.Tenant{ID: "b"}),
+		reg.Claim(ctx, "b", "discord", chat),
+		reg.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "a"}),
+		reg.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1001", Tenant: "a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := func() string {
+		o, _ := platform.NewOwnership(discord.bindings).Owner(chat)
+		return o
+	}
+	if err := c.live.apply(ctx); err != nil || owner() != "a" {
+		t.Fatalf("apply: %v; channel 701 owned by %q, want a", err, owner())
+	}
+	put := func(ns, key, value string) {
+		t.Helper()
+		if _, err := st.Registry().Put(ctx, ns, key, []byte(value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	guild, _, err := st.Registry().Get(ctx, "registry/bindings", "discord/guild/700")
+	if err != nil {
+		t.Fatal(err)
+	}
+	put("registry/bindings", "discord/guild/700", "{not json")
+	telegram.bindings = nil
+	if err := c.live.apply(ctx); !errors.Is(err, errTableRefused) || owner() != "a" || len(telegram.bindings) != 1 {
+		t.Fatalf("apply with a's guild binding corrupt: %v; channel 701 owned by %q, telegram table %v: want discord held back, telegram applied", err, owner(), telegram.bindings)
+	}
+	put("registry/bindings", "discord/guild/700", string(guild.Value))
+	put("registry/tenants", "a", "{not json")
+	discord.bindings, telegram.bindings = nil, nil
+	k := &tenantKeeper{}
+	c.live.keepers = append(c.live.keepers, k)
+	if err := c.live.apply(ctx); err == nil || discord.bindings != nil || telegram.bindings != nil || k.last != nil {
+		t.Fatalf("apply with a's record corrupt: %v; tables %v, %v, tenants %v: want none applied (a taken for deleted, its inbound and media dropped)", err, discord.bindings, telegram.bindings, k.last)
+	}
+}
