@@ -162,18 +162,22 @@ type intake struct {
 // bodies, and the renewals of a round, which the store sends in one
 // pipeline and one wait for the replicas), and intakeTenantShare those of
 // the chats one tenant holds (by binding of the channel or its workspace,
-// or by claim: chatTenant; of none, together), so that one tenant's
-// slow chats leave the others room: past either a request the intake
-// would store is answered 503 (Slack sends it again), and a sweep takes
-// no more of them.
+// or by claim: chatTenant; of none, together) once the intake is half
+// full, so that one tenant's slow chats leave the others room while a
+// lone busy tenant may use half of it. Past either a request the intake
+// would store is answered 503 and a sweep takes no more of them; Slack
+// sends an Events API request again, but not a slash command or a press
+// (routeCommands, routeInteractions): those are refused only past
+// intakeMaxHeld, never at the share.
 const (
 	intakeMaxHeld     = 512
 	intakeTenantShare = intakeMaxHeld / 8
 )
 
 // reserve counts one more entry of chat toward intakeMaxHeld and its
-// tenant's intakeTenantShare until unreserve; false when either is full.
-func (in *intake) reserve(chat string) bool {
+// tenant's intakeTenantShare until unreserve; false when the intake is
+// full, or, when share, it is half full and the tenant's share is.
+func (in *intake) reserve(chat string, share bool) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	tenant, total, own := in.tenantOf(chat), len(in.held), 0
@@ -188,7 +192,7 @@ func (in *intake) reserve(chat string) bool {
 			own += n
 		}
 	}
-	if total >= intakeMaxHeld || own >= intakeTenantShare {
+	if total >= intakeMaxHeld || share && total >= intakeMaxHeld/2 && own >= intakeTenantShare {
 		return false
 	}
 	in.reserved[chat]++
@@ -340,8 +344,8 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 	if run == nil || run.Err() != nil || p.sink.Load() == nil {
 		return errNotRunning
 	}
-	if !p.intake.reserve(chat) {
-		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request answered 503 for Slack to send again", "tenant", p.chatTenant(chat))
+	if !p.intake.reserve(chat, r.rec.Route == routeEvents) {
+		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request answered 503", "tenant", p.chatTenant(chat))
 		return platform.ErrBusy
 	}
 	defer p.intake.unreserve(chat)
@@ -644,7 +648,7 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		if p.intake.holds(e.Key) || skip[chat] {
 			continue
 		}
-		if !p.intake.reserve(chat) {
+		if !p.intake.reserve(chat, true) {
 			skip[chat] = true
 			continue
 		}

@@ -1488,11 +1488,12 @@ func TestIntakeClaimsRenewedTogether(t *testing.T) {
 }
 
 // TestIntakeHoldsAtMostATenantsShare: behind a message of t1's whose file
-// stalls, its chat's later messages are held in the intake up to
-// intakeTenantShare, the rest answered 503 (Slack sends them again),
-// unstored; a message of t2's whose file stalls too is still taken. Before,
-// t1's took every one of the intake's intakeMaxHeld places, and each slow
-// message of every other tenant was refused while t1's file stalled.
+// stalls, its chat's later messages are held in the intake up to half of
+// it (t1 alone holds entries), the rest answered 503 (Slack sends them
+// again), unstored; a slash command of that chat, which Slack does not
+// send again, is still taken; a message of t2's whose file stalls too is
+// still taken. Before, t1's lone chat was refused past intakeTenantShare
+// (the other 448 places unused), and so was its slash command, lost.
 func TestIntakeHoldsAtMostATenantsShare(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
@@ -1513,27 +1514,30 @@ func TestIntakeHoldsAtMostATenantsShare(t *testing.T) {
 			t.Fatalf("t1's message %d answered %d", i, code)
 		}
 	}
-	if pending, _ := e.p.IntakeStats(); taken != intakeTenantShare || pending != intakeTenantShare {
-		t.Fatalf("t1's messages: %d taken, %d held, want %d", taken, pending, intakeTenantShare)
+	if pending, _ := e.p.IntakeStats(); taken != intakeMaxHeld/2 || pending != intakeMaxHeld/2 {
+		t.Fatalf("t1's messages: %d taken, %d held, want %d", taken, pending, intakeMaxHeld/2)
 	}
 	if n := strings.Count(e.logs.String(), "slack intake full"); n != storeLogRate.Burst {
 		t.Fatalf("%d warnings of the full intake logged, want %d", n, storeLogRate.Burst)
+	}
+	if code, body := e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/status", "", "")); code != http.StatusOK {
+		t.Fatalf("t1's slash command past its share answered %d %q, want 200", code, body)
 	}
 	url = e.fake.AddStalledFile(teamB.ID, "F0SLOW0002", "F0SLOW0002.png", "image/png", started)
 	ev := fileMessage(chanAcme, "1768490103.000100", "F0SLOW0002", url)
 	ev["team"], ev["user"], ev["text"] = teamB.ID, userBob, "<@"+teamB.BotUser+"> a shot"
 	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamB.ID, teamB.BotUser, "EvB", ev)), "t2's message with a stalled file")
 	waitStarted(t, started, "t2's stalled file")
-	if pending, _ := e.p.IntakeStats(); pending != intakeTenantShare+1 {
-		t.Fatalf("%d entries held, want %d", pending, intakeTenantShare+1)
+	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld/2+2 {
+		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld/2+2)
 	}
 }
 
 // TestIntakeShareIsTheChatHoldersNotItsWorkspaces: #ops, in t1's
-// workspace, is bound to t3, whose stalled chat fills a share of the
-// intake; t1's message with a stalled file in #general is still taken.
-// Before, every chat of a workspace counted toward the share of the
-// workspace's tenant, so t3's messages (or a claimant's) refused t1's.
+// workspace, is bound to t3, whose stalled chat fills half the intake;
+// t1's message with a stalled file in #general is still taken. Before,
+// every chat of a workspace counted toward the share of the workspace's
+// tenant, so t3's messages (or a claimant's) refused t1's.
 func TestIntakeShareIsTheChatHoldersNotItsWorkspaces(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
@@ -1543,7 +1547,7 @@ func TestIntakeShareIsTheChatHoldersNotItsWorkspaces(t *testing.T) {
 	answered(t, e.postAsync(t, EventsPath, "application/json",
 		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanOps, "1768490100.000100", "F0SLOW0001", url))), "t3's message with a stalled file")
 	waitStarted(t, started, "t3's stalled file")
-	for i := 1; i < intakeTenantShare; i++ {
+	for i := 1; i < intakeMaxHeld/2; i++ {
 		body := slacktest.Envelope(teamA.ID, teamA.BotUser, fmt.Sprintf("Ev%d", i), slacktest.MessageEvent(teamA.ID, chanOps, userAda, fmt.Sprintf("1768490101.%06d", i), "", "held"))
 		if code, _ := e.post(t, EventsPath, "application/json", body); code != http.StatusOK {
 			t.Fatalf("t3's message %d answered %d", i, code)
@@ -1553,8 +1557,8 @@ func TestIntakeShareIsTheChatHoldersNotItsWorkspaces(t *testing.T) {
 	answered(t, e.postAsync(t, EventsPath, "application/json",
 		slacktest.Envelope(teamA.ID, teamA.BotUser, "EvT1", fileMessage(chanGeneral, "1768490103.000100", "F0SLOW0002", url))), "t1's message with a stalled file")
 	waitStarted(t, started, "t1's stalled file")
-	if pending, _ := e.p.IntakeStats(); pending != intakeTenantShare+1 {
-		t.Fatalf("%d entries held, want %d", pending, intakeTenantShare+1)
+	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld/2+1 {
+		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld/2+1)
 	}
 }
 
@@ -1564,15 +1568,15 @@ func TestIntakeShareIsTheChatHoldersNotItsWorkspaces(t *testing.T) {
 func TestIntakeReservesAtMostItsBound(t *testing.T) {
 	in := &intake{pending: map[string]int{}, held: map[string]string{}, reserved: map[string]int{}, tenantOf: func(chat string) string { return chat }}
 	for i := range intakeMaxHeld {
-		if !in.reserve(fmt.Sprintf("T%d/C1", i)) {
+		if !in.reserve(fmt.Sprintf("T%d/C1", i), true) {
 			t.Fatalf("place %d refused, want it taken", i)
 		}
 	}
-	if in.reserve("T0NEW/C1") {
+	if in.reserve("T0NEW/C1", true) {
 		t.Fatalf("place %d taken, want it refused", intakeMaxHeld)
 	}
 	in.unreserve("T0/C1")
-	if !in.reserve("T0NEW/C1") {
+	if !in.reserve("T0NEW/C1", true) {
 		t.Fatal("a place given back refused, want it taken")
 	}
 }
