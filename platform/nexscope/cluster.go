@@ -1009,7 +1009,7 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			default:
 				ctx, cancel := context.WithTimeout(tenure, budget)
 				if a.Created != nil {
-					ctx = context.WithValue(ctx, forwardedUnderKey{}, time.UnixMicro(*a.Created))
+					ctx = platform.WithCreation(ctx, time.UnixMicro(*a.Created)) // as its forwarder authorized it
 				}
 				res = platform.Execute(ctx, &p.here, p, string(req.Fields[0]), &a.Action)
 				cancel()
