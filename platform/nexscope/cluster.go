@@ -82,10 +82,10 @@ const budgetKey = "nexscope_budget_ms"
 
 // createdKey is the key of a forwarded action's JSON (msgExec) that
 // carries, in Unix microseconds, the creation of its tenant the forwarder
-// knew (Platform.creation; absent when zero): the home acts on it only
-// while the room is bound to that creation (room.actsForLocked), as the
-// forwarder's relay revokes an earlier tenant's actions, which the home
-// does not hear of.
+// authorized the action under (platform.AuthorizedCreation; absent when
+// zero): the home acts on it only while the room is bound to that creation
+// (room.actsForLocked), as the forwarder's relay revokes an earlier
+// tenant's actions, which the home does not hear of.
 const createdKey = "nexscope_created_us"
 
 // A forwarded action is named (msgExec's exec, a ULID: newMsgID) and
@@ -840,7 +840,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	}
 	exec := cl.p.newMsgID()
 	var created []byte
-	if c := cl.p.creation(tenant); !c.IsZero() {
+	if c := platform.AuthorizedCreation(ctx, cl.p.deps.Vault, tenant); !c.IsZero() { // as check 8 approved it
 		created = strconv.AppendInt([]byte(`,"`+createdKey+`":`), c.UnixMicro(), 10)
 	}
 	f := &taker{}
@@ -1009,7 +1009,7 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			default:
 				ctx, cancel := context.WithTimeout(tenure, budget)
 				if a.Created != nil {
-					ctx = context.WithValue(ctx, forwardedUnderKey{}, time.UnixMicro(*a.Created))
+					ctx = platform.WithCreation(ctx, time.UnixMicro(*a.Created)) // as its forwarder authorized it
 				}
 				res = platform.Execute(ctx, &p.here, p, string(req.Fields[0]), &a.Action)
 				cancel()

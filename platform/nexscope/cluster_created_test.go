@@ -98,3 +98,79 @@ func TestForwardedActionOfAnEarlierTenant(t *testing.T) {
 		t.Fatalf("alice got %v: the earlier t1's file reached the room of the t1 made again", f)
 	}
 }
+
+// TestForwardUnderTheCreationCheck8Approved: the edge's check 8
+// (platform.Execute) approved t1's send as dispatched for t1 as first
+// created, and the vault had t1 deleted and created again as soon as
+// check 8 read it, the room's home already serving the new t1. The edge
+// forwards the send under the creation check 8 approved, which the home
+// declines, and alice gets nothing. Before, the edge read the creation
+// afresh as it forwarded: the earlier t1's send went to the home under
+// the new creation, and the bot spoke for the earlier t1 in the new t1's
+// room.
+func TestForwardUnderTheCreationCheck8Approved(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	again := first.Add(time.Hour)
+	// remaking is an instance's vault.Config.Since: once armed, t1 is made
+	// again (again) as its creation is read.
+	type remaking struct {
+		mu      sync.Mutex
+		created time.Time
+		armed   bool
+		remade  bool
+	}
+	at := map[string]*remaking{"i0": {created: first}, "i1": {created: first}}
+	with := func(name string) func(*platform.Deps) {
+		v := at[name]
+		return func(d *platform.Deps) {
+			d.Vault = vault.NewMemory(vault.Config{Since: func(string) time.Time {
+				v.mu.Lock()
+				defer v.mu.Unlock()
+				c := v.created
+				if v.armed && !v.remade {
+					v.created, v.remade = again, true
+				}
+				return c
+			}})
+		}
+	}
+	ins := []*instance{
+		startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, with("i0")),
+		startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, with("i1")),
+	}
+	for _, in := range ins {
+		in.p.SetTenants(map[string]time.Time{"t1": first})
+	}
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice", "hermes")
+
+	h := at[home.name]
+	h.mu.Lock()
+	h.created = again // the home serves the new t1
+	h.mu.Unlock()
+	home.p.SetTenants(map[string]time.Time{"t1": again})
+	e := at[edge.name]
+	e.mu.Lock()
+	e.armed = true // check 8 reads first, and the vault has again from then on
+	e.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(platform.WithCreation(t.Context(), first), testTimeout)
+	defer cancel()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "from the earlier t1"})
+	e.mu.Lock()
+	remade := e.remade
+	e.mu.Unlock()
+	if !remade {
+		t.Fatal("check 8 never read the edge's vault")
+	}
+	if res.Success || res.Code != contract.CodeEgressDeclined {
+		t.Fatalf("the earlier t1's forwarded send = %+v, want egress_declined", res)
+	}
+	alice.SendJSON(map[string]any{"type": "ping"})
+	if f := alice.Next(); f["type"] != "pong" {
+		t.Fatalf("alice got %v: the earlier t1's send reached the room of the t1 made again", f)
+	}
+}

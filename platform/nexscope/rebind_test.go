@@ -77,6 +77,65 @@ func TestSendMediaDeclinedWhenRoomRebindsWhileWaiting(t *testing.T) {
 	}
 }
 
+// A gateway's send_media of t1 as first created (platform.WithCreation)
+// that check 8 approved and that then waits for the room's file-transfer
+// lock is declined when t1 is deleted and created again under its id
+// meanwhile: the room is the new t1's, and the earlier t1's file must not
+// reach it. Before, only a forwarded action was held to its creation, and
+// the earlier t1's file went out as the new t1's bot.
+func TestSendMediaOfAnEarlierTenantWhileWaiting(t *testing.T) {
+	tr := newRelay(t, boundConfig())
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.p.deps.Media = store
+	tr.sink = platformtest.NewSink(64)
+	t.Cleanup(tr.run(t, tr.sink))
+	first := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	tr.setTenants(map[string]time.Time{"t1": first})
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.Expect("presence")
+	info, err := store.Put("t1", mediatest.Content(7, 1000), "application/pdf", "earlier.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	alice.SendJSON(fileStart("F1", "alice", []string{"bob"}, 10))
+	bob.Expect("file-start") // alice holds the room's lock
+	results := make(chan contract.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(platform.WithCreation(context.Background(), first), testTimeout)
+		defer cancel()
+		results <- tr.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: "lab",
+			MediaKind: "document", SourceURL: store.URL(info.ID), Metadata: contract.Metadata{UserID: "bob"}})
+	}()
+	waitFor(t, "send_media waiting for the room's lock", func() bool {
+		return strings.Contains(tr.logs.String(), "waiting for the room's file-transfer lock")
+	})
+	tr.setTenants(map[string]time.Time{"t1": first.Add(time.Minute)}) // deleted and created again
+	alice.SendBinary(make([]byte, 10))
+	alice.SendJSON(fileEnd("F1", "alice"))
+	if typ, b := bob.Read(); len(b) != 10 || typ.String() != "MessageBinary" {
+		t.Fatalf("bob got %s, want alice's chunk", b)
+	}
+	bob.Expect("file-end")
+	var res contract.Result
+	select {
+	case res = <-results:
+	case <-time.After(testTimeout):
+		t.Fatal("the send_media never answered")
+	}
+	if res != contract.Declined(platformName) {
+		t.Fatalf("the earlier t1's send_media = %+v, want declined", res)
+	}
+	bob.SendJSON(map[string]any{"type": "ping"})
+	if f := bob.Next(); f["type"] != "pong" {
+		t.Fatalf("bob got %v: the earlier t1's file reached the new t1's room", f)
+	}
+}
+
 // A member that held the bot's name before its room was bound keeps it
 // (package doc): it still gets the room's broadcasts like any member, and
 // when it leaves, the bot stays in the presence list.

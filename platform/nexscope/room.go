@@ -16,6 +16,7 @@ import (
 	"connector/contract"
 	"connector/internal/wsconn"
 	"connector/media"
+	"connector/platform"
 	"connector/session"
 	"connector/store"
 )
@@ -185,26 +186,22 @@ func (r *room) refreshLocked() {
 	}
 }
 
-// forwardedUnderKey is the context key of the creation of its tenant an
-// action another instance forwarded was sent under (createdKey).
-type forwardedUnderKey struct{}
-
 // actsForLocked binds r afresh (refreshLocked) and tells whether an action
 // of tenant under ctx may act in it now, else the answer: r is bound to
-// tenant, and, for an action another instance forwarded, under the
-// creation its forwarder knew (forwardedUnderKey). One of an earlier
-// creation (the tenant deleted and made again while it was on its way or
-// waited here) is declined; one of a later creation than this instance
-// applied yet is unavailable, which its gateway retries. Under mu.
+// tenant, under the creation the action was authorized under
+// (platform.AuthorizedCreation: check 8's, or its forwarder's, createdKey).
+// One of an earlier creation (the tenant deleted and made again while it
+// was on its way or waited here) is declined; one of a later creation than
+// this instance applied yet is unavailable, which its gateway retries.
+// Under mu.
 func (r *room) actsForLocked(ctx context.Context, tenant string) (contract.Result, bool) {
 	r.refreshLocked()
 	b := r.bound.Load()
 	if b.tenant != tenant {
 		return contract.Declined(platformName), false // rebound since Execute authorized the action
 	}
-	sent, ok := ctx.Value(forwardedUnderKey{}).(time.Time)
-	switch {
-	case !ok || sent.UnixMicro() == b.created.UnixMicro():
+	switch sent := platform.AuthorizedCreation(ctx, r.p.deps.Vault, tenant); {
+	case sent.UnixMicro() == b.created.UnixMicro():
 		return contract.Result{}, true
 	case sent.After(b.created):
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home has not applied the tenant's creation yet; retry"), false
