@@ -306,7 +306,8 @@ func TestPolledPressWhosePosterIsUnknownWhileTheStoreIsDown(t *testing.T) {
 func TestPolledPressWhosePosterIsUnreadable(t *testing.T) {
 	const group = -1007778889993
 	caps, _ := unreadablePoster(t, group, "79")
-	clk := clocktest.New(time.Now())
+	start := time.Now()
+	clk := clocktest.New(start)
 	m := &countingMetrics{}
 	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(caps, vault.Config{}), Clock: clk, Metrics: m}, nil)
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}}); err != nil {
@@ -324,15 +325,17 @@ func TestPolledPressWhosePosterIsUnreadable(t *testing.T) {
 			t.Error("Run did not return after cancel")
 		}
 	})
-	wctx, wcancel := context.WithTimeout(t.Context(), waitFor)
-	defer wcancel()
-	if err := clk.WaitSleepers(wctx, 1); err != nil {
-		t.Fatalf("the press was not retried: %v", err)
-	}
+	minute := func() int { return int(clk.Now().Sub(start) / posterWait) } // the clock read start as the press was received
+	none := func() int { return 0 }
+	clk.Settle(t, 1, minute, none) // the press is retried: it sleeps on the clock
 	e.fake.Enqueue([]byte(`{"update_id":884300021,"message":{"message_id":6,"date":1767225300,"chat":{"id":501,"type":"private","first_name":"Ada"},` +
 		`"from":{"id":501,"is_bot":false,"first_name":"Ada"},"text":"hi"}}`))
 	e.sink.Empty(t)
-	clk.Advance(posterWait)
+	// Each retry runs at the instant it is due, until the minute is over:
+	// one Advance over the minute would wake the first retry mid-Advance,
+	// free to read the clock at its own deadline (50 ms on), judge the
+	// press too young to drop, and sleep again past the Advance's end.
+	clk.Drive(t, 1, minute, none)
 	platformtest.WaitUntil(t, "the press dropped as poster_unknown", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
