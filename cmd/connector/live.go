@@ -194,11 +194,11 @@ func (l *live) unlock() { <-l.turn }
 // apply, or the last one, failed (the watch tries again every
 // registryPoll): not confirmed, which Telegram, Slack and WhatsApp deliver
 // again, and a Discord or nexscope message loses (docs/durability.md),
-// and refused when ctx ends first. So a flood of
-// deliveries to a tenant gone or unknown costs one registry look at a
-// time. The run holds the turn on a goroutine of its own, waited for until
-// ctx ends, so a platform delivering under a lock its Bind takes holds the
-// apply only that long.
+// and refused when ctx ends first. So a flood of deliveries to a tenant
+// gone or unknown costs one registry look at a time. The run holds the
+// turn on a goroutine of its own, waited for until ctx ends, so a
+// platform delivering under a lock its Bind takes holds the apply only
+// that long.
 func (l *live) catchUp(ctx context.Context) error {
 	select {
 	case l.turn <- struct{}{}:
@@ -226,8 +226,8 @@ var errCatchUpFailed = errors.New("registry: the last apply failed")
 const catchUpTimeout = 5 * time.Minute
 
 // runCatchUp is catchUp's run, with the turn held, which it gives back;
-// it sends its outcome on done. A look that fails counts as a failed apply, so
-// the next catch-ups are refused until the watch's next apply.
+// it sends its outcome on done. A look that fails counts as a failed
+// apply, so the next catch-ups are refused until the watch's next apply.
 func (l *live) runCatchUp(done chan<- error) {
 	ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
 	defer cancel()
