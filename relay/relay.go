@@ -216,13 +216,14 @@ type Config struct {
 	// so it must not block.
 	Away func(tenant string) `yaml:"-"`
 	// CatchUp, when set, applies the registry (SetTenants) when it changed
-	// since the last apply, and returns once it did, or with an error when
-	// it could not tell or apply, or would have to wait for another apply
-	// (it must not hold a platform's reader): Deliver calls it for a
-	// delivery to a tenant it does not know, which another instance may
-	// have provisioned (and routed a chat to) before this one applied it. A
-	// delivery whose tenant is still not known is dropped; one whose
-	// CatchUp failed is refused, so its platform delivers it again.
+	// since the last apply, and returns once it did (or the apply under
+	// way ended), or with an error when it could not tell or apply, or ctx
+	// ended first: Deliver calls it, for at most 30 s, for a delivery to a
+	// tenant it does not know, which another instance may have provisioned
+	// (and routed a chat to) before this one applied it. A delivery whose
+	// tenant is still not known is dropped; one whose CatchUp failed is
+	// refused: not confirmed, which Telegram, Slack and WhatsApp deliver
+	// again and a Discord or nexscope message loses (docs/durability.md).
 	CatchUp func(ctx context.Context) error `yaml:"-"`
 	// WakeCooldown is the least time between two wake pokes of one wake
 	// URL: the GET the connector sends to a gateway's registered wake URL

@@ -694,8 +694,8 @@ func TestTenantMadeAgainConnectsWhileItsStoreReadHangs(t *testing.T) {
 // has not applied yet (another instance provisioned it and routed a chat
 // to it first) has the registry applied (Config.CatchUp) and is kept for
 // the tenant, not confirmed and dropped as an unknown tenant's; one whose
-// catch-up fails is refused, so its platform delivers it again; one whose
-// tenant is still unknown after it is dropped.
+// catch-up fails is refused (not confirmed); one whose tenant is still
+// unknown after it is dropped.
 func TestDeliveryToATenantNotAppliedYet(t *testing.T) {
 	p := newFake("discord", map[string]string{"c1": "t1", "c3": "t3"})
 	base := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}

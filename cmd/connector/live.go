@@ -9,7 +9,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,7 +49,9 @@ type live struct {
 	metrics *adminMetrics
 	clock   clock.Clock // times the expiry timer
 
-	mu     sync.Mutex // serializes apply
+	// turn is held (a value in it) by the apply under way: one at a
+	// time; a channel, so catchUp can wait for it until its ctx ends.
+	turn   chan struct{}
 	expiry clock.Timer
 	// applied is the stored layer's revision the last apply read, and
 	// appliedOK whether that apply succeeded (applyChanged skips while
@@ -58,7 +59,7 @@ type live struct {
 	applied   registry.Revision
 	appliedOK bool
 	// relayed is whether the relay took the registry at applied (catchUp
-	// skips while it did, and refuses while it did not).
+	// refuses while it did not).
 	relayed bool
 	// setAside are the scope claims the last apply found set aside by a
 	// binding of another tenant (reportSetAside).
@@ -74,7 +75,7 @@ type live struct {
 // policies in step with reg.
 func newLive(reg *registry.Registry, srv *relay.Server, platforms []platform.Platform, keys *sessionKeys, log *slog.Logger, am *adminMetrics) *live {
 	l := &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, relevance: map[string]platform.RelevanceTaker{},
-		keys: keys, log: log, metrics: am, clock: clock.System}
+		keys: keys, log: log, metrics: am, clock: clock.System, turn: make(chan struct{}, 1)}
 	for _, p := range platforms {
 		if b, ok := p.(platform.Binder); ok {
 			l.binders[p.Name()] = b
@@ -158,8 +159,8 @@ func relayTenants(s registry.State) []relay.Tenant {
 // its own: a platform refusing its table does not hold back the relay,
 // nor the other platforms.
 func (l *live) apply(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.lock()
+	defer l.unlock()
 	return l.applyLocked(ctx)
 }
 
@@ -169,8 +170,8 @@ func (l *live) apply(ctx context.Context) error {
 // Everything else that changes the merge applies at once (admin changes,
 // SIGHUP, a secret's grace ending).
 func (l *live) applyChanged(ctx context.Context) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.lock()
+	defer l.unlock()
 	rev, err := l.reg.Revision(ctx)
 	if err == nil && l.appliedOK && rev == l.applied {
 		return
@@ -178,27 +179,38 @@ func (l *live) applyChanged(ctx context.Context) {
 	_ = l.applyLocked(ctx)
 }
 
+// lock takes the turn, waiting for the apply under way.
+func (l *live) lock() { l.turn <- struct{}{} }
+
+// unlock gives the turn back.
+func (l *live) unlock() { <-l.turn }
+
 // catchUp is the relay's Config.CatchUp: for a delivery to a tenant the
 // relay does not know (another instance may have applied it first), it
 // applies the registry when its stored revision moved since the relay took
-// it. It never waits for another apply: while one runs (the watch's, an
-// admin change's, another catch-up), or after the last one failed (the
-// watch tries again every registryPoll), the delivery is refused at once,
-// and its platform delivers it again; so a flood of deliveries to a tenant
-// gone or unknown costs one registry look at a time, and holds no
-// platform's reader behind an apply that hangs. The run holds mu on a
-// goroutine of its own, waited for until ctx ends, so a platform
-// delivering under a lock its Bind takes holds the apply only that long.
+// it. While another apply runs (the watch's, an admin change's, another
+// catch-up: most likely the one adding the tenant) it waits for it, until
+// ctx ends, and goes on as it went. The delivery is refused when that
+// apply, or the last one, failed (the watch tries again every
+// registryPoll): not confirmed, which Telegram, Slack and WhatsApp deliver
+// again, and a Discord or nexscope message loses (docs/durability.md),
+// and refused when ctx ends first. So a flood of deliveries to a tenant
+// gone or unknown costs one registry look at a time. The run holds the
+// turn on a goroutine of its own, waited for until ctx ends, so a
+// platform delivering under a lock its Bind takes holds the apply only
+// that long.
 func (l *live) catchUp(ctx context.Context) error {
-	if !l.mu.TryLock() {
-		return errCatchUpBusy
+	select {
+	case l.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	if !l.relayed {
-		l.mu.Unlock()
+		l.unlock()
 		return errCatchUpFailed
 	}
 	done := make(chan error, 1)
-	go l.runCatchUp(done) // unlocks mu
+	go l.runCatchUp(done) // unlocks
 	select {
 	case err := <-done:
 		return err
@@ -207,18 +219,15 @@ func (l *live) catchUp(ctx context.Context) error {
 	}
 }
 
-// catchUp's refusals.
-var (
-	errCatchUpBusy   = errors.New("registry: an apply is under way")
-	errCatchUpFailed = errors.New("registry: the last apply failed")
-)
+// errCatchUpFailed is catchUp's refusal after an apply that failed.
+var errCatchUpFailed = errors.New("registry: the last apply failed")
 
 // catchUpTimeout bounds one run of catchUp.
 const catchUpTimeout = 5 * time.Minute
 
-// runCatchUp is catchUp's run, with mu held, which it unlocks; it sends
-// its outcome on done. A look that fails counts as a failed apply, so
-// the next catch-ups are refused until the watch's next apply.
+// runCatchUp is catchUp's run, with the turn held, which it gives back;
+// it sends its outcome on done. A look that fails counts as a failed
+// apply, so the next catch-ups are refused until the watch's next apply.
 func (l *live) runCatchUp(done chan<- error) {
 	ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
 	defer cancel()
@@ -231,7 +240,7 @@ func (l *live) runCatchUp(done chan<- error) {
 			err = nil // the relay took it; a platform's refusal is logged
 		}
 	}
-	l.mu.Unlock() // before done: the next catch-up finds mu free
+	l.unlock() // before done: the next catch-up finds the turn free
 	done <- err
 }
 
@@ -240,7 +249,7 @@ func (l *live) runCatchUp(done chan<- error) {
 // It names the platforms, and wraps the first one's refusal.
 var errTableRefused = errors.New("registry: a platform refused its bindings")
 
-// applyLocked is apply, called under mu.
+// applyLocked is apply, called with the turn held.
 func (l *live) applyLocked(ctx context.Context) error {
 	failed := func(level slog.Level, msg string, err error, args ...any) error {
 		l.metrics.applies.WithLabelValues("error").Inc()
@@ -319,7 +328,7 @@ type setAsideClaim struct {
 // aside (platform.Ownership.SetAside: the claim stays stored, routing and
 // egress ignore it) when it first finds it, and one line when it is no
 // longer set aside (released, replaced, or the binding gone), and sets
-// the gauge of set-aside claims per platform. Called under mu.
+// the gauge of set-aside claims per platform. Called with the turn held.
 func (l *live) reportSetAside(bindings map[string][]platform.Binding) {
 	now := make(map[setAsideClaim]bool)
 	for name := range l.binders {
@@ -343,7 +352,7 @@ func (l *live) reportSetAside(bindings map[string][]platform.Binding) {
 }
 
 // schedule arranges an apply at next, when a secret's grace ends; zero
-// cancels it. Called under mu.
+// cancels it. Called with the turn held.
 func (l *live) schedule(next time.Time) {
 	if l.expiry != nil {
 		l.expiry.Stop()
@@ -353,8 +362,8 @@ func (l *live) schedule(next time.Time) {
 		return
 	}
 	l.expiry = l.clock.AfterFunc(next.Sub(l.clock.Now()), func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
+		l.lock()
+		defer l.unlock()
 		if l.ctx != nil && l.ctx.Err() == nil { // not stopped meanwhile
 			_ = l.applyLocked(l.ctx)
 		}
@@ -364,9 +373,9 @@ func (l *live) schedule(next time.Time) {
 // start begins following the registry until ctx is done: change
 // notifications, the periodic look and secret expiries.
 func (l *live) start(ctx context.Context) error {
-	l.mu.Lock()
+	l.lock()
 	l.ctx = ctx
-	l.mu.Unlock()
+	l.unlock()
 	if err := l.reg.Watch(ctx, registryPoll, func() { l.applyChanged(ctx) }); err != nil {
 		return err
 	}
@@ -376,8 +385,8 @@ func (l *live) start(ctx context.Context) error {
 // stop ends the expiry timer; an apply after it (an admin change, a
 // notification before start's ctx ends) arms none.
 func (l *live) stop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.lock()
+	defer l.unlock()
 	l.ctx = nil
 	l.schedule(time.Time{})
 }

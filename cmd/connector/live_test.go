@@ -18,6 +18,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
+	"connector/internal/leakcheck"
 	"connector/platform"
 	"connector/registry"
 )
@@ -100,8 +101,8 @@ func TestNoExpiryApplyAfterStop(t *testing.T) {
 	// Under the live loop's lock, as a registry poll may re-arm the timer
 	// meanwhile (stop and arm under that lock).
 	pending := func() int {
-		c.live.mu.Lock()
-		defer c.live.mu.Unlock()
+		c.live.lock()
+		defer c.live.unlock()
 		return fake.Pending()
 	}
 	if err := c.live.start(ctx); err != nil {
@@ -506,14 +507,16 @@ func TestDeliveryCatchesTheRegistryUp(t *testing.T) {
 	}
 }
 
-// TestCatchUpIsRefusedAtOnceWhileAnApplyHangsOrFailed: a delivery to an
-// unknown tenant while an apply holds the registry, or after the last one
-// failed, is refused at once (its platform delivers it again), not held
-// for the apply (a webhook, a polling loop or a gateway reader waiting up
-// to the relay's bound each), nor a new apply each (a flood of deliveries
-// to a tenant gone, one apply of the whole registry per event).
-func TestCatchUpIsRefusedAtOnceWhileAnApplyHangsOrFailed(t *testing.T) {
+// TestCatchUpWaitsForTheApplyUnderWay: a delivery to a tenant an apply
+// under way adds waits for that apply and is kept for the tenant (before,
+// it was refused at once, and a Discord or nexscope message lost: they
+// are not delivered again); one while an apply hangs waits until its
+// caller's deadline. After an apply failed a delivery is refused at once,
+// not a new apply each (a flood of deliveries to a tenant gone, one apply
+// of the whole registry per event).
+func TestCatchUpWaitsForTheApplyUnderWay(t *testing.T) {
 	st := memStore(t)
+	ctx := context.Background()
 	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\n"), dataDir: t.TempDir()}, noEnv)
 	if err != nil {
 		t.Fatal(err)
@@ -523,40 +526,74 @@ func TestCatchUpIsRefusedAtOnceWhileAnApplyHangsOrFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
-	catchUp := func(what string) error {
-		t.Helper()
-		done := make(chan error, 1)
-		go func() { done <- c.live.catchUp(context.Background()) }()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(10 * time.Second):
-			t.Fatalf("a catch-up %s still waits after 10s, want it refused at once", what)
-			return nil
-		}
-	}
-	c.live.mu.Lock() // an apply that hangs
-	if err := catchUp("while an apply hangs"); err == nil {
-		t.Fatal("a catch-up while an apply hangs: taken, want refused")
-	}
-	c.live.mu.Unlock()
-	if err := registry.New(st, clock.System).CreateTenant(context.Background(), registry.Tenant{ID: "added"}); err != nil {
+	c.live.lock() // the apply that adds the tenant, under way
+	if err := registry.New(st, clock.System).CreateTenant(ctx, registry.Tenant{ID: "added"}); err != nil {
 		t.Fatal(err)
 	}
-	c.live.mu.Lock()
+	delivered := make(chan error, 1)
+	go func() {
+		ev := &contract.Event{Text: "hi", MessageID: "m1"}
+		ev.Source.Platform, ev.Source.ChatID, ev.Source.ChatType = "discord", "c1", "group"
+		delivered <- c.relay.Deliver(ctx, platform.Delivery{Kind: platform.KindInbound, Tenant: "added", Platform: "discord",
+			SessionKey: "k", ChatID: "c1", Event: ev, Received: time.Now()})
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !leakcheck.Parked(".(*live).catchUp("); {
+		select {
+		case err := <-delivered:
+			t.Fatalf("a delivery to a tenant the apply under way adds: %v, want it to wait for the apply", err)
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the delivery never waited for the apply under way")
+		}
+	}
+	err = c.live.applyLocked(ctx)
+	c.live.unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-delivered:
+		if err != nil {
+			t.Fatalf("a delivery to a tenant the apply under way added: %v, want kept", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a delivery still waits 10s after the apply it waited for ended")
+	}
+	if b := c.relay.TenantBufferBytes()["added"]; b == 0 {
+		t.Fatal("nothing buffered for the tenant the apply added: dropped as unknown")
+	}
+
+	c.live.lock() // an apply that hangs
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = c.live.catchUp(short)
+	cancel()
+	c.live.unlock()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a catch-up while an apply hangs: %v, want it to wait until its deadline", err)
+	}
+
+	c.live.lock()
 	c.live.relayed = false // as after an apply that failed
 	applied := c.live.applied
-	c.live.mu.Unlock()
-	if err := catchUp("after an apply failed"); err == nil {
-		t.Fatal("a catch-up after an apply failed: taken, want refused")
+	c.live.unlock()
+	refused := make(chan error, 1)
+	go func() { refused <- c.live.catchUp(ctx) }()
+	select {
+	case err := <-refused:
+		if !errors.Is(err, errCatchUpFailed) {
+			t.Fatalf("a catch-up after an apply failed: %v, want refused", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a catch-up after an apply failed still waits after 10s, want it refused at once")
 	}
 	if c.live.applied != applied {
 		t.Fatal("a catch-up after an apply failed applied the registry again, want refused until the watch's next apply")
 	}
-	if err := c.live.apply(context.Background()); err != nil {
+	if err := c.live.apply(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := catchUp("once the registry is applied"); err != nil {
+	if err := c.live.catchUp(ctx); err != nil {
 		t.Fatalf("catch-up once the registry is applied: %v", err)
 	}
 }
