@@ -77,39 +77,24 @@ type Egress[P Platform, T any] struct {
 	Clock clock.Clock
 }
 
-// Execute performs action a for tenant on p through e. The checks, in
-// order (each answers the action when it fails):
+// Execute performs action a for tenant on p through e, after the checks
+// of docs/contract.md ("Checks, in order", 4 to 8): the target named
+// (MissingTarget), the op in e.Ops (Unsupported), the chat_id a chat of p
+// (e.Chat), tenant allowed there (Authorize), in a chat held by grant an
+// edit or delete of a message posted there for tenant, a thread_rename of
+// a topic made there for it (Grants.PostedBy), and the creation ctx
+// carries (WithCreation) tenant's as e.Vault knows it (vault.Earlier).
 //
-//  1. a names its target (contract.Action.MissingTarget): bad_request;
-//  2. the op is in e.Ops: unsupported_op (Unsupported);
-//  3. a chat-addressed op's chat_id is a chat id of p (e.Chat): bad_request;
-//  4. that chat is one tenant may act in (Authorize): egress_declined, or
-//     unavailable when its owner could not be looked up;
-//  5. in a chat tenant holds by grant (HoldGrant), which other tenants may
-//     hold too, an edit or delete names a message the bot posted for
-//     tenant there, a thread_rename a topic it created there
-//     (Grants.PostedBy): egress_declined;
-//  6. the creation ctx carries (WithCreation) is tenant's as e.Vault
-//     knows it, unless that is none (declared in the YAML over the stored
-//     tenant, the same tenant: vault.Earlier): egress_declined.
-//
-// The op then runs, charged to tenant (WithTenant), its platform calls
-// asking again as their turn comes (StillMayAct); in a chat held by
-// grant, the message an op that names none answers is remembered as
-// tenant's (Grants.Posted; a prompt's poster also by the message alone,
-// for longer, Grants.Prompted, also elsewhere when PromptsAsked), and a
-// thread a thread_create made there, on a platform whose threads are
-// chats (ThreadChats), is granted to tenant
-// alone, for as long as its grant of the chat lasts
-// (Grants.AddThread), so it may post in it before anyone writes there. An op that names a message (edit, delete,
-// react, a thread_create from it) acts on one that exists, whatever id
-// it answers (a Discord thread started from a message has its id, which
-// the action may have spelled otherwise), so it marks nothing; a
-// message_id on another op (a prompt's) is not read, so it marks as one
-// without.
-// Everything from step 4 on runs under ctx's deadline, or e.Timeout when
-// ctx has none, but the mark, stored even when ctx ended as the op
-// returned.
+// The op then runs charged to tenant (WithTenant), its calls asking again
+// as their turn comes (StillMayAct). In a chat held by grant, the message
+// an op that names none answers is remembered as tenant's (Grants.Posted;
+// a prompt's also by the message alone, Grants.Prompted, elsewhere too
+// when PromptsAsked), and a thread a thread_create made there, when
+// threads are chats (ThreadChats), is granted to tenant (Grants.AddThread).
+// An op that names a message (namingOps) acts on one that exists, whatever
+// id it answers, so it marks nothing. Everything from Authorize on runs
+// under ctx's deadline, or e.Timeout when ctx has none, but the mark,
+// stored even when ctx ended as the op returned.
 func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenant string, a *contract.Action) contract.Result {
 	if r, missing := a.MissingTarget(); missing {
 		return r

@@ -20,61 +20,26 @@ import (
 	"connector/store"
 )
 
-// Command registration. The bot is shared, its commands are not: each
-// tenant's latest command_manifest (from any of its gateways; a newer one
-// replaces the older whole) is registered as the guild commands of every
-// guild that tenant claims in Config.Guilds. A guild belongs to one tenant,
-// so tenants never compete for a name or for the 100-command cap: two
-// tenants may both define "ask", and each guild shows its owner's.
+// Command registration (docs/contract.md, "Discord command manifests";
+// with several instances docs/durability.md). Each tenant's latest
+// command_manifest is registered as the guild commands of the guilds it
+// owns in Config.Guilds; only DMTenant's goes global, with contexts
+// [BOT_DM]. A guild is reconciled (GET, compare, bulk PUT when it differs)
+// only once the Gateway delivered it in the current session, so a guild
+// the bot is not in draws no 403. It is best effort and never touches a
+// handshake.
 //
-// Global commands exist only for DMs, where no guild scopes them: the
-// registry holds DMTenant's manifest, with contexts [BOT_DM] so it never
-// shows in a guild beside the guild's own commands. No other tenant's
-// manifest ever goes global. Without a DMTenant the registry is kept empty;
-// until DMTenant's gateway sends a manifest it is left as it is. Within a
-// manifest the first entry of a name wins and entries past 100 are dropped,
-// with a log line.
-//
-// After CommandSyncDebounce without a new manifest, every scope whose
-// desired set may have changed (the guilds of the tenants that sent one,
-// the global registry) is reconciled: GET, compare, and a bulk PUT
-// (PUT /applications/{app}/guilds/{guild}/commands, or .../commands) only
-// when it differs. A guild is reconciled only once the Gateway delivered it
-// (GUILD_CREATE, which also queues it) in the current session, and not
-// after the bot left it (GUILD_DELETE), so a guild the bot is not in draws
-// no 403. A guild's calls count against its tenant's share of the budgets.
-// It is best effort: a failure is logged per scope and retried on the next
-// manifest or GUILD_CREATE, and never touches a handshake.
-//
-// With several instances (platform.Deps.Cluster and Store) a hello may
-// reach any instance, while only the one running the Gateway session knows
-// the guilds. So the manifests live in the store (Registry namespace
-// discord/commands, one entry per tenant), and every reconcile reads them
-// there: a new session never applies an older manifest than the newest
-// stored. The instance that stores a manifest (a hello repeating the
-// stored one stores nothing) publishes a notice naming the tenant on the
-// pub/sub channel discord/commands; every instance reads that tenant's
-// entry on a notice, and the whole namespace every commandPoll when its
-// revision moved (a lost notice), and queues the guilds of each tenant
-// whose entry changed (the Gateway's instance reconciles them). With one
-// instance the manifests are kept in memory.
-//
-// A manifest ends with its tenant: once the registry no longer configures
-// the tenant (SetTenants) it is ignored and deleted, so a tenant deleted and
-// made again under its id starts without commands until its gateway sends a
-// manifest. A manifest is kept with the creation time of the tenant it was
-// sent for (registry.Tenant.Created), so one of another creation is
-// ignored (whichever instance's clock made either), and one of an earlier
-// creation deleted too, and the re-created tenant's guilds emptied, when
-// the deletion and the creation came in one registry apply (earlier: an
-// instance that saw the creation end, whichever clock made the next). The instances
-// that delete it are those that saw the tenant configured and then not, or
-// that started since: one whose registry apply lags never deletes the
-// manifest of a tenant newer than that apply, nor replaces one of a later
-// creation than it knows (a hello from the earlier tenant's gateway, still
-// connected there). Beyond the creations an instance saw end, that order
-// is the creation times' (docs/durability.md): a registry counter would
-// free it from the clocks, but the registry keeps none per creation.
+// With several instances the manifests live in the store (Registry
+// namespace discord/commands, one entry per tenant with the creation time
+// of the tenant it was sent for), announced on the pub/sub channel
+// discord/commands and looked at again every commandPoll, so the instance
+// running the Gateway session registers a manifest whichever instance the
+// hello reached. A manifest ends with its tenant: one of another creation
+// is ignored, and deleted by the instances that saw the tenant configured
+// and then not (forget), or that started since (forgetAll); an instance
+// whose registry apply lags never deletes or replaces the manifest of a
+// creation newer than it knows. Beyond the creations an instance saw end,
+// creations are ordered by their times (docs/durability.md).
 
 // commandName is what the contract lets through; invalid entries are
 // dropped one by one.

@@ -149,12 +149,9 @@
 //
 // # Commands
 //
-// A discord hello's command_manifest (HelloObserver) is validated entry by
-// entry and becomes its tenant's manifest. After CommandSyncDebounce it is
-// reconciled, as guild commands, on every guild the tenant claims, and the
-// DM tenant's also as global commands usable only in DMs with the bot
-// (commands.go has the rule): GET, compare, bulk PUT only on a difference.
-// It is best effort and never affects the handshake.
+// A discord hello's command_manifest (HelloObserver) is registered as its
+// tenant's guild commands, and the DM tenant's as global DM-only commands
+// (commands.go; docs/contract.md, "Discord command manifests").
 //
 // Secrets (the bot token, interaction tokens) never reach logs, errors,
 // metrics or frames: errors are described without their URLs, and

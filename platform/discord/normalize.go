@@ -294,17 +294,7 @@ func (n *normalizer) mentionsBot(m *wireMessage) bool {
 
 // containsMention reports whether s holds <@id> or <@!id>.
 func containsMention(s, id string) bool {
-	for {
-		i := strings.Index(s, "<@")
-		if i < 0 {
-			return false
-		}
-		s = s[i+2:]
-		rest := strings.TrimPrefix(s, "!")
-		if strings.HasPrefix(rest, id) && strings.HasPrefix(rest[len(id):], ">") {
-			return true
-		}
-	}
+	return strings.Contains(s, "<@"+id+">") || strings.Contains(s, "<@!"+id+">")
 }
 
 // stripMention is the native adapter's message text: the content
