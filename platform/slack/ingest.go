@@ -31,14 +31,20 @@ var errNotRunning = errors.New("slack: not running")
 // thread's context and root images may be fetched) and that a tenant
 // takes, "" for any other event.
 func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow string, job func(context.Context) error) {
-	done := func(reason string) (string, string, func(context.Context) error) {
-		return "", "", func(context.Context) error {
+	// running refuses job while Run is not running.
+	running := func(job func(context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error {
 			if p.sink.Load() == nil {
 				return errNotRunning
 			}
+			return job(ctx)
+		}
+	}
+	done := func(reason string) (string, string, func(context.Context) error) {
+		return "", "", running(func(context.Context) error {
 			p.drop(reason, env.EventID)
 			return nil
-		}
+		})
 	}
 	var ev wireEvent
 	if env.InnerEvent == nil || json.Unmarshal(*env.InnerEvent, &ev) != nil {
@@ -53,12 +59,7 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow st
 		}
 		team := env.installTeam()
 		p.seenIn(ev.Item.Channel, team)
-		return team + "/" + ev.Item.Channel, "", func(ctx context.Context) error {
-			if p.sink.Load() == nil {
-				return errNotRunning
-			}
-			return p.ingestReaction(ctx, env, &ev, received)
-		}
+		return team + "/" + ev.Item.Channel, "", running(func(ctx context.Context) error { return p.ingestReaction(ctx, env, &ev, received) })
 	case "app_home_opened", "app_context_changed", "assistant_thread_started", "assistant_thread_context_changed":
 		return done(dropLifecycle)
 	case "message", "app_mention":
@@ -73,12 +74,7 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow st
 	if (len(m.ev.Files) > 0 || m.ev.ThreadTS != "" && m.ev.ThreadTS != m.ev.TS) && !ownOrDeleted(&m, env) && p.routable(&m) {
 		slow = "msg/" + m.liveDedupeKey()
 	}
-	return m.install + "/" + m.ev.Channel, slow, func(ctx context.Context) error {
-		if p.sink.Load() == nil {
-			return errNotRunning
-		}
-		return p.ingestMessage(ctx, env, &m, received)
-	}
+	return m.install + "/" + m.ev.Channel, slow, running(func(ctx context.Context) error { return p.ingestMessage(ctx, env, &m, received) })
 }
 
 // ownOrDeleted reports whether m is a deletion or the bot's own message
