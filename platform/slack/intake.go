@@ -138,16 +138,11 @@ type intake struct {
 	resumed  atomic.Uint64 // entries taken by sweepIntake
 }
 
-// intakeMaxHeld bounds the entries an instance holds (and so their
-// bodies, and the renewals of a round, which the store sends in one
-// pipeline and one wait for the replicas), and intakeTenantShare those of
-// the chats one tenant holds (by binding of the channel or its workspace,
-// or by claim: chatTenant; of none, together) once the intake is half
-// full, so that one tenant's slow chats leave the others room while a
-// lone busy tenant may use half of it. Past either a request the intake
-// would store is answered 503 and a sweep takes no more of them; Slack
-// sends an Events API request again, but not a slash command or a press
-// (routeCommands, routeInteractions): those are refused only past
+// intakeMaxHeld bounds the entries an instance holds (their bodies, and
+// the renewals of a round), and intakeTenantShare those of one tenant's
+// chats (chatTenant) once the intake is half full, so that one tenant's
+// slow chats leave the others room (docs/durability.md). A slash command
+// or a press, which Slack does not send again, is refused only past
 // intakeMaxHeld, never at the share.
 const (
 	intakeMaxHeld     = 512
@@ -379,7 +374,7 @@ func (p *Platform) queueIntake(ctx context.Context, key, chat string, rec intake
 // dropped or expired (then deletes it), or until ctx ends (then keeps it);
 // then it gives the entry's claim up.
 func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecord) {
-	defer p.releaseHeld(key)
+	defer func() { p.releaseIntake(key, p.intake.claimUntil(key)) }() // as renewed by then
 	received := time.Unix(0, rec.Received)
 	backoff := intakeBackoffMin
 	for {
@@ -480,9 +475,6 @@ func (p *Platform) deliveringTo(ctx context.Context, channel string) error {
 	}
 	return nil
 }
-
-// releaseHeld gives up the claim on entry key, held (intake.take).
-func (p *Platform) releaseHeld(key string) { p.releaseIntake(key, p.intake.claimUntil(key)) }
 
 // releaseIntake gives up the claim on entry key, given until at the
 // latest: one another instance took since it lapsed stays.
