@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -40,11 +41,8 @@ func (p *Platform) route(ctx context.Context, user, channel, team string, dm boo
 	chat := chatOf(channel, team)
 	chat.DM = dm
 	r, ok := p.owners.Load().Route(user, chat)
-	switch {
-	case !ok:
-		return "", time.Time{}, false, dropUnclaimed
-	case r.Drop != "":
-		return "", time.Time{}, false, r.Drop
+	if !ok || r.Drop != "" {
+		return "", time.Time{}, false, cmp.Or(r.Drop, dropUnclaimed) // Route is zero when !ok
 	}
 	created = vault.Creation(p.deps.Vault, r.Tenant)
 	if r.Grant {

@@ -23,38 +23,16 @@ import (
 )
 
 // This file streams drafts with Slack's native message streaming
-// (chat.startStream, chat.appendStream, chat.stopStream; the Agents & AI
-// Apps feature), as the native adapter's send_draft does. Unlike a
-// Telegram draft, a Slack stream is the reply itself: its first frame
-// starts a message in the thread, later frames append what they add, and
-// the seal (final: true, or a send whose content extends the stream)
-// stops it with the rest. One stream is open per tenant and chat; a frame
-// of another draft_id, or of another turn (stream.otherTurn), seals the
-// open one first.
-//
-// A gateway sends a stream's frames over its one connection, but when that
-// connection drops mid-stream the gateway dials again, possibly to another
-// instance, and goes on with the same draft there (it also retries an
-// ambiguous seal once). So a stream is not this instance's: its state
-// (the message's ts, its workspace, how much was streamed and a digest of
-// it, whether it was sealed) is kept in the store (platform.Deps.Store),
-// written at every frame and read at the next, wherever it lands; the text
-// itself is the gateway's, which sends it whole with every frame. A frame
-// that does not extend what the record says was streamed seals the stream
-// and fails, as natively. Frames of one stream on one instance run one at
-// a time; a stream's first frame holds a claim while it starts the stream,
-// and a seal while it is sent (claimFrame), so a frame of the stream that
-// reaches another instance meanwhile (the gateway reconnected there)
-// waits for it, never opening a second message. A
-// frame of a draft and turn sealed lately shows nothing (a straggler
-// behind its seal: resealed). Two instances racing on later frames may
-// append a frame twice or fail it. Records are kept
-// with when they were written and the tenant's creation as the frame was
-// authorized (creation), and one
-// written for an earlier tenant of its tenant's id, deleted since
-// (earlierRecord), is none: a tenant
-// created again under the id streams afresh where its predecessor
-// streamed, under the same draft ids.
+// (chat.startStream, chat.appendStream, chat.stopStream), as the native
+// adapter's send_draft does; docs/contract.md says what a gateway sees. A
+// stream is the reply itself, and not this instance's: a gateway that
+// reconnects goes on with its draft on any instance, so a stream's state
+// is kept in the store (platform.Deps.Store), written at every frame and
+// read at the next. Frames of one stream on one instance run one at a
+// time; a first frame and a seal hold a claim while they are sent
+// (claimFrame), so a copy reaching another instance meanwhile waits for
+// it, never opening a second message. A record written for an earlier
+// tenant of its tenant's id (earlierRecord) is none.
 
 // streamTTL is how long a stream's record lasts after its last frame, and
 // a seal's (so a repeated seal answers the same message). Slack ends a

@@ -18,29 +18,9 @@ import (
 // connector's clock, then X-Slack-Signature, the v0 HMAC-SHA256 of
 // "v0:<timestamp>:<body>" with the signing secret (or, during its
 // rotation, previous_signing_secret), compared in constant time
-// (slack.SecretsVerifier). Answers:
-//
-//	200  handled: stored, deliberately dropped, a duplicate, or a
-//	     url_verification challenge answered
-//	400  the body is not what the route takes
-//	401  a signature or timestamp missing, wrong or outside the window;
-//	     nothing is delivered
-//	405  any method but POST (the mux's)
-//	413  the body is over max_event_bytes
-//	503  not stored (the relay refused it, the chat's queue is full,
-//	     another instance is handling a copy, or the intake could not be
-//	     written): Slack retries, and the dedupe drops a copy that did get
-//	     through
-//
-// A 200 is written only after the event is stored, or, for what may
-// outlast Slack's 3 s, after its request is stored in the durable intake
-// (intake.go): a message with files (fetched after the 200, up to
-// mediaDownloadTimeout in all) or in a thread (its thread's context and
-// root images fetched after the 200), and any event, press or slash command of
-// a chat while an intake entry of that chat is pending here, so that none
-// overtakes it and none waits behind its files. A retry of a message whose
-// files are being fetched is answered 503 while the first copy is in
-// hand, 200 once it is stored.
+// (slack.SecretsVerifier). The answers are docs/security.md's: a 200 is
+// written only once the event is stored, or its request is in the durable
+// intake (intake.go); 503 when it was not, so that Slack retries.
 
 // signatureWindow is how far a request's timestamp may be from the
 // connector's clock.

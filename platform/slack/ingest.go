@@ -31,14 +31,20 @@ var errNotRunning = errors.New("slack: not running")
 // thread's context and root images may be fetched) and that a tenant
 // takes, "" for any other event.
 func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow string, job func(context.Context) error) {
-	done := func(reason string) (string, string, func(context.Context) error) {
-		return "", "", func(context.Context) error {
+	// running refuses job while Run is not running.
+	running := func(job func(context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error {
 			if p.sink.Load() == nil {
 				return errNotRunning
 			}
+			return job(ctx)
+		}
+	}
+	done := func(reason string) (string, string, func(context.Context) error) {
+		return "", "", running(func(context.Context) error {
 			p.drop(reason, env.EventID)
 			return nil
-		}
+		})
 	}
 	var ev wireEvent
 	if env.InnerEvent == nil || json.Unmarshal(*env.InnerEvent, &ev) != nil {
@@ -53,12 +59,7 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow st
 		}
 		team := env.installTeam()
 		p.seenIn(ev.Item.Channel, team)
-		return team + "/" + ev.Item.Channel, "", func(ctx context.Context) error {
-			if p.sink.Load() == nil {
-				return errNotRunning
-			}
-			return p.ingestReaction(ctx, env, &ev, received)
-		}
+		return team + "/" + ev.Item.Channel, "", running(func(ctx context.Context) error { return p.ingestReaction(ctx, env, &ev, received) })
 	case "app_home_opened", "app_context_changed", "assistant_thread_started", "assistant_thread_context_changed":
 		return done(dropLifecycle)
 	case "message", "app_mention":
@@ -73,12 +74,7 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow st
 	if (len(m.ev.Files) > 0 || m.ev.ThreadTS != "" && m.ev.ThreadTS != m.ev.TS) && !ownOrDeleted(&m, env) && p.routable(&m) {
 		slow = "msg/" + m.liveDedupeKey()
 	}
-	return m.install + "/" + m.ev.Channel, slow, func(ctx context.Context) error {
-		if p.sink.Load() == nil {
-			return errNotRunning
-		}
-		return p.ingestMessage(ctx, env, &m, received)
-	}
+	return m.install + "/" + m.ev.Channel, slow, running(func(ctx context.Context) error { return p.ingestMessage(ctx, env, &m, received) })
 }
 
 // ownOrDeleted reports whether m is a deletion or the bot's own message
@@ -360,28 +356,13 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 }
 
 // ingestPress handles a prompt button press: delivered as a
-// prompt_response from the user who pressed, once per prompt message
-// (a second press of the same prompt is a duplicate, as natively).
-// delivered is called when this copy was, in the chat's turn: a press that
-// is dropped (its user not admitted, a duplicate) is not the prompt's
+// prompt_response from the user who pressed, once per prompt message, to
+// the tenant that posted the prompt (memory.promptOwnerOf), never by the
+// payload's team, and authorized by that tenant (policy.refusal), as
+// docs/contract.md says (with what is dropped). delivered is called when
+// this copy was, in the chat's turn: a dropped press is not the prompt's
 // answer. In the turn, the background work it starts (markPressed) is
 // Run's to wait for: Run closes the queues before it waits.
-//
-// A press goes to the tenant that posted the prompt (memory.promptOwnerOf,
-// by the message's channel and ts), never by the payload's team: in a
-// Slack Connect channel the presser may be of another tenant's workspace,
-// and which workspace Slack names in team and user.team_id is not
-// documented. Its user is authorized by that tenant (policy.refusal, as a
-// slash command's), and the press is then of the workspace that posted the
-// prompt (its session, its token for the update). A press of a message
-// with no remembered prompt (posted before it was recorded, over
-// memoryTTL ago, or a store without it) is dropped, and so is one of a
-// prompt whose tenant may no longer act in its channel (mayAct, as an
-// action there): the prompt outlives its chat's routing, which may have
-// moved to another tenant since (prompt_not_owned). A press of a user the
-// chat routes to the prompt's tenant by claim or author link renews its
-// grant first, as the user's message there would: a grant lapses a day
-// after the chat's last such message, the prompt lives 7 days.
 func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Time, delivered func()) error {
 	if p.sink.Load() == nil {
 		return errNotRunning

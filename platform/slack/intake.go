@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,40 +23,19 @@ import (
 	"connector/store"
 )
 
-// This file keeps the durable intake: a request of the HTTP routes whose
-// handling may outlast Slack's 3 s is stored and answered 200 at once,
-// then handled off the request. That is a message or app_mention a tenant
-// takes that has files, or is a thread reply (its thread's context and
-// root images may be fetched: envelopeJob's slow; not the bot's own, nor a
-// deletion: ownOrDeleted, nor one its tenant's settings drop by
-// themselves: settingsDrop), and, so that nothing
-// overtakes it, every event, press and slash command of a chat while an
-// entry of that chat is pending on this instance.
-//
-// An entry lives in the store's Registry, namespace slack/intake, under
-// "<team>/<channel>/<received ns>/<hash of the body>" (so a chat's
-// entries list in arrival order): the verified request body, which route
-// it came to, and when (and, once known, the channel its delivery goes to
-// when that is another's: deliveringTo). The instance that stores it
-// claims it (slack/intake/<key>, in the platform's claims) and renews the
-// claim while it holds the entry; it handles the chat's entries one at a time,
-// in order, in the chat's turn, then deletes each. One whose delivery
-// fails is tried again with backoff until intakeRetryFor after it was
-// received, then dropped (intake_expired): it holds its chat's turn
-// meanwhile. One that cannot be deleted then either (the store out) is
-// not dropped: its turn is given up, and a later sweep takes it again.
-// One whose handling a shutdown
-// interrupted (its files not all fetched) is kept, and its claim
-// released: the next Run, or another instance, handles it. Every Run
-// starts by taking the entries no live claim holds, before it takes
-// deliveries; then each instance looks for such entries (their instance
-// was stopped or killed, or a store error kept it) every intakeSweepEvery. An entry that cannot be
-// read (its value, or a key naming no chat) is deleted, dropped as
-// malformed. The message dedupe
-// (dedupe.go) keeps an entry handled by two instances from being
-// delivered twice; an entry whose delivery the relay stored before its
-// instance was killed, and which it did not delete, is found in the
-// ledger by the sweep that takes it, and deleted (deliveredBefore).
+// This file keeps the durable intake (docs/durability.md says what it
+// promises): a request of the HTTP routes whose handling may outlast
+// Slack's 3 s (a slow message: envelopeJob), and every request of a chat
+// while an entry of that chat is pending here, is stored and answered 200
+// at once, then handled off the request in its chat's turn. An entry lives
+// in the store's Registry, namespace slack/intake, under
+// "<team>/<channel>/<received ns>/<hash of the body>" (a chat's entries
+// list in arrival order). The instance that stores or sweeps it claims it
+// (slack/intake/<key>) and renews the claim while it holds it; it is
+// deleted once delivered (delivered), expired (intakeRetryFor) or
+// unreadable, and kept when a shutdown cut it short. The message dedupe
+// (dedupe.go) and the ledger (deliveredBefore) keep an entry two instances
+// or a kill handled from being delivered twice.
 
 // intakeNamespace is the store Registry namespace of the entries.
 const intakeNamespace = "slack/intake"
@@ -158,16 +138,11 @@ type intake struct {
 	resumed  atomic.Uint64 // entries taken by sweepIntake
 }
 
-// intakeMaxHeld bounds the entries an instance holds (and so their
-// bodies, and the renewals of a round, which the store sends in one
-// pipeline and one wait for the replicas), and intakeTenantShare those of
-// the chats one tenant holds (by binding of the channel or its workspace,
-// or by claim: chatTenant; of none, together) once the intake is half
-// full, so that one tenant's slow chats leave the others room while a
-// lone busy tenant may use half of it. Past either a request the intake
-// would store is answered 503 and a sweep takes no more of them; Slack
-// sends an Events API request again, but not a slash command or a press
-// (routeCommands, routeInteractions): those are refused only past
+// intakeMaxHeld bounds the entries an instance holds (their bodies, and
+// the renewals of a round), and intakeTenantShare those of one tenant's
+// chats (chatTenant) once the intake is half full, so that one tenant's
+// slow chats leave the others room (docs/durability.md). A slash command
+// or a press, which Slack does not send again, is refused only past
 // intakeMaxHeld, never at the share.
 const (
 	intakeMaxHeld     = 512
@@ -304,11 +279,7 @@ func (in *intake) waiting(chat string) bool {
 func (in *intake) keys() []string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	keys := make([]string, 0, len(in.held))
-	for k := range in.held {
-		keys = append(keys, k)
-	}
-	return keys
+	return slices.Collect(maps.Keys(in.held))
 }
 
 // runCtx is Run's context, nil while Run is not running.
@@ -403,7 +374,7 @@ func (p *Platform) queueIntake(ctx context.Context, key, chat string, rec intake
 // dropped or expired (then deletes it), or until ctx ends (then keeps it);
 // then it gives the entry's claim up.
 func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecord) {
-	defer p.releaseHeld(key)
+	defer func() { p.releaseIntake(key, p.intake.claimUntil(key)) }() // as renewed by then
 	received := time.Unix(0, rec.Received)
 	backoff := intakeBackoffMin
 	for {
@@ -505,9 +476,6 @@ func (p *Platform) deliveringTo(ctx context.Context, channel string) error {
 	return nil
 }
 
-// releaseHeld gives up the claim on entry key, held (intake.take).
-func (p *Platform) releaseHeld(key string) { p.releaseIntake(key, p.intake.claimUntil(key)) }
-
 // releaseIntake gives up the claim on entry key, given until at the
 // latest: one another instance took since it lapsed stays.
 func (p *Platform) releaseIntake(key string, until time.Time) {
@@ -523,27 +491,19 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 	switch rec.Route {
 	case routeEvents:
 		var env envelope
-		if decodeEnvelope(rec.Body, &env) != nil {
-			p.drop(dropMalformed, "")
-			return nil
+		if decodeEnvelope(rec.Body, &env) == nil {
+			_, _, job := p.envelopeJob(&env, received)
+			return job(ctx)
 		}
-		_, _, job := p.envelopeJob(&env, received)
-		return job(ctx)
 	case routeInteractions:
-		ic, ok := interactionOf(rec.Body)
-		if !ok {
-			p.drop(dropMalformed, "")
-			return nil
+		if ic, ok := interactionOf(rec.Body); ok {
+			return p.interaction(ctx, &ic, received)
 		}
-		return p.interaction(ctx, &ic, received)
 	case routeCommands:
-		c, ok := commandOf(rec.Body)
-		if !ok {
-			p.drop(dropMalformed, "")
-			return nil
+		if c, ok := commandOf(rec.Body); ok {
+			_, err := p.ingestCommand(ctx, &c, received)
+			return err
 		}
-		_, err := p.ingestCommand(ctx, &c, received)
-		return err
 	}
 	p.drop(dropMalformed, "")
 	return nil

@@ -280,18 +280,12 @@ const maxStatusRunes = 256
 const maxResponseURLPosts = 5
 
 // followUp answers a slash command through its response_url, which the
-// vault keeps under the command's session (kind slack.response_url,
-// looked up for the caller's tenant only): an ephemeral reply, the first
-// replacing the "Running /x…" acknowledgement, as natively. Slack takes at
-// most five posts per response_url (each claimed once, claimPosts); later
-// parts go as ephemeral messages to the command's user in its channel
-// (chat.postEphemeral), never as a public post, while the capability
-// lives (30 minutes), with the token of the tenant's workspace in that
-// channel (teamFor, as every action of the tenant's there). Without it the result is capability_missing. The
-// response_url outlives the command's routing: tenant must still be
-// allowed in the command's channel (platform.AuthorizeCalls, as a send
-// there, its chat.postEphemeral asked again as its turn comes), or the
-// follow_up is declined with nothing posted.
+// vault keeps under the command's session (kind slack.response_url, for
+// the caller's tenant only), as docs/contract.md says: ephemeral, at most
+// maxResponseURLPosts posts, each claimed once (claimPosts), later parts
+// with chat.postEphemeral (teamFor's token), never publicly. The tenant
+// must still be allowed in the command's channel
+// (platform.AuthorizeCalls), or nothing is posted.
 func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *contract.Action) contract.Result {
 	if a.SessionKey == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack follow_up: session_key is required")

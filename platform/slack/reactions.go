@@ -102,12 +102,8 @@ func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEven
 func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEvent, received time.Time) error {
 	team, channel := env.installTeam(), ev.Item.Channel
 	r, ok := p.owners.Load().Route(ev.User, chatOf(channel, team))
-	switch {
-	case !ok:
-		p.drop(dropUnclaimed, env.EventID)
-		return nil
-	case r.Drop != "":
-		p.drop(r.Drop, env.EventID)
+	if !ok || r.Drop != "" {
+		p.drop(cmp.Or(r.Drop, dropUnclaimed), env.EventID) // Route is zero when !ok
 		return nil
 	}
 	created := vault.Creation(p.deps.Vault, r.Tenant) // the creation it was routed under

@@ -86,25 +86,15 @@ func (p *Platform) claimPosts(ctx context.Context, tenant, sessionKey, u string,
 const slashReplyWindow = 120 * time.Second
 
 // slashReply answers the send a gateway makes in reply to a slash command
-// as the native adapter does (_pop_slash_context, _send_slash_reply): the
-// first reply to a command goes to its user alone, through the command's
-// response_url (the first part replacing the "Running /x…"
-// acknowledgement, at most five posts, the rest cut with a notice), else
-// with chat.postEphemeral to the user, and never as a public post. ok is
-// false when a is not such a reply; the send then posts as any other.
-//
-// The native adapter knows the reply by the task that handles the command.
-// The gateway's send names no session, so the connector knows it by what
-// it carries: no reply anchor (reply_to, metadata.message_id and
-// reply_to_message_id empty: a command has no message to answer), and the
-// chat, workspace (metadata.scope_id), thread and author (metadata.user_id:
-// the gateway stamps the author of the chat's last inbound) of a command
-// whose response_url the vault holds under that session for the tenant,
-// delivered within slashReplyWindow and not answered yet (a claim, so of
-// the instances sharing the store one answers it). A seal sent again
-// while its first copy answers the command waits for that copy (the
-// seal's claim, claimFrame). The response_url stays in the vault; no frame
-// ever carries it.
+// as the native adapter does (_send_slash_reply; docs/contract.md): to
+// its user alone, through the command's response_url, else with
+// chat.postEphemeral, never as a public post. ok is false when a is not
+// such a reply; the send then posts as any other. The send names no
+// session, so the reply is known by what it carries: no reply anchor, and
+// the chat, workspace, thread and author of a command whose response_url
+// the vault holds for the tenant, delivered within slashReplyWindow and
+// not answered yet (a claim, so one instance answers it). The response_url
+// stays in the vault; no frame ever carries it.
 func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	user := string(a.Metadata.UserID)
 	if user == "" || strings.TrimSpace(string(a.ReplyTo)) != "" || a.Metadata.MessageID != "" || a.Metadata.ReplyToMessageID != "" {

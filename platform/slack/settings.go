@@ -3,6 +3,7 @@ package slack
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -340,15 +341,10 @@ func defaultPolicy(allowAll bool) *policy {
 	return pol
 }
 
-// mentions reports whether text matches one of the tenant's
+// mentionPattern reports whether text matches one of the tenant's
 // mention_patterns.
 func (pol *policy) mentionPattern(text string) bool {
-	for _, re := range pol.patterns {
-		if re.MatchString(text) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(pol.patterns, func(re *regexp.Regexp) bool { return re.MatchString(text) })
 }
 
 // admits reports whether user may start a turn (the allowlist; the

@@ -13,18 +13,12 @@ import (
 )
 
 // This file gives a turn that enters a thread its history, as the native
-// adapter's _fetch_thread_context does: when a reply in a thread starts
-// a turn and no turn of that thread was delivered yet (the native "no
-// active session"; memory.go's marker, the same on every instance), the thread's earlier messages are read
-// with conversations.replies and ride the event as its context (the
-// gateway shows them as channel_context, reference only, outside the
-// text). The bot's own replies are left out (the parent stays even when
-// a bot posted it), the bot's mention is cut, the parent is marked
-// "[thread parent]", an author the tenant's allowlist would not admit is
-// marked "[unverified]", and a message's files are named in its text
-// ("[image: chart.png]"), as natively. The root's images, up to four,
-// ride the turn as its first media (_collect_thread_root_images: the root
-// is often what the mention is about).
+// adapter's _fetch_thread_context does (docs/contract.md, Context): when a
+// reply in a thread starts a turn and no turn of that thread was delivered
+// yet (memory.go's marker, the same on every instance), the thread's
+// earlier messages ride the event as its context, and the root's images,
+// up to four, as its first media (_collect_thread_root_images: the root is
+// often what the mention is about).
 
 // Thread context limits, as natively.
 const (
