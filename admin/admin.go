@@ -255,18 +255,15 @@ func (h *Handler) bind(ctx context.Context, b registry.Binding) error {
 	return h.cfg.Registry.Bind(ctx, b)
 }
 
-// bindingRequest is the body of the bindings routes.
-type bindingRequest struct {
-	Platform string `json:"platform"`
-	Kind     string `json:"kind"`
-	ID       string `json:"id"`
-}
-
 // binding is a bindings route: it runs do (the registry's Bind or Unbind)
 // with the body's binding for the path's tenant.
 func binding(do func(context.Context, registry.Binding) error) changeFunc {
 	return func(r *http.Request) ([]any, int, any, error) {
-		var req bindingRequest
+		var req struct {
+			Platform string `json:"platform"`
+			Kind     string `json:"kind"`
+			ID       string `json:"id"`
+		}
 		if err := decode(r, &req); err != nil {
 			return nil, 0, nil, err
 		}

@@ -1272,9 +1272,8 @@ func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, 
 // bindings as of its ownership guard's value guard, with BindOwn's own
 // writes since.
 type ownView struct {
-	platform string
+	platform string // "" until read: no binding's platform
 	guard    []byte
-	read     bool
 	bindings []platform.Binding
 	owners   *platform.Ownership // built from bindings when needed
 }
@@ -1282,7 +1281,7 @@ type ownView struct {
 // yieldsTo reports whether b must yield (Ownership.YieldsTo), judged by
 // the view, read again unless it is of b's platform at guard.
 func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []byte) (bool, error) {
-	if !v.read || v.platform != b.Platform || !bytes.Equal(v.guard, guard) {
+	if v.platform != b.Platform || !bytes.Equal(v.guard, guard) {
 		s, _, err := r.Effective(ctx)
 		if err == nil {
 			err = s.Judgeable(b.Platform)
@@ -1290,7 +1289,7 @@ func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []
 		if err != nil {
 			return false, err
 		}
-		*v = ownView{platform: b.Platform, guard: guard, read: true, bindings: s.PlatformBindings()[b.Platform]}
+		*v = ownView{platform: b.Platform, guard: guard, bindings: s.PlatformBindings()[b.Platform]}
 	}
 	if v.owners == nil {
 		v.owners = platform.NewOwnership(v.bindings)
@@ -1302,7 +1301,7 @@ func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []
 // the view. Only a claim or a link can change what YieldsTo answers, so
 // only those rebuild the ownership: a provision's keys do not, each time.
 func (v *ownView) wrote(b Binding, guard []byte) {
-	if !v.read || v.platform != b.Platform {
+	if v.platform != b.Platform {
 		return
 	}
 	v.guard = guard

@@ -11,8 +11,7 @@
 // outcome is only counted and logged.
 //
 // A poke is bounded per target, not per gateway, so that many gateways
-// cannot turn one event into many requests to one place (issue 22: 500
-// gateways sharing one wake URL made 500 GETs per event):
+// cannot turn one event into many requests to one place:
 //
 //   - gateways sharing a wake URL share one GET;
 //   - each wake URL is poked at most once per Config.Cooldown across every
