@@ -6,29 +6,12 @@
 // closed by the time DELETE returns; other instances apply it on the
 // registry's change notification.
 //
-// Routes (docs/operations.md shows each with the CLI):
-//
-//	GET    /admin/v1/tenants                                   every tenant, its gateways (no secrets) and bindings
-//	POST   /admin/v1/tenants                                   {"id", "session"?, "max_gateways"?}
-//	DELETE /admin/v1/tenants/{tenant}
-//	PUT    /admin/v1/tenants/{tenant}/session                  the session settings
-//	PUT    /admin/v1/tenants/{tenant}/max-gateways             {"max_gateways"} (0: the default, 100)
-//	POST   /admin/v1/tenants/{tenant}/gateways                 {"id"} -> {"id", "secret"}
-//	POST   /admin/v1/tenants/{tenant}/gateways/{gateway}/rotate {"grace"?: "1h"} -> {"id", "secret", "previous_valid_until"}
-//	DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}
-//	PUT    /admin/v1/tenants/{tenant}/bindings                 {"platform", "kind", "id"}
-//	DELETE /admin/v1/tenants/{tenant}/bindings                 {"platform", "kind", "id"}
-//	PUT    /admin/v1/tenants/{tenant}/gateways/{gateway}/wake  {"url"} (empty: none) the gateway's wake URL
-//	POST   /admin/v1/tenants/{tenant}/enroll-tokens            {"ttl"?: "24h"} -> {"token", "expires"} for hermes gateway enroll
-//	GET    /admin/v1/backup                                    a consistent copy of the embedded store's data file
-//
-// Errors are {"error": "..."} with 400 (malformed), 401 (token), 404
-// (unknown tenant, gateway or binding), 409 (exists, declared in the YAML,
-// bound to another tenant), 429 (the tenant's max_gateways reached) or
-// 500 {"error": "internal"} (the store failed; the log has its error,
-// which can name an internal address). Every change is logged (who, what,
-// outcome; never a secret) and counted; a refused token is counted, and
-// logged within loglimit.NewSources' allowance of its remote host.
+// The routes, their bodies, answers and error statuses are in
+// docs/operations.md ("API reference"). A store failure answers 500
+// {"error": "internal"}: the log has its error, which can name an internal
+// address. Every change is logged (who, what, outcome; never a secret) and
+// counted; a refused token is counted, and logged within
+// loglimit.NewSources' allowance of its remote host.
 package admin
 
 import (
@@ -74,8 +57,6 @@ type Config struct {
 	Log *slog.Logger
 	// Metrics counts requests; nil discards.
 	Metrics Metrics
-	// Clock is the clock of rotation answers; nil is clock.System.
-	Clock clock.Clock
 	// Backup copies the store for GET /admin/v1/backup; nil (a store that
 	// is not one file, Redis) answers 501.
 	Backup store.Backuper
@@ -108,8 +89,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
-	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
-	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(), refusals: loglimit.NewSources(cfg.Clock),
+	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(), refusals: loglimit.NewSources(clock.System),
 		rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "admin change", Metrics: cfg.Metrics}}
 	h.mux.HandleFunc("GET /admin/v1/tenants", h.listTenants)
 	h.change("POST /admin/v1/tenants", "create_tenant", h.createTenant)
@@ -256,7 +236,7 @@ func (h *Handler) rotate(r *http.Request) ([]any, int, any, error) {
 		}
 	}
 	secret, err := h.cfg.Registry.Rotate(r.Context(), tenant, gateway, grace)
-	until := h.cfg.Clock.Now().Add(max(grace, 0)).UTC().Format(time.RFC3339)
+	until := time.Now().Add(max(grace, 0)).UTC().Format(time.RFC3339)
 	return []any{"tenant", tenant, "gateway_id", gateway, "grace", max(grace, 0)}, http.StatusOK,
 		map[string]string{"id": gateway, "secret": secret, "previous_valid_until": until}, err
 }
@@ -275,18 +255,15 @@ func (h *Handler) bind(ctx context.Context, b registry.Binding) error {
 	return h.cfg.Registry.Bind(ctx, b)
 }
 
-// bindingRequest is the body of the bindings routes.
-type bindingRequest struct {
-	Platform string `json:"platform"`
-	Kind     string `json:"kind"`
-	ID       string `json:"id"`
-}
-
 // binding is a bindings route: it runs do (the registry's Bind or Unbind)
 // with the body's binding for the path's tenant.
 func binding(do func(context.Context, registry.Binding) error) changeFunc {
 	return func(r *http.Request) ([]any, int, any, error) {
-		var req bindingRequest
+		var req struct {
+			Platform string `json:"platform"`
+			Kind     string `json:"kind"`
+			ID       string `json:"id"`
+		}
 		if err := decode(r, &req); err != nil {
 			return nil, 0, nil, err
 		}

@@ -19,19 +19,12 @@
 // gateway id spends from its allowance of registry changes
 // (change.Limiter, which its /manage/* and /relay/policy requests share).
 //
-// Answers are JSON: 200 {"secret", "deliveryKey", "tenant", "gatewayId"}
-// (provision adds "routeKeys", the bindings as the connector spells them;
-// "deliveryKey" is empty: inbound rides the authenticated socket and is
-// not signed), or {"error"} with 400 (malformed body, unknown platform,
-// bad route key or wake URL), 401 (identity token), 403 (enrollment token;
-// tenant not onboarded), 404 (not configured), 409 (gateway id or route
-// key held by another tenant, declared in the YAML, or, for a provision,
-// made by the admin API or an enrollment), 429 (the tenant's max_gateways
-// reached; provisioning too fast, with Retry-After) or 500. Every
-// request is counted and logged (who: tenant and token subject; what:
-// gateway, platform, route-key count, wake host; never a secret or
-// token); those refused before they authenticate within
-// HandlerConfig.Refusals' allowance of their remote host.
+// The bodies, answers and error statuses are in docs/contract.md
+// ("Credentials, policy and wake"). Every request is counted and logged
+// (who: tenant and token subject; what: gateway, platform, route-key
+// count, wake host; never a secret or token); those refused before they
+// authenticate within HandlerConfig.Refusals' allowance of their remote
+// host.
 package enroll
 
 import (
@@ -149,12 +142,8 @@ func New(cfg HandlerConfig) *Handler {
 	if cfg.Apply == nil {
 		cfg.Apply = func(context.Context) error { return nil }
 	}
-	if cfg.Limiter == nil {
-		cfg.Limiter = change.NewLimiter(cfg.Clock)
-	}
-	if cfg.Refusals == nil {
-		cfg.Refusals = loglimit.NewSources(cmp.Or(cfg.Clock, clock.System))
-	}
+	cfg.Limiter = cmp.Or(cfg.Limiter, change.NewLimiter(cfg.Clock))
+	cfg.Refusals = cmp.Or(cfg.Refusals, loglimit.NewSources(cmp.Or(cfg.Clock, clock.System)))
 	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "relay credential request", Metrics: cfg.Metrics},
 		changes: keyrate.New(keyrate.Config{Burst: ProvisionBurst, Every: ProvisionEvery, MaxKeys: maxLimitedTenants, Clock: cfg.Clock})}
 }
@@ -263,7 +252,8 @@ type enrollRequest struct {
 
 // credentials is the success answer.
 type credentials struct {
-	Secret      string   `json:"secret"`
+	Secret string `json:"secret"`
+	// DeliveryKey is empty: inbound rides the authenticated socket, unsigned.
 	DeliveryKey string   `json:"deliveryKey"`
 	Tenant      string   `json:"tenant"`
 	GatewayID   string   `json:"gatewayId"`

@@ -10,7 +10,7 @@
 // alg RS256 (any other algorithm, "none" and HS256 included, is refused)
 // and no crit extensions, its PKCS #1 v1.5 SHA-256 signature verifies
 // against the configured key, it carries exp and has not expired (nor is
-// before its nbf) beyond Config.Skew, its exp is no further ahead than
+// before its nbf) beyond DefaultSkew, its exp is no further ahead than
 // Config.MaxLifetime (plus the skew), its iss and aud match the configured
 // ones when they are set, and its tenant claim is a non-empty string. A
 // management-plane token (the /manage/* routes, Hermes contract §7.2: the
@@ -46,7 +46,7 @@ const MaxTenantBytes = 256
 // is empty (the Hermes gateway's OIDC mode reads "tid").
 const DefaultTenantClaim = "tid"
 
-// DefaultSkew is the clock skew tolerated when Config.Skew is zero.
+// DefaultSkew is the clock skew tolerated on exp and nbf.
 const DefaultSkew = time.Minute
 
 // DefaultMaxLifetime is how far ahead of the clock a token's exp may lie
@@ -71,9 +71,7 @@ type Config struct {
 	// TenantClaim names the claim carrying the tenant id; empty is
 	// DefaultTenantClaim.
 	TenantClaim string
-	// Skew is how far exp and nbf may be off; zero is DefaultSkew.
-	Skew time.Duration
-	// MaxLifetime is how far ahead of the clock exp may lie (the skew
+	// MaxLifetime is how far ahead of the clock exp may lie (DefaultSkew
 	// comes on top); zero is DefaultMaxLifetime.
 	MaxLifetime time.Duration
 	// Clock is the clock; nil is clock.System.
@@ -102,7 +100,6 @@ func New(cfg Config) (*Verifier, error) {
 		return nil, fmt.Errorf("idtoken: the RSA key has %d bits; want at least %d", cfg.Key.N.BitLen(), MinKeyBits)
 	}
 	cfg.TenantClaim = cmp.Or(cfg.TenantClaim, DefaultTenantClaim)
-	cfg.Skew = cmp.Or(max(cfg.Skew, 0), DefaultSkew)
 	cfg.MaxLifetime = cmp.Or(max(cfg.MaxLifetime, 0), DefaultMaxLifetime)
 	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	return &Verifier{cfg: cfg}, nil
@@ -186,7 +183,7 @@ func (v *Verifier) verify(token string, audience func(aud []string) error) (Clai
 		jwt.WithValidMethods([]string{"RS256"}),
 		jwt.WithStrictDecoding(), // one signed token has one spelling
 		jwt.WithExpirationRequired(),
-		jwt.WithLeeway(v.cfg.Skew),
+		jwt.WithLeeway(DefaultSkew),
 		jwt.WithTimeFunc(v.cfg.Clock.Now),
 	}
 	if v.cfg.Issuer != "" {
@@ -201,7 +198,7 @@ func (v *Verifier) verify(token string, audience func(aud []string) error) (Clai
 		return bad("crit extensions are not supported")
 	}
 	exp, _ := claims.GetExpirationTime()
-	if exp.After(v.cfg.Clock.Now().Add(v.cfg.MaxLifetime + v.cfg.Skew)) {
+	if exp.After(v.cfg.Clock.Now().Add(v.cfg.MaxLifetime + DefaultSkew)) {
 		return bad("exp is further ahead than the maximum lifetime")
 	}
 	aud, _ := claims.GetAudience() // an aud of another shape names no one

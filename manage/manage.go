@@ -5,31 +5,15 @@
 // the contract's two bearers: the gateway's own upgrade token (the relay's
 // one side-channel bearer check, Config.Auth), or, when Config.Identity is
 // set, an identity token (package idtoken) whose tenant claim names the
-// tenant and whose aud "agent:{gatewayId}" names a gateway of that tenant:
-//
-//	POST /manage/link           {"platform"?, "ttlSeconds"?} -> {"code", "command", "expiresAt", "ttlSeconds"}
-//	POST /manage/scope          {"platform", "channelId", "guildId"?}
-//	POST /manage/scope/release  {"platform", "channelId", "guildId"?}
-//	POST /manage/principal      {"platform", "principal", "allow"?}
-//	POST /manage/dm-default     {"platform", "userId"}
-//	POST /manage/deprovision    {}
-//
-// The tenant and gateway always come from the token, never the body (a
-// body's instanceId is ignored, as are other unknown fields); an identity
-// token naming a gateway that is not its tenant's is refused 404. A change is
-// stored in the registry and applied to this instance before the answer;
-// other instances apply it on the registry's change notification. Every
-// change is logged (gateway, tenant, what; never a code or secret) and
-// counted. The Handler is also the platforms' platform.Linker: it redeems
-// the "/link <code>" DMs they consume.
-//
-// Answers are JSON: {"ok": true, ...} with 200, or {"error": "..."} with
-// 400 (malformed), 401 (token), 403 (a claim of a chat the bot does not
-// see in the named guild, or of a DM), 404 (not held, not linked), 409
-// (the chat is another tenant's: bound to it in the YAML or through the
-// admin API, claimed by it; declared in the YAML), 429 (too many
-// outstanding link codes; the gateway's requests past change.Limiter's
-// rate, refused ones too, with Retry-After), 500, or 503 (the platform could not be asked).
+// tenant and whose aud "agent:{gatewayId}" names a gateway of that tenant.
+// The tenant and gateway always come from the token, never the body. The
+// routes (Routes), their bodies, answers and error statuses are in
+// docs/contract.md ("Management plane"). A change is stored in the
+// registry and applied to this instance before the answer; other
+// instances apply it on the registry's change notification. Every change
+// is logged (gateway, tenant, what; never a code or secret) and counted.
+// The Handler is also the platforms' platform.Linker: it redeems the
+// "/link <code>" DMs they consume.
 package manage
 
 import (
@@ -115,12 +99,8 @@ var _ platform.Linker = (*Handler)(nil)
 func New(cfg Config) *Handler {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	cfg.Metrics = cmp.Or[change.Metrics](cfg.Metrics, change.Nop{})
-	if cfg.Limiter == nil {
-		cfg.Limiter = change.NewLimiter(nil)
-	}
-	if cfg.Refusals == nil {
-		cfg.Refusals = loglimit.NewSources(clock.System)
-	}
+	cfg.Limiter = cmp.Or(cfg.Limiter, change.NewLimiter(nil))
+	cfg.Refusals = cmp.Or(cfg.Refusals, loglimit.NewSources(clock.System))
 	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "manage change", Metrics: cfg.Metrics}}
 }
 

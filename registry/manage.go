@@ -98,9 +98,7 @@ var managedKinds = map[string]bool{
 // record). An empty platformName lets any platform redeem it. ttl zero is
 // DefaultLinkTTL; it may not exceed MaxLinkTTL.
 func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformName string, ttl time.Duration) (string, time.Time, error) {
-	if ttl == 0 {
-		ttl = DefaultLinkTTL
-	}
+	ttl = cmp.Or(ttl, DefaultLinkTTL)
 	if ttl < 0 || ttl > MaxLinkTTL {
 		return "", time.Time{}, fmt.Errorf("%w: link code lifetime %v: want up to %v", ErrInvalid, ttl, MaxLinkTTL)
 	}
@@ -377,9 +375,6 @@ func (r *Registry) principalTurn(ctx context.Context, tenant string) (func(), er
 		busy, held := r.principals[tenant]
 		if !held {
 			mine := make(chan struct{})
-			if r.principals == nil {
-				r.principals = map[string]chan struct{}{}
-			}
 			r.principals[tenant] = mine
 			r.principalMu.Unlock()
 			return func() {
@@ -473,7 +468,7 @@ func (r *Registry) markDrop(ctx context.Context, tenant string, dropping bool) e
 		if err := backoff(ctx, round); err != nil || round == maxSwaps {
 			return cmp.Or(err, fmt.Errorf("%w: tenant %q's drop mark kept changing; try again", ErrConflict, tenant))
 		}
-		e, ok, err := r.kv.Get(ctx, nsBindings, dropKey(tenant))
+		e, _, err := r.kv.Get(ctx, nsBindings, dropKey(tenant))
 		if err != nil {
 			return err
 		}
@@ -491,11 +486,7 @@ func (r *Registry) markDrop(ctx context.Context, tenant string, dropping bool) e
 		if err != nil {
 			return err
 		}
-		var old []byte
-		if ok {
-			old = e.Value
-		}
-		if swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, dropKey(tenant), old, data); err != nil {
+		if swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, dropKey(tenant), e.Value, data); err != nil { // e.Value nil: none stored
 			return err
 		} else if swapped {
 			mark = data

@@ -301,7 +301,7 @@ type Registry struct {
 // New returns the registry kept in st; now is its clock (secret expiry).
 func New(st store.Store, c clock.Clock) *Registry {
 	c = cmp.Or(c, clock.System)
-	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c}
+	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c, principals: map[string]chan struct{}{}}
 	r.declared.Store(&State{})
 	return r
 }
@@ -423,11 +423,7 @@ func (r *Registry) Effective(ctx context.Context) (State, time.Time, error) {
 	now := r.clock.Now()
 	var out State
 	tenants := make(map[string]bool)
-	for _, t := range decl.Tenants {
-		tenants[t.ID] = true
-		out.Tenants = append(out.Tenants, t)
-	}
-	for _, t := range stored.Tenants {
+	for _, t := range slices.Concat(decl.Tenants, stored.Tenants) { // the YAML's first: it wins
 		if !tenants[t.ID] {
 			tenants[t.ID] = true
 			out.Tenants = append(out.Tenants, t)
@@ -476,13 +472,7 @@ func (r *Registry) Effective(ctx context.Context) (State, time.Time, error) {
 
 // liveSecrets are g's secrets not expired at now.
 func (g Gateway) liveSecrets(now time.Time) []Secret {
-	var live []Secret
-	for _, s := range g.Secrets {
-		if s.Expires.IsZero() || now.Before(s.Expires) {
-			live = append(live, s)
-		}
-	}
-	return live
+	return slices.DeleteFunc(slices.Clone(g.Secrets), func(s Secret) bool { return !s.Expires.IsZero() && !now.Before(s.Expires) })
 }
 
 // PlatformBindings returns, for each platform, its bindings in s in the
@@ -1282,9 +1272,8 @@ func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, 
 // bindings as of its ownership guard's value guard, with BindOwn's own
 // writes since.
 type ownView struct {
-	platform string
+	platform string // "" until read: no binding's platform
 	guard    []byte
-	read     bool
 	bindings []platform.Binding
 	owners   *platform.Ownership // built from bindings when needed
 }
@@ -1292,7 +1281,7 @@ type ownView struct {
 // yieldsTo reports whether b must yield (Ownership.YieldsTo), judged by
 // the view, read again unless it is of b's platform at guard.
 func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []byte) (bool, error) {
-	if !v.read || v.platform != b.Platform || !bytes.Equal(v.guard, guard) {
+	if v.platform != b.Platform || !bytes.Equal(v.guard, guard) {
 		s, _, err := r.Effective(ctx)
 		if err == nil {
 			err = s.Judgeable(b.Platform)
@@ -1300,7 +1289,7 @@ func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []
 		if err != nil {
 			return false, err
 		}
-		*v = ownView{platform: b.Platform, guard: guard, read: true, bindings: s.PlatformBindings()[b.Platform]}
+		*v = ownView{platform: b.Platform, guard: guard, bindings: s.PlatformBindings()[b.Platform]}
 	}
 	if v.owners == nil {
 		v.owners = platform.NewOwnership(v.bindings)
@@ -1312,7 +1301,7 @@ func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []
 // the view. Only a claim or a link can change what YieldsTo answers, so
 // only those rebuild the ownership: a provision's keys do not, each time.
 func (v *ownView) wrote(b Binding, guard []byte) {
-	if !v.read || v.platform != b.Platform {
+	if v.platform != b.Platform {
 		return
 	}
 	v.guard = guard
@@ -1547,13 +1536,11 @@ func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Bind
 		}
 		var guard []byte
 		if next != nil {
-			e, ok, err := r.kv.Get(ctx, nsOwnership, next.Platform)
+			e, _, err := r.kv.Get(ctx, nsOwnership, next.Platform)
 			if err != nil {
 				return nil, replaced{}, false, err
 			}
-			if ok {
-				guard = e.Value
-			}
+			guard = e.Value // nil: none stored
 		}
 		var cur *Binding
 		e, ok, err := r.kv.Get(ctx, nsBindings, key)

@@ -11,8 +11,7 @@
 // outcome is only counted and logged.
 //
 // A poke is bounded per target, not per gateway, so that many gateways
-// cannot turn one event into many requests to one place (issue 22: 500
-// gateways sharing one wake URL made 500 GETs per event):
+// cannot turn one event into many requests to one place:
 //
 //   - gateways sharing a wake URL share one GET;
 //   - each wake URL is poked at most once per Config.Cooldown across every
@@ -103,9 +102,6 @@ type Config struct {
 	// the claims' expiry, which the store compares with its own clock);
 	// nil is clock.System.
 	Clock clock.Clock
-	// Client sends the GETs; nil is a client that does not follow
-	// redirects. Its CheckRedirect is replaced to refuse them either way.
-	Client *http.Client
 	// Log receives one line per poke; nil discards.
 	Log *slog.Logger
 	// Metrics counts pokes; nil discards.
@@ -133,9 +129,8 @@ func New(cfg Config) (*Poker, error) {
 	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
-	client := *cmp.Or(cfg.Client, &http.Client{}) // a copy: its CheckRedirect is replaced
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Poker{cfg: cfg, client: &client, next: make(map[string]time.Time)}, nil
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }} // redirects are not followed
+	return &Poker{cfg: cfg, client: client, next: make(map[string]time.Time)}, nil
 }
 
 type nopMetrics struct{}

@@ -71,11 +71,8 @@ func Decode(r io.Reader, v any, strict bool) error {
 	return nil
 }
 
-// Outcome maps err to its outcome label and HTTP status: nil is ok 200, a
-// *Refusal its own, the registry's errors invalid 400, not_found 404,
-// exists, declared and conflict 409, limit 429, a platform that could not
-// be asked (platform.ErrUnavailable) unavailable 503, anything else error
-// 500.
+// Outcome maps err to its outcome label and HTTP status: a *Refusal its
+// own, a registry or platform error its class, anything else error 500.
 func Outcome(err error) (string, int) {
 	var r *Refusal
 	switch {
