@@ -57,10 +57,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *con
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break
 		}
-		if err != nil {
-			return r.abortBotTransfer(t)
-		}
-		if ctx.Err() != nil {
+		if err != nil || ctx.Err() != nil {
 			return r.abortBotTransfer(t)
 		}
 	}
