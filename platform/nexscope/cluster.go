@@ -97,15 +97,12 @@ const createdKey = "nexscope_created_us"
 // store's claim).
 const maxLeft = 1 << 16
 
-// Cluster tuning.
-const (
-	// joinBeats is how many beats an edge waits for a room's home to answer
-	// a join (sent again every beat) before it refuses the client with
-	// 1013: long enough for a lease takeover (four beats). The edge waits
-	// the longest decision more (joinRemote): the home's probe of a ghost
-	// holding the name (fleet.probe).
-	joinBeats = 6
-)
+// joinBeats is how many beats an edge waits for a room's home to answer a
+// join (sent again every beat) before it refuses the client with 1013:
+// long enough for a lease takeover (four beats). The edge waits the
+// longest decision more (joinRemote): the home's probe of a ghost holding
+// the name (fleet.probe).
+const joinBeats = 6
 
 // credit reports total, the bytes written or processed so far on this
 // side of a member's link, as a typ message to instance when a quarter of
@@ -1090,7 +1087,7 @@ func (cl *fleet) claim(exec string) (took bool, held []byte) {
 		// The record only names this instance to a later home (msgHeldBy),
 		// asked a beat later at the earliest: the action waits neither for
 		// its write nor for the replicas (one lost names no one: 'outcome
-		// unknown', as before it was kept).
+		// unknown').
 		if cl.p.track() {
 			go func() {
 				defer cl.p.wg.Done()

@@ -137,7 +137,7 @@ func (s *streams) listen(addr string) error {
 	return nil
 }
 
-// beats is d in beats of the cluster node.
+// beats is n beats of the cluster node.
 func (s *streams) beats(n int) time.Duration { return time.Duration(n) * s.cl.node.Beat() }
 
 // send queues m for instance's inbox on the stream to it, opening it if
