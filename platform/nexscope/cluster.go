@@ -23,21 +23,11 @@ import (
 	"connector/store"
 )
 
-// Several instances (platform.Deps.Cluster set, a Redis shared by every
-// instance) serve the rooms together on the cluster layer
-// (internal/cluster); docs/nexscope.md ("Many instances") describes and
-// draws it. Each room has a home, the holder of the lease
-// "nexscope/room/<name>", which runs it exactly as a single instance does;
-// the instance a client connects to is the member's edge, which joins it at
-// the home and relays its frames both ways. Each direction of a member is a
-// cluster.Link: a gap, seen at the next frame or the other side's next beat
-// (which names the last frame sent and the bytes written or processed, so
-// credits lost on the way come back), closes the member with 1011 (room
-// state is live; nothing can be sent again). An instance gone for the
-// cluster layer takes its members with it: the edge closes those homed
-// there with 1012, the home removes those whose socket was there. A
-// gateway's send, prompt and send_media are executed by the home (a
-// cluster call).
+// Several instances (platform.Deps.Cluster set) serve the rooms together on
+// the cluster layer (internal/cluster): docs/nexscope.md ("Many instances")
+// describes and draws the room's home (the holder of the lease
+// "nexscope/room/<name>"), the member's edge, the two cluster.Links of a
+// member and the closes (1011, 1012) a gap or a lost instance causes.
 
 // forwardedExecTimeout bounds an action another instance forwarded, with
 // what was left of its caller's deadline: the relay's default
@@ -107,15 +97,12 @@ const createdKey = "nexscope_created_us"
 // store's claim).
 const maxLeft = 1 << 16
 
-// Cluster tuning.
-const (
-	// joinBeats is how many beats an edge waits for a room's home to answer
-	// a join (sent again every beat) before it refuses the client with
-	// 1013: long enough for a lease takeover (four beats). The edge waits
-	// the longest decision more (joinRemote): the home's probe of a ghost
-	// holding the name (fleet.probe).
-	joinBeats = 6
-)
+// joinBeats is how many beats an edge waits for a room's home to answer a
+// join (sent again every beat) before it refuses the client with 1013:
+// long enough for a lease takeover (four beats). The edge waits the
+// longest decision more (joinRemote): the home's probe of a ghost holding
+// the name (fleet.probe).
+const joinBeats = 6
 
 // credit reports total, the bytes written or processed so far on this
 // side of a member's link, as a typ message to instance when a quarter of
@@ -795,8 +782,7 @@ func (cl *fleet) leaveHere(key string) {
 func (cl *fleet) probe(m *member) bool {
 	ctx, cancel := context.WithCancel(cl.ctx)
 	defer cancel()
-	t := cl.p.deps.Clock.AfterFunc(nameProbeTimeout+cl.node.Beat(), cancel)
-	defer t.Stop()
+	defer cl.p.deps.Clock.AfterFunc(nameProbeTimeout+cl.node.Beat(), cancel).Stop()
 	res, ok := cl.node.Call(ctx, cluster.Inbox(m.remote.edge), msgProbe, []byte(m.remote.conn))
 	return ok && string(res) == "1"
 }
@@ -1101,7 +1087,7 @@ func (cl *fleet) claim(exec string) (took bool, held []byte) {
 		// The record only names this instance to a later home (msgHeldBy),
 		// asked a beat later at the earliest: the action waits neither for
 		// its write nor for the replicas (one lost names no one: 'outcome
-		// unknown', as before it was kept).
+		// unknown').
 		if cl.p.track() {
 			go func() {
 				defer cl.p.wg.Done()
@@ -1169,7 +1155,7 @@ func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte, hel
 	if !takeFrame(m, &l.in.Link, seq) {
 		return
 	}
-	_ = l.in.q.Push(wsconn.Frame{Type: messageType(binary), Data: data, Owner: retained(held)}) // dropped once the member left
+	_ = l.in.q.Push(linkFrame(binary, data, held)) // dropped once the member left
 }
 
 // wrote takes the edge's report of bytes written in total: they leave the
@@ -1248,21 +1234,18 @@ func (w remoteWriter) End(end Close) {
 	l.cl.send(l.edge, nil, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), cluster.Flag(w.m.q.Flushing()))
 }
 
-// retained is held, retained for a queued frame that borrows its memory
-// (released once written or dropped); nil for none.
-func retained(held cluster.Buffer) wsconn.Releaser {
-	if held == nil {
-		return nil
-	}
-	held.Retain()
-	return held
-}
-
-func messageType(binary bool) websocket.MessageType {
+// linkFrame is a frame a member's link carried, queued borrowing the
+// memory of held (nil: none), retained until written or dropped.
+func linkFrame(binary bool, data []byte, held cluster.Buffer) wsconn.Frame {
+	f := wsconn.Frame{Type: websocket.MessageText, Data: data}
 	if binary {
-		return websocket.MessageBinary
+		f.Type = websocket.MessageBinary
 	}
-	return websocket.MessageText
+	if held != nil {
+		held.Retain()
+		f.Owner = held
+	}
+	return f
 }
 
 // edgeLink is, at a member's edge, the way to the room's home: the links
@@ -1367,7 +1350,7 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, hel
 	if !binary {
 		l.relayed(data)
 	}
-	if m.q.Push(wsconn.Frame{Type: messageType(binary), Data: data, Owner: retained(held)}) == wsconn.ErrOverflow {
+	if m.q.Push(linkFrame(binary, data, held)) == wsconn.ErrOverflow {
 		m.kick(CloseSlowConsumer)
 	}
 }

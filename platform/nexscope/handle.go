@@ -6,7 +6,7 @@ import "time"
 func (m *member) handleText(data []byte) {
 	f, err := parseFrame(data)
 	if err != nil {
-		m.send(errorFrame(CodeBadJSON, err.Error()))
+		m.send(errorFrame(CodeBadJSON, err.Error(), nil))
 		return
 	}
 	typ, _ := stringValue(f.typ)
@@ -20,7 +20,7 @@ func (m *member) handleText(data []byte) {
 	case "ping":
 		m.send(appendTS(append(make([]byte, 0, 40), `{"type":"pong"`...), m.p.nowMs()))
 	default:
-		m.send(errorFrame(CodeUnknownType, "unknown frame type"))
+		m.send(errorFrame(CodeUnknownType, "unknown frame type", nil))
 	}
 }
 
@@ -86,7 +86,7 @@ func (m *member) checkTo(f *clientFrame) bool {
 // strikeLimit-th closes the connection with 4013 after the error frame.
 func (m *member) strike(code ErrorCode, message string, msgID []byte) {
 	m.strikes++
-	m.send(appendError(nil, code, message, msgID))
+	m.send(errorFrame(code, message, msgID))
 	if m.strikes >= strikeLimit {
 		m.log.Info("nexscope member closed after too many errors", "strikes", m.strikes)
 		m.closeAfterFlush(CloseTooManyErrors)

@@ -87,32 +87,28 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	}
 	switch err {
 	case nil:
+		m.log.Debug("nexscope member joined")
+		m.run()
 	case CloseNameTaken:
 		refuse(ws, CodeNameTaken, fmt.Sprintf("username %q already in room", name), CloseNameTaken)
-		return
 	case CloseRoomFull:
 		refuse(ws, CodeRoomFull, "room is full", CloseRoomFull)
-		return
 	case CloseUnknownRoom: // dropped since it was looked up (Platform.dropIdle)
 		refuse(ws, CodeUnknownRoom, "no such room", CloseUnknownRoom)
-		return
 	default:
 		c, ok := err.(Close)
 		if !ok {
 			c = CloseGoingAway
 		}
 		closeWith(ws, c)
-		return
 	}
-	m.log.Debug("nexscope member joined")
-	m.run()
 }
 
 // refuse sends a handshake error frame and ends ws with c.
 func refuse(ws *websocket.Conn, code ErrorCode, message string, c Close) {
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeWriteTimeout)
 	defer cancel()
-	if err := ws.Write(ctx, websocket.MessageText, errorFrame(code, message)); err != nil {
+	if err := ws.Write(ctx, websocket.MessageText, errorFrame(code, message, nil)); err != nil {
 		_ = ws.CloseNow()
 		return
 	}

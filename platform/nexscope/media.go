@@ -57,10 +57,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *con
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break
 		}
-		if err != nil {
-			return r.abortBotTransfer(t)
-		}
-		if ctx.Err() != nil {
+		if err != nil || ctx.Err() != nil {
 			return r.abortBotTransfer(t)
 		}
 	}
@@ -135,7 +132,7 @@ func (r *room) abortBotTransfer(t *transfer) contract.Result {
 // beginRehost starts re-hosting, in tenant's store, a file addressed to
 // the bot of r, bound to tenant, or returns nil when there is no media
 // store with a public URL or the store refuses (the file is then bridged as
-// a note, as before).
+// a note).
 func (p *Platform) beginRehost(r *room, tenant string, attachment []byte) *media.Upload {
 	store := p.deps.Media
 	if store == nil || store.URL("x") == "" {

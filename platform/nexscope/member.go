@@ -127,7 +127,7 @@ func (m *member) readLoop() error {
 		data, err := readMessage(rd, buf, limit)
 		if errors.Is(err, errTooLarge) {
 			m.log.Info("nexscope frame over max_payload", "max_payload", limit)
-			m.send(errorFrame(CodeMsgTooLarge, "frame exceeds max payload"))
+			m.send(errorFrame(CodeMsgTooLarge, "frame exceeds max payload", nil))
 			m.closeAfterFlush(CloseTooLarge)
 			return err
 		}

@@ -339,7 +339,7 @@ func (r *room) resign(c Close) {
 		if c.Code == CloseGoingAway.Code {
 			why = "the connector shut down"
 		}
-		_ = t.sender.q.Push(wsconn.Frame{Type: websocket.MessageText, Data: appendError(nil, CodeUndelivered,
+		_ = t.sender.q.Push(wsconn.Frame{Type: websocket.MessageText, Data: errorFrame(CodeUndelivered,
 			why+" before this file transfer ended; it was not delivered", t.start.msgID)})
 	}
 	for _, m := range members {

@@ -24,16 +24,11 @@ import (
 )
 
 // Direct streams (Config.ClusterAddr): docs/nexscope.md ("Direct streams")
-// says what goes over them instead of Redis pub/sub, how one opens (a
-// ticket asked for through a cluster call, so Redis vouches for both ends;
-// the call follows every message published to that inbox before, so a
-// member's frames keep their order across the switch) and how one is lost
-// (as pub/sub loses messages). Each is a TCP connection this instance
-// dialed, carrying what it sends that instance: each message a uvarint
-// length and the message as the cluster layer encodes it, which the other
-// end hands to its cluster node (cluster.Node.Dispatch) as if it had come
-// from its inbox. Each direction has its own stream (the sender's), so
-// each direction has one path.
+// says what goes over them, how one opens and how one is lost. Each is a
+// TCP connection this instance dialed, carrying what it sends that
+// instance, which the other end hands to its cluster node
+// (cluster.Node.Dispatch) as if it had come from its inbox: each direction
+// has its own stream (the sender's), so each direction has one path.
 
 // msgStream is the call asking an instance for a stream ticket; its
 // result is "addr ticket", or "" from an instance that takes no streams.
@@ -142,7 +137,7 @@ func (s *streams) listen(addr string) error {
 	return nil
 }
 
-// beats is d in beats of the cluster node.
+// beats is n beats of the cluster node.
 func (s *streams) beats(n int) time.Duration { return time.Duration(n) * s.cl.node.Beat() }
 
 // send queues m for instance's inbox on the stream to it, opening it if

@@ -88,11 +88,11 @@ func (m *member) handleFileStart(f *clientFrame) {
 	}
 	size, ok := attachmentSize(f.attachment)
 	if !ok {
-		m.send(appendError(nil, CodeBadFileStart, "file-start needs attachment.size, a non-negative integer", f.msgID))
+		m.send(errorFrame(CodeBadFileStart, "file-start needs attachment.size, a non-negative integer", f.msgID))
 		return
 	}
 	if size > m.p.cfg.MaxFile {
-		m.send(appendError(nil, CodeFileTooLarge, "attachment.size exceeds the relay's max file size", f.msgID))
+		m.send(errorFrame(CodeFileTooLarge, "attachment.size exceeds the relay's max file size", f.msgID))
 		return
 	}
 	m.dropping = dropStream{}
@@ -103,7 +103,7 @@ func (m *member) handleFileStart(f *clientFrame) {
 	r.mu.Lock()
 	if r.transfer != nil {
 		r.unlock()
-		m.send(appendError(nil, CodeTransferBusy, "another file transfer is in progress in this room", f.msgID))
+		m.send(errorFrame(CodeTransferBusy, "another file transfer is in progress in this room", f.msgID))
 		m.dropping = dropStream{active: true, msgID: bytes.Clone(f.msgID), left: size}
 		return
 	}
@@ -159,7 +159,7 @@ func (m *member) handleChunk(data []byte, held *chunk) {
 	if t == nil || t.finished() {
 		m.transfer = nil
 		if !m.dropping.chunk(len(data)) {
-			m.send(errorFrame(CodeUnexpectedBinary, "binary frame outside a file transfer"))
+			m.send(errorFrame(CodeUnexpectedBinary, "binary frame outside a file transfer", nil))
 		}
 		return
 	}
@@ -222,7 +222,7 @@ func (m *member) handleFileEnd(f *clientFrame) {
 		if m.dropping.end(f.msgID) {
 			return // the end of a stream refused or aborted
 		}
-		m.send(appendError(nil, CodeBadFileEnd, "file-end msgId does not match the file-start in progress", f.msgID))
+		m.send(errorFrame(CodeBadFileEnd, "file-end msgId does not match the file-start in progress", f.msgID))
 		return
 	}
 	if t.received != t.size {
@@ -318,7 +318,7 @@ func (m *member) abortTransfer(t *transfer, why string, dropRest bool) {
 		// unknown; no file may exceed MaxFile.
 		m.dropping = dropStream{active: true, msgID: t.start.msgID, left: m.p.cfg.MaxFile}
 	}
-	m.send(appendError(nil, CodeSizeMismatch, why, t.start.msgID))
+	m.send(errorFrame(CodeSizeMismatch, why, t.start.msgID))
 }
 
 // finish marks the transfer over, under the lock of its room r, stops its
@@ -346,7 +346,7 @@ func (r *room) abort(t *transfer) bool {
 func (r *room) abortLocked(t *transfer) {
 	r.transfer = nil
 	t.finish(r)
-	frame := appendError(nil, CodeTransferIncomplete, "the sender's file transfer did not complete", t.start.msgID)
+	frame := errorFrame(CodeTransferIncomplete, "the sender's file transfer did not complete", t.start.msgID)
 	for _, rc := range t.recipients {
 		r.pushLocked(rc, frame)
 	}

@@ -94,11 +94,11 @@ func (l *edgeLink) abandon(m *member, c Close) {
 	}
 	for _, id := range p.sent {
 		_ = m.q.Push(wsconn.Frame{Type: websocket.MessageText,
-			Data: appendError(nil, CodeUndelivered, "the room's home instance did not answer this before the connection to it ended; it may not have been delivered", id)})
+			Data: errorFrame(CodeUndelivered, "the room's home instance did not answer this before the connection to it ended; it may not have been delivered", id)})
 	}
 	if p.incoming != nil {
 		_ = m.q.Push(wsconn.Frame{Type: websocket.MessageText,
-			Data: appendError(nil, CodeTransferIncomplete, "the sender's file transfer did not complete", p.incoming)})
+			Data: errorFrame(CodeTransferIncomplete, "the sender's file transfer did not complete", p.incoming)})
 	}
 	if len(p.sent) > 0 || p.incoming != nil {
 		m.log.Info("nexscope member's room home lost; unanswered frames reported", "undelivered", len(p.sent), "transfer_incomplete", p.incoming != nil, "close", int(c.Code))

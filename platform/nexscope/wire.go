@@ -74,15 +74,10 @@ func appendList[T any](dst []byte, list []T, add func([]byte, T) []byte) []byte 
 	return append(dst, ']')
 }
 
-// errorFrame returns {"type":"error","code":code,"message":message}.
-func errorFrame(code ErrorCode, message string) []byte {
-	return appendError(nil, code, message, nil)
-}
-
-// appendError appends an error frame; msgID (a raw JSON value) is added when
-// set, and retryAfterMs for transfer_busy.
-func appendError(dst []byte, code ErrorCode, message string, msgID []byte) []byte {
-	dst = session.AppendJSONField(dst, `{"type":"error","code":`, string(code))
+// errorFrame returns {"type":"error","code":code,"message":message}; msgID
+// (a raw JSON value) is added when set, and retryAfterMs for transfer_busy.
+func errorFrame(code ErrorCode, message string, msgID []byte) []byte {
+	dst := session.AppendJSONField(nil, `{"type":"error","code":`, string(code))
 	dst = session.AppendJSONField(dst, `,"message":`, message)
 	if len(msgID) > 0 {
 		dst = append(append(dst, `,"msgId":`...), msgID...)
