@@ -173,7 +173,9 @@ func (s *redisStore) Capabilities() Capabilities { return expiringCaps{s} }
 func (s *redisStore) Owners() Owners             { return expiringOwners{s, s.clock} }
 func (s *redisStore) Leases() Leases             { return redisLeases{s} }
 func (s *redisStore) PubSub() PubSub             { return redisPubSub{s} }
-func (s *redisStore) Registry() Registry         { return redisRegistry{s, regWrites{s.writeRegistry}} }
+func (s *redisStore) Registry() Registry {
+	return registry{s.writeRegistry, s.getRegistry, s.listRegistry, s.registryRevision}
+}
 func (s *redisStore) Claims() Claims {
 	return claims{s.p + "claim:", s.claim, s.holdClaim, s.releaseClaim}
 }
@@ -1322,11 +1324,6 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 	return l, ok && err == nil, nil
 }
 
-type redisRegistry struct {
-	s *redisStore
-	regWrites
-}
-
 // registryKeys are namespace's hash and revision.
 func (s *redisStore) registryKeys(namespace string) []string {
 	tag := tagged(namespace)
@@ -1410,7 +1407,7 @@ var registryRevScript = redis.NewScript(registryRevLua + `
 return revision()
 `)
 
-// writeRegistry implements regWrites with registryWriteScript. A write
+// writeRegistry is registry's write: registryWriteScript. A write
 // that applied counts only once the replicas have it (Config.RedisMinReplicas),
 // as an append does: a platform may confirm an event once it is in the
 // registry (Slack's durable intake). Else it fails with ErrNotReplicated,
@@ -1436,11 +1433,8 @@ func (s *redisStore) writeRegistry(ctx context.Context, namespace string, w regW
 	return uint64(rev), rev > 0, nil
 }
 
-func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return Entry{}, false, err
-	}
-	v, err := r.s.c.HGet(ctx, r.s.registryKeys(namespace)[0], key).Bytes()
+func (s *redisStore) getRegistry(ctx context.Context, namespace, key string) (Entry, bool, error) {
+	v, err := s.c.HGet(ctx, s.registryKeys(namespace)[0], key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return Entry{}, false, nil
 	}
@@ -1451,11 +1445,8 @@ func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, b
 	return e, err == nil, nil
 }
 
-func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
-	if err := checkName("namespace", namespace); err != nil {
-		return nil, 0, err
-	}
-	res, err := registryListScript.Run(ctx, r.s.c, r.s.registryKeys(namespace)).Slice()
+func (s *redisStore) listRegistry(ctx context.Context, namespace string) ([]Entry, uint64, error) {
+	res, err := registryListScript.Run(ctx, s.c, s.registryKeys(namespace)).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: registry list: %w", rerr(err))
 	}
@@ -1473,15 +1464,11 @@ func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uin
 			out = append(out, e)
 		}
 	}
-	sortEntries(out)
 	return out, rev, nil
 }
 
-func (r redisRegistry) Revision(ctx context.Context, namespace string) (uint64, error) {
-	if err := checkName("namespace", namespace); err != nil {
-		return 0, err
-	}
-	rev, err := registryRevScript.Run(ctx, r.s.c, r.s.registryKeys(namespace)).Uint64()
+func (s *redisStore) registryRevision(ctx context.Context, namespace string) (uint64, error) {
+	rev, err := registryRevScript.Run(ctx, s.c, s.registryKeys(namespace)).Uint64()
 	if err != nil {
 		return 0, fmt.Errorf("store: registry revision: %w", rerr(err))
 	}

@@ -49,6 +49,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"connector/internal/clock"
@@ -917,14 +919,17 @@ func (w regWrite) applies(cur []byte, present bool) bool {
 	return true
 }
 
-// regWrites are Registry's Put, Delete and CompareAndSwap on a backend's
-// write, which applies w atomically and reports the new revision and
-// whether w applied.
-type regWrites struct {
-	write func(ctx context.Context, namespace string, w regWrite) (rev uint64, applied bool, err error)
+// registry is Registry on a backend, the single statement of its argument
+// checks: write applies w atomically and reports the new revision and
+// whether w applied; get, list (in any order) and revision read.
+type registry struct {
+	write    func(ctx context.Context, namespace string, w regWrite) (rev uint64, applied bool, err error)
+	get      func(ctx context.Context, namespace, key string) (Entry, bool, error)
+	list     func(ctx context.Context, namespace string) ([]Entry, uint64, error)
+	revision func(ctx context.Context, namespace string) (uint64, error)
 }
 
-func (r regWrites) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+func (r registry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
 	if err := checkRegistryArgs(namespace, key); err != nil {
 		return 0, err
 	}
@@ -932,7 +937,7 @@ func (r regWrites) Put(ctx context.Context, namespace, key string, value []byte)
 	return rev, err
 }
 
-func (r regWrites) Delete(ctx context.Context, namespace, key string) (bool, error) {
+func (r registry) Delete(ctx context.Context, namespace, key string) (bool, error) {
 	if err := checkRegistryArgs(namespace, key); err != nil {
 		return false, err
 	}
@@ -940,12 +945,35 @@ func (r regWrites) Delete(ctx context.Context, namespace, key string) (bool, err
 	return deleted, err
 }
 
-func (r regWrites) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+func (r registry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
 	if err := checkRegistryArgs(namespace, key); err != nil {
 		return false, err
 	}
 	_, swapped, err := r.write(ctx, namespace, regWrite{op: "compare-and-swap", key: key, value: value, del: value == nil, when: regFrom, old: old})
 	return swapped, err
+}
+
+func (r registry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return Entry{}, false, err
+	}
+	return r.get(ctx, namespace, key)
+}
+
+func (r registry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
+	if err := checkName("namespace", namespace); err != nil {
+		return nil, 0, err
+	}
+	es, rev, err := r.list(ctx, namespace)
+	slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
+	return es, rev, err
+}
+
+func (r registry) Revision(ctx context.Context, namespace string) (uint64, error) {
+	if err := checkName("namespace", namespace); err != nil {
+		return 0, err
+	}
+	return r.revision(ctx, namespace)
 }
 
 // holds reports whether l is the live lease cur.
