@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -422,11 +423,8 @@ func (l embLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max
 }
 
 func (l embLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
-	if err := checkName("tenant", tenant); err != nil {
-		return 0, err
-	}
-	if len(seqs) == 0 {
-		return 0, ctx.Err()
+	if len(seqs) == 0 { // no commit
+		return 0, cmp.Or(checkName("tenant", tenant), ctx.Err())
 	}
 	return l.AckAll(ctx, map[string][]uint64{tenant: seqs})
 }

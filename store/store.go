@@ -378,16 +378,10 @@ var (
 	// ErrNotHeld is returned by Renew and Release for a lease the caller
 	// no longer holds.
 	ErrNotHeld = errors.New("store: lease not held")
-	// ErrNotReplicated is returned by the redis backend's ledger appends,
-	// capability writes, claims (a claim taken is released again) and
-	// registry writes (a registry write that applied stays on the primary)
-	// when Config.RedisMinReplicas replicas did not
-	// acknowledge the write within Config.RedisReplicaTimeout: the write
-	// may survive or not, so it must not be confirmed to anyone. Lease
-	// acquisitions and renewals likewise (waiting at most a quarter of
-	// the lease's TTL): the lease is not the caller's (acquired false,
-	// the renewal failed), though the store may hold it for the caller
-	// until it expires.
+	// ErrNotReplicated is returned by the redis backend's writes that
+	// Config.RedisMinReplicas replicas did not acknowledge in time: the
+	// write may survive or not, so it must not be confirmed to anyone
+	// (docs/durability.md says which writes, and what stays behind).
 	ErrNotReplicated = errors.New("store: write not acknowledged by enough replicas")
 )
 
@@ -451,13 +445,11 @@ type Config struct {
 	// rediss:// URL, RedisSentinel.TLS, RedisCluster.TLS), e.g. with the
 	// CA that signed the servers' certificates. Nil: the system's roots.
 	RedisTLS *tls.Config
-	// RedisMinReplicas, when above 0, makes the ledger's appends, the
-	// capabilities' and the registry's writes (what a platform's
-	// confirmation waits for), and the leases' acquisitions and renewals
-	// (with their fencing tokens), return only once that many replicas
-	// acknowledged them (WAIT after each pipeline that carries one), and
-	// fail with ErrNotReplicated when they do not within
-	// RedisReplicaTimeout. 0: a write returns when the primary has it.
+	// RedisMinReplicas, when above 0, makes the writes a confirmation or a
+	// lease waits for return only once that many replicas acknowledged
+	// them (WAIT after each pipeline that carries one), else fail with
+	// ErrNotReplicated (docs/configuration.md, store.redis_min_replicas).
+	// 0: a write returns when the primary has it.
 	RedisMinReplicas int
 	// RedisReplicaTimeout bounds that wait; a lease's wait is bounded by a
 	// quarter of its TTL (its renewal period, Tenure) when that is
