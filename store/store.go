@@ -92,13 +92,12 @@ type Ledger interface {
 	// sequence numbers, in the order of recs. Sequence numbers start at 1,
 	// grow by one per record and are never reused, even after acks, trims,
 	// restarts or from another instance; only a Stage whose records were
-	// not stored (its commit failed, or the process died first) leaves a
-	// gap, and so does the redis backend under a new primary (a failover,
-	// a restart: it resumes past the next multiple of 2^32, appendScript)
-	// or for a tenant whose keys it lost.
-	// Append returns only once the records are durable. The store
-	// copies recs; their Seq is ignored, and a zero Received is set to the
-	// store's clock. Received is kept to the microsecond.
+	// not stored leaves a gap, and so does the redis backend under a new
+	// primary or for a tenant whose keys it lost (appendScript,
+	// docs/durability.md). Append returns only once the records are
+	// durable. The store copies recs; their Seq is ignored, and a zero
+	// Received is set to the store's clock. Received is kept to the
+	// microsecond.
 	Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error)
 	// Stage is Append in two steps, for a caller that acts on the records
 	// before they are durable (the relay sends them to a connected gateway
@@ -138,10 +137,9 @@ type Ledger interface {
 	// Forget drops what the store keeps across tenants for each tenant
 	// keep rejects (a deleted one) whose log holds no records, and reports
 	// how many it dropped; their numbering is kept, so a tenant made again
-	// under the name goes on from its last seq. The redis backend removes
-	// the tenant from the ledgers set and the numbered hash (an append
-	// under way or later adds it back); the memory and embedded backends
-	// keep nothing across tenants besides the numbering, and drop nothing.
+	// under the name goes on from its last seq. Only the redis backend
+	// keeps anything across tenants besides the numbering (the ledgers
+	// set, the numbered hash: forgetTenant, docs/durability.md).
 	Forget(ctx context.Context, keep func(tenant string) bool) (int, error)
 }
 
