@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,16 +28,21 @@ func appendTime(b []byte, t time.Time) []byte {
 	return binary.BigEndian.AppendUint32(b, uint32(t.Nanosecond()))
 }
 
-func readTime(b []byte) (time.Time, []byte, error) {
-	if len(b) < 12 {
-		return time.Time{}, nil, errCorrupt
+// decoder reads a layout's fields in order: the first that does not decode
+// sets err, and every read after it returns the zero value.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) time() time.Time {
+	if d.err != nil || len(d.b) < 12 || binary.BigEndian.Uint32(d.b[8:]) >= 1e9 {
+		d.err = cmp.Or(d.err, errCorrupt)
+		return time.Time{}
 	}
-	sec := int64(binary.BigEndian.Uint64(b))
-	nsec := binary.BigEndian.Uint32(b[8:])
-	if nsec >= 1e9 {
-		return time.Time{}, nil, errCorrupt
-	}
-	return time.Unix(sec, int64(nsec)), b[12:], nil
+	t := time.Unix(int64(binary.BigEndian.Uint64(d.b)), int64(binary.BigEndian.Uint32(d.b[8:])))
+	d.b = d.b[12:]
+	return t
 }
 
 func appendString(b []byte, s string) []byte {
@@ -44,13 +50,15 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func readString(b []byte) (string, []byte, error) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) {
-		return "", nil, errCorrupt
+func (d *decoder) string() string {
+	n, k := binary.Uvarint(d.b)
+	if d.err != nil || k <= 0 || n > uint64(len(d.b)-k) {
+		d.err = cmp.Or(d.err, errCorrupt)
+		return ""
 	}
-	b = b[k:]
-	return string(b[:n]), b[n:], nil
+	v := string(d.b[k : k+int(n)])
+	d.b = d.b[k+int(n):]
+	return v
 }
 
 func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
@@ -70,22 +78,12 @@ func decodeRecord(key, val []byte) (Record, error) {
 	if len(key) != 8 || len(val) < 1 {
 		return Record{}, errCorrupt
 	}
-	r := Record{Seq: binary.BigEndian.Uint64(key), Kind: val[0]}
-	var err error
-	b := val[1:]
-	if r.Received, b, err = readTime(b); err != nil {
-		return Record{}, err
+	d := decoder{b: val[1:]}
+	r := Record{Seq: binary.BigEndian.Uint64(key), Kind: val[0], Received: d.time(), Platform: d.string(), SessionKey: d.string(), ChatID: d.string()}
+	if d.err != nil {
+		return Record{}, d.err
 	}
-	if r.Platform, b, err = readString(b); err != nil {
-		return Record{}, err
-	}
-	if r.SessionKey, b, err = readString(b); err != nil {
-		return Record{}, err
-	}
-	if r.ChatID, b, err = readString(b); err != nil {
-		return Record{}, err
-	}
-	r.Payload = b
+	r.Payload = d.b
 	return r, nil
 }
 
@@ -95,8 +93,9 @@ func encodeExpiring(expires time.Time, value []byte) []byte {
 
 // decodeExpiring returns the value and expiry; value aliases b.
 func decodeExpiring(b []byte) (value []byte, expires time.Time, err error) {
-	expires, value, err = readTime(b)
-	return value, expires, err
+	d := decoder{b: b}
+	expires = d.time()
+	return d.b, expires, d.err
 }
 
 func encodeOwner(o Owner) []byte {
@@ -107,19 +106,10 @@ func encodeOwner(o Owner) []byte {
 }
 
 func decodeOwner(b []byte) (Owner, error) {
-	var o Owner
-	var err error
-	if o.Instance, b, err = readString(b); err != nil {
-		return Owner{}, err
-	}
-	if o.Conn, b, err = readString(b); err != nil {
-		return Owner{}, err
-	}
-	if o.ChatID, b, err = readString(b); err != nil {
-		return Owner{}, err
-	}
-	if len(b) != 0 {
-		return Owner{}, errCorrupt
+	d := decoder{b: b}
+	o := Owner{Instance: d.string(), Conn: d.string(), ChatID: d.string()}
+	if d.err != nil || len(d.b) != 0 {
+		return Owner{}, cmp.Or(d.err, errCorrupt)
 	}
 	return o, nil
 }
@@ -134,12 +124,12 @@ func decodeLease(b []byte) (Lease, error) {
 	if len(b) < 8 {
 		return Lease{}, errCorrupt
 	}
-	l := Lease{Token: binary.BigEndian.Uint64(b)}
-	var err error
-	if l.Expires, b, err = readTime(b[8:]); err != nil {
-		return Lease{}, err
+	d := decoder{b: b[8:]}
+	l := Lease{Token: binary.BigEndian.Uint64(b), Expires: d.time()}
+	if d.err != nil {
+		return Lease{}, d.err
 	}
-	l.Holder = string(b)
+	l.Holder = string(d.b)
 	return l, nil
 }
 

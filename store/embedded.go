@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -157,8 +158,10 @@ func (e *embedded) Capabilities() Capabilities { return expiringCaps{e} }
 func (e *embedded) Owners() Owners             { return expiringOwners{e, e.clock} }
 func (e *embedded) Leases() Leases             { return localLeases{e.clock, e.lease} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
-func (e *embedded) Registry() Registry         { return embRegistry{e, regWrites{e.writeRegistry}} }
-func (e *embedded) Claims() Claims             { return claims{claimPrefix, e.claim, holdExpiring(e), e.release} }
+func (e *embedded) Registry() Registry {
+	return registry{e.writeRegistry, e.getRegistry, e.listRegistry, e.registryRevision}
+}
+func (e *embedded) Claims() Claims { return claims{claimPrefix, e.claim, holdExpiring(e), e.release} }
 
 func (e *embedded) Close() error {
 	e.closeOnce.Do(func() {
@@ -420,11 +423,8 @@ func (l embLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max
 }
 
 func (l embLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
-	if err := checkName("tenant", tenant); err != nil {
-		return 0, err
-	}
-	if len(seqs) == 0 {
-		return 0, ctx.Err()
+	if len(seqs) == 0 { // no commit
+		return 0, cmp.Or(checkName("tenant", tenant), ctx.Err())
 	}
 	return l.AckAll(ctx, map[string][]uint64{tenant: seqs})
 }
@@ -686,12 +686,7 @@ func (e *embedded) lease(ctx context.Context, name string, write bool, fn func(L
 	})
 }
 
-type embRegistry struct {
-	e *embedded
-	regWrites
-}
-
-// writeRegistry implements regWrites in a bbolt transaction. The namespace's
+// writeRegistry is registry's write in a bbolt transaction. The namespace's
 // bucket is created by its first change.
 func (e *embedded) writeRegistry(ctx context.Context, namespace string, w regWrite) (rev uint64, applied bool, err error) {
 	err = e.update(ctx, func(tx *bolt.Tx) error {
@@ -728,13 +723,8 @@ func (e *embedded) writeRegistry(ctx context.Context, namespace string, w regWri
 	return rev, applied && err == nil, err
 }
 
-func (r embRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return Entry{}, false, err
-	}
-	var e Entry
-	var ok bool
-	err := r.e.view(ctx, func(tx *bolt.Tx) error {
+func (e *embedded) getRegistry(ctx context.Context, namespace, key string) (ent Entry, ok bool, err error) {
+	err = e.view(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bRegistry).Bucket([]byte(namespace))
 		if b == nil {
 			return nil
@@ -744,28 +734,23 @@ func (r embRegistry) Get(ctx context.Context, namespace, key string) (Entry, boo
 			return nil
 		}
 		var err error
-		e, err = decodeEntry(key, v)
+		ent, err = decodeEntry(key, v)
 		ok = err == nil // a damaged one is passed over, as by List
 		return nil
 	})
-	return e, ok, err
+	return ent, ok, err
 }
 
-func (r embRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
-	if err := checkName("namespace", namespace); err != nil {
-		return nil, 0, err
-	}
-	var out []Entry
-	var rev uint64
-	err := r.e.view(ctx, func(tx *bolt.Tx) error {
+func (e *embedded) listRegistry(ctx context.Context, namespace string) (out []Entry, rev uint64, err error) {
+	err = e.view(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bRegistry).Bucket([]byte(namespace))
 		if b == nil {
 			return nil
 		}
 		rev = b.Sequence()
 		return b.ForEach(func(k, v []byte) error {
-			if e, err := decodeEntry(string(k), v); err == nil { // a damaged one is passed over, as on redis
-				out = append(out, e)
+			if ent, err := decodeEntry(string(k), v); err == nil { // a damaged one is passed over, as on redis
+				out = append(out, ent)
 			}
 			return nil
 		})
@@ -776,12 +761,8 @@ func (r embRegistry) List(ctx context.Context, namespace string) ([]Entry, uint6
 	return out, rev, nil
 }
 
-func (r embRegistry) Revision(ctx context.Context, namespace string) (uint64, error) {
-	if err := checkName("namespace", namespace); err != nil {
-		return 0, err
-	}
-	var rev uint64
-	err := r.e.view(ctx, func(tx *bolt.Tx) error {
+func (e *embedded) registryRevision(ctx context.Context, namespace string) (rev uint64, err error) {
+	err = e.view(ctx, func(tx *bolt.Tx) error {
 		if b := tx.Bucket(bRegistry).Bucket([]byte(namespace)); b != nil {
 			rev = b.Sequence()
 		}

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -104,7 +103,9 @@ func (m *Memory) Leases() Leases { return localLeases{m.clock, m.lease} }
 func (m *Memory) PubSub() PubSub { return m.ps }
 
 // Registry implements Store.
-func (m *Memory) Registry() Registry { return memRegistry{m, regWrites{m.writeRegistry}} }
+func (m *Memory) Registry() Registry {
+	return registry{m.writeRegistry, m.getRegistry, m.listRegistry, m.registryRevision}
+}
 
 // Claims implements Store.
 func (m *Memory) Claims() Claims { return claims{claimPrefix, m.claim, holdExpiring(m), m.release} }
@@ -377,12 +378,8 @@ func (m *Memory) lease(ctx context.Context, name string, _ bool, fn func(Lease) 
 	return err
 }
 
-type memRegistry struct {
-	*Memory
-	regWrites
-}
-
-// writeRegistry implements regWrites under the store's mutex.
+// writeRegistry and the other registry functions below are registry's,
+// under the store's mutex.
 func (m *Memory) writeRegistry(ctx context.Context, namespace string, w regWrite) (uint64, bool, error) {
 	if err := m.lock(ctx, nil); err != nil {
 		return 0, false, err
@@ -406,8 +403,8 @@ func (m *Memory) writeRegistry(ctx context.Context, namespace string, w regWrite
 	return ns.rev, true, nil
 }
 
-func (m memRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
-	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
+func (m *Memory) getRegistry(ctx context.Context, namespace, key string) (Entry, bool, error) {
+	if err := m.lock(ctx, nil); err != nil {
 		return Entry{}, false, err
 	}
 	defer m.mu.Unlock()
@@ -420,8 +417,8 @@ func (m memRegistry) Get(ctx context.Context, namespace, key string) (Entry, boo
 	return e, ok, nil
 }
 
-func (m memRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
-	if err := m.lock(ctx, checkName("namespace", namespace)); err != nil {
+func (m *Memory) listRegistry(ctx context.Context, namespace string) ([]Entry, uint64, error) {
+	if err := m.lock(ctx, nil); err != nil {
 		return nil, 0, err
 	}
 	defer m.mu.Unlock()
@@ -434,12 +431,11 @@ func (m memRegistry) List(ctx context.Context, namespace string) ([]Entry, uint6
 		e.Value = slices.Clone(e.Value)
 		out = append(out, e)
 	}
-	sortEntries(out)
 	return out, ns.rev, nil
 }
 
-func (m memRegistry) Revision(ctx context.Context, namespace string) (uint64, error) {
-	if err := m.lock(ctx, checkName("namespace", namespace)); err != nil {
+func (m *Memory) registryRevision(ctx context.Context, namespace string) (uint64, error) {
+	if err := m.lock(ctx, nil); err != nil {
 		return 0, err
 	}
 	defer m.mu.Unlock()
@@ -447,8 +443,4 @@ func (m memRegistry) Revision(ctx context.Context, namespace string) (uint64, er
 		return ns.rev, nil
 	}
 	return 0, nil
-}
-
-func sortEntries(es []Entry) {
-	slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
 }

@@ -59,20 +59,12 @@ import (
 //	                       revision, 0: not applied) for its resends, PX
 //	channel:<channel>      a pub/sub channel
 //
-// Every multi-key change is one Lua script, so it is atomic on the server
-// and seqs stay monotonic across instances. A script's keys share their
-// braces, the hash tag, so on a Redis Cluster they live in one slot: a
-// tenant's ledger keys on the tenant's, a lease's on its name's, a
-// registry namespace's on its name's (tagged); tenants spread over the
-// shards. The keys shared by every tenant, ledgers and numbered, are
-// written apart from the tenant's scripts (indexScript): once per tenant
-// and store, before its first append (numbered read) and after it when the
-// entry is none or in an earlier block of 2^32, and after one
-// numbered 1 or past a multiple of 2^32 (its keys may have been lost), or
-// one that took the tenant's prune marker. Forget drops a deleted tenant
-// whose log is empty from both (forgetTenant). Tenants reads ledgers, adds
-// back the tenants this store added that it lacks (unless Forget dropped
-// them), and keeps the tenants whose stream holds entries.
+// Every multi-key change is one Lua script, atomic on the server, so seqs
+// stay monotonic across instances. A script's keys share their braces, the
+// hash tag (tagged), so on a Redis Cluster they live in one slot and the
+// tenants spread over the shards. The keys every tenant shares, ledgers and
+// numbered, are written apart from the tenant's scripts (indexScript,
+// forgetTenant, Tenants); docs/durability.md says when.
 
 // redisExpirySlack is added to the PX of capabilities and owners, whose
 // expiry is judged by the store's clock: the key outlives its expiry by this
@@ -117,8 +109,7 @@ type redisStore struct {
 	// (redispubsub.go).
 	subs *redisSubs
 
-	mu     sync.Mutex
-	closed bool
+	closeOnce sync.Once
 }
 
 func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
@@ -173,25 +164,22 @@ func (s *redisStore) Capabilities() Capabilities { return expiringCaps{s} }
 func (s *redisStore) Owners() Owners             { return expiringOwners{s, s.clock} }
 func (s *redisStore) Leases() Leases             { return redisLeases{s} }
 func (s *redisStore) PubSub() PubSub             { return redisPubSub{s} }
-func (s *redisStore) Registry() Registry         { return redisRegistry{s, regWrites{s.writeRegistry}} }
+func (s *redisStore) Registry() Registry {
+	return registry{s.writeRegistry, s.getRegistry, s.listRegistry, s.registryRevision}
+}
 func (s *redisStore) Claims() Claims {
 	return claims{s.p + "claim:", s.claim, s.holdClaim, s.releaseClaim}
 }
 
-func (s *redisStore) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	s.mu.Unlock()
-	// The client first: a round trip under way (a server that does not
-	// answer) fails at once instead of holding Close up for go-redis's
-	// resends, and what is still queued fails with ErrClosed.
-	err := s.c.Close()
-	s.subs.close()
-	s.pipe.close()
+func (s *redisStore) Close() (err error) {
+	s.closeOnce.Do(func() {
+		// The client first: a round trip under way (a server that does not
+		// answer) fails at once instead of holding Close up for go-redis's
+		// resends, and what is still queued fails with ErrClosed.
+		err = s.c.Close()
+		s.subs.close()
+		s.pipe.close()
+	})
 	return err
 }
 
@@ -214,36 +202,18 @@ func pxMillis(d time.Duration) int64 {
 type redisLedger struct{ s *redisStore }
 
 // appendScript assigns ARGV[3] consecutive seqs to the records that follow
-// (seven arguments each) and adds them to the stream with ids 0-<seq>. A
-// record's generation (field g) is a field of its own, which versions that
-// knew none pass over, and which reads back as zero from records they
-// stored. ARGV[1] and ARGV[2] are the append's answer (answerLua), ARGV[4]
-// the highest seq the store gave or read for the tenant (seen).
-//
-// A seq is never given out twice, not even across a failover: a primary
-// may number records (which a driver's Tail reads, or a refused append's
-// removal names) that its replicas never get, and the replica promoted
-// then has the counter behind them. So the script keeps the replication id
-// of the primary that last numbered the tenant's records, which a primary
-// changes on promotion (and on a restart that did not keep it), and under
-// another one it moves the counter past the next multiple of 2^32 first:
-// seqs skip, and a primary would have to number 2^32 records its replicas
-// never got for one to come again. A server whose INFO names no
-// master_replid (some proxies) is not checked: seqs may repeat after a
-// failover there. A counter behind ARGV[4] was lost with the tenant's keys
-// (a failover before they reached a replica, a server restarted without
-// its data) and moves past it the same way, so the numbering does not
-// start over at 1 under bufferIds a gateway saw. So does one lost while
-// the numbered hash kept the tenant's entry (a store's first append of the
-// tenant passes it); one lost with it, before any running instance gave
-// or read a seq of the tenant, still starts over. A counter that holds no
-// number (another program wrote it), or none while the stream holds
-// entries (deleted by hand), moves past the stream's last entry the same
-// way, instead of failing every append of the tenant. A log key of
-// another type (another program's) goes, with the byte counter. An append
-// that finds the tenant's prune marker (Forget) sets it to 2, whatever it
-// held (another program's value too), and answers -first: the tenant is
-// to be indexed again, and the marker goes once it is (untake).
+// (seven arguments each; the generation, field g, is one older versions pass
+// over) and adds them to the stream with ids 0-<seq>. ARGV[1] and ARGV[2]
+// are the append's answer (answerLua), ARGV[4] the highest seq the store
+// gave or read for the tenant (seen). A seq is never given out twice, not
+// even across a failover or a lost counter (docs/durability.md): under a
+// replication id (KEYS[4]) other than the one of the primary that last
+// numbered the tenant, below ARGV[4], or holding no number (none while the
+// stream holds entries), the counter moves past the next multiple of 2^32
+// first (past). A log key of another type (another program's) goes, with
+// the byte counter. An append that finds the tenant's prune marker (Forget)
+// sets it to 2, whatever it held, and answers -first: the tenant is to be
+// indexed again, and the marker goes once it is (untake).
 var appendScript = redis.NewScript(appendLua)
 
 // pastLua defines past(n), the next multiple of 2^32 above n: where a
@@ -297,22 +267,16 @@ return answer(first)
 // answerLua begins the scripts of Append, Ack and Trim, whose last two
 // KEYS are the tenant's answers and those before them, ARGV[1] the call's
 // id (fresh for each) and ARGV[2] the answers' PX. go-redis sends a
-// pipeline again when it lost the reply (an EOF, a read timeout) even when
-// the server ran it: a resent append would store its records twice, a
-// resent ack or trim report none removed. So a script returns answer(v),
-// which keeps v (a number, or a trim's table as JSON) under its id, and a
-// resend finds it and returns it at once. The answers of one tenant share
-// a hash, not a key per call, which lives twice ARGV[2] ms from its first
-// answer: older than ARGV[2] ms or at 1023 answers it becomes the older
-// one (the one before it goes). So each answer is kept ARGV[2] ms at least
-// unless 1023 calls of its tenant follow it, and a tenant holds the
-// answers of its last two windows at most, not 2046 whatever its pace. A
-// key of another type there (another program's) goes. A
-// hash begins with an empty field whose value is longer than
-// hash-max-listpack-value (64 by default), which makes it a hashtable at
-// once: as a listpack (up to 512 entries by default) each call's HGET,
-// which misses, and HSET would scan all its answers (4 µs at 256).
-// addBytes keeps the tenant's bytes counter.
+// pipeline again when it lost the reply even when the server ran it: a
+// resent append would store its records twice, a resent ack or trim report
+// none removed. So a script returns answer(v), which keeps v (a trim's
+// table as JSON) under its id for a resend to find. The answers of a
+// tenant share a hash, which becomes the older one after ARGV[2] ms or at
+// 1,024 answers (docs/durability.md). Its first, empty field's value is
+// longer than hash-max-listpack-value (64), which makes it a hashtable at
+// once: as a listpack each call's HGET and HSET would scan all its answers.
+// A key of another type there goes. addBytes keeps the tenant's bytes
+// counter.
 const answerLua = `
 local answers, older = KEYS[#KEYS - 1], KEYS[#KEYS]
 local function asked(h)
@@ -1322,11 +1286,6 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 	return l, ok && err == nil, nil
 }
 
-type redisRegistry struct {
-	s *redisStore
-	regWrites
-}
-
 // registryKeys are namespace's hash and revision.
 func (s *redisStore) registryKeys(namespace string) []string {
 	tag := tagged(namespace)
@@ -1338,13 +1297,10 @@ func (s *redisStore) registryKeys(namespace string) []string {
 // (regFrom; its value in ARGV[4]) else "0", "1" to remove key else "0"
 // (store ARGV[6] as the entry: rev as 8 big-endian bytes, then the value),
 // the answer's PX. Returns the new revision, or 0 when the write does not
-// apply. The answer (its key named by the write, fresh for each) is kept
-// for ARGV[7] ms and returned to a resend of the write: go-redis resends a
-// pipeline whose reply it lost (an EOF, a read timeout) even when the
-// server ran it, and the write, run again, would find its own value (a
-// swap "not swapped", a deletion "not deleted", a put bumping the revision
-// again). The revision is read first (revision(): registryRevLua). A
-// value that is no entry (another program's) is taken for none.
+// apply. The answer (its key fresh for each write) is kept ARGV[7] ms for
+// a resend of the write, which go-redis makes after a lost reply and which,
+// run again, would find its own value (docs/durability.md). A value that
+// is no entry (another program's) is taken for none.
 var registryWriteScript = redis.NewScript(registryRevLua + `
 local done = redis.call('GET', KEYS[3])
 if done then return tonumber(done) end
@@ -1374,16 +1330,11 @@ return answer(rev)
 
 // registryRevLua begins the registry's scripts (KEYS hash, revision):
 // revision() returns the namespace's revision as a decimal string. A
-// revision that is no number INCR takes (set by hand or another program;
-// taken for one: below 10^18, in the digits INCR writes) would stop every
-// write and read of the namespace, and one deleted while the namespace
-// holds entries (by hand) would start over below their revisions; either
-// moves past the next
-// multiple of 2^32 above the highest revision an entry holds, as a lost
-// seq counter does (appendScript), so it never goes back below one a
-// reader saw. A value whose first eight bytes are 2^59 or more is no
-// entry (another program's): taken for one, it would move the revision
-// to 10^18 or more, which this check does not take either.
+// revision that is no number INCR takes (below 10^18), or one deleted while
+// the namespace holds entries, moves past the next multiple of 2^32 above
+// the highest revision an entry holds (past), so it never stops the
+// namespace's writes nor goes back below one a reader saw. A value whose
+// first eight bytes are 2^59 or more is no entry (decodeEntry).
 const registryRevLua = pastLua + `
 local function revision()
   local ok, cur = pcall(redis.call, 'GET', KEYS[2])
@@ -1410,7 +1361,7 @@ var registryRevScript = redis.NewScript(registryRevLua + `
 return revision()
 `)
 
-// writeRegistry implements regWrites with registryWriteScript. A write
+// writeRegistry is registry's write: registryWriteScript. A write
 // that applied counts only once the replicas have it (Config.RedisMinReplicas),
 // as an append does: a platform may confirm an event once it is in the
 // registry (Slack's durable intake). Else it fails with ErrNotReplicated,
@@ -1436,11 +1387,8 @@ func (s *redisStore) writeRegistry(ctx context.Context, namespace string, w regW
 	return uint64(rev), rev > 0, nil
 }
 
-func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return Entry{}, false, err
-	}
-	v, err := r.s.c.HGet(ctx, r.s.registryKeys(namespace)[0], key).Bytes()
+func (s *redisStore) getRegistry(ctx context.Context, namespace, key string) (Entry, bool, error) {
+	v, err := s.c.HGet(ctx, s.registryKeys(namespace)[0], key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return Entry{}, false, nil
 	}
@@ -1451,11 +1399,8 @@ func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, b
 	return e, err == nil, nil
 }
 
-func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
-	if err := checkName("namespace", namespace); err != nil {
-		return nil, 0, err
-	}
-	res, err := registryListScript.Run(ctx, r.s.c, r.s.registryKeys(namespace)).Slice()
+func (s *redisStore) listRegistry(ctx context.Context, namespace string) ([]Entry, uint64, error) {
+	res, err := registryListScript.Run(ctx, s.c, s.registryKeys(namespace)).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: registry list: %w", rerr(err))
 	}
@@ -1473,15 +1418,11 @@ func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uin
 			out = append(out, e)
 		}
 	}
-	sortEntries(out)
 	return out, rev, nil
 }
 
-func (r redisRegistry) Revision(ctx context.Context, namespace string) (uint64, error) {
-	if err := checkName("namespace", namespace); err != nil {
-		return 0, err
-	}
-	rev, err := registryRevScript.Run(ctx, r.s.c, r.s.registryKeys(namespace)).Uint64()
+func (s *redisStore) registryRevision(ctx context.Context, namespace string) (uint64, error) {
+	rev, err := registryRevScript.Run(ctx, s.c, s.registryKeys(namespace)).Uint64()
 	if err != nil {
 		return 0, fmt.Errorf("store: registry revision: %w", rerr(err))
 	}

@@ -36,19 +36,13 @@ const redisDialBudget = 5 * (5*time.Second + 100*time.Millisecond)
 const redisHandshake = 4
 
 // resendWindow is how long after a command's first send go-redis may still
-// send it again, under c's options, which a redis_url may set
-// (max_retries, pool_timeout, dial_timeout, write_timeout,
-// max_retry_backoff): each send may first wait its pool timeout for a
-// connection, dial for the client's dial budget (DialerRetries dials of
-// DialTimeout, DialerRetryTimeout apart; twice DialTimeout each through
-// Sentinel with TLS, sentinelTLS: go-redis asks the Sentinels for the
-// primary within the dial's deadline, then dials it over TLS with a
-// deadline of its own) and set the connection up (redisHandshake), write
-// and read for their timeouts, then back off. On a Redis Cluster the
-// pipelines go through node clients that go-redis gives no retries
-// (ClusterOptions.MaxRetries unset), so they are sent once; the window is
-// then go-redis's defaults (redisSends, redisDialBudget) and read, its read
-// timeout: more than enough.
+// send it again, under c's options (which a redis_url may set): each send
+// may first wait its pool timeout, dial for the client's dial budget (twice
+// DialTimeout a dial through Sentinel with TLS, sentinelTLS: the lookup of
+// the primary, then the dial), set the connection up (redisHandshake),
+// write and read, then back off. On a Redis Cluster the pipelines go
+// through node clients that go-redis gives no retries, so they are sent
+// once; the window is then go-redis's defaults: more than enough.
 func resendWindow(c redis.UniversalClient, read time.Duration, sentinelTLS bool) time.Duration {
 	o, ok := c.(interface{ Options() *redis.Options })
 	if !ok {

@@ -157,15 +157,12 @@ func (s *redisStore) sendTo(c redis.UniversalClient, calls []pipeCall) (stale bo
 }
 
 // exec sends calls in one pipeline, scripts with their bodies or by their
-// SHA1, followed by WAIT when one of them is a write to replicate and
-// Config.RedisMinReplicas asks for replicas: WAIT counts the replicas
-// that acknowledged every write its connection made, so the whole
-// pipeline's writes wait together. Calls with a shorter bound
-// (waitAtMost) get their own WAIT first, then the others' waits the rest
-// of theirs (waitBounds). It answers each call, except the scripts sent
-// by SHA1 that the server answered NOSCRIPT, which it returns, and reports
-// whether a call failed for a reason that makes the cluster's layout
-// stale (notServing).
+// SHA1, followed by the WAITs of the writes to replicate (waitBounds): WAIT
+// counts the replicas that acknowledged every write its connection made, so
+// the whole pipeline's writes wait together. It answers each call, except
+// the scripts sent by SHA1 that the server answered NOSCRIPT, which it
+// returns, and reports whether a call failed for a reason that makes the
+// cluster's layout stale (notServing).
 func (s *redisStore) exec(c redis.UniversalClient, calls []pipeCall, bodies bool) (again []pipeCall, stale bool) {
 	ctx := context.Background()
 	pipe := c.Pipeline()

@@ -49,6 +49,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"connector/internal/clock"
@@ -90,13 +92,12 @@ type Ledger interface {
 	// sequence numbers, in the order of recs. Sequence numbers start at 1,
 	// grow by one per record and are never reused, even after acks, trims,
 	// restarts or from another instance; only a Stage whose records were
-	// not stored (its commit failed, or the process died first) leaves a
-	// gap, and so does the redis backend under a new primary (a failover,
-	// a restart: it resumes past the next multiple of 2^32, appendScript)
-	// or for a tenant whose keys it lost.
-	// Append returns only once the records are durable. The store
-	// copies recs; their Seq is ignored, and a zero Received is set to the
-	// store's clock. Received is kept to the microsecond.
+	// not stored leaves a gap, and so does the redis backend under a new
+	// primary or for a tenant whose keys it lost (appendScript,
+	// docs/durability.md). Append returns only once the records are
+	// durable. The store copies recs; their Seq is ignored, and a zero
+	// Received is set to the store's clock. Received is kept to the
+	// microsecond.
 	Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error)
 	// Stage is Append in two steps, for a caller that acts on the records
 	// before they are durable (the relay sends them to a connected gateway
@@ -136,10 +137,9 @@ type Ledger interface {
 	// Forget drops what the store keeps across tenants for each tenant
 	// keep rejects (a deleted one) whose log holds no records, and reports
 	// how many it dropped; their numbering is kept, so a tenant made again
-	// under the name goes on from its last seq. The redis backend removes
-	// the tenant from the ledgers set and the numbered hash (an append
-	// under way or later adds it back); the memory and embedded backends
-	// keep nothing across tenants besides the numbering, and drop nothing.
+	// under the name goes on from its last seq. Only the redis backend
+	// keeps anything across tenants besides the numbering (the ledgers
+	// set, the numbered hash: forgetTenant, docs/durability.md).
 	Forget(ctx context.Context, keep func(tenant string) bool) (int, error)
 }
 
@@ -376,16 +376,10 @@ var (
 	// ErrNotHeld is returned by Renew and Release for a lease the caller
 	// no longer holds.
 	ErrNotHeld = errors.New("store: lease not held")
-	// ErrNotReplicated is returned by the redis backend's ledger appends,
-	// capability writes, claims (a claim taken is released again) and
-	// registry writes (a registry write that applied stays on the primary)
-	// when Config.RedisMinReplicas replicas did not
-	// acknowledge the write within Config.RedisReplicaTimeout: the write
-	// may survive or not, so it must not be confirmed to anyone. Lease
-	// acquisitions and renewals likewise (waiting at most a quarter of
-	// the lease's TTL): the lease is not the caller's (acquired false,
-	// the renewal failed), though the store may hold it for the caller
-	// until it expires.
+	// ErrNotReplicated is returned by the redis backend's writes that
+	// Config.RedisMinReplicas replicas did not acknowledge in time: the
+	// write may survive or not, so it must not be confirmed to anyone
+	// (docs/durability.md says which writes, and what stays behind).
 	ErrNotReplicated = errors.New("store: write not acknowledged by enough replicas")
 )
 
@@ -449,13 +443,11 @@ type Config struct {
 	// rediss:// URL, RedisSentinel.TLS, RedisCluster.TLS), e.g. with the
 	// CA that signed the servers' certificates. Nil: the system's roots.
 	RedisTLS *tls.Config
-	// RedisMinReplicas, when above 0, makes the ledger's appends, the
-	// capabilities' and the registry's writes (what a platform's
-	// confirmation waits for), and the leases' acquisitions and renewals
-	// (with their fencing tokens), return only once that many replicas
-	// acknowledged them (WAIT after each pipeline that carries one), and
-	// fail with ErrNotReplicated when they do not within
-	// RedisReplicaTimeout. 0: a write returns when the primary has it.
+	// RedisMinReplicas, when above 0, makes the writes a confirmation or a
+	// lease waits for return only once that many replicas acknowledged
+	// them (WAIT after each pipeline that carries one), else fail with
+	// ErrNotReplicated (docs/configuration.md, store.redis_min_replicas).
+	// 0: a write returns when the primary has it.
 	RedisMinReplicas int
 	// RedisReplicaTimeout bounds that wait; a lease's wait is bounded by a
 	// quarter of its TTL (its renewal period, Tenure) when that is
@@ -917,14 +909,17 @@ func (w regWrite) applies(cur []byte, present bool) bool {
 	return true
 }
 
-// regWrites are Registry's Put, Delete and CompareAndSwap on a backend's
-// write, which applies w atomically and reports the new revision and
-// whether w applied.
-type regWrites struct {
-	write func(ctx context.Context, namespace string, w regWrite) (rev uint64, applied bool, err error)
+// registry is Registry on a backend, the single statement of its argument
+// checks: write applies w atomically and reports the new revision and
+// whether w applied; get, list (in any order) and revision read.
+type registry struct {
+	write    func(ctx context.Context, namespace string, w regWrite) (rev uint64, applied bool, err error)
+	get      func(ctx context.Context, namespace, key string) (Entry, bool, error)
+	list     func(ctx context.Context, namespace string) ([]Entry, uint64, error)
+	revision func(ctx context.Context, namespace string) (uint64, error)
 }
 
-func (r regWrites) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+func (r registry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
 	if err := checkRegistryArgs(namespace, key); err != nil {
 		return 0, err
 	}
@@ -932,7 +927,7 @@ func (r regWrites) Put(ctx context.Context, namespace, key string, value []byte)
 	return rev, err
 }
 
-func (r regWrites) Delete(ctx context.Context, namespace, key string) (bool, error) {
+func (r registry) Delete(ctx context.Context, namespace, key string) (bool, error) {
 	if err := checkRegistryArgs(namespace, key); err != nil {
 		return false, err
 	}
@@ -940,12 +935,35 @@ func (r regWrites) Delete(ctx context.Context, namespace, key string) (bool, err
 	return deleted, err
 }
 
-func (r regWrites) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+func (r registry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
 	if err := checkRegistryArgs(namespace, key); err != nil {
 		return false, err
 	}
 	_, swapped, err := r.write(ctx, namespace, regWrite{op: "compare-and-swap", key: key, value: value, del: value == nil, when: regFrom, old: old})
 	return swapped, err
+}
+
+func (r registry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return Entry{}, false, err
+	}
+	return r.get(ctx, namespace, key)
+}
+
+func (r registry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
+	if err := checkName("namespace", namespace); err != nil {
+		return nil, 0, err
+	}
+	es, rev, err := r.list(ctx, namespace)
+	slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
+	return es, rev, err
+}
+
+func (r registry) Revision(ctx context.Context, namespace string) (uint64, error) {
+	if err := checkName("namespace", namespace); err != nil {
+		return 0, err
+	}
+	return r.revision(ctx, namespace)
 }
 
 // holds reports whether l is the live lease cur.
