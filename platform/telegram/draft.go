@@ -733,41 +733,30 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 // have shown, and forgets the list.
 func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat int64, thread int) {
 	key := topicPreviewsKey(tenant, chat, thread)
-	sctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	defer cancel()
-	raw, ok, err := p.seals.Get(sctx, key)
-	if err != nil {
-		p.storeWarn("telegram draft previews not read from the store", "chat_id", chat, "err", err)
-	}
 	var turns []string
-	if !ok || json.Unmarshal(raw, &turns) != nil {
+	if ok, _ := p.storedRecord(ctx, draftKey{tenant: tenant, chat: chat}, key, "previews", &turns); !ok {
 		return
 	}
 	for _, turn := range turns {
 		p.replaceStoredPreview(ctx, tenant, chat, thread, turn)
 	}
-	_ = p.seals.Delete(sctx, key) // best effort, as replaceStoredPreview
+	_ = p.seals.Delete(ctx, key) // best effort, as replaceStoredPreview
 }
 
 // replaceStoredPreview deletes the open preview the store names for
-// tenant's turn in chat's topic (turnPreviewKey), which another instance
-// showed before the gateway reconnected here, and forgets its name.
+// tenant's turn in chat's topic (turnPreviewKey: the stream's draft_id, a
+// JSON number), which another instance showed before the gateway
+// reconnected here, and forgets its name.
 func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat int64, thread int, turn string) {
 	key := turnPreviewKey(tenant, chat, thread, turn)
-	sctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	defer cancel()
-	raw, ok, err := p.seals.Get(sctx, key)
-	if err != nil {
-		p.storeWarn("telegram draft preview not read from the store", "chat_id", chat, "turn", turn, "err", err)
-	}
-	draft, _ := strconv.ParseInt(string(raw), 10, 64)
-	if !ok || draft == 0 {
+	var draft int64
+	if ok, _ := p.storedRecord(ctx, draftKey{tenant: tenant, chat: chat}, key, "preview", &draft); !ok || draft == 0 {
 		return
 	}
 	if r, ok, _ := p.storedPreview(ctx, draftKey{tenant, chat, draft}, turn); ok && !r.Sealed {
 		p.deletePreview(ctx, chat, r.ID)
 	}
-	_ = p.seals.Delete(sctx, key) // best effort: a send of the turn then finds the preview gone
+	_ = p.seals.Delete(ctx, key) // best effort: a send of the turn then finds the preview gone
 }
 
 // deletePreview deletes preview message id from chat, logging a failure.
