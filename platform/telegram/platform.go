@@ -165,7 +165,11 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.offsets = newOffsetGate(p.transport, p.pollReady, cfg.PollTimeout+15*time.Second)
 	p.download = &http.Client{Transport: p.transport}
 	p.bot = p.newBot()
-	p.mapping.Store(p.liveMapping())
+	// The normalization context (Validate checked the topics); the bot id
+	// is the token's numeric prefix, so no getMe is needed to start.
+	group, _ := topicNames(cfg.GroupTopics, false)
+	dm, _ := topicNames(cfg.DMTopics, true)
+	p.mapping.Store(&mapping{botID: p.bot.ID(), groupTopics: group, dmTopics: dm})
 	p.claims = deps.SharedClaims()
 	if claims := p.claims; claims != nil && cfg.WebhookURL != "" {
 		p.dedupe = &platform.Dedupe{Claims: claims, Clock: p.deps.Clock, Prefix: "telegram/" + strconv.FormatInt(p.bot.ID(), 10) + "/",
@@ -191,15 +195,6 @@ func (p *Platform) newBot() *bot.Bot {
 		bot.WithAllowedUpdates(allowedUpdates),
 	)
 	return b
-}
-
-// liveMapping builds the normalization context from the config (Validate
-// checked its topics); the bot id is the token's numeric prefix, so no getMe
-// is needed to start.
-func (p *Platform) liveMapping() *mapping {
-	group, _ := topicNames(p.cfg.GroupTopics, false)
-	dm, _ := topicNames(p.cfg.DMTopics, true)
-	return &mapping{botID: p.bot.ID(), groupTopics: group, dmTopics: dm}
 }
 
 // policy returns tenant's group trigger policy.
