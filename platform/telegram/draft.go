@@ -92,18 +92,6 @@ func (s sealedDraft) repeatedBy(a *contract.Action) bool {
 	return s.Sum == contentSum(a.Content) && s.Turn == a.Metadata.Turn()
 }
 
-// resealed is the message a repeated seal a of stream k answers, if it is
-// one: of a seal on this instance (resealedHere), else of one on any
-// instance sharing the store, which the gateway's retry reaches after a
-// reconnect (storedSeal).
-func (p *Platform) resealed(ctx context.Context, k draftKey, a *contract.Action) (string, bool) {
-	if id, ok := p.resealedHere(k, a); ok {
-		return id, ok
-	}
-	s, ok := p.storedSeal(ctx, k)
-	return s.ID, ok && s.repeatedBy(a)
-}
-
 // storedSeal is stream k's seal within sealRetryWindow as the store holds
 // it, made on any instance; one found is remembered here too. A record the
 // store cannot give is logged and taken as none: the seal is sent, as it
@@ -604,7 +592,7 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 }
 
 // sealDraft sends a stream's final content as a real message, once per
-// stream (a repeated seal answers it: resealed; one that reaches another
+// stream (a repeated seal answers it; one that reaches another
 // instance while this one sends it waits for it: claimSeal), and answers the first
 // part's id. In a group chat the stream's preview (shown by any instance
 // sharing the store: adoptPreview) becomes that first part, and its record
@@ -613,8 +601,13 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 // not wait for the rest of the parts).
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant, chat, a.DraftID}
-	if id, ok := p.resealed(ctx, k, a); ok {
+	if id, ok := p.resealedHere(k, a); ok {
 		return contract.OK(id)
+	}
+	// A seal on another instance, which the gateway's retry reaches after
+	// a reconnect.
+	if s, ok := p.storedSeal(ctx, k); ok && s.repeatedBy(a) {
+		return contract.OK(s.ID)
 	}
 	claimed, id, err := p.claimSeal(ctx, k, a)
 	switch {
