@@ -126,7 +126,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		deps:      deps,
 		observed:  chatcontext.New[topicKey](chatcontext.Bounds{}),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
-		health:    newHealth("not started"),
+		health:    &health{st: platform.Status{Detail: "not started"}, changed: make(chan struct{})},
 		callbacks: make(chan string, 256),
 		turns:     chatorder.New[int64](0),
 		dmStreams: chatorder.New[draftKey](0),
