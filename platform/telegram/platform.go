@@ -63,8 +63,14 @@ type Platform struct {
 	// dmStreams runs each private chat stream's frames and seals one at a
 	// time (inStream); it holds the streams with one in flight only.
 	dmStreams *chatorder.Queue[draftKey]
-	topics    *topicMemory
-	mapping   atomic.Pointer[mapping]
+	// topics remembers the names of the forum topics the connector created
+	// or renamed (topics.go), so that thread_rename can honour its guards
+	// although Telegram cannot read a topic's name: with a store every
+	// instance sharing it and the next start see the same names, each
+	// lookup reading the store (never a copy another instance may have
+	// made stale); without one a platform.LocalState.
+	topics  store.Capabilities
+	mapping atomic.Pointer[mapping]
 	// seen remembers the last dedupe_window update_ids, so a redelivered
 	// update (a webhook retry, a replayed poll) is dropped, not delivered twice.
 	seen *lru.Cache[int64, struct{}]
@@ -147,7 +153,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.rehosts = platform.NewRehosts(p.deps.Clock)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	p.drafts, _ = lru.New[wireDraft, draftKey](sealedDrafts)
-	p.topics = &topicMemory{state: platform.StateOr(deps.Store, localTopics, p.deps.Clock), clock: p.deps.Clock}
+	p.topics = platform.StateOr(deps.Store, localTopics, p.deps.Clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.deps.Clock, p.log)
 	p.links = platform.NewLinkDesk(p.deps.Clock)
 	p.SetRelevance(nil)
