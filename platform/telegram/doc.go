@@ -70,7 +70,7 @@
 // poster the store could not look up is retried for posterWait first),
 // every dropped press answered. Redeliveries are dropped by update_id (the
 // last dedupe_window ids of the instance; with several instances a
-// webhook's update_ids are claimed in the store too, webhook.go). One
+// webhook's update_ids are claimed in the store too, handle). One
 // chat's updates are delivered one at a time in arrival order, and
 // different chats' side by side (platform/chatorder), so a slow media
 // download or delivery delays its own chat only: the long poll's single
@@ -78,19 +78,11 @@
 // is delivered before it is answered (Telegram's Bot API server sends a
 // chat's next update only after the previous one was answered). When
 // polling, the next getUpdates waits until every update of the previous
-// answer is handled (its offset confirms them all), so a slow chat holds
-// later answers, not the chats of its own. The updates of one answer are
-// readied in their chats' turns and then handed to the relay together
-// (platform.BatchSink.DeliverAll, batch.go), which stores each tenant's
-// part in one store write: one commit per answer, not one per update. A
-// delivery the relay refuses is retried (polling) or answered 503 so
-// Telegram retries (webhook). When polling, an update whose delivery is
-// still failing when the poll stops is logged and left unconfirmed, so the
-// next poll fetches it again; a poll that stops with every update of its
-// last answer handled, and its lease still held, confirms them (run.go,
-// confirmHandled), so the next poller, after a handover or a restart, is
-// not handed them again. One that lost its lease leaves them to the new
-// poller's offset rather than end its long poll with 409.
+// answer is handled (offset.go), the answer's updates go to the relay in
+// one store write (platform.BatchSink.DeliverAll, batch.go), and a poll
+// that stops confirms what it handled while it holds its lease (run.go,
+// confirmHandled). A delivery the relay refuses is retried (polling) or
+// answered 503 so Telegram retries (webhook).
 //
 // # Egress
 //

@@ -453,20 +453,12 @@ func (p *Platform) closePreview(k draftKey, pv *preview) {
 	p.previews.Remove(k)
 }
 
-// draft streams a preview of a reply being generated. Every frame replaces
-// the preview of draft_id in the chat (and topic) with content, rendered as
-// MarkdownV2 (plain text if Telegram rejects the entities) and cut to one
-// message: in a private chat through sendMessageDraft (Telegram's native,
-// ephemeral drafts; under a draft id no other tenant's stream in the chat
-// holds, wireDraftID), elsewhere in a message of its own that the first frame
-// sends and later frames edit, and that the reply replaces as a native
-// draft is replaced: the tenant's next send into the chat and topic, for
-// the same turn, deletes it (replacePreviews). final: true seals the
-// stream: content becomes a real message (split like send; in a group the
-// preview becomes its first part) whose id is answered, once: a repeated
-// seal answers the same id, and a late frame of a sealed stream shows
-// nothing (sealedStream). A zero draft_id or blank content fails with
-// bad_request and calls nothing.
+// draft streams a preview of a reply being generated (docs/contract.md,
+// "draft"): in a private chat through sendMessageDraft (showDraft, under
+// wireDraftID), elsewhere in a preview message the reply replaces
+// (showPreview, replacePreviews); final: true seals the stream once
+// (sealDraft). A zero draft_id or blank content fails with bad_request and
+// calls nothing.
 func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	switch {
 	case a.DraftID == 0:

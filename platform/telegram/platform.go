@@ -75,7 +75,7 @@ type Platform struct {
 	// update (a webhook retry, a replayed poll) is dropped, not delivered twice.
 	seen *lru.Cache[int64, struct{}]
 	// dedupe claims each webhook update in the store when several
-	// instances share it (webhook.go), so a retry another instance gets is
+	// instances share it (handle), so a retry another instance gets is
 	// not delivered twice; nil with one instance and when long polling.
 	dedupe *platform.Dedupe
 	// turns ingests each chat's updates in arrival order, and different
