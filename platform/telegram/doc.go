@@ -36,21 +36,14 @@
 // Updates carry message, edited_message, channel_post, edited_channel_post
 // or callback_query; others are dropped. The mapping to a SessionSource is
 // the native adapter's (docs/session-key.md §4, checked against every
-// Telegram case of testdata/platform_events.json through NormalizeFixture):
-// private -> dm, group and supergroup -> group, channel -> channel (the
-// channel is also the participant); chat_name is the title, else the chat's
-// full name; user_name is first + " " + last name; thread_id is the
-// message_thread_id only for is_topic_message, except in forums, where any
-// message_thread_id counts and the General topic is "1"; chat_topic comes
-// from group_topics / dm_topics (for private topics also from the topic's
-// forum_topic_created). Sources also carry is_bot and message_is_edit. A
-// reply sets reply_to_message_id and reply_to, except the implicit "reply"
-// of every topic message to the topic's creation message. Media messages
-// arrive as their message_type with the caption as text; file URLs are not
-// forwarded (they would contain the bot token). A callback query becomes an
-// event whose text is the button's data (hp1:<prompt>:<option> becomes a
-// prompt_response with text "/<option>"), sourced from the message the
-// button is on and the user who pressed it; it is answered after delivery.
+// Telegram case of testdata/platform_events.json through NormalizeFixture;
+// normalize.go). Sources also carry is_bot and message_is_edit. Media
+// messages arrive as their message_type with the caption as text; file
+// URLs are not forwarded (they would contain the bot token). A callback
+// query becomes an event whose text is the button's data (hp1:<prompt>:<option>
+// becomes a prompt_response with text "/<option>"), sourced from the
+// message the button is on and the user who pressed it; it is answered
+// after delivery.
 // As natively, a message's text and caption lose the bot's own @username
 // (with a following , : or - and the whitespace after it), except in a
 // group message that also names someone else; commands too, so
@@ -60,94 +53,54 @@
 //
 // The tenant is the one whose chats map claims the chat id; an update from
 // an unclaimed chat is dropped, never broadcast (logged at info level the
-// first time per chat, at debug after that). The
-// bot's own messages are dropped. A group or supergroup message then passes
-// the tenant's group trigger rules (tenants.<tenant>: require_mention,
-// mention_patterns, free_response_chats/topics, allowed_chats,
-// allowed_topics, ignored_threads, guest_mode, bots_require_mention,
-// exclusive_bot_mentions, default on; a relevance policy the tenant's
-// gateway declared replaces require_mention, the free-response lists and
-// bots_require_mention, relevance.go), in the native adapter's order and
+// first time per chat, at debug after that). The bot's own messages are
+// dropped. A group or supergroup message then passes the tenant's group
+// trigger rules (TenantConfig; a relevance policy the tenant's gateway
+// declared replaces some, relevance.go), in the native adapter's order and
 // with its spellings (docs/settings-parity.md); DMs, channel posts and
 // button presses are not gated. Mentions are matched against the username
 // getMe answered. With observe_unmentioned_group_messages, in the chats of
-// group_allowed_chats, a message held back for want of a trigger is kept
-// in memory (at most 20 messages or 32 KiB per chat topic, 1,024 topics)
-// and delivered as the context of the next delivered message of its chat
-// topic, and delivered messages other than commands name their sender in
-// the text ("[name|id]") and carry no user, so the chat or topic is one
-// session. Every update not delivered is counted in Metrics.Dropped with
-// its reason: unsupported, empty, own, unclaimed, duplicate, malformed,
-// foreign_callback (a button press whose callback data is not a prompt
-// op's hp1 token; its query is still answered), prompt_not_owned (in a
-// chat held by grant, a press of a prompt no live mark names the pressed
-// tenant the poster of: another tenant's, or over 30 days old; route),
-// earlier_tenant_prompt (elsewhere, a press of a prompt whose message's
-// date, in whole seconds, went before its tenant's creation: an earlier
-// tenant's of the id; or of an undated, inaccessible message within
-// datelessPressWindow of the creation; unless the record of the prompt's
-// poster, kept 30 days, names the tenant as it is now), poster_unknown (a
-// press whose prompt's poster the store could not look up for a minute,
-// posterWait), every dropped press answered,
-// or the gate's topic_not_allowed, thread_ignored, mentions_other_bots,
-// chat_not_allowed, bot_not_mentioned, not_mentioned and observed. Redeliveries are dropped by update_id
-// (the last dedupe_window ids of the instance; with several instances a
-// webhook's update_ids are claimed in the store too, webhook.go). One chat's updates are delivered one at a
-// time in arrival order, and different chats' side by side
-// (platform/chatorder), so a slow media download or delivery delays its own
-// chat only: the long poll's single worker hands each update its chat's
-// turn in order, and a webhook update is delivered before it is answered
-// (Telegram's Bot API server sends a chat's next update only after the
-// previous one was answered). When polling, the next getUpdates waits until
-// every update of the previous answer is handled (its offset confirms them
-// all), so a slow chat holds later answers, not the chats of its own. The
-// updates of one answer are readied in their chats' turns and then handed
-// to the relay together (platform.BatchSink.DeliverAll, batch.go), which
-// stores each tenant's part in one store write: one commit per answer, not
-// one per update. A
-// delivery the relay refuses is retried (polling) or answered 503 so
-// Telegram retries (webhook). When polling, an update whose delivery
-// is still failing when the poll stops is logged and left unconfirmed, so
-// the next poll fetches it again; a poll that stops with every update of
-// its last answer handled, and its lease still held, confirms them
-// (run.go, confirmHandled), so the next poller, after a handover or a
-// restart, is not handed them again. One that lost its lease leaves them
-// to the new poller's offset rather than end its long poll with 409.
+// group_allowed_chats, a message held back for want of a trigger is kept in
+// memory (at most 20 messages or 32 KiB per chat topic, 1,024 topics) and
+// delivered as the context of the next delivered message of its chat topic,
+// and delivered messages other than commands name their sender in the text
+// ("[name|id]") and carry no user, so the chat or topic is one session.
+// Every update not delivered is counted in Metrics.Dropped with its reason
+// (the drop constants of normalize.go and gate.go; a press whose prompt's
+// poster the store could not look up is retried for posterWait first),
+// every dropped press answered. Redeliveries are dropped by update_id (the
+// last dedupe_window ids of the instance; with several instances a
+// webhook's update_ids are claimed in the store too, handle). One
+// chat's updates are delivered one at a time in arrival order, and
+// different chats' side by side (platform/chatorder), so a slow media
+// download or delivery delays its own chat only: the long poll's single
+// worker hands each update its chat's turn in order, and a webhook update
+// is delivered before it is answered (Telegram's Bot API server sends a
+// chat's next update only after the previous one was answered). When
+// polling, the next getUpdates waits until every update of the previous
+// answer is handled (offset.go), the answer's updates go to the relay in
+// one store write (platform.BatchSink.DeliverAll, batch.go), and a poll
+// that stops confirms what it handled while it holds its lease (run.go,
+// confirmHandled). A delivery the relay refuses is retried (polling) or
+// answered 503 so Telegram retries (webhook).
 //
 // # Egress
 //
-// The ops are send, edit, typing, get_chat_info, send_media, prompt (an inline
-// keyboard of hp1 callback buttons, prompt.go), react and delete
-// (msgops.go), thread_create and thread_rename (forum topics, topics.go;
-// the names of the topics the connector created or renamed are kept in
-// platform.Deps.Store, so the rename guards can be honoured although
-// Telegram cannot read a topic's name), and draft (native draft streaming
-// with sendMessageDraft in private chats, a preview message sent and edited
-// elsewhere, which the reply replaces, draft.go);
-// the descriptor's supported_ops are the keys of the handler table. An action on a chat the
-// tenant does not own gets contract.Declined, also one whose chat it lost
-// while a call waited for its turn (paced). send splits content over
-// 4,096 code points at paragraph, line or word boundaries (carrying code
-// fences across parts), renders markdown as MarkdownV2 with full escaping
-// (the backslash included), falls back to plain text when Telegram rejects
-// the entities, replies with reply_parameters (allow_sending_without_reply),
-// and posts into metadata.thread_id's topic, never into thread 1 (the
-// General topic takes no message_thread_id; a topic Telegram no longer
-// finds is retried without it). Results carry message_id (the first part's
-// for a split send). edit is editMessageText ("message is not modified" is
-// success), typing is sendChatAction with the topic, get_chat_info is
-// getChat. send_media (media.go) streams the object source_url names as
-// multipart/form-data with sendPhoto, sendVoice, sendAudio, sendVideo or
-// sendDocument by media_kind, content as the MarkdownV2 caption (a longer
-// one than 1,024 characters follows as a send), paced like send.
+// The ops are the keys of the handler table (egress.go), which the
+// descriptor's supported_ops lists; docs/contract.md says what each does
+// on Telegram. An action on a chat the tenant does not own gets
+// contract.Declined, also one whose chat it lost while a call waited for
+// its turn (paced). send splits content over 4,096 code points (split.go)
+// and renders markdown as MarkdownV2 with full escaping (markdown.go),
+// falling back to plain text when Telegram rejects the entities; a send
+// into a topic Telegram no longer finds is retried without it. Forum
+// topics the connector created or renamed keep their names in
+// platform.Deps.Store (topics.go), since Telegram cannot read a topic's
+// name; draft streams are draft.go's.
 //
-// Inbound attachments (a photo's largest size, voice, audio, video,
-// animation, video note, document) are fetched with the bot's credential
-// (getFile, then the file path, at most 20 MB) into the media store before
-// the update is delivered, and listed in media_urls and media as re-host
-// URLs; without a media store with a public URL, over a limit, or when the
-// download fails (counted as dropped media_skipped) the event goes on
-// without them.
+// Inbound attachments are fetched with the bot's credential into the media
+// store before the update is delivered, and listed as re-host URLs
+// (media.go; docs/contract.md, "Inbound attachments").
 //
 // # Limits
 //

@@ -92,18 +92,6 @@ func (s sealedDraft) repeatedBy(a *contract.Action) bool {
 	return s.Sum == contentSum(a.Content) && s.Turn == a.Metadata.Turn()
 }
 
-// resealed is the message a repeated seal a of stream k answers, if it is
-// one: of a seal on this instance (resealedHere), else of one on any
-// instance sharing the store, which the gateway's retry reaches after a
-// reconnect (storedSeal).
-func (p *Platform) resealed(ctx context.Context, k draftKey, a *contract.Action) (string, bool) {
-	if id, ok := p.resealedHere(k, a); ok {
-		return id, ok
-	}
-	s, ok := p.storedSeal(ctx, k)
-	return s.ID, ok && s.repeatedBy(a)
-}
-
 // storedSeal is stream k's seal within sealRetryWindow as the store holds
 // it, made on any instance; one found is remembered here too. A record the
 // store cannot give is logged and taken as none: the seal is sent, as it
@@ -465,20 +453,12 @@ func (p *Platform) closePreview(k draftKey, pv *preview) {
 	p.previews.Remove(k)
 }
 
-// draft streams a preview of a reply being generated. Every frame replaces
-// the preview of draft_id in the chat (and topic) with content, rendered as
-// MarkdownV2 (plain text if Telegram rejects the entities) and cut to one
-// message: in a private chat through sendMessageDraft (Telegram's native,
-// ephemeral drafts; under a draft id no other tenant's stream in the chat
-// holds, wireDraftID), elsewhere in a message of its own that the first frame
-// sends and later frames edit, and that the reply replaces as a native
-// draft is replaced: the tenant's next send into the chat and topic, for
-// the same turn, deletes it (replacePreviews). final: true seals the
-// stream: content becomes a real message (split like send; in a group the
-// preview becomes its first part) whose id is answered, once: a repeated
-// seal answers the same id, and a late frame of a sealed stream shows
-// nothing (sealedStream). A zero draft_id or blank content fails with
-// bad_request and calls nothing.
+// draft streams a preview of a reply being generated (docs/contract.md,
+// "draft"): in a private chat through sendMessageDraft (showDraft, under
+// wireDraftID), elsewhere in a preview message the reply replaces
+// (showPreview, replacePreviews); final: true seals the stream once
+// (sealDraft). A zero draft_id or blank content fails with bad_request and
+// calls nothing.
 func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	switch {
 	case a.DraftID == 0:
@@ -604,7 +584,7 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 }
 
 // sealDraft sends a stream's final content as a real message, once per
-// stream (a repeated seal answers it: resealed; one that reaches another
+// stream (a repeated seal answers it; one that reaches another
 // instance while this one sends it waits for it: claimSeal), and answers the first
 // part's id. In a group chat the stream's preview (shown by any instance
 // sharing the store: adoptPreview) becomes that first part, and its record
@@ -613,8 +593,13 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 // not wait for the rest of the parts).
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant, chat, a.DraftID}
-	if id, ok := p.resealed(ctx, k, a); ok {
+	if id, ok := p.resealedHere(k, a); ok {
 		return contract.OK(id)
+	}
+	// A seal on another instance, which the gateway's retry reaches after
+	// a reconnect.
+	if s, ok := p.storedSeal(ctx, k); ok && s.repeatedBy(a) {
+		return contract.OK(s.ID)
 	}
 	claimed, id, err := p.claimSeal(ctx, k, a)
 	switch {
@@ -733,41 +718,30 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 // have shown, and forgets the list.
 func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat int64, thread int) {
 	key := topicPreviewsKey(tenant, chat, thread)
-	sctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	defer cancel()
-	raw, ok, err := p.seals.Get(sctx, key)
-	if err != nil {
-		p.storeWarn("telegram draft previews not read from the store", "chat_id", chat, "err", err)
-	}
 	var turns []string
-	if !ok || json.Unmarshal(raw, &turns) != nil {
+	if ok, _ := p.storedRecord(ctx, draftKey{tenant: tenant, chat: chat}, key, "previews", &turns); !ok {
 		return
 	}
 	for _, turn := range turns {
 		p.replaceStoredPreview(ctx, tenant, chat, thread, turn)
 	}
-	_ = p.seals.Delete(sctx, key) // best effort, as replaceStoredPreview
+	_ = p.seals.Delete(ctx, key) // best effort, as replaceStoredPreview
 }
 
 // replaceStoredPreview deletes the open preview the store names for
-// tenant's turn in chat's topic (turnPreviewKey), which another instance
-// showed before the gateway reconnected here, and forgets its name.
+// tenant's turn in chat's topic (turnPreviewKey: the stream's draft_id, a
+// JSON number), which another instance showed before the gateway
+// reconnected here, and forgets its name.
 func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat int64, thread int, turn string) {
 	key := turnPreviewKey(tenant, chat, thread, turn)
-	sctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	defer cancel()
-	raw, ok, err := p.seals.Get(sctx, key)
-	if err != nil {
-		p.storeWarn("telegram draft preview not read from the store", "chat_id", chat, "turn", turn, "err", err)
-	}
-	draft, _ := strconv.ParseInt(string(raw), 10, 64)
-	if !ok || draft == 0 {
+	var draft int64
+	if ok, _ := p.storedRecord(ctx, draftKey{tenant: tenant, chat: chat}, key, "preview", &draft); !ok || draft == 0 {
 		return
 	}
 	if r, ok, _ := p.storedPreview(ctx, draftKey{tenant, chat, draft}, turn); ok && !r.Sealed {
 		p.deletePreview(ctx, chat, r.ID)
 	}
-	_ = p.seals.Delete(sctx, key) // best effort: a send of the turn then finds the preview gone
+	_ = p.seals.Delete(ctx, key) // best effort: a send of the turn then finds the preview gone
 }
 
 // deletePreview deletes preview message id from chat, logging a failure.

@@ -20,10 +20,21 @@ import (
 // ingest; `connector conformance events` calls it for every telegram case
 // of testdata/platform_events.json.
 func NormalizeFixture(raw, context json.RawMessage) (session.Outcome, error) {
-	m, err := fixtureMapping(context)
-	if err != nil {
-		return session.Outcome{}, err
+	var fc fixtureContext
+	if len(context) > 0 && string(context) != "null" {
+		if err := json.Unmarshal(context, &fc); err != nil {
+			return session.Outcome{}, fmt.Errorf("telegram: fixture context: %w", err)
+		}
 	}
+	group, err := topicNames(bindingsOf(fc.AdapterConfig.GroupTopics), false)
+	if err != nil {
+		return session.Outcome{}, fmt.Errorf("telegram: fixture group_topics: %w", err)
+	}
+	dm, err := topicNames(bindingsOf(fc.AdapterConfig.DMTopics), true)
+	if err != nil {
+		return session.Outcome{}, fmt.Errorf("telegram: fixture dm_topics: %w", err)
+	}
+	m := mapping{botID: fc.Bot.ID, botUsername: fc.Bot.Username, groupTopics: group, dmTopics: dm}
 	var u models.Update
 	if err := decodeUpdate(raw, &u); err != nil {
 		return session.Outcome{}, err
@@ -67,24 +78,6 @@ type fixtureBinding struct {
 		ThreadID contract.ID `json:"thread_id"`
 		Name     string      `json:"name"`
 	} `json:"topics"`
-}
-
-func fixtureMapping(raw json.RawMessage) (mapping, error) {
-	var fc fixtureContext
-	if len(raw) > 0 && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &fc); err != nil {
-			return mapping{}, fmt.Errorf("telegram: fixture context: %w", err)
-		}
-	}
-	group, err := topicNames(bindingsOf(fc.AdapterConfig.GroupTopics), false)
-	if err != nil {
-		return mapping{}, fmt.Errorf("telegram: fixture group_topics: %w", err)
-	}
-	dm, err := topicNames(bindingsOf(fc.AdapterConfig.DMTopics), true)
-	if err != nil {
-		return mapping{}, fmt.Errorf("telegram: fixture dm_topics: %w", err)
-	}
-	return mapping{botID: fc.Bot.ID, botUsername: fc.Bot.Username, groupTopics: group, dmTopics: dm}, nil
 }
 
 func bindingsOf(fb []fixtureBinding) []TopicBinding {

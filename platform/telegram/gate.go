@@ -225,7 +225,7 @@ func bareHandles(text string, add func(string)) {
 		if text[i] != '@' {
 			continue
 		}
-		if i > 0 && isHandleGuard(text[i-1]) {
+		if i > 0 && (isHandleByte(text[i-1]) || text[i-1] == '`' || text[i-1] == '/') {
 			continue
 		}
 		end := i + 1
@@ -246,8 +246,6 @@ func bareHandles(text string, add func(string)) {
 func isHandleByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
 }
-
-func isHandleGuard(c byte) bool { return isHandleByte(c) || c == '`' || c == '/' }
 
 // entitySource is a text or caption with its entities.
 type entitySource struct {

@@ -14,10 +14,6 @@ type health struct {
 	changed chan struct{}
 }
 
-func newHealth(detail string) *health {
-	return &health{st: platform.Status{Detail: detail}, changed: make(chan struct{})}
-}
-
 func (h *health) set(st platform.Status) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

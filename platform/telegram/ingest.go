@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/go-telegram/bot/models"
@@ -34,15 +35,34 @@ const posterWait = time.Minute
 // meanwhile go on (chatorder). It returns an error only when the sink
 // refused the delivery, so the caller can have the update redelivered; a
 // dropped update is not an error.
+//
+// With several instances behind one webhook URL, Telegram's retry of an
+// update (its answer lost or late, the instance killed after storing it)
+// may reach another instance than the first copy, which the per-instance
+// seen does not know: the update_id is claimed in the store first
+// (platform.Dedupe), so a copy handled elsewhere is dropped, and one still
+// being handled elsewhere is platform.ErrBusy (503: Telegram retries).
+// Long polling needs no claim: one instance polls, under the lease
+// telegram/poll.
 func (p *Platform) handle(ctx context.Context, u *models.Update, received time.Time) error {
-	if p.sink.Load() == nil {
-		return errNotRunning
+	once := func() error {
+		if p.sink.Load() == nil {
+			return errNotRunning
+		}
+		in, ok := p.prepare(ctx, u)
+		if !ok {
+			return nil
+		}
+		return p.turns.Do(ctx, in.chatID, func() error { return p.ingest(ctx, u, &in, received) })
 	}
-	in, ok := p.prepare(ctx, u)
-	if !ok {
-		return nil
+	if p.dedupe == nil || u.ID == 0 {
+		return once()
 	}
-	return p.turns.Do(ctx, in.chatID, func() error { return p.ingest(ctx, u, &in, received) })
+	dup, err := p.dedupe.Once(ctx, strconv.FormatInt(u.ID, 10), once)
+	if dup {
+		p.drop(dropDuplicate, u.ID, 0)
+	}
+	return err
 }
 
 // prepare normalizes u; ok is false when it is dropped at once (counted).

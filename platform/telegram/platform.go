@@ -63,13 +63,19 @@ type Platform struct {
 	// dmStreams runs each private chat stream's frames and seals one at a
 	// time (inStream); it holds the streams with one in flight only.
 	dmStreams *chatorder.Queue[draftKey]
-	topics    *topicMemory
-	mapping   atomic.Pointer[mapping]
+	// topics remembers the names of the forum topics the connector created
+	// or renamed (topics.go), so that thread_rename can honour its guards
+	// although Telegram cannot read a topic's name: with a store every
+	// instance sharing it and the next start see the same names, each
+	// lookup reading the store (never a copy another instance may have
+	// made stale); without one a platform.LocalState.
+	topics  store.Capabilities
+	mapping atomic.Pointer[mapping]
 	// seen remembers the last dedupe_window update_ids, so a redelivered
 	// update (a webhook retry, a replayed poll) is dropped, not delivered twice.
 	seen *lru.Cache[int64, struct{}]
 	// dedupe claims each webhook update in the store when several
-	// instances share it (webhook.go), so a retry another instance gets is
+	// instances share it (handle), so a retry another instance gets is
 	// not delivered twice; nil with one instance and when long polling.
 	dedupe *platform.Dedupe
 	// turns ingests each chat's updates in arrival order, and different
@@ -126,7 +132,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		deps:      deps,
 		observed:  chatcontext.New[topicKey](chatcontext.Bounds{}),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
-		health:    newHealth("not started"),
+		health:    &health{st: platform.Status{Detail: "not started"}, changed: make(chan struct{})},
 		callbacks: make(chan string, 256),
 		turns:     chatorder.New[int64](0),
 		dmStreams: chatorder.New[draftKey](0),
@@ -147,7 +153,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.rehosts = platform.NewRehosts(p.deps.Clock)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	p.drafts, _ = lru.New[wireDraft, draftKey](sealedDrafts)
-	p.topics = &topicMemory{state: platform.StateOr(deps.Store, localTopics, p.deps.Clock), clock: p.deps.Clock}
+	p.topics = platform.StateOr(deps.Store, localTopics, p.deps.Clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.deps.Clock, p.log)
 	p.links = platform.NewLinkDesk(p.deps.Clock)
 	p.SetRelevance(nil)
@@ -165,7 +171,11 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.offsets = newOffsetGate(p.transport, p.pollReady, cfg.PollTimeout+15*time.Second)
 	p.download = &http.Client{Transport: p.transport}
 	p.bot = p.newBot()
-	p.mapping.Store(p.liveMapping())
+	// The normalization context (Validate checked the topics); the bot id
+	// is the token's numeric prefix, so no getMe is needed to start.
+	group, _ := topicNames(cfg.GroupTopics, false)
+	dm, _ := topicNames(cfg.DMTopics, true)
+	p.mapping.Store(&mapping{botID: p.bot.ID(), groupTopics: group, dmTopics: dm})
 	p.claims = deps.SharedClaims()
 	if claims := p.claims; claims != nil && cfg.WebhookURL != "" {
 		p.dedupe = &platform.Dedupe{Claims: claims, Clock: p.deps.Clock, Prefix: "telegram/" + strconv.FormatInt(p.bot.ID(), 10) + "/",
@@ -191,15 +201,6 @@ func (p *Platform) newBot() *bot.Bot {
 		bot.WithAllowedUpdates(allowedUpdates),
 	)
 	return b
-}
-
-// liveMapping builds the normalization context from the config (Validate
-// checked its topics); the bot id is the token's numeric prefix, so no getMe
-// is needed to start.
-func (p *Platform) liveMapping() *mapping {
-	group, _ := topicNames(p.cfg.GroupTopics, false)
-	dm, _ := topicNames(p.cfg.DMTopics, true)
-	return &mapping{botID: p.bot.ID(), groupTopics: group, dmTopics: dm}
 }
 
 // policy returns tenant's group trigger policy.

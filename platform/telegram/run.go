@@ -81,7 +81,8 @@ func (p *Platform) connect(ctx context.Context) error {
 		}
 		text := p.errorText(err)
 		detail := "cannot reach the Telegram Bot API: "
-		if isAPIError(err) {
+		if slices.ContainsFunc([]error{bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorNotFound, bot.ErrorConflict},
+			func(e error) bool { return errors.Is(err, e) }) { // an answer from Telegram, not none
 			detail = "Telegram refused the bot's setup: "
 		}
 		p.health.set(platform.Status{Detail: detail + text})
@@ -193,12 +194,6 @@ func (p *Platform) confirmHandled(ctx context.Context) {
 		p.log.Warn("telegram updates not confirmed as the poll stopped; the next poll fetches them again",
 			"last_update_id", last, "err", p.errorText(err))
 	}
-}
-
-// isAPIError reports an answer from Telegram (as opposed to no answer).
-func isAPIError(err error) bool {
-	return slices.ContainsFunc([]error{bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorNotFound, bot.ErrorConflict},
-		func(e error) bool { return errors.Is(err, e) })
 }
 
 // pollReady marks the platform ready for long polling: after the setup

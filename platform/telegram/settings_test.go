@@ -383,7 +383,7 @@ func TestTelegramTenantSettingsErrors(t *testing.T) {
 	if pol, err := newPolicy(TenantConfig{}); err != nil || !reflect.DeepEqual(pol, defaultPolicy) {
 		t.Errorf("empty settings: %+v %v, want the native defaults", pol, err)
 	}
-	if err := yaml.Unmarshal([]byte("{observe_unmentioned_group_messages: false, ingest_unmentioned_group_messages: true}"), &tc); err != nil || tc.observe() {
+	if err := yaml.Unmarshal([]byte("{observe_unmentioned_group_messages: false, ingest_unmentioned_group_messages: true}"), &tc); err != nil || func() bool { pol, err := newPolicy(tc); return err != nil || pol.observe }() {
 		t.Errorf("observe_unmentioned_group_messages false did not win over the older name: %v", err)
 	}
 }

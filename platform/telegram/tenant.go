@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"strings"
 
@@ -121,15 +122,6 @@ var tenantKnobs = map[string]nativecfg.Knob[TenantConfig]{
 	"weight":                             func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.Weight) },
 }
 
-// observe reports whether observe mode is on: observe_unmentioned_group_messages,
-// else its older name.
-func (tc TenantConfig) observe() bool {
-	if tc.ObserveUnmentionedGroupMessages != nil {
-		return *tc.ObserveUnmentionedGroupMessages
-	}
-	return tc.IngestUnmentionedGroupMessages != nil && *tc.IngestUnmentionedGroupMessages
-}
-
 // policy is one tenant's TenantConfig in the form the gate reads.
 type policy struct {
 	requireMention       bool
@@ -157,7 +149,8 @@ func newPolicy(tc TenantConfig) (*policy, error) {
 		guestMode:            nativecfg.FlagOr(tc.GuestMode, false),
 		botsRequireMention:   nativecfg.FlagOr(tc.BotsRequireMention, false),
 		exclusiveBotMentions: nativecfg.FlagOr(tc.ExclusiveBotMentions, true),
-		observe:              tc.observe(),
+		// observe_unmentioned_group_messages, else its older name.
+		observe: nativecfg.FlagOr(tc.ObserveUnmentionedGroupMessages, nativecfg.FlagOr(tc.IngestUnmentionedGroupMessages, false)),
 	}
 	var err error
 	if pol.freeChats, err = chatList("free_response_chats", tc.FreeResponseChats); err != nil {
@@ -172,13 +165,9 @@ func newPolicy(tc TenantConfig) (*policy, error) {
 	}
 	// Observed context is shared at chat scope, so it needs chats the
 	// gateway authorizes as a whole, and responds in.
-	for chat := range groupAllowed {
-		if pol.allowedChats == nil || pol.allowedChats[chat] {
-			if pol.observeChats == nil {
-				pol.observeChats = make(map[int64]bool)
-			}
-			pol.observeChats[chat] = true
-		}
+	pol.observeChats = groupAllowed
+	if pol.allowedChats != nil {
+		maps.DeleteFunc(pol.observeChats, func(chat int64, _ bool) bool { return !pol.allowedChats[chat] })
 	}
 	if pol.freeTopics, err = setOf("free_response_topics", tc.FreeResponseTopics, freeTopic); err != nil {
 		return nil, err

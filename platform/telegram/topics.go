@@ -12,9 +12,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"connector/contract"
-	"connector/internal/clock"
 	"connector/internal/textsplit"
-	"connector/store"
 )
 
 // maxTopicName is Telegram's forum topic name limit.
@@ -30,7 +28,7 @@ func actionTopicName(a *contract.Action) (string, bool) {
 // must be a forum and the bot allowed to manage topics, else Telegram's
 // refusal is a platform_error). The topic's message_thread_id is the
 // result's thread_id (and message_id); sends name it in
-// metadata.thread_id. The topic's name is remembered (topicMemory).
+// metadata.thread_id. The topic's name is remembered (Platform.topics).
 func (p *Platform) threadCreate(ctx context.Context, _ string, chat int64, a *contract.Action) contract.Result {
 	name, ok := actionTopicName(a)
 	if !ok {
@@ -50,7 +48,7 @@ func (p *Platform) threadCreate(ctx context.Context, _ string, chat int64, a *co
 // threadRename renames forum topic message_id of chat (editForumTopic).
 // Telegram has no way to read a topic's name, so the guards are checked
 // against what the connector remembers of the topics it created or renamed
-// (topicMemory): only_if_current_name needs the remembered name to be the
+// (Platform.topics): only_if_current_name needs the remembered name to be the
 // one given, only_if_connector_created needs the connector to have created
 // the topic and nobody to have renamed it since. A topic whose name is not
 // remembered fails a guard safe with name_changed, leaving a human's name
@@ -64,7 +62,7 @@ func (p *Platform) threadRename(ctx context.Context, _ string, chat int64, a *co
 	case topic == 0:
 		return contract.Failed(contract.CodeBadRequest, "telegram thread_rename: message_id is not a forum topic id")
 	}
-	rec, known, err := p.topics.get(ctx, chat, topic)
+	rec, known, err := p.topicRecord(ctx, chat, topic)
 	if a.OnlyIfCurrentName != nil || a.OnlyIfConnectorCreated {
 		if err != nil {
 			p.log.Warn("telegram topic name not read from the store", "chat_id", chat, "topic", topic, "err", err)
@@ -119,26 +117,15 @@ func (r topicRecord) guard(known bool, a *contract.Action) (contract.Result, boo
 	return contract.Result{}, true
 }
 
-// topicMemory remembers the names of the forum topics the connector created
-// or renamed, so that thread_rename can honour its guards although Telegram
-// cannot read a topic's name. With a store (platform.Deps.Store) every
-// instance sharing it and the next start see the same names: each lookup
-// reads the store, never a copy in memory that another instance may have
-// made stale. Without one the names are kept in process memory.
-type topicMemory struct {
-	state store.Capabilities // the store's, else a platform.LocalState
-	clock clock.Clock
-}
-
 // topicStateKey is the store key of a topic's record.
 func topicStateKey(chat int64, topic int) string {
 	return "telegram/topic/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(topic)
 }
 
-// get returns the record of topic in chat; known is false when there is
+// topicRecord returns the record of topic in chat; known is false when there is
 // none (or it expired).
-func (t *topicMemory) get(ctx context.Context, chat int64, topic int) (rec topicRecord, known bool, err error) {
-	raw, ok, err := t.state.Get(ctx, topicStateKey(chat, topic))
+func (p *Platform) topicRecord(ctx context.Context, chat int64, topic int) (rec topicRecord, known bool, err error) {
+	raw, ok, err := p.topics.Get(ctx, topicStateKey(chat, topic))
 	if err != nil || !ok {
 		return topicRecord{}, false, err
 	}
@@ -146,12 +133,6 @@ func (t *topicMemory) get(ctx context.Context, chat int64, topic int) (rec topic
 		return topicRecord{}, false, errors.New("unreadable topic record")
 	}
 	return rec, true, nil
-}
-
-// put stores rec for topic in chat for topicNameTTL.
-func (t *topicMemory) put(ctx context.Context, chat int64, topic int, rec topicRecord) error {
-	raw, _ := json.Marshal(rec) // plain fields: cannot fail
-	return t.state.Put(ctx, topicStateKey(chat, topic), raw, t.clock.Now().Add(topicNameTTL))
 }
 
 // observeEdit updates the remembered name of a topic someone other than
@@ -163,7 +144,7 @@ func (p *Platform) observeEdit(ctx context.Context, msg *models.Message, botID i
 		return
 	}
 	chat, topic := msg.Chat.ID, msg.MessageThreadID
-	rec, known, err := p.topics.get(ctx, chat, topic)
+	rec, known, err := p.topicRecord(ctx, chat, topic)
 	switch {
 	case err != nil:
 		p.log.Warn("telegram topic name not read from the store", "chat_id", chat, "topic", topic, "err", err)
@@ -173,10 +154,12 @@ func (p *Platform) observeEdit(ctx context.Context, msg *models.Message, botID i
 	}
 }
 
-// rememberTopic stores rec, logging a failure: the op that named the topic
-// has succeeded anyway, and a later guarded rename fails safe.
+// rememberTopic stores rec for topicNameTTL, logging a failure: the op
+// that named the topic has succeeded anyway, and a later guarded rename
+// fails safe.
 func (p *Platform) rememberTopic(ctx context.Context, chat int64, topic int, rec topicRecord) {
-	if err := p.topics.put(ctx, chat, topic, rec); err != nil {
+	raw, _ := json.Marshal(rec) // plain fields: cannot fail
+	if err := p.topics.Put(ctx, topicStateKey(chat, topic), raw, p.deps.Clock.Now().Add(topicNameTTL)); err != nil {
 		p.log.Warn("telegram topic name not remembered", "chat_id", chat, "topic", topic, "err", err)
 	}
 }

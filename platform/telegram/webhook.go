@@ -1,12 +1,10 @@
 package telegram
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/go-telegram/bot/models"
@@ -17,7 +15,7 @@ import (
 // secretHeader carries setWebhook's secret_token on every delivery.
 const secretHeader = "X-Telegram-Bot-Api-Secret-Token"
 
-// The claims of a webhook update with several instances (handleOnce).
+// The claims of a webhook update with several instances (handle).
 const (
 	// webhookPending outlasts an update's handling (its chat's turn, a
 	// file re-hosted within mediaDownloadTimeout, the store's write): a
@@ -53,7 +51,7 @@ func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed update", http.StatusBadRequest)
 		return
 	}
-	if err := p.handleOnce(r.Context(), &u, received); err != nil {
+	if err := p.handle(r.Context(), &u, received); err != nil {
 		if !errors.Is(err, platform.ErrBusy) {
 			p.log.Warn("telegram webhook update not delivered; Telegram will retry", "update_id", u.ID, "err", err)
 		}
@@ -61,25 +59,6 @@ func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusOK)
-}
-
-// handleOnce is handle for a webhook's update. With several instances
-// behind one webhook URL, Telegram's retry of an update (its answer lost
-// or late, the instance killed after storing it) may reach another
-// instance than the first copy, which the per-instance seen does not
-// know: the update_id is claimed in the store first (platform.Dedupe), so
-// a copy handled elsewhere is dropped, and one still being handled
-// elsewhere is platform.ErrBusy (503: Telegram retries). Long polling
-// needs no claim: one instance polls, under the lease telegram/poll.
-func (p *Platform) handleOnce(ctx context.Context, u *models.Update, received time.Time) error {
-	if p.dedupe == nil || u.ID == 0 {
-		return p.handle(ctx, u, received)
-	}
-	dup, err := p.dedupe.Once(ctx, strconv.FormatInt(u.ID, 10), func() error { return p.handle(ctx, u, received) })
-	if dup {
-		p.drop(dropDuplicate, u.ID, 0)
-	}
-	return err
 }
 
 // secretOK compares the header with the webhook secret in constant time

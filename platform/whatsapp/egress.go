@@ -61,7 +61,7 @@ func newEgress(timeout time.Duration) platform.Egress[*Platform, string] {
 			case !ok: // the bindings changed since Authorize
 				return contract.Declined(platformName)
 			}
-			if windowed[name] && !c.wrote.IsZero() && p.clock.Now().Sub(c.wrote) >= serviceWindow {
+			if windowed[name] && !c.wrote.IsZero() && p.deps.Clock.Now().Sub(c.wrote) >= serviceWindow {
 				return windowClosed("whatsapp_cloud " + name + ": ")
 			}
 			return h(p, ctx, tenant, c, a)
@@ -90,26 +90,26 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 // while the deadline allows, since Meta did not take it. Any other error is returned as it is, never retried:
 // the call may have gone through.
 func (p *Platform) paced(ctx context.Context, tenant, number, user string, call func(context.Context) error) error {
-	latest := platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, callMargin)
+	latest := platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, callMargin)
 	key := number + "/" + user
 	for {
-		now := p.clock.Now()
+		now := p.deps.Clock.Now()
 		at, ok := p.pace.Reserve(key, now, latest)
 		if !ok {
 			return &platform.RateLimitedError{Wait: at.Sub(now)}
 		}
-		if err := p.clock.Sleep(ctx, at.Sub(now)); err != nil {
+		if err := p.deps.Clock.Sleep(ctx, at.Sub(now)); err != nil {
 			return err
 		}
 		numberBudget := p.numberBudget(number)
-		if err := platform.WaitShare(ctx, numberBudget, tenant, latest, p.clock); err != nil {
+		if err := platform.WaitShare(ctx, numberBudget, tenant, latest, p.deps.Clock); err != nil {
 			return err
 		}
-		if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.clock); err != nil {
+		if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.deps.Clock); err != nil {
 			return err
 		}
-		if d := p.clock.Now().Sub(now); d > 0 {
-			p.metrics.RateLimitWait(platformName, d)
+		if d := p.deps.Clock.Now().Sub(now); d > 0 {
+			p.deps.Metrics.RateLimitWait(platformName, d)
 		}
 		err := call(ctx)
 		p.noteToken(err)
@@ -120,8 +120,8 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 			}
 			return err
 		}
-		p.metrics.RateLimited(platformName)
-		hold := p.pace.Backoff(key, p.clock.Now())
+		p.deps.Metrics.RateLimited(platformName)
+		hold := p.pace.Backoff(key, p.deps.Clock.Now())
 		switch ge.Code {
 		case codePairRate: // the user alone
 		case codeNumberThroughput:
@@ -141,8 +141,8 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 // bound to another tenant, or a link ended, while it waited declines it
 // (errRebound).
 func (p *Platform) appCall(ctx context.Context, tenant string, c chat, call func(context.Context) error) error {
-	latest := platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, callMargin)
-	if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.clock); err != nil {
+	latest := platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, callMargin)
+	if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.deps.Clock); err != nil {
 		return err
 	}
 	if !p.mayAct(tenant, c.user, c.number) {

@@ -18,11 +18,15 @@ import (
 // `connector conformance events` calls it for every whatsapp_cloud case of
 // testdata/platform_events_slack_whatsapp.json.
 func NormalizeFixture(raw, context json.RawMessage) (session.Outcome, error) {
-	fc, err := readFixtureContext(context)
-	if err != nil {
-		return session.Outcome{}, err
+	fc := &fixtureContext{}
+	if len(context) > 0 && string(context) != "null" {
+		if err := json.Unmarshal(context, fc); err != nil {
+			return session.Outcome{}, fmt.Errorf("whatsapp: fixture context: %w", err)
+		}
 	}
-	acc, err := newAccess(fc.AdapterConfig.tenantConfig(), nil)
+	ac := fc.AdapterConfig
+	allowAll := OptIn(ac.AllowAllUsers)
+	acc, err := newAccess(TenantConfig{AllowAllUsers: &allowAll, DMPolicy: ac.DMPolicy, AllowFrom: List(ac.AllowFrom)}, nil)
 	if err != nil {
 		return session.Outcome{}, fmt.Errorf("whatsapp: fixture adapter_config: %w", err)
 	}
@@ -78,21 +82,6 @@ type fixtureAdapterConfig struct {
 	AllowAllUsers bool     `json:"allow_all_users"`
 	DMPolicy      string   `json:"dm_policy"`
 	AllowFrom     []string `json:"allow_from"`
-}
-
-func (a fixtureAdapterConfig) tenantConfig() TenantConfig {
-	allowAll := OptIn(a.AllowAllUsers)
-	return TenantConfig{AllowAllUsers: &allowAll, DMPolicy: a.DMPolicy, AllowFrom: List(a.AllowFrom)}
-}
-
-func readFixtureContext(raw json.RawMessage) (*fixtureContext, error) {
-	fc := &fixtureContext{}
-	if len(raw) > 0 && string(raw) != "null" {
-		if err := json.Unmarshal(raw, fc); err != nil {
-			return nil, fmt.Errorf("whatsapp: fixture context: %w", err)
-		}
-	}
-	return fc, nil
 }
 
 // native implements taps from the context's state maps.

@@ -46,7 +46,7 @@ func (p *Platform) ingest(ctx context.Context, pl *payload, received time.Time) 
 		return errNotRunning
 	}
 	if pl.Object != objectWABA {
-		p.metrics.Dropped(platformName, dropNotWABA)
+		p.deps.Metrics.Dropped(platformName, dropNotWABA)
 		return nil
 	}
 	var values []*changeValue
@@ -56,7 +56,7 @@ func (p *Platform) ingest(ctx context.Context, pl *payload, received time.Time) 
 		for i := range e.Changes {
 			c := &e.Changes[i]
 			if c.Field != fieldMessages {
-				p.metrics.Dropped(platformName, dropNonMessage)
+				p.deps.Metrics.Dropped(platformName, dropNonMessage)
 				continue
 			}
 			values = append(values, &c.Value)
@@ -205,7 +205,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 // from: its timestamp, unless that is in the future or older than Meta's
 // retry period (vault.WhatsAppMessageTTL), and then now.
 func (p *Platform) sentAt(m *message) time.Time {
-	now := p.clock.Now()
+	now := p.deps.Clock.Now()
 	if s, err := strconv.ParseInt(strings.TrimSpace(m.Timestamp), 10, 64); err == nil {
 		if sent := time.Unix(s, 0); !sent.After(now) && now.Sub(sent) < vault.WhatsAppMessageTTL {
 			return sent
@@ -222,7 +222,7 @@ const lateAfter = time.Minute
 // message sent after sent already, which happens when a message arrives
 // late: the conversation keeps the latest message.
 func (p *Platform) newerRecorded(ctx context.Context, tenant, user string, sent time.Time) bool {
-	if p.clock.Now().Sub(sent) < lateAfter {
+	if p.deps.Clock.Now().Sub(sent) < lateAfter {
 		return false
 	}
 	cur, ok, _ := p.conversation(ctx, tenant, user)
@@ -267,7 +267,7 @@ func (p *Platform) markDelivered(ctx context.Context, number, wamid string) {
 	if wamid == "" {
 		return
 	}
-	if err := p.vault.Put(context.WithoutCancel(ctx), deliveredKey(number, wamid), vault.Entry{Stored: p.clock.Now()}); err != nil {
+	if err := p.vault.Put(context.WithoutCancel(ctx), deliveredKey(number, wamid), vault.Entry{Stored: p.deps.Clock.Now()}); err != nil {
 		p.log.Warn("whatsapp delivered mark not stored; a redelivery would be delivered again", "err", err)
 	}
 }
@@ -291,10 +291,10 @@ func (p *Platform) claim(ctx context.Context, key, what string) (release func(),
 	if p.deps.Cluster == nil || p.deps.Store == nil {
 		return func() {}, nil
 	}
-	until := func() time.Time { return p.clock.Now().Add(pendingTTL) }
-	switch c, err := platform.AwaitClaim(ctx, p.deps.Store.Claims(), p.clock, key, until, 0, nil); {
+	until := func() time.Time { return p.deps.Clock.Now().Add(pendingTTL) }
+	switch c, err := platform.AwaitClaim(ctx, p.deps.Store.Claims(), p.deps.Clock, key, until, 0, nil); {
 	case errors.Is(err, platform.ErrClaimHeld):
-		p.metrics.Dropped(platformName, "in_progress_elsewhere")
+		p.deps.Metrics.Dropped(platformName, "in_progress_elsewhere")
 		return nil, errElsewhere
 	case err != nil:
 		return nil, fmt.Errorf("whatsapp: claim %s: %w", what, err)
@@ -309,7 +309,7 @@ func (p *Platform) claim(ctx context.Context, key, what string) (release func(),
 
 // drop counts and logs a message that is not delivered.
 func (p *Platform) drop(reason, number, sender string) {
-	p.metrics.Dropped(platformName, reason)
+	p.deps.Metrics.Dropped(platformName, reason)
 	p.log.Debug("whatsapp message dropped", "reason", reason, "phone_number_id", number, "user_id", sender)
 }
 
@@ -329,7 +329,7 @@ func (p *Platform) status(number string, st *status) {
 		}
 	}
 	if tenant == "" {
-		p.metrics.Dropped(platformName, dropUnclaimed)
+		p.deps.Metrics.Dropped(platformName, dropUnclaimed)
 		return
 	}
 	if p.statuses != nil {
@@ -396,7 +396,7 @@ func promptKey(number, user, msgID string) vault.Key {
 // bounds its store calls itself).
 func (p *Platform) promptPosted(ctx context.Context, number, user, msgID string, rec promptRecord) {
 	ref, _ := json.Marshal(rec) // strings and a bool: cannot fail
-	if err := p.vault.Put(context.WithoutCancel(ctx), promptKey(number, user, msgID), vault.Entry{Ref: string(ref), Stored: cmp.Or(rec.stored, p.clock.Now())}); err != nil {
+	if err := p.vault.Put(context.WithoutCancel(ctx), promptKey(number, user, msgID), vault.Entry{Ref: string(ref), Stored: cmp.Or(rec.stored, p.deps.Clock.Now())}); err != nil {
 		p.log.Warn("whatsapp prompt not recorded; its taps go to the number's tenant as text", "tenant", rec.Tenant, "err", err)
 	}
 }
@@ -454,7 +454,7 @@ func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) 
 			if old, ok, _ := p.conversation(ctx, tenant, sender); ok && old.Number == number {
 				c.Last = old.Last
 			}
-			p.converse(ctx, tenant, sender, c, p.clock.Now())
+			p.converse(ctx, tenant, sender, c, p.deps.Clock.Now())
 		}
 	})
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)

@@ -80,12 +80,6 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, c chat, a *cont
 	return contract.OK(id)
 }
 
-// inboundKinds maps a message type with an attachment to the media kind
-// gateways see.
-var inboundKinds = map[string]string{
-	"image": "image", "sticker": "image", "video": "video", "audio": "audio", "voice": "voice", "document": "document",
-}
-
 // attachMedia re-hosts m's attachment for tenant and lists it in ev
 // (media_urls and media): the media id is looked up (GET /{media-id}),
 // its bytes downloaded with the access token and streamed into the media
@@ -104,12 +98,16 @@ func (p *Platform) attachMedia(ctx context.Context, tenant string, m *message, e
 	info, err := p.rehosts.Rehost(store, tenant, strings.TrimSpace(md.ID), func() (media.Info, error) { return p.rehost(ctx, tenant, m.kind(), md) })
 	if err != nil {
 		p.log.Warn("whatsapp attachment could not be re-hosted; delivered without it", "tenant", tenant, "media_id", md.ID, "err", err)
-		p.metrics.Dropped(platformName, dropMediaSkipped)
+		p.deps.Metrics.Dropped(platformName, dropMediaSkipped)
 		return
+	}
+	kind := m.kind() // the media kind gateways see: a sticker is an image
+	if kind == "sticker" {
+		kind = "image"
 	}
 	url := store.URL(info.ID)
 	ev.MediaURLs = append(ev.MediaURLs, url)
-	ev.Media = append(ev.Media, contract.Media{URL: url, MIME: info.MIME, Kind: inboundKinds[m.kind()], Size: info.Size,
+	ev.Media = append(ev.Media, contract.Media{URL: url, MIME: info.MIME, Kind: kind, Size: info.Size,
 		Filename: info.Filename, Caption: md.Caption})
 }
 

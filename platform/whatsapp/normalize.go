@@ -159,21 +159,8 @@ func (m *message) tap() *reply {
 
 // media is the message's attachment, nil when its type has none.
 func (m *message) media() *mediaRef {
-	switch m.kind() {
-	case "image":
-		return m.Image
-	case "video":
-		return m.Video
-	case "audio":
-		return m.Audio
-	case "voice":
-		return m.Voice
-	case "document":
-		return m.Document
-	case "sticker":
-		return m.Sticker
-	}
-	return nil
+	return map[string]*mediaRef{"image": m.Image, "video": m.Video, "audio": m.Audio, "voice": m.Voice,
+		"document": m.Document, "sticker": m.Sticker}[m.kind()]
 }
 
 // body is the message's text as _BODY_BY_KIND extracts it: the text, a

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"connector/descriptor"
-	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/chatorder"
 	"connector/platform/fairshare"
@@ -28,9 +27,7 @@ type Platform struct {
 	deps     platform.Deps
 	cfg      Config
 	log      *slog.Logger
-	metrics  platform.Metrics
 	statuses StatusMetrics // nil when deps.Metrics does not count statuses
-	clock    clock.Clock
 
 	graph       *graph
 	scrubber    *strings.Replacer
@@ -78,13 +75,11 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	cfg = cfg.withDefaults()
 	deps = deps.WithDefaults()
 	p := &Platform{
-		deps:    deps,
-		cfg:     cfg,
-		log:     deps.Log.With("platform", platformName),
-		metrics: deps.Metrics,
-		clock:   deps.Clock,
-		vault:   deps.Vault,
-		gates:   make(map[string]*access, len(cfg.Tenants)),
+		deps:  deps,
+		cfg:   cfg,
+		log:   deps.Log.With("platform", platformName),
+		vault: deps.Vault,
+		gates: make(map[string]*access, len(cfg.Tenants)),
 	}
 	p.statuses, _ = deps.Metrics.(StatusMetrics)
 	if p.vault == nil {
@@ -107,7 +102,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.budget = p.newBudget(cfg.GlobalPerSecond)
 	p.perNumber = make(map[string]*fairshare.Scheduler)
 	p.pace = pace.New(cfg.ChatPerSecond)
-	p.quotes = newQuotes(p.vault, p.clock)
+	p.quotes = newQuotes(p.vault, p.deps.Clock)
 	p.links = platform.NewLinkDesk(deps.Clock)
 	p.rehosts = platform.NewRehosts(deps.Clock)
 	p.egress = newEgress(cfg.RequestTimeout)
@@ -121,7 +116,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 // shared between tenants by their weights.
 func (p *Platform) newBudget(perSecond int) *fairshare.Scheduler {
 	return fairshare.New(fairshare.Config{
-		Rate: float64(max(perSecond, 0)), Burst: max(perSecond, 1), Clock: p.clock,
+		Rate: float64(max(perSecond, 0)), Burst: max(perSecond, 1), Clock: p.deps.Clock,
 		Weights: fairshare.WeightsOf(p.cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }),
 	})
 }

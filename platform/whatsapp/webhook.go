@@ -23,7 +23,7 @@ func (p *Platform) serveVerify(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	sum := sha256.Sum256([]byte(q.Get("hub.verify_token")))
 	if q.Get("hub.mode") != "subscribe" || subtle.ConstantTimeCompare(sum[:], p.verifySum[:]) != 1 {
-		p.metrics.Dropped(platformName, "verify_refused")
+		p.deps.Metrics.Dropped(platformName, "verify_refused")
 		http.Error(w, "forbidden", http.StatusForbidden)
 		return
 	}
@@ -46,26 +46,26 @@ func (p *Platform) serveVerify(w http.ResponseWriter, r *http.Request) {
 // through is dropped then as a duplicate); else 200, once every message
 // is stored (delivered into the sink) or dropped.
 func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
-	received := p.clock.Now()
+	received := p.deps.Clock.Now()
 	sig, ok := parseSignature(r.Header.Get(signatureHeader))
 	if !ok { // refused before the body is read
-		p.metrics.Dropped(platformName, "unauthorized")
+		p.deps.Metrics.Dropped(platformName, "unauthorized")
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	body, release, ok := platform.ReadBody(w, r, p.cfg.MaxWebhookBytes, "payload too large", p.metrics, platformName)
+	body, release, ok := platform.ReadBody(w, r, p.cfg.MaxWebhookBytes, "payload too large", p.deps.Metrics, platformName)
 	if !ok {
 		return
 	}
 	defer release()
 	if !p.signed(body, sig) {
-		p.metrics.Dropped(platformName, "unauthorized")
+		p.deps.Metrics.Dropped(platformName, "unauthorized")
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
 	var pl payload
 	if err := decodePayload(body, &pl); err != nil {
-		p.metrics.Dropped(platformName, dropMalformed)
+		p.deps.Metrics.Dropped(platformName, dropMalformed)
 		http.Error(w, "malformed payload", http.StatusBadRequest)
 		return
 	}
