@@ -584,8 +584,9 @@ func (s *Server) hubOrCatchUp(ctx context.Context, tenant string) (*hub, error) 
 }
 
 // ServeHTTP upgrades a gateway's request and returns, serving the
-// connection on a goroutine of its own until it closes; the package doc
-// (step 1) says how it authenticates, refuses and admits.
+// connection on a goroutine of its own until it closes; docs/contract.md
+// ("Transport") and docs/security.md say how it authenticates, refuses and
+// admits.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.stopping.Load() {
 		http.Error(w, "connector is shutting down", http.StatusServiceUnavailable)
