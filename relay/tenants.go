@@ -105,8 +105,7 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //     knew only the declared tenant), is the same tenant: it keeps its
 //     state and its connections;
 //   - a tenant whose Created changed to another time was deleted and
-//     created again under
-//     its id: the earlier tenant's connections are closed with 4401
+//     created again under its id: the earlier tenant's connections are closed with 4401
 //     "revoked" (their outbound ops still running, of connections ended
 //     too, cancelled), its buffered inbound is dropped (from memory and the
 //     store; Ledger.Begin), and its session owners and chat profiles are
