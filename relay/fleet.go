@@ -1280,9 +1280,7 @@ func (f *tenantFleet) sendInterrupt(instance string, in interrupt, conn, chatID 
 // creation again (or has, while the sender has not) would otherwise reach
 // the other creation's connections with it.
 func (h *hub) generation() []byte {
-	h.srv.regMu.RLock()
-	created := h.created
-	h.srv.regMu.RUnlock()
+	created := h.createdAt()
 	if created.IsZero() {
 		return nil
 	}

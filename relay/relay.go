@@ -437,12 +437,6 @@ var ErrShuttingDown = errors.New("relay: shutting down: delivery not taken")
 // inbound or passthrough delivery is stored before it returns; an error
 // means it was not.
 func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.stopping.Load() {
-		return ErrShuttingDown
-	}
 	h, err := s.hubOrCatchUp(ctx, d.Tenant)
 	if h == nil {
 		if err == nil {
@@ -540,12 +534,6 @@ func (s *Server) deliverRun(ctx context.Context, ds []platform.Delivery, from, t
 // deliverTenant stores tenant's deliveries ds[idx...] as Deliver would,
 // in one enqueueAll.
 func (s *Server) deliverTenant(ctx context.Context, tenant string, ds []platform.Delivery, idx []int) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.stopping.Load() {
-		return ErrShuttingDown
-	}
 	h, err := s.hubOrCatchUp(ctx, tenant)
 	if h == nil {
 		if err == nil {
@@ -566,11 +554,18 @@ func (s *Server) deliverTenant(ctx context.Context, tenant string, ds []platform
 // catchUpTimeout bounds a delivery's wait for Config.CatchUp.
 const catchUpTimeout = 30 * time.Second
 
-// hubOrCatchUp returns tenant's hub, after Config.CatchUp when the relay
-// does not know the tenant: nil and no error for a tenant still unknown
-// once the registry is applied, nil and an error (the delivery not taken)
-// when CatchUp failed.
+// hubOrCatchUp returns the hub of tenant, to take a delivery for, after
+// Config.CatchUp when the relay does not know the tenant: nil and no error
+// for a tenant still unknown once the registry is applied, nil and an
+// error (the delivery not taken) when CatchUp failed, ctx ended or
+// Shutdown began.
 func (s *Server) hubOrCatchUp(ctx context.Context, tenant string) (*hub, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if s.stopping.Load() {
+		return nil, ErrShuttingDown
+	}
 	if h := s.hub(tenant); h != nil || s.cfg.CatchUp == nil {
 		return h, nil
 	}

@@ -240,20 +240,24 @@ func (s *Server) addGatewaysLocked(keys map[string]contract.TokenKeys, owner map
 	}
 }
 
+// createdAt is h.created, read under regMu.
+func (h *hub) createdAt() time.Time {
+	h.srv.regMu.RLock()
+	defer h.srv.regMu.RUnlock()
+	return h.created
+}
+
 // renew drops the state of the earlier tenant of h's id, deleted and
 // created again (SetTenants), whose connections were closed: among
 // several instances its role (the earlier tenant's lease), then its
 // buffered inbound, session owners, chats and profiles (drop).
 func (h *hub) renew() {
-	s := h.srv
-	s.regMu.RLock()
-	created := h.created
-	s.regMu.RUnlock()
+	created := h.createdAt()
 	if h.fleet != nil {
 		h.fleet.renew(created)
 	}
 	n := h.drop(created)
-	s.log.Info("tenant created again under its id: the earlier tenant's connections closed and its state dropped", "tenant", h.id, "entries", n)
+	h.srv.log.Info("tenant created again under its id: the earlier tenant's connections closed and its state dropped", "tenant", h.id, "entries", n)
 }
 
 // drop drops the tenant's buffered inbound received before since, from
@@ -290,10 +294,7 @@ func (h *hub) release() {
 // no longer): the tenant keeps its state; among several instances it has
 // the lease of its generation.
 func (h *hub) redeclare() {
-	s := h.srv
-	s.regMu.RLock()
-	created := h.created
-	s.regMu.RUnlock()
+	created := h.createdAt()
 	h.ledger.SetSince(created)
 	if h.fleet != nil {
 		h.fleet.renew(created)
