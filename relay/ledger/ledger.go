@@ -24,9 +24,11 @@
 //     order.
 //
 //   - A consumer holds at most Config.AckWindow windowed entries in flight,
-//     and a ByteWindow at most that many bytes of their frames, and as many
-//     again of unwindowed ones until it reports each Written; it takes
-//     nothing while Full, and one Closing is offered nothing more.
+//     a ByteWindow at most WindowBytes of their frames (one entry whatever
+//     its size) and as many again of unwindowed ones until it reports each
+//     Written; it takes nothing while Full, and one Closing is offered
+//     nothing more. An Idle one gets nothing new; a detached one's entries
+//     are dispatched again in their original order.
 //
 //   - An acknowledged entry leaves memory at once and the store shortly
 //     after, in batches (Pool.Flush): a removal lost in a crash means a
