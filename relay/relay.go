@@ -89,10 +89,9 @@ type Config struct {
 	// accepted, for clocks that disagree. Zero means 30s.
 	ClockSkew time.Duration `yaml:"clock_skew"`
 	// MaxTokenLifetime is how far ahead of now (plus ClockSkew) a token's
-	// exp may lie; a token minted to last longer, such as a leaked one with
-	// exp 9999999999, is refused with 4401 "unauthorized". The gateway mints
-	// 300 s tokens. Zero means contract.DefaultMaxTokenLifetime (1 h); New
-	// refuses less than contract.TokenTTL.
+	// exp may lie (docs/security.md). Zero means
+	// contract.DefaultMaxTokenLifetime; New refuses less than
+	// contract.TokenTTL.
 	MaxTokenLifetime time.Duration `yaml:"-"`
 	// PingInterval is how often the server pings each gateway; a ping not
 	// answered within the same interval closes the connection. Zero means
@@ -165,12 +164,10 @@ type Config struct {
 	// CatchUp, when set, applies the registry (SetTenants) when it changed
 	// since the last apply, and returns once it did (or the apply under
 	// way ended), or with an error when it could not tell or apply, or ctx
-	// ended first: Deliver calls it, for at most 30 s, for a delivery to a
-	// tenant it does not know, which another instance may have provisioned
-	// (and routed a chat to) before this one applied it. A delivery whose
-	// tenant is still not known is dropped; one whose CatchUp failed is
-	// refused: not confirmed, which Telegram, Slack and WhatsApp deliver
-	// again and a Discord or nexscope message loses (docs/durability.md).
+	// ended first: Deliver calls it, for at most catchUpTimeout, for a
+	// delivery to a tenant it does not know, which another instance may
+	// have provisioned first. A delivery whose tenant is still not known is
+	// dropped; one whose CatchUp failed is refused (docs/durability.md).
 	CatchUp func(ctx context.Context) error `yaml:"-"`
 	// WakeCooldown is the least time between two wake pokes of one wake
 	// URL: the GET the connector sends to a gateway's registered wake URL
