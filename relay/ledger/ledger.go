@@ -860,12 +860,10 @@ func (l *Ledger) offerLocked(e *entry) (*seat, bool, Offered) {
 		if s == nil || s.full(e, l.pool.cfg.AckWindow) {
 			return nil, false, Full
 		}
-		switch offered := s.c.Offer(e.frame); offered {
-		case Closing:
-			l.unattachLocked(s)
-		default:
+		if offered := s.c.Offer(e.frame); offered != Closing {
 			return s, remembered, offered
 		}
+		l.unattachLocked(s)
 	}
 }
 
