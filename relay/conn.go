@@ -34,9 +34,9 @@ const maxBatchBytes = 64 << 10
 const writerLinger = 100 * time.Millisecond
 
 // conn is one authenticated gateway connection. Its own goroutine reads
-// (serve); a writer goroutine runs while frames are queued, lingering
-// a little on a busy connection (wsconn.Queue), and pings ride on the server's clock (wsconn.Keepalive);
-// everything else only enqueues frames.
+// (serve); a writer goroutine runs while frames are queued (wsconn.Queue),
+// pings ride on the server's clock (wsconn.Keepalive); everything else
+// only enqueues frames.
 type conn struct {
 	id     uint64
 	key    string // names c among every instance's connections
@@ -201,9 +201,8 @@ func (c *conn) closeWith(e contract.Close) {
 	}
 }
 
-// Write implements wsconn.Writer: it writes batch as one message (the
-// gateway splits messages on "\n", so it reads exactly like separate ones,
-// at a fraction of the syscalls).
+// Write implements wsconn.Writer: it writes batch as one message
+// (maxBatchBytes).
 func (c *conn) Write(batch []wsconn.Frame) error {
 	msg := batch[0].Data
 	if len(batch) > 1 {

@@ -22,24 +22,12 @@ import (
 )
 
 // Several instances on one store (Config.Cluster set, a Redis shared by
-// every instance) serve one fleet on the cluster layer (internal/cluster);
-// docs/architecture.md ("Several instances on one Redis") describes and
-// draws it. In short: any instance stores a delivery and wakes the tenant's
-// driver, the holder of the lease "relay/tenant/<id>" (role driver), which
-// alone holds the tenant's ledger in memory and takes stored records in
-// with ledger.Tail; an instance with sockets of a tenant it does not drive
-// (role remote) announces each to the driver when it joins or changes,
-// which keeps each as a ledger consumer (remoteSeat) whose frames it sends
-// there. Lost messages follow the cluster layer's one rule: state is
-// repeated every beat, here as one roster a beat from each instance to the
-// driver and one tally back (count and digest of the links and their
-// counters, whatever the number of sockets), and a mismatch has the
-// per-socket state sent again (every serve, or every hold); a socket's
-// frames and its acks are the two directions of a link whose gaps break
-// it, and the socket then starts a new generation, to which the driver
-// hands what the old one held unacknowledged, in order, with the same
-// bufferIds; the stored owner is read once per interrupt, which is not
-// repeated.
+// every instance) serve one fleet on the cluster layer (internal/cluster):
+// one driver per tenant (the holder of the lease "relay/tenant/<id>")
+// holds its ledger, and every other instance with sockets of the tenant
+// (role remote) has them kept there as remoteSeats. docs/architecture.md
+// ("Several instances on one Redis") describes and draws it, with the
+// messages below and how each loss is repaired.
 
 // The wake channel (the store prefixes it) and the tenant lease's prefix.
 const (
@@ -1292,9 +1280,7 @@ func (f *tenantFleet) sendInterrupt(instance string, in interrupt, conn, chatID 
 // creation again (or has, while the sender has not) would otherwise reach
 // the other creation's connections with it.
 func (h *hub) generation() []byte {
-	h.srv.regMu.RLock()
-	created := h.created
-	h.srv.regMu.RUnlock()
+	created := h.createdAt()
 	if created.IsZero() {
 		return nil
 	}

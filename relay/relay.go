@@ -1,66 +1,13 @@
 // Package relay is the gateway-facing side of the connector: the /relay
-// WebSocket server that Hermes gateways dial out to.
-//
-// A connection goes through these steps (frames are defined in contract):
-//
-//  1. Upgrade. The Authorization bearer token is verified (HMAC-SHA256 over
-//     "<gateway id>:<exp>" against each of the gateway's secrets, in a time
-//     that depends neither on the gateway id nor on its secrets; clock skew
-//     tolerated; an exp more than Config.MaxTokenLifetime ahead refused). A
-//     bad token is refused by accepting the upgrade and closing 4401
-//     "unauthorized" or "expired", never with HTTP 401, which the gateway
-//     would retry forever; the socket then waits refusalLinger, not the
-//     close handshake, and counts against its source's unauthenticated
-//     connections (package internal/connlimit) until it is closed. Only an
-//     upgrade without an Authorization header is answered HTTP 401: the
-//     gateway sends none only when it has no credentials, and then retries
-//     either way. The tenant is the one the gateway id is
-//     configured under; no frame can change it. A gateway id has at most
-//     Config.MaxConnsPerGateway connections, open or closing; beyond it the
-//     newest win and the oldest is closed with 4409.
-//  2. Handshake. Every hello is answered with one descriptor, in hello order.
-//     A hello for a platform this connector does not front closes the socket
-//     with 4404 and a reason naming the platform. Platform "relay" (the
-//     gateway's default when it configures no platform list) fronts every
-//     platform: its descriptor is the intersection of all platforms'
-//     capabilities (descriptor.Merge), and the connection receives every
-//     platform's inbound for its tenant.
-//  3. Inbound. Platforms deliver tenant-scoped deliveries to the Server
-//     (it is their platform.Sink). Each
-//     tenant has a ledger (package relay/ledger, which sees connections only
-//     as ledger.Consumers) on Config.Store: every inbound is stored before
-//     the platform's Deliver returns, so a platform confirms it to its source
-//     only once it is durable. It gets a bufferId ("<store epoch>-<seq>")
-//     that stays the same across redeliveries and restarts, is sent to one
-//     eligible connection of the tenant (the session's owner if it is live,
-//     otherwise the least loaded one, which becomes the owner), and leaves
-//     the ledger only when the gateway answers inbound_ack. While no
-//     connection is live (or after going_idle) entries wait in the ledger,
-//     and are replayed in order after the next handshake, or after a
-//     restart. The ledger is bounded, entries in flight included, by
-//     Config.BufferEntries and Config.BufferBytes per tenant,
-//     Config.BufferBytesTotal across tenants and Config.BufferMaxAge (the
-//     oldest entry is dropped first, logged and counted). At most
-//     Config.AckWindow unacknowledged entries are in flight per connection.
-//  4. Outbound. Each outbound runs on its own goroutine under a 30 s deadline
-//     and is answered with exactly one outbound_result carrying its
-//     requestId. It goes to the platform it is tagged with; an untagged one
-//     (or one tagged "relay") goes to the platform that places its chat in
-//     the tenant, among those the connection said hello for. The platform
-//     checks the op and the chat: an op it does not advertise fails with
-//     code "unsupported_op"; a chat, session or platform outside the
-//     connection's tenant gets the structured decline (egress_declined); a
-//     chat whose owner the platform cannot look up because it is unreachable
-//     gets the retryable code "unavailable" instead.
-//  5. Interrupts. The connector remembers which connection owns each session
-//     key (the one it delivered that session's inbound to; among several
-//     instances in the store too, fleet.go); an interrupt from any
-//     connection of the tenant, or a platform-side /stop, reaches the owner
-//     as interrupt_inbound.
-//  6. Keepalive and shutdown. The server pings every 30 s; a connection whose
-//     send queue exceeds Config.SendQueueBytes is closed 4408 (its
-//     unacknowledged inbound is redelivered). Shutdown stops accepting, lets
-//     in-flight outbound finish, and closes every connection with 1001.
+// WebSocket server that Hermes gateways dial out to, and the platforms'
+// platform.Sink. A connection is upgraded once its bearer token is good
+// (its tenant is the one its gateway id is configured under; no frame can
+// change it), is answered a descriptor per hello, receives its tenant's
+// inbound from the tenant's ledger (package relay/ledger: stored before a
+// platform's Deliver returns, sent until acknowledged), runs outbound
+// actions each on its own goroutine, and reaches a session's owner with
+// interrupts. docs/contract.md holds the frames, close codes and their
+// promises, docs/security.md the bounds, docs/architecture.md the design.
 //
 // Locks are taken in the order docs/locks.md gives (TestLockOrder holds the
 // code to it); no lock is held across socket I/O or a platform call.
@@ -142,10 +89,9 @@ type Config struct {
 	// accepted, for clocks that disagree. Zero means 30s.
 	ClockSkew time.Duration `yaml:"clock_skew"`
 	// MaxTokenLifetime is how far ahead of now (plus ClockSkew) a token's
-	// exp may lie; a token minted to last longer, such as a leaked one with
-	// exp 9999999999, is refused with 4401 "unauthorized". The gateway mints
-	// 300 s tokens. Zero means contract.DefaultMaxTokenLifetime (1 h); New
-	// refuses less than contract.TokenTTL.
+	// exp may lie (docs/security.md). Zero means
+	// contract.DefaultMaxTokenLifetime; New refuses less than
+	// contract.TokenTTL.
 	MaxTokenLifetime time.Duration `yaml:"-"`
 	// PingInterval is how often the server pings each gateway; a ping not
 	// answered within the same interval closes the connection. Zero means
@@ -218,12 +164,10 @@ type Config struct {
 	// CatchUp, when set, applies the registry (SetTenants) when it changed
 	// since the last apply, and returns once it did (or the apply under
 	// way ended), or with an error when it could not tell or apply, or ctx
-	// ended first: Deliver calls it, for at most 30 s, for a delivery to a
-	// tenant it does not know, which another instance may have provisioned
-	// (and routed a chat to) before this one applied it. A delivery whose
-	// tenant is still not known is dropped; one whose CatchUp failed is
-	// refused: not confirmed, which Telegram, Slack and WhatsApp deliver
-	// again and a Discord or nexscope message loses (docs/durability.md).
+	// ended first: Deliver calls it, for at most catchUpTimeout, for a
+	// delivery to a tenant it does not know, which another instance may
+	// have provisioned first. A delivery whose tenant is still not known is
+	// dropped; one whose CatchUp failed is refused (docs/durability.md).
 	CatchUp func(ctx context.Context) error `yaml:"-"`
 	// WakeCooldown is the least time between two wake pokes of one wake
 	// URL: the GET the connector sends to a gateway's registered wake URL
@@ -490,12 +434,6 @@ var ErrShuttingDown = errors.New("relay: shutting down: delivery not taken")
 // inbound or passthrough delivery is stored before it returns; an error
 // means it was not.
 func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.stopping.Load() {
-		return ErrShuttingDown
-	}
 	h, err := s.hubOrCatchUp(ctx, d.Tenant)
 	if h == nil {
 		if err == nil {
@@ -593,12 +531,6 @@ func (s *Server) deliverRun(ctx context.Context, ds []platform.Delivery, from, t
 // deliverTenant stores tenant's deliveries ds[idx...] as Deliver would,
 // in one enqueueAll.
 func (s *Server) deliverTenant(ctx context.Context, tenant string, ds []platform.Delivery, idx []int) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.stopping.Load() {
-		return ErrShuttingDown
-	}
 	h, err := s.hubOrCatchUp(ctx, tenant)
 	if h == nil {
 		if err == nil {
@@ -619,11 +551,18 @@ func (s *Server) deliverTenant(ctx context.Context, tenant string, ds []platform
 // catchUpTimeout bounds a delivery's wait for Config.CatchUp.
 const catchUpTimeout = 30 * time.Second
 
-// hubOrCatchUp returns tenant's hub, after Config.CatchUp when the relay
-// does not know the tenant: nil and no error for a tenant still unknown
-// once the registry is applied, nil and an error (the delivery not taken)
-// when CatchUp failed.
+// hubOrCatchUp returns the hub of tenant, to take a delivery for, after
+// Config.CatchUp when the relay does not know the tenant: nil and no error
+// for a tenant still unknown once the registry is applied, nil and an
+// error (the delivery not taken) when CatchUp failed, ctx ended or
+// Shutdown began.
 func (s *Server) hubOrCatchUp(ctx context.Context, tenant string) (*hub, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if s.stopping.Load() {
+		return nil, ErrShuttingDown
+	}
 	if h := s.hub(tenant); h != nil || s.cfg.CatchUp == nil {
 		return h, nil
 	}
@@ -637,8 +576,9 @@ func (s *Server) hubOrCatchUp(ctx context.Context, tenant string) (*hub, error) 
 }
 
 // ServeHTTP upgrades a gateway's request and returns, serving the
-// connection on a goroutine of its own until it closes; the package doc
-// (step 1) says how it authenticates, refuses and admits.
+// connection on a goroutine of its own until it closes; docs/contract.md
+// ("Transport") and docs/security.md say how it authenticates, refuses and
+// admits.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.stopping.Load() {
 		http.Error(w, "connector is shutting down", http.StatusServiceUnavailable)

@@ -82,43 +82,31 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //     it, as New does; among several instances, one of them takes it in)
 //     and a new gateway id may connect at once;
 //   - a gateway whose secrets changed accepts upgrades signed with the new
-//     set from now on; its open connections stay, but for those that
-//     authenticated with a secret the set no longer has: they are closed
-//     with 4401 "revoked";
+//     set from now on; its open connections on a secret the set no longer
+//     has are closed with 4401 "revoked";
 //   - a gateway that is gone, or moved to another tenant, has its open
 //     connections, and those whose upgrade is under way, closed with 4401
 //     "revoked", and its later upgrades are refused with 4401
 //     "unauthorized";
 //   - a tenant that is gone has its gateways go and its hub freed
-//     (hub.release): among several instances its lease is given up and no
-//     instance renews it. A declared tenant (Created zero: removed from
-//     the YAML, maybe for a while) keeps its buffered inbound in the store
-//     until buffer_max_age; back, its new hub reads it as a new tenant's
-//     does. A tenant stored through the registry (Created set) that is
-//     gone was deleted: first its buffered inbound is dropped from memory
-//     and the store (Ledger.Begin; what another instance stored ages out,
-//     or is dropped by a driver of a tenant created again under the id),
-//     and its session owners and chat profiles are forgotten;
-//   - a tenant declared in the YAML now (Created zero), or whose
-//     declaration is gone with its stored tenant under it (Created back
-//     to the time it had before it was declared, or set where the hub
-//     knew only the declared tenant), is the same tenant: it keeps its
-//     state and its connections;
+//     (hub.release): among several instances its lease is given up. A
+//     declared tenant (Created zero) keeps its buffered inbound in the
+//     store until buffer_max_age, for its next hub; a stored one (Created
+//     set) was deleted: its buffered inbound is dropped (Ledger.Begin) and
+//     its session owners and chat profiles are forgotten;
+//   - a tenant declared in the YAML now, or no longer, over its stored
+//     tenant (Created zero, or back to the time it had before, or set where
+//     the hub knew only the declared tenant) is the same tenant: it keeps
+//     its state and its connections;
 //   - a tenant whose Created changed to another time was deleted and
-//     created again under
-//     its id: the earlier tenant's connections are closed with 4401
-//     "revoked" (their outbound ops still running, of connections ended
-//     too, cancelled), its buffered inbound is dropped (from memory and the
-//     store; Ledger.Begin), and its session owners and chat profiles are
-//     forgotten, before the new tenant's gateways may connect. Among
-//     several instances the new tenant has its own lease (leaseName), so
-//     an instance that has not applied the change yet, still driving the
-//     earlier tenant, sends nothing to the new tenant's sockets; and each
-//     stored record carries the generation it was stored for, of which
-//     each driver takes in only its own (ledger.Ledger.SetSince), so that
-//     instance sends the earlier tenant's sockets none of the new
-//     tenant's inbound, nor does the new tenant's driver take in what that
-//     instance stores for the earlier tenant meanwhile.
+//     created again under its id: the earlier tenant's connections are
+//     closed with 4401 "revoked" (their outbound ops still running
+//     cancelled) and its state dropped as a deleted tenant's, before the
+//     new tenant's gateways may connect; among several instances the new
+//     tenant has its own lease (leaseName) and generation
+//     (ledger.Ledger.SetSince), so an instance that has not applied the
+//     change yet mixes neither tenant's inbound with the other's
+//     (docs/operations.md).
 //
 // An invalid set changes nothing.
 func (s *Server) SetTenants(tenants []Tenant) error {
@@ -241,20 +229,24 @@ func (s *Server) addGatewaysLocked(keys map[string]contract.TokenKeys, owner map
 	}
 }
 
+// createdAt is h.created, read under regMu.
+func (h *hub) createdAt() time.Time {
+	h.srv.regMu.RLock()
+	defer h.srv.regMu.RUnlock()
+	return h.created
+}
+
 // renew drops the state of the earlier tenant of h's id, deleted and
 // created again (SetTenants), whose connections were closed: among
 // several instances its role (the earlier tenant's lease), then its
 // buffered inbound, session owners, chats and profiles (drop).
 func (h *hub) renew() {
-	s := h.srv
-	s.regMu.RLock()
-	created := h.created
-	s.regMu.RUnlock()
+	created := h.createdAt()
 	if h.fleet != nil {
 		h.fleet.renew(created)
 	}
 	n := h.drop(created)
-	s.log.Info("tenant created again under its id: the earlier tenant's connections closed and its state dropped", "tenant", h.id, "entries", n)
+	h.srv.log.Info("tenant created again under its id: the earlier tenant's connections closed and its state dropped", "tenant", h.id, "entries", n)
 }
 
 // drop drops the tenant's buffered inbound received before since, from
@@ -291,10 +283,7 @@ func (h *hub) release() {
 // no longer): the tenant keeps its state; among several instances it has
 // the lease of its generation.
 func (h *hub) redeclare() {
-	s := h.srv
-	s.regMu.RLock()
-	created := h.created
-	s.regMu.RUnlock()
+	created := h.createdAt()
 	h.ledger.SetSince(created)
 	if h.fleet != nil {
 		h.fleet.renew(created)

@@ -5,67 +5,45 @@
 // connection appears as a Consumer that takes complete frames without
 // blocking.
 //
-// The rules it keeps:
+// The rules it keeps (each method's doc has the details):
 //
-//   - Append stores a delivery in the store.Ledger and returns only once it
-//     is durable, so a platform confirms an event to its source only after
-//     that. Its bufferId is Config.IDPrefix (the store's epoch) and the
-//     record's sequence number: the same across redeliveries and restarts.
+//   - Append returns only once the delivery is durable, so a platform
+//     confirms an event to its source only after that, but dispatches it
+//     as soon as the store numbered it (store.Ledger.Stage); a removal of
+//     an entry whose commit is under way reaches the store after the
+//     commit. Its bufferId, Config.IDPrefix (the store's epoch) and the
+//     record's sequence number, stays the same across redeliveries and
+//     restarts.
 //
-//   - The entry is dispatched as soon as the store has numbered it
-//     (store.Ledger.Stage), while its commit is under way: a connected
-//     gateway does not wait for the fsync. A removal (an ack, a drop) of an
-//     entry whose commit is under way reaches the store after the commit.
-//     If the commit fails, the entry leaves the ledger and Append fails:
-//     the event was not confirmed, and its number is never reused.
+//   - Waiting entries are dispatched in sequence order: to the session's
+//     owner while it is attached and serves the entry's platform, else to
+//     the attached consumer serving it with the fewest entries in flight,
+//     which becomes the owner. When an entry has to wait, so does every
+//     later entry of its session, and so does a session while another of
+//     its Appends is being stored: a session's entries reach gateways in
+//     order.
 //
-//   - Waiting entries are dispatched in sequence order. An entry goes to its
-//     session's owner while the owner is attached and serves the entry's
-//     platform, otherwise to the attached consumer serving the platform with
-//     the fewest entries in flight, which becomes the session's owner. When
-//     an entry has to wait, every later entry of its session waits too, and
-//     so does a session while another of its Appends is being stored, so a
-//     session's entries reach gateways in sequence order.
-//
-//   - A consumer holds at most Config.AckWindow windowed entries in flight
-//     (sent, not acknowledged), and, if it has a ByteWindow, at most that
-//     many bytes of their frames (one entry whatever its size), and as many
-//     again of unwindowed entries' frames until it reports each written
-//     (Written: a gateway need not acknowledge those); it takes nothing
-//     while it reports no room (Full); one that reports Closing is offered
-//     nothing more.
-//
-//   - An idle consumer (Idle) gets nothing new but keeps what it holds; a
-//     detached one (Detach) gives its unacknowledged entries back, and they
+//   - A consumer holds at most Config.AckWindow windowed entries in flight,
+//     a ByteWindow at most WindowBytes of their frames (one entry whatever
+//     its size) and as many again of unwindowed ones until it reports each
+//     Written; it takes nothing while Full, and one Closing is offered
+//     nothing more. An Idle one gets nothing new; a detached one's entries
 //     are dispatched again in their original order.
 //
 //   - An acknowledged entry leaves memory at once and the store shortly
-//     after: removals are written in batches by one goroutine. A removal
-//     lost in a crash means a redelivery after the restart, which
-//     at-least-once delivery allows.
+//     after, in batches (Pool.Flush): a removal lost in a crash means a
+//     redelivery after the restart, which at-least-once delivery allows.
 //
-//   - Bounds are absolute, entries in flight included: a tenant holds at
-//     most Config.MaxEntries entries and Config.MaxBytes payload bytes, all
-//     tenants together at most Config.MaxTotalBytes (the largest tenant
-//     gives way), and no entry older than Config.MaxAge (checked every
-//     Config.SweepEvery with store.Ledger.Trim, and in memory, where an entry
-//     another instance trimmed may still be). The oldest entries go first;
-//     each is logged and counted.
-//
-//   - Recover loads every tenant's stored records, in order, after a
-//     restart.
-//
-//   - Among several instances on one store, the one driving a tenant takes
-//     the records in, in sequence order, with Tail, whichever instance
-//     stored them (StoreAll: stored, not taken in), and Reset forgets
-//     everything when it stops driving the tenant.
+//   - Bounds are absolute, entries in flight included: Config.MaxEntries
+//     and MaxBytes per tenant, MaxTotalBytes across tenants (the largest
+//     gives way) and MaxAge; the oldest entries go first, each logged and
+//     counted.
 //
 // Memory holds each entry's frame (its payload framed once) until it is
 // acknowledged or dropped, so it is bounded by MaxTotalBytes plus the
-// frames' envelopes. Session owners are kept in memory; OnOwned reports
-// each dispatch of a session's entry so the caller can keep them elsewhere
-// too (among several instances the relay writes them to store.Owners).
-// After a restart or a Reset a session's next entry picks a new owner.
+// frames' envelopes. Session owners are kept in memory (OnOwned reports
+// each dispatch so the caller can keep them elsewhere too); after a
+// restart or a Reset a session's next entry picks a new owner.
 //
 // # Locking
 //
@@ -882,12 +860,10 @@ func (l *Ledger) offerLocked(e *entry) (*seat, bool, Offered) {
 		if s == nil || s.full(e, l.pool.cfg.AckWindow) {
 			return nil, false, Full
 		}
-		switch offered := s.c.Offer(e.frame); offered {
-		case Closing:
-			l.unattachLocked(s)
-		default:
+		if offered := s.c.Offer(e.frame); offered != Closing {
 			return s, remembered, offered
 		}
+		l.unattachLocked(s)
 	}
 }
 
