@@ -324,12 +324,7 @@ func (c *Config) normalize() error {
 // Validate reports the first invalid value, naming its key. It changes
 // nothing; a zero value stands for its default.
 func (c *Config) Validate() error {
-	if c.Listen != "" {
-		if err := validListen(c.Listen); err != nil {
-			return fmt.Errorf("config: listen: %w", err)
-		}
-	}
-	if err := nonNegative("", c); err != nil { // shutdown_grace, shutdown_delay
+	if err := cmp.Or(validListen("listen", c.Listen), nonNegative("", c)); err != nil { // nonNegative: shutdown_grace, shutdown_delay
 		return err
 	}
 	switch c.Log.Level {
@@ -400,15 +395,18 @@ func nonNegative(key string, section any) error {
 	return cmp.Or(nonneg.Check(prefix, section), nonneg.Least(prefix, section, minDuration))
 }
 
-// validListen checks addr the way net.Listen("tcp", addr) reads it, short of
-// resolving a host name.
-func validListen(addr string) error {
+// validListen checks addr, the value of config key key (none: nil), the
+// way net.Listen("tcp", addr) reads it, short of resolving a host name.
+func validListen(key, addr string) error {
+	if addr == "" {
+		return nil
+	}
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("%q is not host:port", addr)
+		return fmt.Errorf("config: %s: %q is not host:port", key, addr)
 	}
 	if _, err := net.LookupPort("tcp", port); err != nil {
-		return fmt.Errorf("%q: %q is not a port", addr, port)
+		return fmt.Errorf("config: %s: %q: %q is not a port", key, addr, port)
 	}
 	return nil
 }
