@@ -128,6 +128,7 @@ var latencyBuckets = []float64{
 func newMetrics() *metrics {
 	m := &metrics{
 		reg:         prometheus.NewRegistry(),
+		closing:     make(map[string]bool),
 		connections: gaugeVec("connector_gateway_connections", "Authenticated gateway connections.", "tenant"),
 		refused: counterVec("connector_gateway_refused_total",
 			"Gateway upgrades refused, by reason: unauthorized or expired (close 4401), too_many_connections (close 4409), no_credentials (HTTP 401: no Authorization header).", "reason"),
@@ -400,9 +401,6 @@ func (m *metrics) SetTenants(created map[string]time.Time) {
 		m.inbound.DeletePartialMatch(l)
 		m.buffered.DeletePartialMatch(l)
 		m.statuses.DeletePartialMatch(l)
-		if m.closing == nil {
-			m.closing = make(map[string]bool)
-		}
 		m.closing[tenant] = true
 	}
 	m.inboundOf.forget(func(k [3]string) bool { return gone[k[1]] })
