@@ -251,14 +251,25 @@ type GatewayConfig struct {
 
 const defaultListen = "127.0.0.1:8080"
 
-// LoadConfig reads a YAML config file. Unknown keys and invalid values are
-// errors that name the key.
-func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
+// readConfig reads the YAML config file path, or starts from base when
+// path is "" (embedded defaults; serve and health share the rule), and
+// applies the environment (applyKeyEnv). Unknown keys and invalid values
+// are errors that name the key, and the file (inFile).
+func readConfig(path string, base *Config, lookup func(string) (string, bool)) (*Config, error) {
+	cfg := base
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			cfg, err = ParseConfig(data)
+		}
+		if err != nil {
+			return nil, inFile(path, err)
+		}
+	}
+	if err := cfg.applyKeyEnv(lookup); err != nil {
 		return nil, err
 	}
-	return ParseConfig(data)
+	return cfg, nil
 }
 
 // ParseConfig decodes a YAML config document strictly: an unknown key is an
