@@ -31,17 +31,10 @@ type HandlerConfig struct {
 	Log *slog.Logger
 }
 
-// Handler serves the media routes; mount it at both "/relay/media" and
-// "/relay/media/{id}" (Routes):
-//
-//	POST /relay/media        upload: raw body, Content-Type and optional
-//	                         X-Media-Filename; 200 {"id","size","url"}
-//	GET  /relay/media/{id}   the object's bytes (Range supported)
-//
-// Both need the gateway's bearer (401 without it) and act for its tenant
-// only. An upload over MaxBytes is 413, one past a quota 507, one the store
-// cannot write (a full disk) 500; an unknown, expired or another tenant's
-// id is 404. Error bodies are {"error": text}.
+// Handler serves the media routes, POST /relay/media (upload) and GET
+// /relay/media/{id}, as docs/contract.md "Media" states them: mount it at
+// both patterns (Routes). Both need the gateway's bearer and act for its
+// tenant only.
 func (s *Store) Handler(cfg HandlerConfig) http.Handler {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	return &handler{s: s, cfg: cfg}

@@ -1,20 +1,11 @@
 // Package media is the connector's media store: attachments crossing the
-// /relay wire by reference (hermes-wire.md §10, docs/contract.md "Media").
-//
-// Bytes live in files under one directory (Config.Dir, media/ in the data
-// directory), never whole in memory: uploads and downloads are streamed
-// through a 64 KiB buffer. Each object belongs to one tenant, has a 128-bit
-// random id (32 lowercase hex characters), and expires Config.TTL after it
-// was stored. The store is bounded by Config.MaxBytes per object (25 MiB,
-// the gateway's MEDIA_MAX_BYTES), Config.TenantQuotaBytes per tenant and
-// Config.QuotaBytes in all; expired objects are removed before a write is
-// refused for lack of room. An upload not ended (committed or aborted)
-// within the longer of Config.TTL and Config.UploadTimeout after it began
-// is abandoned: the sweep removes it and releases its bytes. The index is
-// in memory: files left by a previous process are removed by New. A store
-// holds its directory locked until Close or the process ends: a second
-// store there (another instance given the same directory) fails to start
-// instead of removing the first's objects.
+// /relay wire by reference (hermes-wire.md §10). docs/contract.md "Media"
+// gives its layout, ids, limits, expiry and routes. Bytes live in files
+// under Config.Dir, streamed through a 64 KiB buffer, never whole in
+// memory; the index is in memory, and files a previous process left are
+// removed by New. An upload not ended within the longer of Config.TTL and
+// Config.UploadTimeout is abandoned: the sweep removes it and releases its
+// bytes.
 //
 // Objects come from three places: a gateway's upload (POST /relay/media,
 // Handler), a platform re-hosting an inbound attachment (Begin, Put), and a

@@ -56,8 +56,8 @@ func (a *AdminConfig) validate() error {
 	if a.Listen == "" {
 		return nil
 	}
-	if err := validListen(a.Listen); err != nil {
-		return fmt.Errorf("config: admin.listen: %w", err)
+	if err := validListen("admin.listen", a.Listen); err != nil {
+		return err
 	}
 	if a.Token == "" {
 		return errors.New("config: admin.token: required when admin.listen is set (or set CONNECTOR_ADMIN_TOKEN)")

@@ -251,14 +251,25 @@ type GatewayConfig struct {
 
 const defaultListen = "127.0.0.1:8080"
 
-// LoadConfig reads a YAML config file. Unknown keys and invalid values are
-// errors that name the key.
-func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
+// readConfig reads the YAML config file path, or starts from base when
+// path is "" (embedded defaults; serve and health share the rule), and
+// applies the environment (applyKeyEnv). Unknown keys and invalid values
+// are errors that name the key, and the file (inFile).
+func readConfig(path string, base *Config, lookup func(string) (string, bool)) (*Config, error) {
+	cfg := base
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			cfg, err = ParseConfig(data)
+		}
+		if err != nil {
+			return nil, inFile(path, err)
+		}
+	}
+	if err := cfg.applyKeyEnv(lookup); err != nil {
 		return nil, err
 	}
-	return ParseConfig(data)
+	return cfg, nil
 }
 
 // ParseConfig decodes a YAML config document strictly: an unknown key is an
@@ -324,12 +335,7 @@ func (c *Config) normalize() error {
 // Validate reports the first invalid value, naming its key. It changes
 // nothing; a zero value stands for its default.
 func (c *Config) Validate() error {
-	if c.Listen != "" {
-		if err := validListen(c.Listen); err != nil {
-			return fmt.Errorf("config: listen: %w", err)
-		}
-	}
-	if err := nonNegative("", c); err != nil { // shutdown_grace, shutdown_delay
+	if err := cmp.Or(validListen("listen", c.Listen), nonNegative("", c)); err != nil { // nonNegative: shutdown_grace, shutdown_delay
 		return err
 	}
 	switch c.Log.Level {
@@ -400,15 +406,18 @@ func nonNegative(key string, section any) error {
 	return cmp.Or(nonneg.Check(prefix, section), nonneg.Least(prefix, section, minDuration))
 }
 
-// validListen checks addr the way net.Listen("tcp", addr) reads it, short of
-// resolving a host name.
-func validListen(addr string) error {
+// validListen checks addr, the value of config key key (none: nil), the
+// way net.Listen("tcp", addr) reads it, short of resolving a host name.
+func validListen(key, addr string) error {
+	if addr == "" {
+		return nil
+	}
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("%q is not host:port", addr)
+		return fmt.Errorf("config: %s: %q is not host:port", key, addr)
 	}
 	if _, err := net.LookupPort("tcp", port); err != nil {
-		return fmt.Errorf("%q: %q is not a port", addr, port)
+		return fmt.Errorf("config: %s: %q: %q is not a port", key, addr, port)
 	}
 	return nil
 }

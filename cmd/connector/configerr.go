@@ -178,9 +178,7 @@ func unknownKeys(n *yaml.Node, t reflect.Type, key string, out *[]string, walked
 		}
 		return
 	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
+	t = derefType(t)
 	if reflect.PointerTo(t).Implements(unmarshalerType) {
 		return
 	}
@@ -305,9 +303,7 @@ type keyedValue struct {
 // Go type t (nil: not known), with its key path (relay.ack_window,
 // tenants[0].gateways[0].secrets) and type.
 func collectValues(n *yaml.Node, t reflect.Type, prefix string, out *[]keyedValue) {
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
+	t = derefType(t)
 	if t != nil && reflect.PointerTo(t).Implements(unmarshalerType) {
 		t = nil // its keys are its own
 	}

@@ -72,28 +72,13 @@ func moveWeights(telegram *yaml.Node, i int) error {
 	case weights.Kind != yaml.MappingNode:
 		return fmt.Errorf("config: telegram.tenant_weights (line %d): want a map of tenant to weight; write it as telegram.tenants.<tenant>.weight", line)
 	default:
-		tenants := mappingValue(telegram, "tenants")
-		if tenants == nil {
-			tenants = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: line}
-			telegram.Content = append(telegram.Content,
-				&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "tenants", Line: line}, tenants)
-		}
-		if tenants.Kind == yaml.ScalarNode && tenants.Tag == "!!null" {
-			*tenants = yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: tenants.Line}
-		}
+		tenants := mappingAt(telegram, "tenants", line)
 		if tenants.Kind != yaml.MappingNode {
 			return fmt.Errorf("config: telegram.tenants (line %d): want a map of tenant to settings", tenants.Line)
 		}
 		for j := 0; j+1 < len(weights.Content); j += 2 {
 			name, weight := weights.Content[j], weights.Content[j+1]
-			tenant := mappingValue(tenants, name.Value)
-			if tenant == nil {
-				tenant = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: name.Line}
-				tenants.Content = append(tenants.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name.Value, Line: name.Line}, tenant)
-			}
-			if tenant.Kind == yaml.ScalarNode && tenant.Tag == "!!null" {
-				*tenant = yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: tenant.Line}
-			}
+			tenant := mappingAt(tenants, name.Value, name.Line)
 			if tenant.Kind != yaml.MappingNode {
 				return fmt.Errorf("config: telegram.tenants.%s (line %d): want a map of settings", name.Value, tenant.Line)
 			}
@@ -105,6 +90,21 @@ func moveWeights(telegram *yaml.Node, i int) error {
 	}
 	telegram.Content = append(telegram.Content[:i], telegram.Content[i+2:]...)
 	return nil
+}
+
+// mappingAt is the value of key name in mapping m, added (at line) when
+// missing and made an empty mapping when null; any other kind is left for
+// the caller to refuse.
+func mappingAt(m *yaml.Node, name string, line int) *yaml.Node {
+	v := mappingValue(m, name)
+	if v == nil {
+		v = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: line}
+		m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name, Line: line}, v)
+	}
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		*v = yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: v.Line}
+	}
+	return v
 }
 
 // bothSet is the error for a key written in both spellings.

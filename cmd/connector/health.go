@@ -53,14 +53,8 @@ func healthCmd(args []string, stdout, stderr io.Writer) int {
 // from the config file path ("": none) and the environment, with a
 // wildcard host (all interfaces) replaced by loopback.
 func opsAddress(path string, lookup func(string) (string, bool)) (string, error) {
-	cfg := &Config{}
-	if path != "" {
-		var err error
-		if cfg, err = LoadConfig(path); err != nil {
-			return "", inFile(path, err)
-		}
-	}
-	if err := cfg.applyKeyEnv(lookup); err != nil {
+	cfg, err := readConfig(path, &Config{}, lookup)
+	if err != nil {
 		return "", err
 	}
 	cfg.normalizeHTTP()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"fmt"
 	"syscall"
 	"time"
 )
@@ -78,15 +77,7 @@ func (c *Config) normalizeHTTP() {
 
 // validateHTTP checks the http and ops values.
 func (c *Config) validateHTTP() error {
-	if err := nonNegative("http", &c.HTTP); err != nil {
-		return err
-	}
-	if c.Ops.Listen != "" {
-		if err := validListen(c.Ops.Listen); err != nil {
-			return fmt.Errorf("config: ops.listen: %w", err)
-		}
-	}
-	return nil
+	return cmp.Or(nonNegative("http", &c.HTTP), validListen("ops.listen", c.Ops.Listen))
 }
 
 // maxUnauthConnsFor is the default bound of unauthenticated connections

@@ -1,27 +1,11 @@
 // Command connector runs the edge service that lets many Hermes gateways
-// share one Discord bot and one Telegram bot, and hosts nexscope rooms.
-//
-// Subcommands (each takes --help):
-//
-//	connector [serve] [-config FILE] [-listen ADDR] [-data-dir DIR] [-check]
-//	connector config example            print a commented example config file
-//	connector conformance keys FILE     check session keys against a fixture
-//	connector conformance events FILE   check platform normalization against a fixture
-//	connector admin [-url URL] SUBCOMMAND ARGS...   change a running connector's registry (admin API)
-//	connector token -gateway-id ID [-ttl 300s]   (secret from $CONNECTOR_TOKEN_SECRET or stdin)
-//	connector health [-config FILE] [-url URL]   probe /healthz of a running connector
-//	connector version
-//	connector help
-//
-// Without -config, serve reads $CONNECTOR_CONFIG, else ./connector.yaml or
-// /etc/connector/connector.yaml. With none of them it runs on embedded
-// defaults: loopback only, one local tenant whose gateway secret is
-// generated and printed, and a nexscope room whose token is generated and
-// printed; no Discord or Telegram credentials are needed. The generated secrets are kept in the data directory
-// (-data-dir, $CONNECTOR_DATA_DIR, $XDG_STATE_HOME/connector or
-// ~/.local/state/connector), so they stay the same across restarts; so is
-// the embedded store, which keeps the inbound gateways have not
-// acknowledged and interaction tokens across restarts.
+// share one bot identity per chat platform, and hosts nexscope rooms.
+// `connector help` lists its subcommands (each takes --help); with none it
+// serves. Without -config, serve reads $CONNECTOR_CONFIG, else
+// ./connector.yaml or /etc/connector/connector.yaml; with none of them it
+// runs on embedded defaults: loopback only, one local tenant and a nexscope
+// room, their secrets generated into the data directory (kept across
+// restarts, docs/durability.md) and printed.
 package main
 
 import (

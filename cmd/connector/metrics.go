@@ -128,6 +128,7 @@ var latencyBuckets = []float64{
 func newMetrics() *metrics {
 	m := &metrics{
 		reg:         prometheus.NewRegistry(),
+		closing:     make(map[string]bool),
 		connections: gaugeVec("connector_gateway_connections", "Authenticated gateway connections.", "tenant"),
 		refused: counterVec("connector_gateway_refused_total",
 			"Gateway upgrades refused, by reason: unauthorized or expired (close 4401), too_many_connections (close 4409), no_credentials (HTTP 401: no Authorization header).", "reason"),
@@ -332,27 +333,22 @@ func (b bufferedBytes) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// intakeStater is a platform with a durable intake (Slack's).
-type intakeStater interface {
-	IntakeStats() (pending int, resumed uint64)
-}
-
 // watchPlatforms exports each platform's readiness (1 ready, 0 not), and
 // Slack's durable intake (0 without Slack).
 func (m *metrics) watchPlatforms(ps []platform.Platform) {
-	var intake intakeStater = noIntake{}
+	intake := func() (pending int, resumed uint64) { return 0, 0 }
 	for _, p := range ps {
-		if in, ok := p.(intakeStater); ok {
-			intake = in
+		if in, ok := p.(interface{ IntakeStats() (int, uint64) }); ok { // Slack's durable intake
+			intake = in.IntakeStats
 		}
 	}
 	m.register(
 		gaugeFunc("connector_slack_intake_pending",
 			"Slack requests the durable intake holds on this instance: answered 200, not yet delivered (a message's files being fetched, and the requests of its chat behind it).",
-			func() float64 { n, _ := intake.IntakeStats(); return float64(n) }),
+			func() float64 { n, _ := intake(); return float64(n) }),
 		counterFunc("connector_slack_intake_resumed_total",
 			"Slack durable intake entries this instance resumed: left by a restart, or taken over from a stopped or killed instance.",
-			func() float64 { _, n := intake.IntakeStats(); return float64(n) }))
+			func() float64 { _, n := intake(); return float64(n) }))
 	for _, p := range ps {
 		m.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "connector_platform_ready", Help: "1 when the platform is connected and ready.",
@@ -365,11 +361,6 @@ func (m *metrics) watchPlatforms(ps []platform.Platform) {
 			}))
 	}
 }
-
-// noIntake is the intake of a connector without Slack.
-type noIntake struct{}
-
-func (noIntake) IntakeStats() (int, uint64) { return 0, 0 }
 
 // count notes that a series of tenant was made (counted).
 func (m *metrics) count(tenant string) {
@@ -410,9 +401,6 @@ func (m *metrics) SetTenants(created map[string]time.Time) {
 		m.inbound.DeletePartialMatch(l)
 		m.buffered.DeletePartialMatch(l)
 		m.statuses.DeletePartialMatch(l)
-		if m.closing == nil {
-			m.closing = make(map[string]bool)
-		}
 		m.closing[tenant] = true
 	}
 	m.inboundOf.forget(func(k [3]string) bool { return gone[k[1]] })

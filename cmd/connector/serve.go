@@ -156,7 +156,7 @@ type sources struct {
 // there is none, then applies the environment and the flags, fills the
 // defaults and validates.
 func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *generatedSecrets, error) {
-	var cfg *Config
+	var defaults *Config
 	var gen *generatedSecrets
 	if src.configPath == "" {
 		dir, err := dataDir(src.dataDir, "", lookup)
@@ -171,35 +171,30 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if gen.NexscopeToken, err = storedSecret(dir, nexscopeTokenFile); err != nil {
 			return nil, nil, err
 		}
-		cfg = &Config{Store: StoreConfig{Path: dir}, Tenants: []TenantConfig{{
+		defaults = &Config{Store: StoreConfig{Path: dir}, Tenants: []TenantConfig{{
 			ID:       "local",
 			Gateways: []GatewayConfig{{ID: gen.GatewayID, Secrets: []string{gen.GatewaySecret}}},
 		}}}
 		// The generated token, and the default room bound to the one tenant.
-		cfg.Nexscope = &nexscope.Config{Token: gen.NexscopeToken, Rooms: []nexscope.Room{{Name: nexscope.DefaultRoom, Tenant: cfg.Tenants[0].ID}}}
-	} else {
-		var err error
-		if cfg, err = LoadConfig(src.configPath); err != nil {
-			return nil, nil, inFile(src.configPath, err)
-		}
+		defaults.Nexscope = &nexscope.Config{Token: gen.NexscopeToken, Rooms: []nexscope.Room{{Name: nexscope.DefaultRoom, Tenant: defaults.Tenants[0].ID}}}
 	}
-	if err := cfg.applyKeyEnv(lookup); err != nil {
+	cfg, err := readConfig(src.configPath, defaults, lookup)
+	if err != nil {
 		return nil, nil, err
 	}
 	if src.listen != "" {
 		cfg.Listen = src.listen
 	}
 	cfg.applyGatewaySecrets(lookup)
+	base, err := dataDir(src.dataDir, cfg.Store.Path, lookup)
 	if cfg.Store.Backend != store.BackendRedis {
-		var err error
-		if cfg.Store.Path, err = dataDir(src.dataDir, cfg.Store.Path, lookup); err != nil {
+		if err != nil {
 			return nil, nil, err
 		}
+		cfg.Store.Path = base
 	}
-	if cfg.Media.Dir == "" { // in the data directory (on redis it holds only media); none: no media store
-		if base, err := dataDir(src.dataDir, cfg.Store.Path, lookup); err == nil {
-			cfg.Media.Dir = filepath.Join(base, "media")
-		}
+	if cfg.Media.Dir == "" && err == nil { // in the data directory (on redis it holds only media); none: no media store
+		cfg.Media.Dir = filepath.Join(base, "media")
 	}
 	if gen != nil {
 		gen.NexscopeToken = cfg.Nexscope.Token // as the environment left it

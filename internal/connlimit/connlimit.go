@@ -1,37 +1,22 @@
 // Package connlimit bounds the connections an HTTP server holds for clients
 // that have not authenticated, and keeps the server accepting sanely when
-// the process runs out of file descriptors.
+// the process runs out of file descriptors; docs/security.md (the
+// unauthenticated-connection rows) states the limits and what a refused
+// client sees.
 //
 // A Listener wraps the server's net.Listener; its ConnState and ConnContext
 // methods must be the http.Server's hooks of those names. Every accepted
 // connection counts as unauthenticated until it is closed, or until the
-// handler serving it calls Authenticated with its request's context (the
-// relay and nexscope do once a WebSocket upgrade's credential checks out).
-// Taking a connection over (a WebSocket upgrade, http.StateHijacked) does
-// not end the count: a socket upgraded only to be refused (the relay's
-// close 4401) still counts against its source until it is closed, so a
-// flood of refused upgrades holds no more sockets than its share. Idle
-// keep-alive connections count too: nothing has authenticated them.
-//
-// At the limit a new connection first evicts the longest-idle keep-alive
-// connection (HTTP lets a server close an idle connection at any time);
-// when none is idle, the new connection is closed at once (the client reads
-// EOF), so an attacker holding every slot with slow requests delays new
-// clients only until the server's header and body timeouts free the slots,
-// and never takes the descriptors established gateways need.
-//
-// One source (an IPv4 address, an IPv6 /64: what one host usually holds)
-// may hold at most Config.MaxPerSource of the slots, so a single address
-// cannot take them all: past its share, a new connection of that source
-// evicts the source's own longest-idle connection, or is closed at once
-// when none of its connections is idle; other sources are not touched.
-//
-// When accept fails because the process or the system is out of file
-// descriptors (EMFILE, ENFILE), the Listener closes a descriptor it keeps in
-// reserve, accepts one waiting connection and closes it (so the client is
-// refused instead of hanging in the kernel's backlog), reopens the reserve,
-// backs off (5 ms doubling to 1 s, as net/http would) and retries; net/http
-// itself would log every retry.
+// handler serving it calls Authenticated with its request's context. Taking
+// a connection over (a WebSocket upgrade, http.StateHijacked) does not end
+// the count: a socket upgraded only to be refused (the relay's close 4401)
+// still counts against its source until it is closed, so a flood of refused
+// upgrades holds no more sockets than its share. Evicting the longest-idle
+// keep-alive is allowed as HTTP lets a server close an idle connection at
+// any time; closing a new connection at once (rather than queueing it)
+// keeps a slow-request attacker from taking the descriptors established
+// gateways need. On EMFILE or ENFILE the accept loop itself backs off, as
+// net/http would, without net/http's log line per retry.
 package connlimit
 
 import (

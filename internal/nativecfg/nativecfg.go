@@ -270,8 +270,19 @@ func ReadKnobs[T any](node *yaml.Node, dst *T, what string, knobs map[string]Kno
 // FlagKnob reads a boolean knob into the field field points at (Flag;
 // onIsTrue as there).
 func FlagKnob[T any](field func(*T) **bool, onIsTrue bool) Knob[T] {
+	return knobInto(field, func(n *yaml.Node) (*bool, error) { return Flag(n, onIsTrue) })
+}
+
+// ListKnob reads a list knob into the field field points at, as the native
+// bridge writes it (List: a bare 010 is YAML 1.1's octal 8); the platform
+// splits and checks the items.
+func ListKnob[T any](field func(*T) *[]string) Knob[T] { return knobInto(field, List) }
+
+// knobInto is the knob that sets the field field points at to what read
+// makes of the node.
+func knobInto[T, V any](field func(*T) *V, read func(*yaml.Node) (V, error)) Knob[T] {
 	return func(dst *T, n *yaml.Node) error {
-		v, err := Flag(n, onIsTrue)
+		v, err := read(n)
 		if err != nil {
 			return err
 		}
@@ -280,44 +291,28 @@ func FlagKnob[T any](field func(*T) **bool, onIsTrue bool) Knob[T] {
 	}
 }
 
-// ListKnob reads a list knob into the field field points at, as the native
-// bridge writes it (List: a bare 010 is YAML 1.1's octal 8); the platform
-// splits and checks the items.
-func ListKnob[T any](field func(*T) *[]string) Knob[T] {
-	return func(dst *T, n *yaml.Node) error {
-		items, err := List(n)
-		if err != nil {
-			return err
-		}
-		*field(dst) = items
-		return nil
-	}
-}
-
 // PatternsKnob reads mention_patterns into the field field points at: one
 // string is one pattern, a list holds patterns. The native adapter silently
 // skips what YAML reads as a number, boolean or null; those are refused.
 func PatternsKnob[T any](field func(*T) *[]string) Knob[T] {
-	return func(dst *T, n *yaml.Node) error {
+	return knobInto(field, func(n *yaml.Node) ([]string, error) {
 		switch {
 		case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
-			*field(dst) = nil
+			return nil, nil
 		case n.Kind == yaml.ScalarNode && IsYAML11String(n):
-			*field(dst) = []string{n.Value}
+			return []string{n.Value}, nil
 		case n.Kind == yaml.SequenceNode:
 			patterns := make([]string, 0, len(n.Content))
 			for i, item := range n.Content {
 				if !IsYAML11String(item) {
-					return fmt.Errorf("[%d]: %q is not a string to YAML 1.1, so the native adapter skips it; quote it", i, item.Value)
+					return nil, fmt.Errorf("[%d]: %q is not a string to YAML 1.1, so the native adapter skips it; quote it", i, item.Value)
 				}
 				patterns = append(patterns, item.Value)
 			}
-			*field(dst) = patterns
-		default:
-			return fmt.Errorf("want a list of regular expressions or one (a bare number or boolean is not a string to YAML 1.1; quote it)")
+			return patterns, nil
 		}
-		return nil
-	}
+		return nil, fmt.Errorf("want a list of regular expressions or one (a bare number or boolean is not a string to YAML 1.1; quote it)")
+	})
 }
 
 // CompilePatterns compiles mention_patterns, searched case-insensitively;

@@ -37,6 +37,7 @@ func Describe(err error) string {
 		invalid  x509.CertificateInvalidError
 		recErr   tls.RecordHeaderError
 		alertErr tls.AlertError
+		timeout  interface{ Timeout() bool }
 	)
 	switch {
 	case errors.As(err, &dns):
@@ -53,7 +54,7 @@ func Describe(err error) string {
 		return "connection reset"
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "network unreachable"
-	case errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err):
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &timeout) && timeout.Timeout():
 		return "timed out"
 	case errors.As(err, &certErr), errors.As(err, &authErr), errors.As(err, &hostErr),
 		errors.As(err, &invalid), errors.As(err, &recErr), errors.As(err, &alertErr):
@@ -62,9 +63,4 @@ func Describe(err error) string {
 		return "connection closed"
 	}
 	return "network error"
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
 }
