@@ -91,6 +91,9 @@ const createdKey = "nexscope_created_us"
 // it for the answer: a former home whose msgTaken and answer were both
 // lost answers a copy with the result it keeps.
 
+// execClaim + exec is a forwarded action's claim in the store.
+const execClaim = "nexscope:exec:"
+
 // maxLeft bounds fleet.gone and fleet.execs: a flood of leaves or forwards
 // costs bounded memory, and only a join arriving after a leave forgotten
 // early makes a ghost (a copy of a forward forgotten early still meets the
@@ -877,7 +880,10 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	}
 	if !ok {
 		// Its caller gave up (its gateway revoked, its deadline passed):
-		// the home is told, so that the action does not run on.
+		// the home is told, so that the action does not run on, and the
+		// action claimed here unless a home took it, so that no later home
+		// runs a copy (go-redis sends a PUBLISH again up to its resend
+		// window; a cancel reaches only the room's home of the moment).
 		cl.mu.Lock()
 		home := f.home
 		cl.mu.Unlock()
@@ -886,6 +892,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		} else {
 			cl.node.Send(roomPrefix+r.name, msgCancel, []byte(exec))
 		}
+		_, _ = cl.claims.Claim(cl.ctx, execClaim+exec, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow()))
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 	}
 	var res contract.Result
@@ -1074,7 +1081,7 @@ func (cl *fleet) claim(exec string) (took bool, held []byte) {
 	if seen {
 		return false, nil
 	}
-	took, err := cl.claims.Claim(cl.ctx, "nexscope:exec:"+exec, until)
+	took, err := cl.claims.Claim(cl.ctx, execClaim+exec, until)
 	if err != nil {
 		cl.mu.Lock()
 		if v, _, _ := cl.execs.Get(cl.ctx, exec); v == nil { // not cancelled meanwhile (cancelHere)

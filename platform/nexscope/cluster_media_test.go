@@ -516,6 +516,63 @@ func TestClusterForwardedActionCopyAtTheNextHomeExecutesNot(t *testing.T) {
 	}
 }
 
+// TestClusterForwardGivenUpRunsNotAtALaterHome: a send its forwarder gave
+// up on (the relay revoked its gateway) before any home took it is not
+// executed by a copy that reaches the room's next home later (go-redis
+// sends a PUBLISH again up to its resend window): the cancel went to the
+// room's channel while no home read it, so the forwarder's claim is what
+// stops it.
+func TestClusterForwardGivenUpRunsNotAtALaterHome(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	calls := make(chan []byte, 1)
+	lost := func(_ string, msg []byte) bool { // no home reads the room: every copy is lost
+		if cluster.Type(msg) == msgExec {
+			select {
+			case calls <- bytes.Clone(msg):
+			default:
+			}
+		}
+		return true
+	}
+	edge.lose.Store(&lost)
+	ctx, revoke := context.WithCancel(context.Background())
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "revoked"})
+	}()
+	var call []byte
+	select {
+	case call = <-calls:
+	case <-time.After(testTimeout):
+		t.Fatal("the edge never forwarded the send")
+	}
+	revoke()
+	select {
+	case res := <-results:
+		if res.Success {
+			t.Fatalf("send = %+v after its gateway was revoked, want a failure", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the revoked send was not answered")
+	}
+	next := startInstance(t, srv, cfg, "i2", clusterLeaseTTL)
+	homeOf(t, []*instance{next}, DefaultRoom)
+	alice := next.joinWith(t, "alice", "alice", "hermes")
+	next.p.cluster.node.Dispatch(call) // the copy go-redis sent again
+	waitFor(t, "the next home done with the copy", func() bool { return !goroutineIn("nexscope.(*fleet).execHere")() })
+	alice.SendJSON(map[string]any{"type": "ping"})
+	for m := alice.Next(); m["type"] != "pong"; m = alice.Next() {
+		t.Fatalf("alice got %v, want nothing before her pong: the gateway was told the send failed", m)
+	}
+}
+
 // TestClusterOwnForwardReadAsHomeExecutesNot: a copy of an instance's own
 // forwarded send (sent again every beat) that it reads from the room's
 // channel once it became the room's home is not executed: its forward
