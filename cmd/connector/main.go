@@ -67,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprint(w, "connector: lets many Hermes gateways share one Discord bot and one Telegram bot, and hosts nexscope rooms.\n\n")
+	fmt.Fprint(w, "connector: lets many Hermes gateways share one bot identity per chat platform (Discord, Telegram, Slack, WhatsApp Cloud), and hosts nexscope rooms.\n\n")
 	fmt.Fprint(w, "usage: connector <command> [flags]   (no command: serve)\n\ncommands:\n")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
