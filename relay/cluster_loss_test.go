@@ -989,6 +989,59 @@ func TestClusterResentServeKeepsTheLink(t *testing.T) {
 	}
 }
 
+// A serve of a socket's earlier link that reaches the driver after the
+// next link's serve (go-redis sent its PUBLISH again, late) is a copy:
+// before, the driver took it for the socket's link, dropped the live one
+// and kept a broken seat of a generation the socket's instance had ended,
+// so the socket got nothing more until the beats repaired the link.
+func TestClusterResentServeOfAnEarlierLinkKeepsTheLink(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	i1 := r.inst[1].net
+	var serve []byte
+	var inbox string
+	i1.mu.Lock()
+	i1.twice = func(channel string, msg []byte) bool {
+		if cluster.Type(msg) == relay.ClusterMsgServe {
+			serve, inbox = append([]byte(nil), msg...), channel
+		}
+		return false
+	}
+	i1.mu.Unlock()
+	serves := i1.count(relay.ClusterMsgServe)
+	gb.Hello(t, "telegram", "") // a serve of the link's first generation
+	i1.waitCount(t, relay.ClusterMsgServe, serves+1, "gb's serve for telegram")
+	i1.mu.Lock()
+	i1.twice = nil
+	copied, channel := serve, inbox
+	i1.mu.Unlock()
+
+	// A lost frame with another after it breaks the link: gb's next serve
+	// announces its second generation, which gets both again.
+	r.inst[0].net.loseFirst(cluster.Inbox("i1"), relay.ClusterMsgFrame)
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	r.inst[0].net.nextLost(t, "e1's frame")
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e2")
+	_, id1 := gb.NextInbound(t)
+	ev2, id2 := gb.NextInbound(t)
+	if ev2.Text != "e2" {
+		t.Fatalf("gb got %q, want e2", ev2.Text)
+	}
+	gb.Ack(t, id1)
+
+	// The first generation's serve comes again, then e2's ack: once e2 is
+	// gone, the driver has taken the copy.
+	if err := i1.Store.PubSub().Publish(context.Background(), channel, copied); err != nil {
+		t.Fatal(err)
+	}
+	mark := r.inst[0].buffered.mark()
+	gb.Ack(t, id2)
+	r.inst[0].buffered.wait(t, mark, 0, "e2's ack to reach the driver after the serve's copy")
+	r.inst[1].discord.deliver("t1", "c1", "u3", "e3")
+	if ev, _ := gb.NextInbound(t); ev.Text != "e3" {
+		t.Fatalf("after the earlier link's serve arrived again gb got %q, want e3", ev.Text)
+	}
+}
+
 // An interrupt reads the session's stored owner at most once, wherever it
 // goes: the instance it arrives at reads it and, finding none, forwards the
 // interrupt to the driver, which looks in its memory only.

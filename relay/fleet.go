@@ -1017,11 +1017,11 @@ func (f *tenantFleet) ackOut(c *conn, id string) bool {
 }
 
 // serveRemote attaches (or refreshes) a socket on another instance, as its
-// serve announces it: a new generation replaces the old link, whose
+// serve announces it: a later generation replaces the old link, whose
 // unacknowledged entries go back in line; acks lost on the old one break
-// it. A serve of the link's generation counting fewer acks sent than taken
-// is a copy (go-redis sent its PUBLISH again, acks after it): a socket's
-// instance numbers each new link of the socket with a new generation.
+// it. A serve of an earlier generation, or of the link's counting fewer
+// acks sent than taken, is a copy (go-redis sent its PUBLISH again): a
+// socket's instance gives each new link of a socket a higher generation.
 func (f *tenantFleet) serveRemote(inst, conn, platforms string, idle bool, gen, acksSent uint64) {
 	h := f.h
 	h.mu.Lock()
@@ -1035,7 +1035,7 @@ func (f *tenantFleet) serveRemote(inst, conn, platforms string, idle bool, gen, 
 		f.peers[inst] = p
 	}
 	rs := p.seats[conn]
-	if rs != nil && rs.gen == gen && !rs.broken && acksSent < rs.acks.Received() {
+	if rs != nil && (gen < rs.gen || rs.gen == gen && !rs.broken && acksSent < rs.acks.Received()) {
 		return
 	}
 	if rs != nil && rs.gen != gen {

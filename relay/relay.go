@@ -164,7 +164,7 @@ type Config struct {
 	// CatchUp, when set, applies the registry (SetTenants) when it changed
 	// since the last apply, and returns once it did (or the apply under
 	// way ended), or with an error when it could not tell or apply, or ctx
-	// ended first: Deliver calls it, for at most catchUpTimeout, for a
+	// ended first: Deliver calls it, for at most 30 s (catchUpTimeout), for a
 	// delivery to a tenant it does not know, which another instance may
 	// have provisioned first. A delivery whose tenant is still not known is
 	// dropped; one whose CatchUp failed is refused (docs/durability.md).

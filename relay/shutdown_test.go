@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -92,4 +93,34 @@ func TestShutdownPokesNoWakeURL(t *testing.T) {
 	if n := away.Load() - before; n != 0 {
 		t.Fatalf("Shutdown reported the tenant unserved %d times, want none", n)
 	}
+}
+
+// TestDeliveriesRefusedOnceShutdownBegan: a delivery whose context ended,
+// or that comes once Shutdown began, is not taken, through Deliver and
+// DeliverAll alike (one check, Server.hubOrCatchUp), so its platform leaves
+// it unconfirmed at its source.
+func TestDeliveriesRefusedOnceShutdownBegan(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:   []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Platforms: []platform.Platform{p},
+		Log:       relaytest.TestLogger(t),
+	})
+	d := batchDelivery("t1", "c1", "u1", "late")
+	refused := func(ctx context.Context, want error) {
+		t.Helper()
+		if err := h.Server.Deliver(ctx, d); !errors.Is(err, want) {
+			t.Fatalf("Deliver = %v, want %v", err, want)
+		}
+		if errs := h.Server.DeliverAll(ctx, []platform.Delivery{d}); len(errs) != 1 || !errors.Is(errs[0], want) {
+			t.Fatalf("DeliverAll = %v, want [%v]", errs, want)
+		}
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	refused(ended, context.Canceled)
+	if err := h.Server.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	refused(context.Background(), relay.ErrShuttingDown)
 }
