@@ -272,7 +272,7 @@ return answer(first)
 // none removed. So a script returns answer(v), which keeps v (a trim's
 // table as JSON) under its id for a resend to find. The answers of a
 // tenant share a hash, which becomes the older one after ARGV[2] ms or at
-// 1,024 answers (docs/durability.md). Its first, empty field's value is
+// 1,023 answers (docs/durability.md). Its first, empty field's value is
 // longer than hash-max-listpack-value (64), which makes it a hashtable at
 // once: as a listpack each call's HGET and HSET would scan all its answers.
 // A key of another type there goes. addBytes keeps the tenant's bytes
@@ -1335,7 +1335,9 @@ return answer(rev)
 // the namespace holds entries, moves past the next multiple of 2^32 above
 // the highest revision an entry holds (past), so it never stops the
 // namespace's writes nor goes back below one a reader saw. A value whose
-// first eight bytes are 2^59 or more is no entry (decodeEntry).
+// first eight bytes are 2^59 or more is no entry (decodeEntry): taken for
+// one, it would move the revision to 10^18 or more, which this check does
+// not take either.
 const registryRevLua = pastLua + `
 local function revision()
   local ok, cur = pcall(redis.call, 'GET', KEYS[2])
