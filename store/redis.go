@@ -104,6 +104,9 @@ type redisStore struct {
 	// highest holds, per tenant, the highest seq this store gave or read
 	// (*atomic.Uint64; seen, saw).
 	highest sync.Map
+	// relook holds the tenants whose look after Forget's removal failed
+	// (forgetTenant), which the next Forget looks at again.
+	relook sync.Map
 
 	// subs holds every subscription of the store on one connection
 	// (redispubsub.go).
@@ -891,6 +894,12 @@ return redis.call('HDEL', KEYS[2], ARGV[1])
 `)
 
 func (l redisLedger) Forget(ctx context.Context, keep func(string) bool) (int, error) {
+	l.s.relook.Range(func(t, _ any) bool {
+		if _, err := l.look(ctx, t.(string)); err == nil {
+			l.s.relook.Delete(t)
+		}
+		return true
+	})
 	all, err := l.s.c.SMembers(ctx, l.indexKey()).Result()
 	if err != nil {
 		return 0, fmt.Errorf("store: forget tenants: %w", rerr(err))
@@ -916,7 +925,9 @@ func (l redisLedger) Forget(ctx context.Context, keep func(string) bool) (int, e
 // tenant's prune marker first: an append that follows takes it and indexes
 // the tenant again, whichever store made it (one whose indexed still
 // holds the tenant too), and one that took it before the removal, whose
-// index the removal may have undone, is indexed again here.
+// index the removal may have undone, is indexed again here (look), or by
+// the next Forget when the removal or the look failed: the appending store
+// may be gone before its own sweep adds the tenant back (Tenants).
 func (l redisLedger) forgetTenant(ctx context.Context, tenant string) (bool, error) {
 	k := l.keys(tenant)
 	mark := scriptCall(forgetScript, []string{k[1], k[2], l.prunedKey(tenant)})
@@ -930,14 +941,25 @@ func (l redisLedger) forgetTenant(ctx context.Context, tenant string) (bool, err
 	// ctx ends (a shutdown, the sweep's deadline): an append that indexed
 	// the tenant before the removal would stay out of it otherwise.
 	ctx = context.WithoutCancel(ctx)
-	if err := unindexScript.Run(ctx, l.s.c, l.indexKeys(), tenant).Err(); err != nil {
-		return false, err
+	err := unindexScript.Run(ctx, l.s.c, l.indexKeys(), tenant).Err()
+	if err == nil {
+		var dropped bool
+		if dropped, err = l.look(ctx, tenant); err == nil {
+			return dropped, nil
+		}
 	}
-	// "1": no append took the marker since it was set.
+	l.s.relook.Store(tenant, struct{}{})
+	return false, err
+}
+
+// look indexes tenant again, which Forget removed from the index, unless
+// its prune marker is still 1 (no append took it since it was set), and
+// reports whether it was.
+func (l redisLedger) look(ctx context.Context, tenant string) (bool, error) {
 	if marker, err := l.s.c.Get(ctx, l.prunedKey(tenant)).Result(); marker == "1" || err != nil && !errors.Is(err, redis.Nil) {
 		return marker == "1", err
 	}
-	last, _ := l.s.c.Get(ctx, k[0]).Uint64() // a counter that holds no number: none
+	last, _ := l.s.c.Get(ctx, l.keys(tenant)[0]).Uint64() // a counter that holds no number: none
 	_, err := l.index(ctx, tenant, last)
 	return false, err
 }
