@@ -212,8 +212,9 @@ type redisLedger struct{ s *redisStore }
 // even across a failover or a lost counter (docs/durability.md): under a
 // replication id (KEYS[4]) other than the one of the primary that last
 // numbered the tenant, below ARGV[4], or holding no number (none while the
-// stream holds entries), the counter moves past the next multiple of 2^32
-// first (past). A log key of another type (another program's) goes, with
+// stream holds entries), the counter first moves to the next multiple of
+// 2^32 above itself, ARGV[4] or the stream's last entry respectively
+// (past). A log key of another type (another program's) goes, with
 // the byte counter. An append that finds the tenant's prune marker (Forget)
 // sets it to 2, whatever it held, and answers -first: the tenant is to be
 // indexed again, and the marker goes once it is (untake).
