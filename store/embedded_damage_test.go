@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"testing"
 	"time"
@@ -95,7 +96,8 @@ func TestEmbeddedTrimPassesAnUndecodableRecord(t *testing.T) {
 // decodes (a damaged data file) is passed over by List, as the redis
 // backend passes over one another program wrote. Before, every List of
 // its namespace failed, the tenants' one included. Get takes it for none
-// too, and a swap from none replaces it (before, both failed on it).
+// too, and a swap from none replaces it (before, both failed on it); a
+// Delete removes it (before, it reported none and left it).
 func TestEmbeddedListPassesADamagedEntry(t *testing.T) {
 	ctx := t.Context()
 	e, err := openEmbedded(ctx, t.TempDir(), clock.System)
@@ -112,7 +114,8 @@ func TestEmbeddedListPassesADamagedEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = e.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bRegistry).Bucket([]byte("ns")).Put([]byte("bad"), []byte("short"))
+		b := tx.Bucket(bRegistry).Bucket([]byte("ns"))
+		return cmp.Or(b.Put([]byte("bad"), []byte("short")), b.Put([]byte("worse"), []byte("short")))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -126,6 +129,16 @@ func TestEmbeddedListPassesADamagedEntry(t *testing.T) {
 	if ok, err := reg.CompareAndSwap(ctx, "ns", "bad", nil, []byte("w")); err != nil || !ok {
 		t.Fatalf("swap from none over a damaged entry: %v, %v; want swapped", ok, err)
 	}
+	// An admin can remove one: it is there to Delete.
+	if ok, err := reg.Delete(ctx, "ns", "worse"); err != nil || !ok {
+		t.Fatalf("delete of a damaged entry: %v, %v; want deleted", ok, err)
+	}
+	_ = e.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bRegistry).Bucket([]byte("ns")).Get([]byte("worse")); v != nil {
+			t.Fatalf("damaged entry still stored after its deletion: %q", v)
+		}
+		return nil
+	})
 }
 
 // TestEmbeddedDamagedCapabilityIsAbsent: a capability value that no

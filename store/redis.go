@@ -104,6 +104,9 @@ type redisStore struct {
 	// highest holds, per tenant, the highest seq this store gave or read
 	// (*atomic.Uint64; seen, saw).
 	highest sync.Map
+	// relook holds the tenants whose look after Forget's removal failed
+	// (forgetTenant), which the next Forget looks at again.
+	relook sync.Map
 
 	// subs holds every subscription of the store on one connection
 	// (redispubsub.go).
@@ -209,8 +212,9 @@ type redisLedger struct{ s *redisStore }
 // even across a failover or a lost counter (docs/durability.md): under a
 // replication id (KEYS[4]) other than the one of the primary that last
 // numbered the tenant, below ARGV[4], or holding no number (none while the
-// stream holds entries), the counter moves past the next multiple of 2^32
-// first (past). A log key of another type (another program's) goes, with
+// stream holds entries), the counter first moves to the next multiple of
+// 2^32 above itself, ARGV[4] or the stream's last entry respectively
+// (past). A log key of another type (another program's) goes, with
 // the byte counter. An append that finds the tenant's prune marker (Forget)
 // sets it to 2, whatever it held, and answers -first: the tenant is to be
 // indexed again, and the marker goes once it is (untake).
@@ -272,7 +276,7 @@ return answer(first)
 // none removed. So a script returns answer(v), which keeps v (a trim's
 // table as JSON) under its id for a resend to find. The answers of a
 // tenant share a hash, which becomes the older one after ARGV[2] ms or at
-// 1,024 answers (docs/durability.md). Its first, empty field's value is
+// 1,023 answers (docs/durability.md). Its first, empty field's value is
 // longer than hash-max-listpack-value (64), which makes it a hashtable at
 // once: as a listpack each call's HGET and HSET would scan all its answers.
 // A key of another type there goes. addBytes keeps the tenant's bytes
@@ -891,6 +895,12 @@ return redis.call('HDEL', KEYS[2], ARGV[1])
 `)
 
 func (l redisLedger) Forget(ctx context.Context, keep func(string) bool) (int, error) {
+	l.s.relook.Range(func(t, _ any) bool {
+		if _, err := l.look(ctx, t.(string)); err == nil {
+			l.s.relook.Delete(t)
+		}
+		return true
+	})
 	all, err := l.s.c.SMembers(ctx, l.indexKey()).Result()
 	if err != nil {
 		return 0, fmt.Errorf("store: forget tenants: %w", rerr(err))
@@ -916,7 +926,9 @@ func (l redisLedger) Forget(ctx context.Context, keep func(string) bool) (int, e
 // tenant's prune marker first: an append that follows takes it and indexes
 // the tenant again, whichever store made it (one whose indexed still
 // holds the tenant too), and one that took it before the removal, whose
-// index the removal may have undone, is indexed again here.
+// index the removal may have undone, is indexed again here (look), or by
+// the next Forget when the removal or the look failed: the appending store
+// may be gone before its own sweep adds the tenant back (Tenants).
 func (l redisLedger) forgetTenant(ctx context.Context, tenant string) (bool, error) {
 	k := l.keys(tenant)
 	mark := scriptCall(forgetScript, []string{k[1], k[2], l.prunedKey(tenant)})
@@ -930,14 +942,25 @@ func (l redisLedger) forgetTenant(ctx context.Context, tenant string) (bool, err
 	// ctx ends (a shutdown, the sweep's deadline): an append that indexed
 	// the tenant before the removal would stay out of it otherwise.
 	ctx = context.WithoutCancel(ctx)
-	if err := unindexScript.Run(ctx, l.s.c, l.indexKeys(), tenant).Err(); err != nil {
-		return false, err
+	err := unindexScript.Run(ctx, l.s.c, l.indexKeys(), tenant).Err()
+	if err == nil {
+		var dropped bool
+		if dropped, err = l.look(ctx, tenant); err == nil {
+			return dropped, nil
+		}
 	}
-	// "1": no append took the marker since it was set.
+	l.s.relook.Store(tenant, struct{}{})
+	return false, err
+}
+
+// look indexes tenant again, which Forget removed from the index, unless
+// its prune marker is still 1 (no append took it since it was set), and
+// reports whether it was.
+func (l redisLedger) look(ctx context.Context, tenant string) (bool, error) {
 	if marker, err := l.s.c.Get(ctx, l.prunedKey(tenant)).Result(); marker == "1" || err != nil && !errors.Is(err, redis.Nil) {
 		return marker == "1", err
 	}
-	last, _ := l.s.c.Get(ctx, k[0]).Uint64() // a counter that holds no number: none
+	last, _ := l.s.c.Get(ctx, l.keys(tenant)[0]).Uint64() // a counter that holds no number: none
 	_, err := l.index(ctx, tenant, last)
 	return false, err
 }
@@ -1300,7 +1323,8 @@ func (s *redisStore) registryKeys(namespace string) []string {
 // apply. The answer (its key fresh for each write) is kept ARGV[7] ms for
 // a resend of the write, which go-redis makes after a lost reply and which,
 // run again, would find its own value (docs/durability.md). A value that
-// is no entry (another program's) is taken for none.
+// is no entry (another program's) is taken for none, but a removal
+// removes it.
 var registryWriteScript = redis.NewScript(registryRevLua + `
 local done = redis.call('GET', KEYS[3])
 if done then return tonumber(done) end
@@ -1310,7 +1334,7 @@ local function answer(rev)
   return rev
 end
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if cur and (#cur < 8 or cur:byte(1) >= 8) then cur = nil end
+if cur and ARGV[5] ~= '1' and (#cur < 8 or cur:byte(1) >= 8) then cur = nil end
 if ARGV[2] == '1' and not cur then return answer(0) end
 if ARGV[2] == '2' then
   if ARGV[3] == '1' then
@@ -1334,7 +1358,9 @@ return answer(rev)
 // the namespace holds entries, moves past the next multiple of 2^32 above
 // the highest revision an entry holds (past), so it never stops the
 // namespace's writes nor goes back below one a reader saw. A value whose
-// first eight bytes are 2^59 or more is no entry (decodeEntry).
+// first eight bytes are 2^59 or more is no entry (decodeEntry): taken for
+// one, it would move the revision to 10^18 or more, which this check does
+// not take either.
 const registryRevLua = pastLua + `
 local function revision()
   local ok, cur = pcall(redis.call, 'GET', KEYS[2])

@@ -1086,7 +1086,8 @@ func TestRedisForgetDropsADeletedTenant(t *testing.T) {
 
 // TestRedisForeignRegistryValue: a registry value another program wrote
 // (text: its first eight bytes read as a revision of 2^59 or more) is no
-// entry to Get as to List, and a swap from none replaces it. Before, Get
+// entry to Get as to List, a swap from none replaces it and a Delete
+// removes it (before, it reported none and left it). Before, Get
 // returned it as an entry with that revision, and a reader keeping the
 // highest revision it saw (Discord's manifests) missed every later change
 // until a restart.
@@ -1094,7 +1095,7 @@ func TestRedisForeignRegistryValue(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := redisConfig(srv)
 	s, ctx := opener(t, cfg)(nil), t.Context()
-	if err := srv.Client(t).HSet(ctx, cfg.RedisPrefix+"registry:{ns}", "k", "another program's value").Err(); err != nil {
+	if err := srv.Client(t).HSet(ctx, cfg.RedisPrefix+"registry:{ns}", "k", "another program's value", "k2", "another").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if e, ok, err := s.Registry().Get(ctx, "ns", "k"); err != nil || ok {
@@ -1108,6 +1109,13 @@ func TestRedisForeignRegistryValue(t *testing.T) {
 	}
 	if e, ok, err := s.Registry().Get(ctx, "ns", "k"); err != nil || !ok || string(e.Value) != "v" || e.Rev >= 1<<59 {
 		t.Fatalf("get after the swap: %+v, %v, %v; want v at a revision below 2^59", e, ok, err)
+	}
+	// An admin can remove one: it is there to Delete.
+	if ok, err := s.Registry().Delete(ctx, "ns", "k2"); err != nil || !ok {
+		t.Fatalf("delete of a foreign value: %v, %v; want deleted", ok, err)
+	}
+	if n, err := srv.Client(t).HExists(ctx, cfg.RedisPrefix+"registry:{ns}", "k2").Result(); err != nil || n {
+		t.Fatalf("foreign value still stored after its deletion: %v, %v", n, err)
 	}
 }
 

@@ -335,11 +335,11 @@ type Registry interface {
 	// Put stores value under key and returns the namespace's new revision.
 	Put(ctx context.Context, namespace, key string, value []byte) (rev uint64, err error)
 	// Get returns the entry under key; a value that is no entry (as List
-	// passes over) is none, which Put, Delete and CompareAndSwap take it
-	// for too.
+	// passes over) is none, which Put and CompareAndSwap take it for too.
 	Get(ctx context.Context, namespace, key string) (e Entry, ok bool, err error)
-	// Delete removes key, reporting whether it was there. A removal bumps
-	// the namespace's revision.
+	// Delete removes key, reporting whether it was there, a value that is
+	// no entry too (so an admin can remove it). A removal bumps the
+	// namespace's revision.
 	Delete(ctx context.Context, namespace, key string) (deleted bool, err error)
 	// List returns every entry of namespace sorted by key, and the
 	// namespace's revision (0 for a namespace never written). It passes
@@ -875,7 +875,8 @@ func (ls localLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 
 // regWrite is one registry change, and the single statement of when Put,
 // Delete and CompareAndSwap make one: Put always, Delete when key is
-// present, CompareAndSwap when the stored value is old (nil: absent). A
+// present (a value that is no entry too, which the others take for none),
+// CompareAndSwap when the stored value is old (nil: absent). A
 // change bumps the namespace's revision and then stores value under key,
 // or removes key when del is set. The redis backend's registryWriteScript
 // mirrors it.
