@@ -258,7 +258,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 				}
 			}
 			c := slashFromFields(fields.Get)
-			text, err := p.ingestCommand(withIntake(ctx, routeCommands, []byte(fields.Encode()), received, ""), &c, received)
+			text, err := p.command(ctx, []byte(fields.Encode()), &c, received)
 			var payload any
 			if text != "" {
 				payload = map[string]string{"response_type": "ephemeral", "text": text}
