@@ -1614,6 +1614,35 @@ func TestIntakeReservesAtMostItsBound(t *testing.T) {
 	}
 }
 
+// TestIntakeUnheldChatsShareOneShare: the chats no tenant holds (reached
+// by author link) count together, as one tenant's: before the intake is
+// half full they may take that half, then no more; a tenant's own chats
+// still take their share of the other half.
+func TestIntakeUnheldChatsShareOneShare(t *testing.T) {
+	in := &intake{pending: map[string]int{}, held: map[string]string{}, reserved: map[string]int{}, tenantOf: func(chat string) string {
+		if strings.HasPrefix(chat, "T0OWN/") {
+			return "t1"
+		}
+		return ""
+	}}
+	for i := range intakeMaxHeld / 2 {
+		if !in.reserve(fmt.Sprintf("T%d/C1", i), true) {
+			t.Fatalf("unheld place %d refused, want it taken", i)
+		}
+	}
+	if in.reserve("T0NEW/C1", true) {
+		t.Fatal("an unheld chat's place past the half taken, want it refused")
+	}
+	for i := range intakeTenantShare {
+		if !in.reserve(fmt.Sprintf("T0OWN/C%d", i), true) {
+			t.Fatalf("t1's place %d refused, want it taken", i)
+		}
+	}
+	if in.reserve("T0OWN/C0", true) {
+		t.Fatal("t1's place past its share taken, want it refused")
+	}
+}
+
 // TestSweepTakesNoEntryBehindOneItCouldNotTake: a chat's first entry is
 // claimed by another instance, alive, and its second is unclaimed. A
 // sweep takes neither: the second waits for the first (taken with it once
