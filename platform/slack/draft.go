@@ -31,8 +31,10 @@ import (
 // read at the next. Frames of one stream on one instance run one at a
 // time; a first frame and a seal hold a claim while they are sent
 // (claimFrame), so a copy reaching another instance meanwhile waits for
-// it, never opening a second message. A record written for an earlier
-// tenant of its tenant's id (earlierRecord) is none.
+// it, never opening a second message; later frames hold none, so two
+// instances racing on one may append it twice or fail it. A record
+// written for an earlier tenant of its tenant's id (earlierRecord) is
+// none.
 
 // streamTTL is how long a stream's record lasts after its last frame, and
 // a seal's (so a repeated seal answers the same message). Slack ends a

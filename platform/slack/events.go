@@ -183,7 +183,7 @@ func (p *Platform) serveCommands(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed command", http.StatusBadRequest)
 		return
 	}
-	text, err := p.ingestCommand(withIntake(r.Context(), routeCommands, body, received, ""), &c, received)
+	text, err := p.command(r.Context(), body, &c, received)
 	if err != nil || text == "" {
 		p.answer(w, err, "slash command")
 		return

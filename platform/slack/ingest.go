@@ -355,6 +355,18 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	return "Running `" + c.Command + "`…", nil
 }
 
+// command ingests slash command c, body as its route's, and returns the
+// ephemeral text to answer it with. One the intake has no room for
+// (platform.ErrBusy), which Slack does not send again, is answered so that
+// its user sends it again.
+func (p *Platform) command(ctx context.Context, body []byte, c *slashCommand, received time.Time) (string, error) {
+	text, err := p.ingestCommand(withIntake(ctx, routeCommands, body, received, ""), c, received)
+	if errors.Is(err, platform.ErrBusy) {
+		return "Too busy to run `" + c.Command + "` now; send it again in a moment.", nil
+	}
+	return text, err
+}
+
 // ingestPress handles a prompt button press: delivered as a
 // prompt_response from the user who pressed, once per prompt message, to
 // the tenant that posted the prompt (memory.promptOwnerOf), never by the

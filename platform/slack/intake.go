@@ -316,7 +316,7 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 		return errNotRunning
 	}
 	if !p.intake.reserve(chat, r.rec.Route == routeEvents) {
-		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request answered 503", "tenant", p.chatTenant(chat))
+		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request not taken", "tenant", p.chatTenant(chat))
 		return platform.ErrBusy
 	}
 	defer p.intake.unreserve(chat)

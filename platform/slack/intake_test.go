@@ -1533,6 +1533,39 @@ func TestIntakeHoldsAtMostATenantsShare(t *testing.T) {
 	}
 }
 
+// TestSlashCommandPastTheFullIntakeAnsweredBusy: a slash command the full
+// intake has no room for, which Slack does not send again, is answered
+// 200 with an ephemeral "send it again", not 503 (Slack's dispatch error);
+// it is not delivered. Before, it was answered 503.
+func TestSlashCommandPastTheFullIntakeAnsweredBusy(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	command := func(n int) (int, string) {
+		return e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/status", fmt.Sprint(n), ""))
+	}
+	for n := 1; n < intakeMaxHeld; n++ {
+		if code, body := command(n); code != http.StatusOK || !strings.Contains(body, "Running") {
+			t.Fatalf("slash command %d answered %d %q, want it taken", n, code, body)
+		}
+	}
+	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
+		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
+	}
+	code, body := command(intakeMaxHeld)
+	if code != http.StatusOK || !strings.Contains(body, "ephemeral") || !strings.Contains(body, "send it again") {
+		t.Fatalf("slash command past the full intake answered %d %q, want 200 and an ephemeral send it again", code, body)
+	}
+	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
+		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
+	}
+}
+
 // TestIntakeShareIsTheChatHoldersNotItsWorkspaces: #ops, in t1's
 // workspace, is bound to t3, whose stalled chat fills half the intake;
 // t1's message with a stalled file in #general is still taken. Before,
@@ -1578,6 +1611,35 @@ func TestIntakeReservesAtMostItsBound(t *testing.T) {
 	in.unreserve("T0/C1")
 	if !in.reserve("T0NEW/C1", true) {
 		t.Fatal("a place given back refused, want it taken")
+	}
+}
+
+// TestIntakeUnheldChatsShareOneShare: the chats no tenant holds (reached
+// by author link) count together, as one tenant's: before the intake is
+// half full they may take that half, then no more; a tenant's own chats
+// still take their share of the other half.
+func TestIntakeUnheldChatsShareOneShare(t *testing.T) {
+	in := &intake{pending: map[string]int{}, held: map[string]string{}, reserved: map[string]int{}, tenantOf: func(chat string) string {
+		if strings.HasPrefix(chat, "T0OWN/") {
+			return "t1"
+		}
+		return ""
+	}}
+	for i := range intakeMaxHeld / 2 {
+		if !in.reserve(fmt.Sprintf("T%d/C1", i), true) {
+			t.Fatalf("unheld place %d refused, want it taken", i)
+		}
+	}
+	if in.reserve("T0NEW/C1", true) {
+		t.Fatal("an unheld chat's place past the half taken, want it refused")
+	}
+	for i := range intakeTenantShare {
+		if !in.reserve(fmt.Sprintf("T0OWN/C%d", i), true) {
+			t.Fatalf("t1's place %d refused, want it taken", i)
+		}
+	}
+	if in.reserve("T0OWN/C0", true) {
+		t.Fatal("t1's place past its share taken, want it refused")
 	}
 }
 

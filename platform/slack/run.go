@@ -181,6 +181,11 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 		p.setStatus(platform.Status{Ready: true, Detail: "socket mode connected"})
 		return
 	case socketmode.EventTypeEventsAPI, socketmode.EventTypeInteractive, socketmode.EventTypeSlashCommand:
+	case socketmode.EventTypeErrorBadMessage:
+		// A payload the client could not read: counted as the HTTP routes
+		// count a body they answer 400, and as that, not acknowledged.
+		p.drop(dropMalformed, "")
+		return
 	default:
 		return
 	}
@@ -208,6 +213,11 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 	case socketmode.EventTypeEventsAPI:
 		var env envelope
 		if err := decodeEnvelope(req.Payload, &env); err != nil || env.Type != "event_callback" {
+			drop := dropUnsupported // as the HTTP route counts it
+			if err != nil {
+				drop = dropMalformed
+			}
+			p.drop(drop, "")
 			ack(nil, nil)
 			return
 		}
@@ -232,21 +242,15 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 		}
 	case socketmode.EventTypeInteractive:
 		p.beside(func() {
-			var ic slack.InteractionCallback
-			if json.Unmarshal(req.Payload, &ic) != nil {
-				ack(nil, nil)
-				return
-			}
+			var ic slack.InteractionCallback // the client read it (else EventTypeErrorBadMessage)
+			_ = json.Unmarshal(req.Payload, &ic)
 			body := url.Values{"payload": {string(req.Payload)}}.Encode() // as the HTTP route's
 			ack(p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received), nil)
 		})
 	case socketmode.EventTypeSlashCommand:
 		p.beside(func() {
-			var form map[string]any
-			if json.Unmarshal(req.Payload, &form) != nil {
-				ack(nil, nil)
-				return
-			}
+			var form map[string]any // an object: the client read it as one (else EventTypeErrorBadMessage)
+			_ = json.Unmarshal(req.Payload, &form)
 			fields := url.Values{} // as the HTTP route's body
 			for k, v := range form {
 				if s, ok := v.(string); ok {
@@ -254,7 +258,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 				}
 			}
 			c := slashFromFields(fields.Get)
-			text, err := p.ingestCommand(withIntake(ctx, routeCommands, []byte(fields.Encode()), received, ""), &c, received)
+			text, err := p.command(ctx, []byte(fields.Encode()), &c, received)
 			var payload any
 			if text != "" {
 				payload = map[string]string{"response_type": "ephemeral", "text": text}

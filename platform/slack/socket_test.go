@@ -309,3 +309,46 @@ func TestSocketModeRecoversFromA404(t *testing.T) {
 		t.Fatalf("status %+v, want it not terminal", st)
 	}
 }
+
+// TestSocketModeMalformedCountedAsOnHTTP: a Socket Mode envelope whose
+// payload does not read is counted dropped as the HTTP routes count a body
+// they answer 400 (malformed): an interactive or slash command payload the
+// socketmode client cannot parse (left unacknowledged, as the HTTP 400 is
+// no 200), an events_api payload with no type; one of a type the route
+// does not take is unsupported, as there.
+func TestSocketModeMalformedCountedAsOnHTTP(t *testing.T) {
+	m := &drops{got: map[string]int{}}
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnv(t, socket, &platform.Deps{Metrics: m})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	var unread []string
+	for _, kind := range []string{"interactive", "slash_commands"} {
+		id, err := e.fake.PushEvent(ctx, kind, []byte(`[1]`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		unread = append(unread, id)
+	}
+	for _, payload := range []string{`{}`, `{"type":"team_migration_started"}`} {
+		id, err := e.fake.PushEvent(ctx, "events_api", []byte(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.fake.WaitAck(ctx, id); err != nil {
+			t.Fatalf("events_api %s not acknowledged: %v", payload, err)
+		}
+	}
+	platformtest.WaitUntil(t, "three envelopes counted malformed and one unsupported", func() bool {
+		return m.count(dropMalformed) == 3 && m.count(dropUnsupported) == 1
+	})
+	for _, id := range unread {
+		if e.fake.Acked(id) {
+			t.Fatalf("unreadable envelope %s acknowledged", id)
+		}
+	}
+	e.sink.Empty(t)
+}
