@@ -155,7 +155,8 @@ type Route struct {
 const DropPrincipal = "principal"
 
 // Route resolves user's message in c by rules 1 to 3. ok is false when
-// none places it and the platform's fallback decides (rule 4).
+// none places it and the platform's fallback decides (rule 4); r is
+// then the zero Route, which callers rely on.
 func (o *Ownership) Route(user string, c Chat) (r Route, ok bool) {
 	if owner, ok := o.Owner(c); ok {
 		return Route{Tenant: owner, Owner: o.Linked(user, owner)}, true
