@@ -26,8 +26,9 @@ import (
 // owns in Config.Guilds; only DMTenant's goes global, with contexts
 // [BOT_DM]. A guild is reconciled (GET, compare, bulk PUT when it differs)
 // only once the Gateway delivered it in the current session, so a guild
-// the bot is not in draws no 403. It is best effort and never touches a
-// handshake.
+// the bot is not in draws no 403. It is best effort: a failure is logged
+// per scope and retried on the next manifest or GUILD_CREATE, and never
+// touches a handshake.
 //
 // With several instances the manifests live in the store (Registry
 // namespace discord/commands, one entry per tenant with the creation time
