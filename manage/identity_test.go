@@ -70,7 +70,7 @@ func TestIdentityToken(t *testing.T) {
 	valid := portalToken(t, key, "a", "gw-a", later)
 	out := r.post(t, valid, "/manage/link", `{"instanceId":"gw-b"}`, http.StatusOK)
 	code, _ := out["code"].(string)
-	if tenant, err := r.h.Link(context.Background(), "telegram", "71", code); err != nil || tenant != "a" {
+	if tenant, _, err := r.h.Link(context.Background(), "telegram", "71", code); err != nil || tenant != "a" {
 		t.Fatalf("a code issued for an identity token links to %q, %v; want tenant a", tenant, err)
 	}
 	r.post(t, valid, "/manage/scope", `{"platform":"telegram","channelId":"-1001"}`, http.StatusOK)

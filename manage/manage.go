@@ -375,8 +375,8 @@ func (h *Handler) deprovision(ctx context.Context, c caller, _ *Request) ([]any,
 
 // Link implements platform.Linker: it redeems code for (platformName,
 // userID), logging and counting the outcome (never the code).
-func (h *Handler) Link(ctx context.Context, platformName, userID, code string) (string, error) {
-	tenant, err := h.cfg.Registry.RedeemLinkCode(ctx, platformName, userID, code)
+func (h *Handler) Link(ctx context.Context, platformName, userID, code string) (string, time.Time, error) {
+	tenant, created, err := h.cfg.Registry.RedeemLinkCode(ctx, platformName, userID, code)
 	if errors.Is(err, registry.ErrNotFound) {
 		err = platform.ErrLinkRefused
 	}
@@ -388,5 +388,5 @@ func (h *Handler) Link(ctx context.Context, platformName, userID, code string) (
 		outcome = "error"
 	}
 	h.rec.Record(ctx, "link_redeem", outcome, logged, "platform", platformName, "user_id", userID, "tenant", tenant)
-	return tenant, err
+	return tenant, created, err
 }

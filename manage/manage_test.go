@@ -112,11 +112,11 @@ func TestRoutes(t *testing.T) {
 	if strings.Contains(r.logs.String(), code) {
 		t.Fatal("the log shows a link code")
 	}
-	tenant, err := r.h.Link(context.Background(), "discord", "71", code)
+	tenant, _, err := r.h.Link(context.Background(), "discord", "71", code)
 	if err != nil || tenant != "a" {
 		t.Fatalf("Link: %q %v (the body's instanceId must be ignored)", tenant, err)
 	}
-	if _, err := r.h.Link(context.Background(), "discord", "72", code); !errors.Is(err, platform.ErrLinkRefused) {
+	if _, _, err := r.h.Link(context.Background(), "discord", "72", code); !errors.Is(err, platform.ErrLinkRefused) {
 		t.Fatalf("second Link: %v", err)
 	}
 	r.post(t, "gw-a", "/manage/link", `{"ttlSeconds":7200}`, http.StatusBadRequest)

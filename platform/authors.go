@@ -266,9 +266,10 @@ func (g *Grants) PromptedByEarlier(ctx context.Context, chat, message, tenant st
 // tenant that issued the code. The user id is the platform's own, off the
 // observed DM, never anything a gateway said.
 type Linker interface {
-	// Link returns the tenant the user is now linked to, or an error
-	// (unknown, used or expired code; the store unreachable).
-	Link(ctx context.Context, platform, userID, code string) (tenant string, err error)
+	// Link returns the tenant the user is now linked to and the creation
+	// of it that issued the code (zero: unknown), or an error (unknown,
+	// used or expired code; the store unreachable).
+	Link(ctx context.Context, platform, userID, code string) (tenant string, created time.Time, err error)
 }
 
 // ErrLinkRefused is a Linker's answer to an unknown, used or expired
@@ -286,9 +287,10 @@ const (
 // d.Linker and returns the reply to send in the DM. It counts the consumed
 // DM (Metrics.Dropped: link_consumed, link_refused or link_failed), logs a
 // failure other than a refused code, and on success calls grant with the
-// tenant the user is now linked to.
+// tenant the user is now linked to, unless that tenant was made again
+// since it issued the code: the new tenant of the id is granted nothing.
 func (d *Deps) RedeemLink(ctx context.Context, name, user, code string, grant func(tenant string)) string {
-	tenant, err := d.Linker.Link(ctx, name, user, code)
+	tenant, created, err := d.Linker.Link(ctx, name, user, code)
 	reply, reason := LinkedReply, "link_consumed"
 	switch {
 	case errors.Is(err, ErrLinkRefused):
@@ -296,7 +298,7 @@ func (d *Deps) RedeemLink(ctx context.Context, name, user, code string, grant fu
 	case err != nil:
 		reply, reason = LinkErrorReply, "link_failed"
 		d.Log.Warn(name+" /link not redeemed", "user_id", user, "err", err)
-	default:
+	case created.IsZero() || !vault.Earlier(d.Vault, tenant, created):
 		grant(tenant)
 	}
 	d.Metrics.Dropped(name, reason)

@@ -78,7 +78,7 @@ type Egress[P Platform, T any] struct {
 }
 
 // Execute performs action a for tenant on p through e, after the checks
-// of docs/contract.md ("Checks, in order", 4 to 8): the target named
+// of docs/contract.md ("Checks, in order", 2 and 4 to 8): the target named
 // (MissingTarget), the op in e.Ops (Unsupported), the chat_id a chat of p
 // (e.Chat), tenant allowed there (Authorize), in a chat held by grant an
 // edit or delete of a message posted there for tenant, a thread_rename of
@@ -156,8 +156,10 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 }
 
 // namingOps are the ops that act on the message their action's message_id
-// names, which they may answer (Execute marks nothing for them); another
-// op's message_id is stray, and its answer a message it posted.
+// names, which they may answer (Execute marks nothing for them: a Discord
+// thread started from a message has its id, which the action may have
+// spelled otherwise); another op's message_id is stray, and its answer a
+// message it posted.
 var namingOps = []string{contract.OpEdit, contract.OpDelete, contract.OpReact, contract.OpThreadCreate, contract.OpThreadRename}
 
 // Unsupported is the result of an op outside platform name's table.

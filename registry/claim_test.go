@@ -416,7 +416,7 @@ func TestTenantBindingBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.RedeemLinkCode(ctx, "telegram", "55", code); !errors.Is(err, registry.ErrLimit) {
+	if _, _, err := r.RedeemLinkCode(ctx, "telegram", "55", code); !errors.Is(err, registry.ErrLimit) {
 		t.Fatalf("a link past the bound: %v, want ErrLimit", err)
 	}
 	if n := stored("a"); n != registry.MaxTenantBindings {
@@ -425,7 +425,7 @@ func TestTenantBindingBound(t *testing.T) {
 	if err := r.Unbind(ctx, over[0]); err != nil {
 		t.Fatal(err)
 	}
-	if tenant, err := r.RedeemLinkCode(ctx, "telegram", "55", code); err != nil || tenant != "a" {
+	if tenant, _, err := r.RedeemLinkCode(ctx, "telegram", "55", code); err != nil || tenant != "a" {
 		t.Fatalf("the refused code, redeemed below the bound: %q, %v", tenant, err)
 	}
 }
@@ -944,7 +944,7 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 	link := func(user string) error {
 		code, _, err := one.IssueLinkCode(ctx, "a", "gw", "telegram", 0)
 		if err == nil {
-			_, err = one.RedeemLinkCode(ctx, "telegram", user, code)
+			_, _, err = one.RedeemLinkCode(ctx, "telegram", user, code)
 		}
 		return err
 	}

@@ -363,13 +363,13 @@ func TestDeleteTenantEndsItsTokens(t *testing.T) {
 	if _, err := r.Enroll(ctx, "acme", tok, "gw1", ""); !errors.Is(err, registry.ErrEnrollToken) {
 		t.Errorf("the deleted tenant's enrollment token, redeemed for the tenant made again: %v, want ErrEnrollToken", err)
 	}
-	if tenant, err := r.RedeemLinkCode(ctx, "discord", "71", code); !errors.Is(err, registry.ErrNotFound) {
+	if tenant, _, err := r.RedeemLinkCode(ctx, "discord", "71", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Errorf("the deleted tenant's link code: linked to %q, %v; want ErrNotFound", tenant, err)
 	}
 	if _, err := r.Enroll(ctx, "other", otherTok, "gw2", ""); err != nil {
 		t.Errorf("another tenant's enrollment token: %v", err)
 	}
-	if tenant, err := r.RedeemLinkCode(ctx, "discord", "72", otherCode); err != nil || tenant != "other" {
+	if tenant, _, err := r.RedeemLinkCode(ctx, "discord", "72", otherCode); err != nil || tenant != "other" {
 		t.Errorf("another tenant's link code: %q, %v", tenant, err)
 	}
 }

@@ -82,6 +82,8 @@ type linkCode struct {
 	Gateway  string    `json:"gateway"`
 	Platform string    `json:"platform,omitempty"`
 	Expires  time.Time `json:"expires"`
+	// Created is the issuing tenant's creation (Tenant.Created).
+	Created time.Time `json:"created,omitzero"`
 	// Redeemed, once the code is spent, is the key of the link it made:
 	// the entry stays, redeemable no more, until it would have expired.
 	Redeemed string `json:"redeemed,omitempty"`
@@ -120,7 +122,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 		return "", time.Time{}, fmt.Errorf("%w: %d link codes of this tenant are outstanding; redeem or let them expire", ErrLimit, live)
 	}
 	code := newLinkCode()
-	c := linkCode{Hash: tokenKey(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl)}
+	c := linkCode{Hash: tokenKey(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl), Created: t.Created}
 	if err := r.put(ctx, tenant, t.Gen, nsLinkCodes, c.Hash, c, true); err != nil {
 		return "", time.Time{}, err
 	}
@@ -128,7 +130,8 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 }
 
 // RedeemLinkCode consumes code and links (platformName, user) to the
-// tenant that issued it, which it returns. A code is redeemed once: of
+// tenant that issued it, which it returns with that tenant's creation
+// (zero for a declared tenant, or a code issued before codes kept it). A code is redeemed once: of
 // concurrent redeemers (on any instance) one wins; the user it was spent
 // for sending it again is answered so, and linked when its link is
 // missing (the redemption that spent it failed, or its instance stopped,
@@ -142,33 +145,33 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 // by then, a deprovision of the tenant (DropManaged, which removes the
 // codes before the links), on any instance, ran meanwhile, and the link
 // written is taken back: no link outlives it.
-func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code string) (string, error) {
+func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code string) (string, time.Time, error) {
 	norm, ok := NormalizeLinkCode(code)
 	if !ok {
-		return "", ErrNotFound
+		return "", time.Time{}, ErrNotFound
 	}
 	want := tokenKey(norm)
 	var c linkCode
 	raw, ok, err := r.getRaw(ctx, nsLinkCodes, want, &c)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	} else if !ok || subtle.ConstantTimeCompare([]byte(c.Hash), []byte(want)) != 1 {
-		return "", ErrNotFound
+		return "", time.Time{}, ErrNotFound
 	}
 	if c.Platform != "" && c.Platform != platformName {
-		return "", ErrNotFound
+		return "", time.Time{}, ErrNotFound
 	}
 	if !r.clock.Now().Before(c.Expires) {
 		_, err := r.kv.Delete(ctx, nsLinkCodes, want)
-		return "", cmp.Or(err, ErrNotFound)
+		return "", time.Time{}, cmp.Or(err, ErrNotFound)
 	}
 	b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindUser, ID: user, Tenant: c.Tenant})
 	if err != nil || c.Redeemed != "" && c.Redeemed != b.key() {
-		return "", cmp.Or(err, ErrNotFound)
+		return "", time.Time{}, cmp.Or(err, ErrNotFound)
 	}
 	release, err := r.reserve(ctx, c.Tenant, b)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	defer release()
 	// Consume, link and look again on a context the request does not
@@ -181,19 +184,19 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 		c.Redeemed = b.key()
 		value, err := json.Marshal(c)
 		if err != nil {
-			return "", err
+			return "", time.Time{}, err
 		}
 		if consumed, err := r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value); err != nil {
-			return "", err
+			return "", time.Time{}, err
 		} else if !consumed { // another redemption's: the same user's resend goes on
 			if ok, err := r.spentFor(ctx, want, b); err != nil || !ok {
-				return "", cmp.Or(err, ErrNotFound)
+				return "", time.Time{}, cmp.Or(err, ErrNotFound)
 			}
 		}
 	}
 	link, err := r.bind(ctx, b, nil)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	if ok, err := r.spentFor(ctx, want, b); err != nil || !ok {
 		if link != nil { // the code went meanwhile (a deprovision): so does the link this wrote
@@ -201,9 +204,9 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 			r.notify(ctx)
 			err = cmp.Or(err, uerr)
 		}
-		return "", cmp.Or(err, ErrNotFound)
+		return "", time.Time{}, cmp.Or(err, ErrNotFound)
 	}
-	return c.Tenant, nil
+	return c.Tenant, c.Created, nil
 }
 
 // spentFor reports whether link code want is stored spent for b.

@@ -36,6 +36,7 @@ func bindingsOf(s registry.State, tenant, kind string) []string {
 func TestLinkCodes(t *testing.T) {
 	ctx := context.Background()
 	r, c := newRegistry(t)
+	made := c.Now()
 	for _, id := range []string{"a", "b"} {
 		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
 			t.Fatal(err)
@@ -50,16 +51,16 @@ func TestLinkCodes(t *testing.T) {
 	}
 	// A user may type it in lower case with a hyphen.
 	typed := code[:5] + "-" + code[5:]
-	tenant, err := r.RedeemLinkCode(ctx, "discord", "71", " "+typed)
-	if err != nil || tenant != "a" {
-		t.Fatalf("redeem: %q, %v", tenant, err)
+	tenant, created, err := r.RedeemLinkCode(ctx, "discord", "71", " "+typed)
+	if err != nil || tenant != "a" || !created.Equal(made) {
+		t.Fatalf("redeem: %q of %v, %v; want a of %v (its creation)", tenant, created, err, made)
 	}
-	if _, err := r.RedeemLinkCode(ctx, "discord", "72", code); !errors.Is(err, registry.ErrNotFound) {
+	if _, _, err := r.RedeemLinkCode(ctx, "discord", "72", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("second redeem: %v, want ErrNotFound", err)
 	}
 	// The user it linked sending it again (a resend, a retry after a lost
 	// answer) is answered linked, as the first time.
-	if tenant, err := r.RedeemLinkCode(ctx, "discord", "71", code); err != nil || tenant != "a" {
+	if tenant, _, err := r.RedeemLinkCode(ctx, "discord", "71", code); err != nil || tenant != "a" {
 		t.Fatalf("the linked user's redeem again: %q, %v; want a", tenant, err)
 	}
 	s, _ := effective(t, r)
@@ -69,20 +70,20 @@ func TestLinkCodes(t *testing.T) {
 
 	// The same user may also link to b.
 	code, _, _ = r.IssueLinkCode(ctx, "b", "gw-b", "telegram", time.Minute)
-	if _, err := r.RedeemLinkCode(ctx, "discord", "71", code); !errors.Is(err, registry.ErrNotFound) {
+	if _, _, err := r.RedeemLinkCode(ctx, "discord", "71", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("a telegram code redeemed on discord: %v", err)
 	}
-	if tenant, err := r.RedeemLinkCode(ctx, "telegram", "71", code); err != nil || tenant != "b" {
+	if tenant, _, err := r.RedeemLinkCode(ctx, "telegram", "71", code); err != nil || tenant != "b" {
 		t.Fatalf("redeem on telegram: %q, %v", tenant, err)
 	}
 
 	code, _, _ = r.IssueLinkCode(ctx, "b", "gw-b", "", time.Minute)
 	c.Advance(time.Minute)
-	if _, err := r.RedeemLinkCode(ctx, "discord", "73", code); !errors.Is(err, registry.ErrNotFound) {
+	if _, _, err := r.RedeemLinkCode(ctx, "discord", "73", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("expired code: %v", err)
 	}
 	for _, bad := range []string{"", "short", "0000000000", "ABCDEFGHJK!", string(make([]byte, 1000))} {
-		if _, err := r.RedeemLinkCode(ctx, "discord", "74", bad); !errors.Is(err, registry.ErrNotFound) {
+		if _, _, err := r.RedeemLinkCode(ctx, "discord", "74", bad); !errors.Is(err, registry.ErrNotFound) {
 			t.Fatalf("code %q: %v", bad, err)
 		}
 	}
@@ -220,7 +221,7 @@ func TestLinkCodeSingleUseAcrossInstances(t *testing.T) {
 		for i, r := range []*registry.Registry{one, two, one, two} {
 			wg.Go(func() {
 				user := strconv.Itoa(1000*round + i)
-				if _, err := r.RedeemLinkCode(ctx, "discord", user, code); err == nil {
+				if _, _, err := r.RedeemLinkCode(ctx, "discord", user, code); err == nil {
 					wins.Add(1)
 				} else if !errors.Is(err, registry.ErrNotFound) {
 					t.Errorf("redeem: %v", err)
@@ -257,10 +258,10 @@ func TestSameUserRedeemingTwiceStaysLinkedOnRedis(t *testing.T) {
 	var twoErr error
 	hooked.before = func(op, namespace, _ string) {
 		if (op == "cas" || op == "delete") && namespace == "registry/linkcodes" && raced.CompareAndSwap(false, true) {
-			twoTenant, twoErr = two.RedeemLinkCode(ctx, "telegram", "42", code)
+			twoTenant, _, twoErr = two.RedeemLinkCode(ctx, "telegram", "42", code)
 		}
 	}
-	oneTenant, oneErr := one.RedeemLinkCode(ctx, "telegram", "42", code)
+	oneTenant, _, oneErr := one.RedeemLinkCode(ctx, "telegram", "42", code)
 	hooked.before = nil
 	if !raced.Load() {
 		t.Fatal("the hook never ran: instance one consumed no code")
@@ -272,7 +273,7 @@ func TestSameUserRedeemingTwiceStaysLinkedOnRedis(t *testing.T) {
 	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"telegram:42"}) {
 		t.Fatalf("links of a after both succeeded: %q, want telegram:42", got)
 	}
-	if _, err := two.RedeemLinkCode(ctx, "telegram", "43", code); !errors.Is(err, registry.ErrNotFound) {
+	if _, _, err := two.RedeemLinkCode(ctx, "telegram", "43", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("another user's redemption of the spent code: %v, want ErrNotFound", err)
 	}
 }
@@ -302,11 +303,11 @@ func TestSpentCodeOutlivesAnotherIssueOnRedis(t *testing.T) {
 	var twoErr, issueErr error
 	hooked.before = func(op, namespace, _ string) {
 		if op == "cas" && namespace == "registry/linkcodes" && raced.CompareAndSwap(false, true) {
-			twoTenant, twoErr = two.RedeemLinkCode(ctx, "telegram", "42", code)
+			twoTenant, _, twoErr = two.RedeemLinkCode(ctx, "telegram", "42", code)
 			_, _, issueErr = two.IssueLinkCode(ctx, "b", "gw-b", "", 0)
 		}
 	}
-	oneTenant, oneErr := one.RedeemLinkCode(ctx, "telegram", "42", code)
+	oneTenant, _, oneErr := one.RedeemLinkCode(ctx, "telegram", "42", code)
 	hooked.before = nil
 	if !raced.Load() {
 		t.Fatal("the hook never ran: instance one consumed no code")
@@ -338,13 +339,13 @@ func TestResentCodeDoesNotUndoAnUnlinkOnRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := one.RedeemLinkCode(ctx, "telegram", "42", code); err != nil {
+	if _, _, err := one.RedeemLinkCode(ctx, "telegram", "42", code); err != nil {
 		t.Fatal(err)
 	}
 	if err := two.Unbind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindUser, ID: "42", Tenant: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := one.RedeemLinkCode(ctx, "telegram", "42", code); !errors.Is(err, registry.ErrNotFound) {
+	if _, _, err := one.RedeemLinkCode(ctx, "telegram", "42", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("the unlinked user's resend of the spent code: %v, want ErrNotFound", err)
 	}
 	s, _ := effective(t, one)
@@ -378,7 +379,7 @@ func TestRedeemRacesAnUnbindOnRedis(t *testing.T) {
 					}
 				}
 			}
-			_, err = one.RedeemLinkCode(ctx, "telegram", "4001", code)
+			_, _, err = one.RedeemLinkCode(ctx, "telegram", "4001", code)
 			hooked.after = nil
 			if !raced {
 				t.Fatal("the hook never ran")
@@ -409,7 +410,7 @@ func TestSpentCodesAreNotOutstanding(t *testing.T) {
 		if err != nil {
 			t.Fatalf("code %d, the earlier ones redeemed: %v", i, err)
 		}
-		if _, err := r.RedeemLinkCode(ctx, "telegram", strconv.Itoa(i+1), code); err != nil {
+		if _, _, err := r.RedeemLinkCode(ctx, "telegram", strconv.Itoa(i+1), code); err != nil {
 			t.Fatalf("redeem code %d: %v", i, err)
 		}
 	}
@@ -518,7 +519,7 @@ func TestRedeemRacesADeprovisionOnRedis(t *testing.T) {
 			} else {
 				hooked.after = hook
 			}
-			_, err = one.RedeemLinkCode(ctx, "telegram", "4001", code)
+			_, _, err = one.RedeemLinkCode(ctx, "telegram", "4001", code)
 			if !raced {
 				t.Fatal("the hook never ran")
 			}
@@ -555,9 +556,9 @@ func TestRedeemGivenUpAfterTheLinkOnRedis(t *testing.T) {
 			cancel()
 		}
 	}
-	_, first := one.RedeemLinkCode(ctx, "telegram", "4101", code)
+	_, _, first := one.RedeemLinkCode(ctx, "telegram", "4101", code)
 	hooked.after = nil
-	_, second := one.RedeemLinkCode(bg, "telegram", "4102", code)
+	_, _, second := one.RedeemLinkCode(bg, "telegram", "4102", code)
 	s, err := one.Stored(bg)
 	if err != nil {
 		t.Fatal(err)
@@ -809,11 +810,11 @@ func TestRedeemCodeInFlightIsNotAnotherUsersOnRedis(t *testing.T) {
 	var twoErr, otherErr error
 	hooked.before = func(op, namespace, _ string) {
 		if op == "cas" && namespace == "registry/bindings" && raced.CompareAndSwap(false, true) {
-			_, twoErr = two.RedeemLinkCode(ctx, "telegram", "4601", codes[1])
-			_, otherErr = two.RedeemLinkCode(ctx, "telegram", "4602", codes[0])
+			_, _, twoErr = two.RedeemLinkCode(ctx, "telegram", "4601", codes[1])
+			_, _, otherErr = two.RedeemLinkCode(ctx, "telegram", "4602", codes[0])
 		}
 	}
-	_, oneErr := one.RedeemLinkCode(ctx, "telegram", "4601", codes[0])
+	_, _, oneErr := one.RedeemLinkCode(ctx, "telegram", "4601", codes[0])
 	hooked.before = nil
 	if !raced.Load() {
 		t.Fatal("the hook never ran: instance one wrote no link")
@@ -859,13 +860,13 @@ func TestRedeemTakesBackItsOwnLinkOnlyOnRedis(t *testing.T) {
 		}
 		again, _, err := two.IssueLinkCode(ctx, "a", "gw-b", "", 0)
 		if err == nil {
-			_, err = two.RedeemLinkCode(ctx, "telegram", "4901", again)
+			_, _, err = two.RedeemLinkCode(ctx, "telegram", "4901", again)
 		}
 		if err != nil {
 			t.Errorf("the user's redemption of a new code meanwhile: %v", err)
 		}
 	}
-	if _, err := one.RedeemLinkCode(ctx, "telegram", "4901", code); !raced || !errors.Is(err, registry.ErrNotFound) {
+	if _, _, err := one.RedeemLinkCode(ctx, "telegram", "4901", code); !raced || !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("redeeming a code a deprovision took: %v (hook ran: %v), want ErrNotFound", err, raced)
 	}
 	s, _ := effective(t, two)
@@ -911,10 +912,10 @@ func TestRedeemKeepsTheCodeSpentWhenItsLinkCannotBeJudgedOnRedis(t *testing.T) {
 		}
 		return nil
 	}
-	if _, err := one.RedeemLinkCode(ctx, "telegram", "4811", code); err == nil || !looked {
+	if _, _, err := one.RedeemLinkCode(ctx, "telegram", "4811", code); err == nil || !looked {
 		t.Fatalf("a redemption whose link can be neither judged nor taken back: %v (hook ran: %v), want an error", err, looked)
 	}
-	_, second := two.RedeemLinkCode(ctx, "telegram", "4812", code)
+	_, _, second := two.RedeemLinkCode(ctx, "telegram", "4812", code)
 	s, _ := effective(t, two)
 	if got := bindingsOf(s, "a", platform.BindUser); len(got) != 1 || !errors.Is(second, registry.ErrNotFound) {
 		t.Fatalf("one code, a failed redemption whose link stayed, then another user's (%v): links %q, want the first link only and the code spent", second, got)
@@ -957,11 +958,11 @@ func TestRedeemStoppingMidwayMakesOneLinkOnRedis(t *testing.T) {
 				return nil
 			}
 			hooked.get = hooked.put
-			if _, err := one.RedeemLinkCode(ctx, "telegram", "5001", code); !stopped || err == nil {
+			if _, _, err := one.RedeemLinkCode(ctx, "telegram", "5001", code); !stopped || err == nil {
 				t.Fatalf("a redemption whose instance stopped after %s: %v (stopped: %v), want an error", after, err, stopped)
 			}
-			_, other := two.RedeemLinkCode(ctx, "telegram", "5002", code)
-			tenant, again := two.RedeemLinkCode(ctx, "telegram", "5001", code)
+			_, _, other := two.RedeemLinkCode(ctx, "telegram", "5002", code)
+			tenant, _, again := two.RedeemLinkCode(ctx, "telegram", "5001", code)
 			s, _ := effective(t, two)
 			got := bindingsOf(s, "a", platform.BindUser)
 			if !errors.Is(other, registry.ErrNotFound) || again != nil || tenant != "a" || !slices.Equal(got, []string{"telegram:5001"}) {

@@ -93,7 +93,7 @@ func TestRedeemNotReplicatedKeepsTheCodeForItsUserOnRedis(t *testing.T) {
 			loss.lost.Store(true)
 		}
 	}
-	_, err = strict.RedeemLinkCode(ctx, "telegram", "4201", code)
+	_, _, err = strict.RedeemLinkCode(ctx, "telegram", "4201", code)
 	if !killed {
 		t.Fatalf("the hook never ran: the redemption consumed no code (%v)", err)
 	}
@@ -107,10 +107,10 @@ func TestRedeemNotReplicatedKeepsTheCodeForItsUserOnRedis(t *testing.T) {
 	if len(s.Bindings) != 0 {
 		t.Fatalf("after the refused redemption: bindings %v, want no link", s.Bindings)
 	}
-	if _, err := plain.RedeemLinkCode(ctx, "telegram", "4202", code); !errors.Is(err, registry.ErrNotFound) {
+	if _, _, err := plain.RedeemLinkCode(ctx, "telegram", "4202", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("another user's redemption of the code spent for 4201: %v, want ErrNotFound", err)
 	}
-	if tenant, err := plain.RedeemLinkCode(ctx, "telegram", "4201", code); err != nil || tenant != "a" {
+	if tenant, _, err := plain.RedeemLinkCode(ctx, "telegram", "4201", code); err != nil || tenant != "a" {
 		t.Fatalf("the code of the refused redemption, again: %q, %v (it was burnt)", tenant, err)
 	}
 }
@@ -238,7 +238,7 @@ func TestRedeemGivenUpDuringTheLinkOnRedis(t *testing.T) {
 			pauseWritesThenCancel(srv, srv.Client(t), cancel, held)
 		}
 	}
-	_, first := r.RedeemLinkCode(ctx, "telegram", "4301", code)
+	_, _, first := r.RedeemLinkCode(ctx, "telegram", "4301", code)
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestRedeemGivenUpDuringTheLinkOnRedis(t *testing.T) {
 	if err := r.CreateTenant(bg, registry.Tenant{ID: "b"}); err != nil {
 		t.Fatal(err)
 	}
-	_, second := r.RedeemLinkCode(bg, "telegram", "4302", code)
+	_, _, second := r.RedeemLinkCode(bg, "telegram", "4302", code)
 	s, err := r.Stored(bg)
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +288,7 @@ func TestRedeemNotReplicatedTakesTheLinkBackOnRedis(t *testing.T) {
 			loss.lost.Store(true)
 		}
 	}
-	_, first := strict.RedeemLinkCode(ctx, "telegram", "4401", code)
+	_, _, first := strict.RedeemLinkCode(ctx, "telegram", "4401", code)
 	if !killed {
 		t.Fatalf("the hook never ran: the redemption wrote no link (%v)", first)
 	}
@@ -298,10 +298,10 @@ func TestRedeemNotReplicatedTakesTheLinkBackOnRedis(t *testing.T) {
 	if s, err := plain.Stored(ctx); err != nil || len(s.Bindings) != 0 {
 		t.Fatalf("after the refused redemption: bindings %v (%v), want its link taken back", s.Bindings, err)
 	}
-	if _, err := plain.RedeemLinkCode(ctx, "telegram", "4402", code); !errors.Is(err, registry.ErrNotFound) {
+	if _, _, err := plain.RedeemLinkCode(ctx, "telegram", "4402", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("the code of the refused redemption, by another user: %v, want ErrNotFound", err)
 	}
-	if _, err := plain.RedeemLinkCode(ctx, "telegram", "4401", code); err != nil {
+	if _, _, err := plain.RedeemLinkCode(ctx, "telegram", "4401", code); err != nil {
 		t.Fatalf("the refused user's retry: %v", err)
 	}
 	s, err := plain.Stored(ctx)
@@ -593,14 +593,14 @@ func TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkIsNotPutBackOnRedis(t *
 		}
 		return nil
 	}
-	_, first := strict.RedeemLinkCode(ctx, "telegram", "4701", code)
+	_, _, first := strict.RedeemLinkCode(ctx, "telegram", "4701", code)
 	if writes < 2 {
 		t.Fatalf("the hooks never ran: the redemption wrote and put back no link (%d writes; %v)", writes, first)
 	}
 	if first == nil {
 		t.Fatal("a redemption whose link was not replicated succeeded")
 	}
-	_, second := plain.RedeemLinkCode(ctx, "telegram", "4702", code)
+	_, _, second := plain.RedeemLinkCode(ctx, "telegram", "4702", code)
 	s, err := plain.Stored(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -608,7 +608,7 @@ func TestRedeemNotReplicatedKeepsTheCodeSpentWhileItsLinkIsNotPutBackOnRedis(t *
 	if len(s.Bindings) != 1 || !errors.Is(second, registry.ErrNotFound) {
 		t.Fatalf("one code, a refused redemption (%v) whose link stayed, then another user's (%v): links %v, want the first link only and the code spent", first, second, s.Bindings)
 	}
-	if tenant, err := plain.RedeemLinkCode(ctx, "telegram", "4701", code); err != nil || tenant != "a" {
+	if tenant, _, err := plain.RedeemLinkCode(ctx, "telegram", "4701", code); err != nil || tenant != "a" {
 		t.Fatalf("the refused user's retry, its link standing: %q, %v; want linked to a", tenant, err)
 	}
 }

@@ -26,8 +26,9 @@ import (
 // owns in Config.Guilds; only DMTenant's goes global, with contexts
 // [BOT_DM]. A guild is reconciled (GET, compare, bulk PUT when it differs)
 // only once the Gateway delivered it in the current session, so a guild
-// the bot is not in draws no 403. It is best effort and never touches a
-// handshake.
+// the bot is not in draws no 403. It is best effort: a failure is logged
+// per scope and retried on the next manifest or GUILD_CREATE, and never
+// touches a handshake.
 //
 // With several instances the manifests live in the store (Registry
 // namespace discord/commands, one entry per tenant with the creation time
@@ -107,11 +108,11 @@ type commandSync struct {
 	revs      map[string]uint64    // several: the stored entries' revisions a look or a save saw
 	lastRev   uint64               // several: the namespace's revision the last look read
 	tenants   map[string]time.Time // the configured tenants and their creation; nil until SetTenants
-	// forget are the tenants this instance saw configured and then not
-	// (deleted), or made again, with the creation it saw end: their stored
-	// manifests of that creation (or, of a tenant not configured, an
-	// earlier one) are deleted by a look, and replaced by a save, whatever
-	// the clocks that made the creations. A tenant it
+	// forget are, with several instances, the tenants this instance saw
+	// configured and then not (deleted), or made again, with the creation
+	// it saw end: their stored manifests of that creation (or, of a tenant
+	// not configured, an earlier one) are deleted by a look, and replaced
+	// by a save, whatever the clocks that made the creations. A tenant it
 	// never saw may be newer than its last registry apply (one that failed,
 	// or has not come yet): its manifest stays. forgetAll, from the first
 	// SetTenants to the first look that lists the namespace, deletes every
@@ -289,6 +290,9 @@ func (c *commandSync) setTenants(created map[string]time.Time) {
 		if now.IsZero() || c.forget[tenant].Equal(now) { // declared, or back as it was
 			delete(c.forget, tenant)
 		}
+	}
+	if c.shared == nil { // one instance: no manifest of an ended creation is stored, nor kept past here
+		clear(c.forget)
 	}
 	for _, kept := range []map[string]manifest{c.manifests, c.unsaved} {
 		for tenant, m := range kept {

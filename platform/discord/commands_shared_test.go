@@ -667,3 +667,20 @@ func TestRemadeByASlowerClockGetsItsManifest(t *testing.T) {
 		})
 	}
 }
+
+// TestOneInstanceKeepsNoEndedCreations: with one instance the manifests
+// live in memory and go with their tenant's creation, so the creations it
+// saw end are not kept (before, one entry per tenant deleted or made again
+// stayed for the life of the process).
+func TestOneInstanceKeepsNoEndedCreations(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	first := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first, "t3": first})
+	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first.Add(time.Hour)}) // t2 made again, t3 deleted
+	e.p.cmds.mu.Lock()
+	defer e.p.cmds.mu.Unlock()
+	if n := len(e.p.cmds.forget); n != 0 {
+		t.Fatalf("one instance keeps %d ended creations: %v", n, e.p.cmds.forget)
+	}
+}

@@ -12,24 +12,26 @@ import (
 
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/vault"
 )
 
 // codeLinker links with code "GOOD" to tenant t2 and refuses others,
 // recording each call (the registry's redeem is tested in package
 // registry and end to end in cmd/connector).
 type codeLinker struct {
-	mu    sync.Mutex
-	calls []string
+	mu      sync.Mutex
+	calls   []string
+	created time.Time // the creation of t2 that issued GOOD
 }
 
-func (l *codeLinker) Link(_ context.Context, platformName, user, code string) (string, error) {
+func (l *codeLinker) Link(_ context.Context, platformName, user, code string) (string, time.Time, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls = append(l.calls, platformName+"/"+user+"/"+code)
 	if code != "GOOD" {
-		return "", platform.ErrLinkRefused
+		return "", time.Time{}, platform.ErrLinkRefused
 	}
-	return "t2", nil
+	return "t2", l.created, nil
 }
 
 // TestLinkDM: a "/link <code>" DM is redeemed for its author and answered
@@ -81,6 +83,33 @@ func TestLinkDM(t *testing.T) {
 	}
 }
 
+// TestLinkOfAnEarlierTenantGrantsNothing: a code redeemed for a creation
+// of t2 that ended (deleted and made again once Link returned) grants the
+// new t2 nothing: not the user's DM (before, the grant was made for the
+// creation the vault knew when Link returned, the new one).
+func TestLinkOfAnEarlierTenantGrantsNothing(t *testing.T) {
+	t.Parallel()
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	since := func(tenant string) time.Time {
+		if tenant == "t2" {
+			return again
+		}
+		return time.Time{}
+	}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since})}, discordtest.Options{}, nil)
+	e.p.deps.Linker = &codeLinker{created: first}
+	e.startReady(t)
+	e.dispatch(t, "MESSAGE_CREATE", msg("1", chanDMAda, "", "/link GOOD", false))
+	if _, err := e.fake.WaitRequest(waitCtx(t), func(q discordtest.Request) bool {
+		return q.Method == http.MethodPost && q.Path == "/api/v9/channels/"+chanDMAda+"/messages" && strings.Contains(string(q.Body), platform.LinkedReply)
+	}); err != nil {
+		t.Fatalf("no DM reply %q: %v", platform.LinkedReply, err)
+	}
+	if granted(t, e, chanDMAda, "t2") {
+		t.Fatal("the new t2 was granted Ada's DM by a link of the earlier t2")
+	}
+}
+
 // granted asks e's platform whether tenant may act in chat by a claim or a
 // grant.
 func granted(t *testing.T, e *env, chat, tenant string) bool {
@@ -99,13 +128,13 @@ type stalledLinker struct {
 	release chan struct{}
 }
 
-func (l *stalledLinker) Link(ctx context.Context, _, user, _ string) (string, error) {
+func (l *stalledLinker) Link(ctx context.Context, _, user, _ string) (string, time.Time, error) {
 	l.entered <- user
 	select {
 	case <-l.release:
 	case <-ctx.Done():
 	}
-	return "", platform.ErrLinkRefused
+	return "", time.Time{}, platform.ErrLinkRefused
 }
 
 // TestLinkDMsDoNotHoldUpOtherTenants (issue 22): while a "/link" DM's

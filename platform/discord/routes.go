@@ -167,15 +167,7 @@ func (l *routeLimiter) update(r string, rl rateHeaders) {
 		template, _ := splitRoute(r)
 		l.hashes[template] = rl.bucket
 	}
-	k := l.bucketKey(r)
-	st := l.buckets[k]
-	if st == nil {
-		if len(l.buckets) >= maxBuckets {
-			l.sweepLocked()
-		}
-		st = &bucketState{}
-		l.buckets[k] = st
-	}
+	st := l.bucketLocked(l.bucketKey(r))
 	st.limit = rl.limit
 	st.remaining = rl.remaining
 	st.reset = l.clock.Now().Add(rl.resetAfter)
@@ -185,17 +177,23 @@ func (l *routeLimiter) update(r string, rl rateHeaders) {
 func (l *routeLimiter) limited(r string, retryAfter time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := l.bucketKey(r)
-	st := l.buckets[k]
-	if st == nil {
-		st = &bucketState{}
-		l.buckets[k] = st
-	}
+	st := l.bucketLocked(l.bucketKey(r))
 	st.remaining = 0
 	st.reset = l.clock.Now().Add(retryAfter)
 }
 
-func (l *routeLimiter) sweepLocked() {
-	now := l.clock.Now()
-	maps.DeleteFunc(l.buckets, func(_ string, st *bucketState) bool { return now.After(st.reset) })
+// bucketLocked returns bucket k, made when there is none; making one when
+// maxBuckets are kept first sweeps those whose reset passed. Called under
+// mu.
+func (l *routeLimiter) bucketLocked(k string) *bucketState {
+	if st := l.buckets[k]; st != nil {
+		return st
+	}
+	if len(l.buckets) >= maxBuckets {
+		now := l.clock.Now()
+		maps.DeleteFunc(l.buckets, func(_ string, st *bucketState) bool { return now.After(st.reset) })
+	}
+	st := &bucketState{}
+	l.buckets[k] = st
+	return st
 }

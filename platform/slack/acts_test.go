@@ -473,11 +473,11 @@ type fakeLinker struct {
 	user, code string
 }
 
-func (l *fakeLinker) Link(_ context.Context, _, user, code string) (string, error) {
+func (l *fakeLinker) Link(_ context.Context, _, user, code string) (string, time.Time, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.user, l.code = user, code
-	return l.tenant, nil
+	return l.tenant, time.Time{}, nil
 }
 
 func (l *fakeLinker) last() (user, code string) {

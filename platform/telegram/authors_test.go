@@ -110,13 +110,13 @@ type stalledLinker struct {
 	release chan struct{}
 }
 
-func (l *stalledLinker) Link(ctx context.Context, _, user, _ string) (string, error) {
+func (l *stalledLinker) Link(ctx context.Context, _, user, _ string) (string, time.Time, error) {
 	l.entered <- user
 	select {
 	case <-l.release:
 	case <-ctx.Done():
 	}
-	return "", platform.ErrLinkRefused
+	return "", time.Time{}, platform.ErrLinkRefused
 }
 
 // TestLinkDMsDoNotHoldUpOtherTenants (issue 22): while a "/link" DM's

@@ -681,11 +681,11 @@ func TestInboundMediaOverTheLimitIsSkippedUnsized(t *testing.T) {
 // linker links every code "GOOD" to t2.
 type linker struct{}
 
-func (linker) Link(_ context.Context, _, _, code string) (string, error) {
+func (linker) Link(_ context.Context, _, _, code string) (string, time.Time, error) {
 	if code == "GOOD" {
-		return "t2", nil
+		return "t2", time.Time{}, nil
 	}
-	return "", platform.ErrLinkRefused
+	return "", time.Time{}, platform.ErrLinkRefused
 }
 
 func TestLinkRoutesAnUnownedNumber(t *testing.T) {
