@@ -100,7 +100,7 @@ func New(cfg Config) (*Handler, error) {
 	h.change("POST /admin/v1/tenants/{tenant}/gateways/{gateway}/rotate", "rotate_gateway", h.rotate)
 	h.change("DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}", "delete_gateway", h.deleteGateway)
 	h.change("PUT /admin/v1/tenants/{tenant}/bindings", "bind", binding(h.bind))
-	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", binding(cfg.Registry.Unbind))
+	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", binding(h.unbind))
 	h.change("PUT /admin/v1/tenants/{tenant}/gateways/{gateway}/wake", "set_wake", h.setWake)
 	h.change("POST /admin/v1/tenants/{tenant}/enroll-tokens", "mint_enroll_token", h.mintEnrollToken)
 	h.mux.HandleFunc("GET /admin/v1/backup", h.backup)
@@ -253,6 +253,15 @@ func (h *Handler) bind(ctx context.Context, b registry.Binding) error {
 		return change.Invalid("platform %q is not enabled on this connector (no %s section or credentials in its config), so the binding would route nothing; enable it first", b.Platform, b.Platform)
 	}
 	return h.cfg.Registry.Bind(ctx, b)
+}
+
+// unbind removes b, or an entry under its key that does not decode,
+// whichever tenant that was (registry.Registry.RemoveCorrupt).
+func (h *Handler) unbind(ctx context.Context, b registry.Binding) error {
+	if removed, err := h.cfg.Registry.RemoveCorrupt(ctx, b); err != nil || removed {
+		return err
+	}
+	return h.cfg.Registry.Unbind(ctx, b)
 }
 
 // binding is a bindings route: it runs do (the registry's Bind or Unbind)

@@ -14,6 +14,7 @@ import (
 
 	"connector/admin"
 	"connector/internal/clock"
+	"connector/platform"
 	"connector/registry"
 	"connector/store"
 )
@@ -162,6 +163,44 @@ func TestBindingOnAPlatformNotRunningIsRefused(t *testing.T) {
 	}
 	if w := do(h, "PUT", "/admin/v1/tenants/acme/bindings", bearer, `{"platform":"nexscope","kind":"room","id":"lab"}`); w.Code != http.StatusNoContent {
 		t.Fatalf("bind on nexscope, running: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestCorruptBindingIsRemovedByTheOperator: a stored binding that does not
+// decode holds back its platform's claims and routing table. The admin
+// API's unbind removes it, whichever tenant the path names; the tenant's
+// release (the registry's Unbind, /manage/scope/release's) leaves it, as
+// it may have been another tenant's. Before, only the store could.
+func TestCorruptBindingIsRemovedByTheOperator(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	reg := registry.New(st, clock.System)
+	h, err := admin.New(admin.Config{Registry: reg, Token: token, Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Registry().Put(ctx, "registry/bindings", "telegram/scope/-1002", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	scope := registry.Binding{Platform: "telegram", Kind: "scope", ID: "-1002", Tenant: "b"}
+	if err := reg.Unbind(ctx, scope); err == nil {
+		t.Fatal("the tenant's release removed a corrupt binding")
+	}
+	if s, err := reg.Stored(ctx); err != nil || len(s.Corrupt) != 1 {
+		t.Fatalf("corrupt %q (%v): want the binding kept by the release", s.Corrupt, err)
+	}
+	if w := do(h, "DELETE", "/admin/v1/tenants/b/bindings", "Bearer "+token, `{"platform":"telegram","kind":"scope","id":"-1002"}`); w.Code != http.StatusNoContent {
+		t.Fatalf("admin unbind of the corrupt binding: %d %s", w.Code, w.Body)
+	}
+	if s, err := reg.Stored(ctx); err != nil || len(s.Corrupt) != 0 {
+		t.Fatalf("corrupt %q (%v) after the admin unbind", s.Corrupt, err)
+	}
+	if err := reg.Claim(ctx, "b", "telegram", platform.Chat{ID: "-1002"}); err != nil {
+		t.Fatalf("claim after the corrupt binding went: %v", err)
 	}
 }
 

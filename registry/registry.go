@@ -1419,6 +1419,27 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	return err
 }
 
+// RemoveCorrupt removes the entry stored under b's key when it does not
+// decode (State.Corrupt: it names no tenant, and holds back b's
+// platform), whichever tenant b names, and reports whether it did: the
+// operator's way to remove it (the admin API's unbind). A tenant's release
+// must not come here: the entry may have been another tenant's.
+func (r *Registry) RemoveCorrupt(ctx context.Context, b Binding) (bool, error) {
+	b, err := CanonicalBinding(b)
+	if err != nil {
+		return false, err
+	}
+	e, ok, err := r.kv.Get(ctx, nsBindings, b.key())
+	if err != nil || !ok || json.Unmarshal(e.Value, new(Binding)) == nil {
+		return false, err
+	}
+	removed, err := r.kv.CompareAndSwap(ctx, nsBindings, b.key(), e.Value, nil)
+	if removed {
+		r.notify(ctx)
+	}
+	return removed, err
+}
+
 // maxSwaps bounds swapBinding's and reserve's rounds: each lost round
 // means another writer changed the binding, the platform's bindings or
 // the tenant's reservations meanwhile. With backoff between them they
