@@ -687,8 +687,8 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 // sweepEntry removes e, listed in namespace by DeleteTenant, when it is
 // tenant's: a reservation under the tenant's key, any other entry naming
 // it (an enrollment token or link code that does not decode goes too, as
-// sweep has it, another entry that does not decode stays: State.Corrupt),
-// and only while deleting reports the tenant still being
+// sweep has it, and a binding whose key names the tenant, keyOf; another
+// entry that does not decode stays: State.Corrupt), and only while deleting reports the tenant still being
 // deleted (nil once it is not: another instance's deletion finished it,
 // and an entry of the same bytes may be a tenant's made again under the
 // id, a route key bound again). An entry changed since it was listed (a
@@ -698,7 +698,7 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 		var of struct{ Tenant string }
 		if err := json.Unmarshal(e.Value, &of); namespace == nsReserved {
 			of.Tenant = e.Key
-		} else if err != nil && (namespace == nsEnroll || namespace == nsLinkCodes) {
+		} else if err != nil && (namespace == nsEnroll || namespace == nsLinkCodes || namespace == nsBindings && keyOf(e.Key, tenant)) {
 			of.Tenant = tenant
 		} else if err != nil {
 			return nil // corrupt: no tenant's (State.Corrupt)
@@ -719,6 +719,22 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 		e.Value = now.Value
 	}
 	return fmt.Errorf("%w: %s entry %q kept changing while tenant %q was deleted; delete it again", ErrConflict, namespace, e.Key, tenant)
+}
+
+// keyOf reports whether the binding key is tenant's whatever its value:
+// a link's, an allow-list entry's or a principal's key ends with its
+// tenant (Binding.key), a drop mark's is dropKey.
+func keyOf(key, tenant string) bool {
+	p := strings.Split(key, "/")
+	switch len(p) {
+	case 2:
+		return key == dropKey(tenant)
+	case 3:
+		return p[1] == platform.BindPrincipal && p[2] == tenant
+	case 4:
+		return (p[1] == platform.BindUser || p[1] == platform.BindAllow) && p[3] == tenant
+	}
+	return false
 }
 
 // removeMarked removes e while deleting reports the tenant still being
