@@ -31,6 +31,7 @@ import (
 	"connector/internal/clock"
 	"connector/internal/httpjson"
 	"connector/internal/loglimit"
+	"connector/internal/textsplit"
 	"connector/registry"
 	"connector/registry/change"
 	"connector/store"
@@ -157,7 +158,7 @@ func actor(r *http.Request) string {
 			return -1
 		}
 		return c
-	}, a[:min(len(a), 64)])
+	}, textsplit.Truncate(a, 64))
 }
 
 // decode reads the JSON body strictly into v.

@@ -305,3 +305,30 @@ func TestRefusedTokenFloodLogsBoundedLines(t *testing.T) {
 		t.Fatalf("200 wrong tokens from one host logged %d lines (want 1 to 10) and counted %d (want 200)", n, m.refused)
 	}
 }
+
+// TestActorIsCutBetweenCharacters: the actor a change is logged with is
+// bounded at 64 bytes without cutting a character in half. Before, a
+// name whose 64th byte fell inside a character was logged ending in a
+// replacement character.
+func TestActorIsCutBetweenCharacters(t *testing.T) {
+	var log bytes.Buffer
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	h, err := admin.New(admin.Config{Registry: registry.New(st, clock.System), Token: token,
+		Log: slog.New(slog.NewJSONHandler(&log, nil)), Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("POST", "/admin/v1/tenants", strings.NewReader(`{"id":"acme"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set(admin.ActorHeader, strings.Repeat("a", 63)+"é")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	var line struct{ Actor string }
+	if err := json.Unmarshal(log.Bytes(), &line); err != nil || w.Code != http.StatusCreated {
+		t.Fatalf("create: %d; log %q (%v)", w.Code, log.String(), err)
+	}
+	if want := strings.Repeat("a", 63); line.Actor != want {
+		t.Fatalf("actor %q, want %q", line.Actor, want)
+	}
+}
