@@ -28,7 +28,6 @@ import (
 	"strings"
 	"time"
 
-	"connector/internal/clock"
 	"connector/internal/httpjson"
 	"connector/internal/loglimit"
 	"connector/internal/textsplit"
@@ -47,7 +46,7 @@ type Metrics interface {
 
 // Config configures the Handler.
 type Config struct {
-	// Registry is where changes go.
+	// Registry is where changes go; required. Its clock is the handler's.
 	Registry *registry.Registry
 	// Token is the bearer token every request must carry; required.
 	Token string
@@ -90,7 +89,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
-	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(), refusals: loglimit.NewSources(clock.System),
+	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(), refusals: loglimit.NewSources(cfg.Registry.Clock()),
 		rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "admin change", Metrics: cfg.Metrics}}
 	h.mux.HandleFunc("GET /admin/v1/tenants", h.listTenants)
 	h.change("POST /admin/v1/tenants", "create_tenant", h.createTenant)
@@ -237,7 +236,7 @@ func (h *Handler) rotate(r *http.Request) ([]any, int, any, error) {
 		}
 	}
 	secret, err := h.cfg.Registry.Rotate(r.Context(), tenant, gateway, grace)
-	until := time.Now().Add(max(grace, 0)).UTC().Format(time.RFC3339)
+	until := h.cfg.Registry.Clock().Now().Add(max(grace, 0)).UTC().Format(time.RFC3339) // on the clock of the expiry Rotate stored
 	return []any{"tenant", tenant, "gateway_id", gateway, "grace", max(grace, 0)}, http.StatusOK,
 		map[string]string{"id": gateway, "secret": secret, "previous_valid_until": until}, err
 }

@@ -11,9 +11,11 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"connector/admin"
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/registry"
 	"connector/store"
@@ -330,5 +332,36 @@ func TestActorIsCutBetweenCharacters(t *testing.T) {
 	}
 	if want := strings.Repeat("a", 63); line.Actor != want {
 		t.Fatalf("actor %q, want %q", line.Actor, want)
+	}
+}
+
+// TestRotationAnswerIsOnTheRegistrysClock: previous_valid_until is on the
+// clock of the expiry Rotate stores, the registry's. Before, the answer
+// read the wall clock while the registry ran on its own.
+func TestRotationAnswerIsOnTheRegistrysClock(t *testing.T) {
+	ctx := context.Background()
+	fake := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(fake)
+	t.Cleanup(func() { _ = st.Close() })
+	reg := registry.New(st, fake)
+	h, err := admin.New(admin.Config{Registry: reg, Token: token, Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.CreateGateway(ctx, "acme", "gw"); err != nil {
+		t.Fatal(err)
+	}
+	w := do(h, "POST", "/admin/v1/tenants/acme/gateways/gw/rotate", "Bearer "+token, `{"grace":"1h"}`)
+	var answer struct {
+		Until string `json:"previous_valid_until"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &answer); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("rotate: %d %s", w.Code, w.Body)
+	}
+	if want := fake.Now().Add(time.Hour).UTC().Format(time.RFC3339); answer.Until != want {
+		t.Fatalf("previous_valid_until %s, want %s (the registry's clock plus the grace)", answer.Until, want)
 	}
 }

@@ -324,6 +324,9 @@ func (r *Registry) SetDeclared(s State) error {
 	return nil
 }
 
+// Clock is the registry's clock (New's), which its expiries are on.
+func (r *Registry) Clock() clock.Clock { return r.clock }
+
 // Declared returns the declared layer.
 func (r *Registry) Declared() State { return *r.declared.Load() }
 
