@@ -28,9 +28,9 @@ import (
 	"strings"
 	"time"
 
-	"connector/internal/clock"
 	"connector/internal/httpjson"
 	"connector/internal/loglimit"
+	"connector/internal/textsplit"
 	"connector/registry"
 	"connector/registry/change"
 	"connector/store"
@@ -46,7 +46,7 @@ type Metrics interface {
 
 // Config configures the Handler.
 type Config struct {
-	// Registry is where changes go.
+	// Registry is where changes go; required. Its clock is the handler's.
 	Registry *registry.Registry
 	// Token is the bearer token every request must carry; required.
 	Token string
@@ -89,7 +89,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
-	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(), refusals: loglimit.NewSources(clock.System),
+	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(), refusals: loglimit.NewSources(cfg.Registry.Clock()),
 		rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "admin change", Metrics: cfg.Metrics}}
 	h.mux.HandleFunc("GET /admin/v1/tenants", h.listTenants)
 	h.change("POST /admin/v1/tenants", "create_tenant", h.createTenant)
@@ -100,7 +100,7 @@ func New(cfg Config) (*Handler, error) {
 	h.change("POST /admin/v1/tenants/{tenant}/gateways/{gateway}/rotate", "rotate_gateway", h.rotate)
 	h.change("DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}", "delete_gateway", h.deleteGateway)
 	h.change("PUT /admin/v1/tenants/{tenant}/bindings", "bind", binding(h.bind))
-	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", binding(cfg.Registry.Unbind))
+	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", binding(h.unbind))
 	h.change("PUT /admin/v1/tenants/{tenant}/gateways/{gateway}/wake", "set_wake", h.setWake)
 	h.change("POST /admin/v1/tenants/{tenant}/enroll-tokens", "mint_enroll_token", h.mintEnrollToken)
 	h.mux.HandleFunc("GET /admin/v1/backup", h.backup)
@@ -157,7 +157,7 @@ func actor(r *http.Request) string {
 			return -1
 		}
 		return c
-	}, a[:min(len(a), 64)])
+	}, textsplit.Truncate(a, 64))
 }
 
 // decode reads the JSON body strictly into v.
@@ -236,7 +236,7 @@ func (h *Handler) rotate(r *http.Request) ([]any, int, any, error) {
 		}
 	}
 	secret, err := h.cfg.Registry.Rotate(r.Context(), tenant, gateway, grace)
-	until := time.Now().Add(max(grace, 0)).UTC().Format(time.RFC3339)
+	until := h.cfg.Registry.Clock().Now().Add(max(grace, 0)).UTC().Format(time.RFC3339) // on the clock of the expiry Rotate stored
 	return []any{"tenant", tenant, "gateway_id", gateway, "grace", max(grace, 0)}, http.StatusOK,
 		map[string]string{"id": gateway, "secret": secret, "previous_valid_until": until}, err
 }
@@ -253,6 +253,15 @@ func (h *Handler) bind(ctx context.Context, b registry.Binding) error {
 		return change.Invalid("platform %q is not enabled on this connector (no %s section or credentials in its config), so the binding would route nothing; enable it first", b.Platform, b.Platform)
 	}
 	return h.cfg.Registry.Bind(ctx, b)
+}
+
+// unbind removes b, or an entry under its key that does not decode,
+// whichever tenant that was (registry.Registry.RemoveCorrupt).
+func (h *Handler) unbind(ctx context.Context, b registry.Binding) error {
+	if removed, err := h.cfg.Registry.RemoveCorrupt(ctx, b); err != nil || removed {
+		return err
+	}
+	return h.cfg.Registry.Unbind(ctx, b)
 }
 
 // binding is a bindings route: it runs do (the registry's Bind or Unbind)

@@ -11,9 +11,12 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"connector/admin"
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
+	"connector/platform"
 	"connector/registry"
 	"connector/store"
 )
@@ -165,6 +168,44 @@ func TestBindingOnAPlatformNotRunningIsRefused(t *testing.T) {
 	}
 }
 
+// TestCorruptBindingIsRemovedByTheOperator: a stored binding that does not
+// decode holds back its platform's claims and routing table. The admin
+// API's unbind removes it, whichever tenant the path names; the tenant's
+// release (the registry's Unbind, /manage/scope/release's) leaves it, as
+// it may have been another tenant's. Before, only the store could.
+func TestCorruptBindingIsRemovedByTheOperator(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	reg := registry.New(st, clock.System)
+	h, err := admin.New(admin.Config{Registry: reg, Token: token, Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Registry().Put(ctx, "registry/bindings", "telegram/scope/-1002", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	scope := registry.Binding{Platform: "telegram", Kind: "scope", ID: "-1002", Tenant: "b"}
+	if err := reg.Unbind(ctx, scope); err == nil {
+		t.Fatal("the tenant's release removed a corrupt binding")
+	}
+	if s, err := reg.Stored(ctx); err != nil || len(s.Corrupt) != 1 {
+		t.Fatalf("corrupt %q (%v): want the binding kept by the release", s.Corrupt, err)
+	}
+	if w := do(h, "DELETE", "/admin/v1/tenants/b/bindings", "Bearer "+token, `{"platform":"telegram","kind":"scope","id":"-1002"}`); w.Code != http.StatusNoContent {
+		t.Fatalf("admin unbind of the corrupt binding: %d %s", w.Code, w.Body)
+	}
+	if s, err := reg.Stored(ctx); err != nil || len(s.Corrupt) != 0 {
+		t.Fatalf("corrupt %q (%v) after the admin unbind", s.Corrupt, err)
+	}
+	if err := reg.Claim(ctx, "b", "telegram", platform.Chat{ID: "-1002"}); err != nil {
+		t.Fatalf("claim after the corrupt binding went: %v", err)
+	}
+}
+
 // TestSecretAnswersAreNotCached: over HTTP, the answers that carry a
 // gateway secret (create, rotate) or an enrollment token forbid any cache
 // to keep them (Cache-Control: no-store), as /relay/enroll's do.
@@ -264,5 +305,63 @@ func TestRefusedTokenFloodLogsBoundedLines(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "admin request refused"); n < 1 || n > 10 || m.refused != 200 {
 		t.Fatalf("200 wrong tokens from one host logged %d lines (want 1 to 10) and counted %d (want 200)", n, m.refused)
+	}
+}
+
+// TestActorIsCutBetweenCharacters: the actor a change is logged with is
+// bounded at 64 bytes without cutting a character in half. Before, a
+// name whose 64th byte fell inside a character was logged ending in a
+// replacement character.
+func TestActorIsCutBetweenCharacters(t *testing.T) {
+	var log bytes.Buffer
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	h, err := admin.New(admin.Config{Registry: registry.New(st, clock.System), Token: token,
+		Log: slog.New(slog.NewJSONHandler(&log, nil)), Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("POST", "/admin/v1/tenants", strings.NewReader(`{"id":"acme"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set(admin.ActorHeader, strings.Repeat("a", 63)+"é")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	var line struct{ Actor string }
+	if err := json.Unmarshal(log.Bytes(), &line); err != nil || w.Code != http.StatusCreated {
+		t.Fatalf("create: %d; log %q (%v)", w.Code, log.String(), err)
+	}
+	if want := strings.Repeat("a", 63); line.Actor != want {
+		t.Fatalf("actor %q, want %q", line.Actor, want)
+	}
+}
+
+// TestRotationAnswerIsOnTheRegistrysClock: previous_valid_until is on the
+// clock of the expiry Rotate stores, the registry's. Before, the answer
+// read the wall clock while the registry ran on its own.
+func TestRotationAnswerIsOnTheRegistrysClock(t *testing.T) {
+	ctx := context.Background()
+	fake := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(fake)
+	t.Cleanup(func() { _ = st.Close() })
+	reg := registry.New(st, fake)
+	h, err := admin.New(admin.Config{Registry: reg, Token: token, Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.CreateGateway(ctx, "acme", "gw"); err != nil {
+		t.Fatal(err)
+	}
+	w := do(h, "POST", "/admin/v1/tenants/acme/gateways/gw/rotate", "Bearer "+token, `{"grace":"1h"}`)
+	var answer struct {
+		Until string `json:"previous_valid_until"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &answer); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("rotate: %d %s", w.Code, w.Body)
+	}
+	if want := fake.Now().Add(time.Hour).UTC().Format(time.RFC3339); answer.Until != want {
+		t.Fatalf("previous_valid_until %s, want %s (the registry's clock plus the grace)", answer.Until, want)
 	}
 }

@@ -324,6 +324,9 @@ func (r *Registry) SetDeclared(s State) error {
 	return nil
 }
 
+// Clock is the registry's clock (New's), which its expiries are on.
+func (r *Registry) Clock() clock.Clock { return r.clock }
+
 // Declared returns the declared layer.
 func (r *Registry) Declared() State { return *r.declared.Load() }
 
@@ -687,8 +690,8 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 // sweepEntry removes e, listed in namespace by DeleteTenant, when it is
 // tenant's: a reservation under the tenant's key, any other entry naming
 // it (an enrollment token or link code that does not decode goes too, as
-// sweep has it, another entry that does not decode stays: State.Corrupt),
-// and only while deleting reports the tenant still being
+// sweep has it, and a binding whose key names the tenant, keyOf; another
+// entry that does not decode stays: State.Corrupt), and only while deleting reports the tenant still being
 // deleted (nil once it is not: another instance's deletion finished it,
 // and an entry of the same bytes may be a tenant's made again under the
 // id, a route key bound again). An entry changed since it was listed (a
@@ -698,7 +701,7 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 		var of struct{ Tenant string }
 		if err := json.Unmarshal(e.Value, &of); namespace == nsReserved {
 			of.Tenant = e.Key
-		} else if err != nil && (namespace == nsEnroll || namespace == nsLinkCodes) {
+		} else if err != nil && (namespace == nsEnroll || namespace == nsLinkCodes || namespace == nsBindings && keyOf(e.Key, tenant)) {
 			of.Tenant = tenant
 		} else if err != nil {
 			return nil // corrupt: no tenant's (State.Corrupt)
@@ -719,6 +722,22 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 		e.Value = now.Value
 	}
 	return fmt.Errorf("%w: %s entry %q kept changing while tenant %q was deleted; delete it again", ErrConflict, namespace, e.Key, tenant)
+}
+
+// keyOf reports whether the binding key is tenant's whatever its value:
+// a link's, an allow-list entry's or a principal's key ends with its
+// tenant (Binding.key), a drop mark's is dropKey.
+func keyOf(key, tenant string) bool {
+	p := strings.Split(key, "/")
+	switch len(p) {
+	case 2:
+		return key == dropKey(tenant)
+	case 3:
+		return p[1] == platform.BindPrincipal && p[2] == tenant
+	case 4:
+		return (p[1] == platform.BindUser || p[1] == platform.BindAllow) && p[3] == tenant
+	}
+	return false
 }
 
 // removeMarked removes e while deleting reports the tenant still being
@@ -1417,6 +1436,27 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 		return true, nil
 	})
 	return err
+}
+
+// RemoveCorrupt removes the entry stored under b's key when it does not
+// decode (State.Corrupt: it names no tenant, and holds back b's
+// platform), whichever tenant b names, and reports whether it did: the
+// operator's way to remove it (the admin API's unbind). A tenant's release
+// must not come here: the entry may have been another tenant's.
+func (r *Registry) RemoveCorrupt(ctx context.Context, b Binding) (bool, error) {
+	b, err := CanonicalBinding(b)
+	if err != nil {
+		return false, err
+	}
+	e, ok, err := r.kv.Get(ctx, nsBindings, b.key())
+	if err != nil || !ok || json.Unmarshal(e.Value, new(Binding)) == nil {
+		return false, err
+	}
+	removed, err := r.kv.CompareAndSwap(ctx, nsBindings, b.key(), e.Value, nil)
+	if removed {
+		r.notify(ctx)
+	}
+	return removed, err
 }
 
 // maxSwaps bounds swapBinding's and reserve's rounds: each lost round

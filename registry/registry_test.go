@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -328,6 +329,35 @@ func TestCorruptTenantCanBeDeleted(t *testing.T) {
 	}
 	if err := r.Claim(ctx, "b", "telegram", chat); err != nil {
 		t.Fatalf("claim after the corrupt tenant went: %v", err)
+	}
+}
+
+// TestCorruptBindingOfADeletedTenantIsSwept: DeleteTenant's sweep removes a
+// stored binding that does not decode when its key names the tenant (a
+// link, an allow-list entry, a principal), which would otherwise hold
+// back the platform's claims for good; one whose key names no tenant (a
+// scope, a guild) or another tenant stays for the operator. Before, every
+// corrupt binding stayed.
+func TestCorruptBindingOfADeletedTenantIsSwept(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(c)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, c)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"discord/user/310/a", "slack/allow/U123/a", "telegram/principal/a", "discord/user/311/ab", "discord/scope/700", "dropped/a"} {
+		if _, err := st.Registry().Put(ctx, "registry/bindings", key, []byte("{not json")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatalf("DeleteTenant: %v", err)
+	}
+	s, err := r.Stored(ctx)
+	if want := []string{"registry/bindings discord/scope/700", "registry/bindings discord/user/311/ab"}; err != nil || !slices.Equal(s.Corrupt, want) {
+		t.Fatalf("corrupt %q (%v) after the deletion; want %q", s.Corrupt, err, want)
 	}
 }
 

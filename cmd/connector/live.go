@@ -34,6 +34,11 @@ import (
 // notification was lost.
 const registryPoll = 5 * time.Second
 
+// maxHeldBack bounds how long the periodic look waits before it applies
+// again a revision a platform refused (a corrupt binding): from
+// registryPoll, twice as long after each refusal.
+const maxHeldBack = time.Minute
+
 // live applies the registry to one running connector.
 type live struct {
 	reg     *registry.Registry
@@ -58,6 +63,11 @@ type live struct {
 	// both hold).
 	applied   registry.Revision
 	appliedOK bool
+	// heldUntil is when applyChanged may apply applied again after a
+	// platform refused it (errTableRefused), held the wait before that
+	// (maxHeldBack).
+	heldUntil time.Time
+	held      time.Duration
 	// relayed is whether the relay took the registry at applied (catchUp
 	// refuses while it did not).
 	relayed bool
@@ -166,14 +176,16 @@ func (l *live) apply(ctx context.Context) error {
 
 // applyChanged applies the registry unless its stored layer is at the
 // revision the last apply read: with 100,000 gateways a look then costs
-// four small reads instead of reading and applying every one of them.
+// four small reads instead of reading and applying every one of them. A
+// revision a platform refused is applied again after heldUntil: a corrupt
+// binding refuses it alike at every look, each logged.
 // Everything else that changes the merge applies at once (admin changes,
 // SIGHUP, a secret's grace ending).
 func (l *live) applyChanged(ctx context.Context) {
 	l.lock()
 	defer l.unlock()
 	rev, err := l.reg.Revision(ctx)
-	if err == nil && l.appliedOK && rev == l.applied {
+	if err == nil && rev == l.applied && (l.appliedOK || l.clock.Now().Before(l.heldUntil)) {
 		return
 	}
 	_ = l.applyLocked(ctx)
@@ -262,7 +274,7 @@ func (l *live) applyLocked(ctx context.Context) error {
 	if err != nil {
 		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
 	}
-	l.applied, l.appliedOK, l.relayed = rev, false, false
+	l.applied, l.appliedOK, l.relayed, l.heldUntil = rev, false, false, time.Time{}
 	s, next, err := l.reg.Effective(ctx)
 	if err != nil {
 		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
@@ -310,9 +322,11 @@ func (l *live) applyLocked(ctx context.Context) error {
 	if refused != nil {
 		l.metrics.applies.WithLabelValues("error").Inc()
 		slices.Sort(names)
+		l.held = min(max(2*l.held, registryPoll), maxHeldBack)
+		l.heldUntil = l.clock.Now().Add(l.held)
 		return fmt.Errorf("%w (%s): %w", errTableRefused, strings.Join(names, ", "), refused)
 	}
-	l.appliedOK = true
+	l.appliedOK, l.held = true, 0
 	l.metrics.applies.WithLabelValues("ok").Inc()
 	l.log.Debug("registry applied", "tenants", len(s.Tenants), "gateways", len(s.Gateways), "bindings", len(s.Bindings))
 	return nil

@@ -660,3 +660,64 @@ func TestCorruptEntryHoldsBackItsPlatformsTable(t *testing.T) {
 		t.Fatalf("apply with a's record corrupt: %v; tables %v, %v, tenants %v: want none applied (a taken for deleted, its inbound and media dropped)", err, discord.bindings, telegram.bindings, k.last)
 	}
 }
+
+// TestHeldBackPlatformBacksOff: while a corrupt binding holds back a
+// platform, the periodic look applies the same revision again after
+// registryPoll, then twice as long each time up to maxHeldBack, not at
+// every look (each apply reads every entry and logs the refusal); a
+// change of the registry applies at once. Before, it applied every look.
+func TestHeldBackPlatformBacksOff(t *testing.T) {
+	st := memStore(t)
+	ctx := context.Background()
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	fake := clocktest.New(time.Unix(1_700_000_000, 0))
+	c.live.clock = fake
+	telegram := &tableTaker{}
+	c.live.binders = map[string]platform.Binder{"discord": &tableTaker{}, "telegram": telegram}
+	reg := c.live.reg
+	if err := cmp.Or(reg.CreateTenant(ctx, registry.Tenant{ID: "a"}),
+		reg.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1001", Tenant: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Registry().Put(ctx, "registry/bindings", "discord/guild/700", []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.live.apply(ctx); !errors.Is(err, errTableRefused) {
+		t.Fatalf("apply with a corrupt discord binding: %v, want errTableRefused", err)
+	}
+	applied := func() bool { // telegram's table taken again: an apply ran
+		was := telegram.bindings != nil
+		telegram.bindings = nil
+		return was
+	}
+	applied()
+	wait := registryPoll
+	for range 6 {
+		fake.Advance(wait - time.Second)
+		c.live.applyChanged(ctx)
+		if applied() {
+			t.Fatalf("applied again %v after the refusal, before its wait of %v ended", wait-time.Second, wait)
+		}
+		fake.Advance(time.Second)
+		c.live.applyChanged(ctx)
+		if !applied() {
+			t.Fatalf("not applied again once its wait of %v ended", wait)
+		}
+		wait = min(2*wait, maxHeldBack)
+	}
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	c.live.applyChanged(ctx)
+	if !applied() {
+		t.Fatal("a registry change was not applied at once while held back")
+	}
+}
