@@ -698,7 +698,7 @@ func (e *embedded) writeRegistry(ctx context.Context, namespace string, w regWri
 		}
 		if stored != nil {
 			ent, err := decodeEntry(w.key, stored)
-			if err != nil && !w.del { // damaged: none, but a Delete removes it
+			if err != nil && w.when != regPresent { // damaged: none, but a Delete removes it
 				stored = nil
 			}
 			cur = ent.Value // nil for an empty value: stored says it is present

@@ -129,6 +129,11 @@ func TestEmbeddedListPassesADamagedEntry(t *testing.T) {
 	if ok, err := reg.CompareAndSwap(ctx, "ns", "bad", nil, []byte("w")); err != nil || !ok {
 		t.Fatalf("swap from none over a damaged entry: %v, %v; want swapped", ok, err)
 	}
+	// A swap from an empty entry to none is no Delete: it does not take it
+	// for one (before, it did, and removed it).
+	if ok, err := reg.CompareAndSwap(ctx, "ns", "worse", []byte{}, nil); err != nil || ok {
+		t.Fatalf("swap from an empty entry over a damaged one: %v, %v; want not swapped", ok, err)
+	}
 	// An admin can remove one: it is there to Delete.
 	if ok, err := reg.Delete(ctx, "ns", "worse"); err != nil || !ok {
 		t.Fatalf("delete of a damaged entry: %v, %v; want deleted", ok, err)

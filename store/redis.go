@@ -1323,7 +1323,7 @@ func (s *redisStore) registryKeys(namespace string) []string {
 // apply. The answer (its key fresh for each write) is kept ARGV[7] ms for
 // a resend of the write, which go-redis makes after a lost reply and which,
 // run again, would find its own value (docs/durability.md). A value that
-// is no entry (another program's) is taken for none, but a removal
+// is no entry (another program's) is taken for none, but a Delete
 // removes it.
 var registryWriteScript = redis.NewScript(registryRevLua + `
 local done = redis.call('GET', KEYS[3])
@@ -1334,7 +1334,7 @@ local function answer(rev)
   return rev
 end
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if cur and ARGV[5] ~= '1' and (#cur < 8 or cur:byte(1) >= 8) then cur = nil end
+if cur and ARGV[2] ~= '1' and (#cur < 8 or cur:byte(1) >= 8) then cur = nil end
 if ARGV[2] == '1' and not cur then return answer(0) end
 if ARGV[2] == '2' then
   if ARGV[3] == '1' then

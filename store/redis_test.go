@@ -1110,6 +1110,11 @@ func TestRedisForeignRegistryValue(t *testing.T) {
 	if e, ok, err := s.Registry().Get(ctx, "ns", "k"); err != nil || !ok || string(e.Value) != "v" || e.Rev >= 1<<59 {
 		t.Fatalf("get after the swap: %+v, %v, %v; want v at a revision below 2^59", e, ok, err)
 	}
+	// A swap from an empty entry to none is no Delete: it does not take it
+	// for one (before, it did, and removed it).
+	if ok, err := s.Registry().CompareAndSwap(ctx, "ns", "k2", []byte{}, nil); err != nil || ok {
+		t.Fatalf("swap from an empty entry over a foreign value: %v, %v; want not swapped", ok, err)
+	}
 	// An admin can remove one: it is there to Delete.
 	if ok, err := s.Registry().Delete(ctx, "ns", "k2"); err != nil || !ok {
 		t.Fatalf("delete of a foreign value: %v, %v; want deleted", ok, err)
