@@ -505,9 +505,15 @@ func (m *metrics) RateLimitWait(platform string, d time.Duration) {
 // RateLimited implements platform.Metrics.
 func (m *metrics) RateLimited(platform string) { m.rateLimited.WithLabelValues(platform).Inc() }
 
-// DeliveryStatus implements whatsapp.StatusMetrics.
+// DeliveryStatus implements whatsapp.StatusMetrics. A tenant's series made
+// after the apply that deleted it (the platform's tenants are applied after
+// the metrics) is counted, so the next apply deletes it; the
+// UnknownSender series stays.
 func (m *metrics) DeliveryStatus(platform, tenant, status string) {
 	m.statuses.WithLabelValues(platform, tenant, status).Inc()
+	if tenant != whatsapp.UnknownSender {
+		m.count(tenant)
+	}
 }
 
 // Dropped implements platform.Metrics: an event the platform did not deliver.
