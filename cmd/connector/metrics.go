@@ -148,7 +148,7 @@ func newMetrics() *metrics {
 		httpRefused: counterVec("connector_http_connections_refused_total",
 			"Public listener connections refused or closed before authenticating: evicted_idle (an idle keep-alive closed for a new one at the limit), over_limit (a new one closed at the limit), source_limit (a new one closed at its source address's share, none of that source's idle), out_of_fds (accept failed for lack of file descriptors).", "reason"),
 		statuses: counterVec("connector_delivery_statuses_total",
-			"Delivery statuses the platform reported for tenants' messages (WhatsApp Cloud: sent, delivered, read, failed, other), consumed, never delivered to gateways; tenant is unknown for a sender the platform echoed that is not a configured tenant (deleted since, or another app's mark).", "platform", "tenant", "status"),
+			"Delivery statuses the platform reported for tenants' messages (WhatsApp Cloud: sent, delivered, read, failed, other), consumed, never delivered to gateways; tenant is unknown for a sender the platform echoed that is not a configured tenant (deleted since, or another app's mark). Statuses are not deduplicated: a webhook Meta resends after its answer was lost counts its statuses again.", "platform", "tenant", "status"),
 	}
 	m.inboundOf.new = func(k [3]string) prometheus.Counter {
 		m.count(k[1])
