@@ -149,7 +149,7 @@ func newMetrics() *metrics {
 		httpRefused: counterVec("connector_http_connections_refused_total",
 			"Public listener connections refused or closed before authenticating: evicted_idle (an idle keep-alive closed for a new one at the limit), over_limit (a new one closed at the limit), source_limit (a new one closed at its source address's share, none of that source's idle), out_of_fds (accept failed for lack of file descriptors).", "reason"),
 		statuses: counterVec("connector_delivery_statuses_total",
-			"Delivery statuses the platform reported for tenants' messages (WhatsApp Cloud: sent, delivered, read, failed, other), consumed, never delivered to gateways; tenant is unknown for a sender the platform echoed that is not a configured tenant (deleted since, or another app's mark).", "platform", "tenant", "status"),
+			"Delivery statuses the platform reported for tenants' messages (WhatsApp Cloud: sent, delivered, read, failed, other), consumed, never delivered to gateways; tenant is unknown for a sender the platform echoed that is not a configured tenant (deleted since, or another app's mark). Statuses are not deduplicated: a webhook Meta resends after its answer was lost counts its statuses again.", "platform", "tenant", "status"),
 	}
 	m.inboundOf.new = func(k [3]string) prometheus.Counter {
 		m.count(k[1])
@@ -493,9 +493,15 @@ func (m *metrics) RateLimitWait(platform string, d time.Duration) {
 // RateLimited implements platform.Metrics.
 func (m *metrics) RateLimited(platform string) { m.rateLimited.WithLabelValues(platform).Inc() }
 
-// DeliveryStatus implements whatsapp.StatusMetrics.
+// DeliveryStatus implements whatsapp.StatusMetrics. A tenant's series made
+// after the apply that deleted it (the platform's tenants are applied after
+// the metrics) is counted, so the next apply deletes it; the
+// UnknownSender series stays.
 func (m *metrics) DeliveryStatus(platform, tenant, status string) {
 	m.statuses.WithLabelValues(platform, tenant, status).Inc()
+	if tenant != whatsapp.UnknownSender {
+		m.count(tenant)
+	}
 }
 
 // Dropped implements platform.Metrics: an event the platform did not deliver.

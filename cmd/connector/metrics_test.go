@@ -8,6 +8,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"connector/platform/whatsapp"
 )
 
 // TestResolvedSeriesAreTheLabelledOnes: what the relay reports through
@@ -91,29 +93,37 @@ func TestConnectionGaugeCountsSocketsOfATenantNotServedYet(t *testing.T) {
 // tenant after its deletion was applied (a platform's binding is applied
 // after the metrics, another instance's route lags) is counted as
 // dropped_unknown_tenant under the deleted tenant's id, as is a revoked
-// socket's last ignored frame; the next apply deletes those series too. Before, only the tenants of the previous apply
+// socket's last ignored frame, and a WhatsApp delivery status; the next
+// apply deletes those series too. Before, only the tenants of the previous apply
 // were looked at, so each deleted tenant could leave series (and their
 // cache entries) for good, growing with tenant churn.
 func TestSeriesOfADeletedTenantCountedAfterItsDeletionGo(t *testing.T) {
 	m := newMetrics()
-	m.SetTenants(map[string]time.Time{"t1": {}, "t2": {}, "t3": {}})
-	m.SetTenants(map[string]time.Time{"t1": {}}) // t2 and t3 deleted
+	m.SetTenants(map[string]time.Time{"t1": {}, "t2": {}, "t3": {}, "t4": {}})
+	m.SetTenants(map[string]time.Time{"t1": {}}) // t2, t3 and t4 deleted
 	m.Inbound("discord", "t2", "dropped_unknown_tenant")
-	m.FrameIgnored("t3", "malformed") // a revoked socket's last frame
+	m.FrameIgnored("t3", "malformed")                     // a revoked socket's last frame
+	m.DeliveryStatus("whatsapp_cloud", "t4", "delivered") // before WhatsApp's tenants are applied
+	m.DeliveryStatus("whatsapp_cloud", whatsapp.UnknownSender, "read")
 	m.Inbound("discord", "t1", "queued")
 	m.SetTenants(map[string]time.Time{"t1": {}})
 	families, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	unknown := false
 	for _, f := range families {
 		for _, s := range f.GetMetric() {
 			for _, l := range s.GetLabel() {
-				if l.GetName() == "tenant" && (l.GetValue() == "t2" || l.GetValue() == "t3") {
+				if l.GetName() == "tenant" && (l.GetValue() == "t2" || l.GetValue() == "t3" || l.GetValue() == "t4") {
 					t.Errorf("%s still exports a series of a deleted tenant: %v", f.GetName(), s.GetLabel())
 				}
+				unknown = unknown || l.GetName() == "tenant" && l.GetValue() == whatsapp.UnknownSender
 			}
 		}
+	}
+	if !unknown {
+		t.Error("the unknown sender's delivery status series went")
 	}
 	m.inboundOf.mu.RLock()
 	defer m.inboundOf.mu.RUnlock()

@@ -436,20 +436,21 @@ func unreadablePoster(t *testing.T, group int64, msgID string) (caps store.Capab
 	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
 	platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil).Prompted(t.Context(), strconv.FormatInt(group, 10), msgID, "t1", time.Time{})
-	u := &unreadableCaps{Capabilities: st.Capabilities()}
+	u := &unreadableCaps{Capabilities: st.Capabilities(), part: "prompt_poster"}
 	u.failing.Store(true)
 	return u, func() { u.failing.Store(false) }
 }
 
-// unreadableCaps fails every read of a prompt poster's record while
-// failing is set.
+// unreadableCaps fails every read of a key containing part (a prompt
+// poster's record, a topic's) while failing is set.
 type unreadableCaps struct {
 	store.Capabilities
+	part    string
 	failing atomic.Bool
 }
 
 func (u *unreadableCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if u.failing.Load() && strings.Contains(key, "prompt_poster") {
+	if u.failing.Load() && strings.Contains(key, u.part) {
 		return nil, false, errors.New("store: get capability: unreadable")
 	}
 	return u.Capabilities.Get(ctx, key)

@@ -52,7 +52,8 @@ func (p *Platform) threadCreate(ctx context.Context, _ string, chat int64, a *co
 // one given, only_if_connector_created needs the connector to have created
 // the topic and nobody to have renamed it since. A topic whose name is not
 // remembered fails a guard safe with name_changed, leaving a human's name
-// alone; unguarded renames proceed.
+// alone; unguarded renames proceed (one the store cannot give the record
+// for is not remembered).
 func (p *Platform) threadRename(ctx context.Context, _ string, chat int64, a *contract.Action) contract.Result {
 	name, ok := actionTopicName(a)
 	topic := topicThread(a.MessageID)
@@ -62,19 +63,23 @@ func (p *Platform) threadRename(ctx context.Context, _ string, chat int64, a *co
 	case topic == 0:
 		return contract.Failed(contract.CodeBadRequest, "telegram thread_rename: message_id is not a forum topic id")
 	}
-	rec, known, err := p.topicRecord(ctx, chat, topic)
+	rec, known, readErr := p.topicRecord(ctx, chat, topic)
 	if a.OnlyIfCurrentName != nil || a.OnlyIfConnectorCreated {
-		if err != nil {
-			p.log.Warn("telegram topic name not read from the store", "chat_id", chat, "topic", topic, "err", err)
+		if readErr != nil {
+			p.log.Warn("telegram topic name not read from the store", "chat_id", chat, "topic", topic, "err", readErr)
 			return contract.Failed(contract.CodeUnavailable, "telegram thread_rename: the topic's remembered name could not be read; not renamed")
 		}
 		if r, ok := rec.guard(known, a); !ok {
 			return r
 		}
 	}
-	_, err = p.bot.EditForumTopic(ctx, &bot.EditForumTopicParams{ChatID: chat, MessageThreadID: topic, Name: name})
+	_, err := p.bot.EditForumTopic(ctx, &bot.EditForumTopicParams{ChatID: chat, MessageThreadID: topic, Name: name})
 	if err != nil && !isBadRequest(err, "topic_not_modified") {
 		return p.failure(contract.OpThreadRename, err)
+	}
+	if readErr != nil { // written over, the record would lose Created
+		p.log.Warn("telegram topic name not read from the store; the rename is not remembered", "chat_id", chat, "topic", topic, "err", readErr)
+		return contract.OK("")
 	}
 	rec.Name, rec.Given = name, name
 	p.rememberTopic(ctx, chat, topic, rec)

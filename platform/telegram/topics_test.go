@@ -153,3 +153,37 @@ func TestTopicOfAnotherTenantOnAGrant(t *testing.T) {
 		t.Fatalf("topic named %q", name)
 	}
 }
+
+// TestUnguardedRenameKeepsAnUnreadTopicRecord: an unguarded rename while
+// the store cannot give the topic's record goes ahead and leaves the
+// record as it is, so a later only_if_connector_created rename of the
+// topic the connector created still goes through. The rename used to write
+// back a record of the new name alone, which lost Created: the guarded
+// rename was refused with name_changed ever after.
+func TestUnguardedRenameKeepsAnUnreadTopicRecord(t *testing.T) {
+	fake := telegramtest.New(t, testToken)
+	fake.AddForum(-1001112223334)
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	p := onState(t, fake, st)
+	topics := &unreadableCaps{Capabilities: p.topics, part: "telegram/topic/"}
+	p.topics = topics
+	created := execute(t, p, contract.Action{Op: contract.OpThreadCreate, ChatID: chatDevForum, ThreadName: "Handoff"})
+	if !created.Success {
+		t.Fatalf("thread_create = %+v", created)
+	}
+	rename := contract.Action{Op: contract.OpThreadRename, ChatID: chatDevForum, MessageID: contract.ID(created.ThreadID), ThreadName: "Fix the build"}
+	topics.failing.Store(true)
+	if r := execute(t, p, rename); !r.Success {
+		t.Fatalf("unguarded rename with the store unreadable = %+v", r)
+	}
+	topics.failing.Store(false)
+	rename.ThreadName, rename.OnlyIfConnectorCreated = "Deploy", true
+	if r := execute(t, p, rename); !r.Success {
+		t.Fatalf("only_if_connector_created after an unguarded rename the store could not read for = %+v", r)
+	}
+	topic, _ := strconv.Atoi(created.ThreadID)
+	if name, _ := fake.Topic(-1001112223334, topic); name != "Deploy" {
+		t.Fatalf("topic %q, want Deploy", name)
+	}
+}

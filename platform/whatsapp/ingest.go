@@ -314,7 +314,7 @@ func (p *Platform) drop(reason, number, sender string) {
 }
 
 // status counts one delivery status for the tenant that sent the message
-// (senderMark; unknownSender when it is not a configured tenant now), else
+// (senderMark; UnknownSender when it is not a configured tenant now), else
 // (a message sent before the mark, or by another app) for the tenant
 // owning number; a failed one is logged with Meta's error code.
 func (p *Platform) status(number string, st *status) {
@@ -325,7 +325,7 @@ func (p *Platform) status(number string, st *status) {
 		// The mark is what the webhook echoes: a tenant deleted since, or
 		// any text another app on the account marked, is no label value.
 		if _, ok := (*known)[tenant]; !ok {
-			tenant = unknownSender
+			tenant = UnknownSender
 		}
 	}
 	if tenant == "" {
@@ -345,9 +345,9 @@ func (p *Platform) status(number string, st *status) {
 	}
 }
 
-// unknownSender is the tenant label of a status whose marked sender is
+// UnknownSender is the tenant label of a status whose marked sender is
 // not a configured tenant (SetTenants).
-const unknownSender = "unknown"
+const UnknownSender = "unknown"
 
 // statusLabel bounds the status values a metric label takes.
 func statusLabel(s string) string {

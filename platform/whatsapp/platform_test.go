@@ -385,7 +385,7 @@ func TestStatusCountedUnderTheSenderAfterTheNumberMoved(t *testing.T) {
 
 // A status whose echoed sender is not a configured tenant (deleted since,
 // or another app's mark on the account: text from outside) is counted
-// under unknownSender, a configured one's under it: the tenant label
+// under UnknownSender, a configured one's under it: the tenant label
 // stays bounded. Any marked text became a series of its own before.
 func TestStatusOfASenderNotConfiguredCountedAsUnknown(t *testing.T) {
 	r := newRig(t, nil, nil)
