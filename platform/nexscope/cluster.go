@@ -892,7 +892,12 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		} else {
 			cl.node.Send(roomPrefix+r.name, msgCancel, []byte(exec))
 		}
-		_, _ = cl.claims.Claim(cl.ctx, execClaim+exec, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow()))
+		if cl.p.track() { // not awaited: the gateway's answer waits for no store
+			go func() {
+				defer cl.p.wg.Done()
+				_, _ = cl.claims.Claim(cl.ctx, execClaim+exec, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow()))
+			}()
+		}
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 	}
 	var res contract.Result

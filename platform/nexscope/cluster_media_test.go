@@ -562,6 +562,7 @@ func TestClusterForwardGivenUpRunsNotAtALaterHome(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("the revoked send was not answered")
 	}
+	waitFor(t, "the edge's claim of the send made", func() bool { return !goroutineIn("nexscope.(*fleet).forwardExec.func")() })
 	next := startInstance(t, srv, cfg, "i2", clusterLeaseTTL)
 	homeOf(t, []*instance{next}, DefaultRoom)
 	alice := next.joinWith(t, "alice", "alice", "hermes")
@@ -570,6 +571,66 @@ func TestClusterForwardGivenUpRunsNotAtALaterHome(t *testing.T) {
 	alice.SendJSON(map[string]any{"type": "ping"})
 	for m := alice.Next(); m["type"] != "pong"; m = alice.Next() {
 		t.Fatalf("alice got %v, want nothing before her pong: the gateway was told the send failed", m)
+	}
+}
+
+// TestClusterForwardGivenUpAnsweredWhileTheStoreStalls: a send its
+// forwarder gave up on (the relay revoked its gateway) is answered at once
+// while the store does not answer (here: CLIENT PAUSE, under a read timeout
+// past it): the claim that keeps a late copy from running is not awaited,
+// so the gateway's outbound op ends with its deadline, not the store's.
+func TestClusterForwardGivenUpAnsweredWhileTheStoreStalls(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:",
+		RedisReplicaTimeout: time.Minute}) // and so a read timeout past the test's wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = st
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	forwarded := make(chan struct{}, 1)
+	lost := func(_ string, msg []byte) bool { // no home reads the room
+		if cluster.Type(msg) == msgExec {
+			select {
+			case forwarded <- struct{}{}:
+			default:
+			}
+		}
+		return true
+	}
+	edge.lose.Store(&lost)
+	sendCtx, revoke := context.WithCancel(context.Background())
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(sendCtx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "revoked"})
+	}()
+	select {
+	case <-forwarded:
+	case <-time.After(testTimeout):
+		t.Fatal("the edge never forwarded the send")
+	}
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "120000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(context.Background(), "CLIENT", "UNPAUSE")
+	revoke()
+	select {
+	case res := <-results:
+		if res.Success || res.Code != contract.CodeUnavailable {
+			t.Fatalf("send = %+v after its gateway was revoked, want unavailable", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the revoked send was not answered while the store stalled")
 	}
 }
 
