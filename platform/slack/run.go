@@ -213,11 +213,11 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 	case socketmode.EventTypeEventsAPI:
 		var env envelope
 		if err := decodeEnvelope(req.Payload, &env); err != nil || env.Type != "event_callback" {
-			drop := dropUnsupported // as the HTTP route counts it
-			if err != nil {
-				drop = dropMalformed
+			if err != nil { // as the HTTP route counts it
+				p.drop(dropMalformed, "")
+			} else {
+				p.notCallback(&env)
 			}
-			p.drop(drop, "")
 			ack(nil, nil)
 			return
 		}
