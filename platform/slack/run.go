@@ -182,8 +182,17 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 		return
 	case socketmode.EventTypeEventsAPI, socketmode.EventTypeInteractive, socketmode.EventTypeSlashCommand:
 	case socketmode.EventTypeErrorBadMessage:
-		// A payload the client could not read: counted as the HTTP routes
-		// count a body they answer 400, and as that, not acknowledged.
+		// An events_api payload the client could not read into
+		// slackevents' typed events, which are stricter than wireEvent (a
+		// team object), goes on as the HTTP route reads it. Any other
+		// payload it could not read is counted as the HTTP routes count a
+		// body they answer 400, and as that, not acknowledged.
+		bad, _ := ev.Data.(*socketmode.ErrorBadMessage)
+		var req socketmode.Request
+		if bad != nil && json.Unmarshal(bad.Message, &req) == nil && req.Type == socketmode.RequestTypeEventsAPI && req.EnvelopeID != "" {
+			ev = &socketmode.Event{Type: socketmode.EventTypeEventsAPI, Request: &req}
+			break
+		}
 		p.drop(dropMalformed, "")
 		return
 	default:

@@ -357,3 +357,30 @@ func TestSocketModeMalformedCountedAsOnHTTP(t *testing.T) {
 	}
 	e.sink.Empty(t)
 }
+
+// TestSocketModeReadsEventsAsOnHTTP: a message whose team is an object,
+// which the socketmode client cannot read into slackevents' typed events
+// (EventTypeErrorBadMessage) and the HTTP route reads, is delivered and
+// acknowledged over Socket Mode too. Before, it was left unacknowledged,
+// counted malformed, and lost.
+func TestSocketModeReadsEventsAsOnHTTP(t *testing.T) {
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnv(t, socket, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "a team object")
+	ev["team"] = map[string]any{"id": teamA.ID}
+	id, err := e.fake.PushEvent(ctx, "events_api", slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", ev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Text != "a team object" {
+		t.Fatalf("%+v", d)
+	}
+	if _, err := e.fake.WaitAck(ctx, id); err != nil {
+		t.Fatalf("the message not acknowledged: %v", err)
+	}
+}
