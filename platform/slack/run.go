@@ -250,9 +250,8 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			ack(cmp.Or(ctx.Err(), errNotRunning), nil) // not taken: Slack sends it again
 		}
 	case socketmode.EventTypeInteractive:
+		ic, _ := ev.Data.(slack.InteractionCallback) // as the client read it
 		p.beside(func() {
-			var ic slack.InteractionCallback // the client read it (else EventTypeErrorBadMessage)
-			_ = json.Unmarshal(req.Payload, &ic)
 			body := url.Values{"payload": {string(req.Payload)}}.Encode() // as the HTTP route's
 			ack(p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received), nil)
 		})

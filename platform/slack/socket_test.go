@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -382,5 +383,33 @@ func TestSocketModeReadsEventsAsOnHTTP(t *testing.T) {
 	}
 	if _, err := e.fake.WaitAck(ctx, id); err != nil {
 		t.Fatalf("the message not acknowledged: %v", err)
+	}
+}
+
+// TestSocketModePress: a prompt press over Socket Mode is delivered, as the
+// client read it, and acknowledged.
+func TestSocketModePress(t *testing.T) {
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnv(t, socket, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	form, _ := url.ParseQuery(string(slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")))
+	id, err := e.fake.PushEvent(ctx, "interactive", []byte(form.Get("payload")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.OptionID != "once" {
+		t.Fatalf("press delivered as %+v", d.Event)
+	}
+	if _, err := e.fake.WaitAck(ctx, id); err != nil {
+		t.Fatalf("the press not acknowledged: %v", err)
 	}
 }
