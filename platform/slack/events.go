@@ -112,12 +112,8 @@ func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]string{"challenge": env.Challenge})
 		return
 	case "event_callback":
-	case "app_rate_limited":
-		p.log.Warn("slack is rate limiting the app's events", "team", env.TeamID)
-		w.WriteHeader(http.StatusOK)
-		return
 	default:
-		p.drop(dropUnsupported, "")
+		p.notCallback(&env)
 		w.WriteHeader(http.StatusOK)
 		return
 	}
@@ -131,6 +127,18 @@ func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := withIntake(r.Context(), routeEvents, body, received, slow)
 	p.answer(w, p.inChatOrder(ctx, chat, job), "event") // a message, in its chat's order
+}
+
+// notCallback handles an envelope of a type the routes do not deliver
+// (over HTTP, url_verification aside): app_rate_limited, Slack's notice
+// that it holds the app's events back, is logged, any other counted
+// dropped (unsupported).
+func (p *Platform) notCallback(env *envelope) {
+	if env.Type == "app_rate_limited" {
+		p.log.Warn("slack is rate limiting the app's events", "team", env.TeamID)
+		return
+	}
+	p.drop(dropUnsupported, "")
 }
 
 // serveInteractions handles POST /slack/interactions: a prompt press is

@@ -182,8 +182,17 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 		return
 	case socketmode.EventTypeEventsAPI, socketmode.EventTypeInteractive, socketmode.EventTypeSlashCommand:
 	case socketmode.EventTypeErrorBadMessage:
-		// A payload the client could not read: counted as the HTTP routes
-		// count a body they answer 400, and as that, not acknowledged.
+		// An events_api payload the client could not read into
+		// slackevents' typed events, which are stricter than wireEvent (a
+		// team object), goes on as the HTTP route reads it. Any other
+		// payload it could not read is counted as the HTTP routes count a
+		// body they answer 400, and as that, not acknowledged.
+		bad, _ := ev.Data.(*socketmode.ErrorBadMessage)
+		var req socketmode.Request
+		if bad != nil && json.Unmarshal(bad.Message, &req) == nil && req.Type == socketmode.RequestTypeEventsAPI && req.EnvelopeID != "" {
+			ev = &socketmode.Event{Type: socketmode.EventTypeEventsAPI, Request: &req}
+			break
+		}
 		p.drop(dropMalformed, "")
 		return
 	default:
@@ -213,11 +222,11 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 	case socketmode.EventTypeEventsAPI:
 		var env envelope
 		if err := decodeEnvelope(req.Payload, &env); err != nil || env.Type != "event_callback" {
-			drop := dropUnsupported // as the HTTP route counts it
-			if err != nil {
-				drop = dropMalformed
+			if err != nil { // as the HTTP route counts it
+				p.drop(dropMalformed, "")
+			} else {
+				p.notCallback(&env)
 			}
-			p.drop(drop, "")
 			ack(nil, nil)
 			return
 		}
@@ -241,9 +250,8 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			ack(cmp.Or(ctx.Err(), errNotRunning), nil) // not taken: Slack sends it again
 		}
 	case socketmode.EventTypeInteractive:
+		ic, _ := ev.Data.(slack.InteractionCallback) // as the client read it
 		p.beside(func() {
-			var ic slack.InteractionCallback // the client read it (else EventTypeErrorBadMessage)
-			_ = json.Unmarshal(req.Payload, &ic)
 			body := url.Values{"payload": {string(req.Payload)}}.Encode() // as the HTTP route's
 			ack(p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received), nil)
 		})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -315,7 +316,9 @@ func TestSocketModeRecoversFromA404(t *testing.T) {
 // they answer 400 (malformed): an interactive or slash command payload the
 // socketmode client cannot parse (left unacknowledged, as the HTTP 400 is
 // no 200), an events_api payload with no type; one of a type the route
-// does not take is unsupported, as there.
+// does not take is unsupported, as there; app_rate_limited, Slack's notice
+// that it holds events back, is logged and not counted. Before, it was
+// counted unsupported and not logged.
 func TestSocketModeMalformedCountedAsOnHTTP(t *testing.T) {
 	m := &drops{got: map[string]int{}}
 	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
@@ -333,7 +336,7 @@ func TestSocketModeMalformedCountedAsOnHTTP(t *testing.T) {
 		}
 		unread = append(unread, id)
 	}
-	for _, payload := range []string{`{}`, `{"type":"team_migration_started"}`} {
+	for _, payload := range []string{`{}`, `{"type":"team_migration_started"}`, `{"type":"app_rate_limited","team_id":"` + teamA.ID + `"}`} {
 		id, err := e.fake.PushEvent(ctx, "events_api", []byte(payload))
 		if err != nil {
 			t.Fatal(err)
@@ -342,13 +345,71 @@ func TestSocketModeMalformedCountedAsOnHTTP(t *testing.T) {
 			t.Fatalf("events_api %s not acknowledged: %v", payload, err)
 		}
 	}
-	platformtest.WaitUntil(t, "three envelopes counted malformed and one unsupported", func() bool {
-		return m.count(dropMalformed) == 3 && m.count(dropUnsupported) == 1
+	platformtest.WaitUntil(t, "three envelopes counted malformed and one unsupported", func() bool { // the final count is checked below
+		return m.count(dropMalformed) == 3 && m.count(dropUnsupported) >= 1
 	})
 	for _, id := range unread {
 		if e.fake.Acked(id) {
 			t.Fatalf("unreadable envelope %s acknowledged", id)
 		}
 	}
+	if m.count(dropUnsupported) != 1 || !strings.Contains(e.logs.String(), "slack is rate limiting the app's events") {
+		t.Fatalf("app_rate_limited counted %d unsupported in all, or not logged, want 1 and logged", m.count(dropUnsupported))
+	}
 	e.sink.Empty(t)
+}
+
+// TestSocketModeReadsEventsAsOnHTTP: a message whose team is an object,
+// which the socketmode client cannot read into slackevents' typed events
+// (EventTypeErrorBadMessage) and the HTTP route reads, is delivered and
+// acknowledged over Socket Mode too. Before, it was left unacknowledged,
+// counted malformed, and lost.
+func TestSocketModeReadsEventsAsOnHTTP(t *testing.T) {
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnv(t, socket, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "a team object")
+	ev["team"] = map[string]any{"id": teamA.ID}
+	id, err := e.fake.PushEvent(ctx, "events_api", slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", ev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Text != "a team object" {
+		t.Fatalf("%+v", d)
+	}
+	if _, err := e.fake.WaitAck(ctx, id); err != nil {
+		t.Fatalf("the message not acknowledged: %v", err)
+	}
+}
+
+// TestSocketModePress: a prompt press over Socket Mode is delivered, as the
+// client read it, and acknowledged.
+func TestSocketModePress(t *testing.T) {
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnv(t, socket, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	form, _ := url.ParseQuery(string(slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")))
+	id, err := e.fake.PushEvent(ctx, "interactive", []byte(form.Get("payload")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.OptionID != "once" {
+		t.Fatalf("press delivered as %+v", d.Event)
+	}
+	if _, err := e.fake.WaitAck(ctx, id); err != nil {
+		t.Fatalf("the press not acknowledged: %v", err)
+	}
 }
