@@ -142,8 +142,9 @@ type intake struct {
 // the renewals of a round), and intakeTenantShare those of one tenant's
 // chats (chatTenant) once the intake is half full, so that one tenant's
 // slow chats leave the others room (docs/durability.md). A slash command
-// or a press, which Slack does not send again, is refused only past
-// intakeMaxHeld, never at the share.
+// or a press, which Slack does not send again, is refused not at the
+// share but once its tenant holds half the intake (the other half stays
+// the other tenants'), or past intakeMaxHeld.
 const (
 	intakeMaxHeld     = 512
 	intakeTenantShare = intakeMaxHeld / 8
@@ -151,7 +152,8 @@ const (
 
 // reserve counts one more entry of chat toward intakeMaxHeld and its
 // tenant's intakeTenantShare until unreserve; false when the intake is
-// full, or, when share, it is half full and the tenant's share is.
+// full, or the tenant holds half of it, or, when share, it is half full
+// and the tenant's share is.
 func (in *intake) reserve(chat string, share bool) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -167,7 +169,7 @@ func (in *intake) reserve(chat string, share bool) bool {
 			own += n
 		}
 	}
-	if total >= intakeMaxHeld || share && total >= intakeMaxHeld/2 && own >= intakeTenantShare {
+	if total >= intakeMaxHeld || own >= intakeMaxHeld/2 || share && total >= intakeMaxHeld/2 && own >= intakeTenantShare {
 		return false
 	}
 	in.reserved[chat]++

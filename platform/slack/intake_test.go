@@ -1491,9 +1491,10 @@ func TestIntakeClaimsRenewedTogether(t *testing.T) {
 // stalls, its chat's later messages are held in the intake up to half of
 // it (t1 alone holds entries), the rest answered 503 (Slack sends them
 // again), unstored; a slash command of that chat, which Slack does not
-// send again, is still taken; a message of t2's whose file stalls too is
-// still taken. Before, t1's lone chat was refused past intakeTenantShare
-// (the other 448 places unused), and so was its slash command, lost.
+// send again, is answered "send it again" (t1 holds half the intake); a
+// message of t2's whose file stalls too is still taken. Before, t1's lone
+// chat was refused past intakeTenantShare (the other 448 places unused),
+// and so was its slash command, lost.
 func TestIntakeHoldsAtMostATenantsShare(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
@@ -1520,45 +1521,64 @@ func TestIntakeHoldsAtMostATenantsShare(t *testing.T) {
 	if n := strings.Count(e.logs.String(), "slack intake full"); n != storeLogRate.Burst {
 		t.Fatalf("%d warnings of the full intake logged, want %d", n, storeLogRate.Burst)
 	}
-	if code, body := e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/status", "", "")); code != http.StatusOK {
-		t.Fatalf("t1's slash command past its share answered %d %q, want 200", code, body)
+	if code, body := e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/status", "", "")); code != http.StatusOK || !strings.Contains(body, "send it again") {
+		t.Fatalf("t1's slash command past half the intake answered %d %q, want 200 and send it again", code, body)
 	}
 	url = e.fake.AddStalledFile(teamB.ID, "F0SLOW0002", "F0SLOW0002.png", "image/png", started)
 	ev := fileMessage(chanAcme, "1768490103.000100", "F0SLOW0002", url)
 	ev["team"], ev["user"], ev["text"] = teamB.ID, userBob, "<@"+teamB.BotUser+"> a shot"
 	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamB.ID, teamB.BotUser, "EvB", ev)), "t2's message with a stalled file")
 	waitStarted(t, started, "t2's stalled file")
-	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld/2+2 {
-		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld/2+2)
+	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld/2+1 {
+		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld/2+1)
 	}
 }
 
-// TestSlashCommandPastTheFullIntakeAnsweredBusy: a slash command the full
-// intake has no room for, which Slack does not send again, is answered
-// 200 with an ephemeral "send it again", not 503 (Slack's dispatch error);
-// it is not delivered. Before, it was answered 503.
+// TestSlashCommandPastTheFullIntakeAnsweredBusy: a slash command the
+// intake has no room for, which Slack does not send again, is answered 200
+// with an ephemeral "send it again", not 503 (Slack's dispatch error); it
+// is not delivered. Its tenant's commands fill half the intake at most:
+// t1's stalled chat and its commands take 256 places, t2's the other 256,
+// then the intake is full. Before, one tenant's commands took all 512
+// places, and every other tenant's requests were refused (messages 503,
+// presses 503, commands busy) while they were held.
 func TestSlashCommandPastTheFullIntakeAnsweredBusy(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
-	started := make(chan string, 1)
-	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	started := make(chan string, 2)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the downloads end
 	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
 	answered(t, e.postAsync(t, EventsPath, "application/json",
-		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
-	waitStarted(t, started, "the stalled file")
-	command := func(n int) (int, string) {
-		return e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/status", fmt.Sprint(n), ""))
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	command := func(team, chat, user string, n int) (int, string) {
+		return e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(team, chat, user, "/status", fmt.Sprint(n), ""))
 	}
-	for n := 1; n < intakeMaxHeld; n++ {
-		if code, body := command(n); code != http.StatusOK || !strings.Contains(body, "Running") {
-			t.Fatalf("slash command %d answered %d %q, want it taken", n, code, body)
+	busy := func(code int, body string) bool {
+		return code == http.StatusOK && strings.Contains(body, "ephemeral") && strings.Contains(body, "send it again")
+	}
+	for n := 1; n < intakeMaxHeld/2; n++ {
+		if code, body := command(teamA.ID, dmAda, userAda, n); code != http.StatusOK || !strings.Contains(body, "Running") {
+			t.Fatalf("t1's slash command %d answered %d %q, want it taken", n, code, body)
+		}
+	}
+	if code, body := command(teamA.ID, dmAda, userAda, intakeMaxHeld/2); !busy(code, body) {
+		t.Fatalf("t1's slash command past half the intake answered %d %q, want 200 and an ephemeral send it again", code, body)
+	}
+	url = e.fake.AddStalledFile(teamB.ID, "F0SLOW0002", "F0SLOW0002.png", "image/png", started)
+	ev := fileMessage(chanAcme, "1768490103.000100", "F0SLOW0002", url)
+	ev["team"], ev["user"], ev["text"] = teamB.ID, userBob, "<@"+teamB.BotUser+"> a shot"
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamB.ID, teamB.BotUser, "EvB", ev)), "t2's message with a stalled file")
+	waitStarted(t, started, "t2's stalled file")
+	for n := 1; n < intakeMaxHeld/2; n++ {
+		if code, body := command(teamB.ID, chanAcme, userBob, n); code != http.StatusOK || !strings.Contains(body, "Running") {
+			t.Fatalf("t2's slash command %d answered %d %q, want it taken", n, code, body)
 		}
 	}
 	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
 		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
 	}
-	code, body := command(intakeMaxHeld)
-	if code != http.StatusOK || !strings.Contains(body, "ephemeral") || !strings.Contains(body, "send it again") {
+	if code, body := command(teamB.ID, chanAcme, userBob, intakeMaxHeld); !busy(code, body) {
 		t.Fatalf("slash command past the full intake answered %d %q, want 200 and an ephemeral send it again", code, body)
 	}
 	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
