@@ -357,11 +357,12 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 
 // command ingests slash command c, body as its route's, and returns the
 // ephemeral text to answer it with. One the intake has no room for
-// (platform.ErrBusy), which Slack does not send again, is answered so that
-// its user sends it again.
+// (errIntakeFull), which Slack does not send again, is answered so that its
+// user sends it again; a copy another instance is handling stays busy
+// (platform.ErrBusy): the user's resend would run it twice.
 func (p *Platform) command(ctx context.Context, body []byte, c *slashCommand, received time.Time) (string, error) {
 	text, err := p.ingestCommand(withIntake(ctx, routeCommands, body, received, ""), c, received)
-	if errors.Is(err, platform.ErrBusy) {
+	if errors.Is(err, errIntakeFull) {
 		return "Too busy to run `" + c.Command + "` now; send it again in a moment.", nil
 	}
 	return text, err

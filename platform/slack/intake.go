@@ -308,10 +308,15 @@ func intakeKey(chat string, rec intakeRecord) string {
 // intakeClaim is the claim key of entry key.
 func intakeClaim(key string) string { return "slack/intake/" + key }
 
+// errIntakeFull answers a request the full intake cannot take: busy
+// (platform.ErrBusy) as any other, but a slash command, which Slack does
+// not send again, is told so (command).
+var errIntakeFull = fmt.Errorf("slack: intake full: %w", platform.ErrBusy)
+
 // admit stores r as an entry of chat and queues it, or answers it without:
 // a slow message already handled is a duplicate (nil), one another
-// instance is handling, or one the full intake cannot take, is
-// platform.ErrBusy.
+// instance is handling is platform.ErrBusy, and one the full intake cannot
+// take is errIntakeFull.
 func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) error {
 	run := p.intake.runCtx()
 	if run == nil || run.Err() != nil || p.sink.Load() == nil {
@@ -319,7 +324,7 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 	}
 	if !p.intake.reserve(chat, r.rec.Route == routeEvents) {
 		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request not taken", "tenant", p.chatTenant(chat))
-		return platform.ErrBusy
+		return errIntakeFull
 	}
 	defer p.intake.unreserve(chat)
 	if r.once != "" {

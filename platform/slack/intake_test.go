@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
 	"connector/internal/redistest"
 	"connector/media"
 	"connector/platform"
@@ -1583,6 +1584,39 @@ func TestSlashCommandPastTheFullIntakeAnsweredBusy(t *testing.T) {
 	}
 	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
 		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
+	}
+}
+
+// TestSlashCommandAnotherInstanceHandlesAnsweredBusy: a copy of a slash
+// command whose trigger_id another instance sharing the store is handling
+// (a load balancer sent the signed request again) is answered 503, not
+// "send it again": the first copy delivers it, and a resend would run it
+// twice. Before, it was answered 200 with the "send it again" text.
+func TestSlashCommandAnotherInstanceHandlesAnsweredBusy(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	n, err := cluster.New(cluster.Config{Instance: "i0", PubSub: st.PubSub()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	e := newEnv(t, nil, &platform.Deps{Store: st, Cluster: n, Clock: clk})
+	body := slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", "")
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other instance's pending claim on the trigger_id.
+	key := "slack/pending/cmd/" + teamA.ID + ":" + form.Get("trigger_id")
+	if ok, err := st.Claims().Claim(t.Context(), key, clk.Now().Add(pendingTTL)); err != nil || !ok {
+		t.Fatalf("the other instance's claim: %v %v", ok, err)
+	}
+	if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusServiceUnavailable || strings.Contains(resp, "send it again") {
+		t.Fatalf("the copy another instance handles answered %d %q, want 503", code, resp)
+	}
+	if n := e.sink.Taken(); n != 0 {
+		t.Fatalf("delivered %d times, want none (the other instance delivers it)", n)
 	}
 }
 
