@@ -445,7 +445,7 @@ func (p *Platform) linkCode(m *message, sender string) (string, bool) {
 // never wait for it) and the link replies' own share of the budget
 // (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) {
-	reply := p.deps.RedeemLink(ctx, platformName, sender, code, func(tenant string) {
+	reply := p.deps.RedeemLink(ctx, platformName, sender, code, func(tenant string, _ time.Time) {
 		// Through another tenant's number the tenant may not act (sender):
 		// its own conversation with the user, if any, stays. On the same
 		// number it keeps the user's latest message id, which typing marks.
