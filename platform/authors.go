@@ -78,14 +78,15 @@ func (g *Grants) grantKey(chat, tenant string) vault.Key {
 // the grant, under ctx. A grant of the same space renewed less than half
 // its TTL ago is left as it is, so a busy chat costs the store one write
 // per half TTL, not one per message. The grant is the tenant's as created
-// when Add is called (vault.Creation), not when its store calls end: one
-// made again under its id meanwhile is not granted the chat.
-func (g *Grants) Add(ctx context.Context, chat, space, tenant string) {
+// at created, which the caller judged (zero: as created when Add is
+// called, vault.Creation), not when its store calls end: one made again
+// under its id meanwhile is not granted the chat.
+func (g *Grants) Add(ctx context.Context, chat, space, tenant string, created time.Time) {
 	if chat == "" || tenant == "" {
 		return
 	}
 	k := g.grantKey(chat, tenant)
-	e := vault.Entry{Ref: space, Stored: g.clock.Now(), Created: vault.Creation(g.vault, tenant)}
+	e := vault.Entry{Ref: space, Stored: g.clock.Now(), Created: cmp.Or(created, vault.Creation(g.vault, tenant))}
 	if have, ok := g.vault.Get(ctx, k); ok && have.Ref == space && e.Stored.Sub(have.Stored) < vault.ChatGrantTTL/2 {
 		return
 	}
@@ -287,9 +288,10 @@ const (
 // d.Linker and returns the reply to send in the DM. It counts the consumed
 // DM (Metrics.Dropped: link_consumed, link_refused or link_failed), logs a
 // failure other than a refused code, and on success calls grant with the
-// tenant the user is now linked to, unless that tenant was made again
-// since it issued the code: the new tenant of the id is granted nothing.
-func (d *Deps) RedeemLink(ctx context.Context, name, user, code string, grant func(tenant string)) string {
+// tenant the user is now linked to and its creation that issued the code
+// (zero: unknown), unless that tenant was made again since it issued the
+// code: the new tenant of the id is granted nothing.
+func (d *Deps) RedeemLink(ctx context.Context, name, user, code string, grant func(tenant string, created time.Time)) string {
 	tenant, created, err := d.Linker.Link(ctx, name, user, code)
 	reply, reason := LinkedReply, "link_consumed"
 	switch {
@@ -299,7 +301,7 @@ func (d *Deps) RedeemLink(ctx context.Context, name, user, code string, grant fu
 		reply, reason = LinkErrorReply, "link_failed"
 		d.Log.Warn(name+" /link not redeemed", "user_id", user, "err", err)
 	case created.IsZero() || !vault.Earlier(d.Vault, tenant, created):
-		grant(tenant)
+		grant(tenant, created)
 	}
 	d.Metrics.Dropped(name, reason)
 	return reply

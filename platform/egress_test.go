@@ -480,7 +480,7 @@ func TestGrantedChatEditsOwnMessageWithoutARead(t *testing.T) {
 func TestThreadCreateOnAGrantGrantsTheThread(t *testing.T) {
 	for _, threadChats := range []bool{true, false} {
 		grants := platform.NewGrants("chats", nil, nil, nil)
-		grants.Add(t.Context(), "shared", "", "t1")
+		grants.Add(t.Context(), "shared", "", "t1", time.Time{})
 		p := &chatsPlatform{granted: map[string]string{"shared": "t1"}, owners: map[string]string{"own": "t1"}}
 		next := 5
 		e := platform.Egress[*chatsPlatform, string]{
@@ -553,7 +553,7 @@ func TestPromptPosterRecorded(t *testing.T) {
 		}
 	}
 	clk.Advance(25 * time.Hour)
-	grants.Add(t.Context(), "dm", "", "t1")
+	grants.Add(t.Context(), "dm", "", "t1", time.Time{})
 	own := platform.NewOwnership([]platform.Binding{{Kind: platform.BindUser, ID: "ada", Tenant: "t2"}})
 	if got, _, ok, _ := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "dm", DM: true}, "m-dm", "t2"); got != "t1" || !ok {
 		t.Errorf("a press of t1's prompt in Ada's DM reached %q (%v), want t1", got, ok)
@@ -562,7 +562,7 @@ func TestPromptPosterRecorded(t *testing.T) {
 		t.Errorf("a press of t1's prompt in a granted group reached %q, want nobody", got)
 	}
 	created = clk.Now()
-	grants.Add(t.Context(), "dm", "", "t1")
+	grants.Add(t.Context(), "dm", "", "t1", time.Time{})
 	if got, _, ok, _ := grants.PromptPoster(t.Context(), own, "ada", platform.Chat{ID: "dm", DM: true}, "m-dm", "t2"); ok {
 		t.Errorf("a press of the earlier t1's prompt in Ada's DM reached %q, want nobody", got)
 	}

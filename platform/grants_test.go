@@ -41,7 +41,7 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 			if b.Has(t.Context(), "501", "t2") {
 				t.Fatal("granted before any message")
 			}
-			a.Add(t.Context(), "501", "", "t2")
+			a.Add(t.Context(), "501", "", "t2", time.Time{})
 			if !b.Has(t.Context(), "501", "t2") || !a.Has(t.Context(), "501", "t2") {
 				t.Fatal("the grant made on a is not seen on both instances")
 			}
@@ -51,7 +51,7 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 
 			// A renewal past half the TTL, on a, outlives b's cached copy.
 			clk.Advance(vault.ChatGrantTTL/2 + time.Minute)
-			a.Add(t.Context(), "501", "", "t2")
+			a.Add(t.Context(), "501", "", "t2", time.Time{})
 			clk.Advance(vault.ChatGrantTTL/2 + time.Minute)
 			if !b.Has(t.Context(), "501", "t2") {
 				t.Fatal("the grant renewed on a expired on b")
@@ -68,7 +68,7 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 // TestGrantsWithoutVault: with no vault the grants are the process's own.
 func TestGrantsWithoutVault(t *testing.T) {
 	g := platform.NewGrants("telegram", nil, nil, nil)
-	g.Add(t.Context(), "-100", "", "t1")
+	g.Add(t.Context(), "-100", "", "t1", time.Time{})
 	if !g.Has(t.Context(), "-100", "t1") || g.Has(t.Context(), "-100", "t2") {
 		t.Fatal("a process-local grant is not kept, or kept for another tenant")
 	}
@@ -79,11 +79,11 @@ func TestGrantsWithoutVault(t *testing.T) {
 // workspace) records that one at once.
 func TestGrantsRecordTheirSpace(t *testing.T) {
 	g := platform.NewGrants("telegram", nil, nil, nil)
-	g.Add(t.Context(), "C1", "T1", "t1")
+	g.Add(t.Context(), "C1", "T1", "t1", time.Time{})
 	if space, ok, _ := g.Granted(t.Context(), "C1", "t1"); !ok || space != "T1" {
 		t.Fatalf("granted %v in %q", ok, space)
 	}
-	g.Add(t.Context(), "C1", "T2", "t1")
+	g.Add(t.Context(), "C1", "T2", "t1", time.Time{})
 	if space, _, _ := g.Granted(t.Context(), "C1", "t1"); space != "T2" {
 		t.Fatalf("renewed in T2, recorded %q", space)
 	}
@@ -118,8 +118,8 @@ func TestGrantsKeyedByPlatform(t *testing.T) {
 			dc := platform.NewGrants("discord", shared, clk, nil)
 			dcElsewhere := platform.NewGrants("discord", vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk}), clk, nil)
 
-			tg.Add(t.Context(), "801", "", "t1")
-			dc.Add(t.Context(), "802", "G", "t2")
+			tg.Add(t.Context(), "801", "", "t1", time.Time{})
+			dc.Add(t.Context(), "802", "G", "t2", time.Time{})
 			if !tg.Has(t.Context(), "801", "t1") || !dc.Has(t.Context(), "802", "t2") || !dcElsewhere.Has(t.Context(), "802", "t2") {
 				t.Fatal("a grant is not seen on its own platform")
 			}
@@ -233,8 +233,8 @@ func TestMarksOfAnOpThatOutlivedItsTenant(t *testing.T) {
 func TestThreadGrantLastsAsTheChatGrant(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	g := platform.NewGrants("discord", vault.NewMemory(vault.Config{Clock: clk}), clk, nil)
-	g.Add(t.Context(), "C1", "G1", "t2")
-	g.Add(t.Context(), "C1", "G1", "t3")
+	g.Add(t.Context(), "C1", "G1", "t2", time.Time{})
+	g.Add(t.Context(), "C1", "G1", "t3", time.Time{})
 	clk.Advance(vault.ChatGrantTTL / 2)
 	g.AddThread(t.Context(), "C1", "TH1", "t2")
 	if space, ok, _ := g.Granted(t.Context(), "TH1", "t2"); !ok || space != "G1" {
@@ -290,7 +290,7 @@ func grantsOfAnEarlierTenant(t *testing.T, skewed bool) {
 	}
 	a := platform.NewGrants("chats", vault.NewDurable(st.Capabilities(), cfg), clk, nil)
 	b := platform.NewGrants("chats", vault.NewDurable(st.Capabilities(), cfg), clk, nil)
-	a.Add(t.Context(), "shared", "", "t1")
+	a.Add(t.Context(), "shared", "", "t1", time.Time{})
 	a.Posted(t.Context(), "shared", "m1", "t1", time.Time{})
 	for name, g := range map[string]*platform.Grants{"a": a, "b": b} {
 		if !g.Has(t.Context(), "shared", "t1") || !g.PostedBy(t.Context(), "shared", "m1", "t1") {
@@ -311,11 +311,47 @@ func grantsOfAnEarlierTenant(t *testing.T, skewed bool) {
 		}
 	}
 	clk.Advance(time.Second)
-	a.Add(t.Context(), "shared", "", "t1")
+	a.Add(t.Context(), "shared", "", "t1", time.Time{})
 	a.Posted(t.Context(), "shared", "m2", "t1", time.Time{})
 	for name, g := range map[string]*platform.Grants{"a": a, "b": b} {
 		if !g.Has(t.Context(), "shared", "t1") || !g.PostedBy(t.Context(), "shared", "m2", "t1") {
 			t.Errorf("instance %s: the new t1's own grant or mark not found", name)
 		}
+	}
+}
+
+// linkerOf links every code to tenant t2 as created at created.
+type linkerOf struct{ created time.Time }
+
+func (l linkerOf) Link(context.Context, string, string, string) (string, time.Time, error) {
+	return "t2", l.created, nil
+}
+
+// TestLinkGrantIsTheIssuingCreations: the DM grant of a /link is stored
+// for the creation of t2 that issued the code, so t2 deleted and made
+// again between RedeemLink's check of that creation and the grant's write
+// (the registry's apply moving the vault's Since) is not granted the DM.
+// Before, Add stamped the grant with the creation the vault knew when it
+// wrote, the new one.
+func TestLinkGrantIsTheIssuingCreations(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	first := clk.Now().Add(-time.Hour)
+	var mu sync.Mutex
+	began := first
+	since := func(string) time.Time { mu.Lock(); defer mu.Unlock(); return began }
+	v := vault.NewMemory(vault.Config{Clock: clk, Since: since})
+	g := platform.NewGrants("chats", v, clk, nil)
+	d := platform.Deps{Linker: linkerOf{created: first}, Vault: v}.WithDefaults()
+	reply := d.RedeemLink(t.Context(), "chats", "u1", "CODE", func(tenant string, created time.Time) {
+		mu.Lock()
+		began = clk.Now() // the apply, after RedeemLink judged the creation
+		mu.Unlock()
+		g.Add(t.Context(), "dm", "", tenant, created)
+	})
+	if reply != platform.LinkedReply {
+		t.Fatalf("reply %q, want %q", reply, platform.LinkedReply)
+	}
+	if g.Has(t.Context(), "dm", "t2") {
+		t.Fatal("the t2 made again was granted the DM by the earlier t2's link code")
 	}
 }

@@ -108,7 +108,7 @@ func TestTenantMadeAgainInheritsNoGrants(t *testing.T) {
 	}
 	create()
 	grants := platform.NewGrants("discord", deps.Vault, nil, nil)
-	grants.Add(ctx, "801", "800", "acme")
+	grants.Add(ctx, "801", "800", "acme", time.Time{})
 	grants.Posted(ctx, "801", "901", "acme", time.Time{})
 	if !grants.Has(ctx, "801", "acme") || !grants.PostedBy(ctx, "801", "901", "acme") {
 		t.Fatal("acme's grant or mark not found")
@@ -125,7 +125,7 @@ func TestTenantMadeAgainInheritsNoGrants(t *testing.T) {
 			t.Errorf("%s: acme made again may edit the earlier acme's message", name)
 		}
 	}
-	grants.Add(ctx, "801", "800", "acme")
+	grants.Add(ctx, "801", "800", "acme", time.Time{})
 	grants.Posted(ctx, "801", "902", "acme", time.Time{})
 	if !grants.Has(ctx, "801", "acme") || !grants.PostedBy(ctx, "801", "902", "acme") {
 		t.Error("acme made again lost its own grant or mark")

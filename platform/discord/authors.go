@@ -71,7 +71,7 @@ func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pr
 			}
 		}
 		if r.Grant && (r.Tenant == routed || own.Linked(author, r.Tenant)) && !vault.Earlier(p.vault, r.Tenant, created) {
-			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant) // not for one made again while PromptPoster read the store
+			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant, created) // not for one made again while PromptPoster read the store
 		}
 		return r.Tenant, created, r.Owner, ""
 	case c.Space == "" && p.cfg.DMTenant != "":
@@ -143,7 +143,7 @@ func (p *Platform) consumeLink(m *wireMessage, edit bool) bool {
 // redeemLink redeems code for user and answers in the DM channel, on the
 // link replies' own share of the bot's budget (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
-	reply := p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string) { p.spoke.Add(ctx, channel, "", tenant) })
+	reply := p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string, created time.Time) { p.spoke.Add(ctx, channel, "", tenant, created) })
 	if err := p.rest(platform.WithTenant(ctx, platform.LinkBudget), "POST", discordgo.EndpointChannelMessages(channel), &discordgo.MessageSend{Content: reply}, nil); err != nil {
 		p.log.Warn("discord /link reply not sent", "channel_id", channel, "err", describe(err).Error)
 	}

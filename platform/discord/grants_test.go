@@ -589,7 +589,7 @@ func TestPressGrantsNoTenantMadeAgainWhileItsPosterWasRead(t *testing.T) {
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
 		t.Fatal(err)
 	}
-	e.p.spoke.Add(t.Context(), chanDMAda, "", "t2") // as her /link for t2 in the DM
+	e.p.spoke.Add(t.Context(), chanDMAda, "", "t2", time.Time{}) // as her /link for t2 in the DM
 	r := execute(t, e, "t2", `{"op":"prompt","chat_id":"`+chanDMAda+`","content":"deploy?","prompt_id":"f00dba.1234abcd","options":[{"id":"once","label":"Approve once"}],"metadata":{}}`)
 	if !r.Success {
 		t.Fatalf("t2's prompt in Ada's DM = %+v", r)
@@ -671,7 +671,7 @@ func TestPressWhosePosterIsUnreadable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	other.p.spoke.Add(t.Context(), chanDMAda, "", "t2") // as her /link for t2 in the DM
+	other.p.spoke.Add(t.Context(), chanDMAda, "", "t2", time.Time{}) // as her /link for t2 in the DM
 	r := execute(t, other, "t2", `{"op":"prompt","chat_id":"`+chanDMAda+`","content":"deploy?","prompt_id":"f00dba.1234abcd","options":[{"id":"once","label":"Approve once"}],"metadata":{}}`)
 	if !r.Success {
 		t.Fatalf("t2's prompt in Ada's DM = %+v", r)

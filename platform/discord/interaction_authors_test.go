@@ -136,7 +136,7 @@ func TestPromptPressInASharedDMReachesItsPoster(t *testing.T) {
 				{Kind: platform.BindUser, ID: userAda, Tenant: "t1"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
 				t.Fatal(err)
 			}
-			e.p.spoke.Add(t.Context(), chanDMAda, "", "t2") // as her /link for t2 in the DM
+			e.p.spoke.Add(t.Context(), chanDMAda, "", "t2", time.Time{}) // as her /link for t2 in the DM
 			r := execute(t, e, "t2", `{"op":"prompt","chat_id":"`+chanDMAda+`","content":"deploy?","prompt_id":"f00dba.1234abcd","options":[{"id":"once","label":"Approve once"}],"metadata":{}}`)
 			if !r.Success {
 				t.Fatalf("t2's prompt in Ada's DM = %+v", r)
@@ -173,7 +173,7 @@ func TestPressAfterTheLinkMovedRenewsNoGrant(t *testing.T) {
 	if err := e.p.Bind(append(guilds, platform.Binding{Kind: platform.BindUser, ID: userAda, Tenant: "t2"})); err != nil {
 		t.Fatal(err)
 	}
-	e.p.spoke.Add(t.Context(), chanDMAda, "", "t2") // as her /link for t2 in the DM
+	e.p.spoke.Add(t.Context(), chanDMAda, "", "t2", time.Time{}) // as her /link for t2 in the DM
 	r := execute(t, e, "t2", `{"op":"prompt","chat_id":"`+chanDMAda+`","content":"deploy?","prompt_id":"f00dba.1234abcd","options":[{"id":"once","label":"Approve once"}],"metadata":{}}`)
 	if !r.Success {
 		t.Fatalf("t2's prompt in Ada's DM = %+v", r)
@@ -328,7 +328,7 @@ func TestPressAfterTheChatMoved(t *testing.T) {
 		}
 	}
 	bind("t1")
-	e.p.spoke.Add(t.Context(), chanDMAda, "", "t1") // as her /link for t1 in the DM
+	e.p.spoke.Add(t.Context(), chanDMAda, "", "t1", time.Time{}) // as her /link for t1 in the DM
 	inGuild, guildButton := prompt("t1", chanGeneral, "f00dba.00000001")
 	inDM, dmButton := prompt("t1", chanDMAda, "f00dba.00000002")
 	bind("t2")

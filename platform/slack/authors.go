@@ -46,7 +46,7 @@ func (p *Platform) route(ctx context.Context, user, channel, team string, dm boo
 	}
 	created = vault.Creation(p.deps.Vault, r.Tenant)
 	if r.Grant {
-		p.grants.Add(ctx, channel, team, r.Tenant)
+		p.grants.Add(ctx, channel, team, r.Tenant, created)
 	}
 	return r.Tenant, created, r.Owner, ""
 }
@@ -236,7 +236,7 @@ func linkCommand(text string) (string, bool) {
 // unanswered.
 func (p *Platform) submitLink(team, user, channel, code string, reply func(context.Context, string)) {
 	reason := p.links.Submit(user, func(ctx context.Context) {
-		reply(ctx, p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string) { p.grants.Add(ctx, channel, team, tenant) }))
+		reply(ctx, p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string, created time.Time) { p.grants.Add(ctx, channel, team, tenant, created) }))
 	})
 	if reason != "" {
 		p.drop(reason, "")

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 	"weak"
 
 	"connector/contract"
@@ -322,7 +323,7 @@ func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	elsewhere := platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil)
-	elsewhere.Add(t.Context(), chanNew, teamC.ID, "t2")
+	elsewhere.Add(t.Context(), chanNew, teamC.ID, "t2", time.Time{})
 	e := ownershipEnv(t, &platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{})})
 	srv.Kill(t)
 	send := func(tenant, chat string) contract.Result {

@@ -398,7 +398,7 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	}
 	dm := strings.HasPrefix(pr.channel, "D")
 	if r, ok := p.owners.Load().Route(pr.user, platform.Chat{ID: pr.channel, Space: pr.team, DM: dm}); ok && r.Grant && r.Tenant == tenant {
-		p.grants.Add(ctx, pr.channel, pr.team, tenant) // as the presser's message there would (route)
+		p.grants.Add(ctx, pr.channel, pr.team, tenant, time.Time{}) // as the presser's message there would (route)
 	}
 	switch ok, err := p.mayAct(ctx, tenant, pr.channel); {
 	case err != nil:

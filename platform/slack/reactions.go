@@ -124,7 +124,7 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 		}
 	}
 	if r.Grant && !vault.Earlier(p.deps.Vault, r.Tenant, created) { // not for one made again while Slack was asked
-		p.grants.Add(ctx, channel, team, r.Tenant)
+		p.grants.Add(ctx, channel, team, r.Tenant, created)
 	}
 	m.routed = &routing{tenant: r.Tenant, created: created, owner: r.Owner}
 	return p.ingestMessage(ctx, env, &m, received)

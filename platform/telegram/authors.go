@@ -86,7 +86,7 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 		}
 	}
 	if r.Grant && (r.Tenant == routed || own.Linked(src.UserID.Value, r.Tenant)) && !vault.Earlier(p.deps.Vault, r.Tenant, created) {
-		p.grants.Add(ctx, src.ChatID, "", r.Tenant) // not for one made again while PromptPoster read the store
+		p.grants.Add(ctx, src.ChatID, "", r.Tenant, created) // not for one made again while PromptPoster read the store
 	}
 	return r.Tenant, created, r.Owner, ""
 }
@@ -116,7 +116,7 @@ func (p *Platform) submitLink(in *inbound, code string) {
 // the bot's budget (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 	user := in.event.Source.UserID.Value
-	reply := p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string) { p.grants.Add(ctx, in.event.Source.ChatID, "", tenant) })
+	reply := p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string, created time.Time) { p.grants.Add(ctx, in.event.Source.ChatID, "", tenant, created) })
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	err := p.paced(ctx, platform.LinkBudget, in.chatID, false, func(ctx context.Context) error {

@@ -190,7 +190,7 @@ func TestGrantUnknownWhileTheStoreIsDown(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	elsewhere := platform.NewGrants(platformName, vault.NewDurable(st.Capabilities(), vault.Config{}), nil, nil)
-	elsewhere.Add(t.Context(), group, "", "t2")
+	elsewhere.Add(t.Context(), group, "", "t2", time.Time{})
 	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(st.Capabilities(), vault.Config{})}, nil)
 	srv.Kill(t)
 	if r := e.act(t, "t2", sendAction(group, "hi")); r.Code != contract.CodeUnavailable {

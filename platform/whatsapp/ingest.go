@@ -170,7 +170,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		}
 		sent := p.sentAt(m) // before the tenant's creation, maybe: the vault judges the entry by the creation it keeps
 		if !p.newerRecorded(ctx, tenant, sender, sent) {
-			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent)
+			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent, time.Time{})
 		}
 		if ev.ReplyTo != nil {
 			ev.ReplyTo.Text = p.quotes.text(tenant, sender, ev.ReplyToMessageID)
@@ -445,7 +445,7 @@ func (p *Platform) linkCode(m *message, sender string) (string, bool) {
 // never wait for it) and the link replies' own share of the budget
 // (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) {
-	reply := p.deps.RedeemLink(ctx, platformName, sender, code, func(tenant string) {
+	reply := p.deps.RedeemLink(ctx, platformName, sender, code, func(tenant string, created time.Time) {
 		// Through another tenant's number the tenant may not act (sender):
 		// its own conversation with the user, if any, stays. On the same
 		// number it keeps the user's latest message id, which typing marks.
@@ -454,7 +454,7 @@ func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) 
 			if old, ok, _ := p.conversation(ctx, tenant, sender); ok && old.Number == number {
 				c.Last = old.Last
 			}
-			p.converse(ctx, tenant, sender, c, p.deps.Clock.Now())
+			p.converse(ctx, tenant, sender, c, p.deps.Clock.Now(), created)
 		}
 	})
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)

@@ -331,11 +331,12 @@ func (p *Platform) conversation(ctx context.Context, tenant, user string) (conv,
 }
 
 // converse records that user wrote to number in tenant's conversation at
-// sent, last as the latest message id. It is written before the message
-// is delivered, so the tenant's answer finds it.
-func (p *Platform) converse(ctx context.Context, tenant, user string, c conv, sent time.Time) {
+// sent, last as the latest message id, for tenant as created at created
+// (zero: as created now). It is written before the message is delivered,
+// so the tenant's answer finds it.
+func (p *Platform) converse(ctx context.Context, tenant, user string, c conv, sent, created time.Time) {
 	ref, _ := json.Marshal(c) // two strings: cannot fail
-	if err := p.vault.Put(ctx, conversationKey(tenant, user), vault.Entry{Ref: string(ref), Stored: sent}); err != nil {
+	if err := p.vault.Put(ctx, conversationKey(tenant, user), vault.Entry{Ref: string(ref), Stored: sent, Created: created}); err != nil {
 		p.log.Warn("whatsapp conversation not stored", "tenant", tenant, "user_id", user, "err", err)
 	}
 }

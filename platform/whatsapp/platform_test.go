@@ -1181,6 +1181,64 @@ func TestLinkOnAnotherTenantsNumberKeepsTheConversation(t *testing.T) {
 	}
 }
 
+// TestLinkConversationIsTheIssuingCreations: Ada's "/link" on t2's number
+// redeems a code the t2 created at first issued; t2 is deleted and made
+// again as the redemption reads her conversation, after RedeemLink judged
+// the creation. The conversation it writes is the earlier t2's, so the new
+// t2 has none with her. Before, it was stored as the new t2's.
+func TestLinkConversationIsTheIssuingCreations(t *testing.T) {
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var remade atomic.Bool
+	since := func(string) time.Time {
+		if remade.Load() {
+			return again
+		}
+		return first
+	}
+	v := &convRemakingVault{Memory: vault.NewMemory(vault.Config{Since: since}), remade: &remade}
+	r := newRig(t, v, func(_ *Config, d *platform.Deps) { d.Linker = creationLinker{created: first} })
+	const ada = "447700900123"
+	if code := r.post(t, whatsapptest.Text(biz2, ada, "Ada", "wamid.L1", "/link GOOD")); code != 200 {
+		t.Fatal(code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if sent, err := r.fake.WaitSent(ctx, 1); err != nil || sent[0].Block()["body"] != platform.LinkedReply {
+		t.Fatalf("link reply %+v: %v", sent, err)
+	}
+	if !remade.Load() {
+		t.Fatal("the redemption did not read Ada's conversation")
+	}
+	if _, ok, _ := r.p.conversation(ctx, "t2", ada); ok {
+		t.Fatal("the t2 made again has a conversation with Ada, written by the earlier t2's link")
+	}
+}
+
+// creationLinker links code GOOD to t2 as created at created.
+type creationLinker struct{ created time.Time }
+
+func (l creationLinker) Link(_ context.Context, _, _, code string) (string, time.Time, error) {
+	if code == "GOOD" {
+		return "t2", l.created, nil
+	}
+	return "", time.Time{}, platform.ErrLinkRefused
+}
+
+// convRemakingVault is a vault.Memory that marks its tenant made again
+// (remade) when a conversation is read.
+type convRemakingVault struct {
+	*vault.Memory
+	remade *atomic.Bool
+}
+
+func (v *convRemakingVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool) {
+	e, ok := v.Memory.Get(ctx, k)
+	if k.Kind == vault.KindWhatsAppConversation {
+		v.remade.Store(true)
+	}
+	return e, ok
+}
+
 // typing and send_media's upload wait for the app's budget like a message
 // does: when it does not free up before the request's deadline, the
 // answer is rate_limited with a retry_after, not unavailable after the
