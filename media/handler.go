@@ -16,6 +16,12 @@ import (
 // DefaultUploadTimeout is Config.UploadTimeout's default.
 const DefaultUploadTimeout = 2 * time.Minute
 
+// minDownloadRate is the floor, in bytes a second, of a download's average
+// rate past its first Config.UploadTimeout (docs/configuration.md): the
+// progress deadline alone let a client taking a chunk a deadline hold a
+// 25 MiB download, and its connection slot, for a day.
+const minDownloadRate = 16 << 10
+
 // Authenticator verifies a request's Authorization header: the gateway's
 // own HMAC bearer token, the one its /relay upgrade carries. It returns
 // the gateway's tenant and id, and the key of the secret it signed with.
@@ -29,6 +35,8 @@ type HandlerConfig struct {
 	Auth Authenticator
 	// Log receives refused requests at debug level; nil discards.
 	Log *slog.Logger
+
+	minRate int64 // bytes a second; 0 is minDownloadRate (tests lower it)
 }
 
 // Handler serves the media routes, POST /relay/media (upload) and GET
@@ -37,6 +45,7 @@ type HandlerConfig struct {
 // tenant only.
 func (s *Store) Handler(cfg HandlerConfig) http.Handler {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
+	cfg.minRate = cmp.Or(cfg.minRate, minDownloadRate)
 	return &handler{s: s, cfg: cfg}
 }
 
@@ -142,22 +151,33 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request, tenant, id st
 		cd = cmp.Or(mime.FormatMediaType("attachment", map[string]string{"filename": obj.Filename}), cd)
 	}
 	hdr.Set("Content-Disposition", cd)
-	http.ServeContent(w, r, "", time.Time{}, &progress{obj.Section(), http.NewResponseController(w), h.s.cfg.UploadTimeout})
+	http.ServeContent(w, r, "", time.Time{}, &progress{ReadSeeker: obj.Section(), rc: http.NewResponseController(w),
+		d: h.s.cfg.UploadTimeout, floor: time.Now().Add(h.s.cfg.UploadTimeout), perByte: time.Second / time.Duration(h.cfg.minRate)})
 }
 
 // progress reads a download's object and gives the write of each chunk
-// read d: a client that stops reading would else hold the connection, its
-// slot among the unauthenticated ones and the object's file for good,
-// while a slow one that keeps reading gets the whole object.
+// read d, and at most floor, which moves d past the start by the time its
+// bytes so far take at the minimum rate: a client that stops reading, or
+// trickles, would else hold the connection, its slot among the
+// unauthenticated ones and the object's file for good, while a slow one
+// above the rate gets the whole object.
 type progress struct {
 	io.ReadSeeker
-	rc *http.ResponseController
-	d  time.Duration
+	rc      *http.ResponseController
+	d       time.Duration
+	floor   time.Time
+	perByte time.Duration // at the minimum rate
 }
 
 func (p *progress) Read(b []byte) (int, error) {
-	_ = p.rc.SetWriteDeadline(time.Now().Add(p.d))
-	return p.ReadSeeker.Read(b)
+	n, err := p.ReadSeeker.Read(b)
+	p.floor = p.floor.Add(time.Duration(n) * p.perByte)
+	deadline := time.Now().Add(p.d)
+	if p.floor.Before(deadline) {
+		deadline = p.floor
+	}
+	_ = p.rc.SetWriteDeadline(deadline)
+	return n, err
 }
 
 func tooLargeText(limit int64) string {

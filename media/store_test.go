@@ -800,3 +800,47 @@ func (l smallSendBuffers) Accept() (net.Conn, error) {
 	}
 	return c, err
 }
+
+// TestDownloadToAClientBelowTheMinimumRateEnds: media.upload_timeout
+// bounded only the time a download made no progress, so a client taking a
+// chunk just inside it (about 270 B/s by default) held a 25 MiB download,
+// and its connection slot, for a day. Past its first upload_timeout a
+// download must now average the minimum rate (lowered here to 1 MiB/s; a
+// client reads about 400 KiB/s, each chunk well inside the deadline).
+func TestDownloadToAClientBelowTheMinimumRateEnds(t *testing.T) {
+	const size = 8 << 20
+	s, _ := newStore(t, Config{MaxBytes: 32 << 20, UploadTimeout: time.Second})
+	info, err := s.Put("t1", bytes.NewReader(make([]byte, size)), "application/octet-stream", "big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(httpMux(s.Handler(HandlerConfig{Auth: tokens{"tok1": "t1"}, minRate: 1 << 20})))
+	srv.Listener = smallSendBuffers{srv.Listener}
+	srv.Start()
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(64 << 10)
+	if _, err := fmt.Fprintf(conn, "GET /relay/media/%s HTTP/1.1\r\nHost: c\r\nAuthorization: Bearer tok1\r\nConnection: close\r\n\r\n", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n, buf := 0, make([]byte, 32<<10)
+	for pace := time.NewTicker(80 * time.Millisecond); ; <-pace.C { // about 400 KiB/s: 20 s for the object
+		m, err := io.ReadFull(resp.Body, buf)
+		if n += m; err != nil {
+			if n == size || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("a client reading 400 KiB/s, under the 1 MiB/s minimum, still got %d bytes of %d after 15 s: %v", n, size, err)
+			}
+			return
+		}
+	}
+}

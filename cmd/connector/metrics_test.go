@@ -9,6 +9,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"connector/platform"
+	"connector/platform/slack"
 	"connector/platform/whatsapp"
 )
 
@@ -129,5 +131,36 @@ func TestSeriesOfADeletedTenantCountedAfterItsDeletionGo(t *testing.T) {
 	defer m.inboundOf.mu.RUnlock()
 	if _, ok := m.inboundOf.m[[3]string{"discord", "t2", "dropped_unknown_tenant"}]; ok {
 		t.Error("the cache keeps the deleted tenant's series")
+	}
+}
+
+// Slack's durable intake as watchPlatforms looks for it: a change of its
+// signature would leave the intake series at 0 without a word.
+var _ interface{ IntakeStats() (int, uint64) } = (*slack.Platform)(nil)
+
+// intakePlatform is a platform with a durable intake.
+type intakePlatform struct{ platform.Platform }
+
+func (intakePlatform) Name() string                         { return "slack" }
+func (intakePlatform) Status() platform.Status              { return platform.Status{Ready: true} }
+func (intakePlatform) IntakeStats() (pending int, n uint64) { return 3, 7 }
+
+// TestIntakeSeriesFollowThePlatformsIntake: connector_slack_intake_pending
+// and connector_slack_intake_resumed_total read the platform's IntakeStats.
+func TestIntakeSeriesFollowThePlatformsIntake(t *testing.T) {
+	m := newMetrics()
+	m.watchPlatforms([]platform.Platform{intakePlatform{}})
+	families, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			got[f.GetName()] = s.GetGauge().GetValue() + s.GetCounter().GetValue()
+		}
+	}
+	if got["connector_slack_intake_pending"] != 3 || got["connector_slack_intake_resumed_total"] != 7 {
+		t.Errorf("intake series %v and %v, want 3 and 7", got["connector_slack_intake_pending"], got["connector_slack_intake_resumed_total"])
 	}
 }
