@@ -143,8 +143,8 @@ type intake struct {
 // chats (chatTenant) once the intake is half full, so that one tenant's
 // slow chats leave the others room (docs/durability.md). A slash command
 // or a press, which Slack does not send again, is refused not at the
-// share but once its tenant holds half the intake (the other half stays
-// the other tenants'), or past intakeMaxHeld.
+// share but once its chat's tenant (the chats no tenant holds together)
+// holds half the intake, or past intakeMaxHeld.
 const (
 	intakeMaxHeld     = 512
 	intakeTenantShare = intakeMaxHeld / 8
