@@ -170,7 +170,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		}
 		sent := p.sentAt(m) // before the tenant's creation, maybe: the vault judges the entry by the creation it keeps
 		if !p.newerRecorded(ctx, tenant, sender, sent) {
-			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent, time.Time{})
+			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent, created)
 		}
 		if ev.ReplyTo != nil {
 			ev.ReplyTo.Text = p.quotes.text(tenant, sender, ev.ReplyToMessageID)

@@ -1214,6 +1214,38 @@ func TestLinkConversationIsTheIssuingCreations(t *testing.T) {
 	}
 }
 
+// TestMessageConversationIsTheRoutedCreations: Ada's message to t2's
+// number, sent five minutes ago (late: her conversation is read first),
+// is routed to t2 as created at first; t2 is deleted and made again as
+// that read runs. The conversation the message writes is the earlier
+// t2's, so the new t2 has none with her. Before, it was stored as the new
+// t2's, which could then write to her though her message was never its.
+func TestMessageConversationIsTheRoutedCreations(t *testing.T) {
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var remade atomic.Bool
+	since := func(string) time.Time {
+		if remade.Load() {
+			return again
+		}
+		return first
+	}
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	v := &convRemakingVault{Memory: vault.NewMemory(vault.Config{Since: since, Clock: clk}), remade: &remade}
+	r := newRig(t, v, func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada = "447700900123"
+	ts := strconv.FormatInt(clk.Now().Add(-5*time.Minute).Unix(), 10)
+	body := whatsapptest.Message(biz2, ada, "Ada", map[string]any{"id": "wamid.M1", "type": "text", "timestamp": ts, "text": map[string]any{"body": "hi"}})
+	if code := r.post(t, body); code != 200 {
+		t.Fatal(code)
+	}
+	if !remade.Load() {
+		t.Fatal("the message did not read Ada's conversation")
+	}
+	if _, ok, _ := r.p.conversation(context.Background(), "t2", ada); ok {
+		t.Fatal("the t2 made again has a conversation with Ada, written by a message routed to the earlier t2")
+	}
+}
+
 // creationLinker links code GOOD to t2 as created at created.
 type creationLinker struct{ created time.Time }
 
