@@ -45,7 +45,8 @@ slack:
 // gateway posts a message there over its real wire; the other tenant's
 // edit and delete of it are the uniform decline and reach no platform,
 // while each tenant edits and deletes its own. A Discord thread a creates
-// there is a's alone (docs/security.md rule 3).
+// there is a's alone (docs/security.md rule 3). b's turn entering a Slack
+// thread of a's answer carries none of a's conversation as its context.
 func TestGrantedTenantsKeepToTheirMessages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary")
@@ -86,6 +87,23 @@ func TestGrantedTenantsKeepToTheirMessages(t *testing.T) {
 		body := slacktest.Envelope(team, "UPOSTBOT1", fmt.Sprintf("EvPosted%d", i), ev)
 		post(t, slacktest.SignedRequest("http://"+r.child.addr+"/slack/events", slackSecret, time.Now(), "application/json", body), http.StatusOK, "slack event")
 		r.expect(t, s.tenant, s.tenant+"'s author in slack")
+	}
+	// In a Slack thread of a's answer, where 71 went on with a, b's turn
+	// (72's reply, entering the thread) carries neither as its context.
+	answer := r.send(t, "a", "slack", slackChat, "a's answer in slack")
+	if !answer.Success {
+		t.Fatalf("tenant a's send into slack %s: %+v", slackChat, answer)
+	}
+	for i, s := range []struct{ tenant, user, text string }{{"a", "71", "a's author in the thread"}, {"b", "72", "b's author in the thread"}} {
+		ts := fmt.Sprintf("1768490900.00000%d", i+1)
+		sfake.AddMessage(slacktest.Message{Team: team, Channel: slackChat, TS: ts, ThreadTS: answer.MessageID, User: "U" + s.user, Text: s.text})
+		ev := slacktest.MessageEvent(team, slackChat, "U"+s.user, ts, answer.MessageID, s.text)
+		post(t, slacktest.SignedRequest("http://"+r.child.addr+"/slack/events", slackSecret, time.Now(), "application/json",
+			slacktest.Envelope(team, "UPOSTBOT1", "EvThread"+s.tenant, ev)), http.StatusOK, "slack event")
+		f := nextInbound(t, ctx, r.gws[s.tenant])
+		if f.Event.Text != s.text || s.tenant == "b" && len(f.Event.Context) != 0 {
+			t.Fatalf("tenant %s got %q with context %+v; want %q, and for b no context of a's", s.tenant, f.Event.Text, f.Event.Context, s.text)
+		}
 	}
 
 	act := func(tenant, platform, chat string, action map[string]any) contract.Result {

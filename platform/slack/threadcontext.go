@@ -48,8 +48,26 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 	if !ok {
 		return nil, nil
 	}
+	// In a chat no binding or claim holds, several tenants may act, each
+	// on its linked authors' messages (rule 3): the thread shows tenant no
+	// message that reached another, nor one the bot posted there that
+	// tenant did not (platform.Grants.PostedBy), nor, then, the root's
+	// files.
+	own, chat := p.owners.Load(), chatOf(ev.Channel, m.install)
+	_, held := own.Holder(chat)
+	elsewhere := func(msg *slack.Message) bool {
+		if held {
+			return false
+		}
+		if r, ok := own.Route(msg.User, chat); ok && r.Tenant != "" && r.Tenant != tenant {
+			return true
+		}
+		return bot != "" && msg.User == bot && !p.grants.PostedBy(ctx, ev.Channel, msg.Timestamp, tenant)
+	}
 	var root []wireFile
-	if r := rootIn(h, thread); r != nil {
+	r := rootIn(h, thread)
+	rootHidden := r != nil && elsewhere(r)
+	if r != nil && !rootHidden {
 		for i := range r.Files {
 			root = append(root, fileOf(&r.Files[i]))
 		}
@@ -70,6 +88,9 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		isBot := msg.BotID != "" || msg.SubType == "bot_message"
 		if isBot && !parent && bot != "" && msg.User == bot {
 			continue // the bot's own replies
+		}
+		if parent && rootHidden || !parent && !isBot && elsewhere(msg) {
+			continue // another tenant's (rule 3)
 		}
 		text := strings.TrimSpace(msg.Text)
 		if bot != "" {

@@ -157,3 +157,57 @@ func TestThreadContextNamesInTime(t *testing.T) {
 	e.sink.Empty(t) // delivered once
 	intakeEmpty(t, e.store)
 }
+
+// TestThreadContextKeepsToItsTenant: in a channel no binding or claim
+// holds, where Cat is linked to t1 and Dan to t2 (rule 3: each reaches
+// its own tenant), a turn of Dan's that enters a thread carries none of
+// the thread's messages that reached t1 (Cat's, the root's files with
+// them) nor, as its parent, a message the bot posted there for t1; an
+// unlinked author's message, and a parent the bot posted for t2, stay.
+// Before, t2 read Cat's conversation with t1, and what the bot answered
+// t1, in the thread's context.
+func TestThreadContextKeepsToItsTenant(t *testing.T) {
+	const eve = "U0EVE00005"
+	ms := newMediaStore(t)
+	e := ownershipEnv(t, &platform.Deps{Media: ms},
+		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t1"},
+		platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t2"})
+	e.fake.AddUser(teamC.ID, slacktest.User{ID: eve, Name: "eve"})
+	e.fake.AddFile(teamC.ID, "F0IMG00001", "merger.png", "image/png", append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 100)...))
+	mention := "<@" + teamC.BotUser + "> "
+	const root = "1768400000.000100"
+	e.fake.AddMessage(slacktest.Message{Team: teamC.ID, Channel: chanNew, TS: root, User: userCat, Text: mention + "the merger plan", Files: []string{"F0IMG00001"}})
+	e.fake.AddMessage(slacktest.Message{Team: teamC.ID, Channel: chanNew, TS: "1768400000.000200", ThreadTS: root, User: userCat, Text: "codename bluebird"})
+	e.fake.AddMessage(slacktest.Message{Team: teamC.ID, Channel: chanNew, TS: "1768400000.000300", ThreadTS: root, User: eve, Text: "lunch?"})
+	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, chanNew, userDan, "1768490900.000100", root, "what is this?"), http.StatusOK)
+	d := e.sink.Next(t)
+	if d.Tenant != "t2" || len(d.Event.Media) != 0 || len(d.Event.Context) != 1 || d.Event.Context[0].Source.UserID != eve {
+		t.Fatalf("Dan's turn to %s: context %+v, %d media; want Eve's message alone", d.Tenant, d.Event.Context, len(d.Event.Media))
+	}
+
+	// Cat's and Dan's messages grant the channel to t1 and t2; each posts.
+	e.event(t, teamC, "Ev2", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490900.000200", "", "status?"), http.StatusOK)
+	e.event(t, teamC, "Ev3", slacktest.MessageEvent(teamC.ID, chanNew, userDan, "1768490900.000300", "", "status?"), http.StatusOK)
+	for _, want := range []string{"t1", "t2"} {
+		if d := e.sink.Next(t); d.Tenant != want {
+			t.Fatalf("delivered to %s, want %s", d.Tenant, want)
+		}
+	}
+	posted := map[string]string{}
+	for _, tenant := range []string{"t1", "t2"} {
+		r := e.execute(t, tenant, `{"op":"send","chat_id":"`+chanNew+`","content":"`+tenant+`'s answer"}`)
+		if !r.Success {
+			t.Fatalf("%s's send: %+v", tenant, r)
+		}
+		posted[tenant] = r.MessageID
+	}
+	e.event(t, teamC, "Ev4", slacktest.MessageEvent(teamC.ID, chanNew, userDan, "1768490900.000400", posted["t1"], "and this?"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t2" || len(d.Event.Context) != 0 {
+		t.Fatalf("Dan's reply to t1's answer, to %s: context %+v; want none", d.Tenant, d.Event.Context)
+	}
+	e.event(t, teamC, "Ev5", slacktest.MessageEvent(teamC.ID, chanNew, userDan, "1768490900.000500", posted["t2"], "and this?"), http.StatusOK)
+	d = e.sink.Next(t)
+	if want := "[thread parent] t2's answer"; d.Tenant != "t2" || len(d.Event.Context) != 1 || d.Event.Context[0].Text != want {
+		t.Fatalf("Dan's reply to t2's answer, to %s: context %+v; want %q", d.Tenant, d.Event.Context, want)
+	}
+}
