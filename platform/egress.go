@@ -122,7 +122,8 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 			return refusal(p.Name(), err)
 		}
 		ctx = actingIn(ctx, p, tenant, chatID, e.Clock)
-		// A thread that is a chat of its own (ThreadChats) is checked as a chat by its op.
+		// A thread that is a chat of its own (ThreadChats) is checked as a chat by its op;
+		// react and thread_create name users' messages too, unmarked (docs/security.md, rule 3).
 		ownOnly := a.Op == contract.OpEdit || a.Op == contract.OpDelete || (a.Op == contract.OpThreadRename && !e.ThreadChats)
 		if hold == HoldGrant && ownOnly && (e.Grants == nil || !e.Grants.PostedBy(ctx, chatID, message, tenant)) {
 			return contract.Declined(p.Name())
