@@ -82,8 +82,9 @@ type Egress[P Platform, T any] struct {
 // (MissingTarget), the op in e.Ops (Unsupported), the chat_id a chat of p
 // (e.Chat), tenant allowed there (Authorize), in a chat held by grant an
 // edit or delete of a message posted there for tenant, a thread_rename of
-// a topic made there for it (Grants.PostedBy), and the creation ctx
-// carries (WithCreation) tenant's as e.Vault knows it (vault.Earlier).
+// a topic made there for it (Grants.PostedBy), and tenant one e.Vault
+// knows (vault.Known), whose creation there, unless zero (declared), is
+// the one ctx carries (WithCreation) when it carries one.
 //
 // The op then runs charged to tenant (WithTenant), its calls asking again
 // as their turn comes (StillMayAct). In a chat held by grant, the message
@@ -121,21 +122,24 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 			return refusal(p.Name(), err)
 		}
 		ctx = actingIn(ctx, p, tenant, chatID, e.Clock)
-		// A thread that is a chat of its own (ThreadChats) is checked as a chat by its op.
+		// A thread that is a chat of its own (ThreadChats) is checked as a chat by its op;
+		// react and thread_create name users' messages too, unmarked (docs/security.md, rule 3).
 		ownOnly := a.Op == contract.OpEdit || a.Op == contract.OpDelete || (a.Op == contract.OpThreadRename && !e.ThreadChats)
 		if hold == HoldGrant && ownOnly && (e.Grants == nil || !e.Grants.PostedBy(ctx, chatID, message, tenant)) {
 			return contract.Declined(p.Name())
 		}
 	}
 	// The tenant's creation as the action was dispatched (WithCreation),
-	// else as the op was authorized: an action of a tenant since deleted
-	// and made again (the relay revokes its connections as it applies the
-	// change, after the vault) is declined, and one that returns after
-	// that marks nothing of the new one.
+	// else as the op was authorized: an action of a tenant since deleted,
+	// or deleted and made again (the relay revokes its connections as it
+	// applies the change, after the vault, and the platforms let its chats
+	// go after that), is declined, and one that returns after that marks
+	// nothing of the new one. The creation is read before whether the
+	// tenant is known, so an apply between the two is seen.
 	created, dispatched := ctx.Value(creationKey{}).(time.Time)
 	if e.Vault != nil {
 		now := vault.Creation(e.Vault, tenant)
-		if dispatched && !now.IsZero() && !now.Equal(created) {
+		if !vault.Known(e.Vault, tenant) || dispatched && !now.IsZero() && !now.Equal(created) {
 			return contract.Declined(p.Name())
 		}
 		created = now

@@ -630,3 +630,37 @@ func TestActionOfATenantDeclaredMeanwhile(t *testing.T) {
 		t.Fatalf("t1's send once the YAML declared t1: %+v, stamped %v; want sent, stamped as declared", r, stamped)
 	}
 }
+
+// TestActionOfADeletedTenant: the relay took t1's action from its
+// connection (platform.WithCreation), then t1 was deleted through the
+// registry, the vault first: the vault no longer knows t1 (its creation is
+// zero, as a declared tenant's), while the platform's ownership, applied
+// after it, still places t1's former chat. The action is declined and no
+// op runs, dispatched or not. Before, a zero creation read as a declared
+// tenant: the deleted tenant's send went out into its former chat.
+func TestActionOfADeletedTenant(t *testing.T) {
+	first := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	tenants := map[string]time.Time{"t1": first}
+	v := vault.NewMemory(vault.Config{
+		Since: func(tenant string) time.Time { return tenants[tenant] },
+		Known: func(tenant string) bool { _, ok := tenants[tenant]; return ok },
+	})
+	p := &chatsPlatform{owners: map[string]string{"c1": "t1"}}
+	ran := false
+	ops := platform.Ops[*chatsPlatform, string]{contract.OpSend: func(*chatsPlatform, context.Context, string, string, *contract.Action) contract.Result {
+		ran = true
+		return contract.OK("m1")
+	}}
+	e := platform.Egress[*chatsPlatform, string]{Ops: ops, Chat: func(_ *chatsPlatform, chat string) (string, bool) { return chat, true }, Vault: v}
+	send := &contract.Action{Op: contract.OpSend, ChatID: "c1"}
+	if r := platform.Execute(platform.WithCreation(t.Context(), first), &e, p, "t1", send); !r.Success || !ran {
+		t.Fatalf("t1's send while t1 is known: %+v, op ran: %v", r, ran)
+	}
+	delete(tenants, "t1")
+	ran = false
+	for name, ctx := range map[string]context.Context{"dispatched": platform.WithCreation(t.Context(), first), "called directly": t.Context()} {
+		if r := platform.Execute(ctx, &e, p, "t1", send); r != contract.Declined("chats") || ran {
+			t.Errorf("the deleted t1's send (%s): %+v, op ran: %v; want declined, no op", name, r, ran)
+		}
+	}
+}

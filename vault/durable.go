@@ -159,6 +159,9 @@ func (d *Durable) Delete(ctx context.Context, k Key) {
 // Since is when tenant began (Memory.Since).
 func (d *Durable) Since(tenant string) time.Time { return d.mem.Since(tenant) }
 
+// Known reports whether the registry holds tenant (Memory.Known).
+func (d *Durable) Known(tenant string) bool { return d.mem.Known(tenant) }
+
 // Stats implements Store. Size and Evicted are those of the in-memory
 // front.
 func (d *Durable) Stats() Stats {

@@ -234,6 +234,11 @@ type Config struct {
 	// posted messages and capabilities the tenant made again under the id
 	// must not inherit.
 	Since func(tenant string) time.Time
+	// Known, when set, reports whether the registry holds tenant now
+	// (false: deleted, or not made yet); nil: every tenant is held. Since
+	// is zero alike for a declared tenant and for one the registry no
+	// longer holds: Known tells them apart (platform.Execute's check 8).
+	Known func(tenant string) bool
 }
 
 // Memory is a bounded in-process Store: one LRU per kind, whose entries
@@ -244,6 +249,7 @@ type Config struct {
 type Memory struct {
 	clock clock.Clock
 	since func(tenant string) time.Time // Config.Since; nil: none
+	known func(tenant string) bool      // Config.Known; nil: every tenant
 
 	mu     sync.Mutex // guards caches; a leaf
 	caches map[Kind]*simplelru.LRU[Key, Entry]
@@ -256,7 +262,7 @@ var _ Store = (*Memory)(nil)
 // NewMemory creates the vault.
 func NewMemory(cfg Config) *Memory {
 	cfg.MaxEntries = cmp.Or(max(cfg.MaxEntries, 0), 100_000)
-	m := &Memory{caches: make(map[Kind]*simplelru.LRU[Key, Entry]), clock: cmp.Or(cfg.Clock, clock.System), since: cfg.Since}
+	m := &Memory{caches: make(map[Kind]*simplelru.LRU[Key, Entry]), clock: cmp.Or(cfg.Clock, clock.System), since: cfg.Since, known: cfg.Known}
 	for k := range ttls {
 		// The eviction callback runs under mu, so it only counts.
 		m.caches[k], _ = simplelru.NewLRU(cfg.MaxEntries, func(Key, Entry) { m.evicted.Add(1) }) // size > 0: cannot fail
@@ -337,6 +343,19 @@ func (m *Memory) Since(tenant string) time.Time {
 		return time.Time{}
 	}
 	return m.since(tenant)
+}
+
+// Known reports whether tenant is one the registry holds, as
+// Config.Known says (true without one).
+func (m *Memory) Known(tenant string) bool { return m.known == nil || m.known(tenant) }
+
+// Known reports whether s knows tenant as one the registry holds now
+// (Config.Known): false for a tenant deleted (or not made yet), whose
+// Creation is zero as a declared tenant's is; true when s does not know
+// which tenants the registry holds.
+func Known(s Store, tenant string) bool {
+	b, ok := s.(interface{ Known(tenant string) bool })
+	return !ok || b.Known(tenant)
 }
 
 // Predates reports whether what was stored for tenant at at (a record

@@ -13,6 +13,7 @@ import (
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/registry"
+	"connector/vault"
 )
 
 // TestGrantPerPlatform: Telegram private chats and Discord channels share
@@ -75,8 +76,9 @@ func TestGrantPerPlatform(t *testing.T) {
 // TestTenantMadeAgainInheritsNoGrants: tenant acme, stored through the
 // registry, holds a Discord channel by grant and posted a message there;
 // acme is deleted and created again under its id, and the registry is
-// applied. The vault the platforms are built with (platformDeps) then
-// finds neither the grant nor the mark for the new acme, which may
+// applied. The vault the platforms are built with (platformDeps) knows
+// acme no longer once it was deleted (vault.Known: check 8 declines its
+// actions), and once it was made again finds neither the grant nor the mark for the new acme, which may
 // neither post there nor edit the earlier acme's message; what it is
 // granted itself counts.
 func TestTenantMadeAgainInheritsNoGrants(t *testing.T) {
@@ -115,6 +117,12 @@ func TestTenantMadeAgainInheritsNoGrants(t *testing.T) {
 	}
 	if err := reg.DeleteTenant(ctx, "acme"); err != nil {
 		t.Fatal(err)
+	}
+	if err := c.live.apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vault.Known(deps.Vault, "acme") || !vault.Known(deps.Vault, "t1") {
+		t.Fatalf("once acme was deleted the vault knows acme: %v, declared t1: %v; want false, true (check 8)", vault.Known(deps.Vault, "acme"), vault.Known(deps.Vault, "t1"))
 	}
 	create()
 	for name, g := range map[string]*platform.Grants{"the instance that stored them": grants, "a fresh look": platform.NewGrants("discord", deps.Vault, nil, nil)} {

@@ -432,6 +432,13 @@ func (k *sessionKeys) set(tenants []relay.Tenant) map[string]time.Time {
 // known.
 func (k *sessionKeys) since(tenant string) time.Time { return (*k.created.Load())[tenant] }
 
+// known is the vault's Config.Known: whether the registry last applied
+// holds tenant (a deleted one's since is zero, as a declared one's).
+func (k *sessionKeys) known(tenant string) bool {
+	_, ok := (*k.created.Load())[tenant]
+	return ok
+}
+
 // key is the platform.KeyFunc the platforms are built with.
 func (k *sessionKeys) key(tenant string, src *session.Source) string {
 	return (*k.fn.Load())(tenant, src)

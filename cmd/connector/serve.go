@@ -447,7 +447,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKeys, m *metrics, leaseTTL time.Duration) (platform.Deps, error) {
 	deps := platform.Deps{
 		Log:     log,
-		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{Since: keys.since}),
+		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{Since: keys.since, Known: keys.known}),
 		Key:     keys.key,
 		Metrics: m,
 		Store:   st,
