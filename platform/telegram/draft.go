@@ -667,13 +667,15 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // store (replaceStoredPreview) unless one was deleted here: a preview of
 // the turn this instance remembers may be a stream sealed elsewhere since;
 // for a naming no turn, those of every turn the store lists for the topic
-// (replaceTopicPreviews).
-// Deleting is best effort: a preview that
-// stays is logged.
+// (replaceTopicPreviews). Deleting is best effort: a preview that stays is
+// logged. It runs once the reply went out, within a request_timeout of its
+// own, which the action's deadline does not cut short.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
 	if chat > 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
+	defer cancel()
 	thread, turn := topicThread(a.Metadata.ThreadID), a.Metadata.Turn()
 	here := false // a preview of a's turn was deleted here
 	for _, k := range p.previews.Keys() {
