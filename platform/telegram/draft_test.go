@@ -1257,12 +1257,14 @@ func TestSealOfATenantMadeAgainWhileTheEarlierOnesIsSent(t *testing.T) {
 	}
 }
 
-// failingTopicList is a seal store whose reads of a topic's list of
-// previews (topicPreviewsKey) fail.
-type failingTopicList struct{ store.Capabilities }
+// failingReads is a seal store whose reads of the keys under prefix fail.
+type failingReads struct {
+	store.Capabilities
+	prefix string
+}
 
-func (f failingTopicList) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if strings.HasPrefix(key, "telegram/preview-topic/") {
+func (f failingReads) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if strings.HasPrefix(key, f.prefix) {
 		return nil, false, errors.New("store down")
 	}
 	return f.Capabilities.Get(ctx, key)
@@ -1275,7 +1277,7 @@ func (f failingTopicList) Get(ctx context.Context, key string) ([]byte, bool, er
 func TestTopicPreviewListNotReadIsLoggedAsSuch(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
 	e, _ := sharedStoreEnv(t, clk)
-	e.p.seals = failingTopicList{e.p.seals}
+	e.p.seals = failingReads{e.p.seals, "telegram/preview-topic/"}
 	chat := telegramtest.ChatT2
 	if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans",
 		Metadata: contract.Metadata{MessageID: "77"}}); !r.Success {
@@ -1484,5 +1486,25 @@ func TestGroupSendReplacesAStoredPreviewPastItsDeadline(t *testing.T) {
 	}
 	if _, ok, err := e.p.seals.Get(ctx, turnPreviewKey(tenant, id, 0, "77")); err != nil || ok {
 		t.Fatalf("the turn's stored preview name: found %v, %v; want it forgotten", ok, err)
+	}
+}
+
+// TestStoredTurnPreviewNotReadNamesTheTurn: a group send of a turn cannot
+// read which stream shows the turn's preview (turnPreviewKey): the warning
+// names the turn, which is all that names the record (it named a draft_id
+// 0 instead).
+func TestStoredTurnPreviewNotReadNamesTheTurn(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, nil)
+	e.p.seals = failingReads{e.p.seals, "telegram/preview-turn/"}
+	chat := telegramtest.ChatT2
+	if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat), Content: "the answer",
+		Metadata: contract.Metadata{MessageID: "77"}}); !r.Success {
+		t.Fatalf("send: %+v", r)
+	}
+	logs := e.logs.String()
+	if !strings.Contains(logs, `"msg":"telegram draft preview not read from the store"`) || !strings.Contains(logs, `"turn":"77"`) || strings.Contains(logs, `"draft_id":0`) {
+		t.Fatalf("logs:\n%s", logs)
 	}
 }
