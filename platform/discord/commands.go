@@ -788,7 +788,10 @@ func (c *commandSync) look(ctx context.Context) {
 	for _, e := range gone {
 		// Only the value read: a manifest stored since stays.
 		if _, err := c.shared.CompareAndSwap(ctx, manifestsNamespace, e.Key, e.Value, nil); err != nil {
-			c.p.log.Warn("discord command_manifest of a removed tenant not forgotten", "tenant", e.Key, "err", err)
+			c.p.log.Warn("discord command_manifest of a removed tenant not forgotten; trying again at the next look", "tenant", e.Key, "err", err)
+			c.mu.Lock()
+			c.lastRev = 0 // the next look lists the namespace again
+			c.mu.Unlock()
 		}
 	}
 }

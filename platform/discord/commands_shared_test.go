@@ -741,3 +741,52 @@ func TestEndedCreationsAreBounded(t *testing.T) {
 		t.Fatalf("%d ended creations kept, want the cap %d", kept, maxForget)
 	}
 }
+
+// failingSwaps is a registry whose next fail swaps fail.
+type failingSwaps struct {
+	store.Registry
+	fail *atomic.Int32
+}
+
+func (f failingSwaps) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if f.fail.Add(-1) >= 0 {
+		return false, errors.New("store down")
+	}
+	return f.Registry.CompareAndSwap(ctx, namespace, key, old, value)
+}
+
+// TestForgottenManifestDeletedAfterAFailedDelete: the look that finds a
+// deleted tenant's stored manifest cannot delete it (the store fails the
+// write); the next look deletes it, though the namespace did not change.
+// Before, a look of an unchanged namespace read nothing, so the manifest
+// stayed until some other manifest was stored, maybe after the ended
+// creation was no longer kept (forgetFor).
+func TestForgottenManifestDeletedAfterAFailedDelete(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, discordtest.Options{}, nil)
+	fail := &atomic.Int32{}
+	c := newCommandSync(e.p) // no loop: each look is the test's
+	c.shared, c.ps = failingSwaps{st.Registry(), fail}, st.PubSub()
+	first := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c.setTenants(map[string]time.Time{"t1": {}, "t2": first})
+	stored, _ := json.Marshal(manifest{Created: first, Commands: []map[string]any{{"name": "ask", "description": "Old ask"}}})
+	if _, err := st.Registry().CompareAndSwap(waitCtx(t), manifestsNamespace, "t2", nil, stored); err != nil {
+		t.Fatal(err)
+	}
+	c.look(waitCtx(t))
+	c.setTenants(map[string]time.Time{"t1": {}}) // t2 deleted
+	fail.Store(1)
+	c.look(waitCtx(t))
+	if _, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || !ok {
+		t.Fatalf("t2's manifest: found %v, %v; want it kept by the failed delete", ok, err)
+	}
+	c.look(waitCtx(t))
+	if _, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || ok {
+		t.Fatalf("t2's manifest: found %v, %v; want it deleted by the next look", ok, err)
+	}
+}
