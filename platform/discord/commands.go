@@ -16,6 +16,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/store"
 )
@@ -82,6 +83,10 @@ const (
 	// manifestGets is how many tenants' entries a reconcile reads one by
 	// one; for more it lists the namespace once.
 	manifestGets = 16
+	// forgetFor and maxForget bound the ended creations kept
+	// (commandSync.forget).
+	forgetFor = 24 * time.Hour
+	maxForget = 10_000
 )
 
 // manifest is a tenant's manifest as kept and stored: its entries, and the
@@ -112,13 +117,15 @@ type commandSync struct {
 	// configured and then not (deleted), or made again, with the creation
 	// it saw end: their stored manifests of that creation (or, of a tenant
 	// not configured, an earlier one) are deleted by a look, and replaced
-	// by a save, whatever the clocks that made the creations. A tenant it
-	// never saw may be newer than its last registry apply (one that failed,
-	// or has not come yet): its manifest stays. forgetAll, from the first
-	// SetTenants to the first look that lists the namespace, deletes every
-	// tenant's not configured (deleted while this instance was not
-	// running).
-	forget    map[string]time.Time
+	// by a save, whatever the clocks that made the creations. Each is kept
+	// forgetFor, the most recent maxForget: a late manifest comes from an
+	// instance whose apply lags (seconds), which deletes it itself once it
+	// applies the end. A tenant it never saw may be newer than its last
+	// registry apply (one that failed, or has not come yet): its manifest
+	// stays. forgetAll, from the first SetTenants to the first look that
+	// lists the namespace, deletes every tenant's not configured (deleted
+	// while this instance was not running).
+	forget    *ttlcache.Cache[string, time.Time]
 	forgetAll bool
 	present   map[string]bool // guilds the Gateway delivered
 	// pending are the scopes to reconcile, each with whether to empty its
@@ -130,7 +137,8 @@ func newCommandSync(p *Platform) *commandSync {
 	c := &commandSync{
 		p: p, dirty: make(chan struct{}, 1), poke: make(chan struct{}, 1),
 		manifests: map[string]manifest{}, unsaved: map[string]manifest{}, revs: map[string]uint64{},
-		present: map[string]bool{}, pending: map[string]bool{}, forget: map[string]time.Time{},
+		present: map[string]bool{}, pending: map[string]bool{},
+		forget: ttlcache.New[string, time.Time](maxForget, forgetFor, p.clock),
 	}
 	if p.deps.Cluster != nil && p.deps.Store != nil {
 		c.shared, c.ps = p.deps.Store.Registry(), p.deps.Store.PubSub()
@@ -259,7 +267,7 @@ func (c *commandSync) currentLocked(tenant string, created time.Time) bool {
 // whichever clock made it. Called under mu.
 func (c *commandSync) earlierLocked(tenant string, created time.Time) bool {
 	now, ok := c.tenants[tenant]
-	ended, saw := c.forget[tenant]
+	ended, saw := c.forget.Get(tenant)
 	return ok && !created.Equal(now) && (created.Before(now) || saw && created.Equal(ended))
 }
 
@@ -279,20 +287,20 @@ func (c *commandSync) setTenants(created map[string]time.Time) {
 		switch {
 		case !ok:
 			left = true
-			c.forget[tenant] = was
 		case !now.Equal(was): // deleted and made again, by any clock
 			left, remade = true, true
 			c.queueTenantLocked(tenant, true)
-			c.forget[tenant] = was
+		default:
+			continue
+		}
+		if c.shared != nil { // one instance: no manifest of an ended creation is stored, nor kept past here
+			c.forget.Add(tenant, was)
 		}
 	}
 	for tenant, now := range c.tenants {
-		if now.IsZero() || c.forget[tenant].Equal(now) { // declared, or back as it was
-			delete(c.forget, tenant)
+		if ended, _ := c.forget.Get(tenant); now.IsZero() || ended.Equal(now) { // declared, or back as it was
+			c.forget.Remove(tenant)
 		}
-	}
-	if c.shared == nil { // one instance: no manifest of an ended creation is stored, nor kept past here
-		clear(c.forget)
 	}
 	for _, kept := range []map[string]manifest{c.manifests, c.unsaved} {
 		for tenant, m := range kept {
@@ -758,7 +766,7 @@ func (c *commandSync) look(ctx context.Context) {
 			var m manifest
 			_ = json.Unmarshal(e.Value, &m) // unreadable: as of no creation
 			_, ok := c.tenants[e.Key]
-			left, saw := c.forget[e.Key]
+			left, saw := c.forget.Get(e.Key)
 			if !ok && (c.forgetAll || saw && !m.Created.After(left)) || c.earlierLocked(e.Key, m.Created) {
 				gone = append(gone, e)
 			}
@@ -780,7 +788,10 @@ func (c *commandSync) look(ctx context.Context) {
 	for _, e := range gone {
 		// Only the value read: a manifest stored since stays.
 		if _, err := c.shared.CompareAndSwap(ctx, manifestsNamespace, e.Key, e.Value, nil); err != nil {
-			c.p.log.Warn("discord command_manifest of a removed tenant not forgotten", "tenant", e.Key, "err", err)
+			c.p.log.Warn("discord command_manifest of a removed tenant not forgotten; trying again at the next look", "tenant", e.Key, "err", err)
+			c.mu.Lock()
+			c.lastRev = 0 // the next look lists the namespace again
+			c.mu.Unlock()
 		}
 	}
 }

@@ -678,9 +678,115 @@ func TestOneInstanceKeepsNoEndedCreations(t *testing.T) {
 	first := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first, "t3": first})
 	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first.Add(time.Hour)}) // t2 made again, t3 deleted
-	e.p.cmds.mu.Lock()
-	defer e.p.cmds.mu.Unlock()
-	if n := len(e.p.cmds.forget); n != 0 {
-		t.Fatalf("one instance keeps %d ended creations: %v", n, e.p.cmds.forget)
+	for _, tenant := range []string{"t2", "t3"} {
+		if ended, ok := e.p.cmds.forget.Get(tenant); ok {
+			t.Fatalf("one instance keeps %s's ended creation %v", tenant, ended)
+		}
+	}
+}
+
+// TestEndedCreationsAreBounded: with several instances, the creations an
+// instance saw end are kept for forgetFor, to delete a late stored
+// manifest of one (here, while kept, the look deletes the ended t2's), and
+// no longer: a deployment that deletes tenants for months does not grow
+// the instance. Before, one entry per tenant deleted or made again stayed
+// for the life of the process.
+func TestEndedCreationsAreBounded(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	e := newEnvDeps(t, platform.Deps{Clock: clk, Store: st}, discordtest.Options{}, nil)
+	c := newCommandSync(e.p) // no loop: each look is the test's
+	c.shared, c.ps = st.Registry(), st.PubSub()
+	first := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	ended := func(tenant string) bool {
+		_, ok := c.forget.Get(tenant)
+		return ok
+	}
+	c.setTenants(map[string]time.Time{"t1": {}, "t2": first})
+	c.setTenants(map[string]time.Time{"t1": {}}) // t2 deleted
+	late, _ := json.Marshal(manifest{Created: first, Commands: []map[string]any{{"name": "ask", "description": "Late ask"}}})
+	if _, err := st.Registry().CompareAndSwap(waitCtx(t), manifestsNamespace, "t2", nil, late); err != nil {
+		t.Fatal(err) // stored by an instance whose apply lags
+	}
+	c.look(waitCtx(t))
+	if _, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || ok {
+		t.Fatalf("the ended t2's late manifest: found %v, %v; want it deleted", ok, err)
+	}
+	clk.Advance(forgetFor - time.Second)
+	if !ended("t2") {
+		t.Fatal("t2's ended creation forgotten before forgetFor")
+	}
+	clk.Advance(time.Second)
+	if ended("t2") {
+		t.Fatal("t2's ended creation kept past forgetFor")
+	}
+	tenants := map[string]time.Time{}
+	for i := range maxForget + 1 {
+		tenants[fmt.Sprint("d", i)] = first
+	}
+	c.setTenants(tenants)
+	c.setTenants(map[string]time.Time{}) // all deleted at once
+	kept := 0
+	for tenant := range tenants {
+		if ended(tenant) {
+			kept++
+		}
+	}
+	if kept != maxForget {
+		t.Fatalf("%d ended creations kept, want the cap %d", kept, maxForget)
+	}
+}
+
+// failingSwaps is a registry whose next fail swaps fail.
+type failingSwaps struct {
+	store.Registry
+	fail *atomic.Int32
+}
+
+func (f failingSwaps) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if f.fail.Add(-1) >= 0 {
+		return false, errors.New("store down")
+	}
+	return f.Registry.CompareAndSwap(ctx, namespace, key, old, value)
+}
+
+// TestForgottenManifestDeletedAfterAFailedDelete: the look that finds a
+// deleted tenant's stored manifest cannot delete it (the store fails the
+// write); the next look deletes it, though the namespace did not change.
+// Before, a look of an unchanged namespace read nothing, so the manifest
+// stayed until some other manifest was stored, maybe after the ended
+// creation was no longer kept (forgetFor).
+func TestForgottenManifestDeletedAfterAFailedDelete(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, discordtest.Options{}, nil)
+	fail := &atomic.Int32{}
+	c := newCommandSync(e.p) // no loop: each look is the test's
+	c.shared, c.ps = failingSwaps{st.Registry(), fail}, st.PubSub()
+	first := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c.setTenants(map[string]time.Time{"t1": {}, "t2": first})
+	stored, _ := json.Marshal(manifest{Created: first, Commands: []map[string]any{{"name": "ask", "description": "Old ask"}}})
+	if _, err := st.Registry().CompareAndSwap(waitCtx(t), manifestsNamespace, "t2", nil, stored); err != nil {
+		t.Fatal(err)
+	}
+	c.look(waitCtx(t))
+	c.setTenants(map[string]time.Time{"t1": {}}) // t2 deleted
+	fail.Store(1)
+	c.look(waitCtx(t))
+	if _, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || !ok {
+		t.Fatalf("t2's manifest: found %v, %v; want it kept by the failed delete", ok, err)
+	}
+	c.look(waitCtx(t))
+	if _, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || ok {
+		t.Fatalf("t2's manifest: found %v, %v; want it deleted by the next look", ok, err)
 	}
 }

@@ -3,6 +3,7 @@ package discord
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -14,11 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bwmarrin/discordgo"
-
 	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
+	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/vault"
 )
@@ -522,54 +522,35 @@ func TestReactionEmojiIsNotARoute(t *testing.T) {
 	}
 }
 
-// TestHeaderlessRouteLimitsStayBounded: route 429s without X-RateLimit
-// headers, each on a route of its own (an interaction id), make buckets
-// past maxBuckets; once their retry_after passed, those are swept as a new
-// one is made, as update's are (before, a 429's bucket was made without the
-// sweep, and the limiter grew with every such route).
-func TestHeaderlessRouteLimitsStayBounded(t *testing.T) {
+// TestLiveRouteBucketsStayBounded: more than maxBuckets routes learn a
+// bucket that resets an hour later (from headers, or a route 429 without
+// them), all within the hour: the limiter keeps maxBuckets, the least
+// recently used forgotten, and the most recent still paces its route.
+// Before, the sweep found none whose reset passed and every one was kept
+// (each new one sweeping them all again).
+func TestLiveRouteBucketsStayBounded(t *testing.T) {
 	t.Parallel()
-	clk := clocktest.New(epoch)
-	e := newEnvOn(t, clk, discordtest.Options{}, nil)
-	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusTooManyRequests)
-		fmt.Fprint(w, `{"message":"You are being rate limited.","retry_after":60,"global":false}`)
-		return true
-	})
-	// retry_after lies beyond the deadline, so each call fails at once;
-	// interaction callbacks skip the global budget, which waits on clk.
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	call := func(from, to int) {
-		t.Helper()
-		var wg sync.WaitGroup
-		for w := range 8 {
-			wg.Go(func() {
-				for i := from + w; i < to; i += 8 {
-					req, _ := http.NewRequestWithContext(ctx, "POST", discordgo.EndpointInteractionResponse(strconv.Itoa(1_000_000+i), "tok"), nil)
-					if resp, err := e.p.sess.Client.Do(req); err == nil {
-						resp.Body.Close()
-						t.Errorf("call %d was not refused", i)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if t.Failed() {
-			t.FailNow()
+	l := newRouteLimiter(clocktest.New(epoch))
+	route := func(i int) string {
+		return parseRoute("POST", fmt.Sprintf("/api/v10/channels/%d/messages", 1_000_000+i)).key
+	}
+	for i := range maxBuckets + 1 {
+		if i%2 == 0 {
+			l.update(route(i), rateHeaders{known: true, limit: 5, resetAfter: time.Hour})
+		} else {
+			l.limited(route(i), time.Hour)
 		}
 	}
-	// In two halves, 11 minutes apart (the first half's retry_after passed,
-	// and the invalid-request breaker's 10-minute window with it).
-	call(0, maxBuckets/2)
-	clk.Advance(11 * time.Minute)
-	call(maxBuckets/2, maxBuckets+1)
-	routes := e.p.sess.Client.Transport.(*transport).routes
-	routes.mu.Lock()
-	defer routes.mu.Unlock()
-	if n := len(routes.buckets); n > maxBuckets {
-		t.Fatalf("the limiter holds %d buckets after %d header-less 429s, the first %d long expired; want at most %d", n, maxBuckets+1, maxBuckets/2, maxBuckets)
+	l.mu.Lock()
+	n := l.buckets.Len()
+	l.mu.Unlock()
+	if n > maxBuckets {
+		t.Fatalf("the limiter holds %d live buckets, want at most %d", n, maxBuckets)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var limited *platform.RateLimitedError
+	if err := l.acquire(ctx, route(maxBuckets)); !errors.As(err, &limited) {
+		t.Fatalf("the newest bucket's route: acquire = %v, want it rate limited", err)
 	}
 }

@@ -3,12 +3,13 @@ package discord
 import (
 	"context"
 	"hash/fnv"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"connector/internal/clock"
 	"connector/platform"
@@ -83,7 +84,7 @@ type routeLimiter struct {
 
 	mu      sync.Mutex
 	hashes  map[string]string // route template -> bucket hash
-	buckets map[string]*bucketState
+	buckets *simplelru.LRU[string, *bucketState]
 }
 
 type bucketState struct {
@@ -92,11 +93,14 @@ type bucketState struct {
 	reset     time.Time
 }
 
-// maxBuckets triggers a sweep of buckets whose reset passed.
+// maxBuckets bounds the buckets kept, the least recently used forgotten:
+// one forgotten before its reset costs its route at most a 429, which
+// teaches it again.
 const maxBuckets = 10_000
 
 func newRouteLimiter(clk clock.Clock) *routeLimiter {
-	return &routeLimiter{clock: clk, hashes: map[string]string{}, buckets: map[string]*bucketState{}}
+	buckets, _ := simplelru.NewLRU[string, *bucketState](maxBuckets, nil) // a positive size: no error
+	return &routeLimiter{clock: clk, hashes: map[string]string{}, buckets: buckets}
 }
 
 // bucketKey maps a route to its bucket: the shared hash when Discord told us
@@ -130,7 +134,7 @@ func (l *routeLimiter) acquire(ctx context.Context, r string) error {
 	for {
 		l.mu.Lock()
 		now := l.clock.Now()
-		st := l.buckets[l.bucketKey(r)]
+		st, _ := l.buckets.Get(l.bucketKey(r))
 		if st == nil || st.remaining > 0 || !now.Before(st.reset) {
 			if st != nil {
 				if !now.Before(st.reset) && st.limit > 0 {
@@ -182,18 +186,12 @@ func (l *routeLimiter) limited(r string, retryAfter time.Duration) {
 	st.reset = l.clock.Now().Add(retryAfter)
 }
 
-// bucketLocked returns bucket k, made when there is none; making one when
-// maxBuckets are kept first sweeps those whose reset passed. Called under
-// mu.
+// bucketLocked returns bucket k, made when there is none. Called under mu.
 func (l *routeLimiter) bucketLocked(k string) *bucketState {
-	if st := l.buckets[k]; st != nil {
+	if st, ok := l.buckets.Get(k); ok {
 		return st
 	}
-	if len(l.buckets) >= maxBuckets {
-		now := l.clock.Now()
-		maps.DeleteFunc(l.buckets, func(_ string, st *bucketState) bool { return now.After(st.reset) })
-	}
 	st := &bucketState{}
-	l.buckets[k] = st
+	l.buckets.Add(k, st)
 	return st
 }

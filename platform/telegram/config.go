@@ -78,7 +78,8 @@ type Config struct {
 	// PollTimeout is the getUpdates long-poll duration. Default 50s; at least 2s.
 	PollTimeout time.Duration `yaml:"poll_timeout"`
 	// RequestTimeout bounds an outbound action whose context has no deadline
-	// (the gateway itself gives up after 30 s). Default 30s.
+	// (the gateway itself gives up after 30 s), and, on its own, a group
+	// `send`'s deletion of the draft previews it replaces. Default 30s.
 	RequestTimeout time.Duration `yaml:"request_timeout"`
 	// WebhookMaxConnections is setWebhook's max_connections (1-100). Default 40.
 	WebhookMaxConnections int `yaml:"webhook_max_connections"`

@@ -97,18 +97,19 @@ func (s sealedDraft) repeatedBy(a *contract.Action) bool {
 // store cannot give is logged and taken as none: the seal is sent, as it
 // was before any instance shared it.
 func (p *Platform) storedSeal(ctx context.Context, k draftKey) (s sealedDraft, ok bool) {
-	if ok, _ := p.storedRecord(ctx, k, k.sealKey(), "seal", &s); !ok || !p.recent(k, s) {
+	if ok, _ := p.storedRecord(ctx, k.sealKey(), "seal", &s, "chat_id", k.chat, "draft_id", k.draft); !ok || !p.recent(k, s) {
 		return sealedDraft{}, false
 	}
 	p.sealed.Add(k, s)
 	return s, true
 }
 
-// storedRecord reads stream k's JSON record under key into v, written by
-// any instance; ok is false when the store has none (or there is no
-// store) or it is unreadable. A record the store cannot give is logged,
-// naming what, and answers err.
-func (p *Platform) storedRecord(ctx context.Context, k draftKey, key, what string, v any) (ok bool, err error) {
+// storedRecord reads a draft stream's JSON record under key into v,
+// written by any instance; ok is false when the store has none (or there
+// is no store) or it is unreadable. A record the store cannot give is
+// logged, naming what, with the fields in named (those that name the
+// record), and answers err.
+func (p *Platform) storedRecord(ctx context.Context, key, what string, v any, named ...any) (ok bool, err error) {
 	if p.seals == nil {
 		return false, nil
 	}
@@ -116,7 +117,7 @@ func (p *Platform) storedRecord(ctx context.Context, k draftKey, key, what strin
 	defer cancel()
 	raw, ok, err := p.seals.Get(ctx, key)
 	if err != nil {
-		p.storeWarn("telegram draft "+what+" not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		p.storeWarn("telegram draft "+what+" not read from the store", append(named, "err", err)...)
 		return false, err
 	}
 	return ok && json.Unmarshal(raw, v) == nil, nil
@@ -290,7 +291,7 @@ const topicTurns = 16
 // holds it, written by any instance; ok is false when there is none (or no
 // store). A record the store cannot give is logged and answers err.
 func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (r previewRecord, ok bool, err error) {
-	if ok, err = p.storedRecord(ctx, k, k.previewKey(turn), "preview", &r); !ok || r.ID == 0 || vault.Outdated(p.deps.Vault, k.tenant, r.At, r.Created) {
+	if ok, err = p.storedRecord(ctx, k.previewKey(turn), "preview", &r, "chat_id", k.chat, "draft_id", k.draft, "turn", turn); !ok || r.ID == 0 || vault.Outdated(p.deps.Vault, k.tenant, r.At, r.Created) {
 		return previewRecord{}, false, err
 	}
 	return r, true, nil
@@ -667,13 +668,15 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // store (replaceStoredPreview) unless one was deleted here: a preview of
 // the turn this instance remembers may be a stream sealed elsewhere since;
 // for a naming no turn, those of every turn the store lists for the topic
-// (replaceTopicPreviews).
-// Deleting is best effort: a preview that
-// stays is logged.
+// (replaceTopicPreviews). Deleting is best effort: a preview that stays is
+// logged. It runs once the reply went out, within a request_timeout of its
+// own, which the action's deadline does not cut short.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
 	if chat > 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
+	defer cancel()
 	thread, turn := topicThread(a.Metadata.ThreadID), a.Metadata.Turn()
 	here := false // a preview of a's turn was deleted here
 	for _, k := range p.previews.Keys() {
@@ -719,7 +722,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat int64, thread int) {
 	key := topicPreviewsKey(tenant, chat, thread)
 	var turns []string
-	if ok, _ := p.storedRecord(ctx, draftKey{tenant: tenant, chat: chat}, key, "previews", &turns); !ok {
+	if ok, _ := p.storedRecord(ctx, key, "previews", &turns, "chat_id", chat); !ok {
 		return
 	}
 	for _, turn := range turns {
@@ -735,7 +738,7 @@ func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat
 func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat int64, thread int, turn string) {
 	key := turnPreviewKey(tenant, chat, thread, turn)
 	var draft int64
-	if ok, _ := p.storedRecord(ctx, draftKey{tenant: tenant, chat: chat}, key, "preview", &draft); !ok || draft == 0 {
+	if ok, _ := p.storedRecord(ctx, key, "preview", &draft, "chat_id", chat, "turn", turn); !ok || draft == 0 {
 		return
 	}
 	if r, ok, _ := p.storedPreview(ctx, draftKey{tenant, chat, draft}, turn); ok && !r.Sealed {

@@ -1257,12 +1257,14 @@ func TestSealOfATenantMadeAgainWhileTheEarlierOnesIsSent(t *testing.T) {
 	}
 }
 
-// failingTopicList is a seal store whose reads of a topic's list of
-// previews (topicPreviewsKey) fail.
-type failingTopicList struct{ store.Capabilities }
+// failingReads is a seal store whose reads of the keys under prefix fail.
+type failingReads struct {
+	store.Capabilities
+	prefix string
+}
 
-func (f failingTopicList) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if strings.HasPrefix(key, "telegram/preview-topic/") {
+func (f failingReads) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if strings.HasPrefix(key, f.prefix) {
 		return nil, false, errors.New("store down")
 	}
 	return f.Capabilities.Get(ctx, key)
@@ -1275,7 +1277,7 @@ func (f failingTopicList) Get(ctx context.Context, key string) ([]byte, bool, er
 func TestTopicPreviewListNotReadIsLoggedAsSuch(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
 	e, _ := sharedStoreEnv(t, clk)
-	e.p.seals = failingTopicList{e.p.seals}
+	e.p.seals = failingReads{e.p.seals, "telegram/preview-topic/"}
 	chat := telegramtest.ChatT2
 	if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans",
 		Metadata: contract.Metadata{MessageID: "77"}}); !r.Success {
@@ -1439,5 +1441,70 @@ func TestGroupStreamAcrossADeclarationTakenOut(t *testing.T) {
 	act(contract.Action{Op: contract.OpSend, Content: "the answer"})
 	if msgs := e.fake.Messages(id); len(msgs) != 1 {
 		t.Fatalf("after the reply the chat has %v, want the reply alone", msgs)
+	}
+}
+
+// TestGroupSendReplacesAStoredPreviewPastItsDeadline: as in
+// TestGroupSendBesideAStalePreviewOfItsTurn, the turn's reply is sent on
+// one instance while another shows the turn's open preview; the send's
+// context ends (its deadline, or the gateway gone) once the reply went
+// out, as the preview is being looked up. The preview is deleted all the
+// same, and its name in the store forgotten: the cleanup has a deadline of
+// its own (request_timeout). It ran under the action's context, so the
+// preview stayed beside the reply.
+func TestGroupSendReplacesAStoredPreviewPastItsDeadline(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	var armed atomic.Pointer[context.CancelFunc]
+	e.p.seals = hookedSeals{Capabilities: e.p.seals, onGet: func() {
+		if cancel := armed.Swap(nil); cancel != nil {
+			(*cancel)() // the first read after the reply went out
+		}
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	act := func(ctx context.Context, p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID = contract.ID(chat)
+		a.Metadata.MessageID = "77"
+		return p.Execute(ctx, tenant, &a)
+	}
+	if r := act(ctx, other, contract.Action{Op: contract.OpDraft, DraftID: 2, Content: "and the res"}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	armed.Store(&scancel)
+	if r := act(sctx, e.p, contract.Action{Op: contract.OpSend, Content: "and the rest"}); !r.Success {
+		t.Fatalf("send: %+v", r)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("after the send the chat has %v, want the send alone", msgs)
+	}
+	if _, ok, err := e.p.seals.Get(ctx, turnPreviewKey(tenant, id, 0, "77")); err != nil || ok {
+		t.Fatalf("the turn's stored preview name: found %v, %v; want it forgotten", ok, err)
+	}
+}
+
+// TestStoredTurnPreviewNotReadNamesTheTurn: a group send of a turn cannot
+// read which stream shows the turn's preview (turnPreviewKey): the warning
+// names the turn, which is all that names the record (it named a draft_id
+// 0 instead).
+func TestStoredTurnPreviewNotReadNamesTheTurn(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, nil)
+	e.p.seals = failingReads{e.p.seals, "telegram/preview-turn/"}
+	chat := telegramtest.ChatT2
+	if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat), Content: "the answer",
+		Metadata: contract.Metadata{MessageID: "77"}}); !r.Success {
+		t.Fatalf("send: %+v", r)
+	}
+	logs := e.logs.String()
+	if !strings.Contains(logs, `"msg":"telegram draft preview not read from the store"`) || !strings.Contains(logs, `"turn":"77"`) || strings.Contains(logs, `"draft_id":0`) {
+		t.Fatalf("logs:\n%s", logs)
 	}
 }
