@@ -273,8 +273,9 @@ func (l *Link) Take(seq uint64) bool {
 // taken under its number, among the last repeatWindow taken (a message
 // numbered again with the same bytes carries nothing new either). Pub/sub
 // delivers a message again when go-redis sends a PUBLISH again (its reply
-// lost): the whole pipeline, before the node's next publication, so within
-// one batch (publishBatch messages).
+// lost): the whole pipeline, before the next one, which holds at most one
+// batch of the node's (publishBatch messages) unless publishing stalled
+// for a lease TTL; an older copy counts as a gap.
 func (l *Link) TakeOnce(seq uint64, msg []byte) (taken, repeat bool) {
 	sum := maphash.Bytes(repeatSeed, msg)
 	if r := l.received.Load(); seq > 0 && seq <= r && r-seq < repeatWindow {
