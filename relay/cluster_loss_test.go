@@ -937,6 +937,40 @@ func TestClusterResentAckKeepsTheLink(t *testing.T) {
 	}
 }
 
+// A frame under the number of one taken that is not its copy (a driver
+// that lost its lease and took it back numbers the link from 1 again)
+// breaks the link as a gap does: dropped as a copy, the entry it carries
+// would never reach the socket while both ends' counts agreed.
+func TestClusterRenumberedFrameBreaksTheLink(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	i0 := r.inst[0].net
+	var frame []byte
+	var inbox string
+	i0.mu.Lock()
+	i0.twice = func(channel string, msg []byte) bool {
+		if cluster.Type(msg) == relay.ClusterMsgFrame {
+			frame, inbox = append([]byte(nil), msg...), channel
+		}
+		return false
+	}
+	i0.mu.Unlock()
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+	i0.mu.Lock()
+	i0.twice = nil
+	other := reencode(t, frame, "i0", []byte(`"e1"`), []byte(`"e9"`))
+	i0.mu.Unlock()
+	if err := i0.Store.PubSub().Publish(context.Background(), inbox, other); err != nil {
+		t.Fatal(err)
+	}
+	if ev, again := gb.NextInbound(t); ev.Text != "e1" || again != id {
+		t.Fatalf("after another frame under e1's number gb got %q as %s, want e1 again as %s (the link broken)", ev.Text, again, id)
+	}
+}
+
 // A serve that reaches the driver again after acks that followed it (go-
 // redis sent its PUBLISH again) is a copy: before, its count of acks sent,
 // below those the driver took since, looked like a link the socket's

@@ -909,18 +909,22 @@ func (f *tenantFleet) edgeSeat(from string, c *conn, gen uint64) (*seat, bool) {
 	return s, s != nil && s.link != nil && s.link.gen == gen && !f.driving.Load() && from == f.driver
 }
 
-// frameIn takes a frame the driver (from) sent for c: in order, it is queued; a
-// gap breaks the link.
+// frameIn takes a frame the driver (from) sent for c: in order, it is
+// queued; a copy of one taken (go-redis sent its PUBLISH again) is dropped;
+// a gap, or another frame under a number taken (the driver numbers the
+// link from 1 again: it lost its lease and took it back), breaks the link.
 func (f *tenantFleet) frameIn(from string, c *conn, gen, seq uint64, frame []byte) {
 	h := f.h
 	h.mu.Lock()
 	defer h.mu.Unlock() // queued under it: a frame of a link that ended is dropped
 	s, ok := f.edgeSeat(from, c, gen)
-	switch {
-	case !ok:
+	if !ok {
 		return
-	case !s.link.frames.Take(seq):
-		f.breakLinkLocked(c, s, "frames lost")
+	}
+	if taken, repeat := s.link.frames.TakeOnce(seq, frame); !taken {
+		if !repeat {
+			f.breakLinkLocked(c, s, "frames lost")
+		}
 		return
 	}
 	c.inbound.Add(1)

@@ -894,18 +894,23 @@ redis.call('SREM', KEYS[1], ARGV[1])
 return redis.call('HDEL', KEYS[2], ARGV[1])
 `)
 
-func (l redisLedger) Forget(ctx context.Context, keep func(string) bool) (int, error) {
+// Forget implements Ledger. A look that failed again (relook) is the
+// error it returns unless another comes first, so the sweep logs it.
+func (l redisLedger) Forget(ctx context.Context, keep func(string) bool) (n int, err error) {
+	var relookErr error
 	l.s.relook.Range(func(t, _ any) bool {
-		if _, err := l.look(ctx, t.(string)); err == nil {
+		if _, err := l.look(ctx, t.(string)); err != nil {
+			relookErr = cmp.Or(relookErr, fmt.Errorf("store: forget tenant %q: look again: %w", t, rerr(err)))
+		} else {
 			l.s.relook.Delete(t)
 		}
 		return true
 	})
+	defer func() { err = cmp.Or(err, relookErr) }()
 	all, err := l.s.c.SMembers(ctx, l.indexKey()).Result()
 	if err != nil {
 		return 0, fmt.Errorf("store: forget tenants: %w", rerr(err))
 	}
-	n := 0
 	for _, t := range all {
 		if keep(t) {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,8 +107,8 @@ func TestRedisForgetEndedMidwayReindexes(t *testing.T) {
 // TestRedisForgetLooksAgainAfterAFailedLook: a sweep that removed a tenant
 // from the index, while another store's append had taken the prune marker,
 // indexed the tenant and removed the marker, and then could not look at the
-// marker (the network failed), looks again at its next sweep and indexes
-// the tenant again. Before, only the appending store's own sweep put it
+// marker (the network failed), looks again at each next sweep, which fails
+// while the look does, and indexes the tenant again. Before, only the appending store's own sweep put it
 // back: with that store gone, the tenant, with a confirmed record, stayed
 // outside the ledgers set a restart recovers from.
 func TestRedisForgetLooksAgainAfterAFailedLook(t *testing.T) {
@@ -150,6 +151,11 @@ func TestRedisForgetLooksAgainAfterAFailedLook(t *testing.T) {
 	none := func(string) bool { return false }
 	if _, err := a.Ledger().Forget(t.Context(), none); err == nil || appendErr != nil {
 		t.Fatalf("the sweep whose look failed: %v, the append during it: %v; want the look's error, no append error", err, appendErr)
+	}
+	// The next sweep's look fails too: it says so, as the first did
+	// (before, it was silent, and so was every sweep after it).
+	if _, err := a.Ledger().Forget(t.Context(), none); err == nil || !strings.Contains(err.Error(), "look again") {
+		t.Fatalf("the next sweep, whose look failed again: %v; want the look's error", err)
 	}
 	_ = b.Close() // the appending store is gone
 	cut.Store(false)

@@ -331,6 +331,34 @@ func TestLink(t *testing.T) {
 	}
 }
 
+// TakeOnce drops a copy of a message taken (pub/sub delivering it again)
+// and refuses as a gap another message under a number taken (a sender
+// numbering the link from 1 again), and a copy older than it remembers.
+func TestLinkTakeOnce(t *testing.T) {
+	var in cluster.Link
+	msg := func(seq uint64) []byte { return fmt.Appendf(nil, "frame %d", seq) }
+	take := func(seq uint64, m []byte, wantTaken, wantRepeat bool) {
+		t.Helper()
+		if taken, repeat := in.TakeOnce(seq, m); taken != wantTaken || repeat != wantRepeat {
+			t.Fatalf("TakeOnce(%d, %q) = %v, %v; want %v, %v", seq, m, taken, repeat, wantTaken, wantRepeat)
+		}
+	}
+	const n = 300 // past what it remembers
+	for seq := uint64(1); seq <= n; seq++ {
+		take(seq, msg(seq), true, false)
+	}
+	take(n, msg(n), false, true)
+	take(n-10, msg(n-10), false, true)
+	take(1, msg(1), false, false)    // too old to tell from a new message 1
+	take(n-10, msg(1), false, false) // another message under a number taken
+	take(0, msg(0), false, false)
+	take(n+2, msg(n+2), false, false) // a gap
+	if in.Received() != n {
+		t.Fatalf("Received %d, want %d", in.Received(), n)
+	}
+	take(n+1, msg(n+1), true, false)
+}
+
 // Two users of one node cannot take the same message type.
 func TestTypeRegisteredTwicePanics(t *testing.T) {
 	a, _, _, _ := pair(t)

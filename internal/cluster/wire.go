@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/binary"
+	"hash/maphash"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -233,12 +234,13 @@ func (n *Node) answered(m Msg) {
 // another (the frames of one socket, say), at both ends: the sender sends
 // each with Send and tells the receiver Sent every beat (itself, or summed
 // over many links in a digest, as the relay does); the receiver takes
-// each with Take, and a false Take or a true Missing is a lost message.
-// Send and Sent are the sender's, Take, Received and Missing the
-// receiver's; each side's own calls (Sent aside) come from one goroutine
+// each with Take (or TakeOnce), and a false Take or a true Missing is a
+// lost message. Send and Sent are the sender's, Take, TakeOnce, Received
+// and Missing the receiver's; each side's own calls (Sent aside) come from one goroutine
 // at a time.
 type Link struct {
 	next, sent, received atomic.Uint64
+	taken                []uint64 // TakeOnce's sums of the last messages taken, by number; nil before
 }
 
 // Send numbers the next message and calls send with its number, which must
@@ -263,6 +265,37 @@ func (l *Link) Take(seq uint64) bool {
 	l.received.Store(seq)
 	return true
 }
+
+// TakeOnce is Take for a link whose sender may number its messages from 1
+// again (a relay driver that lost its lease and took it back), where a
+// message numbered no later than the last one taken is no proof of a copy:
+// it is a copy (repeat; not a gap) when its bytes are those of the message
+// taken under its number, among the last repeatWindow taken (a message
+// numbered again with the same bytes carries nothing new either). Pub/sub
+// delivers a message again when go-redis sends a PUBLISH again (its reply
+// lost): the whole pipeline, before the next one, which holds at most one
+// batch of the node's (publishBatch messages) unless publishing stalled
+// for a lease TTL; an older copy counts as a gap.
+func (l *Link) TakeOnce(seq uint64, msg []byte) (taken, repeat bool) {
+	sum := maphash.Bytes(repeatSeed, msg)
+	if r := l.received.Load(); seq > 0 && seq <= r && r-seq < repeatWindow {
+		return false, l.taken[seq%repeatWindow] == sum
+	}
+	if !l.Take(seq) {
+		return false, false
+	}
+	if l.taken == nil {
+		l.taken = make([]uint64, repeatWindow)
+	}
+	l.taken[seq%repeatWindow] = sum
+	return true, false
+}
+
+// repeatWindow is how many of the last messages taken TakeOnce knows a
+// copy of, and repeatSeed the seed of the sums it keeps of them.
+const repeatWindow = publishBatch
+
+var repeatSeed = maphash.MakeSeed()
 
 // Received is the number of the last message taken.
 func (l *Link) Received() uint64 { return l.received.Load() }
