@@ -614,6 +614,76 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// TestTenantBindingBoundReadsNoBindings: once a tenant's bindings were
+// counted, its links, claims and provisions below the bound count them
+// from its reservations entry, without reading every tenant's bindings;
+// a write made without a reservation (an operator's Bind), and a request
+// the count would take past the bound, count them again. Before, every
+// reservation listed every binding of every tenant.
+func TestTenantBindingBoundReadsNoBindings(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(c)
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	r := registry.New(hooked, c)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lists atomic.Int32
+	hooked.before = func(op, namespace, _ string) {
+		if op == "list" && namespace == "registry/bindings" {
+			lists.Add(1)
+		}
+	}
+	link := func(user string) {
+		t.Helper()
+		code, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+		if err == nil {
+			_, _, err = r.RedeemLinkCode(ctx, "telegram", user, code)
+		}
+		if err != nil {
+			t.Fatalf("a's link of %s: %v", user, err)
+		}
+	}
+	link("51") // the first count
+	lists.Store(0)
+	link("52")
+	link("53")
+	if n := lists.Load(); n != 0 {
+		t.Fatalf("two links below the bound listed every binding %d times, want none", n)
+	}
+	// Bindings the count does not hold (an earlier version's writes),
+	// then an operator's Bind, which drops the count: the next link
+	// counts every binding again, and a's last one is refused.
+	for i := range registry.MaxTenantBindings - 5 { // written as the registry stores them, to be quick
+		b := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-5_000_000 - i), Tenant: "a"}
+		value, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Registry().Put(ctx, "registry/bindings", "telegram/chat/"+b.ID, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-6000000", Tenant: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	link("54") // the 10,000th
+	code, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.RedeemLinkCode(ctx, "telegram", "55", code); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("a link past the bound after an operator's Bind: %v, want ErrLimit", err)
+	}
+	if n := lists.Load(); n != 2 {
+		t.Fatalf("the two links after the operator's Bind listed every binding %d times, want 2 (counted again)", n)
+	}
+}
+
 // TestTenantBindingBoundAcrossInstances: two instances on one
 // redis-server; while
 // instance one's provision of tenant a's last 2 bindings under the bound
@@ -1603,9 +1673,9 @@ func TestDeleteTenantSweepMarkingReservationsOnRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reserved map[string]time.Time
-	if !ok || json.Unmarshal(e.Value, &reserved) != nil || len(reserved) != 1 || reserved["telegram/chat/-1901"].IsZero() {
-		t.Fatalf("the new a's reservations are %q (stored %v), want -1901's alone", e.Value, ok)
+	var reserved map[string]json.RawMessage
+	if !ok || json.Unmarshal(e.Value, &reserved) != nil || len(reserved) != 2 || reserved["telegram/chat/-1901"] == nil || reserved["count"] == nil {
+		t.Fatalf("the new a's reservations are %q (stored %v), want -1901's alone, and the count", e.Value, ok)
 	}
 }
 

@@ -313,6 +313,7 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 			return kerr
 		}
 	}
+	r.uncount(ctx, tenant)
 	r.notify(ctx) // the principal, and a list dropped or written
 	return err
 }
@@ -425,7 +426,11 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 	} else if !ok {
 		return fmt.Errorf("%w: the user is not linked to this tenant (have them send /link <code> first)", ErrNotFound)
 	}
-	return r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b, false)
+	if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b, false); err != nil {
+		return err
+	}
+	r.uncount(ctx, tenant)
+	return nil
 }
 
 // DropManaged removes every binding the management plane made for tenant
