@@ -426,11 +426,9 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 	} else if !ok {
 		return fmt.Errorf("%w: the user is not linked to this tenant (have them send /link <code> first)", ErrNotFound)
 	}
-	if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b, false); err != nil {
-		return err
-	}
-	r.uncount(ctx, tenant)
-	return nil
+	err = r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b, false)
+	r.uncount(ctx, tenant) // a refused write may stand too
+	return err
 }
 
 // DropManaged removes every binding the management plane made for tenant

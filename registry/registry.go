@@ -1100,7 +1100,7 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	written, err := r.bind(ctx, b, nil)
-	if written != nil {
+	if written != nil || err != nil { // a refused write may stand (errBindingStays)
 		r.uncount(ctx, b.Tenant)
 	}
 	return err
