@@ -617,9 +617,10 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 // TestTenantBindingBoundReadsNoBindings: once a tenant's bindings were
 // counted, its links, claims and provisions below the bound count them
 // from its reservations entry, without reading every tenant's bindings;
-// a write made without a reservation (an operator's Bind), and a request
-// the count would take past the bound, count them again. Before, every
-// reservation listed every binding of every tenant.
+// a write made without a reservation (a principal, a DM default, an
+// operator's Bind), and a request the count would take past the bound,
+// count them again. Before, every reservation listed every binding of
+// every tenant.
 func TestTenantBindingBoundReadsNoBindings(t *testing.T) {
 	ctx := context.Background()
 	c := clocktest.New(time.Unix(1_700_000_000, 0))
@@ -627,10 +628,8 @@ func TestTenantBindingBoundReadsNoBindings(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close() })
 	hooked := &hookedStore{Store: st}
 	r := registry.New(hooked, c)
-	for _, id := range []string{"a", "b"} {
-		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
-			t.Fatal(err)
-		}
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
 	}
 	var lists atomic.Int32
 	hooked.before = func(op, namespace, _ string) {
@@ -655,10 +654,31 @@ func TestTenantBindingBoundReadsNoBindings(t *testing.T) {
 	if n := lists.Load(); n != 0 {
 		t.Fatalf("two links below the bound listed every binding %d times, want none", n)
 	}
+	// A principal with its allow-list, written without a reservation,
+	// drops the count: the next link counts every binding again.
+	if err := r.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"61", "62"}); err != nil {
+		t.Fatal(err)
+	}
+	lists.Store(0) // its drop of an earlier allow-list lists them (dropBindings)
+	link("54")
+	if n := lists.Load(); n != 1 {
+		t.Fatalf("the link after a's principal listed every binding %d times, want once (counted again)", n)
+	}
+	if err := r.SetDMDefault(ctx, "a", "telegram", "51"); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.RedeemLinkCode(ctx, "telegram", "54", code); err != nil || lists.Load() != 2 {
+		t.Fatalf("a's link again after a DM default: %v, listed every binding %d times in all, want twice", err, lists.Load())
+	}
 	// Bindings the count does not hold (an earlier version's writes),
 	// then an operator's Bind, which drops the count: the next link
 	// counts every binding again, and a's last one is refused.
-	for i := range registry.MaxTenantBindings - 5 { // written as the registry stores them, to be quick
+	lists.Store(0)
+	for i := range registry.MaxTenantBindings - 10 { // a holds 8: written as the registry stores them, to be quick
 		b := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-5_000_000 - i), Tenant: "a"}
 		value, err := json.Marshal(b)
 		if err != nil {
@@ -671,12 +691,12 @@ func TestTenantBindingBoundReadsNoBindings(t *testing.T) {
 	if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-6000000", Tenant: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	link("54") // the 10,000th
-	code, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	link("55") // the 10,000th
+	code, _, err = r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := r.RedeemLinkCode(ctx, "telegram", "55", code); !errors.Is(err, registry.ErrLimit) {
+	if _, _, err := r.RedeemLinkCode(ctx, "telegram", "56", code); !errors.Is(err, registry.ErrLimit) {
 		t.Fatalf("a link past the bound after an operator's Bind: %v, want ErrLimit", err)
 	}
 	if n := lists.Load(); n != 2 {

@@ -415,6 +415,7 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 		return err
 	}
 	link := Binding{Platform: b.Platform, Kind: platform.BindUser, ID: b.ID, Tenant: tenant}
+	defer r.uncount(ctx, tenant) // once mu is released; a refused write may stand too
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t, err := r.tenant(ctx, tenant)
@@ -426,9 +427,7 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 	} else if !ok {
 		return fmt.Errorf("%w: the user is not linked to this tenant (have them send /link <code> first)", ErrNotFound)
 	}
-	err = r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b, false)
-	r.uncount(ctx, tenant) // a refused write may stand too
-	return err
+	return r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b, false)
 }
 
 // DropManaged removes every binding the management plane made for tenant

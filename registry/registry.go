@@ -1098,8 +1098,8 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 		return err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	written, err := r.bind(ctx, b, nil)
+	r.mu.Unlock()
 	if written != nil || err != nil { // a refused write may stand (errBindingStays)
 		r.uncount(ctx, b.Tenant)
 	}
