@@ -1184,10 +1184,11 @@ const releaseTimeout = 10 * time.Second
 // The entry keeps the count: each reservation adds to it and nothing
 // takes from it (a binding removed, a reservation that was never
 // written), so it stays at least the true count, and only a request it
-// would take past the bound, or one finding no count (a write made
-// without a reservation drops it: uncount), reads every binding to count
-// them again; the others read none. It holds reserveMu across its store
-// calls.
+// would take past the bound, or one finding no count (a binding written
+// without a reservation drops it once written: uncount; one landing
+// while a request is counted, or an earlier version's, counts from the
+// next full count on), reads every binding to count them again; the
+// others read none. It holds reserveMu across its store calls.
 func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (release func(), err error) {
 	r.reserveMu.Lock()
 	defer r.reserveMu.Unlock()
