@@ -235,8 +235,10 @@ func (h *Handler) rotate(r *http.Request) ([]any, int, any, error) {
 			grace = -1 // the previous secrets end now
 		}
 	}
+	// Read before the rotation, on the clock of the expiry it stores, and
+	// cut to the second: never later than that expiry.
+	until := h.cfg.Registry.Clock().Now().Add(max(grace, 0)).UTC().Format(time.RFC3339)
 	secret, err := h.cfg.Registry.Rotate(r.Context(), tenant, gateway, grace)
-	until := h.cfg.Registry.Clock().Now().Add(max(grace, 0)).UTC().Format(time.RFC3339) // on the clock of the expiry Rotate stored
 	return []any{"tenant", tenant, "gateway_id", gateway, "grace", max(grace, 0)}, http.StatusOK,
 		map[string]string{"id": gateway, "secret": secret, "previous_valid_until": until}, err
 }

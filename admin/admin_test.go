@@ -335,6 +335,58 @@ func TestActorIsCutBetweenCharacters(t *testing.T) {
 	}
 }
 
+// steppingClock is a clock that moves on by step at each reading: time
+// passing while a request runs.
+type steppingClock struct {
+	*clocktest.Fake
+	step time.Duration
+}
+
+func (c steppingClock) Now() time.Time {
+	c.Advance(c.step)
+	return c.Fake.Now()
+}
+
+// TestRotationAnswerIsNoLaterThanTheStoredExpiry: previous_valid_until
+// is never later than the expiry the rotation stored for the previous
+// secret, however long the rotation took. Before, the answer read the
+// clock after the rotation, which had moved on (here 1.5 s a reading).
+func TestRotationAnswerIsNoLaterThanTheStoredExpiry(t *testing.T) {
+	ctx := context.Background()
+	c := steppingClock{clocktest.New(time.Unix(1_700_000_000, 0)), 1500 * time.Millisecond}
+	st := store.NewMemory(c.Fake)
+	t.Cleanup(func() { _ = st.Close() })
+	reg := registry.New(st, c)
+	h, err := admin.New(admin.Config{Registry: reg, Token: token, Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.CreateGateway(ctx, "acme", "gw"); err != nil {
+		t.Fatal(err)
+	}
+	w := do(h, "POST", "/admin/v1/tenants/acme/gateways/gw/rotate", "Bearer "+token, `{"grace":"1h"}`)
+	var answer struct {
+		Until string `json:"previous_valid_until"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &answer); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("rotate: %d %s", w.Code, w.Body)
+	}
+	until, err := time.Parse(time.RFC3339, answer.Until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := reg.Stored(ctx)
+	if err != nil || len(s.Gateways) != 1 || len(s.Gateways[0].Secrets) != 2 {
+		t.Fatalf("stored %+v (%v), want gw with two secrets", s.Gateways, err)
+	}
+	if stored := s.Gateways[0].Secrets[1].Expires; until.After(stored) {
+		t.Fatalf("previous_valid_until %s is later than the stored expiry %s", answer.Until, stored.UTC().Format(time.RFC3339Nano))
+	}
+}
+
 // TestRotationAnswerIsOnTheRegistrysClock: previous_valid_until is on the
 // clock of the expiry Rotate stores, the registry's. Before, the answer
 // read the wall clock while the registry ran on its own.

@@ -614,6 +614,96 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// TestTenantBindingBoundReadsNoBindings: once a tenant's bindings were
+// counted, its links, claims and provisions below the bound count them
+// from its reservations entry, without reading every tenant's bindings;
+// a write made without a reservation (a principal, a DM default, an
+// operator's Bind), and a request the count would take past the bound,
+// count them again. Before, every reservation listed every binding of
+// every tenant.
+func TestTenantBindingBoundReadsNoBindings(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(c)
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	r := registry.New(hooked, c)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	var lists atomic.Int32
+	hooked.before = func(op, namespace, _ string) {
+		if op == "list" && namespace == "registry/bindings" {
+			lists.Add(1)
+		}
+	}
+	link := func(user string) {
+		t.Helper()
+		code, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+		if err == nil {
+			_, _, err = r.RedeemLinkCode(ctx, "telegram", user, code)
+		}
+		if err != nil {
+			t.Fatalf("a's link of %s: %v", user, err)
+		}
+	}
+	link("51") // the first count
+	lists.Store(0)
+	link("52")
+	link("53")
+	if n := lists.Load(); n != 0 {
+		t.Fatalf("two links below the bound listed every binding %d times, want none", n)
+	}
+	// A principal with its allow-list, written without a reservation,
+	// drops the count: the next link counts every binding again.
+	if err := r.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"61", "62"}); err != nil {
+		t.Fatal(err)
+	}
+	lists.Store(0) // its drop of an earlier allow-list lists them (dropBindings)
+	link("54")
+	if n := lists.Load(); n != 1 {
+		t.Fatalf("the link after a's principal listed every binding %d times, want once (counted again)", n)
+	}
+	if err := r.SetDMDefault(ctx, "a", "telegram", "51"); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.RedeemLinkCode(ctx, "telegram", "54", code); err != nil || lists.Load() != 2 {
+		t.Fatalf("a's link again after a DM default: %v, listed every binding %d times in all, want twice", err, lists.Load())
+	}
+	// Bindings the count does not hold (an earlier version's writes),
+	// then an operator's Bind, which drops the count: the next link
+	// counts every binding again, and a's last one is refused.
+	lists.Store(0)
+	for i := range registry.MaxTenantBindings - 10 { // a holds 8: written as the registry stores them, to be quick
+		b := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-5_000_000 - i), Tenant: "a"}
+		value, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Registry().Put(ctx, "registry/bindings", "telegram/chat/"+b.ID, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-6000000", Tenant: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	link("55") // the 10,000th
+	code, _, err = r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.RedeemLinkCode(ctx, "telegram", "56", code); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("a link past the bound after an operator's Bind: %v, want ErrLimit", err)
+	}
+	if n := lists.Load(); n != 2 {
+		t.Fatalf("the two links after the operator's Bind listed every binding %d times, want 2 (counted again)", n)
+	}
+}
+
 // TestTenantBindingBoundAcrossInstances: two instances on one
 // redis-server; while
 // instance one's provision of tenant a's last 2 bindings under the bound
@@ -1603,9 +1693,9 @@ func TestDeleteTenantSweepMarkingReservationsOnRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reserved map[string]time.Time
-	if !ok || json.Unmarshal(e.Value, &reserved) != nil || len(reserved) != 1 || reserved["telegram/chat/-1901"].IsZero() {
-		t.Fatalf("the new a's reservations are %q (stored %v), want -1901's alone", e.Value, ok)
+	var reserved map[string]json.RawMessage
+	if !ok || json.Unmarshal(e.Value, &reserved) != nil || len(reserved) != 2 || reserved["telegram/chat/-1901"] == nil || reserved["count"] == nil {
+		t.Fatalf("the new a's reservations are %q (stored %v), want -1901's alone, and the count", e.Value, ok)
 	}
 }
 

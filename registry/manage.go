@@ -313,6 +313,7 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 			return kerr
 		}
 	}
+	r.uncount(ctx, tenant)
 	r.notify(ctx) // the principal, and a list dropped or written
 	return err
 }
@@ -414,6 +415,7 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 		return err
 	}
 	link := Binding{Platform: b.Platform, Kind: platform.BindUser, ID: b.ID, Tenant: tenant}
+	defer r.uncount(ctx, tenant) // once mu is released; a refused write may stand too
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t, err := r.tenant(ctx, tenant)

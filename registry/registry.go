@@ -1098,8 +1098,11 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 		return err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, err = r.bind(ctx, b, nil)
+	written, err := r.bind(ctx, b, nil)
+	r.mu.Unlock()
+	if written != nil || err != nil { // a refused write may stand (errBindingStays)
+		r.uncount(ctx, b.Tenant)
+	}
 	return err
 }
 
@@ -1155,8 +1158,14 @@ const MaxTenantBindings = 10_000
 
 // nsReserved holds, by tenant, the bindings requests on any instance
 // counted against MaxTenantBindings and may not have written yet
-// (reserve): each binding's key, and when its reservation lapses.
+// (reserve): each binding's key, and when its reservation lapses; and
+// under countField, when known, at least as many as the tenant's stored
+// bindings and reservations (reserve).
 const nsReserved = "registry/reserved"
+
+// countField is the field of a tenant's reservations entry (nsReserved)
+// counting its bindings; no binding's key is spelt so (they hold "/").
+const countField = "count"
 
 // reserveFor is how long a reservation counts when its request never
 // releases it (its instance stopped).
@@ -1172,7 +1181,14 @@ const releaseTimeout = 10 * time.Second
 // until release, which the caller calls once it has written them or
 // given up. The reservations are one store entry a tenant, swapped with
 // CompareAndSwap, so racing requests on any instance count each other's.
-// It holds reserveMu across its store calls.
+// The entry keeps the count: each reservation adds to it and nothing
+// takes from it (a binding removed, a reservation that was never
+// written), so it stays at least the true count, and only a request it
+// would take past the bound, or one finding no count (a binding written
+// without a reservation drops it once written: uncount; one landing
+// while a request is counted, or an earlier version's, counts from the
+// next full count on), reads every binding to count them again; the
+// others read none. It holds reserveMu across its store calls.
 func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (release func(), err error) {
 	r.reserveMu.Lock()
 	defer r.reserveMu.Unlock()
@@ -1180,35 +1196,43 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 		if err := backoff(ctx, round); err != nil {
 			return nil, err
 		}
-		old, reserved, err := r.reservations(ctx, tenant)
+		old, reserved, counted, err := r.reservations(ctx, tenant)
 		if err != nil {
 			return nil, err
 		}
-		var stored []Binding
-		if err := list(ctx, r.kv, nsBindings, &stored, nil); err != nil {
-			return nil, err
-		}
-		held := make(map[string]bool, len(stored))
-		n := 0
-		for _, b := range slices.DeleteFunc(stored, isDropMark) {
-			held[b.key()] = true
-			if b.Tenant == tenant {
-				n++
-			}
-		}
 		now := r.clock.Now()
 		for k, until := range reserved {
-			if held[k] || !now.Before(until) {
-				delete(reserved, k) // written, or lapsed
-				continue
+			if !now.Before(until) {
+				delete(reserved, k) // lapsed
 			}
-			held[k] = true
-			n++
+		}
+		held := make(map[string]bool)
+		n := counted
+		if n < 0 || n+len(bs) > MaxTenantBindings {
+			var stored []Binding
+			if err := list(ctx, r.kv, nsBindings, &stored, nil); err != nil {
+				return nil, err
+			}
+			n = 0
+			for _, b := range slices.DeleteFunc(stored, isDropMark) {
+				held[b.key()] = true
+				if b.Tenant == tenant {
+					n++
+				}
+			}
+			for k := range reserved {
+				if held[k] {
+					delete(reserved, k) // written
+				} else {
+					n++
+				}
+			}
 		}
 		var mine []string
 		for _, b := range bs {
-			if _, ok := r.declaredBinding(b); ok || held[b.key()] {
-				continue // declared, bound or reserved already, or another's (ErrConflict)
+			_, reserving := reserved[b.key()]
+			if _, ok := r.declaredBinding(b); ok || held[b.key()] || reserving {
+				continue // declared, bound or reserved already (counted), or another's (ErrConflict)
 			}
 			held[b.key()] = true
 			mine = append(mine, b.key())
@@ -1217,70 +1241,96 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 				return nil, fmt.Errorf("%w: tenant %q would hold more than %d stored bindings; unbind some first", ErrLimit, tenant, MaxTenantBindings)
 			}
 		}
-		if len(mine) == 0 {
+		if len(mine) == 0 && n == counted {
 			return func() {}, nil
 		}
-		if swapped, err := r.swapReserved(ctx, tenant, old, reserved); err != nil || swapped {
+		if swapped, err := r.swapReserved(ctx, tenant, old, reserved, n); len(mine) == 0 && (err != nil || swapped) {
+			return func() {}, err // counted again
+		} else if err != nil || swapped {
 			return func() {
 				// Not the request's context: a request given up (its
 				// client gone) releases what it reserved all the same.
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 				defer cancel()
-				r.unreserve(ctx, tenant, mine)
+				r.unreserve(ctx, tenant, mine, false)
 			}, err
 		}
 	}
 	return nil, fmt.Errorf("registry: tenant %q's binding reservations changed %d times while being counted; try again", tenant, maxSwaps)
 }
 
-// unreserve ends tenant's reservations of keys. On an error they lapse
-// (reserveFor).
-func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string) {
+// unreserve ends tenant's reservations of keys, and with uncount its
+// count of bindings (after a write of one without a reservation: the
+// next reserve counts them again). On an error they lapse (reserveFor);
+// a count stays.
+func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string, uncount bool) {
 	r.reserveMu.Lock()
 	defer r.reserveMu.Unlock()
 	for round := range maxSwaps {
 		if backoff(ctx, round) != nil {
 			return
 		}
-		old, reserved, err := r.reservations(ctx, tenant)
+		old, reserved, counted, err := r.reservations(ctx, tenant)
 		if err != nil || old == nil {
 			return
 		}
 		for _, k := range keys {
 			delete(reserved, k)
 		}
-		if swapped, err := r.swapReserved(ctx, tenant, old, reserved); err != nil || swapped {
+		if uncount {
+			counted = -1
+		}
+		if swapped, err := r.swapReserved(ctx, tenant, old, reserved, counted); err != nil || swapped {
 			return
 		}
 	}
 }
 
-// reservations reads tenant's reservations and the value they are stored
-// as (nil: none). A field that is no time reserves nothing, the others
-// all the same: the mark of a sweep (removeMarked) is such a field, and
-// a marked entry may be put back as a tenant's made again under the id.
-func (r *Registry) reservations(ctx context.Context, tenant string) (old []byte, reserved map[string]time.Time, err error) {
+// uncount drops tenant's count of bindings (unreserve) after a write of
+// one made without a reservation (an operator's Bind, a principal with
+// its allow-list, a DM default), which the count does not hold.
+func (r *Registry) uncount(ctx context.Context, tenant string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	r.unreserve(ctx, tenant, nil, true)
+}
+
+// reservations reads tenant's reservations, its count of bindings (-1:
+// none) and the value they are stored as (nil: none). A field that is no
+// time reserves nothing, the others all the same: the mark of a sweep
+// (removeMarked) is such a field, and a marked entry may be put back as
+// a tenant's made again under the id.
+func (r *Registry) reservations(ctx context.Context, tenant string) (old []byte, reserved map[string]time.Time, counted int, err error) {
 	e, _, err := r.kv.Get(ctx, nsReserved, tenant)
-	reserved = make(map[string]time.Time)
+	reserved, counted = make(map[string]time.Time), -1
 	var fields map[string]json.RawMessage
 	if len(e.Value) > 0 && json.Unmarshal(e.Value, &fields) == nil { // a corrupt entry reserves nothing
 		for k, v := range fields {
 			var until time.Time
-			if json.Unmarshal(v, &until) == nil {
+			if n := -1; k == countField && json.Unmarshal(v, &n) == nil {
+				counted = max(n, -1)
+			} else if json.Unmarshal(v, &until) == nil {
 				reserved[k] = until
 			}
 		}
 	}
-	return e.Value, reserved, err
+	return e.Value, reserved, counted, err
 }
 
-// swapReserved stores reserved as tenant's reservations if they are still
-// old (none: removed).
-func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, reserved map[string]time.Time) (bool, error) {
+// swapReserved stores reserved and the count (-1: none) as tenant's
+// reservations if they are still old (none: removed).
+func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, reserved map[string]time.Time, counted int) (bool, error) {
+	fields := make(map[string]any, len(reserved)+1)
+	for k, until := range reserved {
+		fields[k] = until
+	}
+	if counted >= 0 {
+		fields[countField] = counted
+	}
 	var value []byte
-	if len(reserved) > 0 {
+	if len(fields) > 0 {
 		var err error
-		if value, err = json.Marshal(reserved); err != nil {
+		if value, err = json.Marshal(fields); err != nil {
 			return false, err
 		}
 	}

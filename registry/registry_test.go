@@ -336,8 +336,8 @@ func TestCorruptTenantCanBeDeleted(t *testing.T) {
 // stored binding that does not decode when its key names the tenant (a
 // link, an allow-list entry, a principal), which would otherwise hold
 // back the platform's claims for good; one whose key names no tenant (a
-// scope, a guild) or another tenant stays for the operator. Before, every
-// corrupt binding stayed.
+// scope, a guild) or another tenant stays for the operator, unless its
+// value still names the tenant. Before, every corrupt binding stayed.
 func TestCorruptBindingOfADeletedTenantIsSwept(t *testing.T) {
 	ctx := context.Background()
 	c := clocktest.New(time.Unix(1_700_000_000, 0))
@@ -351,6 +351,10 @@ func TestCorruptBindingOfADeletedTenantIsSwept(t *testing.T) {
 		if _, err := st.Registry().Put(ctx, "registry/bindings", key, []byte("{not json")); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// One whose value still names its tenant goes, whatever its key.
+	if _, err := st.Registry().Put(ctx, "registry/bindings", "discord/scope/701", []byte(`{"platform":"discord","kind":"scope","id":701,"tenant":"a"}`)); err != nil {
+		t.Fatal(err)
 	}
 	if err := r.DeleteTenant(ctx, "a"); err != nil {
 		t.Fatalf("DeleteTenant: %v", err)
