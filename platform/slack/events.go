@@ -126,7 +126,7 @@ func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := withIntake(r.Context(), routeEvents, body, received, slow)
-	p.answer(w, p.inChatOrder(ctx, chat, job), "event") // a message, in its chat's order
+	p.answer(w, p.inChatOrder(ctx, chat, "", job), "event") // a message, in its chat's order
 }
 
 // notCallback handles an envelope of a type the routes do not deliver

@@ -144,14 +144,15 @@ func isDM(ev *wireEvent) bool {
 // that queued it is gone; one still waiting for its turn when ctx ends
 // does not run. An HTTP request (withIntake) that is a slow message, or
 // of a chat with an intake entry pending here, is stored in the intake
-// instead (intake.go), and job runs from there; an intake entry's job
-// runs at once: it holds its chat's turn.
-func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(context.Context) error) error {
+// instead (intake.go), charged to tenant ("": chat's holder), and job runs
+// from there; an intake entry's job runs at once: it holds its chat's
+// turn.
+func (p *Platform) inChatOrder(ctx context.Context, chat, tenant string, job func(context.Context) error) error {
 	if ctx.Value(inTurnKey{}) != nil {
 		return job(ctx)
 	}
 	if r, _ := ctx.Value(intakeRequestKey{}).(*intakeRequest); r != nil && p.intakes(chat, r.once) {
-		return p.admit(ctx, chat, r)
+		return p.admit(ctx, chat, tenant, r)
 	}
 	return p.queues.Do(ctx, chat, func() error { return job(context.WithoutCancel(ctx)) })
 }
@@ -326,7 +327,7 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 		return "", nil
 	}
 	ev := slashEvent(c)
-	err := p.inChatOrder(ctx, c.TeamID+"/"+c.ChannelID, func(ctx context.Context) error {
+	err := p.inChatOrder(ctx, c.TeamID+"/"+c.ChannelID, tenant, func(ctx context.Context) error {
 		// The response_url goes to the vault as the command is
 		// delivered, in its chat's turn: a command that waited in the
 		// intake has its reply window from then, and a replayed
@@ -415,7 +416,7 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	}
 	pr.team = team
 	key := "press/" + team + ":" + pr.channel + ":" + pr.message
-	return p.inChatOrder(ctx, team+"/"+pr.channel, func(ctx context.Context) error {
+	return p.inChatOrder(ctx, team+"/"+pr.channel, tenant, func(ctx context.Context) error {
 		return p.once(ctx, key, "", func() error {
 			tctx := platform.WithTenant(ctx, tenant)
 			ev := pr.event(p.names.user(tctx, team, pr.user).name, p.names.channelName(tctx, team, pr.channel))

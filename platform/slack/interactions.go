@@ -3,6 +3,7 @@ package slack
 import (
 	"cmp"
 	"context"
+	"errors"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -62,14 +63,30 @@ func pressOf(ic *slack.InteractionCallback) (press, bool) {
 // interaction handles an interaction, from either route: a prompt press
 // is ingested (ingestPress) and, once this press is stored as the
 // prompt's answer, its prompt marked pressed; any other interaction is
-// dropped.
+// dropped. A press the intake has no room for (errIntakeFull), which
+// Slack does not send again, is acknowledged and its user told through
+// its response_url to press again; one without a response_url stays
+// refused (its user sees Slack's error).
 func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallback, received time.Time) error {
 	pr, ok := pressOf(ic)
 	if !ok {
 		p.drop(dropForeignAction, "")
 		return nil
 	}
-	return p.ingestPress(ctx, &pr, received, func() { p.markPressed(ic, &pr) })
+	err := p.ingestPress(ctx, &pr, received, func() { p.markPressed(ic, &pr) })
+	if errors.Is(err, errIntakeFull) && ic.ResponseURL != "" {
+		url := ic.ResponseURL
+		p.bg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+			defer cancel()
+			msg := &slack.WebhookMessage{ResponseType: "ephemeral", Text: "Too busy to take your choice now; press it again in a moment."}
+			if err := p.postResponseURL(ctx, url, msg); err != nil {
+				p.log.Warn("slack busy answer to a press not sent", "err", p.errorText(err))
+			}
+		})
+		return nil
+	}
+	return err
 }
 
 // event is the press as an inbound: text /<option_id>, message_type

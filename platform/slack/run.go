@@ -243,7 +243,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			actx, cancel := context.WithTimeout(ctx, ackTimeout)
 			defer cancel()
 			r := &intakeRequest{rec: intakeRecord{Route: routeEvents, Body: req.Payload, Received: received.UnixNano()}, once: slow}
-			ack(p.admit(actx, chat, r), nil)
+			ack(p.admit(actx, chat, "", r), nil)
 			return
 		}
 		if !p.queues.Go(ctx, chat, run) {
