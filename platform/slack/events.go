@@ -120,13 +120,13 @@ func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if n := r.Header.Get(headerRetryNum); n != "" {
 		p.log.Debug("slack event retried", "event_id", env.EventID, "retry", n, "reason", r.Header.Get("X-Slack-Retry-Reason"))
 	}
-	chat, slow, job := p.envelopeJob(&env, received)
+	chat, tenant, slow, job := p.envelopeJob(&env, received)
 	if chat == "" {
 		p.answer(w, job(r.Context()), "event")
 		return
 	}
 	ctx := withIntake(r.Context(), routeEvents, body, received, slow)
-	p.answer(w, p.inChatOrder(ctx, chat, "", job), "event") // a message, in its chat's order
+	p.answer(w, p.inChatOrder(ctx, chat, tenant, job), "event") // a message, in its chat's order
 }
 
 // notCallback handles an envelope of a type the routes do not deliver

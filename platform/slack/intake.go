@@ -80,9 +80,10 @@ type intakeRecord struct {
 	Route    string `json:"route"`
 	Body     []byte `json:"body"`
 	Received int64  `json:"received"` // unix nanoseconds
-	// Tenant is the tenant the entry is charged to when that is not its
-	// chat's holder (chatTenant): the one a slash command or a press
-	// routes to.
+	// Tenant is the tenant the entry is charged to: the one its request
+	// routes to (a message by the ownership order alone, envelopeJob; a
+	// slash command, a press); "" for one routed to none, charged to its
+	// chat's holder (chatTenant).
 	Tenant string `json:"tenant,omitempty"`
 	// To is the channel the entry's delivery goes to when that is not its
 	// chat's (a reaction turn its tenant's reaction_trigger_target sends
@@ -147,14 +148,14 @@ type intake struct {
 type heldEntry struct{ chat, tenant string }
 
 // intakeMaxHeld bounds the entries an instance holds (their bodies, and
-// the renewals of a round), and intakeTenantShare the messages of one
-// tenant's chats (chatTenant; the chats no tenant holds together) once the
-// intake is half full, so that one tenant's slow chats leave the others
-// room (docs/durability.md). An entry is charged to its chat's tenant, a
-// slash command or a press to the tenant it routes to; a tenant is charged
-// at most intakeBound. A slash command or a press, which Slack does not
-// send again, is refused not at the share but only past that bound, or
-// past intakeMaxHeld.
+// the renewals of a round), and intakeTenantShare the events charged to
+// one tenant once the intake is half full, so that one tenant's slow chats
+// leave the others room (docs/durability.md). An entry is charged to the
+// tenant its request routes to, else to its chat's holder (chatTenant; the
+// chats no tenant holds together, as ""); a tenant is charged at most
+// intakeBound. A slash command or a press, which Slack does not send
+// again, is refused not at the share but only past that bound, or past
+// intakeMaxHeld.
 const (
 	intakeMaxHeld     = 512
 	intakeTenantShare = intakeMaxHeld / 8
@@ -525,7 +526,7 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 	case routeEvents:
 		var env envelope
 		if decodeEnvelope(rec.Body, &env) == nil {
-			_, _, job := p.envelopeJob(&env, received)
+			_, _, _, job := p.envelopeJob(&env, received)
 			return job(ctx)
 		}
 	case routeInteractions:

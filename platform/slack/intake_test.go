@@ -1668,8 +1668,8 @@ func TestIntakeReservesAtMostItsBound(t *testing.T) {
 	}
 }
 
-// TestIntakeUnheldChatsShareOneShare: the messages of the chats no tenant
-// holds (reached by author link) are charged together, as one tenant's
+// TestIntakeUnheldChatsShareOneShare: the events of the chats no tenant
+// holds that route to no tenant are charged together, as one tenant's
 // (""): before the intake is half full they may take that half, then no
 // more; a tenant's own chats still take their share of the other half.
 func TestIntakeUnheldChatsShareOneShare(t *testing.T) {
@@ -1875,5 +1875,37 @@ func TestPressPastItsTenantsBoundAnsweredBusy(t *testing.T) {
 	}
 	if pending, _ := e.p.IntakeStats(); pending != e.p.intakeBound("t1") {
 		t.Fatalf("%d entries held, want %d (the press not taken)", pending, e.p.intakeBound("t1"))
+	}
+}
+
+// TestIntakeMessagesChargedToTheTenantTheyRouteTo: in workspace C, which
+// no tenant binds, Cat (linked to t2) has a message whose file stalls, and
+// her messages behind it take half the intake; Dan's (linked to t3) in the
+// same chat is still taken: a message is charged to the tenant its author
+// routes it to. Before, the chats no tenant holds were charged as one
+// tenant's, and t2's users' messages there refused t3's (503).
+func TestIntakeMessagesChargedToTheTenantTheyRouteTo(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := ownershipEnv(t, &platform.Deps{Media: newMediaStore(t), Clock: clk},
+		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"}, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t3"})
+	started := make(chan string, 2)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamC.ID, "F0SLOW0003", "F0SLOW0003.png", "image/png", started)
+	ev := fileMessage(chanNew, "1768490100.000100", "F0SLOW0003", url)
+	ev["team"], ev["user"] = teamC.ID, userCat
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev0", ev)), "Cat's message with a stalled file")
+	waitStarted(t, started, "Cat's stalled file")
+	message := func(user string, n int) int {
+		body := slacktest.Envelope(teamC.ID, teamC.BotUser, fmt.Sprintf("Ev%s%d", user, n), slacktest.MessageEvent(teamC.ID, chanNew, user, fmt.Sprintf("1768490101.%06d", n), "", "held"))
+		code, _ := e.post(t, EventsPath, "application/json", body)
+		return code
+	}
+	for n := 1; n < intakeMaxHeld/2; n++ {
+		if code := message(userCat, n); code != http.StatusOK {
+			t.Fatalf("Cat's message %d answered %d, want it taken", n, code)
+		}
+	}
+	if code := message(userDan, intakeMaxHeld); code != http.StatusOK {
+		t.Fatalf("Dan's message answered %d, want it taken (t3 holds nothing)", code)
 	}
 }

@@ -235,7 +235,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			ack(nil, nil)
 			return
 		}
-		chat, slow, job := p.envelopeJob(&env, received)
+		chat, tenant, slow, job := p.envelopeJob(&env, received)
 		run := func() { ack(job(ctx), nil) }
 		if chat == "" {
 			p.beside(run)
@@ -248,7 +248,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			actx, cancel := context.WithTimeout(ctx, ackTimeout)
 			defer cancel()
 			r := &intakeRequest{rec: intakeRecord{Route: routeEvents, Body: req.Payload, Received: received.UnixNano()}, once: slow}
-			ack(p.admit(actx, chat, "", r), nil)
+			ack(p.admit(actx, chat, tenant, r), nil)
 			return
 		}
 		if !p.queues.Go(ctx, chat, run) {
