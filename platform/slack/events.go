@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -157,7 +158,14 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed interaction", http.StatusBadRequest)
 		return
 	}
-	p.answer(w, p.interaction(withIntake(r.Context(), routeInteractions, body, received, ""), &ic, received), "prompt press")
+	err := p.interaction(withIntake(r.Context(), routeInteractions, body, received, ""), &ic, received)
+	if busyPress(err, &ic) {
+		w.WriteHeader(http.StatusOK)
+		_ = http.NewResponseController(w).Flush() // acknowledged before the post
+		p.tellBusy(context.WithoutCancel(r.Context()), ic.ResponseURL)
+		return
+	}
+	p.answer(w, err, "prompt press")
 }
 
 // interactionOf reads the payload of an interactions request body.

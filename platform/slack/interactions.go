@@ -63,30 +63,34 @@ func pressOf(ic *slack.InteractionCallback) (press, bool) {
 // interaction handles an interaction, from either route: a prompt press
 // is ingested (ingestPress) and, once this press is stored as the
 // prompt's answer, its prompt marked pressed; any other interaction is
-// dropped. A press the intake has no room for (errIntakeFull), which
-// Slack does not send again, is acknowledged and its user told through
-// its response_url to press again; one without a response_url stays
-// refused (its user sees Slack's error).
+// dropped.
 func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallback, received time.Time) error {
 	pr, ok := pressOf(ic)
 	if !ok {
 		p.drop(dropForeignAction, "")
 		return nil
 	}
-	err := p.ingestPress(ctx, &pr, received, func() { p.markPressed(ic, &pr) })
-	if errors.Is(err, errIntakeFull) && ic.ResponseURL != "" {
-		url := ic.ResponseURL
-		p.bg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
-			defer cancel()
-			msg := &slack.WebhookMessage{ResponseType: "ephemeral", Text: "Too busy to take your choice now; press it again in a moment."}
-			if err := p.postResponseURL(ctx, url, msg); err != nil {
-				p.log.Warn("slack busy answer to a press not sent", "err", p.errorText(err))
-			}
-		})
-		return nil
+	return p.ingestPress(ctx, &pr, received, func() { p.markPressed(ic, &pr) })
+}
+
+// busyPress reports whether err, interaction ic's, is the intake's having
+// no room for it (errIntakeFull) and ic can be answered so: Slack does not
+// send a press again, so the route acknowledges it, then tells its user
+// to press again (tellBusy). One without a response_url stays refused
+// (its user sees Slack's error).
+func busyPress(err error, ic *slack.InteractionCallback) bool {
+	return errors.Is(err, errIntakeFull) && ic.ResponseURL != ""
+}
+
+// tellBusy tells the user of a press the intake had no room for
+// (busyPress), ephemerally through its response_url, to press again.
+func (p *Platform) tellBusy(ctx context.Context, responseURL string) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	msg := &slack.WebhookMessage{ResponseType: "ephemeral", Text: "Too busy to take your choice now; press it again in a moment."}
+	if err := p.postResponseURL(ctx, responseURL, msg); err != nil {
+		p.log.Warn("slack busy answer to a press not sent", "err", p.errorText(err))
 	}
-	return err
 }
 
 // event is the press as an inbound: text /<option_id>, message_type

@@ -258,7 +258,13 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 		ic, _ := ev.Data.(slack.InteractionCallback) // as the client read it
 		p.beside(func() {
 			body := url.Values{"payload": {string(req.Payload)}}.Encode() // as the HTTP route's
-			ack(p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received), nil)
+			err := p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received)
+			if busyPress(err, &ic) {
+				ack(nil, nil)
+				p.tellBusy(ctx, ic.ResponseURL)
+				return
+			}
+			ack(err, nil)
 		})
 	case socketmode.EventTypeSlashCommand:
 		p.beside(func() {

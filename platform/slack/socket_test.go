@@ -415,3 +415,59 @@ func TestSocketModePress(t *testing.T) {
 		t.Fatalf("the press not acknowledged: %v", err)
 	}
 }
+
+// TestSocketModePressPastItsTenantsBoundAnsweredBusy: over Socket Mode as
+// on the HTTP route, a press the intake has no room for (t1's bound taken:
+// its stalled chat's entry and reservations) is acknowledged, and its
+// user told through its response_url to press again. Before, it was left
+// unacknowledged, and its user saw Slack's timeout error.
+func TestSocketModePressPastItsTenantsBoundAnsweredBusy(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnv(t, socket, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	file := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	id, err := e.fake.PushEvent(ctx, "events_api", slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", file)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fake.WaitAck(ctx, id); err != nil {
+		t.Fatalf("the message with a stalled file not acknowledged: %v", err)
+	}
+	waitStarted(t, started, "the stalled file")
+	for range e.p.intakeBound("t1") - 1 {
+		if !e.p.intake.reserve("t1", false) {
+			t.Fatal("t1's reservation refused below its bound")
+		}
+	}
+	var payload map[string]any
+	form, _ := url.ParseQuery(string(slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")))
+	if err := json.Unmarshal([]byte(form.Get("payload")), &payload); err != nil {
+		t.Fatal(err)
+	}
+	payload["response_url"] = e.fake.ResponseURL("busy")
+	if id, err = e.fake.PushEvent(ctx, "interactive", mustJSON(t, payload)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fake.WaitAck(ctx, id); err != nil {
+		t.Fatalf("the press past t1's bound not acknowledged: %v", err)
+	}
+	posts, err := e.fake.WaitResponses(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := posts[0].Body; posts[0].ID != "busy" || b["response_type"] != "ephemeral" || !strings.Contains(fmt.Sprint(b["text"]), "press it again") {
+		t.Fatalf("the press's user was told %+v, want an ephemeral press it again", posts[0])
+	}
+}
