@@ -209,3 +209,24 @@ func BenchmarkWaitUncontended(b *testing.B) {
 		_ = s.Wait(ctx, "t")
 	}
 }
+
+// TestShare: a tenant's part of a bound is by its weight among the tenants
+// named and itself; one alone takes all of it.
+func TestShare(t *testing.T) {
+	for _, c := range []struct {
+		weights map[string]int
+		tenant  string
+		want    int
+	}{
+		{map[string]int{"a": 1}, "a", 512},
+		{nil, "a", 512},
+		{map[string]int{"a": 1, "b": 0}, "a", 256},
+		{map[string]int{"a": 3, "b": 1}, "a", 384},
+		{map[string]int{"a": 3, "b": 1}, "b", 128},
+		{map[string]int{"a": 1, "b": 1}, "c", 170},
+	} {
+		if got := fairshare.Share(512, c.weights, c.tenant); got != c.want {
+			t.Errorf("Share(512, %v, %q) = %d, want %d", c.weights, c.tenant, got, c.want)
+		}
+	}
+}

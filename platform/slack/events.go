@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -120,13 +121,13 @@ func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if n := r.Header.Get(headerRetryNum); n != "" {
 		p.log.Debug("slack event retried", "event_id", env.EventID, "retry", n, "reason", r.Header.Get("X-Slack-Retry-Reason"))
 	}
-	chat, slow, job := p.envelopeJob(&env, received)
+	chat, tenant, slow, job := p.envelopeJob(&env, received)
 	if chat == "" {
 		p.answer(w, job(r.Context()), "event")
 		return
 	}
 	ctx := withIntake(r.Context(), routeEvents, body, received, slow)
-	p.answer(w, p.inChatOrder(ctx, chat, job), "event") // a message, in its chat's order
+	p.answer(w, p.inChatOrder(ctx, chat, tenant, job), "event") // a message, in its chat's order
 }
 
 // notCallback handles an envelope of a type the routes do not deliver
@@ -157,7 +158,14 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed interaction", http.StatusBadRequest)
 		return
 	}
-	p.answer(w, p.interaction(withIntake(r.Context(), routeInteractions, body, received, ""), &ic, received), "prompt press")
+	err := p.interaction(withIntake(r.Context(), routeInteractions, body, received, ""), &ic, received)
+	if busyPress(err, &ic) {
+		w.WriteHeader(http.StatusOK)
+		_ = http.NewResponseController(w).Flush() // acknowledged before the post
+		p.tellBusy(context.WithoutCancel(r.Context()), ic.ResponseURL)
+		return
+	}
+	p.answer(w, err, "prompt press")
 }
 
 // interactionOf reads the payload of an interactions request body.

@@ -26,11 +26,13 @@ var errNotRunning = errors.New("slack: not running")
 
 // envelopeJob reads an event_callback envelope into the job that handles
 // it, and the chat whose order a message's job runs in ("" for any other
-// event). slow is the dedupe key of a message whose handling may outlast
-// Slack's 3 s (it has files to fetch, or is a thread reply, whose
-// thread's context and root images may be fetched) and that a tenant
-// takes, "" for any other event.
-func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow string, job func(context.Context) error) {
+// event), with the tenant the message routes to by the ownership order
+// alone (routedTo; "" when none, or for any other event), which an intake
+// entry of it is charged to. slow is the dedupe key of a message whose
+// handling may outlast Slack's 3 s (it has files to fetch, or is a thread
+// reply, whose thread's context and root images may be fetched) and that
+// a tenant takes, "" for any other event.
+func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, tenant, slow string, job func(context.Context) error) {
 	// running refuses job while Run is not running.
 	running := func(job func(context.Context) error) func(context.Context) error {
 		return func(ctx context.Context) error {
@@ -40,8 +42,8 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow st
 			return job(ctx)
 		}
 	}
-	done := func(reason string) (string, string, func(context.Context) error) {
-		return "", "", running(func(context.Context) error {
+	done := func(reason string) (string, string, string, func(context.Context) error) {
+		return "", "", "", running(func(context.Context) error {
 			p.drop(reason, env.EventID)
 			return nil
 		})
@@ -52,14 +54,14 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow st
 	}
 	switch ev.Type {
 	case "app_uninstalled", "tokens_revoked":
-		return "", "", func(ctx context.Context) error { return p.uninstalled(ctx, env, &ev) }
+		return "", "", "", func(ctx context.Context) error { return p.uninstalled(ctx, env, &ev) }
 	case "reaction_added", "reaction_removed":
 		if ev.Item == nil || ev.Item.Channel == "" {
 			return done(dropMalformed)
 		}
 		team := env.installTeam()
 		p.seenIn(ev.Item.Channel, team)
-		return team + "/" + ev.Item.Channel, "", running(func(ctx context.Context) error { return p.ingestReaction(ctx, env, &ev, received) })
+		return team + "/" + ev.Item.Channel, "", "", running(func(ctx context.Context) error { return p.ingestReaction(ctx, env, &ev, received) })
 	case "app_home_opened", "app_context_changed", "assistant_thread_started", "assistant_thread_context_changed":
 		return done(dropLifecycle)
 	case "message", "app_mention":
@@ -71,10 +73,11 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow st
 		return done(dropMalformed)
 	}
 	p.seenIn(m.ev.Channel, m.install)
-	if (len(m.ev.Files) > 0 || m.ev.ThreadTS != "" && m.ev.ThreadTS != m.ev.TS) && !ownOrDeleted(&m, env) && p.routable(&m) {
+	tenant, takes := p.routedTo(&m)
+	if (len(m.ev.Files) > 0 || m.ev.ThreadTS != "" && m.ev.ThreadTS != m.ev.TS) && !ownOrDeleted(&m, env) && takes {
 		slow = "msg/" + m.liveDedupeKey()
 	}
-	return m.install + "/" + m.ev.Channel, slow, running(func(ctx context.Context) error { return p.ingestMessage(ctx, env, &m, received) })
+	return m.install + "/" + m.ev.Channel, tenant, slow, running(func(ctx context.Context) error { return p.ingestMessage(ctx, env, &m, received) })
 }
 
 // ownOrDeleted reports whether m is a deletion or the bot's own message
@@ -91,14 +94,18 @@ func ownOrDeleted(m *message, env *envelope) bool {
 	return m.ev.Subtype == "message_deleted" || m.ev.BotID != "" && bot != "" && m.ev.User == bot
 }
 
-// routable reports whether a tenant takes m by the ownership order alone
-// (no grant recorded), and its settings alone do not drop it
-// (settingsDrop): one no tenant takes is not worth an intake entry.
-func (p *Platform) routable(m *message) bool {
+// routedTo is the tenant m routes to by the ownership order alone (no
+// grant recorded; "" when none), and whether it takes m: its settings
+// alone do not drop it (settingsDrop). One no tenant takes is not worth an
+// intake entry.
+func (p *Platform) routedTo(m *message) (tenant string, takes bool) {
 	chat := chatOf(m.ev.Channel, m.install)
 	chat.DM = isDM(m.ev)
 	r, ok := p.owners.Load().Route(m.ev.User, chat)
-	return ok && r.Drop == "" && !settingsDrop(m, p.policy(r.Tenant), r.Owner)
+	if !ok || r.Drop != "" {
+		return "", false
+	}
+	return r.Tenant, !settingsDrop(m, p.policy(r.Tenant), r.Owner)
 }
 
 // settingsDrop reports whether pol, the settings of the tenant m is routed
@@ -144,14 +151,15 @@ func isDM(ev *wireEvent) bool {
 // that queued it is gone; one still waiting for its turn when ctx ends
 // does not run. An HTTP request (withIntake) that is a slow message, or
 // of a chat with an intake entry pending here, is stored in the intake
-// instead (intake.go), and job runs from there; an intake entry's job
-// runs at once: it holds its chat's turn.
-func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(context.Context) error) error {
+// instead (intake.go), charged to tenant ("": chat's holder), and job runs
+// from there; an intake entry's job runs at once: it holds its chat's
+// turn.
+func (p *Platform) inChatOrder(ctx context.Context, chat, tenant string, job func(context.Context) error) error {
 	if ctx.Value(inTurnKey{}) != nil {
 		return job(ctx)
 	}
 	if r, _ := ctx.Value(intakeRequestKey{}).(*intakeRequest); r != nil && p.intakes(chat, r.once) {
-		return p.admit(ctx, chat, r)
+		return p.admit(ctx, chat, tenant, r)
 	}
 	return p.queues.Do(ctx, chat, func() error { return job(context.WithoutCancel(ctx)) })
 }
@@ -326,7 +334,7 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 		return "", nil
 	}
 	ev := slashEvent(c)
-	err := p.inChatOrder(ctx, c.TeamID+"/"+c.ChannelID, func(ctx context.Context) error {
+	err := p.inChatOrder(ctx, c.TeamID+"/"+c.ChannelID, tenant, func(ctx context.Context) error {
 		// The response_url goes to the vault as the command is
 		// delivered, in its chat's turn: a command that waited in the
 		// intake has its reply window from then, and a replayed
@@ -415,7 +423,7 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	}
 	pr.team = team
 	key := "press/" + team + ":" + pr.channel + ":" + pr.message
-	return p.inChatOrder(ctx, team+"/"+pr.channel, func(ctx context.Context) error {
+	return p.inChatOrder(ctx, team+"/"+pr.channel, tenant, func(ctx context.Context) error {
 		return p.once(ctx, key, "", func() error {
 			tctx := platform.WithTenant(ctx, tenant)
 			ev := pr.event(p.names.user(tctx, team, pr.user).name, p.names.channelName(tctx, team, pr.channel))

@@ -80,6 +80,11 @@ type intakeRecord struct {
 	Route    string `json:"route"`
 	Body     []byte `json:"body"`
 	Received int64  `json:"received"` // unix nanoseconds
+	// Tenant is the tenant the entry is charged to: the one its request
+	// routes to (a message by the ownership order alone, envelopeJob; a
+	// slash command, a press); "" for one routed to none, charged to its
+	// chat's holder (chatTenant).
+	Tenant string `json:"tenant,omitempty"`
 	// To is the channel the entry's delivery goes to when that is not its
 	// chat's (a reaction turn its tenant's reaction_trigger_target sends
 	// elsewhere), recorded before that delivery (deliveringTo): a sweep
@@ -118,10 +123,10 @@ type intake struct {
 	// sweepIntake), so a chat's entries are queued in key order. It is
 	// taken before mu.
 	queueMu sync.Mutex
-	mu      sync.Mutex        // guards what follows; a leaf
-	ctx     context.Context   // Run's; nil while Run is not running
-	pending map[string]int    // chat -> entries held
-	held    map[string]string // entry key -> its chat
+	mu      sync.Mutex           // guards what follows; a leaf
+	ctx     context.Context      // Run's; nil while Run is not running
+	pending map[string]int       // chat -> entries held
+	held    map[string]heldEntry // entry key -> its chat and tenant
 	// until is, of an entry held, the latest expiry this instance gave
 	// its claim (claimed, renewed), or may have given it (mayHaveClaimed):
 	// what its renewal and its release compare.
@@ -129,61 +134,62 @@ type intake struct {
 	// sure is, of an entry held, the latest expiry its claim surely got
 	// (claimed).
 	sure map[string]time.Time
-	// reserved counts, by chat, the entries being stored or claimed
-	// (reserve), which count toward intakeMaxHeld and their tenant's
-	// intakeTenantShare with those held.
-	reserved map[string]int
-	// tenantOf is the tenant that holds a chat (Platform.chatTenant).
-	tenantOf func(chat string) string
-	resumed  atomic.Uint64 // entries taken by sweepIntake
+	// charged counts, by the tenant each is charged to, the entries held
+	// and those being stored or claimed (reserve); total is their sum.
+	charged map[string]int
+	total   int
+	// bound is the most entries a tenant may be charged
+	// (Platform.intakeBound).
+	bound   func(tenant string) int
+	resumed atomic.Uint64 // entries taken by sweepIntake
 }
 
+// heldEntry is an entry held: its chat, and the tenant it is charged to.
+type heldEntry struct{ chat, tenant string }
+
 // intakeMaxHeld bounds the entries an instance holds (their bodies, and
-// the renewals of a round), and intakeTenantShare those of one tenant's
-// chats (chatTenant) once the intake is half full, so that one tenant's
-// slow chats leave the others room (docs/durability.md). A slash command
-// or a press, which Slack does not send again, is refused not at the
-// share but once its chat's tenant (the chats no tenant holds together)
-// holds half the intake, or past intakeMaxHeld.
+// the renewals of a round), and intakeTenantShare the events charged to
+// one tenant once the intake is half full, so that one tenant's slow chats
+// leave the others room (docs/durability.md). An entry is charged to the
+// tenant its request routes to, else to its chat's holder (chatTenant; the
+// chats no tenant holds together, as ""); a tenant is charged at most
+// intakeBound. A slash command or a press, which Slack does not send
+// again, is refused not at the share but only past that bound, or past
+// intakeMaxHeld.
 const (
 	intakeMaxHeld     = 512
 	intakeTenantShare = intakeMaxHeld / 8
 )
 
-// reserve counts one more entry of chat toward intakeMaxHeld and its
-// tenant's intakeTenantShare until unreserve; false when the intake is
-// full, or the tenant holds half of it, or, when share, it is half full
-// and the tenant's share is.
-func (in *intake) reserve(chat string, share bool) bool {
+// reserve charges tenant one more entry, until unreserve or, once the
+// entry is taken (take), done; false when the intake is full, or the
+// tenant's bound is, or, when share, the intake is half full and the
+// tenant's intakeTenantShare is.
+func (in *intake) reserve(tenant string, share bool) bool {
+	bound := in.bound(tenant) // before the lock: it reads the Platform's
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	tenant, total, own := in.tenantOf(chat), len(in.held), 0
-	for c, n := range in.reserved {
-		total += n
-		if in.tenantOf(c) == tenant {
-			own += n
-		}
-	}
-	for c, n := range in.pending {
-		if in.tenantOf(c) == tenant {
-			own += n
-		}
-	}
-	if total >= intakeMaxHeld || own >= intakeMaxHeld/2 || share && total >= intakeMaxHeld/2 && own >= intakeTenantShare {
+	own := in.charged[tenant]
+	if in.total >= intakeMaxHeld || own >= bound || share && in.total >= intakeMaxHeld/2 && own >= intakeTenantShare {
 		return false
 	}
-	in.reserved[chat]++
+	in.charged[tenant]++
+	in.total++
 	return true
 }
 
-// unreserve gives a reservation of each of chats back.
-func (in *intake) unreserve(chats ...string) {
+// unreserve gives back a reservation of tenant's no entry was taken for.
+func (in *intake) unreserve(tenant string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	for _, c := range chats {
-		if in.reserved[c]--; in.reserved[c] <= 0 {
-			delete(in.reserved, c)
-		}
+	in.uncharge(tenant)
+}
+
+// uncharge takes one entry off tenant's charge. in.mu is held.
+func (in *intake) uncharge(tenant string) {
+	in.total--
+	if in.charged[tenant]--; in.charged[tenant] <= 0 {
+		delete(in.charged, tenant)
 	}
 }
 
@@ -199,14 +205,16 @@ func (p *Platform) IntakeStats() (pending int, resumed uint64) {
 	return len(p.intake.held), p.intake.resumed.Load()
 }
 
-// take records key of chat as held; false when it already is.
-func (in *intake) take(key, chat string) bool {
+// take records key of chat as held, charged to tenant under the
+// reservation it made (reserve), which done gives back; false when key is
+// held already (the reservation is still the caller's).
+func (in *intake) take(key, chat, tenant string) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if _, ok := in.held[key]; ok {
 		return false
 	}
-	in.held[key] = chat
+	in.held[key] = heldEntry{chat: chat, tenant: tenant}
 	in.pending[chat]++
 	return true
 }
@@ -258,10 +266,13 @@ func (in *intake) claimUntil(key string) time.Time {
 	return in.until[key]
 }
 
-// done forgets key of chat.
+// done forgets key of chat, and its charge.
 func (in *intake) done(key, chat string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if e, ok := in.held[key]; ok {
+		in.uncharge(e.tenant)
+	}
 	delete(in.held, key)
 	delete(in.until, key)
 	delete(in.sure, key)
@@ -313,20 +324,27 @@ func intakeClaim(key string) string { return "slack/intake/" + key }
 // not send again, is told so (command).
 var errIntakeFull = fmt.Errorf("slack: intake full: %w", platform.ErrBusy)
 
-// admit stores r as an entry of chat and queues it, or answers it without:
-// a slow message already handled is a duplicate (nil), one another
-// instance is handling is platform.ErrBusy, and one the full intake cannot
-// take is errIntakeFull.
-func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) error {
+// admit stores r as an entry of chat, charged to tenant ("": the chat's
+// holder), and queues it, or answers it without: a slow message already
+// handled is a duplicate (nil), one another instance is handling is
+// platform.ErrBusy, and one the full intake cannot take is errIntakeFull.
+func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequest) error {
 	run := p.intake.runCtx()
 	if run == nil || run.Err() != nil || p.sink.Load() == nil {
 		return errNotRunning
 	}
-	if !p.intake.reserve(chat, r.rec.Route == routeEvents) {
-		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request not taken", "tenant", p.chatTenant(chat))
+	r.rec.Tenant = tenant
+	charged := r.rec.charged(chat, p.chatTenant)
+	if !p.intake.reserve(charged, r.rec.Route == routeEvents) {
+		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request not taken", "tenant", charged)
 		return errIntakeFull
 	}
-	defer p.intake.unreserve(chat)
+	taken := false
+	defer func() {
+		if !taken {
+			p.intake.unreserve(charged)
+		}
+	}()
 	if r.once != "" {
 		switch dup, err := p.dedupe.Check(ctx, r.once); {
 		case err != nil:
@@ -353,7 +371,7 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 	rec := r.rec
 	rec.Body = bytes.Clone(rec.Body) // the request's buffer is reused once it is answered
 	p.intake.queueMu.Lock()
-	p.intake.take(key, chat)
+	taken = p.intake.take(key, chat, charged)
 	p.intake.claimed(key, until)
 	queued := p.queueIntake(run, key, chat, rec)
 	p.intake.queueMu.Unlock()
@@ -361,6 +379,15 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 		p.releaseIntake(key, until)
 	}
 	return nil
+}
+
+// charged is the tenant entry rec of chat is charged to: its Tenant, else
+// its chat's holder (holder).
+func (rec intakeRecord) charged(chat string, holder func(chat string) string) string {
+	if rec.Tenant != "" {
+		return rec.Tenant
+	}
+	return holder(chat)
 }
 
 // queueIntake gives entry key, held, its turn in chat. When the queues
@@ -499,7 +526,7 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 	case routeEvents:
 		var env envelope
 		if decodeEnvelope(rec.Body, &env) == nil {
-			_, _, job := p.envelopeJob(&env, received)
+			_, _, _, job := p.envelopeJob(&env, received)
 			return job(ctx)
 		}
 	case routeInteractions:
@@ -527,11 +554,9 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	// takes waits for that lock before it is answered.
 	queue := p.claimUnheld(ctx)
 	to := make(map[string]bool) // the chats their deliveries went to
-	chats := make([]string, len(queue))
-	for i, c := range queue {
-		to[c.to()], chats[i] = true, c.chat
+	for _, c := range queue {
+		to[c.to()] = true
 	}
-	defer p.intake.unreserve(chats...) // each is held by then, or let go
 	stored, err := p.ledgerHeld(ctx, to)
 	if err != nil {
 		p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
@@ -544,12 +569,17 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 			return false
 		}
 		first[c.chat] = true
-		return p.deliveredBefore(ctx, c, stored)
+		if p.deliveredBefore(ctx, c, stored) {
+			p.intake.unreserve(c.tenant)
+			return true
+		}
+		return false
 	})
 	var held []claimedEntry // held here meanwhile, or refused: let go
 	p.intake.queueMu.Lock()
 	queue = slices.DeleteFunc(queue, func(c claimedEntry) bool {
-		if !p.intake.take(c.key, c.chat) {
+		if !p.intake.take(c.key, c.chat, c.tenant) {
+			p.intake.unreserve(c.tenant)
 			held = append(held, c)
 			return true
 		}
@@ -577,6 +607,7 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 // claimedEntry is an intake entry a sweep claimed, as stored once claimed.
 type claimedEntry struct {
 	key, chat string
+	tenant    string // the one it is charged to (intakeRecord.charged)
 	rec       intakeRecord
 	until     time.Time // its claim's expiry
 }
@@ -615,13 +646,14 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		if p.intake.holds(e.Key) || skip[chat] {
 			continue
 		}
-		if !p.intake.reserve(chat, true) {
+		tenant := rec.charged(chat, p.chatTenant)
+		if !p.intake.reserve(tenant, rec.Route == routeEvents) {
 			skip[chat] = true
 			continue
 		}
 		until := p.clock.Now().Add(intakeClaimTTL)
 		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), until); err != nil || !took {
-			p.intake.unreserve(chat)
+			p.intake.unreserve(tenant)
 			skip[chat] = true
 			continue
 		}
@@ -633,12 +665,12 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		now, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key)
 		rec = intakeRecord{}
 		if err != nil || !ok || json.Unmarshal(now.Value, &rec) != nil {
-			p.intake.unreserve(chat)
+			p.intake.unreserve(tenant)
 			p.releaseIntake(e.Key, until)
 			skip[chat] = err != nil || ok // one deleted since is behind it no more
 			continue
 		}
-		claimed = append(claimed, claimedEntry{key: e.Key, chat: chat, rec: rec, until: until})
+		claimed = append(claimed, claimedEntry{key: e.Key, chat: chat, tenant: tenant, rec: rec, until: until})
 	}
 	return claimed
 }

@@ -1313,9 +1313,9 @@ func TestIntakeCommandDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
 // expiry: one sent later may find the claim taken by another instance,
 // whose expiry the recorded one must stay short of.
 func TestIntakeFailedRenewalCountedWhileTheClaimSurelyHeld(t *testing.T) {
-	in := &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}, sure: map[string]time.Time{}}
+	in := &intake{pending: map[string]int{}, held: map[string]heldEntry{}, until: map[string]time.Time{}, sure: map[string]time.Time{}, charged: map[string]int{}}
 	t0 := time.Now()
-	in.take("k", "c")
+	in.take("k", "c", "t")
 	in.claimed("k", t0.Add(intakeClaimTTL))
 	sent := func(at time.Time, want time.Time) {
 		t.Helper()
@@ -1653,46 +1653,41 @@ func TestIntakeShareIsTheChatHoldersNotItsWorkspaces(t *testing.T) {
 // places at most, whichever tenants they are of, and a place given back
 // is taken again.
 func TestIntakeReservesAtMostItsBound(t *testing.T) {
-	in := &intake{pending: map[string]int{}, held: map[string]string{}, reserved: map[string]int{}, tenantOf: func(chat string) string { return chat }}
+	in := &intake{charged: map[string]int{}, bound: func(string) int { return intakeMaxHeld }}
 	for i := range intakeMaxHeld {
-		if !in.reserve(fmt.Sprintf("T%d/C1", i), true) {
+		if !in.reserve(fmt.Sprintf("t%d", i), true) {
 			t.Fatalf("place %d refused, want it taken", i)
 		}
 	}
-	if in.reserve("T0NEW/C1", true) {
+	if in.reserve("tnew", true) {
 		t.Fatalf("place %d taken, want it refused", intakeMaxHeld)
 	}
-	in.unreserve("T0/C1")
-	if !in.reserve("T0NEW/C1", true) {
+	in.unreserve("t0")
+	if !in.reserve("tnew", true) {
 		t.Fatal("a place given back refused, want it taken")
 	}
 }
 
-// TestIntakeUnheldChatsShareOneShare: the chats no tenant holds (reached
-// by author link) count together, as one tenant's: before the intake is
-// half full they may take that half, then no more; a tenant's own chats
-// still take their share of the other half.
+// TestIntakeUnheldChatsShareOneShare: the events of the chats no tenant
+// holds that route to no tenant are charged together, as one tenant's
+// (""): before the intake is half full they may take that half, then no
+// more; a tenant's own chats still take their share of the other half.
 func TestIntakeUnheldChatsShareOneShare(t *testing.T) {
-	in := &intake{pending: map[string]int{}, held: map[string]string{}, reserved: map[string]int{}, tenantOf: func(chat string) string {
-		if strings.HasPrefix(chat, "T0OWN/") {
-			return "t1"
-		}
-		return ""
-	}}
+	in := &intake{charged: map[string]int{}, bound: func(string) int { return intakeMaxHeld / 2 }}
 	for i := range intakeMaxHeld / 2 {
-		if !in.reserve(fmt.Sprintf("T%d/C1", i), true) {
+		if !in.reserve("", true) {
 			t.Fatalf("unheld place %d refused, want it taken", i)
 		}
 	}
-	if in.reserve("T0NEW/C1", true) {
+	if in.reserve("", true) {
 		t.Fatal("an unheld chat's place past the half taken, want it refused")
 	}
 	for i := range intakeTenantShare {
-		if !in.reserve(fmt.Sprintf("T0OWN/C%d", i), true) {
+		if !in.reserve("t1", true) {
 			t.Fatalf("t1's place %d refused, want it taken", i)
 		}
 	}
-	if in.reserve("T0OWN/C0", true) {
+	if in.reserve("t1", true) {
 		t.Fatal("t1's place past its share taken, want it refused")
 	}
 }
@@ -1731,4 +1726,186 @@ func TestSweepTakesNoEntryBehindOneItCouldNotTake(t *testing.T) {
 		t.Fatalf("the second entry's claim: taken %v (%v), want it free: the sweep took the entry", ok, err)
 	}
 	e.sink.Empty(t)
+}
+
+// TestIntakeCommandsChargedToTheTenantTheyRouteTo: in workspace C, which
+// no tenant binds, Cat (linked to t2) has a message whose file stalls, and
+// her slash commands behind it fill half the intake; Dan's (linked to t3)
+// in the same chat is still taken: each command is charged to the tenant
+// it routes to. Before, every chat no tenant holds counted as one tenant's,
+// and t2's users' commands there refused t3's.
+func TestIntakeCommandsChargedToTheTenantTheyRouteTo(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := ownershipEnv(t, &platform.Deps{Media: newMediaStore(t), Clock: clk},
+		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"}, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t3"})
+	started := make(chan string, 2)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamC.ID, "F0SLOW0003", "F0SLOW0003.png", "image/png", started)
+	ev := fileMessage(chanNew, "1768490100.000100", "F0SLOW0003", url)
+	ev["team"], ev["user"] = teamC.ID, userCat
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev0", ev)), "Cat's message with a stalled file")
+	waitStarted(t, started, "Cat's stalled file")
+	command := func(user string, n int) (int, string) {
+		return e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamC.ID, chanNew, user, "/status", fmt.Sprint(n), ""))
+	}
+	for n := 1; n < intakeMaxHeld/2; n++ {
+		if code, body := command(userCat, n); code != http.StatusOK || !strings.Contains(body, "Running") {
+			t.Fatalf("Cat's slash command %d answered %d %q, want it taken", n, code, body)
+		}
+	}
+	if code, body := command(userDan, 0); code != http.StatusOK || !strings.Contains(body, "Running") {
+		t.Fatalf("Dan's slash command answered %d %q, want it taken (t3 holds nothing)", code, body)
+	}
+}
+
+// TestIntakeOneTenantTakesTheWholeIntake: a deployment of one tenant takes
+// slash commands behind its stalled chat until the intake is full, not half
+// of it. Before, its 256th command was refused with 256 places unused.
+func TestIntakeOneTenantTakesTheWholeIntake(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, func(c *Config) {
+		c.Teams, c.Tenants = map[string]string{teamA.ID: "t1"}, map[string]TenantConfig{"t1": {}}
+	}, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	for n := 1; n < intakeMaxHeld; n++ {
+		body := slacktest.Command(teamA.ID, dmAda, userAda, "/status", fmt.Sprint(n), "")
+		if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK || !strings.Contains(resp, "Running") {
+			t.Fatalf("t1's slash command %d answered %d %q, want it taken", n, code, resp)
+		}
+	}
+	body := slacktest.Command(teamA.ID, dmAda, userAda, "/status", "full", "")
+	if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK || !strings.Contains(resp, "send it again") {
+		t.Fatalf("t1's slash command past the full intake answered %d %q, want send it again", code, resp)
+	}
+}
+
+// TestSweepCountsWhatItTookOnce: once a sweep took a tenant's entries (half
+// the intake), they count once: another tenant's command still finds the
+// other half. Before, each counted twice until the sweep ended (its
+// reservation and the entry held), and the intake was full meanwhile.
+func TestSweepCountsWhatItTookOnce(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	e := newEnv(t, nil, &platform.Deps{Store: mem, Cluster: newNode(t, mem, "i1"), Clock: clk})
+	ctx := t.Context()
+	for i := range intakeMaxHeld / 2 {
+		ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, fmt.Sprintf("1768490100.%06d", i), "", "left")
+		rec := intakeRecord{Route: routeEvents, Body: slacktest.Envelope(teamA.ID, teamA.BotUser, fmt.Sprintf("EvL%d", i), ev), Received: clk.Now().Add(time.Duration(i)).UnixNano()}
+		if _, err := mem.Registry().Put(ctx, intakeNamespace, intakeKey(teamA.ID+"/"+dmAda, rec), mustJSON(t, rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var room bool
+	e.p.sweepIntake(ctx, func() {
+		if room = e.p.intake.reserve("t2", false); room {
+			e.p.intake.unreserve("t2")
+		}
+	})
+	if !room {
+		t.Fatal("t2 refused while the sweep queued what it took, want half the intake free")
+	}
+	for range intakeMaxHeld / 2 {
+		e.sink.Next(t)
+	}
+}
+
+// withResponseURL is the interactions body body with its payload's
+// response_url set to u.
+func withResponseURL(t *testing.T, body []byte, u string) []byte {
+	t.Helper()
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var payload map[string]any
+	if err := json.Unmarshal([]byte(form.Get("payload")), &payload); err != nil {
+		t.Fatal(err)
+	}
+	payload["response_url"] = u
+	form.Set("payload", string(mustJSON(t, payload)))
+	return []byte(form.Encode())
+}
+
+// TestPressPastItsTenantsBoundAnsweredBusy: a prompt press the intake has
+// no room for (its tenant's commands fill its bound), which Slack does not
+// send again, is acknowledged (200) and its user told, ephemerally through
+// the press's response_url, to press again; it is not delivered. Before,
+// it was answered 503, and its user saw Slack's generic failure.
+func TestPressPastItsTenantsBoundAnsweredBusy(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	for n := 1; n < e.p.intakeBound("t1"); n++ {
+		body := slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", fmt.Sprint(n), "")
+		if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK || !strings.Contains(resp, "Running") {
+			t.Fatalf("t1's slash command %d answered %d %q, want it taken", n, code, resp)
+		}
+	}
+	press := withResponseURL(t, slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL("busy"))
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the press past t1's bound answered %d %q, want 200", code, body)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	posts, err := e.fake.WaitResponses(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := posts[0].Body; posts[0].ID != "busy" || b["response_type"] != "ephemeral" || b["replace_original"] != false || !strings.Contains(fmt.Sprint(b["text"]), "press it again") {
+		t.Fatalf("the press's user was told %+v, want an ephemeral press it again", posts[0])
+	}
+	if pending, _ := e.p.IntakeStats(); pending != e.p.intakeBound("t1") {
+		t.Fatalf("%d entries held, want %d (the press not taken)", pending, e.p.intakeBound("t1"))
+	}
+}
+
+// TestIntakeMessagesChargedToTheTenantTheyRouteTo: in workspace C, which
+// no tenant binds, Cat (linked to t2) has a message whose file stalls, and
+// her messages behind it take half the intake; Dan's (linked to t3) in the
+// same chat is still taken: a message is charged to the tenant its author
+// routes it to. Before, the chats no tenant holds were charged as one
+// tenant's, and t2's users' messages there refused t3's (503).
+func TestIntakeMessagesChargedToTheTenantTheyRouteTo(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := ownershipEnv(t, &platform.Deps{Media: newMediaStore(t), Clock: clk},
+		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"}, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t3"})
+	started := make(chan string, 2)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamC.ID, "F0SLOW0003", "F0SLOW0003.png", "image/png", started)
+	ev := fileMessage(chanNew, "1768490100.000100", "F0SLOW0003", url)
+	ev["team"], ev["user"] = teamC.ID, userCat
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev0", ev)), "Cat's message with a stalled file")
+	waitStarted(t, started, "Cat's stalled file")
+	message := func(user string, n int) int {
+		body := slacktest.Envelope(teamC.ID, teamC.BotUser, fmt.Sprintf("Ev%s%d", user, n), slacktest.MessageEvent(teamC.ID, chanNew, user, fmt.Sprintf("1768490101.%06d", n), "", "held"))
+		code, _ := e.post(t, EventsPath, "application/json", body)
+		return code
+	}
+	for n := 1; n < intakeMaxHeld/2; n++ {
+		if code := message(userCat, n); code != http.StatusOK {
+			t.Fatalf("Cat's message %d answered %d, want it taken", n, code)
+		}
+	}
+	if code := message(userDan, intakeMaxHeld); code != http.StatusOK {
+		t.Fatalf("Dan's message answered %d, want it taken (t3 holds nothing)", code)
+	}
 }

@@ -3,6 +3,7 @@ package slack
 import (
 	"cmp"
 	"context"
+	"errors"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -70,6 +71,26 @@ func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallbac
 		return nil
 	}
 	return p.ingestPress(ctx, &pr, received, func() { p.markPressed(ic, &pr) })
+}
+
+// busyPress reports whether err, interaction ic's, is the intake's having
+// no room for it (errIntakeFull) and ic can be answered so: Slack does not
+// send a press again, so the route acknowledges it, then tells its user
+// to press again (tellBusy). One without a response_url stays refused
+// (its user sees Slack's error).
+func busyPress(err error, ic *slack.InteractionCallback) bool {
+	return errors.Is(err, errIntakeFull) && ic.ResponseURL != ""
+}
+
+// tellBusy tells the user of a press the intake had no room for
+// (busyPress), ephemerally through its response_url, to press again.
+func (p *Platform) tellBusy(ctx context.Context, responseURL string) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	msg := &slack.WebhookMessage{ResponseType: "ephemeral", Text: "Too busy to take your choice now; press it again in a moment."}
+	if err := p.postResponseURL(ctx, responseURL, msg); err != nil {
+		p.log.Warn("slack busy answer to a press not sent", "err", p.errorText(err))
+	}
 }
 
 // event is the press as an inbound: text /<option_id>, message_type

@@ -54,7 +54,10 @@ type Platform struct {
 	// teams are the workspaces bound to tenants (workspace -> tenant), the
 	// workspaces a tenant's chats are looked up in; replaced by Bind when
 	// they change.
-	teams    atomic.Pointer[map[string]string]
+	teams atomic.Pointer[map[string]string]
+	// weights are the fair-share weights of the tenants of cfg.Tenants
+	// and of the bindings (Bind), which share the intake (intakeBound).
+	weights  atomic.Pointer[map[string]int]
 	grants   *platform.Grants   // chats granted by author routing
 	links    *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
 	rehosts  *platform.Rehosts  // files of messages not delivered yet
@@ -189,8 +192,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.dedupe = &platform.Dedupe{Claims: p.claims, Clock: p.clock, Prefix: "slack/", Pending: pendingTTL, Window: cfg.DedupeWindow, Log: p.log}
 	p.queues = chatorder.New[string](maxInFlight)
 	if deps.Store != nil {
-		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}, sure: map[string]time.Time{},
-			reserved: map[string]int{}, tenantOf: p.chatTenant}
+		p.intake = &intake{pending: map[string]int{}, held: map[string]heldEntry{}, until: map[string]time.Time{}, sure: map[string]time.Time{},
+			charged: map[string]int{}, bound: p.intakeBound}
 	}
 	p.besides = make(chan struct{}, maxBeside)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
@@ -279,7 +282,24 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 		p.teams.Store(&teams)
 	}
 	p.owners.Store(platform.NewOwnership(bindings))
+	weights := fairshare.WeightsOf(p.cfg.Tenants, func(tc TenantConfig) int { return tc.Weight })
+	for _, b := range bindings {
+		if _, ok := weights[b.Tenant]; !ok {
+			weights[b.Tenant] = 1
+		}
+	}
+	p.weights.Store(&weights)
 	return nil
+}
+
+// intakeBound is the most intake entries tenant may be charged (intake.go):
+// its share of the intake by the weights of the tenants the platform knows
+// (fairshare.Share), and at least half of it, so that a busy tenant among
+// many takes that half while the others are idle and leaves them the
+// other; a deployment of one tenant takes the whole intake. The chats no
+// tenant holds ("") are charged half.
+func (p *Platform) intakeBound(tenant string) int {
+	return max(fairshare.Share(intakeMaxHeld, *p.weights.Load(), tenant), intakeMaxHeld/2)
 }
 
 // teamTenant returns the tenant a workspace is bound to.

@@ -185,15 +185,27 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 		// An events_api payload the client could not read into
 		// slackevents' typed events, which are stricter than wireEvent (a
 		// team object), goes on as the HTTP route reads it. Any other
-		// payload it could not read is counted as the HTTP routes count a
-		// body they answer 400, and as that, not acknowledged.
+		// envelope it could not read is counted as the HTTP routes count a
+		// body they answer 400 (malformed; unsupported, one of a type it
+		// does not know), and acknowledged: received, as Slack asks of
+		// every envelope (sent again, it reads no better, and one left
+		// unanswered counts against the app's subscription).
 		bad, _ := ev.Data.(*socketmode.ErrorBadMessage)
 		var req socketmode.Request
-		if bad != nil && json.Unmarshal(bad.Message, &req) == nil && req.Type == socketmode.RequestTypeEventsAPI && req.EnvelopeID != "" {
+		if bad == nil || json.Unmarshal(bad.Message, &req) != nil || req.EnvelopeID == "" {
+			p.drop(dropMalformed, "")
+			return
+		}
+		if req.Type == socketmode.RequestTypeEventsAPI {
 			ev = &socketmode.Event{Type: socketmode.EventTypeEventsAPI, Request: &req}
 			break
 		}
-		p.drop(dropMalformed, "")
+		if req.Type == socketmode.RequestTypeInteractive || req.Type == socketmode.RequestTypeSlashCommands {
+			p.drop(dropMalformed, "")
+		} else {
+			p.drop(dropUnsupported, "")
+		}
+		p.ackEnvelope(ctx, client, req.EnvelopeID, nil)
 		return
 	default:
 		return
@@ -209,14 +221,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			}
 			return
 		}
-		actx, cancel := context.WithTimeout(ctx, ackTimeout)
-		defer cancel()
-		if payload == nil {
-			payload = struct{}{}
-		}
-		if err := client.AckCtx(actx, req.EnvelopeID, payload); err != nil {
-			p.log.Debug("slack socket mode ack failed", "err", p.errorText(err))
-		}
+		p.ackEnvelope(ctx, client, req.EnvelopeID, payload)
 	}
 	switch ev.Type {
 	case socketmode.EventTypeEventsAPI:
@@ -230,7 +235,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			ack(nil, nil)
 			return
 		}
-		chat, slow, job := p.envelopeJob(&env, received)
+		chat, tenant, slow, job := p.envelopeJob(&env, received)
 		run := func() { ack(job(ctx), nil) }
 		if chat == "" {
 			p.beside(run)
@@ -243,7 +248,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			actx, cancel := context.WithTimeout(ctx, ackTimeout)
 			defer cancel()
 			r := &intakeRequest{rec: intakeRecord{Route: routeEvents, Body: req.Payload, Received: received.UnixNano()}, once: slow}
-			ack(p.admit(actx, chat, r), nil)
+			ack(p.admit(actx, chat, tenant, r), nil)
 			return
 		}
 		if !p.queues.Go(ctx, chat, run) {
@@ -253,7 +258,13 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 		ic, _ := ev.Data.(slack.InteractionCallback) // as the client read it
 		p.beside(func() {
 			body := url.Values{"payload": {string(req.Payload)}}.Encode() // as the HTTP route's
-			ack(p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received), nil)
+			err := p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received)
+			if busyPress(err, &ic) {
+				ack(nil, nil)
+				p.tellBusy(ctx, ic.ResponseURL)
+				return
+			}
+			ack(err, nil)
 		})
 	case socketmode.EventTypeSlashCommand:
 		p.beside(func() {
@@ -273,6 +284,18 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			}
 			ack(err, payload)
 		})
+	}
+}
+
+// ackEnvelope acknowledges envelope id with payload (nil: none).
+func (p *Platform) ackEnvelope(ctx context.Context, client *socketmode.Client, id string, payload any) {
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	if payload == nil {
+		payload = struct{}{}
+	}
+	if err := client.AckCtx(ctx, id, payload); err != nil {
+		p.log.Debug("slack socket mode ack failed", "err", p.errorText(err))
 	}
 }
 

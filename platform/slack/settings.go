@@ -104,7 +104,8 @@ type TenantConfig struct {
 	// message's thread.
 	ReactionTriggerTarget string `yaml:"reaction_trigger_target"`
 	// Weight is the tenant's share of each workspace's Web API budget
-	// relative to the other tenants there. Default 1.
+	// relative to the other tenants there, and of an instance's durable
+	// intake (at least half of it). Default 1.
 	Weight int `yaml:"weight"`
 }
 

@@ -314,11 +314,13 @@ func TestSocketModeRecoversFromA404(t *testing.T) {
 // TestSocketModeMalformedCountedAsOnHTTP: a Socket Mode envelope whose
 // payload does not read is counted dropped as the HTTP routes count a body
 // they answer 400 (malformed): an interactive or slash command payload the
-// socketmode client cannot parse (left unacknowledged, as the HTTP 400 is
-// no 200), an events_api payload with no type; one of a type the route
-// does not take is unsupported, as there; app_rate_limited, Slack's notice
-// that it holds events back, is logged and not counted. Before, it was
-// counted unsupported and not logged.
+// socketmode client cannot parse, an events_api payload with no type; one
+// of a type the route does not take is unsupported, as there, and so is an
+// envelope of a type the client does not know; app_rate_limited, Slack's
+// notice that it holds events back, is logged and not counted. Every one
+// is acknowledged (received: sent again, it would not read better, and
+// Slack counts an envelope left unanswered against the app). Before, the
+// envelopes the client could not read were left unacknowledged.
 func TestSocketModeMalformedCountedAsOnHTTP(t *testing.T) {
 	m := &drops{got: map[string]int{}}
 	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
@@ -329,7 +331,7 @@ func TestSocketModeMalformedCountedAsOnHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	var unread []string
-	for _, kind := range []string{"interactive", "slash_commands"} {
+	for _, kind := range []string{"interactive", "slash_commands", "future_kind"} {
 		id, err := e.fake.PushEvent(ctx, kind, []byte(`[1]`))
 		if err != nil {
 			t.Fatal(err)
@@ -345,16 +347,16 @@ func TestSocketModeMalformedCountedAsOnHTTP(t *testing.T) {
 			t.Fatalf("events_api %s not acknowledged: %v", payload, err)
 		}
 	}
-	platformtest.WaitUntil(t, "three envelopes counted malformed and one unsupported", func() bool { // the final count is checked below
-		return m.count(dropMalformed) == 3 && m.count(dropUnsupported) >= 1
-	})
 	for _, id := range unread {
-		if e.fake.Acked(id) {
-			t.Fatalf("unreadable envelope %s acknowledged", id)
+		if _, err := e.fake.WaitAck(ctx, id); err != nil {
+			t.Fatalf("unreadable envelope %s not acknowledged: %v", id, err)
 		}
 	}
-	if m.count(dropUnsupported) != 1 || !strings.Contains(e.logs.String(), "slack is rate limiting the app's events") {
-		t.Fatalf("app_rate_limited counted %d unsupported in all, or not logged, want 1 and logged", m.count(dropUnsupported))
+	platformtest.WaitUntil(t, "three envelopes counted malformed and two unsupported", func() bool { // the final count is checked below
+		return m.count(dropMalformed) == 3 && m.count(dropUnsupported) >= 2
+	})
+	if m.count(dropUnsupported) != 2 || !strings.Contains(e.logs.String(), "slack is rate limiting the app's events") {
+		t.Fatalf("%d envelopes counted unsupported in all, or app_rate_limited not logged, want 2 (not app_rate_limited) and logged", m.count(dropUnsupported))
 	}
 	e.sink.Empty(t)
 }
@@ -411,5 +413,61 @@ func TestSocketModePress(t *testing.T) {
 	}
 	if _, err := e.fake.WaitAck(ctx, id); err != nil {
 		t.Fatalf("the press not acknowledged: %v", err)
+	}
+}
+
+// TestSocketModePressPastItsTenantsBoundAnsweredBusy: over Socket Mode as
+// on the HTTP route, a press the intake has no room for (t1's bound taken:
+// its stalled chat's entry and reservations) is acknowledged, and its
+// user told through its response_url to press again. Before, it was left
+// unacknowledged, and its user saw Slack's timeout error.
+func TestSocketModePressPastItsTenantsBoundAnsweredBusy(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnv(t, socket, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	file := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	id, err := e.fake.PushEvent(ctx, "events_api", slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", file)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fake.WaitAck(ctx, id); err != nil {
+		t.Fatalf("the message with a stalled file not acknowledged: %v", err)
+	}
+	waitStarted(t, started, "the stalled file")
+	for range e.p.intakeBound("t1") - 1 {
+		if !e.p.intake.reserve("t1", false) {
+			t.Fatal("t1's reservation refused below its bound")
+		}
+	}
+	var payload map[string]any
+	form, _ := url.ParseQuery(string(slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")))
+	if err := json.Unmarshal([]byte(form.Get("payload")), &payload); err != nil {
+		t.Fatal(err)
+	}
+	payload["response_url"] = e.fake.ResponseURL("busy")
+	if id, err = e.fake.PushEvent(ctx, "interactive", mustJSON(t, payload)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fake.WaitAck(ctx, id); err != nil {
+		t.Fatalf("the press past t1's bound not acknowledged: %v", err)
+	}
+	posts, err := e.fake.WaitResponses(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := posts[0].Body; posts[0].ID != "busy" || b["response_type"] != "ephemeral" || !strings.Contains(fmt.Sprint(b["text"]), "press it again") {
+		t.Fatalf("the press's user was told %+v, want an ephemeral press it again", posts[0])
 	}
 }

@@ -372,6 +372,13 @@ func (s *Server) Responses() []ResponsePost {
 	return append([]ResponsePost(nil), s.responses...)
 }
 
+// WaitResponses waits until n posts to response_urls were recorded.
+func (s *Server) WaitResponses(ctx context.Context, n int) ([]ResponsePost, error) {
+	return waitFor(ctx, s, func() ([]ResponsePost, bool) {
+		return append([]ResponsePost(nil), s.responses...), len(s.responses) >= n
+	}, fmt.Sprintf("%d response_url posts", n))
+}
+
 // ResponseURL is a response_url the fake records posts to.
 func (s *Server) ResponseURL(id string) string {
 	return strings.TrimSuffix(s.URL, "/") + "/response/" + id
