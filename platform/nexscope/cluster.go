@@ -56,7 +56,7 @@ const (
 	msgEdgeBeat = 'b' // home inbox: "conn:sent:written" for each member (",")
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
 	msgExec     = 'x' // call on the room channel: tenant, exec (execClaim), action (JSON, its budget and creation in it: budgetKey, createdKey)
-	msgTaken    = 'e' // forwarder's inbox: exec, from the home running it, every beat until it answers
+	msgTaken    = 'e' // forwarder's inbox: exec, from the home running it, every beat until it answers (one given up on answered msgCancel)
 	msgClaimed  = 'o' // forwarder's inbox: exec, from a home that found it taken by another instance
 	msgHeldBy   = 'y' // forwarder's inbox: exec, holder (msgClaimed naming the instance that took it)
 	msgCancel   = 'z' // home inbox (or room channel while none took it): exec, from its forwarder, which gave up on it
@@ -231,7 +231,8 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	node.Handle(msgHomeBeat, 1, func(m cluster.Msg) { cl.homeBeat(m.From, m.Fields[0]) })
 	node.Handle(msgTaken, 1, func(m cluster.Msg) {
 		cl.mu.Lock()
-		if f := cl.forwards[string(m.Fields[0])]; f != nil && (f.home == "" || f.home == m.From) {
+		f := cl.forwards[string(m.Fields[0])]
+		if f != nil && (f.home == "" || f.home == m.From) {
 			now := cl.p.deps.Clock.Now()
 			if f.home == "" {
 				f.home, f.since = m.From, now
@@ -239,6 +240,12 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 			f.heard = now
 		}
 		cl.mu.Unlock()
+		if f == nil {
+			// Given up on here, the cancel told the home lost (or answered
+			// as it told this, where the cancel is a no-op): told again, at
+			// each of its words until it ends the action (cancelHere).
+			cl.sendNow(m.From, msgCancel, m.Fields[0])
+		}
 	})
 	claimed := func(m cluster.Msg) {
 		cl.mu.Lock()
@@ -880,7 +887,8 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	}
 	if !ok {
 		// Its caller gave up (its gateway revoked, its deadline passed):
-		// the home is told, so that the action does not run on, and the
+		// the home is told, so that the action does not run on (again at
+		// each msgTaken it sends from then on: this one may be lost), and the
 		// action claimed here unless a home took it, so that no later home
 		// runs a copy (go-redis sends a PUBLISH again up to its resend
 		// window; a cancel reaches only the room's home of the moment).

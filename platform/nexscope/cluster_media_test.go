@@ -772,6 +772,55 @@ func TestClusterForwardCancelledEndsAtTheHome(t *testing.T) {
 	}
 }
 
+// TestClusterForwardCancelLostEndsAtTheHome: a forwarded send_media
+// waiting at the home for the room's lock ends there once its caller gave
+// up though the forwarder's cancel was lost (pub/sub dropped it): the
+// home's next word that it runs the action is answered with the cancel
+// again, so the action does not run to the end of its time.
+func TestClusterForwardCancelLostEndsAtTheHome(t *testing.T) {
+	home, edge, url := heldLock(t)
+	gaveUp := make(chan struct{})
+	var once sync.Once
+	answer := func(_ string, msg []byte) bool {
+		if bytes.Contains(msg, []byte("another file transfer holds the room")) {
+			once.Do(func() { close(gaveUp) })
+		}
+		return false
+	}
+	home.lose.Store(&answer)
+	var lost atomic.Bool
+	loseFirstCancel := func(_ string, msg []byte) bool {
+		return cluster.Type(msg) == msgCancel && lost.CompareAndSwap(false, true)
+	}
+	edge.lose.Store(&loseFirstCancel)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+			MediaKind: "document", SourceURL: url, Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	waitFor(t, "the home running the forwarded send_media", func() bool {
+		cl := home.p.cluster
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.running) > 0
+	})
+	cancel() // the relay revokes the gateway
+	if res := <-results; res.Success {
+		t.Fatalf("send_media = %+v, want a failure: its caller gave up", res)
+	}
+	bound := 4 * home.p.cluster.node.Beat()
+	select {
+	case <-gaveUp:
+	case <-time.After(bound):
+		t.Fatalf("the home's send_media did not give up within %v of its caller, its cancel lost (lost: %v)", bound, lost.Load())
+	}
+	if !lost.Load() {
+		t.Fatal("the forwarder's cancel was never sent")
+	}
+}
+
 // TestClusterForwardTakenIsNotSentAgain: a forwarded send_media waiting at
 // the home for the room's lock is sent once, not again every beat: the
 // home tells the forwarder it took it.
