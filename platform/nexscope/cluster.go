@@ -57,9 +57,10 @@ const (
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
 	msgExec     = 'x' // call on the room channel: tenant, exec (execClaim), action (JSON, its budget and creation in it: budgetKey, createdKey)
 	msgTaken    = 'e' // forwarder's inbox: exec, from the home running it, every beat until it answers (one given up on answered msgCancel)
-	msgClaimed  = 'o' // forwarder's inbox: exec, from a home that found it taken by another instance
+	msgClaimed  = 'o' // forwarder's inbox: exec, from a home that found it taken by another instance (one whose run before a restart took it)
 	msgHeldBy   = 'y' // forwarder's inbox: exec, holder (msgClaimed naming the instance that took it)
 	msgCancel   = 'z' // home inbox (or room channel while none took it): exec, from its forwarder, which gave up on it
+	msgUnknown  = 'n' // forwarder's inbox: exec, from an instance not the room's home that does not know it (execHere)
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
@@ -251,6 +252,11 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		cl.mu.Lock()
 		f, now := cl.forwards[string(m.Fields[0])], cl.p.deps.Clock.Now()
 		switch {
+		case f != nil && f.home != "" && f.home == m.From:
+			// The one that took it does not know it (it restarted under
+			// its name, or forgot it): no answer will come.
+			f.forgot = true
+			f.end()
 		case f != nil && len(m.Fields) > 1 && f.home == "":
 			// Not heard from yet: asked for the answer from the next copy on.
 			f.home, f.since, f.heard = string(m.Fields[1]), now, time.Time{}
@@ -261,6 +267,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	}
 	node.Handle(msgClaimed, 1, claimed)
 	node.Handle(msgHeldBy, 2, claimed)
+	node.Handle(msgUnknown, 1, claimed)
 	node.Handle(msgCancel, 1, func(m cluster.Msg) { cl.cancelHere(m.From, string(m.Fields[0])) })
 	node.HandleCall(msgExec, 3, cl.execHere)
 	node.HandleCall(msgProbe, 1, cl.probeHere)
@@ -825,7 +832,9 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 // dropped the room or lost its lease, and will not answer) or drops it, or
 // the home that took it is gone (silent for cluster.LostBeats beats: it
 // tells msgTaken every beat until it answers; one a home found taken by
-// another, msgClaimed, is gone unless that one names itself in time).
+// another, msgClaimed, is gone unless that one names itself in time), or
+// says it does not know the action (msgUnknown, or msgClaimed from it:
+// it restarted under its name, or forgot it).
 func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, a *contract.Action) contract.Result {
 	ctx, cancel := context.WithTimeout(ctx, forwardedExecTimeout)
 	defer cancel()
@@ -839,7 +848,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	if c := platform.AuthorizedCreation(ctx, cl.p.deps.Vault, tenant); !c.IsZero() { // as check 8 approved it
 		created = strconv.AppendInt([]byte(`,"`+createdKey+`":`), c.UnixMicro(), 10)
 	}
-	f := &taker{}
+	f := &taker{end: cancel}
 	cl.mu.Lock()
 	cl.forwards[exec] = f
 	cl.mu.Unlock()
@@ -882,6 +891,12 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		head := append(strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10), created...)
 		return channel, [][]byte{[]byte(tenant), []byte(exec), append(append(head, ','), action[1:]...)}
 	})
+	cl.mu.Lock()
+	forgot := f.forgot
+	cl.mu.Unlock()
+	if !ok && forgot {
+		return contract.Failed(contract.CodeUnavailable, "nexscope: the instance that took the action no longer knows it (it restarted, or forgot it); its outcome is unknown")
+	}
 	if !ok && lost {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance that took the action is gone; its outcome is unknown")
 	}
@@ -917,10 +932,13 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 
 // taker is the home that took a forwarded action (msgTaken), when it
 // first told so and when last, or ("" home) when a home found it taken by
-// another (msgClaimed) not named (msgHeldBy); under fleet.mu.
+// another (msgClaimed) not named (msgHeldBy), and whether it said it does
+// not know it (forgot, which ends the forward: end); under fleet.mu.
 type taker struct {
 	home         string
 	since, heard time.Time
+	forgot       bool
+	end          context.CancelFunc
 }
 
 // execHere executes an action another instance forwarded to a room homed
@@ -966,7 +984,13 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			r, _ := roomOf(p, string(a.ChatID))
 			tenure := r.heldTenure()
 			if tenure == nil {
-				return // not (any more) the room's home: the home answers
+				// Not (any more) the room's home: the home answers. Unless
+				// this instance is the one that took it, asked directly
+				// (restarted under its name since): its forwarder, told,
+				// waits no more (a copy read on the room's channel it
+				// ignores, from no instance it names).
+				cl.sendNow(req.From, msgUnknown, req.Fields[1])
+				return
 			}
 			var holder []byte
 			took, holder = cl.claim(exec)

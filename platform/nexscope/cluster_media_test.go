@@ -1043,21 +1043,28 @@ func TestClusterForwardTakenByALiveFormerHomeGetsItsAnswer(t *testing.T) {
 	}
 }
 
-// heldClaims are claims a former home ("i9") took every one of, recording
+// heldClaims are claims an instance (holder) took every one of, recording
 // itself as their holder as a home does.
 type heldClaims struct {
 	store.Claims
 	holders store.Capabilities
+	holder  string
 }
 
 func (c heldClaims) Claim(ctx context.Context, key string, until time.Time) (bool, error) {
-	return false, c.holders.Put(ctx, "nexscope:holder:"+strings.TrimPrefix(key, "nexscope:exec:"), []byte("i9"), until)
+	return false, c.holders.Put(ctx, "nexscope:holder:"+strings.TrimPrefix(key, "nexscope:exec:"), []byte(c.holder), until)
 }
 
-// claimsHeld is a store whose claims a former home ("i9") took.
-type claimsHeld struct{ store.Store }
+// claimsHeld is a store whose claims an instance (holder: a former home,
+// or an earlier run of this one) took.
+type claimsHeld struct {
+	store.Store
+	holder string
+}
 
-func (s claimsHeld) Claims() store.Claims { return heldClaims{s.Store.Claims(), s.Capabilities()} }
+func (s claimsHeld) Claims() store.Claims {
+	return heldClaims{s.Store.Claims(), s.Capabilities(), s.holder}
+}
 
 // TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer: a
 // forwarded send that a former home took and answered, its msgTaken and
@@ -1068,7 +1075,7 @@ func TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer(t *test
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
 	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
-		d.Store = claimsHeld{d.Store}
+		d.Store = claimsHeld{d.Store, "i9"}
 	})
 	homeOf(t, []*instance{home}, DefaultRoom)
 	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
@@ -1112,6 +1119,90 @@ func TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer(t *test
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("the send is not answered")
+	}
+}
+
+// TestClusterForwardHeldByARestartedInstanceEnds: a forwarded send whose
+// claim names an instance that is alive but no longer knows the action (it
+// restarted under its name since it took it) is answered unavailable, its
+// outcome unknown, as soon as that instance is asked: not at the
+// forwarder's deadline, which nothing would answer before.
+func TestClusterForwardHeldByARestartedInstanceEnds(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = claimsHeld{d.Store, "i9"} // claimed by i9 before it restarted
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	neverHome := func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done()
+			return nil
+		}
+	}
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, neverHome)
+	restarted := startInstanceWith(t, srv, cfg, "i9", clusterLeaseTTL, neverHome)
+	// i9 is alive: the edge hears from it every beat (as the relay's
+	// beats make it heard), so it never counts gone.
+	alive, stopAlive := context.WithCancel(context.Background())
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		clock.Every(alive, clock.System, restarted.p.cluster.node.Beat()/2, func(context.Context) {
+			restarted.p.cluster.node.Send(cluster.Inbox("i1"), '~') // a type no one handles
+		})
+	}()
+	defer func() { stopAlive(); <-beating }()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	start := time.Now()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") {
+		t.Fatalf("send = %+v, want unavailable: its holder no longer knows it, its outcome unknown", res)
+	}
+	if took, bound := time.Since(start), (cluster.LostBeats+1)*edge.p.cluster.node.Beat(); took > bound {
+		t.Fatalf("send answered after %v, want within %v: the restarted holder says at once that it does not know it", took, bound)
+	}
+}
+
+// TestClusterForwardTakenByARestartedHomeEnds: a forwarded send the home
+// took (its msgTaken heard) and then lost by restarting under its name, as
+// the room's home again, is answered unavailable, its outcome unknown, as
+// soon as the forwarder asks that home for its answer: the home finds the
+// send claimed by its earlier run and says so; the forwarder does not wait
+// for its deadline.
+func TestClusterForwardTakenByARestartedHomeEnds(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = claimsHeld{d.Store, "i0"} // claimed by its run before the restart
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	var first atomic.Bool
+	takenBefore := func(channel string, msg []byte) bool { // the copy the earlier run took
+		if cluster.Type(msg) != msgExec || !first.CompareAndSwap(false, true) {
+			return false
+		}
+		_, exec := execCall(t, msg)
+		edge.p.cluster.node.Dispatch(cluster.Encode(msgTaken, "i0", exec)) // its word, before the restart
+		return true
+	}
+	edge.lose.Store(&takenBefore)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	start := time.Now()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") {
+		t.Fatalf("send = %+v, want unavailable: the home that took it restarted, its outcome unknown", res)
+	}
+	if took, bound := time.Since(start), (cluster.LostBeats+1)*edge.p.cluster.node.Beat(); took > bound {
+		t.Fatalf("send answered after %v, want within %v: the restarted home says at once that another run took it", took, bound)
 	}
 }
 
