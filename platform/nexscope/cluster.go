@@ -918,7 +918,16 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		if cl.p.track() { // not awaited: the gateway's answer waits for no store
 			go func() {
 				defer cl.p.wg.Done()
-				_, _ = cl.claims.Claim(cl.ctx, execClaim+exec, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow()))
+				// Tried again every beat while the store fails it, as long
+				// as a copy may come (one read by a home once the store is
+				// back would run otherwise), until Run ends.
+				clk, until := cl.p.deps.Clock, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow())
+				for {
+					_, err := cl.claims.Claim(cl.ctx, execClaim+exec, until)
+					if err == nil || cl.p.closed.Load() || clk.Now().After(until) || clk.Sleep(cl.ctx, cl.node.Beat()) != nil {
+						return
+					}
+				}
 			}()
 		}
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")

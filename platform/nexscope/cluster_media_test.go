@@ -523,6 +523,24 @@ func TestClusterForwardedActionCopyAtTheNextHomeExecutesNot(t *testing.T) {
 // room's channel while no home read it, so the forwarder's claim is what
 // stops it.
 func TestClusterForwardGivenUpRunsNotAtALaterHome(t *testing.T) {
+	givenUpRunsNotAtALaterHome(t, func(*platform.Deps) {})
+}
+
+// TestClusterForwardGivenUpWhileTheStoreFailsRunsNotAtALaterHome is
+// TestClusterForwardGivenUpRunsNotAtALaterHome with the forwarder's claim
+// failing at first (the store down, back a moment later): the claim is
+// made once the store is back, before a copy can run at the next home.
+func TestClusterForwardGivenUpWhileTheStoreFailsRunsNotAtALaterHome(t *testing.T) {
+	failing := make(chan struct{})
+	close(failing)
+	givenUpRunsNotAtALaterHome(t, func(d *platform.Deps) {
+		d.Store = claimsFailed{d.Store, failedClaims{asked: make(chan struct{}), fail: failing, once: new(sync.Once)}}
+	})
+}
+
+// givenUpRunsNotAtALaterHome is TestClusterForwardGivenUpRunsNotAtALaterHome
+// with the forwarder's deps adjusted by with.
+func givenUpRunsNotAtALaterHome(t *testing.T, with func(*platform.Deps)) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
 	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
@@ -530,6 +548,7 @@ func TestClusterForwardGivenUpRunsNotAtALaterHome(t *testing.T) {
 			<-ctx.Done() // never the home
 			return nil
 		}
+		with(d)
 	})
 	calls := make(chan []byte, 1)
 	lost := func(_ string, msg []byte) bool { // no home reads the room: every copy is lost
