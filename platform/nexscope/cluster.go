@@ -248,15 +248,22 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 			cl.sendNow(m.From, msgCancel, m.Fields[0])
 		}
 	})
+	// forgot reports whether m is the word of the instance that took the
+	// forward f that it does not know it (it restarted under its name, or
+	// forgot it): no answer will come, and f ends.
+	forgot := func(f *taker, m cluster.Msg) bool {
+		if f == nil || f.home == "" || f.home != m.From {
+			return false
+		}
+		f.forgot = true
+		f.end()
+		return true
+	}
 	claimed := func(m cluster.Msg) {
 		cl.mu.Lock()
 		f, now := cl.forwards[string(m.Fields[0])], cl.p.deps.Clock.Now()
 		switch {
-		case f != nil && f.home != "" && f.home == m.From:
-			// The one that took it does not know it (it restarted under
-			// its name, or forgot it): no answer will come.
-			f.forgot = true
-			f.end()
+		case forgot(f, m):
 		case f != nil && len(m.Fields) > 1 && f.home == "":
 			// Not heard from yet: asked for the answer from the next copy on.
 			f.home, f.since, f.heard = string(m.Fields[1]), now, time.Time{}
@@ -267,7 +274,11 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	}
 	node.Handle(msgClaimed, 1, claimed)
 	node.Handle(msgHeldBy, 2, claimed)
-	node.Handle(msgUnknown, 1, claimed)
+	node.Handle(msgUnknown, 1, func(m cluster.Msg) { // from no other: one read on the room's channel
+		cl.mu.Lock()
+		forgot(cl.forwards[string(m.Fields[0])], m)
+		cl.mu.Unlock()
+	})
 	node.Handle(msgCancel, 1, func(m cluster.Msg) { cl.cancelHere(m.From, string(m.Fields[0])) })
 	node.HandleCall(msgExec, 3, cl.execHere)
 	node.HandleCall(msgProbe, 1, cl.probeHere)

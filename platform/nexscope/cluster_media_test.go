@@ -1225,6 +1225,49 @@ func TestClusterForwardTakenByARestartedHomeEnds(t *testing.T) {
 	}
 }
 
+// TestClusterForwardUnknownToAnotherKeepsAsking: the word of an instance
+// that does not know a forwarded send counts only from the one that took
+// it: from another (a former home still reading the room's channel), the
+// forwarder keeps sending copies until a home takes it.
+func TestClusterForwardUnknownToAnotherKeepsAsking(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	edge := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	calls := make(chan []byte, 8)
+	lost := func(_ string, msg []byte) bool { // no home reads the room
+		if cluster.Type(msg) == msgExec {
+			select {
+			case calls <- bytes.Clone(msg):
+			default:
+			}
+		}
+		return true
+	}
+	edge.lose.Store(&lost)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	go edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	var exec []byte
+	select {
+	case call := <-calls:
+		_, exec = execCall(t, call)
+	case <-time.After(testTimeout):
+		t.Fatal("the edge never forwarded the send")
+	}
+	edge.p.cluster.node.Dispatch(cluster.Encode(msgUnknown, "i9", exec))
+	for range 2 {
+		select {
+		case <-calls:
+		case <-time.After(3 * edge.p.cluster.node.Beat()):
+			t.Fatal("the edge stopped sending copies of its send at the word of an instance that never took it")
+		}
+	}
+}
+
 // holdersHeld is a store whose writes of a claim's holder record wait
 // for held to close.
 type holdersHeld struct {
