@@ -905,11 +905,14 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	cl.mu.Lock()
 	forgot := f.forgot
 	cl.mu.Unlock()
-	if !ok && forgot {
-		return contract.Failed(contract.CodeUnavailable, "nexscope: the instance that took the action no longer knows it (it restarted, or forgot it); its outcome is unknown")
-	}
-	if !ok && lost {
-		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance that took the action is gone; its outcome is unknown")
+	if !ok && (lost || forgot) {
+		why := "the room's home instance that took the action is gone"
+		if forgot {
+			why = "the instance that took the action no longer knows it (it restarted, or forgot it)"
+		}
+		res := contract.Failed(contract.CodeUnavailable, "nexscope: "+why+"; its outcome is unknown")
+		res.Ambiguous = true // it may have run: not to be sent again as if it had not
+		return res
 	}
 	if !ok {
 		// Its caller gave up (its gateway revoked, its deadline passed):

@@ -890,8 +890,8 @@ func TestClusterForwardTakenByAKilledHomeEnds(t *testing.T) {
 	start := time.Now()
 	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
 		MediaKind: "document", SourceURL: url, Metadata: contract.Metadata{UserID: "alice"}})
-	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "gone") {
-		t.Fatalf("send_media = %+v, want unavailable: the home that took it is gone", res)
+	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "gone") || !res.Ambiguous {
+		t.Fatalf("send_media = %+v, want unavailable, ambiguous: the home that took it is gone", res)
 	}
 	if took, bound := time.Since(start), (cluster.LostBeats+3)*home.p.cluster.node.Beat(); took > bound {
 		t.Fatalf("send_media answered after %v, want within %v of the home's death", took, bound)
@@ -932,8 +932,8 @@ func TestClusterForwardTakenByAHomeGoneUnheardEnds(t *testing.T) {
 	homeOf(t, []*instance{next}, DefaultRoom)
 	select {
 	case res := <-results:
-		if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") {
-			t.Fatalf("send = %+v, want unavailable: the home that took it is gone, its outcome unknown", res)
+		if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") || !res.Ambiguous {
+			t.Fatalf("send = %+v, want unavailable, ambiguous: the home that took it is gone, its outcome unknown", res)
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("the send taken by a home gone unheard is not answered")
@@ -1176,8 +1176,8 @@ func TestClusterForwardHeldByARestartedInstanceEnds(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
-	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") {
-		t.Fatalf("send = %+v, want unavailable: its holder no longer knows it, its outcome unknown", res)
+	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") || !res.Ambiguous {
+		t.Fatalf("send = %+v, want unavailable, ambiguous: its holder no longer knows it, its outcome unknown", res)
 	}
 	if took, bound := time.Since(start), (cluster.LostBeats+1)*edge.p.cluster.node.Beat(); took > bound {
 		t.Fatalf("send answered after %v, want within %v: the restarted holder says at once that it does not know it", took, bound)
@@ -1217,8 +1217,8 @@ func TestClusterForwardTakenByARestartedHomeEnds(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
-	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") {
-		t.Fatalf("send = %+v, want unavailable: the home that took it restarted, its outcome unknown", res)
+	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") || !res.Ambiguous {
+		t.Fatalf("send = %+v, want unavailable, ambiguous: the home that took it restarted, its outcome unknown", res)
 	}
 	if took, bound := time.Since(start), (cluster.LostBeats+1)*edge.p.cluster.node.Beat(); took > bound {
 		t.Fatalf("send answered after %v, want within %v: the restarted home says at once that another run took it", took, bound)
