@@ -242,9 +242,9 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		}
 		cl.mu.Unlock()
 		if f == nil {
-			// Given up on here, the cancel told the home lost (or answered
-			// as it told this, where the cancel is a no-op): told again, at
-			// each of its words until it ends the action (cancelHere).
+			// Waited for here no more: given up on (the cancel told the
+			// home may have been lost) or answered (the cancel a no-op
+			// then). Told again at each such word until the home ends it.
 			cl.sendNow(m.From, msgCancel, m.Fields[0])
 		}
 	})
