@@ -56,10 +56,11 @@ const (
 	msgEdgeBeat = 'b' // home inbox: "conn:sent:written" for each member (",")
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
 	msgExec     = 'x' // call on the room channel: tenant, exec (execClaim), action (JSON, its budget and creation in it: budgetKey, createdKey)
-	msgTaken    = 'e' // forwarder's inbox: exec, from the home running it, every beat until it answers
-	msgClaimed  = 'o' // forwarder's inbox: exec, from a home that found it taken by another instance
+	msgTaken    = 'e' // forwarder's inbox: exec, from the home running it, every beat until it answers (one given up on answered msgCancel)
+	msgClaimed  = 'o' // forwarder's inbox: exec, from a home that found it taken by another instance (one whose run before a restart took it)
 	msgHeldBy   = 'y' // forwarder's inbox: exec, holder (msgClaimed naming the instance that took it)
 	msgCancel   = 'z' // home inbox (or room channel while none took it): exec, from its forwarder, which gave up on it
+	msgUnknown  = 'n' // forwarder's inbox: exec, from an instance not the room's home that does not know it (execHere)
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
@@ -231,7 +232,8 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	node.Handle(msgHomeBeat, 1, func(m cluster.Msg) { cl.homeBeat(m.From, m.Fields[0]) })
 	node.Handle(msgTaken, 1, func(m cluster.Msg) {
 		cl.mu.Lock()
-		if f := cl.forwards[string(m.Fields[0])]; f != nil && (f.home == "" || f.home == m.From) {
+		f := cl.forwards[string(m.Fields[0])]
+		if f != nil && (f.home == "" || f.home == m.From) {
 			now := cl.p.deps.Clock.Now()
 			if f.home == "" {
 				f.home, f.since = m.From, now
@@ -239,11 +241,29 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 			f.heard = now
 		}
 		cl.mu.Unlock()
+		if f == nil {
+			// Waited for here no more: given up on (the cancel told the
+			// home may have been lost) or answered (the cancel a no-op
+			// then). Told again at each such word until the home ends it.
+			cl.sendNow(m.From, msgCancel, m.Fields[0])
+		}
 	})
+	// forgot reports whether m is the word of the instance that took the
+	// forward f that it does not know it (it restarted under its name, or
+	// forgot it): no answer will come, and f ends.
+	forgot := func(f *taker, m cluster.Msg) bool {
+		if f == nil || f.home == "" || f.home != m.From {
+			return false
+		}
+		f.forgot = true
+		f.end()
+		return true
+	}
 	claimed := func(m cluster.Msg) {
 		cl.mu.Lock()
 		f, now := cl.forwards[string(m.Fields[0])], cl.p.deps.Clock.Now()
 		switch {
+		case forgot(f, m):
 		case f != nil && len(m.Fields) > 1 && f.home == "":
 			// Not heard from yet: asked for the answer from the next copy on.
 			f.home, f.since, f.heard = string(m.Fields[1]), now, time.Time{}
@@ -254,6 +274,11 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	}
 	node.Handle(msgClaimed, 1, claimed)
 	node.Handle(msgHeldBy, 2, claimed)
+	node.Handle(msgUnknown, 1, func(m cluster.Msg) { // from no other: one read on the room's channel
+		cl.mu.Lock()
+		forgot(cl.forwards[string(m.Fields[0])], m)
+		cl.mu.Unlock()
+	})
 	node.Handle(msgCancel, 1, func(m cluster.Msg) { cl.cancelHere(m.From, string(m.Fields[0])) })
 	node.HandleCall(msgExec, 3, cl.execHere)
 	node.HandleCall(msgProbe, 1, cl.probeHere)
@@ -818,7 +843,9 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 // dropped the room or lost its lease, and will not answer) or drops it, or
 // the home that took it is gone (silent for cluster.LostBeats beats: it
 // tells msgTaken every beat until it answers; one a home found taken by
-// another, msgClaimed, is gone unless that one names itself in time).
+// another, msgClaimed, is gone unless that one names itself in time), or
+// says it does not know the action (msgUnknown, or msgClaimed from it:
+// it restarted under its name, or forgot it).
 func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, a *contract.Action) contract.Result {
 	ctx, cancel := context.WithTimeout(ctx, forwardedExecTimeout)
 	defer cancel()
@@ -832,7 +859,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	if c := platform.AuthorizedCreation(ctx, cl.p.deps.Vault, tenant); !c.IsZero() { // as check 8 approved it
 		created = strconv.AppendInt([]byte(`,"`+createdKey+`":`), c.UnixMicro(), 10)
 	}
-	f := &taker{}
+	f := &taker{end: cancel}
 	cl.mu.Lock()
 	cl.forwards[exec] = f
 	cl.mu.Unlock()
@@ -875,12 +902,22 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		head := append(strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10), created...)
 		return channel, [][]byte{[]byte(tenant), []byte(exec), append(append(head, ','), action[1:]...)}
 	})
-	if !ok && lost {
-		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance that took the action is gone; its outcome is unknown")
+	cl.mu.Lock()
+	forgot := f.forgot
+	cl.mu.Unlock()
+	if !ok && (lost || forgot) {
+		why := "the room's home instance that took the action is gone"
+		if forgot {
+			why = "the instance that took the action no longer knows it (it restarted, or forgot it)"
+		}
+		res := contract.Failed(contract.CodeUnavailable, "nexscope: "+why+"; its outcome is unknown")
+		res.Ambiguous = true // it may have run: not to be sent again as if it had not
+		return res
 	}
 	if !ok {
 		// Its caller gave up (its gateway revoked, its deadline passed):
-		// the home is told, so that the action does not run on, and the
+		// the home is told, so that the action does not run on (again at
+		// each msgTaken it sends from then on: this one may be lost), and the
 		// action claimed here unless a home took it, so that no later home
 		// runs a copy (go-redis sends a PUBLISH again up to its resend
 		// window; a cancel reaches only the room's home of the moment).
@@ -895,7 +932,16 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		if cl.p.track() { // not awaited: the gateway's answer waits for no store
 			go func() {
 				defer cl.p.wg.Done()
-				_, _ = cl.claims.Claim(cl.ctx, execClaim+exec, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow()))
+				// Tried again every beat while the store fails it, as long
+				// as a copy may come (one read by a home once the store is
+				// back would run otherwise), until Run ends.
+				clk, until := cl.p.deps.Clock, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow())
+				for {
+					_, err := cl.claims.Claim(cl.ctx, execClaim+exec, until)
+					if err == nil || cl.p.closed.Load() || clk.Now().After(until) || clk.Sleep(cl.ctx, cl.node.Beat()) != nil {
+						return
+					}
+				}
 			}()
 		}
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
@@ -909,10 +955,13 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 
 // taker is the home that took a forwarded action (msgTaken), when it
 // first told so and when last, or ("" home) when a home found it taken by
-// another (msgClaimed) not named (msgHeldBy); under fleet.mu.
+// another (msgClaimed) not named (msgHeldBy), and whether it said it does
+// not know it (forgot, which ends the forward: end); under fleet.mu.
 type taker struct {
 	home         string
 	since, heard time.Time
+	forgot       bool
+	end          context.CancelFunc
 }
 
 // execHere executes an action another instance forwarded to a room homed
@@ -958,7 +1007,13 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			r, _ := roomOf(p, string(a.ChatID))
 			tenure := r.heldTenure()
 			if tenure == nil {
-				return // not (any more) the room's home: the home answers
+				// Not (any more) the room's home: the home answers. Unless
+				// this instance is the one that took it, asked directly
+				// (restarted under its name since): its forwarder, told,
+				// waits no more (a copy read on the room's channel it
+				// ignores, from no instance it names).
+				cl.sendNow(req.From, msgUnknown, req.Fields[1])
+				return
 			}
 			var holder []byte
 			took, holder = cl.claim(exec)

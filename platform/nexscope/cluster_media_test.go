@@ -523,6 +523,24 @@ func TestClusterForwardedActionCopyAtTheNextHomeExecutesNot(t *testing.T) {
 // room's channel while no home read it, so the forwarder's claim is what
 // stops it.
 func TestClusterForwardGivenUpRunsNotAtALaterHome(t *testing.T) {
+	givenUpRunsNotAtALaterHome(t, func(*platform.Deps) {})
+}
+
+// TestClusterForwardGivenUpWhileTheStoreFailsRunsNotAtALaterHome is
+// TestClusterForwardGivenUpRunsNotAtALaterHome with the forwarder's claim
+// failing at first (the store down, back a moment later): the claim is
+// made once the store is back, before a copy can run at the next home.
+func TestClusterForwardGivenUpWhileTheStoreFailsRunsNotAtALaterHome(t *testing.T) {
+	failing := make(chan struct{})
+	close(failing)
+	givenUpRunsNotAtALaterHome(t, func(d *platform.Deps) {
+		d.Store = claimsFailed{d.Store, failedClaims{asked: make(chan struct{}), fail: failing, once: new(sync.Once)}}
+	})
+}
+
+// givenUpRunsNotAtALaterHome is TestClusterForwardGivenUpRunsNotAtALaterHome
+// with the forwarder's deps adjusted by with.
+func givenUpRunsNotAtALaterHome(t *testing.T, with func(*platform.Deps)) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
 	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
@@ -530,6 +548,7 @@ func TestClusterForwardGivenUpRunsNotAtALaterHome(t *testing.T) {
 			<-ctx.Done() // never the home
 			return nil
 		}
+		with(d)
 	})
 	calls := make(chan []byte, 1)
 	lost := func(_ string, msg []byte) bool { // no home reads the room: every copy is lost
@@ -772,6 +791,55 @@ func TestClusterForwardCancelledEndsAtTheHome(t *testing.T) {
 	}
 }
 
+// TestClusterForwardCancelLostEndsAtTheHome: a forwarded send_media
+// waiting at the home for the room's lock ends there once its caller gave
+// up though the forwarder's cancel was lost (pub/sub dropped it): the
+// home's next word that it runs the action is answered with the cancel
+// again, so the action does not run to the end of its time.
+func TestClusterForwardCancelLostEndsAtTheHome(t *testing.T) {
+	home, edge, url := heldLock(t)
+	gaveUp := make(chan struct{})
+	var once sync.Once
+	answer := func(_ string, msg []byte) bool {
+		if bytes.Contains(msg, []byte("another file transfer holds the room")) {
+			once.Do(func() { close(gaveUp) })
+		}
+		return false
+	}
+	home.lose.Store(&answer)
+	var lost atomic.Bool
+	loseFirstCancel := func(_ string, msg []byte) bool {
+		return cluster.Type(msg) == msgCancel && lost.CompareAndSwap(false, true)
+	}
+	edge.lose.Store(&loseFirstCancel)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+			MediaKind: "document", SourceURL: url, Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	waitFor(t, "the home running the forwarded send_media", func() bool {
+		cl := home.p.cluster
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.running) > 0
+	})
+	cancel() // the relay revokes the gateway
+	if res := <-results; res.Success {
+		t.Fatalf("send_media = %+v, want a failure: its caller gave up", res)
+	}
+	bound := 4 * home.p.cluster.node.Beat()
+	select {
+	case <-gaveUp:
+	case <-time.After(bound):
+		t.Fatalf("the home's send_media did not give up within %v of its caller, its cancel lost (lost: %v)", bound, lost.Load())
+	}
+	if !lost.Load() {
+		t.Fatal("the forwarder's cancel was never sent")
+	}
+}
+
 // TestClusterForwardTakenIsNotSentAgain: a forwarded send_media waiting at
 // the home for the room's lock is sent once, not again every beat: the
 // home tells the forwarder it took it.
@@ -822,8 +890,8 @@ func TestClusterForwardTakenByAKilledHomeEnds(t *testing.T) {
 	start := time.Now()
 	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
 		MediaKind: "document", SourceURL: url, Metadata: contract.Metadata{UserID: "alice"}})
-	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "gone") {
-		t.Fatalf("send_media = %+v, want unavailable: the home that took it is gone", res)
+	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "gone") || !res.Ambiguous {
+		t.Fatalf("send_media = %+v, want unavailable, ambiguous: the home that took it is gone", res)
 	}
 	if took, bound := time.Since(start), (cluster.LostBeats+3)*home.p.cluster.node.Beat(); took > bound {
 		t.Fatalf("send_media answered after %v, want within %v of the home's death", took, bound)
@@ -864,8 +932,8 @@ func TestClusterForwardTakenByAHomeGoneUnheardEnds(t *testing.T) {
 	homeOf(t, []*instance{next}, DefaultRoom)
 	select {
 	case res := <-results:
-		if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") {
-			t.Fatalf("send = %+v, want unavailable: the home that took it is gone, its outcome unknown", res)
+		if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") || !res.Ambiguous {
+			t.Fatalf("send = %+v, want unavailable, ambiguous: the home that took it is gone, its outcome unknown", res)
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("the send taken by a home gone unheard is not answered")
@@ -994,21 +1062,28 @@ func TestClusterForwardTakenByALiveFormerHomeGetsItsAnswer(t *testing.T) {
 	}
 }
 
-// heldClaims are claims a former home ("i9") took every one of, recording
+// heldClaims are claims an instance (holder) took every one of, recording
 // itself as their holder as a home does.
 type heldClaims struct {
 	store.Claims
 	holders store.Capabilities
+	holder  string
 }
 
 func (c heldClaims) Claim(ctx context.Context, key string, until time.Time) (bool, error) {
-	return false, c.holders.Put(ctx, "nexscope:holder:"+strings.TrimPrefix(key, "nexscope:exec:"), []byte("i9"), until)
+	return false, c.holders.Put(ctx, "nexscope:holder:"+strings.TrimPrefix(key, "nexscope:exec:"), []byte(c.holder), until)
 }
 
-// claimsHeld is a store whose claims a former home ("i9") took.
-type claimsHeld struct{ store.Store }
+// claimsHeld is a store whose claims an instance (holder: a former home,
+// or an earlier run of this one) took.
+type claimsHeld struct {
+	store.Store
+	holder string
+}
 
-func (s claimsHeld) Claims() store.Claims { return heldClaims{s.Store.Claims(), s.Capabilities()} }
+func (s claimsHeld) Claims() store.Claims {
+	return heldClaims{s.Store.Claims(), s.Capabilities(), s.holder}
+}
 
 // TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer: a
 // forwarded send that a former home took and answered, its msgTaken and
@@ -1019,7 +1094,7 @@ func TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer(t *test
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
 	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
-		d.Store = claimsHeld{d.Store}
+		d.Store = claimsHeld{d.Store, "i9"}
 	})
 	homeOf(t, []*instance{home}, DefaultRoom)
 	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
@@ -1063,6 +1138,133 @@ func TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer(t *test
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("the send is not answered")
+	}
+}
+
+// TestClusterForwardHeldByARestartedInstanceEnds: a forwarded send whose
+// claim names an instance that is alive but no longer knows the action (it
+// restarted under its name since it took it) is answered unavailable, its
+// outcome unknown, as soon as that instance is asked: not at the
+// forwarder's deadline, which nothing would answer before.
+func TestClusterForwardHeldByARestartedInstanceEnds(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = claimsHeld{d.Store, "i9"} // claimed by i9 before it restarted
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	neverHome := func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done()
+			return nil
+		}
+	}
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, neverHome)
+	restarted := startInstanceWith(t, srv, cfg, "i9", clusterLeaseTTL, neverHome)
+	// i9 is alive: the edge hears from it every beat (as the relay's
+	// beats make it heard), so it never counts gone.
+	alive, stopAlive := context.WithCancel(context.Background())
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		clock.Every(alive, clock.System, restarted.p.cluster.node.Beat()/2, func(context.Context) {
+			restarted.p.cluster.node.Send(cluster.Inbox("i1"), '~') // a type no one handles
+		})
+	}()
+	defer func() { stopAlive(); <-beating }()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	start := time.Now()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") || !res.Ambiguous {
+		t.Fatalf("send = %+v, want unavailable, ambiguous: its holder no longer knows it, its outcome unknown", res)
+	}
+	if took, bound := time.Since(start), (cluster.LostBeats+1)*edge.p.cluster.node.Beat(); took > bound {
+		t.Fatalf("send answered after %v, want within %v: the restarted holder says at once that it does not know it", took, bound)
+	}
+}
+
+// TestClusterForwardTakenByARestartedHomeEnds: a forwarded send the home
+// took (its msgTaken heard) and then lost by restarting under its name, as
+// the room's home again, is answered unavailable, its outcome unknown, as
+// soon as the forwarder asks that home for its answer: the home finds the
+// send claimed by its earlier run and says so; the forwarder does not wait
+// for its deadline.
+func TestClusterForwardTakenByARestartedHomeEnds(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	home := startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Store = claimsHeld{d.Store, "i0"} // claimed by its run before the restart
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	var first atomic.Bool
+	takenBefore := func(channel string, msg []byte) bool { // the copy the earlier run took
+		if cluster.Type(msg) != msgExec || !first.CompareAndSwap(false, true) {
+			return false
+		}
+		_, exec := execCall(t, msg)
+		edge.p.cluster.node.Dispatch(cluster.Encode(msgTaken, "i0", exec)) // its word, before the restart
+		return true
+	}
+	edge.lose.Store(&takenBefore)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	start := time.Now()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "outcome is unknown") || !res.Ambiguous {
+		t.Fatalf("send = %+v, want unavailable, ambiguous: the home that took it restarted, its outcome unknown", res)
+	}
+	if took, bound := time.Since(start), (cluster.LostBeats+1)*edge.p.cluster.node.Beat(); took > bound {
+		t.Fatalf("send answered after %v, want within %v: the restarted home says at once that another run took it", took, bound)
+	}
+}
+
+// TestClusterForwardUnknownToAnotherKeepsAsking: the word of an instance
+// that does not know a forwarded send counts only from the one that took
+// it: from another (a former home still reading the room's channel), the
+// forwarder keeps sending copies until a home takes it.
+func TestClusterForwardUnknownToAnotherKeepsAsking(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	edge := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	calls := make(chan []byte, 8)
+	lost := func(_ string, msg []byte) bool { // no home reads the room
+		if cluster.Type(msg) == msgExec {
+			select {
+			case calls <- bytes.Clone(msg):
+			default:
+			}
+		}
+		return true
+	}
+	edge.lose.Store(&lost)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	go edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	var exec []byte
+	select {
+	case call := <-calls:
+		_, exec = execCall(t, call)
+	case <-time.After(testTimeout):
+		t.Fatal("the edge never forwarded the send")
+	}
+	edge.p.cluster.node.Dispatch(cluster.Encode(msgUnknown, "i9", exec))
+	for range 2 {
+		select {
+		case <-calls:
+		case <-time.After(3 * edge.p.cluster.node.Beat()):
+			t.Fatal("the edge stopped sending copies of its send at the word of an instance that never took it")
+		}
 	}
 }
 
