@@ -546,13 +546,6 @@ func (s *Store) SetTenants(created map[string]time.Time) {
 	s.created = maps.Clone(created)
 }
 
-// Usage reports the bytes stored in all and for tenant.
-func (s *Store) Usage(tenant string) (total, ofTenant int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.used, s.byTenant[tenant]
-}
-
 // Stats is what the store holds, for its metrics.
 type Stats struct {
 	// Bytes are those of every object, stored or in progress; QuotaBytes
