@@ -19,7 +19,11 @@ const DefaultUploadTimeout = 2 * time.Minute
 // minDownloadRate is the floor, in bytes a second, of a download's average
 // rate past its first Config.UploadTimeout (docs/configuration.md): the
 // progress deadline alone let a client taking a chunk a deadline hold a
-// 25 MiB download, and its connection slot, for a day.
+// 25 MiB download, and its connection slot, for a day. It is each
+// download's own, not its tenant's: what it frees is the download's
+// connection slot, one of its source's share of the unauthenticated ones,
+// so summed over a tenant's downloads it would let a client hold more
+// slots for the same rate (docs/security.md).
 const minDownloadRate = 16 << 10
 
 // Authenticator verifies a request's Authorization header: the gateway's

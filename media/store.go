@@ -103,9 +103,9 @@ type Config struct {
 	// UploadTimeout bounds reading one upload's body (POST /relay/media),
 	// where it replaces http.body_timeout, and the time a download (GET
 	// /relay/media/{id}) may make no progress; past its first
-	// upload_timeout a download must also average 16 KiB/s (fixed), so a
-	// 25 MiB one has at most upload_timeout plus about 27 minutes. Default
-	// 2m.
+	// upload_timeout a download must also average 16 KiB/s (fixed; each
+	// download, however many run at once), so a 25 MiB one has at most
+	// upload_timeout plus about 27 minutes. Default 2m.
 	UploadTimeout time.Duration `yaml:"upload_timeout"`
 	// AllowPrivateURLs lets send_media download a source_url that resolves
 	// to a loopback, private or link-local address. Off by default: a
@@ -544,13 +544,6 @@ func (s *Store) SetTenants(created map[string]time.Time) {
 		}
 	}
 	s.created = maps.Clone(created)
-}
-
-// Usage reports the bytes stored in all and for tenant.
-func (s *Store) Usage(tenant string) (total, ofTenant int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.used, s.byTenant[tenant]
 }
 
 // Stats is what the store holds, for its metrics.

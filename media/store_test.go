@@ -99,7 +99,7 @@ func TestPutOpenTenantAndExpiry(t *testing.T) {
 	if _, err := s.Open("t1", info.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("expired id: err = %v, want ErrNotFound", err)
 	}
-	if total, _ := s.Usage("t1"); total != 0 {
+	if total, _ := s.usage("t1"); total != 0 {
 		t.Fatalf("expired object still counted: %d bytes", total)
 	}
 	if _, err := s.Open("t1", "not-an-id"); !errors.Is(err, ErrNotFound) {
@@ -112,7 +112,7 @@ func TestLimitsAndQuota(t *testing.T) {
 	if _, err := s.Put("t1", strings.NewReader(strings.Repeat("x", 11)), "", ""); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("11 bytes over a 10-byte limit: err = %v", err)
 	}
-	if total, _ := s.Usage("t1"); total != 0 {
+	if total, _ := s.usage("t1"); total != 0 {
 		t.Fatalf("refused upload left %d bytes counted", total)
 	}
 	if _, err := s.Put("t1", strings.NewReader("0123456789"), "", ""); err != nil {
@@ -223,7 +223,7 @@ func TestResolveDownloadsTemporaryObject(t *testing.T) {
 		t.Fatalf("object %+v, %d bytes", obj.Info, len(got))
 	}
 	obj.Close()
-	if total, _ := s.Usage("t1"); total != 0 {
+	if total, _ := s.usage("t1"); total != 0 {
 		t.Fatalf("temporary object kept after Close: %d bytes", total)
 	}
 	var fe *FetchError
@@ -448,12 +448,12 @@ func TestSweepRemovesAbandonedUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Sweep()
-	if total, _ := s.Usage("t1"); total != 13 {
+	if total, _ := s.usage("t1"); total != 13 {
 		t.Fatalf("after a sweep at 1m: %d bytes in use; want 13 (no upload is older than the 2m upload timeout)", total)
 	}
 	clk.Advance(time.Minute)
 	s.Sweep()
-	if total, ofTenant := s.Usage("t1"); total != 3 || ofTenant != 3 {
+	if total, ofTenant := s.usage("t1"); total != 3 || ofTenant != 3 {
 		t.Fatalf("after a sweep at 2m: %d bytes in use (%d of t1); want the young upload's 3", total, ofTenant)
 	}
 	files, err := os.ReadDir(dir)
@@ -469,7 +469,7 @@ func TestSweepRemovesAbandonedUpload(t *testing.T) {
 	if _, err := old.Commit(); err == nil {
 		t.Error("the swept upload committed")
 	}
-	if total, _ := s.Usage("t1"); total != 3 {
+	if total, _ := s.usage("t1"); total != 3 {
 		t.Fatalf("after the swept upload's write and commit: %d bytes in use; want 3", total)
 	}
 }
@@ -646,7 +646,7 @@ func TestSetTenantsRemovesADeletedTenantsObjects(t *testing.T) {
 		t.Error("the deleted tenant's upload in progress committed")
 	}
 	for _, tenant := range []string{"gone", "again"} {
-		if _, ofTenant := s.Usage(tenant); ofTenant != 0 {
+		if _, ofTenant := s.usage(tenant); ofTenant != 0 {
 			t.Errorf("%s still uses %d bytes", tenant, ofTenant)
 		}
 	}
@@ -843,4 +843,11 @@ func TestDownloadToAClientBelowTheMinimumRateEnds(t *testing.T) {
 			return
 		}
 	}
+}
+
+// usage reports the bytes stored in all and for tenant.
+func (s *Store) usage(tenant string) (total, ofTenant int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used, s.byTenant[tenant]
 }

@@ -26,6 +26,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
+	"connector/internal/cluster/clustertest"
 	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
@@ -162,7 +163,7 @@ func (p netPubSub) Publish(ctx context.Context, channel string, msg []byte) erro
 	// Counted before the store has it: the store delivers it within
 	// Publish, and what its receiver does on it (an outcome a test waits
 	// for before it reads the counts) must find it counted.
-	typ := cluster.Type(msg)
+	typ := clustertest.Type(msg)
 	p.n.mu.Lock()
 	lost := p.n.lose != nil && p.n.lose(channel, msg)
 	if !lost {
@@ -926,7 +927,7 @@ func TestClusterResentAckKeepsTheLink(t *testing.T) {
 		t.Fatalf("gb got %q then %q, want e1 then e2", ev1.Text, ev2.Text)
 	}
 	r.inst[1].net.mu.Lock()
-	r.inst[1].net.twice = func(_ string, msg []byte) bool { return cluster.Type(msg) == relay.ClusterMsgAck }
+	r.inst[1].net.twice = func(_ string, msg []byte) bool { return clustertest.Type(msg) == relay.ClusterMsgAck }
 	r.inst[1].net.mu.Unlock()
 	mark := r.inst[0].buffered.mark()
 	gb.Ack(t, id1)
@@ -948,7 +949,7 @@ func TestClusterRenumberedFrameBreaksTheLink(t *testing.T) {
 	var inbox string
 	i0.mu.Lock()
 	i0.twice = func(channel string, msg []byte) bool {
-		if cluster.Type(msg) == relay.ClusterMsgFrame {
+		if clustertest.Type(msg) == relay.ClusterMsgFrame {
 			frame, inbox = append([]byte(nil), msg...), channel
 		}
 		return false
@@ -982,7 +983,7 @@ func TestClusterResentServeKeepsTheLink(t *testing.T) {
 	var inbox string
 	r.inst[1].net.mu.Lock()
 	r.inst[1].net.twice = func(channel string, msg []byte) bool {
-		if cluster.Type(msg) == relay.ClusterMsgServe {
+		if clustertest.Type(msg) == relay.ClusterMsgServe {
 			serve, inbox = append([]byte(nil), msg...), channel
 		}
 		return false
@@ -1035,7 +1036,7 @@ func TestClusterResentServeOfAnEarlierLinkKeepsTheLink(t *testing.T) {
 	var inbox string
 	i1.mu.Lock()
 	i1.twice = func(channel string, msg []byte) bool {
-		if cluster.Type(msg) == relay.ClusterMsgServe {
+		if clustertest.Type(msg) == relay.ClusterMsgServe {
 			serve, inbox = append([]byte(nil), msg...), channel
 		}
 		return false
@@ -1292,7 +1293,7 @@ func reencode(t *testing.T, msg []byte, from string, old, new []byte) []byte {
 		fields = append(fields, bytes.ReplaceAll(rest[k:k+int(l)], old, new))
 		rest = rest[k+int(l):]
 	}
-	return cluster.Encode(cluster.Type(msg), from, fields[1:]...)
+	return clustertest.Encode(clustertest.Type(msg), from, fields[1:]...)
 }
 
 // A frame for a socket on another instance from an instance that is not

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connector/internal/cluster"
+	"connector/internal/cluster/clustertest"
 	"connector/internal/redistest"
 	"connector/platform"
 	"connector/relay"
@@ -25,7 +26,7 @@ type twiceFrames struct {
 }
 
 func (p twiceFrames) Publish(ctx context.Context, channel string, msg []byte) error {
-	if err := p.PubSub.Publish(ctx, channel, msg); err != nil || !p.on.Load() || cluster.Type(msg) != relay.ClusterMsgFrame {
+	if err := p.PubSub.Publish(ctx, channel, msg); err != nil || !p.on.Load() || clustertest.Type(msg) != relay.ClusterMsgFrame {
 		return err
 	}
 	return p.PubSub.Publish(ctx, channel, msg)

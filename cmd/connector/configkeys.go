@@ -19,8 +19,7 @@ type configKey struct {
 	// variables) and for a key inside a list item or a map entry (the
 	// list's or map's variable sets it whole).
 	Env string
-	// owner is the struct type declaring the key, field its field.
-	owner reflect.Type
+	// field is the struct field declaring the key.
 	field reflect.StructField
 	// index is the field's index path from Config (through the pointers of
 	// the platform sections); nil within a list or map.
@@ -55,7 +54,7 @@ func configKeys() []configKey {
 			if tag == "" || tag == "-" || !f.IsExported() {
 				continue
 			}
-			k := configKey{Key: prefix + tag, owner: t, field: f}
+			k := configKey{Key: prefix + tag, field: f}
 			if within == "" {
 				k.index = append(append([]int(nil), index...), i)
 				if !k.isSection() {

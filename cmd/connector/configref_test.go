@@ -30,10 +30,15 @@ func configReference(srcDirs []string) (string, error) {
 			names[k.field.Name], _, _ = strings.Cut(k.field.Tag.Get("yaml"), ",")
 		}
 	}
+	declaredBy := owners(keys)
 	var b strings.Builder
 	b.WriteString(configDocHeader)
-	for _, k := range keys {
-		doc := docs[k.owner.PkgPath()+"."+k.owner.Name()+"."+k.field.Name]
+	for i, k := range keys {
+		owner := declaredBy[i]
+		if owner == nil {
+			return "", fmt.Errorf("configdoc: no struct declares %s", k.Key)
+		}
+		doc := docs[owner.PkgPath()+"."+owner.Name()+"."+k.field.Name]
 		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", k.Key, typeName(k.typ()), operatorText(doc, k.field.Name, names))
 	}
 	b.WriteString(envDocHeader)
@@ -61,6 +66,27 @@ func configReference(srcDirs []string) (string, error) {
 	}
 	b.WriteString(configDocFooter)
 	return b.String(), nil
+}
+
+// owners returns the struct type declaring each of keys, found by the
+// path of the section, list or map the key is in (configKeys lists it
+// before its keys).
+func owners(keys []configKey) []reflect.Type {
+	structs := map[string]reflect.Type{"": reflect.TypeFor[Config]()} // a key's path without its name -> the struct declaring it
+	out := make([]reflect.Type, len(keys))
+	for i, k := range keys {
+		tag, _, _ := strings.Cut(k.field.Tag.Get("yaml"), ",")
+		out[i] = structs[strings.TrimSuffix(k.Key, tag)]
+		switch t := k.typ(); {
+		case k.isSection():
+			structs[k.Key+"."] = t
+		case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+			structs[k.Key+"[]."] = t.Elem()
+		case t.Kind() == reflect.Map && t.Elem().Kind() == reflect.Struct:
+			structs[k.Key+".<"+mapKeyName(tag)+">."] = t.Elem()
+		}
+	}
+	return out
 }
 
 // goName is a Go identifier in a doc comment, with an optional "Config."

@@ -287,6 +287,17 @@ func (l *live) applyLocked(ctx context.Context) error {
 		return failed(slog.LevelError, "registry not applied: a tenant record does not decode (fix it, or end the tenant: connector admin tenant rm)", err)
 	}
 	tenants := relayTenants(s)
+	// The creation times move before the relay applies, on purpose: the
+	// vault (keys.since) then judges a tenant made again under its id by
+	// its new creation before the relay lets the new tenant's gateways
+	// connect, so none of them finds a capability the earlier tenant's
+	// inbound stored (vault.Config.Since). The other order would give
+	// them the earlier tenant's until keys.set. No gateway credential is
+	// in keys: which gateways and secrets authenticate (the upgrade, and
+	// the bearer of /relay/media, /relay/policy and /manage) is the
+	// relay's alone, so this order accepts no key early and keeps no
+	// removed one. The keepers follow the relay (the media store keeps
+	// an upload begun once the relay knew its tenant).
 	created := l.keys.set(tenants)
 	if err := l.relay.SetTenants(tenants); err != nil {
 		return failed(slog.LevelError, "registry not applied to the relay", err)

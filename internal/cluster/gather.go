@@ -19,7 +19,8 @@ type Gather struct {
 	start int         // small[start:] is not in Bufs yet
 }
 
-// EncodedLen is the length of Encode(typ, from, fields...).
+// EncodedLen is the length of a message from instance from carrying
+// fields, as Send publishes it and Gather.Encode adds it.
 func EncodedLen(from string, fields ...[]byte) int {
 	n := 1 + uvarintLen(len(from)) + len(from)
 	for _, f := range fields {
@@ -36,7 +37,8 @@ func uvarintLen(n int) int {
 // Uvarint adds v as a uvarint.
 func (g *Gather) Uvarint(v uint64) { g.small = binary.AppendUvarint(g.small, v) }
 
-// Encode adds the message Encode(typ, from, fields...) returns.
+// Encode adds the message of type typ from instance from carrying fields,
+// as Send publishes it.
 func (g *Gather) Encode(typ byte, from string, fields ...[]byte) {
 	g.small = append(g.small, typ)
 	g.Uvarint(uint64(len(from)))

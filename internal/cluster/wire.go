@@ -101,12 +101,6 @@ func appendField(b, f []byte) []byte {
 	return append(b, f...)
 }
 
-// Encode returns a message of type typ from instance from carrying fields,
-// as Send publishes it: for tests that forge or lose messages.
-func Encode(typ byte, from string, fields ...[]byte) []byte {
-	return encode(typ, from, nil, fields)
-}
-
 // decode splits msg into its type, its sender and its fields, which alias
 // msg; ok is false for a malformed message (a field longer than what is
 // left, no sender).
@@ -127,15 +121,6 @@ func decode(msg []byte) (typ byte, from string, fields [][]byte, ok bool) {
 		return 0, "", nil, false
 	}
 	return typ, string(fields[0]), fields[1:], true
-}
-
-// Type is the type byte of an encoded message (0 for an empty one): for
-// tests that lose chosen messages.
-func Type(msg []byte) byte {
-	if len(msg) == 0 {
-		return 0
-	}
-	return msg[0]
 }
 
 // Sender is the instance an encoded message names as its sender; "" for

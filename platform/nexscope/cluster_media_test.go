@@ -19,6 +19,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/cluster"
+	"connector/internal/cluster/clustertest"
 	"connector/internal/redistest"
 	"connector/media"
 	"connector/media/mediatest"
@@ -303,7 +304,7 @@ func TestClusterForwardCancelledBeforeItRunsRunsNot(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatalf("the forwarded action's decoding did not start within %v", testTimeout)
 	}
-	cl.node.Dispatch(cluster.Encode(msgCancel, "i9", []byte("01JHELD")))
+	cl.node.Dispatch(clustertest.Encode(msgCancel, "i9", []byte("01JHELD")))
 	close(release)
 	waitFor(t, "the cancelled send's answer", func() bool {
 		v, _, _ := cl.execs.Get(context.Background(), "01JHELD")
@@ -364,7 +365,7 @@ func TestClusterForwardCancelledWhileItsClaimFailsRunsNot(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatalf("the home did not claim the forwarded send within %v", testTimeout)
 	}
-	cl.node.Dispatch(cluster.Encode(msgCancel, "i9", []byte("01JFAIL")))
+	cl.node.Dispatch(clustertest.Encode(msgCancel, "i9", []byte("01JFAIL")))
 	close(fail)
 	waitFor(t, "the failed claim let go", func() bool {
 		return !goroutineIn("nexscope.(*fleet).claim(")()
@@ -394,7 +395,7 @@ func TestClusterForwardedActionSentTwiceExecutesOnce(t *testing.T) {
 			t.Fatalf("send %q through the edge: %+v", text, res)
 		}
 	}
-	twice := func(_ string, msg []byte) bool { return cluster.Type(msg) == msgExec }
+	twice := func(_ string, msg []byte) bool { return clustertest.Type(msg) == msgExec }
 	edge.again.Store(&twice)
 	send("once")
 	edge.again.Store(nil)
@@ -460,7 +461,7 @@ func TestClusterForwardBetweenHomesReachesTheNext(t *testing.T) {
 	forwarded := make(chan struct{})
 	var once sync.Once
 	seen := func(_ string, msg []byte) bool {
-		if cluster.Type(msg) == msgExec {
+		if clustertest.Type(msg) == msgExec {
 			once.Do(func() { close(forwarded) })
 		}
 		return false
@@ -552,7 +553,7 @@ func givenUpRunsNotAtALaterHome(t *testing.T, with func(*platform.Deps)) {
 	})
 	calls := make(chan []byte, 1)
 	lost := func(_ string, msg []byte) bool { // no home reads the room: every copy is lost
-		if cluster.Type(msg) == msgExec {
+		if clustertest.Type(msg) == msgExec {
 			select {
 			case calls <- bytes.Clone(msg):
 			default:
@@ -618,7 +619,7 @@ func TestClusterForwardGivenUpAnsweredWhileTheStoreStalls(t *testing.T) {
 	})
 	forwarded := make(chan struct{}, 1)
 	lost := func(_ string, msg []byte) bool { // no home reads the room
-		if cluster.Type(msg) == msgExec {
+		if clustertest.Type(msg) == msgExec {
 			select {
 			case forwarded <- struct{}{}:
 			default:
@@ -809,7 +810,7 @@ func TestClusterForwardCancelLostEndsAtTheHome(t *testing.T) {
 	home.lose.Store(&answer)
 	var lost atomic.Bool
 	loseFirstCancel := func(_ string, msg []byte) bool {
-		return cluster.Type(msg) == msgCancel && lost.CompareAndSwap(false, true)
+		return clustertest.Type(msg) == msgCancel && lost.CompareAndSwap(false, true)
 	}
 	edge.lose.Store(&loseFirstCancel)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -847,7 +848,7 @@ func TestClusterForwardTakenIsNotSentAgain(t *testing.T) {
 	home, edge, url := heldLock(t)
 	var copies atomic.Int32
 	count := func(_ string, msg []byte) bool {
-		if cluster.Type(msg) == msgExec {
+		if clustertest.Type(msg) == msgExec {
 			copies.Add(1)
 		}
 		return false
@@ -1003,7 +1004,7 @@ func TestClusterForwardTakenByALiveFormerHomeGetsItsAnswer(t *testing.T) {
 	var once sync.Once
 	loseFirst := func(_ string, msg []byte) bool { // the home's first word is lost too: it tells again at the next copy
 		lost := false
-		if cluster.Type(msg) == msgClaimed {
+		if clustertest.Type(msg) == msgClaimed {
 			once.Do(func() { lost = true })
 		}
 		return lost
@@ -1011,7 +1012,7 @@ func TestClusterForwardTakenByALiveFormerHomeGetsItsAnswer(t *testing.T) {
 	home.lose.Store(&loseFirst)
 	calls := make(chan []byte, 8)
 	record := func(_ string, msg []byte) bool {
-		if cluster.Type(msg) == msgExec {
+		if clustertest.Type(msg) == msgExec {
 			select {
 			case calls <- msg:
 			default:
@@ -1049,9 +1050,9 @@ func TestClusterForwardTakenByALiveFormerHomeGetsItsAnswer(t *testing.T) {
 		t.Fatalf("send = %+v, want the answer of the former home still running it", <-results)
 	}
 	// The former home, alive, tells it took the send, and answers.
-	edge.p.cluster.node.Dispatch(cluster.Encode(msgTaken, "i9", exec))
+	edge.p.cluster.node.Dispatch(clustertest.Encode(msgTaken, "i9", exec))
 	raw, _ := json.Marshal(contract.Result{Success: true, MessageID: "m1"})
-	edge.p.cluster.node.Dispatch(cluster.Encode(0, "i9", req, raw))
+	edge.p.cluster.node.Dispatch(clustertest.Encode(0, "i9", req, raw))
 	select {
 	case res := <-results:
 		if !res.Success || res.MessageID != "m1" {
@@ -1105,7 +1106,7 @@ func TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer(t *test
 	})
 	asked := make(chan []byte, 8) // copies sent to the former home
 	record := func(channel string, msg []byte) bool {
-		if cluster.Type(msg) == msgExec && channel == cluster.Inbox("i9") {
+		if clustertest.Type(msg) == msgExec && channel == cluster.Inbox("i9") {
 			select {
 			case asked <- msg:
 			default:
@@ -1130,7 +1131,7 @@ func TestClusterForwardTakenAndAnsweredByAFormerHomeUnheardGetsItsAnswer(t *test
 	}
 	req, _ := execCall(t, call)
 	raw, _ := json.Marshal(contract.Result{Success: true, MessageID: "m1"})
-	edge.p.cluster.node.Dispatch(cluster.Encode(0, "i9", req, raw)) // its answer to the copy
+	edge.p.cluster.node.Dispatch(clustertest.Encode(0, "i9", req, raw)) // its answer to the copy
 	select {
 	case res := <-results:
 		if !res.Success || res.MessageID != "m1" {
@@ -1205,11 +1206,11 @@ func TestClusterForwardTakenByARestartedHomeEnds(t *testing.T) {
 	})
 	var first atomic.Bool
 	takenBefore := func(channel string, msg []byte) bool { // the copy the earlier run took
-		if cluster.Type(msg) != msgExec || !first.CompareAndSwap(false, true) {
+		if clustertest.Type(msg) != msgExec || !first.CompareAndSwap(false, true) {
 			return false
 		}
 		_, exec := execCall(t, msg)
-		edge.p.cluster.node.Dispatch(cluster.Encode(msgTaken, "i0", exec)) // its word, before the restart
+		edge.p.cluster.node.Dispatch(clustertest.Encode(msgTaken, "i0", exec)) // its word, before the restart
 		return true
 	}
 	edge.lose.Store(&takenBefore)
@@ -1239,7 +1240,7 @@ func TestClusterForwardUnknownToAnotherKeepsAsking(t *testing.T) {
 	})
 	calls := make(chan []byte, 8)
 	lost := func(_ string, msg []byte) bool { // no home reads the room
-		if cluster.Type(msg) == msgExec {
+		if clustertest.Type(msg) == msgExec {
 			select {
 			case calls <- bytes.Clone(msg):
 			default:
@@ -1258,7 +1259,7 @@ func TestClusterForwardUnknownToAnotherKeepsAsking(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("the edge never forwarded the send")
 	}
-	edge.p.cluster.node.Dispatch(cluster.Encode(msgUnknown, "i9", exec))
+	edge.p.cluster.node.Dispatch(clustertest.Encode(msgUnknown, "i9", exec))
 	for range 2 {
 		select {
 		case <-calls:
@@ -1463,7 +1464,7 @@ func TestClusterForwardAnswerLostIsAnsweredAgain(t *testing.T) {
 	var once sync.Once
 	loseFirst := func(_ string, msg []byte) bool {
 		lost := false
-		if cluster.Type(msg) == 0 { // a Call's result
+		if clustertest.Type(msg) == 0 { // a Call's result
 			once.Do(func() { lost = true })
 		}
 		return lost
@@ -1519,7 +1520,7 @@ func TestClusterForwardAnswerLostIsAskedForBeforeTheHomeCountsGone(t *testing.T)
 	var once sync.Once
 	loseFirst := func(_ string, msg []byte) bool {
 		lost := false
-		if cluster.Type(msg) == 0 { // a Call's result
+		if clustertest.Type(msg) == 0 { // a Call's result
 			once.Do(func() { lost = true })
 		}
 		return lost
@@ -1623,7 +1624,7 @@ func TestClusterForwardAnswerLostAfterTheRoomMovedIsAnsweredAgain(t *testing.T) 
 	var once sync.Once
 	loseFirst := func(_ string, msg []byte) bool {
 		lost := false
-		if cluster.Type(msg) == 0 { // a Call's result
+		if clustertest.Type(msg) == 0 { // a Call's result
 			once.Do(func() {
 				lost = true
 				resign() // the room's lease lost: it moves on

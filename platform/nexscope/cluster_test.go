@@ -21,6 +21,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/cluster"
+	"connector/internal/cluster/clustertest"
 	"connector/internal/redistest"
 	"connector/internal/wsconn"
 	"connector/platform"
@@ -208,7 +209,7 @@ func clusterRoomAcrossInstances(t *testing.T, clusterAddr string) {
 	if clusterAddr != "" {
 		// Pub/sub loses every member frame: they must take the streams.
 		lose := func(channel string, msg []byte) bool {
-			t := cluster.Type(msg)
+			t := clustertest.Type(msg)
 			return strings.HasPrefix(channel, cluster.Inbox("")) && (t == msgIn || t == msgOut || t == msgJoined)
 		}
 		for _, in := range ins {
@@ -374,7 +375,7 @@ func TestClusterLostFrameCloses(t *testing.T) {
 	edge.p.cluster.mu.Unlock()
 
 	// The next frame alice's edge expects is number 3 (two presences).
-	forged := cluster.Encode(msgOut, home.name, []byte(conn), []byte("4"), []byte("0"), []byte(`{"type":"msg"}`))
+	forged := clustertest.Encode(msgOut, home.name, []byte(conn), []byte("4"), []byte("0"), []byte(`{"type":"msg"}`))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	if err := home.st.PubSub().Publish(ctx, cluster.Inbox(edge.name), forged); err != nil {
@@ -398,7 +399,7 @@ func TestClusterLostLastFrameClosesAtTheNextBeat(t *testing.T) {
 	alice.ExpectPresence("alice", "bob")
 	lost := make(chan struct{})
 	lose := func(channel string, msg []byte) bool {
-		if channel != cluster.Inbox(edge.name) || cluster.Type(msg) != msgOut || !bytes.Contains(msg, []byte(`"msgId":"m1"`)) {
+		if channel != cluster.Inbox(edge.name) || clustertest.Type(msg) != msgOut || !bytes.Contains(msg, []byte(`"msgId":"m1"`)) {
 			return false
 		}
 		close(lost)
@@ -474,7 +475,7 @@ func FuzzClusterHandle(f *testing.F) {
 		for i, s := range fields {
 			b[i] = []byte(s)
 		}
-		return cluster.Encode(typ, "i9", b...)
+		return clustertest.Encode(typ, "i9", b...)
 	}
 	f.Add(enc(msgJoin, DefaultRoom, "alice", "1"))
 	f.Add(enc(msgIn, "1", "1", "0", `{"type":"msg","msgId":"m","from":"alice","to":[],"text":"x"}`))
@@ -638,7 +639,7 @@ func TestClusterLostMsgIsAnswered(t *testing.T) {
 	alice.ExpectPresence("alice", "bob")
 	lost := make(chan struct{})
 	lose := func(channel string, msg []byte) bool {
-		if channel != cluster.Inbox(home.name) || cluster.Type(msg) != msgIn || !bytes.Contains(msg, []byte(`"msgId":"m1"`)) {
+		if channel != cluster.Inbox(home.name) || clustertest.Type(msg) != msgIn || !bytes.Contains(msg, []byte(`"msgId":"m1"`)) {
 			return false
 		}
 		close(lost)
@@ -683,9 +684,9 @@ func TestClusterMessagesFromAFormerHomeAreDropped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	for _, forged := range [][]byte{
-		cluster.Encode(msgOut, "i9", []byte(conn), []byte("3"), []byte("0"),
+		clustertest.Encode(msgOut, "i9", []byte(conn), []byte("3"), []byte("0"),
 			[]byte(`{"type":"msg","msgId":"stale","from":"bob","to":["alice"],"text":"from a former home"}`)),
-		cluster.Encode(msgClose, "i9", []byte(conn), []byte(strconv.Itoa(int(CloseRoomMoved.Code))), []byte(CloseRoomMoved.Reason), []byte("0")),
+		clustertest.Encode(msgClose, "i9", []byte(conn), []byte(strconv.Itoa(int(CloseRoomMoved.Code))), []byte(CloseRoomMoved.Reason), []byte("0")),
 	} {
 		if err := home.st.PubSub().Publish(ctx, cluster.Inbox(edge.name), forged); err != nil {
 			t.Fatal(err)
@@ -904,7 +905,7 @@ func TestClusterMemberFramesSentTwiceAreTakenOnce(t *testing.T) {
 	alice := home.joinWith(t, "alice", "alice")
 	bob := edge.joinWith(t, "bob", "alice", "bob")
 	alice.ExpectPresence("alice", "bob")
-	twice := func(_ string, msg []byte) bool { t := cluster.Type(msg); return t == msgIn || t == msgOut }
+	twice := func(_ string, msg []byte) bool { t := clustertest.Type(msg); return t == msgIn || t == msgOut }
 	edge.again.Store(&twice)
 	home.again.Store(&twice)
 	bob.SendJSON(msg("m1", "bob", []string{"alice"}, "to alice"))
@@ -940,8 +941,8 @@ func TestClusterJoinAfterItsLeaveJoinsNobody(t *testing.T) {
 	home := homeOf(t, ins, DefaultRoom)
 	alice := home.joinWith(t, "alice", "alice")
 	cl := home.p.cluster
-	cl.node.Dispatch(cluster.Encode(msgLeave, "i9", []byte("7")))
-	cl.node.Dispatch(cluster.Encode(msgJoin, "i9", []byte(DefaultRoom), []byte("carol"), []byte("7")))
+	cl.node.Dispatch(clustertest.Encode(msgLeave, "i9", []byte("7")))
+	cl.node.Dispatch(clustertest.Encode(msgJoin, "i9", []byte(DefaultRoom), []byte("carol"), []byte("7")))
 	cl.mu.Lock()
 	ghost := cl.joining["i9/7"] || cl.remotes["i9/7"] != nil
 	cl.mu.Unlock()
@@ -964,7 +965,7 @@ func TestClusterEdgeRestartedUnderItsNameJoins(t *testing.T) {
 	home := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
 	homeOf(t, []*instance{home}, DefaultRoom)
 	for conn := range 4 { // the earlier run's first sockets left as they joined
-		home.p.cluster.node.Dispatch(cluster.Encode(msgLeave, "i1", []byte(strconv.Itoa(conn+1))))
+		home.p.cluster.node.Dispatch(clustertest.Encode(msgLeave, "i1", []byte(strconv.Itoa(conn+1))))
 	}
 	edge := startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
 		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
@@ -993,7 +994,7 @@ func TestClusterEdgeBeatSentAgainLateRemovesNoOne(t *testing.T) {
 	bob := edge.joinWith(t, "bob", "bob")
 	beats := make(chan []byte, 64)
 	record := func(channel string, msg []byte) bool {
-		if channel == cluster.Inbox(home.name) && cluster.Type(msg) == msgEdgeBeat {
+		if channel == cluster.Inbox(home.name) && clustertest.Type(msg) == msgEdgeBeat {
 			select {
 			case beats <- msg:
 			default:
@@ -1042,7 +1043,7 @@ func TestClusterEdgeRestartedWithItsClockSetBackIsHeard(t *testing.T) {
 	alice := home.joinWith(t, "alice", "alice")
 	// The earlier run's last beat, its clock an hour ahead of the new one's.
 	earlier := appendBeat(nil, "", 0, time.Now().Add(time.Hour).UnixMilli())
-	home.p.cluster.node.Dispatch(cluster.Encode(msgEdgeBeat, "i1", earlier))
+	home.p.cluster.node.Dispatch(clustertest.Encode(msgEdgeBeat, "i1", earlier))
 	edge := startInstanceWith(t, srv, Config{}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
 		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
 			<-ctx.Done() // never the home
@@ -1053,7 +1054,7 @@ func TestClusterEdgeRestartedWithItsClockSetBackIsHeard(t *testing.T) {
 	alice.ExpectPresence("alice", "bob")
 	edge.joinWith(t, "carol", "alice", "bob", "carol") // the edge keeps beating to the home
 	alice.ExpectPresence("alice", "bob", "carol")
-	noLeave := func(_ string, msg []byte) bool { return cluster.Type(msg) == msgLeave }
+	noLeave := func(_ string, msg []byte) bool { return clustertest.Type(msg) == msgLeave }
 	edge.lose.Store(&noLeave)
 	_ = bob.WS.Close(websocket.StatusNormalClosure, "")
 	alice.ExpectPresence("alice", "carol") // bob's leave lost: the edge's next beats remove him
@@ -1094,7 +1095,7 @@ func TestClusterBeatsDoNotWaitForTheRelays(t *testing.T) {
 	})
 	var beats atomic.Int32
 	count := func(_ string, msg []byte) bool {
-		if cluster.Type(msg) == msgHomeBeat {
+		if clustertest.Type(msg) == msgHomeBeat {
 			beats.Add(1)
 		}
 		return false

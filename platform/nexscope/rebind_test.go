@@ -191,7 +191,7 @@ func TestFileToBotAcrossRebindIsNotBridged(t *testing.T) {
 	}
 	bob.ExpectPresence("alice", "bob", "hermes") // t2's bot
 	alice.Expect("presence")
-	if _, t1 := store.Usage("t1"); t1 != 0 {
+	if t1 := store.Stats().Bytes; t1 != 0 {
 		t.Fatalf("t1's store holds %d bytes of the re-host after the rebind", t1)
 	}
 	alice.SendBinary([]byte("456789"))
@@ -203,7 +203,7 @@ func TestFileToBotAcrossRebindIsNotBridged(t *testing.T) {
 	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
 		t.Fatalf("ack %v, want bob delivered and the bot offline", ack)
 	}
-	if _, t1 := store.Usage("t1"); t1 != 0 {
+	if t1 := store.Stats().Bytes; t1 != 0 {
 		t.Fatalf("t1's store holds %d bytes of a file its room lost", t1)
 	}
 	// The next delivery is the next message to t2's bot, not the file.
@@ -315,8 +315,7 @@ func TestRehostDiscardOnASlowDiskDoesNotStallTheRoom(t *testing.T) {
 	alice.SendJSON(fileStart("F1", "alice", []string{"hermes"}, 4))
 	alice.SendBinary([]byte("01"))
 	waitFor(t, "the re-host holding alice's first chunk", func() bool {
-		_, t1 := store.Usage("t1")
-		return t1 == 2
+		return store.Stats().Bytes == 2
 	})
 
 	release := slowDisk(t, store, dir)
@@ -331,7 +330,7 @@ func TestRehostDiscardOnASlowDiskDoesNotStallTheRoom(t *testing.T) {
 	if err := <-bound; err != nil {
 		t.Fatal(err)
 	}
-	if _, t1 := store.Usage("t1"); t1 != 10 { // the slow disk's object
+	if t1 := store.Stats().Bytes; t1 != 10 { // the slow disk's object
 		t.Fatalf("t1's store holds %d bytes, want the re-host discarded", t1)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
+	"connector/internal/cluster/clustertest"
 	"connector/internal/redistest"
 	"connector/internal/wsconn"
 	"connector/platform"
@@ -65,7 +66,7 @@ func askTicket(t testing.TB, in *instance, from string) string {
 	t.Helper()
 	streamAddr(t, in)
 	s := in.p.cluster.streams
-	in.p.cluster.node.Dispatch(cluster.Encode(msgStream, from, []byte("req-"+from)))
+	in.p.cluster.node.Dispatch(clustertest.Encode(msgStream, from, []byte("req-"+from)))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tk, ok := s.tickets[from]
@@ -115,7 +116,7 @@ func TestStreamMessagesCountOnlyFromTheHelloSender(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	forged := cluster.Encode(msgLeave, edge.name, []byte(conn))
+	forged := clustertest.Encode(msgLeave, edge.name, []byte(conn))
 	stream := []byte(streamHello + " i9 " + secret + "\n")
 	stream = binary.AppendUvarint(stream, uint64(len(forged)))
 	stream = append(stream, forged...)
@@ -185,7 +186,7 @@ func TestStreamWrongSecretLeavesTheTicket(t *testing.T) {
 					t.Errorf("a hello with a wrong secret: %v", err)
 				}
 			}
-			typ := cluster.Type(msg)
+			typ := clustertest.Type(msg)
 			return strings.HasPrefix(channel, cluster.Inbox("")) && (typ == msgIn || typ == msgOut || typ == msgJoined)
 		}
 		in.lose.Store(&lose)
@@ -392,7 +393,7 @@ func TestStreamIdleCloseLosesNothing(t *testing.T) {
 							}()
 							return
 						}
-						if cluster.Type(msg) == 'm' {
+						if clustertest.Type(msg) == 'm' {
 							got <- struct{}{}
 							break
 						}
@@ -536,8 +537,8 @@ func TestStreamCarriesTheLargestAck(t *testing.T) {
 	})
 	var stream []byte
 	for _, m := range [][]byte{
-		cluster.Encode(msgOut, "i9", []byte("no-such-conn"), cluster.AppendUint(nil, 1), cluster.Flag(false), ack),
-		cluster.Encode(msgStream, "i9", []byte("req-i9")),
+		clustertest.Encode(msgOut, "i9", []byte("no-such-conn"), cluster.AppendUint(nil, 1), cluster.Flag(false), ack),
+		clustertest.Encode(msgStream, "i9", []byte("req-i9")),
 	} {
 		stream = binary.AppendUvarint(stream, uint64(len(m)))
 		stream = append(stream, m...)
@@ -582,8 +583,8 @@ func TestStreamCarriesTheLargestBotMsg(t *testing.T) {
 	frame := appendBotMsg(nil, "msg", &bm, `,"attachments":[]`, 1)
 	var stream []byte
 	for _, m := range [][]byte{
-		cluster.Encode(msgOut, "i9", []byte("no-such-conn"), cluster.AppendUint(nil, 1), cluster.Flag(false), frame),
-		cluster.Encode(msgStream, "i9", []byte("req-i9")),
+		clustertest.Encode(msgOut, "i9", []byte("no-such-conn"), cluster.AppendUint(nil, 1), cluster.Flag(false), frame),
+		clustertest.Encode(msgStream, "i9", []byte("req-i9")),
 	} {
 		stream = binary.AppendUvarint(stream, uint64(len(m)))
 		stream = append(stream, m...)
@@ -616,7 +617,7 @@ func TestStreamReaderNeverWaitsOnASend(t *testing.T) {
 	// Pub/sub loses member frames and closes for the edge: they must take
 	// the stream.
 	lose := func(channel string, msg []byte) bool {
-		t := cluster.Type(msg)
+		t := clustertest.Type(msg)
 		return channel == cluster.Inbox(edge.name) && (t == msgOut || t == msgClose || t == msgJoined)
 	}
 	home.lose.Store(&lose)
@@ -674,7 +675,7 @@ func TestStreamCarriesWhatASenderWithLargerLimitsSends(t *testing.T) {
 	edge := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0", MaxPayload: 16 << 20}, "i1", clusterLeaseTTL)
 	// Pub/sub loses member frames: they must take the streams.
 	lose := func(channel string, msg []byte) bool {
-		t := cluster.Type(msg)
+		t := clustertest.Type(msg)
 		return strings.HasPrefix(channel, cluster.Inbox("")) && (t == msgIn || t == msgOut)
 	}
 	edge.lose.Store(&lose)
@@ -845,10 +846,10 @@ func TestStreamTicketAskedTwiceOpens(t *testing.T) {
 	for _, in := range ins {
 		streamAddr(t, in)
 		lose := func(channel string, msg []byte) bool {
-			typ := cluster.Type(msg)
+			typ := clustertest.Type(msg)
 			return strings.HasPrefix(channel, cluster.Inbox("")) && (typ == msgIn || typ == msgOut || typ == msgJoined)
 		}
-		twice := func(_ string, msg []byte) bool { return cluster.Type(msg) == msgStream }
+		twice := func(_ string, msg []byte) bool { return clustertest.Type(msg) == msgStream }
 		in.lose.Store(&lose)
 		in.again.Store(&twice)
 	}
@@ -880,7 +881,7 @@ func TestStreamThatDoesNotOpenHoldsItsMessagesUnderABeat(t *testing.T) {
 	to.lose.Store(&noTicket)
 	asked := make(chan struct{}, 1)
 	watch := func(channel string, msg []byte) bool {
-		if channel == cluster.Inbox(to.name) && cluster.Type(msg) == msgStream {
+		if channel == cluster.Inbox(to.name) && clustertest.Type(msg) == msgStream {
 			wsconn.Signal(asked)
 		}
 		return false

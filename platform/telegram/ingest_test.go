@@ -440,7 +440,7 @@ func TestInboundFileOverTheDownloadLimitIsSkipped(t *testing.T) {
 	if d := e.sink.Next(t); d.Event.Text != "big" || len(d.Event.Media) != 0 {
 		t.Fatalf("delivered %q with %d media, want the caption alone", d.Event.Text, len(d.Event.Media))
 	}
-	if _, used := store.Usage("t1"); used != 0 {
+	if used := store.Stats().Bytes; used != 0 {
 		t.Fatalf("the media store keeps %d bytes of the skipped file", used)
 	}
 }

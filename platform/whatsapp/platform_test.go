@@ -673,7 +673,7 @@ func TestInboundMediaOverTheLimitIsSkippedUnsized(t *testing.T) {
 	if ev := r.sink.all()[0].Event; ev.Text != "big" || len(ev.Media) != 0 {
 		t.Fatalf("delivered %q with %d media, want the caption alone", ev.Text, len(ev.Media))
 	}
-	if _, used := r.media.Usage("t1"); used != 0 {
+	if used := r.media.Stats().Bytes; used != 0 {
 		t.Fatalf("the media store keeps %d bytes of the skipped attachment", used)
 	}
 }
