@@ -808,6 +808,16 @@ func TestTenantBindingBoundUncountedAcrossInstances(t *testing.T) {
 	if n := len(s.Bindings); n != registry.MaxTenantBindings {
 		t.Fatalf("a holds %d bindings, want %d", n, registry.MaxTenantBindings)
 	}
+	// An operator's Bind for a tenant the registry does not hold leaves
+	// no reservations entry behind.
+	nobody := key("-1704")
+	nobody.Tenant = "nobody"
+	if err := two.Bind(ctx, nobody); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("a Bind for no tenant: %v, want ErrNotFound", err)
+	}
+	if _, ok, err := st.Registry().Get(ctx, "registry/reserved", "nobody"); err != nil || ok {
+		t.Fatalf("a Bind for no tenant stored its reservations entry: %v, %v", ok, err)
+	}
 }
 
 // TestTenantBindingBoundAfterACancelledRequest: a provision of tenant

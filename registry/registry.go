@@ -1275,6 +1275,11 @@ func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string, 
 		if err != nil || old == nil && !uncount {
 			return
 		}
+		if old == nil { // marked only for a tenant held: a Bind refused for no tenant leaves no entry
+			if _, err := r.tenant(ctx, tenant); err != nil {
+				return
+			}
+		}
 		for _, k := range keys {
 			delete(reserved, k)
 		}
