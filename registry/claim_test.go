@@ -760,6 +760,66 @@ func TestTenantBindingBoundAcrossInstances(t *testing.T) {
 	}
 }
 
+// TestTenantBindingBoundUncountedAcrossInstances: two instances on one
+// redis-server; instance one counts tenant a's bindings again for a
+// provision (no count kept), and while it is about to store that count,
+// an operator's Bind of a's chat lands through instance two, which drops
+// the count. The count instance one stores then would lack that binding,
+// and a's next provision pass the bound: the drop changes the entry, so
+// instance one counts again, and a's provision past the bound is
+// refused. Before, the drop of an entry holding no count (or none)
+// changed nothing, and a held 10,001 bindings.
+func TestTenantBindingBoundUncountedAcrossInstances(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	st := hooked.Store
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	key := func(id string) registry.Binding {
+		return registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: id, Tenant: "a"}
+	}
+	for i := range registry.MaxTenantBindings - 2 { // written as the registry stores them, to be quick
+		value, err := json.Marshal(key(fmt.Sprint(-3_000_000 - i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Registry().Put(ctx, "registry/bindings", "telegram/chat/"+fmt.Sprint(-3_000_000-i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first sync.Once
+	var bound error
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/reserved" {
+			first.Do(func() { bound = two.Bind(ctx, key("-1701")) })
+		}
+	}
+	if err := one.BindOwn(ctx, key("-1702")); err != nil || bound != nil {
+		t.Fatalf("a's provision up to the bound: %v; the operator's Bind meanwhile: %v", err, bound)
+	}
+	if err := one.BindOwn(ctx, key("-1703")); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("a's provision past the bound: %v, want ErrLimit", err)
+	}
+	s, err := two.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.Bindings); n != registry.MaxTenantBindings {
+		t.Fatalf("a holds %d bindings, want %d", n, registry.MaxTenantBindings)
+	}
+	// An operator's Bind for a tenant the registry does not hold leaves
+	// no reservations entry behind.
+	nobody := key("-1704")
+	nobody.Tenant = "nobody"
+	if err := two.Bind(ctx, nobody); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("a Bind for no tenant: %v, want ErrNotFound", err)
+	}
+	if _, ok, err := st.Registry().Get(ctx, "registry/reserved", "nobody"); err != nil || ok {
+		t.Fatalf("a Bind for no tenant stored its reservations entry: %v, %v", ok, err)
+	}
+}
+
 // TestTenantBindingBoundAfterACancelledRequest: a provision of tenant
 // a's last 2 bindings under the bound whose request is cancelled before
 // its writes (its client went away) leaves no reservation behind, and a

@@ -1261,8 +1261,9 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 
 // unreserve ends tenant's reservations of keys, and with uncount its
 // count of bindings (after a write of one without a reservation: the
-// next reserve counts them again). On an error they lapse (reserveFor);
-// a count stays.
+// next reserve counts them again). uncount always changes the entry, so
+// a count another instance made before the write cannot be swapped in
+// after it. On an error they lapse (reserveFor); a count stays.
 func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string, uncount bool) {
 	r.reserveMu.Lock()
 	defer r.reserveMu.Unlock()
@@ -1271,14 +1272,19 @@ func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string, 
 			return
 		}
 		old, reserved, counted, err := r.reservations(ctx, tenant)
-		if err != nil || old == nil {
+		if err != nil || old == nil && !uncount {
 			return
+		}
+		if old == nil { // marked only for a tenant held: a Bind refused for no tenant leaves no entry
+			if _, err := r.tenant(ctx, tenant); err != nil {
+				return
+			}
 		}
 		for _, k := range keys {
 			delete(reserved, k)
 		}
 		if uncount {
-			counted = -1
+			counted = -2 - mathrand.IntN(1<<30) // no count (reservations), unlike the entry read
 		}
 		if swapped, err := r.swapReserved(ctx, tenant, old, reserved, counted); err != nil || swapped {
 			return
@@ -1317,14 +1323,15 @@ func (r *Registry) reservations(ctx context.Context, tenant string) (old []byte,
 	return e.Value, reserved, counted, err
 }
 
-// swapReserved stores reserved and the count (-1: none) as tenant's
-// reservations if they are still old (none: removed).
+// swapReserved stores reserved and the count (negative: none; below -1
+// stored as uncount's mark) as tenant's reservations if they are still
+// old (none: removed).
 func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, reserved map[string]time.Time, counted int) (bool, error) {
 	fields := make(map[string]any, len(reserved)+1)
 	for k, until := range reserved {
 		fields[k] = until
 	}
-	if counted >= 0 {
+	if counted != -1 {
 		fields[countField] = counted
 	}
 	var value []byte
