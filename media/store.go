@@ -179,6 +179,12 @@ type Store struct {
 	created map[string]time.Time
 	// refused counts the writes refused with ErrQuota.
 	refused uint64
+	// due is at or before the earliest time an object expires or an
+	// upload is abandoned (zero: none held), so sweepLocked walks the
+	// objects only once one may go: a tenant at its quota sweeps at
+	// every refused write, and would hold mu through a walk of every
+	// tenant's objects per request, stalling the others' media.
+	due time.Time
 
 	// maxTenantObjects and maxObjects are the constants (tests lower them).
 	maxTenantObjects, maxObjects int
@@ -311,6 +317,7 @@ func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
 		}
 	}
 	obj.began = s.cfg.Clock.Now()
+	s.dueBy(obj.began.Add(s.abandonAfter()))
 	if s.created != nil {
 		_, listed := s.created[tenant]
 		obj.orphan = !listed
@@ -367,6 +374,7 @@ func (u *Upload) Commit() (Info, error) {
 	}
 	u.obj.committed, u.obj.file = true, nil
 	u.obj.Expires = s.cfg.Clock.Now().Add(s.cfg.TTL)
+	s.dueBy(u.obj.Expires)
 	return u.obj.Info, nil
 }
 
@@ -469,17 +477,37 @@ var errAbandoned = errors.New("media: upload abandoned: not ended in time")
 // with mu held.
 func (s *Store) sweepLocked() {
 	now := s.cfg.Clock.Now()
-	abandoned := now.Add(-max(s.cfg.TTL, s.cfg.UploadTimeout))
+	if s.due.IsZero() || now.Before(s.due) {
+		return
+	}
+	s.due = time.Time{}
 	for id, obj := range s.objects {
+		at := obj.Expires
+		if !obj.committed {
+			at = obj.began.Add(s.abandonAfter())
+		}
 		switch {
-		case obj.committed && !now.Before(obj.Expires):
+		case !now.Before(at):
+			if !obj.committed {
+				_ = obj.file.Close() // the upload's own Write or Commit then fails
+			}
 			s.removeLocked(id)
-		case !obj.committed && !obj.began.After(abandoned):
-			_ = obj.file.Close() // the upload's own Write or Commit then fails
-			s.removeLocked(id)
+		default:
+			s.dueBy(at)
 		}
 	}
 }
+
+// dueBy has sweepLocked walk the objects by at. Called with mu held.
+func (s *Store) dueBy(at time.Time) {
+	if s.due.IsZero() || at.Before(s.due) {
+		s.due = at
+	}
+}
+
+// abandonAfter is how long after it began an upload not ended is
+// abandoned.
+func (s *Store) abandonAfter() time.Duration { return max(s.cfg.TTL, s.cfg.UploadTimeout) }
 
 // Sweep removes every expired object and abandoned upload (serve calls it periodically; writes
 // call it when the quota is reached).
