@@ -177,6 +177,10 @@ type Store struct {
 	fetcher  *http.Client   // downloads public URLs (newFetcher)
 	// created is each tenant's creation time as SetTenants last gave it.
 	created map[string]time.Time
+	// orphans counts the objects marked orphan: SetTenants walks the
+	// objects only for them or a change of created, not at every registry
+	// apply, which a tenant's changes make every instance run.
+	orphans int
 	// refused counts the writes refused with ErrQuota.
 	refused uint64
 	// due is at or before the earliest time an object expires or an
@@ -320,7 +324,9 @@ func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
 	s.dueBy(obj.began.Add(s.abandonAfter()))
 	if s.created != nil {
 		_, listed := s.created[tenant]
-		obj.orphan = !listed
+		if obj.orphan = !listed; obj.orphan {
+			s.orphans++
+		}
 	}
 	s.objects[id] = obj
 	s.count[tenant]++
@@ -531,6 +537,9 @@ func (s *Store) removeLocked(id string) {
 		return
 	}
 	delete(s.objects, id)
+	if obj.orphan {
+		s.orphans--
+	}
 	s.used -= obj.Size
 	if s.byTenant[obj.Tenant] -= obj.Size; s.byTenant[obj.Tenant] <= 0 {
 		delete(s.byTenant, obj.Tenant)
@@ -557,11 +566,15 @@ func (s *Store) removeLocked(id string) {
 func (s *Store) SetTenants(created map[string]time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.orphans == 0 && s.created != nil && maps.Equal(created, s.created) {
+		return
+	}
 	for id, obj := range s.objects {
 		was := s.created[obj.Tenant]
 		now, ok := created[obj.Tenant]
 		if obj.orphan && ok && !now.After(obj.began) {
 			obj.orphan = false
+			s.orphans--
 			continue
 		}
 		if obj.orphan || !was.IsZero() && (!ok || !now.IsZero() && !now.Equal(was)) {
