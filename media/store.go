@@ -177,8 +177,18 @@ type Store struct {
 	fetcher  *http.Client   // downloads public URLs (newFetcher)
 	// created is each tenant's creation time as SetTenants last gave it.
 	created map[string]time.Time
+	// orphans counts the objects marked orphan: SetTenants walks the
+	// objects only for them or a change of created, not at every registry
+	// apply, which a tenant's changes make every instance run.
+	orphans int
 	// refused counts the writes refused with ErrQuota.
 	refused uint64
+	// due is at or before the earliest time an object expires or an
+	// upload is abandoned (zero: none held), so sweepLocked walks the
+	// objects only once one may go: a tenant at its quota sweeps at
+	// every refused write, and would hold mu through a walk of every
+	// tenant's objects per request, stalling the others' media.
+	due time.Time
 
 	// maxTenantObjects and maxObjects are the constants (tests lower them).
 	maxTenantObjects, maxObjects int
@@ -311,9 +321,12 @@ func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
 		}
 	}
 	obj.began = s.cfg.Clock.Now()
+	s.dueBy(obj.began.Add(s.abandonAfter()))
 	if s.created != nil {
 		_, listed := s.created[tenant]
-		obj.orphan = !listed
+		if obj.orphan = !listed; obj.orphan {
+			s.orphans++
+		}
 	}
 	s.objects[id] = obj
 	s.count[tenant]++
@@ -367,6 +380,7 @@ func (u *Upload) Commit() (Info, error) {
 	}
 	u.obj.committed, u.obj.file = true, nil
 	u.obj.Expires = s.cfg.Clock.Now().Add(s.cfg.TTL)
+	s.dueBy(u.obj.Expires)
 	return u.obj.Info, nil
 }
 
@@ -469,17 +483,37 @@ var errAbandoned = errors.New("media: upload abandoned: not ended in time")
 // with mu held.
 func (s *Store) sweepLocked() {
 	now := s.cfg.Clock.Now()
-	abandoned := now.Add(-max(s.cfg.TTL, s.cfg.UploadTimeout))
+	if s.due.IsZero() || now.Before(s.due) {
+		return
+	}
+	s.due = time.Time{}
 	for id, obj := range s.objects {
+		at := obj.Expires
+		if !obj.committed {
+			at = obj.began.Add(s.abandonAfter())
+		}
 		switch {
-		case obj.committed && !now.Before(obj.Expires):
+		case !now.Before(at):
+			if !obj.committed {
+				_ = obj.file.Close() // the upload's own Write or Commit then fails
+			}
 			s.removeLocked(id)
-		case !obj.committed && !obj.began.After(abandoned):
-			_ = obj.file.Close() // the upload's own Write or Commit then fails
-			s.removeLocked(id)
+		default:
+			s.dueBy(at)
 		}
 	}
 }
+
+// dueBy has sweepLocked walk the objects by at. Called with mu held.
+func (s *Store) dueBy(at time.Time) {
+	if s.due.IsZero() || at.Before(s.due) {
+		s.due = at
+	}
+}
+
+// abandonAfter is how long after it began an upload not ended is
+// abandoned.
+func (s *Store) abandonAfter() time.Duration { return max(s.cfg.TTL, s.cfg.UploadTimeout) }
 
 // Sweep removes every expired object and abandoned upload (serve calls it periodically; writes
 // call it when the quota is reached).
@@ -503,6 +537,9 @@ func (s *Store) removeLocked(id string) {
 		return
 	}
 	delete(s.objects, id)
+	if obj.orphan {
+		s.orphans--
+	}
 	s.used -= obj.Size
 	if s.byTenant[obj.Tenant] -= obj.Size; s.byTenant[obj.Tenant] <= 0 {
 		delete(s.byTenant, obj.Tenant)
@@ -529,11 +566,15 @@ func (s *Store) removeLocked(id string) {
 func (s *Store) SetTenants(created map[string]time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.orphans == 0 && s.created != nil && maps.Equal(created, s.created) {
+		return
+	}
 	for id, obj := range s.objects {
 		was := s.created[obj.Tenant]
 		now, ok := created[obj.Tenant]
 		if obj.orphan && ok && !now.After(obj.began) {
 			obj.orphan = false
+			s.orphans--
 			continue
 		}
 		if obj.orphan || !was.IsZero() && (!ok || !now.IsZero() && !now.Equal(was)) {
