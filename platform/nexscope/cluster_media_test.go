@@ -1237,7 +1237,8 @@ func TestClusterForwardTakenByARestartedHomeEnds(t *testing.T) {
 // TestClusterForwardUnknownToAnotherKeepsAsking: the word of an instance
 // that does not know a forwarded send counts only from the one that took
 // it: from another (a former home still reading the room's channel), the
-// forwarder keeps sending copies until a home takes it.
+// forwarder keeps sending copies until a home takes it, and one taken
+// waits on until its taker (not another) says it does not know it.
 func TestClusterForwardUnknownToAnotherKeepsAsking(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	edge := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
@@ -1259,7 +1260,10 @@ func TestClusterForwardUnknownToAnotherKeepsAsking(t *testing.T) {
 	edge.lose.Store(&lost)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	go edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	}()
 	var exec []byte
 	select {
 	case call := <-calls:
@@ -1267,13 +1271,29 @@ func TestClusterForwardUnknownToAnotherKeepsAsking(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("the edge never forwarded the send")
 	}
-	edge.p.cluster.node.Dispatch(cluster.Encode(msgUnknown, "i9", exec))
+	cl := edge.p.cluster
+	cl.node.Dispatch(cluster.Encode(msgUnknown, "i9", exec))
 	for range 2 {
 		select {
 		case <-calls:
-		case <-time.After(3 * edge.p.cluster.node.Beat()):
+		case <-time.After(3 * cl.node.Beat()):
 			t.Fatal("the edge stopped sending copies of its send at the word of an instance that never took it")
 		}
+	}
+	// Taken by i0 since: i9's words still end nothing, i0's does.
+	cl.node.Dispatch(cluster.Encode(msgTaken, "i0", exec))
+	cl.node.Dispatch(cluster.Encode(msgUnknown, "i9", exec))
+	cl.node.Dispatch(cluster.Encode(msgClaimed, "i9", exec))
+	cl.mu.Lock()
+	f := cl.forwards[string(exec)]
+	ended := f == nil || f.forgot
+	cl.mu.Unlock()
+	if ended {
+		t.Fatal("the word of an instance that never took the send ended its forward, taken by another")
+	}
+	cl.node.Dispatch(cluster.Encode(msgUnknown, "i0", exec))
+	if res := <-results; !strings.Contains(res.Error, "no longer knows") || !res.Ambiguous {
+		t.Fatalf("send = %+v, want unavailable, ambiguous: the instance that took it no longer knows it", res)
 	}
 }
 
