@@ -922,7 +922,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		// runs a copy (go-redis sends a PUBLISH again up to its resend
 		// window; a cancel reaches only the room's home of the moment).
 		cl.mu.Lock()
-		home := f.home
+		home, taken := f.home, !f.since.IsZero()
 		cl.mu.Unlock()
 		if home != "" {
 			cl.sendNow(home, msgCancel, []byte(exec))
@@ -944,7 +944,9 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 				}
 			}()
 		}
-		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
+		res := contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
+		res.Ambiguous = taken // a home took it: it may have run
+		return res
 	}
 	var res contract.Result
 	if json.Unmarshal(raw, &res) != nil {

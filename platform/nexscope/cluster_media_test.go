@@ -576,8 +576,8 @@ func givenUpRunsNotAtALaterHome(t *testing.T, with func(*platform.Deps)) {
 	revoke()
 	select {
 	case res := <-results:
-		if res.Success {
-			t.Fatalf("send = %+v after its gateway was revoked, want a failure", res)
+		if res.Success || res.Ambiguous {
+			t.Fatalf("send = %+v after its gateway was revoked, want a failure, not ambiguous: no home took it", res)
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("the revoked send was not answered")
@@ -780,9 +780,18 @@ func TestClusterForwardCancelledEndsAtTheHome(t *testing.T) {
 		defer cl.mu.Unlock()
 		return len(cl.running) > 0
 	})
+	waitFor(t, "the edge told the home took its send_media", func() bool {
+		cl := edge.p.cluster
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		for _, f := range cl.forwards {
+			return !f.since.IsZero()
+		}
+		return false
+	})
 	cancel() // the relay revokes the gateway
-	if res := <-results; res.Success {
-		t.Fatalf("send_media = %+v, want a failure: its caller gave up", res)
+	if res := <-results; res.Success || !res.Ambiguous {
+		t.Fatalf("send_media = %+v, want a failure, ambiguous: its caller gave up once the home took it", res)
 	}
 	bound := 3 * home.p.cluster.node.Beat()
 	select {
@@ -1229,7 +1238,8 @@ func TestClusterForwardTakenByARestartedHomeEnds(t *testing.T) {
 // TestClusterForwardUnknownToAnotherKeepsAsking: the word of an instance
 // that does not know a forwarded send counts only from the one that took
 // it: from another (a former home still reading the room's channel), the
-// forwarder keeps sending copies until a home takes it.
+// forwarder keeps sending copies until a home takes it, and one taken
+// waits on until its taker (not another) says it does not know it.
 func TestClusterForwardUnknownToAnotherKeepsAsking(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	edge := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
@@ -1251,7 +1261,10 @@ func TestClusterForwardUnknownToAnotherKeepsAsking(t *testing.T) {
 	edge.lose.Store(&lost)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	go edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "hi"})
+	}()
 	var exec []byte
 	select {
 	case call := <-calls:
@@ -1259,13 +1272,29 @@ func TestClusterForwardUnknownToAnotherKeepsAsking(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("the edge never forwarded the send")
 	}
-	edge.p.cluster.node.Dispatch(clustertest.Encode(msgUnknown, "i9", exec))
+	cl := edge.p.cluster
+	cl.node.Dispatch(clustertest.Encode(msgUnknown, "i9", exec))
 	for range 2 {
 		select {
 		case <-calls:
-		case <-time.After(3 * edge.p.cluster.node.Beat()):
+		case <-time.After(3 * cl.node.Beat()):
 			t.Fatal("the edge stopped sending copies of its send at the word of an instance that never took it")
 		}
+	}
+	// Taken by i0 since: i9's words still end nothing, i0's does.
+	cl.node.Dispatch(clustertest.Encode(msgTaken, "i0", exec))
+	cl.node.Dispatch(clustertest.Encode(msgUnknown, "i9", exec))
+	cl.node.Dispatch(clustertest.Encode(msgClaimed, "i9", exec))
+	cl.mu.Lock()
+	f := cl.forwards[string(exec)]
+	ended := f == nil || f.forgot
+	cl.mu.Unlock()
+	if ended {
+		t.Fatal("the word of an instance that never took the send ended its forward, taken by another")
+	}
+	cl.node.Dispatch(clustertest.Encode(msgUnknown, "i0", exec))
+	if res := <-results; !strings.Contains(res.Error, "no longer knows") || !res.Ambiguous {
+		t.Fatalf("send = %+v, want unavailable, ambiguous: the instance that took it no longer knows it", res)
 	}
 }
 
