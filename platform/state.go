@@ -69,6 +69,15 @@ func (s LocalState) Put(_ context.Context, key string, value []byte, expires tim
 	return nil
 }
 
+// PutUnlessLater implements store.Capabilities.
+func (s LocalState) PutUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error {
+	if gen <= 0 {
+		return s.Put(ctx, key, value, expires)
+	}
+	s.c.AddUnless(key, slices.Clone(value), expires, func(cur []byte) bool { return store.Later(cur, gen) })
+	return nil
+}
+
 // Get implements store.Capabilities.
 func (s LocalState) Get(_ context.Context, key string) ([]byte, bool, error) {
 	v, ok := s.c.Get(key)

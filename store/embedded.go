@@ -601,6 +601,17 @@ func (e *embedded) putExpiring(ctx context.Context, owner bool, a, b string, val
 	})
 }
 
+func (e *embedded) putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error {
+	v := encodeExpiring(expires, value)
+	return e.batch(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bCaps)
+		if cur, exp, err := decodeExpiring(b.Get([]byte(key))); err == nil && !expired(e.clock.Now(), exp) && Later(cur, gen) {
+			return nil
+		}
+		return b.Put([]byte(key), v)
+	})
+}
+
 // getLive returns a copy of the value.
 func (e *embedded) getLive(ctx context.Context, owner bool, a, b string) (value []byte, ok bool, err error) {
 	bucket, k := expKey(owner, a, b)

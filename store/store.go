@@ -45,6 +45,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -201,6 +202,12 @@ type Stats struct {
 type Capabilities interface {
 	// Put stores value under key until expires, replacing an older value.
 	Put(ctx context.Context, key string, value []byte, expires time.Time) error
+	// PutUnlessLater is Put unless the live value under key is of a later
+	// generation than gen (> 0; else it is Put), atomically: a value's
+	// generation is the integer field "c" of the JSON object it holds
+	// (zero for none). The vault keeps its tenant's creation there, so an
+	// earlier creation's entry never replaces a later one's.
+	PutUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error
 	// Get returns the value under key unless it is absent or expired by the
 	// store's clock. A value that does not decode (a damaged data file,
 	// or one another program wrote, of any Redis type) is answered as
@@ -655,6 +662,8 @@ func (r trimRule) drop(entries int, bytes int64, receivedMicros int64) bool {
 // a, b: the capability key and "", or the owner's tenant and session key.
 type expiringStore interface {
 	putExpiring(ctx context.Context, owner bool, a, b string, value []byte, expires time.Time) error
+	// putCapUnlessLater is Capabilities.PutUnlessLater, gen > 0.
+	putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error
 	// getLive returns the value unless there is none or it has expired.
 	getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error)
 	delExpiring(ctx context.Context, owner bool, a, b string) error
@@ -668,6 +677,26 @@ func (c expiringCaps) Put(ctx context.Context, key string, value []byte, expires
 		return err
 	}
 	return opErr("put capability", c.s.putExpiring(ctx, false, key, "", value, expires))
+}
+
+func (c expiringCaps) PutUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error {
+	if gen <= 0 {
+		return c.Put(ctx, key, value, expires)
+	}
+	if err := checkName("capability key", key); err != nil {
+		return err
+	}
+	return opErr("put capability", c.s.putCapUnlessLater(ctx, key, value, gen, expires))
+}
+
+// Later reports whether a live capability value is of a later
+// generation than gen (Capabilities.PutUnlessLater): the single statement
+// of the rule, which the redis backend's putLaterScript mirrors.
+func Later(value []byte, gen int64) bool {
+	var v struct {
+		C int64 `json:"c"`
+	}
+	return json.Unmarshal(value, &v) == nil && v.C > gen
 }
 
 func (c expiringCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {

@@ -53,7 +53,10 @@ func storeKey(k Key) string {
 	return "vault/" + string(k.Kind) + "/" + strconv.Itoa(len(k.Tenant)) + ":" + k.Tenant + "/" + k.SessionKey
 }
 
-// Put implements Store: the value is stored durably before Put returns.
+// Put implements Store: the value is stored durably before Put returns,
+// unless the store holds one of a later creation of k's tenant (an
+// instance that still knew the earlier one, made again under its id
+// meanwhile, does not replace the new tenant's entry).
 func (d *Durable) Put(ctx context.Context, k Key, e Entry) error {
 	if err := k.check(); err != nil {
 		return err
@@ -72,7 +75,7 @@ func (d *Durable) Put(ctx context.Context, k Key, e Entry) error {
 	value, _ := json.Marshal(se) // plain fields: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	if err := d.caps.Put(ctx, storeKey(k), value, e.Stored.Add(ttl)); err != nil {
+	if err := d.caps.PutUnlessLater(ctx, storeKey(k), value, se.Created, e.Stored.Add(ttl)); err != nil {
 		d.storeErrors.Add(1)
 		return fmt.Errorf("vault: store capability %q: %w", k.Kind, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
+	"connector/internal/redistest"
 	"connector/store"
 	"connector/vault"
 )
@@ -211,6 +212,10 @@ func (c stallingCaps) Put(ctx context.Context, _ string, _ []byte, _ time.Time) 
 	return c.stall(ctx)
 }
 
+func (c stallingCaps) PutUnlessLater(ctx context.Context, _ string, _ []byte, _ int64, _ time.Time) error {
+	return c.stall(ctx)
+}
+
 func (c stallingCaps) Get(ctx context.Context, _ string) ([]byte, bool, error) {
 	return nil, false, c.stall(ctx)
 }
@@ -397,5 +402,58 @@ func TestSinceHidesAnEarlierTenantsEntries(t *testing.T) {
 		if _, ok := s.Get(t.Context(), k); !ok {
 			t.Errorf("%s: the new t1 lost its own mark", name)
 		}
+	}
+}
+
+// TestDurableKeepsALaterCreationsEntry: an instance that still knows the
+// earlier creation of a tenant made again under its id (a /link
+// redemption or an inbound message of the earlier tenant in flight) writes
+// a grant or conversation marked as that creation's: it does not replace
+// the one the new tenant wrote meanwhile, on any backend, as another
+// instance finds it.
+func TestDurableKeepsALaterCreationsEntry(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	backends := map[string]store.Config{
+		"memory":   {Backend: store.BackendMemory},
+		"embedded": {Backend: store.BackendEmbedded, Path: t.TempDir()},
+		"redis":    {Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "later:"},
+	}
+	for name, cfg := range backends {
+		t.Run(name, func(t *testing.T) {
+			st, err := store.Open(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			earlier, later := time.UnixMicro(1_767_225_300_000_000), time.UnixMicro(1_767_225_301_000_000)
+			at := func(created time.Time) *vault.Durable {
+				return vault.NewDurable(st.Capabilities(), vault.Config{Since: func(string) time.Time { return created }})
+			}
+			stale, current := at(earlier), at(later)
+			for _, kind := range []vault.Kind{vault.KindChatGrant, vault.KindWhatsAppConversation} {
+				k := vault.Key{Tenant: "t1", SessionKey: "chat-1", Kind: kind}
+				if err := current.Put(t.Context(), k, vault.Entry{Ref: "new"}); err != nil {
+					t.Fatal(err)
+				}
+				if err := stale.Put(t.Context(), k, vault.Entry{Ref: "old"}); err != nil {
+					t.Fatal(err)
+				}
+				// The caller judged the earlier creation (a link code's).
+				if err := current.Put(t.Context(), k, vault.Entry{Ref: "old", Created: earlier}); err != nil {
+					t.Fatal(err)
+				}
+				for name, v := range map[string]*vault.Durable{"this": current, "another": at(later)} {
+					if e, ok := v.Get(t.Context(), k); !ok || e.Ref != "new" {
+						t.Errorf("%s: the new tenant found %+v, %v on %s instance; want its own entry, not replaced by the earlier creation's", kind, e, ok, name)
+					}
+				}
+				if err := current.Put(t.Context(), k, vault.Entry{Ref: "renewed"}); err != nil {
+					t.Fatal(err)
+				}
+				if e, ok := at(later).Get(t.Context(), k); !ok || e.Ref != "renewed" {
+					t.Errorf("%s: after a renewal the new tenant found %+v, %v", kind, e, ok)
+				}
+			}
+		})
 	}
 }

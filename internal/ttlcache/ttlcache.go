@@ -77,10 +77,17 @@ func (c *Cache[K, V]) AddUntil(k K, v V, expires time.Time) {
 // AddIfAbsent sets k to v until expires unless k holds a value that has not
 // expired, and reports whether it set it.
 func (c *Cache[K, V]) AddIfAbsent(k K, v V, expires time.Time) bool {
+	return c.AddUnless(k, v, expires, func(V) bool { return true })
+}
+
+// AddUnless sets k to v until expires unless k holds a value that has not
+// expired and that keep reports is to be kept, and reports whether it set
+// it.
+func (c *Cache[K, V]) AddUnless(k K, v V, expires time.Time, keep func(V) bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
-	if e, ok := c.lru.Peek(k); ok && now.Before(e.expires) {
+	if e, ok := c.lru.Peek(k); ok && now.Before(e.expires) && keep(e.v) {
 		return false
 	}
 	if !now.Before(expires) {

@@ -71,3 +71,24 @@ func TestRemoveUntil(t *testing.T) {
 	}
 	c.RemoveUntil("absent", clk.Now())
 }
+
+// TestAddUnless: it sets a key unless a live value keep keeps holds it.
+func TestAddUnless(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := New[string, int](8, time.Minute, clk)
+	keepOver := func(n int) func(int) bool { return func(v int) bool { return v > n } }
+	c.AddUntil("k", 5, clk.Now().Add(time.Second))
+	if c.AddUnless("k", 3, clk.Now().Add(time.Hour), keepOver(3)) {
+		t.Fatal("a value keep keeps was replaced")
+	}
+	if !c.AddUnless("k", 7, clk.Now().Add(time.Second), keepOver(7)) {
+		t.Fatal("a value keep does not keep was not replaced")
+	}
+	clk.Advance(time.Second)
+	if !c.AddUnless("k", 1, clk.Now().Add(time.Second), keepOver(1)) {
+		t.Fatal("an expired value was kept")
+	}
+	if v, _ := c.Get("k"); v != 1 {
+		t.Fatalf("k = %d, want 1", v)
+	}
+}

@@ -595,6 +595,37 @@ func testCapabilities(t *testing.T, b Backend) {
 	get("past", "", false)
 	put("bin", "\x00\xff", f.clock.Now().Add(time.Minute))
 	get("bin", "\x00\xff", true)
+
+	// PutUnlessLater keeps a live value of a later generation (its JSON
+	// field c), and replaces any other, as Put does with no generation.
+	for _, step := range []struct {
+		value string
+		gen   int64
+		want  string
+	}{
+		{`{"v":"b","c":1767225301000000}`, 1767225301000000, `{"v":"b","c":1767225301000000}`},
+		{`{"v":"a","c":1767225300000000}`, 1767225300000000, `{"v":"b","c":1767225301000000}`},
+		{`{"v":"c","c":1767225301000000}`, 1767225301000000, `{"v":"c","c":1767225301000000}`},
+		{`{"v":"d","c":1767225302000000}`, 1767225302000000, `{"v":"d","c":1767225302000000}`},
+		{`{"v":"e"}`, 0, `{"v":"e"}`},
+		{`{"v":"f","c":1}`, 1, `{"v":"f","c":1}`},
+		{"\x00", 0, "\x00"},
+		{`{"v":"g","c":1}`, 1, `{"v":"g","c":1}`},
+	} {
+		if err := c.PutUnlessLater(ctx, "gen", []byte(step.value), step.gen, f.clock.Now().Add(time.Minute)); err != nil {
+			t.Fatalf("PutUnlessLater(%s): %v", step.value, err)
+		}
+		get("gen", step.want, true)
+	}
+	// An expired value is replaced whatever its generation.
+	if err := c.PutUnlessLater(ctx, "gen", []byte(`{"c":9}`), 9, f.clock.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(time.Second)
+	if err := c.PutUnlessLater(ctx, "gen", []byte(`{"c":2}`), 2, f.clock.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	get("gen", `{"c":2}`, true)
 }
 
 func testClaims(t *testing.T, b Backend) {
