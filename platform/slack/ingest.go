@@ -405,7 +405,8 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 		created = time.UnixMicro(owner.Created)
 	}
 	dm := strings.HasPrefix(pr.channel, "D")
-	if r, ok := p.owners.Load().Route(pr.user, platform.Chat{ID: pr.channel, Space: pr.team, DM: dm}); ok && r.Grant && r.Tenant == tenant {
+	r, _ := p.owners.Load().Route(pr.user, platform.Chat{ID: pr.channel, Space: pr.team, DM: dm}) // zero when none places it
+	if r.Grant && r.Tenant == tenant {
 		p.grants.Add(ctx, pr.channel, pr.team, tenant, time.Time{}) // as the presser's message there would (route)
 	}
 	switch ok, err := p.mayAct(ctx, tenant, pr.channel); {
@@ -423,7 +424,11 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	}
 	pr.team = team
 	key := "press/" + team + ":" + pr.channel + ":" + pr.message
-	return p.inChatOrder(ctx, team+"/"+pr.channel, tenant, func(ctx context.Context) error {
+	// Charged to the tenant its presser routes to (none: the chat's
+	// holder), as the presser's slash command would be: in a chat no tenant
+	// holds, another tenant's users pressing the prompt spend their own
+	// tenant's share of the intake, not the prompt's tenant's.
+	return p.inChatOrder(ctx, team+"/"+pr.channel, r.Tenant, func(ctx context.Context) error {
 		return p.once(ctx, key, "", func() error {
 			tctx := platform.WithTenant(ctx, tenant)
 			ev := pr.event(p.names.user(tctx, team, pr.user).name, p.names.channelName(tctx, team, pr.channel))

@@ -1909,3 +1909,44 @@ func TestIntakeMessagesChargedToTheTenantTheyRouteTo(t *testing.T) {
 		t.Fatalf("Dan's message answered %d, want it taken (t3 holds nothing)", code)
 	}
 }
+
+// TestPressChargedToItsPressersTenant: in workspace C, which no tenant
+// binds, t1 (Cat's) posted a prompt and Dan's (t2's) message there stalls;
+// with t1's bound taken, Dan's press of t1's prompt is still taken: a press
+// is charged to the tenant its presser routes to, as a slash command is.
+// Before, it was charged to the prompt's tenant, so another tenant's users
+// pressing a prompt in such a chat spent t1's share (and refused t1's
+// commands and presses in its own chats).
+func TestPressChargedToItsPressersTenant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := ownershipEnv(t, &platform.Deps{Media: newMediaStore(t), Clock: clk},
+		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t1"}, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t2"})
+	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490000.000100", "", "deploy?"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t1" {
+		t.Fatalf("Cat's message delivered to %s, want t1", d.Tenant)
+	}
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"`+chanNew+`","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamC.ID, "F0SLOW0003", "F0SLOW0003.png", "image/png", started)
+	ev := fileMessage(chanNew, "1768490100.000100", "F0SLOW0003", url)
+	ev["team"], ev["user"] = teamC.ID, userDan
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev2", ev)), "Dan's message with a stalled file")
+	waitStarted(t, started, "Dan's stalled file")
+	for range e.p.intakeBound("t1") {
+		if !e.p.intake.reserve("t1", false) {
+			t.Fatal("t1's reservation refused below its bound")
+		}
+	}
+	press := withResponseURL(t, slacktest.Press(teamC.ID, chanNew, userDan, r.MessageID, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL("busy"))
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("Dan's press answered %d %q, want 200", code, body)
+	}
+	if pending, _ := e.p.IntakeStats(); pending != 2 {
+		t.Fatalf("%d entries held, want 2 (Dan's press taken behind his message)", pending)
+	}
+}
