@@ -26,9 +26,9 @@ var errNotRunning = errors.New("slack: not running")
 
 // envelopeJob reads an event_callback envelope into the job that handles
 // it, and the chat whose order a message's job runs in ("" for any other
-// event), with the tenant the message routes to by the ownership order
-// alone (routedTo; "" when none, or for any other event), which an intake
-// entry of it is charged to. slow is the dedupe key of a message whose
+// event), with the tenant the message (a reaction, by its reactor) routes
+// to by the ownership order alone (routedTo; "" when none, or for any
+// other event), which an intake entry of it is charged to. slow is the dedupe key of a message whose
 // handling may outlast Slack's 3 s (it has files to fetch, or is a thread
 // reply, whose thread's context and root images may be fetched) and that
 // a tenant takes, "" for any other event.
@@ -61,7 +61,8 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, tenant,
 		}
 		team := env.installTeam()
 		p.seenIn(ev.Item.Channel, team)
-		return team + "/" + ev.Item.Channel, "", "", running(func(ctx context.Context) error { return p.ingestReaction(ctx, env, &ev, received) })
+		r, _ := p.owners.Load().Route(ev.User, chatOf(ev.Item.Channel, team)) // as ingestReaction routes it
+		return team + "/" + ev.Item.Channel, r.Tenant, "", running(func(ctx context.Context) error { return p.ingestReaction(ctx, env, &ev, received) })
 	case "app_home_opened", "app_context_changed", "assistant_thread_started", "assistant_thread_context_changed":
 		return done(dropLifecycle)
 	case "message", "app_mention":

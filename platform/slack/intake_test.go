@@ -1950,3 +1950,33 @@ func TestPressChargedToItsPressersTenant(t *testing.T) {
 		t.Fatalf("%d entries held, want 2 (Dan's press taken behind his message)", pending)
 	}
 }
+
+// TestIntakeReactionChargedToItsReactorsTenant: in workspace C, which no
+// tenant binds, Cat's (t2's) message stalls and the chats no tenant holds
+// have their part of the intake taken; Dan's (t3's) reaction there, queued
+// behind Cat's message, is still taken: a reaction is charged to the tenant
+// its reactor routes to, as it is delivered (ingestReaction). Before, it
+// was charged to those chats' common part, so one tenant's linked users'
+// reactions there filled it and, with that tenant's own share, the intake.
+func TestIntakeReactionChargedToItsReactorsTenant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := ownershipEnv(t, &platform.Deps{Media: newMediaStore(t), Clock: clk},
+		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"}, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t3"})
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamC.ID, "F0SLOW0003", "F0SLOW0003.png", "image/png", started)
+	ev := fileMessage(chanNew, "1768490100.000100", "F0SLOW0003", url)
+	ev["team"], ev["user"] = teamC.ID, userCat
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev0", ev)), "Cat's message with a stalled file")
+	waitStarted(t, started, "Cat's stalled file")
+	for range e.p.intakeBound("") {
+		if !e.p.intake.reserve("", false) {
+			t.Fatal("the unheld chats' reservation refused below their bound")
+		}
+	}
+	e.event(t, teamC, "Ev1", map[string]any{"type": "reaction_added", "user": userDan, "reaction": "+1",
+		"item": map[string]any{"type": "message", "channel": chanNew, "ts": "1768490100.000100"}, "event_ts": "1768490101.000100"}, http.StatusOK)
+	if pending, _ := e.p.IntakeStats(); pending != 2 {
+		t.Fatalf("%d entries held, want 2 (Dan's reaction taken behind Cat's message)", pending)
+	}
+}
