@@ -106,7 +106,7 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 	m, ok := newMessage(&env, &ev)
 	if ev.Type == "reaction_added" || ev.Type == "reaction_removed" {
 		var drop string
-		if m, drop = reactionTurn(ctx, look, &env, &ev, pol, bot); drop != "" {
+		if m, drop = reactionTurn(ctx, look, &env, &ev, pol, bot, nil); drop != "" {
 			return session.Outcome{Drop: drop}, nil
 		}
 		ok = true

@@ -26,9 +26,9 @@ var errNotRunning = errors.New("slack: not running")
 
 // envelopeJob reads an event_callback envelope into the job that handles
 // it, and the chat whose order a message's job runs in ("" for any other
-// event), with the tenant the message routes to by the ownership order
-// alone (routedTo; "" when none, or for any other event), which an intake
-// entry of it is charged to. slow is the dedupe key of a message whose
+// event), with the tenant the message (a reaction, by its reactor) routes
+// to by the ownership order alone (routedTo; "" when none, or for any
+// other event), which an intake entry of it is charged to. slow is the dedupe key of a message whose
 // handling may outlast Slack's 3 s (it has files to fetch, or is a thread
 // reply, whose thread's context and root images may be fetched) and that
 // a tenant takes, "" for any other event.
@@ -61,7 +61,8 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, tenant,
 		}
 		team := env.installTeam()
 		p.seenIn(ev.Item.Channel, team)
-		return team + "/" + ev.Item.Channel, "", "", running(func(ctx context.Context) error { return p.ingestReaction(ctx, env, &ev, received) })
+		r, _ := p.owners.Load().Route(ev.User, chatOf(ev.Item.Channel, team)) // as ingestReaction routes it
+		return team + "/" + ev.Item.Channel, r.Tenant, "", running(func(ctx context.Context) error { return p.ingestReaction(ctx, env, &ev, received) })
 	case "app_home_opened", "app_context_changed", "assistant_thread_started", "assistant_thread_context_changed":
 		return done(dropLifecycle)
 	case "message", "app_mention":
@@ -405,7 +406,8 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 		created = time.UnixMicro(owner.Created)
 	}
 	dm := strings.HasPrefix(pr.channel, "D")
-	if r, ok := p.owners.Load().Route(pr.user, platform.Chat{ID: pr.channel, Space: pr.team, DM: dm}); ok && r.Grant && r.Tenant == tenant {
+	r, _ := p.owners.Load().Route(pr.user, platform.Chat{ID: pr.channel, Space: pr.team, DM: dm}) // zero when none places it
+	if r.Grant && r.Tenant == tenant {
 		p.grants.Add(ctx, pr.channel, pr.team, tenant, time.Time{}) // as the presser's message there would (route)
 	}
 	switch ok, err := p.mayAct(ctx, tenant, pr.channel); {
@@ -423,7 +425,11 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	}
 	pr.team = team
 	key := "press/" + team + ":" + pr.channel + ":" + pr.message
-	return p.inChatOrder(ctx, team+"/"+pr.channel, tenant, func(ctx context.Context) error {
+	// Charged to the tenant its presser routes to (none: the chat's
+	// holder), as the presser's slash command would be: in a chat no tenant
+	// holds, another tenant's users pressing the prompt spend their own
+	// tenant's share of the intake, not the prompt's tenant's.
+	return p.inChatOrder(ctx, team+"/"+pr.channel, r.Tenant, func(ctx context.Context) error {
 		return p.once(ctx, key, "", func() error {
 			tctx := platform.WithTenant(ctx, tenant)
 			ev := pr.event(p.names.user(tctx, team, pr.user).name, p.names.channelName(tctx, team, pr.channel))

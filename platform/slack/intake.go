@@ -82,7 +82,8 @@ type intakeRecord struct {
 	Received int64  `json:"received"` // unix nanoseconds
 	// Tenant is the tenant the entry is charged to: the one its request
 	// routes to (a message by the ownership order alone, envelopeJob; a
-	// slash command, a press); "" for one routed to none, charged to its
+	// slash command; a press by its presser's, ingestPress); "" for one
+	// routed to none, charged to its
 	// chat's holder (chatTenant).
 	Tenant string `json:"tenant,omitempty"`
 	// To is the channel the entry's delivery goes to when that is not its

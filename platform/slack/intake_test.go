@@ -1909,3 +1909,74 @@ func TestIntakeMessagesChargedToTheTenantTheyRouteTo(t *testing.T) {
 		t.Fatalf("Dan's message answered %d, want it taken (t3 holds nothing)", code)
 	}
 }
+
+// TestPressChargedToItsPressersTenant: in workspace C, which no tenant
+// binds, t1 (Cat's) posted a prompt and Dan's (t2's) message there stalls;
+// with t1's bound taken, Dan's press of t1's prompt is still taken: a press
+// is charged to the tenant its presser routes to, as a slash command is.
+// Before, it was charged to the prompt's tenant, so another tenant's users
+// pressing a prompt in such a chat spent t1's share (and refused t1's
+// commands and presses in its own chats).
+func TestPressChargedToItsPressersTenant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := ownershipEnv(t, &platform.Deps{Media: newMediaStore(t), Clock: clk},
+		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t1"}, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t2"})
+	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490000.000100", "", "deploy?"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t1" {
+		t.Fatalf("Cat's message delivered to %s, want t1", d.Tenant)
+	}
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"`+chanNew+`","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamC.ID, "F0SLOW0003", "F0SLOW0003.png", "image/png", started)
+	ev := fileMessage(chanNew, "1768490100.000100", "F0SLOW0003", url)
+	ev["team"], ev["user"] = teamC.ID, userDan
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev2", ev)), "Dan's message with a stalled file")
+	waitStarted(t, started, "Dan's stalled file")
+	for range e.p.intakeBound("t1") {
+		if !e.p.intake.reserve("t1", false) {
+			t.Fatal("t1's reservation refused below its bound")
+		}
+	}
+	press := withResponseURL(t, slacktest.Press(teamC.ID, chanNew, userDan, r.MessageID, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL("busy"))
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("Dan's press answered %d %q, want 200", code, body)
+	}
+	if pending, _ := e.p.IntakeStats(); pending != 2 {
+		t.Fatalf("%d entries held, want 2 (Dan's press taken behind his message)", pending)
+	}
+}
+
+// TestIntakeReactionChargedToItsReactorsTenant: in workspace C, which no
+// tenant binds, Cat's (t2's) message stalls and the chats no tenant holds
+// have their part of the intake taken; Dan's (t3's) reaction there, queued
+// behind Cat's message, is still taken: a reaction is charged to the tenant
+// its reactor routes to, as it is delivered (ingestReaction). Before, it
+// was charged to those chats' common part, so one tenant's linked users'
+// reactions there filled it and, with that tenant's own share, the intake.
+func TestIntakeReactionChargedToItsReactorsTenant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := ownershipEnv(t, &platform.Deps{Media: newMediaStore(t), Clock: clk},
+		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"}, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t3"})
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamC.ID, "F0SLOW0003", "F0SLOW0003.png", "image/png", started)
+	ev := fileMessage(chanNew, "1768490100.000100", "F0SLOW0003", url)
+	ev["team"], ev["user"] = teamC.ID, userCat
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev0", ev)), "Cat's message with a stalled file")
+	waitStarted(t, started, "Cat's stalled file")
+	for range e.p.intakeBound("") {
+		if !e.p.intake.reserve("", false) {
+			t.Fatal("the unheld chats' reservation refused below their bound")
+		}
+	}
+	e.event(t, teamC, "Ev1", map[string]any{"type": "reaction_added", "user": userDan, "reaction": "+1",
+		"item": map[string]any{"type": "message", "channel": chanNew, "ts": "1768490100.000100"}, "event_ts": "1768490101.000100"}, http.StatusOK)
+	if pending, _ := e.p.IntakeStats(); pending != 2 {
+		t.Fatalf("%d entries held, want 2 (Dan's reaction taken behind Cat's message)", pending)
+	}
+}

@@ -50,8 +50,12 @@ func reactionTS(ev *wireEvent) string {
 // reactionTurn reads reaction event ev (of envelope env, in workspace
 // team, whose bot user is bot) into the message it makes under the
 // tenant's policy pol, or says why it makes none. look reads the
-// reacted-to message (its thread and author).
-func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEvent, pol *policy, bot string) (message, string) {
+// reacted-to message (its thread and author). mine, set in a chat no
+// binding or claim holds, where several tenants may post (docs/security.md,
+// rule 3), reports whether the bot posted the reacted-to message for the
+// tenant: without an allowlist only a reaction to the tenant's own answer
+// counts there, not one to another tenant's.
+func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEvent, pol *policy, bot string, mine func() bool) (message, string) {
 	item, team := ev.Item, env.installTeam()
 	switch {
 	case item == nil || item.Type != "message":
@@ -66,6 +70,9 @@ func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEven
 	explicit := len(pol.reactions) > 0
 	if explicit && !pol.reactions[strings.Trim(ev.Reaction, ":")] {
 		return message{}, dropReactionTrigger
+	}
+	if !explicit && mine != nil && !mine() {
+		return message{}, dropReactionBotMsg
 	}
 	// The reacted-to message's thread; without an allowlist only a
 	// reaction to the bot's own message counts. When the message cannot
@@ -109,7 +116,11 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 	created := vault.Creation(p.deps.Vault, r.Tenant) // the creation it was routed under
 	bot := cmp.Or(p.works.botUser(ctx, team), env.botUser())
 	tctx := platform.WithTenant(ctx, r.Tenant)
-	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot)
+	var mine func() bool
+	if _, held := p.owners.Load().Holder(chatOf(channel, team)); !held {
+		mine = func() bool { return p.grants.PostedBy(ctx, channel, ev.Item.TS, r.Tenant) }
+	}
+	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot, mine)
 	if drop != "" {
 		p.drop(drop, env.EventID)
 		return nil

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	"connector/platform"
 	"connector/platform/slack/slacktest"
 )
 
@@ -39,4 +40,48 @@ func TestReactionTurns(t *testing.T) {
 	if d := e.sink.Next(t); d.Event.Text != "reaction:added:party-parrot" {
 		t.Fatalf("%q", d.Event.Text)
 	}
+}
+
+// TestReactionToAnotherTenantsAnswerStartsNoTurn: in a channel no binding
+// or claim holds, where t1 and t2 both answer by author link (rule 3),
+// reaction_triggers without an allowlist start a turn only on the tenant's
+// own answer: Dan, linked to t2, reacting to t1's answer starts no t2 turn
+// in t1's thread; to t2's it does.
+func TestReactionToAnotherTenantsAnswerStartsNoTurn(t *testing.T) {
+	on := TenantConfig{ReactionTriggers: &[]string{}}
+	e := newEnv(t, func(c *Config) { c.Tenants["t1"], c.Tenants["t2"] = on, on }, nil)
+	e.fake.AddTeam(teamC)
+	e.fake.AddChannel(teamC.ID, slacktest.Channel{ID: chanNew, Name: "new-general"})
+	e.fake.AddUser(teamC.ID, slacktest.User{ID: userCat, Name: "cat"})
+	e.fake.AddUser(teamC.ID, slacktest.User{ID: userDan, Name: "dan"})
+	if err := e.p.works.install(t.Context(), teamC.ID, installRecord{Token: teamC.Token, BotUser: teamC.BotUser}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userCat, Tenant: "t1"}, {Kind: platform.BindUser, ID: userDan, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490900.000100", "", "status?"), http.StatusOK)
+	e.event(t, teamC, "Ev2", slacktest.MessageEvent(teamC.ID, chanNew, userDan, "1768490900.000200", "", "status?"), http.StatusOK)
+	posted := map[string]string{}
+	for _, tenant := range []string{"t1", "t2"} {
+		if d := e.sink.Next(t); d.Tenant != tenant {
+			t.Fatalf("delivered to %s, want %s", d.Tenant, tenant)
+		}
+		r := e.execute(t, tenant, `{"op":"send","chat_id":"`+chanNew+`","content":"`+tenant+`'s answer"}`)
+		if !r.Success {
+			t.Fatalf("%s's send: %+v", tenant, r)
+		}
+		posted[tenant] = r.MessageID
+	}
+	react := func(id, ts, eventTS string) {
+		t.Helper()
+		e.event(t, teamC, id, map[string]any{"type": "reaction_added", "user": userDan, "reaction": "+1", "item_user": teamC.BotUser,
+			"item": map[string]any{"type": "message", "channel": chanNew, "ts": ts}, "event_ts": eventTS}, http.StatusOK)
+	}
+	react("Ev3", posted["t1"], "1768490900.000300") // handled before its 200: dropped
+	react("Ev4", posted["t2"], "1768490900.000400")
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.MessageID != "1768490900.000400" || d.Event.ReplyToMessageID != posted["t2"] {
+		t.Fatalf("delivered %s's %s in reply to %s; want t2's reaction to its own answer %s alone", d.Tenant, d.Event.MessageID, d.Event.ReplyToMessageID, posted["t2"])
+	}
+	e.sink.Empty(t)
 }

@@ -88,8 +88,8 @@ func TestClaimantActsWithoutAGrantLookup(t *testing.T) {
 	}
 }
 
-// TestReactionGrantsNoTenantMadeAgain: Ada, linked to t2, reacts to the
-// bot's message in a channel no binding covers; while Slack is asked for
+// TestReactionGrantsNoTenantMadeAgain: Ada, linked to t2, reacts (a
+// trigger of t2's) to the bot's message in a channel no binding covers; while Slack is asked for
 // the message reacted to (conversations.replies), t2 is deleted and made
 // again under its id. The new t2 is not granted the channel (before, the
 // reaction's grant was stored under the creation read after that call).
@@ -116,7 +116,7 @@ func TestReactionGrantsNoTenantMadeAgain(t *testing.T) {
 	t.Cleanup(proxy.Close)
 	e := newEnvOn(t, fake, func(c *Config) {
 		c.APIURL = proxy.URL + "/"
-		c.Tenants["t2"] = TenantConfig{ReactionTriggers: &[]string{}}
+		c.Tenants["t2"] = TenantConfig{ReactionTriggers: &[]string{"+1"}} // on any message: t2 did not post the bot's
 	}, &platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since})})
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
 		t.Fatal(err)

@@ -93,7 +93,8 @@ type TenantConfig struct {
 	// message "reaction:<added|removed>:<emoji>" from the reactor, in the
 	// reacted-to message's thread, past the mention gates
 	// (slack.reaction_triggers, SLACK_REACTION_TRIGGERS). true (also "all",
-	// "*", an empty list) for every reaction to the bot's own messages; a
+	// "*", an empty list) for every reaction to the bot's own messages (in
+	// a chat held by author link, those it posted there for the tenant); a
 	// list of reaction names for those reactions to any message. Default:
 	// off, reactions start nothing.
 	ReactionTriggers *[]string `yaml:"reaction_triggers"`
