@@ -204,17 +204,17 @@ func TestSendParts(t *testing.T) {
 	}
 	failure := func(err error) contract.Result { return contract.Failed(contract.CodePlatformError, "x: "+err.Error()) }
 
-	first, last, r := platform.SendParts([]string{"1", "2", "3"}, send, failure)
+	first, last, r := platform.SendParts(context.Background(), []string{"1", "2", "3"}, send, failure)
 	if !r.Success || r.MessageID != "m1" || first != "m1" || last != "m3" || len(sent) != 3 {
 		t.Fatalf("all sent: first %q last %q result %+v sent %v", first, last, r, sent)
 	}
 	failAt, sent = 2, nil
-	first, last, r = platform.SendParts([]string{"1", "2", "3"}, send, failure)
+	first, last, r = platform.SendParts(context.Background(), []string{"1", "2", "3"}, send, failure)
 	if r.Success || r.Error != "x: boom (sent 2 of 3 parts)" || r.MessageID != "m1" || first != "m1" || last != "m2" {
 		t.Fatalf("third failed: first %q last %q result %+v", first, last, r)
 	}
 	failAt, sent = 0, nil
-	_, _, r = platform.SendParts([]string{"1", "2"}, send, failure)
+	_, _, r = platform.SendParts(context.Background(), []string{"1", "2"}, send, failure)
 	if r.Success || r.Error != "x: boom" || r.MessageID != "" || len(sent) != 0 {
 		t.Fatalf("first failed: result %+v sent %v", r, sent)
 	}
