@@ -92,7 +92,8 @@ type Egress[P Platform, T any] struct {
 // a prompt's also by the message alone, Grants.Prompted, elsewhere too
 // when PromptsAsked), and a thread a thread_create made there, when
 // threads are chats (ThreadChats), is granted to tenant (Grants.AddThread);
-// so is each further part of a message split into several (MarkParts).
+// each further part of a message the op splits in several is remembered
+// too (MarkParts).
 // An op that names a message (namingOps) acts on one that exists, whatever
 // id it answers, so it marks nothing. Everything from Authorize on runs
 // under ctx's deadline, or e.Timeout when ctx has none, but the mark,

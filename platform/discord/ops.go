@@ -143,9 +143,10 @@ func (p *Platform) guildLabel(ctx context.Context, guildID string) string {
 // the interaction's channel (the token's Ref names it after the
 // application): where tenant holds that channel by grant, as
 // followUpAllowed found before the post, the follow-up (each of its
-// parts, platform.MarkParts) is remembered as tenant's (platform.Grants.Posted, under the creation its token was
-// stored under, and even when ctx ended as the
-// post returned), as Execute remembers a send there, so tenant may edit
+// parts, platform.MarkParts) is remembered as tenant's
+// (platform.Grants.Posted, under the creation its token was stored under,
+// and even when ctx ended as the post returned), as Execute remembers a
+// send there, so tenant may edit
 // and delete it there and no other tenant may. The token outlives the interaction's routing by up to 15 minutes:
 // tenant must still be allowed in that channel (followUpAllowed), or the
 // follow-up is declined as a send there would be.
