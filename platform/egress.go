@@ -92,8 +92,8 @@ type Egress[P Platform, T any] struct {
 // a prompt's also by the message alone, Grants.Prompted, elsewhere too
 // when PromptsAsked), and a thread a thread_create made there, when
 // threads are chats (ThreadChats), is granted to tenant (Grants.AddThread);
-// each further part of a message the op splits in several is remembered
-// too (MarkParts).
+// each part of a message the op sends in several is remembered too
+// (MarkParts).
 // An op that names a message (namingOps) acts on one that exists, whatever
 // id it answers, so it marks nothing. Everything from Authorize on runs
 // under ctx's deadline, or e.Timeout when ctx has none, but the mark,
@@ -411,8 +411,7 @@ func OwnerUnknown(name string, err error) contract.Result {
 // index), and returns the first and last messages' ids with the result:
 // OK(first), or failure's result for the first part that failed, which
 // past the first part says how many went out and still carries first.
-// Under ctx from MarkParts, each part after the first is remembered as
-// it goes out.
+// Under ctx from MarkParts, each part is remembered as it goes out.
 func SendParts(ctx context.Context, parts []string, send func(i int, part string) (string, error), failure func(error) contract.Result) (first, last string, r contract.Result) {
 	mark, _ := ctx.Value(partsKey{}).(func(string))
 	for i, part := range parts {
@@ -427,7 +426,8 @@ func SendParts(ctx context.Context, parts []string, send func(i int, part string
 		}
 		if i == 0 {
 			first = id
-		} else if mark != nil {
+		}
+		if mark != nil {
 			mark(id)
 		}
 		last = id
@@ -438,11 +438,12 @@ func SendParts(ctx context.Context, parts []string, send func(i int, part string
 // partsKey is the context key of MarkParts' mark.
 type partsKey struct{}
 
-// MarkParts is ctx under which SendParts remembers each part after the
-// first of a message it sends as posted in chat for tenant as created
-// (Grants.Posted), where tenant holds chat by grant and the first part is
-// remembered by its op's answer (Execute, a Discord follow_up): a reply
-// quoting any part of its message there is its own (Grants.OwnQuote).
+// MarkParts is ctx under which SendParts remembers each part of a message
+// it sends as posted in chat for tenant as created (Grants.Posted), where
+// tenant holds chat by grant: also the parts that follow a message the op
+// answers with (a sealed Telegram draft's, a caption's overflow), so a
+// reply quoting any of them there is its own (Grants.OwnQuote). Execute
+// remembers the op's answer again, which Posted does not store twice.
 func MarkParts(ctx context.Context, g *Grants, chat, tenant string, created time.Time) context.Context {
 	return context.WithValue(ctx, partsKey{}, func(id string) { g.Posted(ctx, chat, id, tenant, created) })
 }

@@ -220,6 +220,27 @@ func TestSendParts(t *testing.T) {
 	}
 }
 
+// TestSendPartsMarked: under MarkParts every part that went out is
+// remembered as the tenant's, the first too (the parts that follow a
+// sealed Telegram draft or a caption send through SendParts after the
+// op's answer), and no other tenant's.
+func TestSendPartsMarked(t *testing.T) {
+	g := platform.NewGrants("chats", nil, nil, nil)
+	ctx := platform.MarkParts(context.Background(), g, "c1", "t2", time.Time{})
+	send := func(i int, part string) (string, error) {
+		if i == 2 {
+			return "", errors.New("boom")
+		}
+		return "m" + part, nil
+	}
+	platform.SendParts(ctx, []string{"1", "2", "3"}, send, func(error) contract.Result { return contract.Result{} })
+	for id, want := range map[string]bool{"m1": true, "m2": true, "m3": false} {
+		if g.PostedBy(ctx, "c1", id, "t2") != want || g.PostedBy(ctx, "c1", id, "t3") {
+			t.Errorf("%s marked t2's %v, t3's %v; want t2's %v", id, g.PostedBy(ctx, "c1", id, "t2"), g.PostedBy(ctx, "c1", id, "t3"), want)
+		}
+	}
+}
+
 // TestCommonFailure: the answers every platform gives alike, and none for
 // any other error.
 func TestCommonFailure(t *testing.T) {

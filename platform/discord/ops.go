@@ -172,9 +172,6 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 		ctx = platform.MarkParts(ctx, p.spoke, channel, tenant, e.Created)
 	}
 	_, _, r = p.postPieces(ctx, "follow_up", textsplit.Split(a.Content, splitRules), p.poster(ctx, endpoint, nil))
-	if r.MessageID != "" && hold == platform.HoldGrant {
-		p.spoke.Posted(ctx, channel, r.MessageID, tenant, e.Created)
-	}
 	return r
 }
 
