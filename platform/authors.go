@@ -199,6 +199,21 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 	return ok
 }
 
+// OwnQuote reports whether the bot's message quoted by user's reply in c
+// (reply_to.is_own), posted at posted, is tenant's own, tenant being the
+// one the reply reaches: where it reaches tenant by author link
+// (Ownership.ByLink), in a chat several tenants may hold by grant, one
+// posted there for tenant as it is now (PostedBy; every part of a message
+// is marked, MarkParts); elsewhere, a chat tenant's alone (bound, claimed,
+// the platform's fallback), one posted since tenant's creation, not an
+// earlier tenant's of the id (vault.Predates).
+func (g *Grants) OwnQuote(ctx context.Context, own *Ownership, user string, c Chat, message, tenant string, posted time.Time) bool {
+	if own.ByLink(user, c) {
+		return g.PostedBy(ctx, c.ID, message, tenant)
+	}
+	return !vault.Predates(g.vault, tenant, posted)
+}
+
 // posterKey is the vault key of the record naming (Ref) the tenant a
 // prompt message in chat was posted for (Prompted); its tenant is none's
 // (a tenant id holds no ':').

@@ -91,7 +91,9 @@ type Egress[P Platform, T any] struct {
 // an op that names none answers is remembered as tenant's (Grants.Posted;
 // a prompt's also by the message alone, Grants.Prompted, elsewhere too
 // when PromptsAsked), and a thread a thread_create made there, when
-// threads are chats (ThreadChats), is granted to tenant (Grants.AddThread).
+// threads are chats (ThreadChats), is granted to tenant (Grants.AddThread);
+// each part of a message the op sends in several is remembered too
+// (MarkParts).
 // An op that names a message (namingOps) acts on one that exists, whatever
 // id it answers, so it marks nothing. Everything from Authorize on runs
 // under ctx's deadline, or e.Timeout when ctx has none, but the mark,
@@ -144,6 +146,9 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		}
 		created = now
 		ctx = context.WithValue(ctx, creationKey{}, created) // AuthorizedCreation
+	}
+	if hold == HoldGrant && e.Grants != nil {
+		ctx = MarkParts(ctx, e.Grants, chatID, tenant, created)
 	}
 	r := op(p, ctx, tenant, chat, a)
 	posted := r.MessageID != "" && (message == "" || !slices.Contains(namingOps, a.Op))
@@ -406,7 +411,9 @@ func OwnerUnknown(name string, err error) contract.Result {
 // index), and returns the first and last messages' ids with the result:
 // OK(first), or failure's result for the first part that failed, which
 // past the first part says how many went out and still carries first.
-func SendParts(parts []string, send func(i int, part string) (string, error), failure func(error) contract.Result) (first, last string, r contract.Result) {
+// Under ctx from MarkParts, each part is remembered as it goes out.
+func SendParts(ctx context.Context, parts []string, send func(i int, part string) (string, error), failure func(error) contract.Result) (first, last string, r contract.Result) {
+	mark, _ := ctx.Value(partsKey{}).(func(string))
 	for i, part := range parts {
 		id, err := send(i, part)
 		if err != nil {
@@ -420,9 +427,25 @@ func SendParts(parts []string, send func(i int, part string) (string, error), fa
 		if i == 0 {
 			first = id
 		}
+		if mark != nil {
+			mark(id)
+		}
 		last = id
 	}
 	return first, last, contract.OK(first)
+}
+
+// partsKey is the context key of MarkParts' mark.
+type partsKey struct{}
+
+// MarkParts is ctx under which SendParts remembers each part of a message
+// it sends as posted in chat for tenant as created (Grants.Posted), where
+// tenant holds chat by grant: also the parts that follow a message the op
+// answers with (a sealed Telegram draft's, a caption's overflow), so a
+// reply quoting any of them there is its own (Grants.OwnQuote). Execute
+// remembers the op's answer again, which Posted does not store twice.
+func MarkParts(ctx context.Context, g *Grants, chat, tenant string, created time.Time) context.Context {
+	return context.WithValue(ctx, partsKey{}, func(id string) { g.Posted(ctx, chat, id, tenant, created) })
 }
 
 // RateLimitedError says an op could not be paced within its deadline:

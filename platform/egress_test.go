@@ -204,19 +204,40 @@ func TestSendParts(t *testing.T) {
 	}
 	failure := func(err error) contract.Result { return contract.Failed(contract.CodePlatformError, "x: "+err.Error()) }
 
-	first, last, r := platform.SendParts([]string{"1", "2", "3"}, send, failure)
+	first, last, r := platform.SendParts(context.Background(), []string{"1", "2", "3"}, send, failure)
 	if !r.Success || r.MessageID != "m1" || first != "m1" || last != "m3" || len(sent) != 3 {
 		t.Fatalf("all sent: first %q last %q result %+v sent %v", first, last, r, sent)
 	}
 	failAt, sent = 2, nil
-	first, last, r = platform.SendParts([]string{"1", "2", "3"}, send, failure)
+	first, last, r = platform.SendParts(context.Background(), []string{"1", "2", "3"}, send, failure)
 	if r.Success || r.Error != "x: boom (sent 2 of 3 parts)" || r.MessageID != "m1" || first != "m1" || last != "m2" {
 		t.Fatalf("third failed: first %q last %q result %+v", first, last, r)
 	}
 	failAt, sent = 0, nil
-	_, _, r = platform.SendParts([]string{"1", "2"}, send, failure)
+	_, _, r = platform.SendParts(context.Background(), []string{"1", "2"}, send, failure)
 	if r.Success || r.Error != "x: boom" || r.MessageID != "" || len(sent) != 0 {
 		t.Fatalf("first failed: result %+v sent %v", r, sent)
+	}
+}
+
+// TestSendPartsMarked: under MarkParts every part that went out is
+// remembered as the tenant's, the first too (the parts that follow a
+// sealed Telegram draft or a caption send through SendParts after the
+// op's answer), and no other tenant's.
+func TestSendPartsMarked(t *testing.T) {
+	g := platform.NewGrants("chats", nil, nil, nil)
+	ctx := platform.MarkParts(context.Background(), g, "c1", "t2", time.Time{})
+	send := func(i int, part string) (string, error) {
+		if i == 2 {
+			return "", errors.New("boom")
+		}
+		return "m" + part, nil
+	}
+	platform.SendParts(ctx, []string{"1", "2", "3"}, send, func(error) contract.Result { return contract.Result{} })
+	for id, want := range map[string]bool{"m1": true, "m2": true, "m3": false} {
+		if g.PostedBy(ctx, "c1", id, "t2") != want || g.PostedBy(ctx, "c1", id, "t3") {
+			t.Errorf("%s marked t2's %v, t3's %v; want t2's %v", id, g.PostedBy(ctx, "c1", id, "t2"), g.PostedBy(ctx, "c1", id, "t3"), want)
+		}
 	}
 }
 

@@ -89,14 +89,15 @@ const (
 
 // messageNormalizer resolves m's tenant (route) and returns the normalizer
 // to read it with: under the owner floor, without the tenant's mention
-// gates. A guild channel the cache lacks is looked up first, as
-// normalization would, so a thread is placed by its parent.
-func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *normalizer, tenant string, created time.Time, drop string) {
+// gates, and the chat m was routed in. A guild channel the cache lacks is
+// looked up first, as normalization would, so a thread is placed by its
+// parent.
+func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *normalizer, tenant string, created time.Time, chat platform.Chat, drop string) {
 	author := ""
 	if m.Author != nil {
 		author = m.Author.ID
 	}
-	chat := p.chatOf(m.GuildID, m.ChannelID)
+	chat = p.chatOf(m.GuildID, m.ChannelID)
 	if chat.Parent == "" && m.GuildID != "" {
 		// Not cached (or no parent): a thread's channel decides its claim.
 		if ci, err := p.cache.channel(ctx, m.ChannelID); err == nil {
@@ -105,7 +106,7 @@ func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *no
 	}
 	tenant, created, owner, drop := p.route(ctx, author, chat, "")
 	if drop != "" {
-		return nil, "", created, drop
+		return nil, "", created, chat, drop
 	}
 	n = p.normalizer(tenant)
 	if owner {
@@ -113,7 +114,7 @@ func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *no
 		floor.requireMention, floor.threadRequireMention, floor.ignoreNoMention = false, false, false
 		n.pol = &floor
 	}
-	return n, tenant, created, ""
+	return n, tenant, created, chat, ""
 }
 
 // consumeLink handles m when it is a "/link <code>" DM: it hands the DM

@@ -53,7 +53,7 @@ func (p *Platform) opSendMedia(ctx context.Context, tenant, chatID string, a *co
 	}
 	filename := cmp.Or(a.Filename, obj.Filename, "file")
 	post := p.poster(ctx, discordgo.EndpointChannelMessages(chatID), nil)
-	_, _, r = p.postPieces("send_media", pieces, func(i int, piece string) (string, error) {
+	_, _, r = p.postPieces(ctx, "send_media", pieces, func(i int, piece string) (string, error) {
 		if i > 0 {
 			return post(i, piece)
 		}

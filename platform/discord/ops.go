@@ -35,7 +35,7 @@ func (p *Platform) opSend(ctx context.Context, _, chatID string, a *contract.Act
 		return contract.Failed(contract.CodeBadRequest, bad)
 	}
 	pieces := textsplit.Split(a.Content, splitRules)
-	_, _, r := p.postPieces("send", pieces, p.poster(ctx, discordgo.EndpointChannelMessages(chatID), ref))
+	_, _, r := p.postPieces(ctx, "send", pieces, p.poster(ctx, discordgo.EndpointChannelMessages(chatID), ref))
 	if !r.Success {
 		return r
 	}
@@ -55,8 +55,8 @@ func (p *Platform) opSend(ctx context.Context, _, chatID string, a *contract.Act
 // messages' ids with OK(first), or op's failure for the first piece that
 // failed, which past the first piece says how many went out and carries
 // the first one's id.
-func (p *Platform) postPieces(op string, pieces []string, post func(i int, piece string) (string, error)) (first, last string, r contract.Result) {
-	return platform.SendParts(pieces, post, func(err error) contract.Result { return p.failed(op, err) })
+func (p *Platform) postPieces(ctx context.Context, op string, pieces []string, post func(i int, piece string) (string, error)) (first, last string, r contract.Result) {
+	return platform.SendParts(ctx, pieces, post, func(err error) contract.Result { return p.failed(op, err) })
 }
 
 // poster posts a piece to endpoint (a channel's messages or an interaction
@@ -84,7 +84,7 @@ func (p *Platform) opEdit(ctx context.Context, _, chatID string, a *contract.Act
 		return contract.Failed(contract.CodeBadRequest, "edit needs content")
 	}
 	post := p.poster(ctx, discordgo.EndpointChannelMessages(chatID), nil)
-	_, _, r := p.postPieces("edit", textsplit.Split(a.Content, splitRules), func(i int, piece string) (string, error) {
+	_, _, r := p.postPieces(ctx, "edit", textsplit.Split(a.Content, splitRules), func(i int, piece string) (string, error) {
 		if i > 0 {
 			return post(i, piece)
 		}
@@ -142,10 +142,11 @@ func (p *Platform) guildLabel(ctx context.Context, guildID string) string {
 // found. Absent or expired: capability_missing. A follow-up is a message of
 // the interaction's channel (the token's Ref names it after the
 // application): where tenant holds that channel by grant, as
-// followUpAllowed found before the post, the follow-up is remembered as
-// tenant's (platform.Grants.Posted, under the creation its token was
-// stored under, and even when ctx ended as the
-// post returned), as Execute remembers a send there, so tenant may edit
+// followUpAllowed found before the post, the follow-up (each of its
+// parts, platform.MarkParts) is remembered as tenant's
+// (platform.Grants.Posted, under the creation its token was stored under,
+// and even when ctx ended as the post returned), as Execute remembers a
+// send there, so tenant may edit
 // and delete it there and no other tenant may. The token outlives the interaction's routing by up to 15 minutes:
 // tenant must still be allowed in that channel (followUpAllowed), or the
 // follow-up is declined as a send there would be.
@@ -167,10 +168,10 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 		return r
 	}
 	endpoint := discordgo.EndpointWebhookToken(app, e.Value.Reveal()) + "?wait=true"
-	_, _, r = p.postPieces("follow_up", textsplit.Split(a.Content, splitRules), p.poster(ctx, endpoint, nil))
-	if r.MessageID != "" && hold == platform.HoldGrant {
-		p.spoke.Posted(ctx, channel, r.MessageID, tenant, e.Created)
+	if hold == platform.HoldGrant {
+		ctx = platform.MarkParts(ctx, p.spoke, channel, tenant, e.Created)
 	}
+	_, _, r = p.postPieces(ctx, "follow_up", textsplit.Split(a.Content, splitRules), p.poster(ctx, endpoint, nil))
 	return r
 }
 

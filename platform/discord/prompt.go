@@ -50,7 +50,7 @@ func (p *Platform) opPrompt(ctx context.Context, tenant, chatID string, a *contr
 		return contract.Failed(contract.CodeBadRequest, bad)
 	}
 	pieces := textsplit.Split(a.Content, splitRules)
-	_, last, r := p.postPieces("prompt", pieces, func(i int, piece string) (string, error) {
+	_, last, r := p.postPieces(ctx, "prompt", pieces, func(i int, piece string) (string, error) {
 		body := discordgo.MessageSend{Content: piece, AllowedMentions: allowedMentions}
 		if i == 0 {
 			body.Reference = ref

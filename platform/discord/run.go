@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bwmarrin/discordgo"
+
 	"connector/platform"
 	"connector/platform/chatcontext"
 	"connector/session"
@@ -53,13 +55,15 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 }
 
 // ingestMessage resolves the tenant from the message's own guild (or the DM
-// rule), normalizes it under that tenant's knobs and delivers it.
+// rule), normalizes it under that tenant's knobs and delivers it; a reply
+// quoting the bot's message says it is the tenant's own only when it is
+// (platform.Grants.OwnQuote).
 func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	m := &it.msg
 	if p.consumeLink(m, it.edit) {
 		return
 	}
-	n, tenant, created, drop := p.messageNormalizer(ctx, m)
+	n, tenant, created, chat, drop := p.messageNormalizer(ctx, m)
 	if drop != "" {
 		p.routeDropped(drop, m.GuildID, m.ChannelID)
 		return
@@ -75,6 +79,14 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	case err != nil:
 		p.dropped(err, "message_id", m.ID)
 		return
+	}
+	if q, rm := t.ev.ReplyTo, m.ReferencedMessage; q != nil && q.IsOwn {
+		author := ""
+		if m.Author != nil {
+			author = m.Author.ID
+		}
+		posted, _ := discordgo.SnowflakeTimestamp(rm.ID) // its whole millisecond
+		q.IsOwn = p.spoke.OwnQuote(ctx, p.owners.Load(), author, chat, rm.ID, tenant, posted.Add(time.Millisecond-time.Microsecond))
 	}
 	if src := &t.ev.Source; src.AutoThreadCreated && !it.edit && src.ChatID != m.ChannelID {
 		// The turn is keyed on the thread made of the message just now (not

@@ -52,7 +52,7 @@ func (p *Platform) post(ctx context.Context, tenant string, t target, a *contrac
 func (p *Platform) postParts(ctx context.Context, tenant string, t target, a *contract.Action, parts []string, blocks []slack.Block) (first, last string, r contract.Result) {
 	pol := p.policy(tenant)
 	thread := p.threadOf(tenant, a)
-	return platform.SendParts(parts, func(i int, part string) (ts string, err error) {
+	return platform.SendParts(ctx, parts, func(i int, part string) (ts string, err error) {
 		opts := []slack.MsgOption{slack.MsgOptionText(part, false)} // mrkdwn is chat.postMessage's default
 		if thread != "" {
 			opts = append(opts, slack.MsgOptionTS(thread))

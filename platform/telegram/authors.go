@@ -38,7 +38,9 @@ import (
 // A press whose poster the store could not look up is retried for a
 // while (dropPosterUnknown, posterWait).
 // A press answered by its poster renews the poster's grant only while the
-// presser is linked to it, as Discord's route does. created is the
+// presser is linked to it, as Discord's route does. A reply quoting the
+// bot's message says it is the tenant's own only when it is
+// (platform.Grants.OwnQuote). created is the
 // tenant's creation (vault.Creation) as the ownership was read (or as the
 // prompt's record keeps it), before the grant's store calls: a tenant deleted and
 // made again under its id while they wait does not take the update, nor the
@@ -87,6 +89,9 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 	}
 	if r.Grant && (r.Tenant == routed || own.Linked(src.UserID.Value, r.Tenant)) && !vault.Earlier(p.deps.Vault, r.Tenant, created) {
 		p.grants.Add(ctx, src.ChatID, "", r.Tenant, created) // not for one made again while PromptPoster read the store
+	}
+	if q := in.event.ReplyTo; q != nil && q.IsOwn { // its whole second, as earlierPrompt judges a date
+		q.IsOwn = p.grants.OwnQuote(ctx, own, src.UserID.Value, chat, in.event.ReplyToMessageID, r.Tenant, time.Unix(int64(in.msg.ReplyToMessage.Date)+1, 0).Add(-time.Microsecond))
 	}
 	return r.Tenant, created, r.Owner, ""
 }

@@ -42,7 +42,7 @@ func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contr
 func (p *Platform) sendParts(ctx context.Context, tenant string, chat int64, a *contract.Action, parts []string, markup models.ReplyMarkup) (first, last string, r contract.Result) {
 	thread := topicThread(a.Metadata.ThreadID)
 	reply := messageRef(a.ReplyTo)
-	return platform.SendParts(parts, func(i int, part string) (string, error) {
+	return platform.SendParts(ctx, parts, func(i int, part string) (string, error) {
 		params := &bot.SendMessageParams{
 			ChatID:          chat,
 			MessageThreadID: thread,

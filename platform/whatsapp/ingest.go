@@ -172,8 +172,10 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		if !p.newerRecorded(ctx, tenant, sender, sent) {
 			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent, created)
 		}
-		if ev.ReplyTo != nil {
-			ev.ReplyTo.Text = p.quotes.text(tenant, sender, ev.ReplyToMessageID)
+		if q := ev.ReplyTo; q != nil {
+			var other bool
+			q.Text, other = p.quotes.text(tenant, sender, ev.ReplyToMessageID)
+			q.IsOwn = q.IsOwn && !other
 		}
 		p.quotes.add(tenant, sender, wamid, ev.Text)
 		p.attachMedia(ctx, tenant, m, &ev)

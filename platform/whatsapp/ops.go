@@ -74,7 +74,7 @@ func (p *Platform) send(ctx context.Context, tenant string, c chat, a *contract.
 // sendText sends text split into pieces, the first quoting replyTo, and
 // returns the first and last message ids with the result.
 func (p *Platform) sendText(ctx context.Context, tenant string, c chat, op, text, replyTo string) (first, last string, r contract.Result) {
-	return platform.SendParts(textsplit.Split(text, splitRules), func(i int, part string) (string, error) {
+	return platform.SendParts(ctx, textsplit.Split(text, splitRules), func(i int, part string) (string, error) {
 		quote := ""
 		if i == 0 {
 			quote = replyTo

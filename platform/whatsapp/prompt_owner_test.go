@@ -357,8 +357,9 @@ func TestMessageSentBeforeItsTenantBegan(t *testing.T) {
 // again under its id (the vault's Since moves to its new start) with the
 // same number: a reply to a message of the earlier t1's conversation, the
 // user's or the bot's, reaches the new t1 without the quoted text (it was
-// received or sent before the new t1's creation); a reply to the new
-// t1's own message quotes it. So too when the instance that created the
+// received or sent before the new t1's creation), and the bot's message
+// is not the new t1's own (reply_to.is_own false; before, it was); a reply
+// to the new t1's own message quotes it, as its own. So too when the instance that created the
 // new t1 has a clock 5 s behind this one's (skewed): the quotes were told
 // apart by the time they were kept, which that skew got wrong (they are by
 // the creations now; only a text kept while t1 had none is judged by its
@@ -391,11 +392,11 @@ func remadeTenantQuotesNothing(t *testing.T, skewed bool) {
 		}
 		return res.MessageID
 	}
-	reply := func(wamid, quoted string) string {
+	reply := func(wamid, quoted, from string) *contract.ReplyTo {
 		t.Helper()
 		before := len(r.sink.all())
 		msg := whatsapptest.Message(biz1, ada, "Ada", map[string]any{"id": wamid, "type": "text", "text": map[string]any{"body": "why?"},
-			"context": map[string]any{"from": ada, "id": quoted}})
+			"context": map[string]any{"from": from, "id": quoted}})
 		if code := r.post(t, msg); code != 200 {
 			t.Fatalf("reply %s: %d", wamid, code)
 		}
@@ -403,7 +404,7 @@ func remadeTenantQuotesNothing(t *testing.T, skewed bool) {
 		if len(got) != 1 || got[0].Tenant != "t1" || got[0].Event == nil || got[0].Event.ReplyTo == nil {
 			t.Fatalf("reply %s delivered %+v, want one reply delivered to t1", wamid, got)
 		}
-		return got[0].Event.ReplyTo.Text
+		return got[0].Event.ReplyTo
 	}
 	r.converse(t, biz1, ada, "wamid.E1")
 	earlier := send("the earlier t1's answer")
@@ -413,14 +414,14 @@ func remadeTenantQuotesNothing(t *testing.T, skewed bool) {
 		began.Store(clk.Now().Add(-5 * time.Second).UnixMicro())
 	}
 	clk.Advance(time.Second)
-	if text := reply("wamid.E2", earlier); text != "" {
-		t.Fatalf("a reply to the earlier t1's answer quotes %q to the new t1", text)
+	if q := reply("wamid.E2", earlier, biz1.DisplayNumber); q.Text != "" || q.IsOwn {
+		t.Fatalf("a reply to the earlier t1's answer quotes %+v to the new t1", q)
 	}
-	if text := reply("wamid.E3", "wamid.E1"); text != "" {
-		t.Fatalf("a reply to a message the earlier t1 received quotes %q to the new t1", text)
+	if q := reply("wamid.E3", "wamid.E1", ada); q.Text != "" {
+		t.Fatalf("a reply to a message the earlier t1 received quotes %q to the new t1", q.Text)
 	}
-	if text := reply("wamid.E4", send("the new t1's answer")); text != "the new t1's answer" {
-		t.Fatalf("a reply to the new t1's answer quotes %q", text)
+	if q := reply("wamid.E4", send("the new t1's answer"), biz1.DisplayNumber); q.Text != "the new t1's answer" || !q.IsOwn {
+		t.Fatalf("a reply to the new t1's answer quotes %+v", q)
 	}
 }
 
@@ -678,4 +679,47 @@ func (v *judgingVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool)
 		v.judged.Store(true)
 	}
 	return e, ok
+}
+
+// TestQuoteOfAnotherTenantsAnswer: t1's number moves to t2; a reply to
+// t1's answer reaches t2 without its text and not as t2's own (before,
+// is_own was true for any message of the number's), and a reply to t2's
+// answer quotes it as t2's own.
+func TestQuoteOfAnotherTenantsAnswer(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	send := func(tenant, text string) string {
+		t.Helper()
+		res := r.exec(t, tenant, map[string]any{"op": "send", "chat_id": ada, "content": text})
+		if !res.Success {
+			t.Fatalf("%s's send: %+v", tenant, res)
+		}
+		return res.MessageID
+	}
+	reply := func(wamid, quoted string) *contract.ReplyTo {
+		t.Helper()
+		before := len(r.sink.all())
+		msg := whatsapptest.Message(biz1, ada, "Ada", map[string]any{"id": wamid, "type": "text", "text": map[string]any{"body": "why?"},
+			"context": map[string]any{"from": biz1.DisplayNumber, "id": quoted}})
+		if code := r.post(t, msg); code != 200 {
+			t.Fatalf("reply %s: %d", wamid, code)
+		}
+		got := r.sink.all()[before:]
+		if len(got) != 1 || got[0].Tenant != "t2" || got[0].Event == nil || got[0].Event.ReplyTo == nil {
+			t.Fatalf("reply %s delivered %+v, want one reply delivered to t2", wamid, got)
+		}
+		return got[0].Event.ReplyTo
+	}
+	r.converse(t, biz1, ada, "wamid.Q1") // t1's number
+	theirs := send("t1", "t1's answer")
+	if err := r.p.Bind([]platform.Binding{{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	r.converse(t, biz1, ada, "wamid.Q2")
+	if q := reply("wamid.Q3", theirs); q.Text != "" || q.IsOwn {
+		t.Fatalf("a reply to t1's answer reached t2 as %+v", q)
+	}
+	if q := reply("wamid.Q4", send("t2", "t2's answer")); q.Text != "t2's answer" || !q.IsOwn {
+		t.Fatalf("a reply to t2's answer reached t2 as %+v", q)
+	}
 }

@@ -1,0 +1,96 @@
+package telegram
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/platform"
+	"connector/vault"
+)
+
+// replyUpdate is user's message in chat replying to the bot's message
+// quoted, posted at date (Unix seconds), whose text is "quoted".
+func replyUpdate(id, chat, user, quoted int, date int64) []byte {
+	return fmt.Appendf(nil, `{"update_id":%d,"message":{"message_id":%d,"date":%d,"chat":{"id":%d,"type":"supergroup","title":"G"},"from":{"id":%d,"is_bot":false,"first_name":"U"},"text":"about that","reply_to_message":{"message_id":%d,"date":%d,"chat":{"id":%d,"type":"supergroup","title":"G"},"from":{"id":7012345678,"is_bot":true,"first_name":"Hermes","username":"hermes_test_bot"},"text":"quoted"}}}`,
+		884200000+id, id, time.Now().Unix(), chat, user, quoted, date, chat)
+}
+
+// TestQuoteOfAnotherTenantsAnswer: in group -100888, which t2 (505's)
+// and t3 (506's) both hold by grant, a reply quoting the bot's answer for
+// t2 reaches t3 with the quote's text but not as t3's own (before, is_own
+// was true for any bot message, so t3's agent took t2's answer for its
+// own turn); a reply quoting t3's answer, or either part of t2's answer
+// split in two, is its tenant's own.
+func TestQuoteOfAnotherTenantsAnswer(t *testing.T) {
+	e := heldEnv(t, vault.NewMemory(vault.Config{}),
+		platform.Binding{Kind: platform.BindUser, ID: "505", Tenant: "t2"},
+		platform.Binding{Kind: platform.BindUser, ID: "506", Tenant: "t3"})
+	const group = -100888
+	for i, user := range []int{505, 506} {
+		e.post(t, fmt.Appendf(nil, `{"update_id":%d,"message":{"message_id":%d,"date":%d,"chat":{"id":%d,"type":"supergroup","title":"G"},"from":{"id":%d,"is_bot":false,"first_name":"U"},"text":"hello"}}`, 884100000+i, 1+i, time.Now().Unix(), group, user))
+		e.sink.Next(t)
+	}
+	long := strings.Repeat("a", 3000) + "\n\n" + strings.Repeat("b", 3000)
+	if r := e.act(t, "t2", sendAction(fmt.Sprint(group), long)); !r.Success {
+		t.Fatalf("t2's send = %+v", r)
+	}
+	if r := e.act(t, "t3", sendAction(fmt.Sprint(group), "t3's answer")); !r.Success {
+		t.Fatalf("t3's send = %+v", r)
+	}
+	posted := slices.Sorted(func(yield func(int) bool) {
+		for id := range e.fake.Messages(group) {
+			if !yield(id) {
+				return
+			}
+		}
+	})
+	if len(posted) != 3 {
+		t.Fatalf("the group holds %d messages, want t2's two parts and t3's", len(posted))
+	}
+	for i, c := range []struct {
+		user, quoted int
+		tenant       string
+		own          bool
+	}{
+		{506, posted[0], "t3", false},
+		{506, posted[1], "t3", false},
+		{506, posted[2], "t3", true},
+		{505, posted[0], "t2", true},
+		{505, posted[1], "t2", true},
+		{505, posted[2], "t2", false},
+	} {
+		e.post(t, replyUpdate(100+i, group, c.user, c.quoted, time.Now().Unix()))
+		d := e.sink.Next(t)
+		if d.Tenant != c.tenant || d.Event == nil || d.Event.ReplyTo == nil || d.Event.ReplyTo.Text != "quoted" || d.Event.ReplyTo.IsOwn != c.own {
+			t.Errorf("reply %d quoting %d reached %q with %+v, want %s with the text and is_own %v", i, c.quoted, d.Tenant, d.Event, c.tenant, c.own)
+		}
+	}
+}
+
+// TestQuoteOfAnEarlierTenantsAnswer: in supergroup -1001234567890, bound
+// to t2, a reply quoting the bot's message is t2's own when it was posted
+// since t2's creation, and not when it was posted before, for the
+// earlier tenant of the id (before, it was t2's own too).
+func TestQuoteOfAnEarlierTenantsAnswer(t *testing.T) {
+	created := time.Now().Add(-time.Hour)
+	c := &creations{}
+	c.made("t2", created)
+	e := heldEnv(t, vault.NewMemory(vault.Config{Since: c.since}), platform.Binding{Kind: platform.BindChat, ID: "-1001234567890", Tenant: "t2"})
+	for i, q := range []struct {
+		date int64
+		own  bool
+	}{
+		{created.Unix() - 1, false},
+		{created.Unix(), true}, // the second of the creation: maybe since
+		{created.Unix() + 60, true},
+	} {
+		e.post(t, replyUpdate(200+i, -1001234567890, 505, 50+i, q.date))
+		d := e.sink.Next(t)
+		if d.Tenant != "t2" || d.Event == nil || d.Event.ReplyTo == nil || d.Event.ReplyTo.Text != "quoted" || d.Event.ReplyTo.IsOwn != q.own {
+			t.Errorf("reply %d reached %q with %+v, want t2 with the text and is_own %v", i, d.Tenant, d.Event, q.own)
+		}
+	}
+}
