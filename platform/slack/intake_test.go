@@ -1670,8 +1670,8 @@ func TestIntakeReservesAtMostItsBound(t *testing.T) {
 
 // TestIntakeUnheldChatsShareOneShare: the events of the chats no tenant
 // holds that route to no tenant are charged together, as one tenant's
-// (""): before the intake is half full they may take that half, then no
-// more; a tenant's own chats still take their share of the other half.
+// (""): before the intake is half full they may take their bound, then
+// no more; a tenant's own chats still take their share of the rest.
 func TestIntakeUnheldChatsShareOneShare(t *testing.T) {
 	in := &intake{charged: map[string]int{}, bound: func(string) int { return intakeMaxHeld / 2 }}
 	for i := range intakeMaxHeld / 2 {
@@ -1978,5 +1978,54 @@ func TestIntakeReactionChargedToItsReactorsTenant(t *testing.T) {
 		"item": map[string]any{"type": "message", "channel": chanNew, "ts": "1768490100.000100"}, "event_ts": "1768490101.000100"}, http.StatusOK)
 	if pending, _ := e.p.IntakeStats(); pending != 2 {
 		t.Fatalf("%d entries held, want 2 (Dan's reaction taken behind Cat's message)", pending)
+	}
+}
+
+// TestIntakeUnheldChatsTakeNoHalf: in workspace C, which no tenant binds,
+// Cat's (t2's) message stalls; messages of a user no tenant's queued
+// behind it there, and Cat's slash commands, take what the intake lets
+// them; t3's (Dan's) thread replies in its own chat are still taken: the
+// events routed to no tenant are charged at most a tenant's share, not
+// half the intake. Before, they took half (an outsider in a chat the bot
+// sits in, or t2's unlinked accounts pressing its prompt there), t2's
+// commands the other half, and every tenant's slow messages were refused
+// (503) on the instance.
+func TestIntakeUnheldChatsTakeNoHalf(t *testing.T) {
+	const userEve = "U0EVE00005" // of C, linked to no tenant
+	clk := clocktest.New(time.Now())
+	e := ownershipEnv(t, &platform.Deps{Media: newMediaStore(t), Clock: clk},
+		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"})
+	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490000.000100", "", "deploy?"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t2" {
+		t.Fatalf("Cat's message delivered to %s, want t2", d.Tenant)
+	}
+	r := e.execute(t, "t2", `{"op":"prompt","chat_id":"`+chanNew+`","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamC.ID, "F0SLOW0003", "F0SLOW0003.png", "image/png", started)
+	ev := fileMessage(chanNew, "1768490100.000100", "F0SLOW0003", url)
+	ev["team"], ev["user"] = teamC.ID, userCat
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev0", ev)), "Cat's message with a stalled file")
+	waitStarted(t, started, "Cat's stalled file")
+	for n := 1; n < intakeMaxHeld/2; n++ { // as many as the intake takes
+		body := slacktest.Envelope(teamC.ID, teamC.BotUser, fmt.Sprintf("EvE%d", n), slacktest.MessageEvent(teamC.ID, chanNew, userEve, fmt.Sprintf("1768490101.%06d", n), "", "held"))
+		e.post(t, EventsPath, "application/json", body)
+	}
+	for n := 1; n < intakeMaxHeld/2; n++ {
+		e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamC.ID, chanNew, userCat, "/status", fmt.Sprint(n), ""))
+	}
+	press := withResponseURL(t, slacktest.Press(teamC.ID, chanNew, userEve, r.MessageID, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL("eve"))
+	e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press)
+	pending := func() int { n, _ := e.p.IntakeStats(); return n }
+	for n := range 8 {
+		ts := fmt.Sprintf("1768490102.%06d", n)
+		body := slacktest.Envelope(teamA.ID, teamA.BotUser, fmt.Sprintf("EvD%d", n), slacktest.MessageEvent(teamA.ID, chanOps, userAda, ts, "1768490000.000100", "a reply"))
+		if code, _ := e.post(t, EventsPath, "application/json", body); code != http.StatusOK {
+			t.Fatalf("t3's thread reply %d answered %d, want it taken (%d entries held)", n, code, pending())
+		}
 	}
 }

@@ -296,9 +296,14 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 // its share of the intake by the weights of the tenants the platform knows
 // (fairshare.Share), and at least half of it, so that a busy tenant among
 // many takes that half while the others are idle and leaves them the
-// other; a deployment of one tenant takes the whole intake. The chats no
-// tenant holds ("") are charged half.
+// other; a deployment of one tenant takes the whole intake. The entries
+// routed to no tenant in the chats no tenant holds (""), which anyone in
+// such a chat may send, are charged at most intakeTenantShare: half, with
+// a busy tenant's half, would fill the intake.
 func (p *Platform) intakeBound(tenant string) int {
+	if tenant == "" {
+		return intakeTenantShare
+	}
 	return max(fairshare.Share(intakeMaxHeld, *p.weights.Load(), tenant), intakeMaxHeld/2)
 }
 
