@@ -1013,8 +1013,12 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				// this instance is the one that took it, asked directly
 				// (restarted under its name since): its forwarder, told,
 				// waits no more (a copy read on the room's channel it
-				// ignores, from no instance it names).
-				cl.sendNow(req.From, msgUnknown, req.Fields[1])
+				// ignores, from no instance it names). Unless this instance
+				// knows it: a copy decoded with one that claimed it before
+				// the lease was lost, which answers.
+				if _, seen, _ := cl.execs.Get(cl.ctx, exec); !seen {
+					cl.sendNow(req.From, msgUnknown, req.Fields[1])
+				}
 				return
 			}
 			var holder []byte

@@ -1721,3 +1721,66 @@ func TestClusterForwardedActionEndsWithTheHomesShutdown(t *testing.T) {
 		t.Fatalf("the home's Run returned %v after its shutdown began, want within 3 beats: the forwarded send_media it ran held it", took)
 	}
 }
+
+// TestClusterForwardCopiesRacingALostLeaseSayNotUnknown: two copies of a
+// forwarded send read together (go-redis sent its PUBLISH again) both
+// decode; the first claims and runs it, the room's lease is lost, then the
+// second finds the room no longer homed here. It says nothing: the
+// forwarder, told msgUnknown by the instance that took the send, would
+// answer "outcome unknown" for an action it still runs or answers.
+func TestClusterForwardCopiesRacingALostLeaseSayNotUnknown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	var loseLease atomic.Pointer[context.CancelFunc]
+	home := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, run func(context.Context) error) error {
+			hctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			loseLease.Store(&cancel)
+			return run(hctx)
+		}
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	unknown := make(chan struct{}, 1)
+	told := func(channel string, msg []byte) bool {
+		if channel == cluster.Inbox("i9") && clustertest.Type(msg) == msgUnknown {
+			select {
+			case unknown <- struct{}{}:
+			default:
+			}
+		}
+		return false
+	}
+	home.lose.Store(&told)
+	cl := home.p.cluster
+	holding := make(chan chan struct{}, 2)
+	cl.decode = func(data []byte, v any) error {
+		release := make(chan struct{})
+		holding <- release
+		<-release
+		return json.Unmarshal(data, v)
+	}
+	cl.execHere(forwardedSend("01JTWICE", "twice"))
+	cl.execHere(forwardedSend("01JTWICE", "twice")) // read before the first claimed it
+	var copies [2]chan struct{}
+	for i := range copies {
+		select {
+		case copies[i] = <-holding:
+		case <-time.After(testTimeout):
+			t.Fatalf("copy %d of the send not decoding within %v: the second must pass the first's check", i+1, testTimeout)
+		}
+	}
+	close(copies[0])
+	if m := alice.Expect("msg"); m["text"] != "twice" {
+		t.Fatalf("alice got %v, want the send", m)
+	}
+	(*loseLease.Load())()
+	waitFor(t, "the room's lease lost", func() bool { return !home.p.room(DefaultRoom).homeHeld() })
+	close(copies[1])
+	waitFor(t, "the home done with the copies", func() bool { return !goroutineIn("nexscope.(*fleet).execHere")() })
+	select {
+	case <-unknown:
+		t.Fatal("the instance that took the send told its forwarder it does not know it (msgUnknown): its gateway is told 'outcome unknown' for a send that ran")
+	default:
+	}
+}
