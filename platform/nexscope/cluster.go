@@ -150,6 +150,12 @@ type fleet struct {
 	holders store.Capabilities
 	execs   platform.LocalState
 	running map[string]execRun
+	// givenUp are the forwarded actions this instance gave up on, each
+	// with how long a copy may come (claimGivenUp, one goroutine while
+	// claiming; kick wakes it); at most maxLeft.
+	givenUp  map[string]time.Time
+	claiming bool
+	kick     chan struct{}
 	// forwards are this instance's forwarded actions waiting for their
 	// result, to the home that took each ("" none yet: msgTaken).
 	forwards map[string]*taker
@@ -183,6 +189,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		joining: make(map[string]bool), left: make(map[string]int),
 		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), holders: platform.StateOr(p.deps.Store, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
 		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]execRun), forwards: make(map[string]*taker),
+		givenUp: make(map[string]time.Time), kick: make(chan struct{}, 1),
 		decode: json.Unmarshal, tookBeat: platform.NewLocalState(maxLeft, p.deps.Clock),
 	}
 	cl.beatNo.Store(p.deps.Clock.Now().UnixMilli())
@@ -353,7 +360,9 @@ func (cl *fleet) shutdown() {
 	cl.p.roomsMu.Lock()
 	cl.bid = nil
 	cl.p.roomsMu.Unlock()
+	cl.mu.Lock() // no claimGivenUp starts once its wait group is waited for
 	cl.stop()
+	cl.mu.Unlock()
 	cl.wg.Wait()
 	cl.streams.close()
 }
@@ -929,21 +938,17 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		} else {
 			cl.node.Send(roomPrefix+r.name, msgCancel, []byte(exec))
 		}
-		if cl.p.track() { // not awaited: the gateway's answer waits for no store
-			go func() {
-				defer cl.p.wg.Done()
-				// Tried again every beat while the store fails it, as long
-				// as a copy may come (one read by a home once the store is
-				// back would run otherwise), until Run ends.
-				clk, until := cl.p.deps.Clock, cl.p.deps.Clock.Now().Add(forwardedExecTimeout+cl.node.ResendWindow())
-				for {
-					_, err := cl.claims.Claim(cl.ctx, execClaim+exec, until)
-					if err == nil || cl.p.closed.Load() || clk.Now().After(until) || clk.Sleep(cl.ctx, cl.node.Beat()) != nil {
-						return
-					}
-				}
-			}()
+		// Not awaited: the gateway's answer waits for no store.
+		cl.mu.Lock()
+		if len(cl.givenUp) < maxLeft && cl.ctx.Err() == nil {
+			cl.givenUp[exec] = cl.p.deps.Clock.Now().Add(forwardedExecTimeout + cl.node.ResendWindow())
+			if !cl.claiming {
+				cl.claiming = true
+				cl.wg.Go(cl.claimGivenUp)
+			}
 		}
+		cl.mu.Unlock()
+		cl.kickClaims()
 		res := contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 		res.Ambiguous = taken // a home took it: it may have run
 		return res
@@ -953,6 +958,51 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home answered garbage")
 	}
 	return res
+}
+
+// claimGivenUp claims the forwarded actions given up on (fleet.givenUp),
+// each tried again every beat while the store fails it, as long as a copy
+// may come (one read by a home once the store is back would run
+// otherwise), until none is left or the instance shuts down: one goroutine
+// and one store call at a time however many there are.
+func (cl *fleet) claimGivenUp() {
+	clk := cl.p.deps.Clock
+	for {
+		cl.mu.Lock()
+		pending := maps.Clone(cl.givenUp)
+		cl.mu.Unlock()
+		for exec, until := range pending {
+			if _, err := cl.claims.Claim(cl.ctx, execClaim+exec, until); err == nil || !clk.Now().Before(until) {
+				cl.mu.Lock()
+				delete(cl.givenUp, exec)
+				cl.mu.Unlock()
+			}
+		}
+		cl.mu.Lock()
+		if len(cl.givenUp) == 0 {
+			cl.claiming = false
+			cl.mu.Unlock()
+			return
+		}
+		cl.mu.Unlock()
+		t := clk.AfterFunc(cl.node.Beat(), cl.kickClaims)
+		select {
+		case <-cl.kick: // a beat passed, or another was given up on
+		case <-cl.ctx.Done():
+		}
+		t.Stop()
+		if cl.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// kickClaims wakes claimGivenUp.
+func (cl *fleet) kickClaims() {
+	select {
+	case cl.kick <- struct{}{}:
+	default:
+	}
 }
 
 // taker is the home that took a forwarded action (msgTaken), when it
@@ -1013,8 +1063,12 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				// this instance is the one that took it, asked directly
 				// (restarted under its name since): its forwarder, told,
 				// waits no more (a copy read on the room's channel it
-				// ignores, from no instance it names).
-				cl.sendNow(req.From, msgUnknown, req.Fields[1])
+				// ignores, from no instance it names). Unless this instance
+				// knows it: a copy decoded with one that claimed it before
+				// the lease was lost, which answers.
+				if _, seen, _ := cl.execs.Get(cl.ctx, exec); !seen {
+					cl.sendNow(req.From, msgUnknown, req.Fields[1])
+				}
 				return
 			}
 			var holder []byte

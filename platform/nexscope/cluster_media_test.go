@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -1721,3 +1722,172 @@ func TestClusterForwardedActionEndsWithTheHomesShutdown(t *testing.T) {
 		t.Fatalf("the home's Run returned %v after its shutdown began, want within 3 beats: the forwarded send_media it ran held it", took)
 	}
 }
+
+// TestClusterForwardCopiesRacingALostLeaseSayNotUnknown: two copies of a
+// forwarded send read together (go-redis sent its PUBLISH again) both
+// decode; the first claims and runs it, the room's lease is lost, then the
+// second finds the room no longer homed here. It says nothing: the
+// forwarder, told msgUnknown by the instance that took the send, would
+// answer "outcome unknown" for an action it still runs or answers.
+func TestClusterForwardCopiesRacingALostLeaseSayNotUnknown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	var loseLease atomic.Pointer[context.CancelFunc]
+	home := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, run func(context.Context) error) error {
+			hctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			loseLease.Store(&cancel)
+			return run(hctx)
+		}
+	})
+	homeOf(t, []*instance{home}, DefaultRoom)
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	unknown := make(chan struct{}, 1)
+	told := func(channel string, msg []byte) bool {
+		if channel == cluster.Inbox("i9") && clustertest.Type(msg) == msgUnknown {
+			select {
+			case unknown <- struct{}{}:
+			default:
+			}
+		}
+		return false
+	}
+	home.lose.Store(&told)
+	cl := home.p.cluster
+	holding := make(chan chan struct{}, 2)
+	cl.decode = func(data []byte, v any) error {
+		release := make(chan struct{})
+		holding <- release
+		<-release
+		return json.Unmarshal(data, v)
+	}
+	cl.execHere(forwardedSend("01JTWICE", "twice"))
+	cl.execHere(forwardedSend("01JTWICE", "twice")) // read before the first claimed it
+	var copies [2]chan struct{}
+	for i := range copies {
+		select {
+		case copies[i] = <-holding:
+		case <-time.After(testTimeout):
+			t.Fatalf("copy %d of the send not decoding within %v: the second must pass the first's check", i+1, testTimeout)
+		}
+	}
+	close(copies[0])
+	if m := alice.Expect("msg"); m["text"] != "twice" {
+		t.Fatalf("alice got %v, want the send", m)
+	}
+	(*loseLease.Load())()
+	waitFor(t, "the room's lease lost", func() bool { return !home.p.room(DefaultRoom).homeHeld() })
+	close(copies[1])
+	waitFor(t, "the home done with the copies", func() bool { return !goroutineIn("nexscope.(*fleet).execHere")() })
+	select {
+	case <-unknown:
+		t.Fatal("the instance that took the send told its forwarder it does not know it (msgUnknown): its gateway is told 'outcome unknown' for a send that ran")
+	default:
+	}
+}
+
+// TestClusterForwardsGivenUpWhileTheStoreStallsClaimedOneAtATime: the
+// claims of forwards given up on while the store does not answer (each
+// claim stalled) are made by one goroutine, one at a time, not one
+// goroutine each retrying every beat; and the instance's stop waits
+// neither for a stalled claim nor for the next beat.
+func TestClusterForwardsGivenUpWhileTheStoreStallsClaimedOneAtATime(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	stalled := &stalledClaims{release: make(chan struct{})}
+	ttl := 6 * testTimeout // a beat (a third) longer than the test waits for the stop
+	edge := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i1", ttl, func(d *platform.Deps) {
+		stalled.Claims = d.Store.Claims()
+		d.Store = stalledStore{d.Store, stalled}
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	forwarded := make(chan struct{}, 1)
+	lost := func(_ string, msg []byte) bool { // no home reads the room
+		if clustertest.Type(msg) == msgExec {
+			select {
+			case forwarded <- struct{}{}:
+			default:
+			}
+		}
+		return true
+	}
+	edge.lose.Store(&lost)
+	for i := range 3 {
+		ctx, revoke := context.WithCancel(context.Background())
+		results := make(chan contract.Result, 1)
+		go func() {
+			results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "revoked"})
+		}()
+		select {
+		case <-forwarded:
+		case <-time.After(testTimeout):
+			t.Fatalf("the edge never forwarded send %d", i)
+		}
+		revoke()
+		select {
+		case <-results:
+		case <-time.After(testTimeout):
+			t.Fatalf("revoked send %d not answered", i)
+		}
+	}
+	waitFor(t, "a given-up forward's claim asked of the store", func() bool { return stalled.asked.Load() > 0 })
+	if n := goroutinesIn("(*fleet).forwardExec.func") + goroutinesIn("(*fleet).claimGivenUp"); n != 1 {
+		t.Errorf("%d goroutines claim the 3 forwards given up on, want 1", n)
+	}
+	if n := stalled.asked.Load(); n != 1 {
+		t.Errorf("%d claims asked of the stalled store at once, want 1", n)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		edge.stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(testTimeout):
+		close(stalled.release)
+		<-stopped
+		t.Fatalf("the edge did not stop within %v while a given-up forward's claim stalled", testTimeout)
+	}
+}
+
+// goroutinesIn counts the goroutines whose stack contains sub.
+func goroutinesIn(sub string) int {
+	buf := make([]byte, 1<<20)
+	n := 0
+	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+// stalledClaims are claims that never answer (a store stalled) until
+// release is closed, then fail, or their context ends; asked counts those
+// stalled now.
+type stalledClaims struct {
+	store.Claims
+	release chan struct{}
+	asked   atomic.Int32
+}
+
+func (c *stalledClaims) Claim(ctx context.Context, _ string, _ time.Time) (bool, error) {
+	c.asked.Add(1)
+	defer c.asked.Add(-1)
+	select {
+	case <-c.release:
+	case <-ctx.Done():
+	}
+	return false, errors.New("store stalled")
+}
+
+// stalledStore is a store whose claims are stalled.
+type stalledStore struct {
+	store.Store
+	claims *stalledClaims
+}
+
+func (s stalledStore) Claims() store.Claims { return s.claims }
