@@ -1002,8 +1002,9 @@ func (s *redisStore) putExpiring(ctx context.Context, owner bool, a, b string, v
 // putLaterScript: KEYS the capability; ARGV the value as stored, the
 // generation, PX, now in seconds and nanoseconds. Sets the value unless
 // the stored one is live (its expiry, encodeExpiring's first 12 bytes,
-// after now) and of a later generation (Later, which it mirrors). Returns
-// 1 when it set it.
+// after now) and of a later generation (Later, which it mirrors on what
+// the vault writes, an integer c: cjson also reads a c no version writes,
+// a float, 1e20, that Later takes for none). Returns 1 when it set it.
 var putLaterScript = redis.NewScript(`
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'string' and #cur >= 12 then
