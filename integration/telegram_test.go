@@ -734,9 +734,13 @@ func TestTelegramStockGatewayStreamsDraftsInGroups(t *testing.T) {
 	if !reply.Success {
 		t.Fatalf("reply = %+v", reply)
 	}
-	msgs := l.fake.Messages(forum)
-	if len(msgs) != before+2 || !hasText(msgs, "The build is fixed.") || !hasText(msgs, "Other turn") || hasText(msgs, "Looking at the build logs") {
-		t.Fatalf("after the reply the topic shows %v, want the reply and the other turn's preview", msgs)
+	// The reply's preview goes once the reply is answered.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := l.fake.WaitMessages(ctx, forum, func(msgs map[int]string) bool {
+		return len(msgs) == before+2 && hasText(msgs, "The build is fixed.") && hasText(msgs, "Other turn") && !hasText(msgs, "Looking at the build logs")
+	}); err != nil {
+		t.Fatalf("after the reply, want the reply and the other turn's preview: %v", err)
 	}
 	// A frame of another tenant's gateway into t1's group is declined.
 	if r := l.gw2.Outbound(t, "telegram", relaytest.StockDraft(telegramtest.ChatDevForum, 9, "x", false, nil)); r.Code != contract.CodeEgressDeclined {

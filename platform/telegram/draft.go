@@ -657,6 +657,10 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	return r // contract.OK(first) when every part went out
 }
 
+// maxReplacing bounds the preview replacements running after their sends
+// were answered (replacePreviews); past it a send's previews stay, logged.
+const maxReplacing = 64
+
 // replacePreviews deletes the previews of tenant's open draft streams in a
 // group chat's topic that a's reply replaces: those of a's turn, or every
 // one of the topic when a names no turn, as Telegram's sendMessage replaces
@@ -669,64 +673,94 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // the turn this instance remembers may be a stream sealed elsewhere since;
 // for a naming no turn, those of every turn the store lists for the topic
 // (replaceTopicPreviews). Deleting is best effort: a preview that stays is
-// logged. It runs once the reply went out, within a request_timeout of its
-// own, which the action's deadline does not cut short.
+// logged. The streams are those open as the reply went out; their previews
+// are deleted after the send is answered, so a slow Telegram or store never
+// holds the answer past its deadline (the gateway would send the reply
+// again), on a goroutine of its own (at most maxReplacing; Run waits for
+// them as it stops) within a request_timeout of its own.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
 	if chat > 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
-	defer cancel()
 	thread, turn := topicThread(a.Metadata.ThreadID), a.Metadata.Turn()
-	here := false // a preview of a's turn was deleted here
+	sent := p.deps.Clock.Now()
+	ended := map[draftKey]*preview{}
 	for _, k := range p.previews.Keys() {
 		if k.tenant != tenant || k.chat != chat {
 			continue
 		}
-		pv, ok := p.previews.Peek(k)
-		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) || vault.Outdated(p.deps.Vault, tenant, pv.at, pv.created) {
-			continue
-		}
-		pv.mu.Lock()
-		id, open := pv.id, !pv.done
-		if open {
-			p.closePreview(k, pv)
-		}
-		pv.mu.Unlock()
-		if !open || id == 0 {
-			continue
-		}
-		if r, ok, err := p.storedPreview(ctx, k, pv.turn); err != nil || (ok && r.Sealed && r.ID == id) {
-			continue
-		}
-		p.deletePreview(ctx, chat, id)
-		here = here || pv.turn == turn
-		if p.seals != nil && pv.turn != "" { // best effort, as replaceStoredPreview
-			_ = p.seals.Delete(ctx, turnPreviewKey(tenant, chat, thread, pv.turn))
+		if pv, ok := p.previews.Peek(k); ok && pv.thread == thread && (turn == "" || pv.turn == "" || pv.turn == turn) && !vault.Outdated(p.deps.Vault, tenant, pv.at, pv.created) {
+			ended[k] = pv
 		}
 	}
-	switch {
-	case p.seals == nil:
-	case turn != "":
-		if !here {
-			p.replaceStoredPreview(ctx, tenant, chat, thread, turn)
-		}
+	if len(ended) == 0 && p.seals == nil {
+		return
+	}
+	select {
+	case p.replacing <- struct{}{}:
 	default:
-		p.replaceTopicPreviews(ctx, tenant, chat, thread)
+		p.log.Info("telegram draft previews not replaced: too many replacements in flight", "chat_id", chat)
+		return
+	}
+	go func() {
+		defer func() { <-p.replacing }()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
+		defer cancel()
+		here := false // a preview of a's turn was deleted here
+		for k, pv := range ended {
+			pv.mu.Lock()
+			id, open := pv.id, !pv.done
+			if open {
+				p.closePreview(k, pv)
+			}
+			pv.mu.Unlock()
+			if !open || id == 0 {
+				continue
+			}
+			if r, ok, err := p.storedPreview(ctx, k, pv.turn); err != nil || (ok && r.Sealed && r.ID == id) {
+				continue
+			}
+			p.deletePreview(ctx, chat, id)
+			here = here || pv.turn == turn
+			if p.seals != nil && pv.turn != "" { // best effort, as replaceStoredPreview
+				_ = p.seals.Delete(ctx, turnPreviewKey(tenant, chat, thread, pv.turn))
+			}
+		}
+		switch {
+		case p.seals == nil:
+		case turn != "":
+			if !here {
+				p.replaceStoredPreview(ctx, tenant, chat, thread, turn, sent)
+			}
+		default:
+			p.replaceTopicPreviews(ctx, tenant, chat, thread, sent)
+		}
+	}()
+}
+
+// awaitReplacing returns once the preview replacements in flight ended
+// (replacePreviews): it takes every slot, then gives them back. One
+// caller at a time (Run: there is one).
+func (p *Platform) awaitReplacing() {
+	for range cap(p.replacing) {
+		p.replacing <- struct{}{}
+	}
+	for range cap(p.replacing) {
+		<-p.replacing
 	}
 }
 
 // replaceTopicPreviews deletes the open previews of every turn the store
 // lists for tenant's topic (topicPreviewsKey), which other instances may
-// have shown, and forgets the list.
-func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat int64, thread int) {
+// have shown before sent, and forgets the list.
+func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat int64, thread int, sent time.Time) {
 	key := topicPreviewsKey(tenant, chat, thread)
 	var turns []string
 	if ok, _ := p.storedRecord(ctx, key, "previews", &turns, "chat_id", chat); !ok {
 		return
 	}
 	for _, turn := range turns {
-		p.replaceStoredPreview(ctx, tenant, chat, thread, turn)
+		p.replaceStoredPreview(ctx, tenant, chat, thread, turn, sent)
 	}
 	_ = p.seals.Delete(ctx, key) // best effort, as replaceStoredPreview
 }
@@ -734,14 +768,19 @@ func (p *Platform) replaceTopicPreviews(ctx context.Context, tenant string, chat
 // replaceStoredPreview deletes the open preview the store names for
 // tenant's turn in chat's topic (turnPreviewKey: the stream's draft_id, a
 // JSON number), which another instance showed before the gateway
-// reconnected here, and forgets its name.
-func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat int64, thread int, turn string) {
+// reconnected here, and forgets its name; one shown after sent, by a
+// stream of the turn the gateway began once the send was answered, stays.
+func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat int64, thread int, turn string, sent time.Time) {
 	key := turnPreviewKey(tenant, chat, thread, turn)
 	var draft int64
 	if ok, _ := p.storedRecord(ctx, key, "preview", &draft, "chat_id", chat, "turn", turn); !ok || draft == 0 {
 		return
 	}
-	if r, ok, _ := p.storedPreview(ctx, draftKey{tenant, chat, draft}, turn); ok && !r.Sealed {
+	r, ok, _ := p.storedPreview(ctx, draftKey{tenant, chat, draft}, turn)
+	switch {
+	case ok && r.At.After(sent):
+		return
+	case ok && !r.Sealed:
 		p.deletePreview(ctx, chat, r.ID)
 	}
 	_ = p.seals.Delete(ctx, key) // best effort: a send of the turn then finds the preview gone

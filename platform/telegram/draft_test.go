@@ -497,6 +497,7 @@ func TestGroupStreamMovingToAnotherInstance(t *testing.T) {
 				a.ChatID = contract.ID(chat)
 				a.Metadata.MessageID = "77"
 				r := p.Execute(ctx, tenant, &a)
+				p.awaitReplacing() // a group send deletes the previews it replaces after its answer
 				if !r.Success {
 					t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
 				}
@@ -590,6 +591,7 @@ func TestGroupSendOnAnotherInstanceReplacesThePreview(t *testing.T) {
 		a.ChatID = contract.ID(chat)
 		a.Metadata.MessageID = contract.ID(turn)
 		r := p.Execute(ctx, tenant, &a)
+		p.awaitReplacing() // a group send deletes the previews it replaces after its answer
 		if !r.Success {
 			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
 		}
@@ -783,6 +785,7 @@ func TestGroupSendBesideAStalePreviewOfItsTurn(t *testing.T) {
 		a.ChatID = contract.ID(chat)
 		a.Metadata.MessageID = "77"
 		r := p.Execute(ctx, tenant, &a)
+		p.awaitReplacing() // a group send deletes the previews it replaces after its answer
 		if !r.Success {
 			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
 		}
@@ -887,6 +890,7 @@ func TestGroupSendNamingNoTurnOnAnotherInstance(t *testing.T) {
 		t.Helper()
 		a.ChatID = contract.ID(chat)
 		r := p.Execute(ctx, tenant, &a)
+		p.awaitReplacing() // a group send deletes the previews it replaces after its answer
 		if !r.Success {
 			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
 		}
@@ -1049,6 +1053,7 @@ func sendOfATenantMadeAgain(t *testing.T, there bool) {
 		t.Helper()
 		a.ChatID = contract.ID(chat)
 		r := p.Execute(ctx, tenant, &a)
+		p.awaitReplacing() // a group send deletes the previews it replaces after its answer
 		if !r.Success {
 			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
 		}
@@ -1430,6 +1435,7 @@ func TestGroupStreamAcrossADeclarationTakenOut(t *testing.T) {
 		if r := e.act(t, tenant, a); !r.Success {
 			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
 		}
+		e.p.awaitReplacing() // a group send deletes the previews it replaces after its answer
 	}
 	act(contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the ans"})
 	clk.Advance(time.Second)
@@ -1470,7 +1476,9 @@ func TestGroupSendReplacesAStoredPreviewPastItsDeadline(t *testing.T) {
 		t.Helper()
 		a.ChatID = contract.ID(chat)
 		a.Metadata.MessageID = "77"
-		return p.Execute(ctx, tenant, &a)
+		r := p.Execute(ctx, tenant, &a)
+		p.awaitReplacing() // a group send deletes the previews it replaces after its answer
+		return r
 	}
 	if r := act(ctx, other, contract.Action{Op: contract.OpDraft, DraftID: 2, Content: "and the res"}); !r.Success {
 		t.Fatalf("draft frame: %+v", r)
@@ -1503,8 +1511,109 @@ func TestStoredTurnPreviewNotReadNamesTheTurn(t *testing.T) {
 		Metadata: contract.Metadata{MessageID: "77"}}); !r.Success {
 		t.Fatalf("send: %+v", r)
 	}
+	e.p.awaitReplacing() // the send looks its turn's preview up after its answer
 	logs := e.logs.String()
 	if !strings.Contains(logs, `"msg":"telegram draft preview not read from the store"`) || !strings.Contains(logs, `"turn":"77"`) || strings.Contains(logs, `"draft_id":0`) {
 		t.Fatalf("logs:\n%s", logs)
+	}
+}
+
+// TestGroupSendAnsweredBeforeItsPreviewIsDeleted: a group send that ends
+// a stream is answered while Telegram is slow to delete the stream's
+// preview (deleteMessage held), well within the send's deadline; the
+// preview is deleted after. The deletion ran before the answer, within a
+// request_timeout of its own, so a slow Telegram held the answer past the
+// gateway's deadline, and the gateway sent the reply again.
+func TestGroupSendAnsweredBeforeItsPreviewIsDeleted(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.RequestTimeout = time.Minute })
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	meta := contract.Metadata{MessageID: "77"}
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans", Metadata: meta}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	release := e.fake.Hold("deleteMessage")
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	answered := make(chan contract.Result, 1)
+	go func() {
+		answered <- e.p.Execute(ctx, tenant, &contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat), Content: "the answer", Metadata: meta})
+	}()
+	select {
+	case r := <-answered:
+		if !r.Success {
+			t.Fatalf("send: %+v", r)
+		}
+	case <-ctx.Done():
+		release()
+		t.Fatalf("the send was not answered within its deadline (%v) while deleteMessage was held", waitFor)
+	}
+	if _, err := e.fake.WaitCalls(ctx, "deleteMessage", 1); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	e.p.awaitReplacing()
+	if msgs := e.fake.Messages(id); len(msgs) != 1 || msgs[102] != "the answer" {
+		t.Fatalf("after the send the chat has %v, want the reply alone", msgs)
+	}
+}
+
+// heldSeals is a store whose reads first call before.
+type heldSeals struct {
+	store.Capabilities
+	before func()
+}
+
+func (h heldSeals) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	h.before()
+	return h.Capabilities.Get(ctx, key)
+}
+
+// TestGroupSendLeavesAStreamOfItsTurnBegunAfterItsAnswer: a send of a turn
+// that showed no preview here is answered, and looks the turn's preview up
+// in the store after (its read held); meanwhile the gateway begins a new
+// stream of the turn, on another instance sharing the store. Its preview,
+// shown after the send, stays: the send ends only the streams open as it
+// went out.
+func TestGroupSendLeavesAStreamOfItsTurnBegunAfterItsAnswer(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	held, reading := make(chan struct{}), make(chan struct{}, 1)
+	var armed atomic.Bool
+	e.p.seals = heldSeals{Capabilities: e.p.seals, before: func() {
+		if armed.CompareAndSwap(true, false) {
+			reading <- struct{}{}
+			<-held
+		}
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	act := func(p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID, a.Metadata.MessageID = contract.ID(chat), "77"
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
+		}
+		return r
+	}
+	armed.Store(true)
+	act(e.p, contract.Action{Op: contract.OpSend, Content: "the first part"})
+	select {
+	case <-reading:
+	case <-ctx.Done():
+		t.Fatal("the send's look for its turn's preview never came")
+	}
+	clk.Advance(time.Second)
+	act(other, contract.Action{Op: contract.OpDraft, DraftID: 2, Content: "the rest so f"})
+	close(held)
+	e.p.awaitReplacing()
+	if msgs := e.fake.Messages(id); len(msgs) != 2 {
+		t.Fatalf("the chat has %v, want the send and the new stream's preview", msgs)
 	}
 }

@@ -54,6 +54,9 @@ type Platform struct {
 	seals    store.Capabilities                // every instance's seals and group previews (draft.go), in deps.Store; nil without one
 	previews *lru.Cache[draftKey, *preview]    // open draft streams of group chats
 	drafts   *lru.Cache[wireDraft, draftKey]   // the stream holding each draft id sent to a private chat (wireDraftID)
+	// replacing holds a slot per preview replacement running after its
+	// send was answered (replacePreviews).
+	replacing chan struct{}
 	// storeLogs bounds the warnings of seals failing (storeWarn).
 	storeLogs *loglimit.Bucket
 	rehosts   *platform.Rehosts // attachments of updates not delivered yet
@@ -134,6 +137,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    &health{st: platform.Status{Detail: "not started"}, changed: make(chan struct{})},
 		callbacks: make(chan string, 256),
+		replacing: make(chan struct{}, maxReplacing),
 		turns:     chatorder.New[int64](0),
 		dmStreams: chatorder.New[draftKey](0),
 	}

@@ -48,6 +48,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.sink.Store(&sink)
 	defer p.sink.Store(nil)
 	defer p.transport.CloseIdleConnections()
+	defer p.awaitReplacing()
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -48,6 +48,7 @@ type Server struct {
 	updates   []queued
 	onAnswer  func(updates int) // see OnAnswer
 	failures  map[string][]Failure
+	holds     map[string]chan struct{} // see Hold
 	messages  map[msgKey]string
 	markups   map[msgKey]json.RawMessage
 	reactions map[msgKey][]string
@@ -133,6 +134,7 @@ func NewServer(token string) *Server {
 		clock:     clock.System,
 		changed:   make(chan struct{}),
 		failures:  make(map[string][]Failure),
+		holds:     make(map[string]chan struct{}),
 		messages:  make(map[msgKey]string),
 		markups:   make(map[msgKey]json.RawMessage),
 		reactions: make(map[msgKey][]string),
@@ -200,6 +202,23 @@ func (s *Server) Fail(method string, f Failure) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failures[method] = append(s.failures[method], f)
+}
+
+// Hold makes the calls of method wait, once recorded, until release is
+// called (or the caller gives up): a slow Telegram.
+func (s *Server) Hold(method string) (release func()) {
+	held := make(chan struct{})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holds[method] = held
+	return sync.OnceFunc(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.holds[method] == held {
+			delete(s.holds, method)
+		}
+		close(held)
+	})
 }
 
 // AddChat makes getChat for id answer chat (a ChatFullInfo object).
@@ -288,7 +307,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		fail = &q[0]
 		s.failures[method] = q[1:]
 	}
+	held := s.holds[method]
 	s.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	if fail != nil {
 		writeError(w, *fail)
 		return
@@ -309,6 +336,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 func (s *Server) answer(method string, form map[string]string, files map[string]File) (any, *Failure) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.notify() // WaitMessages
 	switch method {
 	case "getMe":
 		return map[string]any{"id": s.BotID, "is_bot": true, "first_name": "Hermes", "username": s.Username}, nil
@@ -582,6 +610,25 @@ func (s *Server) RenameTopic(updateID int64, chat map[string]any, id int, name s
 		"message_id": msgID, "date": time.Now().Unix(), "chat": chat, "from": from,
 		"message_thread_id": id, "is_topic_message": true, "forum_topic_edited": map[string]any{"name": name},
 	}})
+}
+
+// WaitMessages waits until chat's messages (Messages) satisfy ok or ctx
+// ends, and returns the last seen.
+func (s *Server) WaitMessages(ctx context.Context, chat int64, ok func(map[int]string) bool) (map[int]string, error) {
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		s.mu.Unlock()
+		msgs := s.Messages(chat)
+		if ok(msgs) {
+			return msgs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return msgs, fmt.Errorf("telegramtest: chat %d shows %v: %w", chat, msgs, ctx.Err())
+		case <-ch:
+		}
+	}
 }
 
 // Messages returns the texts of chat's messages that exist (sent by the
