@@ -1534,3 +1534,41 @@ func TestOverlappingDropsKeepTheMarkUnderWay(t *testing.T) {
 		t.Fatalf("drop after a failed one expired: %v, mark %s: want done", err, mark())
 	}
 }
+
+// TestLinkCodeHoldsUpNoOtherTenant: while a tenant's IssueLinkCode waits
+// on the store for the listing of every tenant's link codes, another
+// tenant's registry change on the instance goes through. Before, the
+// code was minted under mu, and the other tenant's gateway waited out
+// the listing (and the sweep of spent codes after it).
+func TestLinkCodeHoldsUpNoOtherTenant(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	hooked := &hookedStore{Store: store.NewMemory(c)}
+	t.Cleanup(func() { _ = hooked.Close() })
+	r := registry.New(hooked, c)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var held error
+	hooked.before = func(op, namespace, _ string) {
+		if op != "list" || namespace != "registry/linkcodes" {
+			return
+		}
+		hooked.before = nil
+		made := make(chan error, 1)
+		go func() { _, err := r.CreateGateway(ctx, "b", "gw-b"); made <- err }()
+		select {
+		case held = <-made:
+		case <-time.After(5 * time.Second):
+			held = errors.New("tenant b's CreateGateway did not return within 5s of tenant a's link-code listing starting")
+		}
+	}
+	if _, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if held != nil {
+		t.Fatal(held)
+	}
+}

@@ -270,7 +270,7 @@ type Registry struct {
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
 	// do not take mu (bindMu, one binding at a time), nor does a tenant's
-	// principal (SetPrincipal: principalTurn); a gateway is created only while its
+	// principal, link codes and enrollment tokens (tenantTurn); a gateway is created only while its
 	// id is free; a write for a tenant is taken back when the tenant's
 	// deletion began meanwhile (keptFor); for other entries the last write
 	// wins.
@@ -291,12 +291,12 @@ type Registry struct {
 	// other (32 at once on one instance: some failed, the reservations
 	// "changed 16 times"). Held across one reservation's store calls.
 	reserveMu sync.Mutex
-	// principalMu guards principals: the tenants a SetPrincipal is under
-	// way for on the instance, each with a channel closed when it ends
-	// (principalTurn). Held across no store call.
-	principalMu sync.Mutex
-	principals  map[string]chan struct{}
-	declared    atomic.Pointer[State]
+	// turnMu guards turns: the tenants whose turn (tenantTurn) is under
+	// way on the instance, each with a channel closed when it ends. Held
+	// across no store call.
+	turnMu   sync.Mutex
+	turns    map[string]chan struct{}
+	declared atomic.Pointer[State]
 	// wakesMu guards wakes, every wake URL by tenant then gateway as of
 	// nsWake's revision wakesRev or later (wakesOf). Held across its read.
 	wakesMu  sync.Mutex
@@ -307,7 +307,7 @@ type Registry struct {
 // New returns the registry kept in st; now is its clock (secret expiry).
 func New(st store.Store, c clock.Clock) *Registry {
 	c = cmp.Or(c, clock.System)
-	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c, principals: map[string]chan struct{}{}}
+	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c, turns: map[string]chan struct{}{}}
 	r.declared.Store(&State{})
 	return r
 }
