@@ -377,7 +377,8 @@ func (r *Registry) syncAllow(ctx context.Context, entry principalEntry, written 
 // requests racing on one instance would each send the others round
 // syncAllow's loop again, the list's writes with it), and a link code or
 // enrollment token minted (a tenant's codes are counted against
-// MaxLinkCodes before one more is stored), so one tenant's store round
+// MaxLinkCodes before one more is stored), a DM default set on the link
+// it reads, and a binding removed (Unbind), so one tenant's store round
 // trips hold up none of another's changes.
 func (r *Registry) tenantTurn(ctx context.Context, tenant string) (func(), error) {
 	for {
@@ -421,9 +422,13 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 		return err
 	}
 	link := Binding{Platform: b.Platform, Kind: platform.BindUser, ID: b.ID, Tenant: tenant}
-	defer r.uncount(ctx, tenant) // once mu is released; a refused write may stand too
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.uncount(ctx, tenant) // once the turn ends; a refused write may stand too
+	// Not mu: its reads and write are the tenant's.
+	done, err := r.tenantTurn(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	defer done()
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
 		return err

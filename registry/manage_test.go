@@ -1535,40 +1535,72 @@ func TestOverlappingDropsKeepTheMarkUnderWay(t *testing.T) {
 	}
 }
 
-// TestLinkCodeHoldsUpNoOtherTenant: while a tenant's IssueLinkCode waits
-// on the store for the listing of every tenant's link codes, another
-// tenant's registry change on the instance goes through. Before, the
-// code was minted under mu, and the other tenant's gateway waited out
-// the listing (and the sweep of spent codes after it).
-func TestLinkCodeHoldsUpNoOtherTenant(t *testing.T) {
-	ctx := context.Background()
-	c := clocktest.New(time.Unix(1_700_000_000, 0))
-	hooked := &hookedStore{Store: store.NewMemory(c)}
-	t.Cleanup(func() { _ = hooked.Close() })
-	r := registry.New(hooked, c)
-	for _, id := range []string{"a", "b"} {
-		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var held error
-	hooked.before = func(op, namespace, _ string) {
-		if op != "list" || namespace != "registry/linkcodes" {
-			return
-		}
-		hooked.before = nil
-		made := make(chan error, 1)
-		go func() { _, err := r.CreateGateway(ctx, "b", "gw-b"); made <- err }()
-		select {
-		case held = <-made:
-		case <-time.After(5 * time.Second):
-			held = errors.New("tenant b's CreateGateway did not return within 5s of tenant a's link-code listing starting")
-		}
-	}
-	if _, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0); err != nil {
-		t.Fatal(err)
-	}
-	if held != nil {
-		t.Fatal(held)
+// TestTenantsManagementHoldsUpNoOtherTenant: while a tenant's link code,
+// link removal (Unbind) or DM default waits on the store (the listing of
+// every tenant's link codes, the read of the link), another tenant's
+// registry change on the instance goes through. Before, each ran under
+// mu, and the other tenant's gateway waited out its store calls.
+func TestTenantsManagementHoldsUpNoOtherTenant(t *testing.T) {
+	link := registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "71", Tenant: "a"}
+	for _, tc := range []struct {
+		name, op, namespace string
+		do                  func(context.Context, *registry.Registry) error
+	}{
+		{"IssueLinkCode", "list", "registry/linkcodes", func(ctx context.Context, r *registry.Registry) error {
+			_, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+			return err
+		}},
+		{"Unbind", "list", "registry/linkcodes", func(ctx context.Context, r *registry.Registry) error { return r.Unbind(ctx, link) }},
+		{"SetDMDefault", "get", "registry/bindings", func(ctx context.Context, r *registry.Registry) error {
+			return r.SetDMDefault(ctx, "a", "discord", "71")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := clocktest.New(time.Unix(1_700_000_000, 0))
+			hooked := &hookedStore{Store: store.NewMemory(c)}
+			t.Cleanup(func() { _ = hooked.Close() })
+			r := registry.New(hooked, c)
+			for _, id := range []string{"a", "b"} {
+				if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := r.Bind(ctx, link); err != nil {
+				t.Fatal(err)
+			}
+			var held error
+			during := func() {
+				made := make(chan error, 1)
+				go func() { _, err := r.CreateGateway(ctx, "b", "gw-b"); made <- err }()
+				select {
+				case held = <-made:
+				case <-time.After(5 * time.Second):
+					held = errors.New("tenant b's CreateGateway did not return within 5s of tenant a's store call starting")
+				}
+			}
+			if tc.op == "get" {
+				hooked.get = func(namespace, _ string) error {
+					if namespace == tc.namespace {
+						hooked.get = nil
+						during()
+					}
+					return nil
+				}
+			} else {
+				hooked.before = func(op, namespace, _ string) {
+					if op == tc.op && namespace == tc.namespace {
+						hooked.before = nil
+						during()
+					}
+				}
+			}
+			if err := tc.do(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			if held != nil {
+				t.Fatal(held)
+			}
+		})
 	}
 }

@@ -270,7 +270,8 @@ type Registry struct {
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
 	// do not take mu (bindMu, one binding at a time), nor does a tenant's
-	// principal, link codes and enrollment tokens (tenantTurn); a gateway is created only while its
+	// principal, link codes, enrollment tokens, DM defaults and binding
+	// removals (tenantTurn); a gateway is created only while its
 	// id is free; a write for a tenant is taken back when the tenant's
 	// deletion began meanwhile (keptFor); for other entries the last write
 	// wins.
@@ -1525,8 +1526,11 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	if err != nil {
 		return err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	done, err := r.tenantTurn(ctx, b.Tenant) // not mu: its sweep lists every tenant's link codes
+	if err != nil {
+		return err
+	}
+	defer done()
 	if d, ok := r.declaredBinding(b); ok && d.Tenant == b.Tenant {
 		return ErrDeclared
 	}
