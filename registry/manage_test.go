@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -1536,8 +1537,9 @@ func TestOverlappingDropsKeepTheMarkUnderWay(t *testing.T) {
 }
 
 // TestTenantsManagementHoldsUpNoOtherTenant: while a tenant's link code,
-// link removal (Unbind) or DM default waits on the store (the listing of
-// every tenant's link codes, the read of the link), another tenant's
+// link removal (Unbind), DM default, policy or wake URL waits on the
+// store (the listing of every tenant's link codes, the read of the link,
+// the write), another tenant's
 // registry change on the instance goes through. Before, each ran under
 // mu, and the other tenant's gateway waited out its store calls.
 func TestTenantsManagementHoldsUpNoOtherTenant(t *testing.T) {
@@ -1554,6 +1556,12 @@ func TestTenantsManagementHoldsUpNoOtherTenant(t *testing.T) {
 		{"SetDMDefault", "get", "registry/bindings", func(ctx context.Context, r *registry.Registry) error {
 			return r.SetDMDefault(ctx, "a", "discord", "71")
 		}},
+		{"SetPolicy", "cas", "registry/policies", func(ctx context.Context, r *registry.Registry) error {
+			return r.SetPolicy(ctx, registry.Policy{Tenant: "a", Platform: "discord"})
+		}},
+		{"SetWake", "cas", "registry/wake", func(ctx context.Context, r *registry.Registry) error {
+			return r.SetWake(ctx, "a", "gw-a", "https://a.example/wake")
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -1569,7 +1577,10 @@ func TestTenantsManagementHoldsUpNoOtherTenant(t *testing.T) {
 			if err := r.Bind(ctx, link); err != nil {
 				t.Fatal(err)
 			}
-			var held error
+			if _, err := r.CreateGateway(ctx, "a", "gw-a"); err != nil {
+				t.Fatal(err)
+			}
+			held := fmt.Errorf("tenant a's %s made no %s in %s", tc.name, tc.op, tc.namespace)
 			during := func() {
 				made := make(chan error, 1)
 				go func() { _, err := r.CreateGateway(ctx, "b", "gw-b"); made <- err }()

@@ -270,8 +270,8 @@ type Registry struct {
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
 	// do not take mu (bindMu, one binding at a time), nor does a tenant's
-	// principal, link codes, enrollment tokens, DM defaults and binding
-	// removals (tenantTurn); a gateway is created only while its
+	// principal, link codes, enrollment tokens, DM defaults, binding
+	// removals, policies and wake URLs (tenantTurn); a gateway is created only while its
 	// id is free; a write for a tenant is taken back when the tenant's
 	// deletion began meanwhile (keptFor); for other entries the last write
 	// wins.
@@ -1767,8 +1767,11 @@ func (r *Registry) SetPolicy(ctx context.Context, p Policy) error {
 			return fmt.Errorf("%w: a freeResponseScopes entry is empty or longer than %d bytes", ErrInvalid, MaxPolicyScopeBytes)
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	done, err := r.tenantTurn(ctx, p.Tenant)
+	if err != nil {
+		return err
+	}
+	defer done()
 	t, err := r.tenant(ctx, p.Tenant)
 	if err != nil {
 		return err
