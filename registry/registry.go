@@ -664,8 +664,9 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t stor
 
 // DeleteTenant removes a stored tenant with its stored gateways,
 // bindings, wake URLs, policies, enrollment tokens, link codes and binding
-// reservations (reserve). The tenant ends first (its generation becomes
-// tombstone), so a write for it on any instance that the sweep after
+// reservations (reserve); its creation stays (nsCreated). The tenant ends
+// first (its generation becomes tombstone, which keeps its creation), so
+// a write for it on any instance that the sweep after
 // cannot see takes itself back (keptFor); run again after a failure, it
 // finishes the sweep. Of deletions racing on several instances, the first
 // to finish removes the tenant and the others stop (nil): each removes
