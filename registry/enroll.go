@@ -68,8 +68,11 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 		return "", time.Time{}, fmt.Errorf("%w: enrollment token lifetime %v: want up to %v", ErrInvalid, ttl, MaxEnrollTTL)
 	}
 	ttl = cmp.Or(ttl, MaxEnrollTTL)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	done, err := r.tenantTurn(ctx, tenant) // not mu: its sweep lists every tenant's tokens
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	defer done()
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
 		return "", time.Time{}, err

@@ -104,8 +104,11 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	if ttl < 0 || ttl > MaxLinkTTL {
 		return "", time.Time{}, fmt.Errorf("%w: link code lifetime %v: want up to %v", ErrInvalid, ttl, MaxLinkTTL)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	done, err := r.tenantTurn(ctx, tenant) // not mu: its sweep lists every tenant's codes
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	defer done()
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
 		return "", time.Time{}, err
@@ -260,7 +263,7 @@ func newLinkCode() string {
 // racing on several instances the last to store the principal wins, its
 // allow-list whole (principalEntry); a principal stored otherwise
 // meanwhile (Bind, an earlier version) keeps the allow-list. It takes
-// the tenant's turn (principalTurn), not mu: its keys are the tenant's
+// the tenant's turn (tenantTurn), not mu: its keys are the tenant's
 // alone, and another tenant's changes go on while it writes the list.
 func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode string, allow []string) error {
 	p, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindPrincipal, ID: mode, Tenant: tenant})
@@ -281,7 +284,7 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 		}
 		entry.Allow = append(entry.Allow, b.ID)
 	}
-	done, err := r.principalTurn(ctx, tenant)
+	done, err := r.tenantTurn(ctx, tenant)
 	if err != nil {
 		return err
 	}
@@ -369,26 +372,30 @@ func (r *Registry) syncAllow(ctx context.Context, entry principalEntry, written 
 	return fmt.Errorf("%w: tenant %q's principal on %s kept changing meanwhile; try again", ErrConflict, p.Tenant, p.Platform)
 }
 
-// principalTurn waits for tenant's turn to set a principal on the
-// instance (until ctx is done), and returns the end of it: a tenant's
+// tenantTurn waits for tenant's turn on the instance (until ctx is
+// done), and returns the end of it. A principal is set in it (a tenant's
 // requests racing on one instance would each send the others round
-// syncAllow's loop again, the list's writes with it.
-func (r *Registry) principalTurn(ctx context.Context, tenant string) (func(), error) {
+// syncAllow's loop again, the list's writes with it), and a link code or
+// enrollment token minted (a tenant's codes are counted against
+// MaxLinkCodes before one more is stored), a DM default set on the link
+// it reads, a binding removed (Unbind), a policy or a wake URL stored, so
+// one tenant's store round trips hold up none of another's changes.
+func (r *Registry) tenantTurn(ctx context.Context, tenant string) (func(), error) {
 	for {
-		r.principalMu.Lock()
-		busy, held := r.principals[tenant]
+		r.turnMu.Lock()
+		busy, held := r.turns[tenant]
 		if !held {
 			mine := make(chan struct{})
-			r.principals[tenant] = mine
-			r.principalMu.Unlock()
+			r.turns[tenant] = mine
+			r.turnMu.Unlock()
 			return func() {
-				r.principalMu.Lock()
-				delete(r.principals, tenant)
-				r.principalMu.Unlock()
+				r.turnMu.Lock()
+				delete(r.turns, tenant)
+				r.turnMu.Unlock()
 				close(mine)
 			}, nil
 		}
-		r.principalMu.Unlock()
+		r.turnMu.Unlock()
 		select {
 		case <-busy:
 		case <-ctx.Done():
@@ -415,9 +422,13 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 		return err
 	}
 	link := Binding{Platform: b.Platform, Kind: platform.BindUser, ID: b.ID, Tenant: tenant}
-	defer r.uncount(ctx, tenant) // once mu is released; a refused write may stand too
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.uncount(ctx, tenant) // once the turn ends; a refused write may stand too
+	// Not mu: its reads and write are the tenant's.
+	done, err := r.tenantTurn(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	defer done()
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -1532,5 +1533,85 @@ func TestOverlappingDropsKeepTheMarkUnderWay(t *testing.T) {
 	c.Advance(11 * time.Minute)
 	if _, err := r.DropManaged(ctx, "a"); err != nil || strings.Contains(mark(), `"Drops"`) {
 		t.Fatalf("drop after a failed one expired: %v, mark %s: want done", err, mark())
+	}
+}
+
+// TestTenantsManagementHoldsUpNoOtherTenant: while a tenant's link code,
+// link removal (Unbind), DM default, policy or wake URL waits on the
+// store (the listing of every tenant's link codes, the read of the link,
+// the write), another tenant's
+// registry change on the instance goes through. Before, each ran under
+// mu, and the other tenant's gateway waited out its store calls.
+func TestTenantsManagementHoldsUpNoOtherTenant(t *testing.T) {
+	link := registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "71", Tenant: "a"}
+	for _, tc := range []struct {
+		name, op, namespace string
+		do                  func(context.Context, *registry.Registry) error
+	}{
+		{"IssueLinkCode", "list", "registry/linkcodes", func(ctx context.Context, r *registry.Registry) error {
+			_, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+			return err
+		}},
+		{"Unbind", "list", "registry/linkcodes", func(ctx context.Context, r *registry.Registry) error { return r.Unbind(ctx, link) }},
+		{"SetDMDefault", "get", "registry/bindings", func(ctx context.Context, r *registry.Registry) error {
+			return r.SetDMDefault(ctx, "a", "discord", "71")
+		}},
+		{"SetPolicy", "cas", "registry/policies", func(ctx context.Context, r *registry.Registry) error {
+			return r.SetPolicy(ctx, registry.Policy{Tenant: "a", Platform: "discord"})
+		}},
+		{"SetWake", "cas", "registry/wake", func(ctx context.Context, r *registry.Registry) error {
+			return r.SetWake(ctx, "a", "gw-a", "https://a.example/wake")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := clocktest.New(time.Unix(1_700_000_000, 0))
+			hooked := &hookedStore{Store: store.NewMemory(c)}
+			t.Cleanup(func() { _ = hooked.Close() })
+			r := registry.New(hooked, c)
+			for _, id := range []string{"a", "b"} {
+				if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := r.Bind(ctx, link); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.CreateGateway(ctx, "a", "gw-a"); err != nil {
+				t.Fatal(err)
+			}
+			held := fmt.Errorf("tenant a's %s made no %s in %s", tc.name, tc.op, tc.namespace)
+			during := func() {
+				made := make(chan error, 1)
+				go func() { _, err := r.CreateGateway(ctx, "b", "gw-b"); made <- err }()
+				select {
+				case held = <-made:
+				case <-time.After(5 * time.Second):
+					held = errors.New("tenant b's CreateGateway did not return within 5s of tenant a's store call starting")
+				}
+			}
+			if tc.op == "get" {
+				hooked.get = func(namespace, _ string) error {
+					if namespace == tc.namespace {
+						hooked.get = nil
+						during()
+					}
+					return nil
+				}
+			} else {
+				hooked.before = func(op, namespace, _ string) {
+					if op == tc.op && namespace == tc.namespace {
+						hooked.before = nil
+						during()
+					}
+				}
+			}
+			if err := tc.do(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			if held != nil {
+				t.Fatal(held)
+			}
+		})
 	}
 }

@@ -54,6 +54,12 @@ const (
 	nsGateways = "registry/gateways"
 	nsBindings = "registry/bindings"
 	nsPolicies = "registry/policies"
+	// nsCreated holds the latest creation (UnixMicro) of a tenant deleted
+	// under each id, kept after it: a tenant made again under the id is
+	// created later (CreateTenant) whatever the clock of the instance
+	// making it, so the vault, which refuses an earlier creation's write
+	// over a later one's (store.Capabilities.PutUnlessLater), takes its.
+	nsCreated = "registry/created"
 	// ChangeChannel carries "look again" to every instance after a write.
 	ChangeChannel = "registry/changed"
 )
@@ -264,7 +270,8 @@ type Registry struct {
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
 	// do not take mu (bindMu, one binding at a time), nor does a tenant's
-	// principal (SetPrincipal: principalTurn); a gateway is created only while its
+	// principal, link codes, enrollment tokens, DM defaults, binding
+	// removals, policies and wake URLs (tenantTurn); a gateway is created only while its
 	// id is free; a write for a tenant is taken back when the tenant's
 	// deletion began meanwhile (keptFor); for other entries the last write
 	// wins.
@@ -285,12 +292,12 @@ type Registry struct {
 	// other (32 at once on one instance: some failed, the reservations
 	// "changed 16 times"). Held across one reservation's store calls.
 	reserveMu sync.Mutex
-	// principalMu guards principals: the tenants a SetPrincipal is under
-	// way for on the instance, each with a channel closed when it ends
-	// (principalTurn). Held across no store call.
-	principalMu sync.Mutex
-	principals  map[string]chan struct{}
-	declared    atomic.Pointer[State]
+	// turnMu guards turns: the tenants whose turn (tenantTurn) is under
+	// way on the instance, each with a channel closed when it ends. Held
+	// across no store call.
+	turnMu   sync.Mutex
+	turns    map[string]chan struct{}
+	declared atomic.Pointer[State]
 	// wakesMu guards wakes, every wake URL by tenant then gateway as of
 	// nsWake's revision wakesRev or later (wakesOf). Held across its read.
 	wakesMu  sync.Mutex
@@ -301,7 +308,7 @@ type Registry struct {
 // New returns the registry kept in st; now is its clock (secret expiry).
 func New(st store.Store, c clock.Clock) *Registry {
 	c = cmp.Or(c, clock.System)
-	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c, principals: map[string]chan struct{}{}}
+	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c, turns: map[string]chan struct{}{}}
 	r.declared.Store(&State{})
 	return r
 }
@@ -507,9 +514,10 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 	return Binding{}, false
 }
 
-// CreateTenant stores a new tenant. A write the replicas did not
-// acknowledge (store.ErrNotReplicated) is taken back (takeBackTenant), and
-// is that error.
+// CreateTenant stores a new tenant, created now or, if a tenant deleted
+// under the id was created as late (nsCreated), just after it. A write
+// the replicas did not acknowledge (store.ErrNotReplicated) is taken back
+// (takeBackTenant), and is that error.
 func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if err := cmp.Or(checkID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
 		return err
@@ -519,19 +527,58 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if r.declaredTenant(t.ID) {
 		return ErrDeclared
 	}
-	t.Created = r.clock.Now()
+	_, last, err := r.lastCreation(ctx, t.ID)
+	if err != nil {
+		return err
+	}
+	if t.Created = r.clock.Now(); t.Created.UnixMicro() <= last {
+		t.Created = time.UnixMicro(last + 1).UTC()
+	}
 	data, err := json.Marshal(storedTenant{t, newSecret()})
 	if err != nil {
 		return err
 	}
 	if created, err := r.kv.CompareAndSwap(ctx, nsTenants, t.ID, nil, data); err != nil || !created {
 		if errors.Is(err, store.ErrNotReplicated) { // applied on the primary: taken back, so a retry creates it
-			r.takeBackTenant(ctx, t.ID, data)
+			r.takeBackTenant(ctx, t.ID, t.Created, data)
 		}
 		return cmp.Or(err, fmt.Errorf("%w: tenant %q exists, or its deletion did not finish (delete it again)", ErrExists, t.ID))
 	}
 	r.notify(ctx)
 	return nil
+}
+
+// lastCreation is nsCreated's entry for id, as stored, and the creation
+// it holds (0 for none, and for one that does not decode).
+func (r *Registry) lastCreation(ctx context.Context, id string) ([]byte, int64, error) {
+	e, ok, err := r.kv.Get(ctx, nsCreated, id)
+	if err != nil || !ok {
+		return nil, 0, err
+	}
+	last, _ := strconv.ParseInt(string(e.Value), 10, 64)
+	return e.Value, last, nil
+}
+
+// keepCreation records the creation of tenant id, being deleted as raw
+// (its tombstone keeps it), in nsCreated unless a later one is recorded.
+func (r *Registry) keepCreation(ctx context.Context, id string, raw []byte) error {
+	var t storedTenant
+	if json.Unmarshal(raw, &t) != nil || t.Created.IsZero() {
+		return nil // ended by an earlier version, or corrupt
+	}
+	for range maxSwaps {
+		old, last, err := r.lastCreation(ctx, id)
+		if err != nil || last >= t.Created.UnixMicro() {
+			return err
+		}
+		kept, err := r.kv.CompareAndSwap(ctx, nsCreated, id, old, strconv.AppendInt(nil, t.Created.UnixMicro(), 10))
+		if errors.Is(err, store.ErrNotReplicated) {
+			return nil // kept on the primary, as the tenant's removal after it is
+		} else if err != nil || kept {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: tenant %q's creation changed meanwhile; delete it again", ErrConflict, id)
 }
 
 // takeBackTenant deletes tenant id, stored as data by a creation the
@@ -540,10 +587,10 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 // outlive it. Failing that, it stays being deleted (DeleteTenant finishes
 // it), or created when even its tombstone could not be written; one
 // changed meanwhile stays.
-func (r *Registry) takeBackTenant(ctx context.Context, id string, data []byte) {
+func (r *Registry) takeBackTenant(ctx context.Context, id string, created time.Time, data []byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	tomb, err := json.Marshal(storedTenant{Tenant{ID: id}, tombstone})
+	tomb, err := json.Marshal(storedTenant{Tenant{ID: id, Created: created}, tombstone})
 	if err != nil {
 		return
 	}
@@ -617,8 +664,9 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t stor
 
 // DeleteTenant removes a stored tenant with its stored gateways,
 // bindings, wake URLs, policies, enrollment tokens, link codes and binding
-// reservations (reserve). The tenant ends first (its generation becomes
-// tombstone), so a write for it on any instance that the sweep after
+// reservations (reserve); its creation stays (nsCreated). The tenant ends
+// first (its generation becomes tombstone, which keeps its creation), so
+// a write for it on any instance that the sweep after
 // cannot see takes itself back (keptFor); run again after a failure, it
 // finishes the sweep. Of deletions racing on several instances, the first
 // to finish removes the tenant and the others stop (nil): each removes
@@ -652,8 +700,8 @@ func (r *Registry) endTenant(ctx context.Context, id string) ([]byte, error) {
 		return e.Value, nil
 	}
 	// One that does not decode (State.Corrupt) ends too: the operator's
-	// way to remove it.
-	return r.swapTenant(ctx, id, e.Value, storedTenant{Tenant{ID: id}, tombstone})
+	// way to remove it. The tombstone keeps the creation (keepCreation).
+	return r.swapTenant(ctx, id, e.Value, storedTenant{Tenant{ID: id, Created: t.Created}, tombstone})
 }
 
 // sweepTenant is DeleteTenant's sweep of tenant id, being deleted as raw,
@@ -681,6 +729,9 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 				return err
 			}
 		}
+	}
+	if err := r.keepCreation(ctx, id, raw); err != nil {
+		return err
 	}
 	_, err := r.kv.CompareAndSwap(ctx, nsTenants, id, raw, nil) // not swapped: another deletion finished it
 	r.notify(ctx)
@@ -1476,8 +1527,11 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	if err != nil {
 		return err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	done, err := r.tenantTurn(ctx, b.Tenant) // not mu: its sweep lists every tenant's link codes
+	if err != nil {
+		return err
+	}
+	defer done()
 	if d, ok := r.declaredBinding(b); ok && d.Tenant == b.Tenant {
 		return ErrDeclared
 	}
@@ -1714,8 +1768,11 @@ func (r *Registry) SetPolicy(ctx context.Context, p Policy) error {
 			return fmt.Errorf("%w: a freeResponseScopes entry is empty or longer than %d bytes", ErrInvalid, MaxPolicyScopeBytes)
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	done, err := r.tenantTurn(ctx, p.Tenant)
+	if err != nil {
+		return err
+	}
+	defer done()
 	t, err := r.tenant(ctx, p.Tenant)
 	if err != nil {
 		return err

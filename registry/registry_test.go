@@ -394,3 +394,40 @@ func TestCorruptGatewayCanBeDeleted(t *testing.T) {
 		t.Fatalf("CreateGateway of the freed id: %v", err)
 	}
 }
+
+// TestTenantMadeAgainIsCreatedLater: a tenant made again under a deleted
+// tenant's id, on an instance whose clock is an hour behind the one that
+// created the deleted tenant, is still created later than it (the vault
+// refuses an earlier creation's writes over a later one's).
+func TestTenantMadeAgainIsCreatedLater(t *testing.T) {
+	ctx := context.Background()
+	ahead := clocktest.New(time.Unix(1_700_000_000, 0))
+	behind := clocktest.New(ahead.Now().Add(-time.Hour))
+	st := store.NewMemory(ahead)
+	t.Cleanup(func() { _ = st.Close() })
+	a, b := registry.New(st, ahead), registry.New(st, behind)
+	created := func(r *registry.Registry) time.Time {
+		t.Helper()
+		s, _ := effective(t, r)
+		for _, tn := range s.Tenants {
+			if tn.ID == "acme" {
+				return tn.Created
+			}
+		}
+		t.Fatal("tenant acme not effective")
+		return time.Time{}
+	}
+	if err := a.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	first := created(a)
+	if err := a.DeleteTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if again := created(b); again.UnixMicro() <= first.UnixMicro() {
+		t.Fatalf("made again at %v, not later than the deleted tenant's creation %v", again, first)
+	}
+}

@@ -31,8 +31,11 @@ func (r *Registry) SetWake(ctx context.Context, tenant, gateway, rawURL string) 
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	done, err := r.tenantTurn(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	defer done()
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
 		return err

@@ -23,32 +23,48 @@ const (
 	GatewayEvery = time.Second
 )
 
-// maxLimitedGateways bounds the credentials whose rate is remembered (a
-// gateway is made by the operator, an enrollment or a provision; this
-// only bounds memory).
+// The rate limit of the changes all of one tenant's gateways store on one
+// instance, on top of each gateway's: a tenant's many gateways must not
+// multiply its allowance. The burst lets a fleet of DefaultMaxGateways
+// boot at once (a provision and a policy per fronted platform each, at
+// most 500 changes) with room for its users' Portal sessions; the rate is
+// ten gateways' own.
+const (
+	TenantBurst = 1_000
+	TenantEvery = GatewayEvery / 10
+)
+
+// maxLimitedGateways bounds the credentials, and the tenants, whose rate
+// is remembered (a gateway is made by the operator, an enrollment or a
+// provision; this only bounds memory).
 const maxLimitedGateways = 10_000
 
 // Limiter limits the changes each gateway credential stores: GatewayBurst
-// at once, then one per GatewayEvery. A request is checked before it runs
+// at once, then one per GatewayEvery; and those of all of a tenant's
+// gateways together: TenantBurst, then one per TenantEvery. A request is checked before it runs
 // (Check) and spends when it stored a change (Spend): a refused one tells
 // no instance anything. A /manage/* request spends refused too: its
 // refusal read the registry, or asked the platform. It is safe for
 // concurrent use.
-type Limiter struct{ keys *keyrate.Limiter }
+type Limiter struct{ gateways, tenants *keyrate.Limiter }
 
 // NewLimiter returns a Limiter on clock c (nil: clock.System).
 func NewLimiter(c clock.Clock) *Limiter {
-	return &Limiter{keyrate.New(keyrate.Config{Burst: GatewayBurst, Every: GatewayEvery, MaxKeys: maxLimitedGateways, Clock: c})}
+	return &Limiter{keyrate.New(keyrate.Config{Burst: GatewayBurst, Every: GatewayEvery, MaxKeys: maxLimitedGateways, Clock: c}),
+		keyrate.New(keyrate.Config{Burst: TenantBurst, Every: TenantEvery, MaxKeys: maxLimitedGateways, Clock: c})}
 }
 
 // key names gateway of tenant.
 func key(tenant, gateway string) string { return tenant + "\x00" + gateway }
 
-// Check returns, when gateway of tenant has spent its allowance, a
-// Refusal: 429, outcome rate_limited, with RetryAfter.
+// Check returns, when gateway of tenant, or tenant, has spent its
+// allowance, a Refusal: 429, outcome rate_limited, with RetryAfter.
 func (l *Limiter) Check(tenant, gateway string) error {
-	if ok, retry := l.keys.Check(key(tenant, gateway)); !ok {
+	if ok, retry := l.gateways.Check(key(tenant, gateway)); !ok {
 		return TooFast("this gateway is changing the registry", GatewayBurst, GatewayEvery, retry)
+	}
+	if ok, retry := l.tenants.Check(tenant); !ok {
+		return TooFast("this tenant's gateways are changing the registry", TenantBurst, TenantEvery, retry)
 	}
 	return nil
 }
@@ -63,8 +79,12 @@ func TooFast(who string, burst int, every, retry time.Duration) *Refusal {
 	return r
 }
 
-// Spend spends one change of gateway of tenant's allowance.
-func (l *Limiter) Spend(tenant, gateway string) { l.keys.Spend(key(tenant, gateway)) }
+// Spend spends one change of gateway of tenant's allowance, and of
+// tenant's.
+func (l *Limiter) Spend(tenant, gateway string) {
+	l.gateways.Spend(key(tenant, gateway))
+	l.tenants.Spend(tenant)
+}
 
 // SetRetryAfter sets h's Retry-After when err is a Refusal with a
 // RetryAfter (TooFast's: whole seconds, at least one).
