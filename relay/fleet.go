@@ -225,7 +225,7 @@ func (r *remoteSeat) framesSent() uint64 {
 // Offer implements ledger.Consumer: the frame goes to the socket's
 // instance, unless the cluster's outbox is over half full.
 func (r *remoteSeat) Offer(frame []byte) ledger.Offered {
-	if !r.f.fl.node.Roomy() {
+	if !r.f.fl.node.Roomy(r.f.h.id) {
 		return ledger.Full
 	}
 	r.push(frame)
@@ -355,7 +355,7 @@ func (fl *fleet) atSocket(m cluster.Msg, do func(*tenantFleet, *conn)) {
 
 // send queues a relay message for instance's inbox.
 func (f *tenantFleet) send(instance string, typ byte, fields ...[]byte) {
-	f.fl.node.Send(cluster.Inbox(instance), typ, append([][]byte{[]byte(f.h.id)}, fields...)...)
+	f.fl.node.SendFor(f.h.id, cluster.Inbox(instance), typ, append([][]byte{[]byte(f.h.id)}, fields...)...)
 }
 
 // join gives a new tenant's hub its fleet state and the remote role, before
@@ -600,7 +600,7 @@ func (f *tenantFleet) store(ctx context.Context, ds []ledger.Delivery, kick bool
 	} else if f.orphaned() && f.unserved.CompareAndSwap(false, true) {
 		f.nudgeBeat() // no driver known live: the beat checks the lease
 	}
-	f.fl.node.Send(wakeChannel, msgWake, []byte(f.h.id))
+	f.fl.node.SendFor(f.h.id, wakeChannel, msgWake, []byte(f.h.id))
 	return nil
 }
 

@@ -53,6 +53,15 @@ const forgetBeats = 100
 // OutboxSize bounds the messages waiting to be published.
 const OutboxSize = 8192
 
+// TenantShare bounds the messages for one tenant waiting to be published
+// (SendFor), and the messages of every tenant together leave a quarter of
+// the outbox to the messages of none: one tenant's burst fills only its
+// own share.
+const TenantShare = OutboxSize / 8
+
+// tenantsRoom bounds the messages for any tenant waiting to be published.
+const tenantsRoom = OutboxSize - OutboxSize/4
+
 // inboxPrefix starts every instance's own channel (the store prefixes it).
 const inboxPrefix = "cluster:inbox:"
 
@@ -85,19 +94,21 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	out chan store.Message
+	out chan queued
 
 	// roomyHook, set only by tests, runs in Roomy once it found the outbox
-	// at least half full.
+	// holding at least half a TenantShare.
 	roomyHook func()
 
-	mu       sync.Mutex // guards what follows; a leaf
-	handlers map[byte]handler
-	onRoom   []func()
-	wantRoom bool                 // Roomy said no since the OnRoom callbacks last ran
-	heard    map[string]time.Time // instance -> when its last message arrived
-	calls    map[string]chan []byte
-	nextReq  uint64
+	mu            sync.Mutex // guards what follows; a leaf
+	handlers      map[byte]handler
+	onRoom        []func()
+	wantRoom      map[string]bool      // the tenants Roomy said no to since the OnRoom callbacks last ran
+	queuedFor     map[string]int       // tenant -> its messages in out (SendFor)
+	tenantsQueued int                  // the messages of every tenant in out
+	heard         map[string]time.Time // instance -> when its last message arrived
+	calls         map[string]chan []byte
+	nextReq       uint64
 
 	beatMu sync.Mutex // one beat at a time; guards timer, beats and stopped
 	timer  clock.Timer
@@ -147,10 +158,12 @@ func New(cfg Config) (*Node, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
 		cfg: cfg, beat: cfg.LeaseTTL / 3, ctx: ctx, cancel: cancel,
-		out:      make(chan store.Message, OutboxSize),
-		handlers: make(map[byte]handler),
-		heard:    make(map[string]time.Time),
-		calls:    make(map[string]chan []byte),
+		out:       make(chan queued, OutboxSize),
+		queuedFor: make(map[string]int),
+		wantRoom:  make(map[string]bool),
+		handlers:  make(map[byte]handler),
+		heard:     make(map[string]time.Time),
+		calls:     make(map[string]chan []byte),
 	}
 	n.handlers[typeResult] = handler{fields: 2, fn: n.answered}
 	if _, err := n.Subscribe(ctx, Inbox(cfg.Instance)); err != nil {
@@ -292,15 +305,57 @@ func (n *Node) dispatchOne(msg []byte, held Buffer) {
 	h.fn(m)
 }
 
+// queued is a message in the outbox, with the tenant it is for ("" for
+// none).
+type queued struct {
+	store.Message
+	tenant string
+}
+
 // Send queues a message of type typ with fields for channel (an instance's
 // Inbox, or a shared channel). It never waits: false means the outbox is
 // full, and the message is lost as pub/sub may lose any.
 func (n *Node) Send(channel string, typ byte, fields ...[]byte) bool {
+	return n.SendFor("", channel, typ, fields...)
+}
+
+// SendFor is Send of a message for tenant ("": none), which is lost also
+// when the tenant's share of the outbox (TenantShare) is full, or the part
+// all tenants share.
+func (n *Node) SendFor(tenant, channel string, typ byte, fields ...[]byte) bool {
+	if tenant != "" {
+		n.mu.Lock()
+		full := n.queuedFor[tenant] >= TenantShare || n.tenantsQueued >= tenantsRoom
+		if !full {
+			n.queuedFor[tenant]++
+			n.tenantsQueued++
+		}
+		n.mu.Unlock()
+		if full {
+			return false
+		}
+	}
 	select {
-	case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}:
+	case n.out <- queued{store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, tenant}:
 		return true
 	default:
+		n.dequeued(tenant)
 		return false
+	}
+}
+
+// dequeued counts a message for tenant out of the outbox.
+func (n *Node) dequeued(tenants ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, t := range tenants {
+		if t == "" {
+			continue
+		}
+		n.tenantsQueued--
+		if n.queuedFor[t]--; n.queuedFor[t] == 0 {
+			delete(n.queuedFor, t)
+		}
 	}
 }
 
@@ -308,7 +363,7 @@ func (n *Node) Send(channel string, typ byte, fields ...[]byte) bool {
 // (a sender of bulk data); false when ctx ended or the node closed first.
 func (n *Node) SendWait(ctx context.Context, channel string, typ byte, fields ...[]byte) bool {
 	select {
-	case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}:
+	case n.out <- queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}}:
 		return true
 	case <-ctx.Done():
 	case <-n.ctx.Done():
@@ -316,11 +371,12 @@ func (n *Node) SendWait(ctx context.Context, channel string, typ byte, fields ..
 	return false
 }
 
-// Roomy reports whether the outbox is less than half full. When it is not,
-// the OnRoom callbacks run once it is again: a sender that must not fill
-// the outbox (the relay's frames) holds back meanwhile.
-func (n *Node) Roomy() bool {
-	if len(n.out) < OutboxSize/2 {
+// Roomy reports whether the outbox is less than half full, and tenant's
+// share of it too. When it is not, the OnRoom callbacks run once the
+// outbox is again: a sender that must not fill the outbox (the relay's
+// frames) holds back meanwhile, and asks again.
+func (n *Node) Roomy(tenant string) bool {
+	if len(n.out) < TenantShare/2 {
 		return true
 	}
 	if n.roomyHook != nil {
@@ -332,16 +388,16 @@ func (n *Node) Roomy() bool {
 	// left without its OnRoom.
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.out) < OutboxSize/2 {
+	if len(n.out) < OutboxSize/2 && n.queuedFor[tenant] < TenantShare/2 {
 		return true
 	}
-	n.wantRoom = true
+	n.wantRoom[tenant] = true
 	return false
 }
 
 // OnRoom registers f to run (on the publishing goroutine, with no lock
-// held) whenever the outbox is less than half full again after Roomy said
-// it was not.
+// held) whenever the outbox is less than half full again, and the share of
+// a tenant Roomy said no to, after Roomy said it was not.
 func (n *Node) OnRoom(f func()) {
 	n.mu.Lock()
 	n.onRoom = append(n.onRoom, f)
@@ -357,6 +413,7 @@ func (n *Node) OnRoom(f func()) {
 func (n *Node) publishLoop() {
 	batcher, _ := n.cfg.PubSub.(store.BatchPublisher)
 	batch := make([]store.Message, 0, publishBatch)
+	tenants := make([]string, 0, publishBatch)
 	streak := 0
 	publish := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
@@ -386,8 +443,13 @@ func (n *Node) publishLoop() {
 		batch = batch[:0]
 		if len(n.out) < OutboxSize/2 {
 			n.mu.Lock()
-			want, fs := n.wantRoom, n.onRoom
-			n.wantRoom = false
+			want, fs := false, n.onRoom
+			for t := range n.wantRoom {
+				want = want || n.queuedFor[t] < TenantShare/2
+			}
+			if want {
+				clear(n.wantRoom)
+			}
 			n.mu.Unlock()
 			if want {
 				for _, f := range fs {
@@ -400,7 +462,7 @@ func (n *Node) publishLoop() {
 		closing := false
 		select {
 		case m := <-n.out:
-			batch = append(batch, m)
+			batch, tenants = append(batch, m.Message), append(tenants, m.tenant)
 		case <-n.ctx.Done():
 			closing = true
 		}
@@ -408,11 +470,13 @@ func (n *Node) publishLoop() {
 		for len(batch) < publishBatch {
 			select {
 			case m := <-n.out:
-				batch = append(batch, m)
+				batch, tenants = append(batch, m.Message), append(tenants, m.tenant)
 			default:
 				break gather
 			}
 		}
+		n.dequeued(tenants...)
+		tenants = tenants[:0]
 		publish()
 		if closing && len(n.out) == 0 {
 			return

@@ -11,6 +11,7 @@ import (
 
 	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
+	"connector/internal/redistest"
 	"connector/store"
 )
 
@@ -195,12 +196,12 @@ func TestFullOutbox(t *testing.T) {
 	if sent < cluster.OutboxSize || sent > cluster.OutboxSize+256 {
 		t.Fatalf("%d messages queued before Send refused one, want the outbox's %d and at most a batch", sent, cluster.OutboxSize)
 	}
-	if n.Roomy() {
+	if n.Roomy("") {
 		t.Fatal("Roomy with a full outbox")
 	}
 	release.Do(func() { close(ps.release) })
 	receive(t, room, "OnRoom once the outbox drained below half")
-	if !n.Roomy() {
+	if !n.Roomy("") {
 		t.Fatal("not Roomy after OnRoom")
 	}
 }
@@ -268,7 +269,7 @@ func TestRoomyRacingTheDrain(t *testing.T) {
 	for n.Send("elsewhere", 'x') {
 	}
 	answer := make(chan bool, 1)
-	go func() { answer <- n.Roomy() }()
+	go func() { answer <- n.Roomy("") }()
 	receive(t, parked, "Roomy to find the outbox full")
 	ps.release.open()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
@@ -500,5 +501,64 @@ func TestDispatchHeld(t *testing.T) {
 	}
 	if buf.refs != 1 {
 		t.Fatalf("the buffer has %d references, want the handler's 1", buf.refs)
+	}
+}
+
+// One tenant's burst fills only its share of the outbox: on a real Redis,
+// with the publisher held, another tenant's message and a message of no
+// tenant are still queued, and arrive once it publishes again; Roomy says
+// no for the bursting tenant only, until OnRoom.
+func TestTenantShareOfTheOutbox(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	ps := blockingPubSub{st.PubSub(), make(chan struct{})}
+	a, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	b, err := cluster.New(cluster.Config{Instance: "b", PubSub: st.PubSub(), LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	room := make(chan struct{}, 1)
+	a.OnRoom(func() {
+		select {
+		case room <- struct{}{}:
+		default:
+		}
+	})
+	got := make(chan string, 16)
+	b.Handle('x', 1, func(m cluster.Msg) {
+		if s := string(m.Fields[0]); s != "t2" {
+			got <- s
+		}
+	})
+	sent := 0
+	for a.SendFor("t2", cluster.Inbox("b"), 'x', []byte("t2")) && sent < 4*cluster.OutboxSize {
+		sent++
+	}
+	if !a.SendFor("t1", cluster.Inbox("b"), 'x', []byte("t1")) || !a.Send(cluster.Inbox("b"), 'x', []byte("none")) {
+		t.Fatalf("after t2 queued %d messages, t1's or a message of no tenant was refused", sent)
+	}
+	if a.Roomy("t2") || !a.Roomy("t1") {
+		t.Fatalf("Roomy(t2) %v, Roomy(t1) %v after t2's burst; want false, true", a.Roomy("t2"), a.Roomy("t1"))
+	}
+	release.Do(func() { close(ps.release) })
+	want := map[string]bool{"t1": true, "none": true}
+	for len(want) > 0 {
+		delete(want, receive(t, got, "t1's message and the message of no tenant"))
+	}
+	receive(t, room, "OnRoom once t2's share drained below half")
+	if !a.Roomy("t2") {
+		t.Fatal("Roomy(t2) false after OnRoom")
 	}
 }

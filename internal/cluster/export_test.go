@@ -1,7 +1,8 @@
 package cluster
 
-// SetRoomyHook makes n run f in Roomy once Roomy found the outbox at least
-// half full, before it decides; set before n's first Roomy.
+// SetRoomyHook makes n run f in Roomy once Roomy found the outbox holding
+// at least half a TenantShare, before it decides; set before n's first
+// Roomy.
 func SetRoomyHook(n *Node, f func()) { n.roomyHook = f }
 
 // Encode returns a message of type typ from instance from carrying fields,

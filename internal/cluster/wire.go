@@ -168,7 +168,7 @@ func (n *Node) CallAgain(ctx context.Context, every time.Duration, typ byte, bui
 	for {
 		if channel, fields := build(); fields != nil {
 			select {
-			case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}:
+			case n.out <- queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}}:
 			case <-ctx.Done():
 				return nil, false
 			}
