@@ -972,11 +972,15 @@ func (cl *fleet) claimGivenUp() {
 		pending := maps.Clone(cl.givenUp)
 		cl.mu.Unlock()
 		for exec, until := range pending {
-			if _, err := cl.claims.Claim(cl.ctx, execClaim+exec, until); err == nil || !clk.Now().Before(until) {
-				cl.mu.Lock()
-				delete(cl.givenUp, exec)
-				cl.mu.Unlock()
+			// One whose window ended asks no store: no copy may come.
+			if clk.Now().Before(until) {
+				if _, err := cl.claims.Claim(cl.ctx, execClaim+exec, until); err != nil {
+					continue // tried again next pass, or forgotten then
+				}
 			}
+			cl.mu.Lock()
+			delete(cl.givenUp, exec)
+			cl.mu.Unlock()
 		}
 		cl.mu.Lock()
 		if len(cl.givenUp) == 0 {

@@ -1891,3 +1891,31 @@ type stalledStore struct {
 }
 
 func (s stalledStore) Claims() store.Claims { return s.claims }
+
+// TestClusterGivenUpForwardPastItsWindowAsksNoStore: a forward given up on
+// whose window ended (no copy may come any more) is forgotten without a
+// claim: one asked of a stalled store would hold the claims of every other
+// given up behind it, each until the store answered.
+func TestClusterGivenUpForwardPastItsWindowAsksNoStore(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	stalled := &stalledClaims{release: make(chan struct{})}
+	edge := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		stalled.Claims = d.Store.Claims()
+		d.Store = stalledStore{d.Store, stalled}
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	cl := edge.p.cluster
+	cl.mu.Lock() // as forwardExec gives one up, its window ended since
+	cl.givenUp["01JPAST"] = cl.p.deps.Clock.Now().Add(-time.Millisecond)
+	cl.claiming = true
+	cl.wg.Go(cl.claimGivenUp)
+	cl.mu.Unlock()
+	waitFor(t, "the forward given up on past its window forgotten, no claim asked of the stalled store", func() bool {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return !cl.claiming
+	})
+}
