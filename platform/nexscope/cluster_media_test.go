@@ -1742,13 +1742,16 @@ func TestClusterForwardCopiesRacingALostLeaseSayNotUnknown(t *testing.T) {
 	})
 	homeOf(t, []*instance{home}, DefaultRoom)
 	alice := home.joinWith(t, "alice", "alice", "hermes")
-	unknown := make(chan struct{}, 1)
+	unknown, flushed := make(chan struct{}, 1), make(chan struct{})
 	told := func(channel string, msg []byte) bool {
-		if channel == cluster.Inbox("i9") && clustertest.Type(msg) == msgUnknown {
+		switch {
+		case channel == cluster.Inbox("i9") && clustertest.Type(msg) == msgUnknown:
 			select {
 			case unknown <- struct{}{}:
 			default:
 			}
+		case channel == cluster.Inbox("i9-flushed"):
+			close(flushed)
 		}
 		return false
 	}
@@ -1779,6 +1782,14 @@ func TestClusterForwardCopiesRacingALostLeaseSayNotUnknown(t *testing.T) {
 	waitFor(t, "the room's lease lost", func() bool { return !home.p.room(DefaultRoom).homeHeld() })
 	close(copies[1])
 	waitFor(t, "the home done with the copies", func() bool { return !goroutineIn("nexscope.(*fleet).execHere")() })
+	// The outbox is published in order: what the copies sent is out once
+	// a message queued after them is.
+	cl.node.Send(cluster.Inbox("i9-flushed"), msgCancel, []byte("01JTWICE"))
+	select {
+	case <-flushed:
+	case <-time.After(testTimeout):
+		t.Fatalf("the home's outbox not published within %v", testTimeout)
+	}
 	select {
 	case <-unknown:
 		t.Fatal("the instance that took the send told its forwarder it does not know it (msgUnknown): its gateway is told 'outcome unknown' for a send that ran")
