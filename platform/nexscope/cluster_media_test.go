@@ -1930,3 +1930,58 @@ func TestClusterGivenUpForwardPastItsWindowAsksNoStore(t *testing.T) {
 		return !cl.claiming
 	})
 }
+
+// TestClusterForwardGivenUpPastTheCapLogged: a forward given up on while
+// maxLeft others wait for their claim (the store failing that long) is
+// answered unavailable as any other, but not claimed: that is logged, for
+// the operator to see that a late copy of it may run.
+func TestClusterForwardGivenUpPastTheCapLogged(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	edge := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	cl := edge.p.cluster
+	cl.mu.Lock() // as many as the store failing may leave waiting; no loop claims them
+	later := cl.p.deps.Clock.Now().Add(time.Hour)
+	for i := range maxLeft {
+		cl.givenUp[strconv.Itoa(i)] = later
+	}
+	cl.claiming = true
+	cl.mu.Unlock()
+	forwarded := make(chan struct{}, 1)
+	lost := func(_ string, msg []byte) bool { // no home reads the room
+		if clustertest.Type(msg) == msgExec {
+			select {
+			case forwarded <- struct{}{}:
+			default:
+			}
+		}
+		return true
+	}
+	edge.lose.Store(&lost)
+	ctx, revoke := context.WithCancel(context.Background())
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "revoked"})
+	}()
+	select {
+	case <-forwarded:
+	case <-time.After(testTimeout):
+		t.Fatal("the edge never forwarded the send")
+	}
+	revoke()
+	select {
+	case r := <-results:
+		if r.Success || r.Code != contract.CodeUnavailable {
+			t.Fatalf("the revoked send answered %+v, want unavailable", r)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the revoked send not answered")
+	}
+	if !strings.Contains(edge.logs.String(), "nexscope forward given up on not claimed") {
+		t.Fatalf("a forward given up on past the %d waiting not logged", maxLeft)
+	}
+}
