@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -18,6 +19,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/cluster"
+	"connector/internal/loglimit"
 	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/store"
@@ -156,6 +158,7 @@ type fleet struct {
 	givenUp  map[string]time.Time
 	claiming bool
 	kick     chan struct{}
+	fullLogs *loglimit.Bucket // of those given up on past maxLeft
 	// forwards are this instance's forwarded actions waiting for their
 	// result, to the home that took each ("" none yet: msgTaken).
 	forwards map[string]*taker
@@ -189,7 +192,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		joining: make(map[string]bool), left: make(map[string]int),
 		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), holders: platform.StateOr(p.deps.Store, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
 		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]execRun), forwards: make(map[string]*taker),
-		givenUp: make(map[string]time.Time), kick: make(chan struct{}, 1),
+		givenUp: make(map[string]time.Time), kick: make(chan struct{}, 1), fullLogs: loglimit.NewBucket(loglimit.Rate{Burst: 3, Every: time.Minute}, p.deps.Clock),
 		decode: json.Unmarshal, tookBeat: platform.NewLocalState(maxLeft, p.deps.Clock),
 	}
 	cl.beatNo.Store(p.deps.Clock.Now().UnixMilli())
@@ -940,7 +943,8 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		}
 		// Not awaited: the gateway's answer waits for no store.
 		cl.mu.Lock()
-		if len(cl.givenUp) < maxLeft && cl.ctx.Err() == nil {
+		full := len(cl.givenUp) >= maxLeft
+		if !full && cl.ctx.Err() == nil {
 			cl.givenUp[exec] = cl.p.deps.Clock.Now().Add(forwardedExecTimeout + cl.node.ResendWindow())
 			if !cl.claiming {
 				cl.claiming = true
@@ -948,6 +952,9 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 			}
 		}
 		cl.mu.Unlock()
+		if full {
+			cl.fullLogs.Log(cl.p.deps.Log, slog.LevelWarn, "nexscope forward given up on not claimed: as many wait for the store; a late copy of it may run", "room", r.name)
+		}
 		cl.kickClaims()
 		res := contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 		res.Ambiguous = taken // a home took it: it may have run
@@ -972,11 +979,15 @@ func (cl *fleet) claimGivenUp() {
 		pending := maps.Clone(cl.givenUp)
 		cl.mu.Unlock()
 		for exec, until := range pending {
-			if _, err := cl.claims.Claim(cl.ctx, execClaim+exec, until); err == nil || !clk.Now().Before(until) {
-				cl.mu.Lock()
-				delete(cl.givenUp, exec)
-				cl.mu.Unlock()
+			// One whose window ended asks no store: no copy may come.
+			if clk.Now().Before(until) {
+				if _, err := cl.claims.Claim(cl.ctx, execClaim+exec, until); err != nil {
+					continue // tried again next pass, or forgotten then
+				}
 			}
+			cl.mu.Lock()
+			delete(cl.givenUp, exec)
+			cl.mu.Unlock()
 		}
 		cl.mu.Lock()
 		if len(cl.givenUp) == 0 {

@@ -1742,13 +1742,16 @@ func TestClusterForwardCopiesRacingALostLeaseSayNotUnknown(t *testing.T) {
 	})
 	homeOf(t, []*instance{home}, DefaultRoom)
 	alice := home.joinWith(t, "alice", "alice", "hermes")
-	unknown := make(chan struct{}, 1)
+	unknown, flushed := make(chan struct{}, 1), make(chan struct{})
 	told := func(channel string, msg []byte) bool {
-		if channel == cluster.Inbox("i9") && clustertest.Type(msg) == msgUnknown {
+		switch {
+		case channel == cluster.Inbox("i9") && clustertest.Type(msg) == msgUnknown:
 			select {
 			case unknown <- struct{}{}:
 			default:
 			}
+		case channel == cluster.Inbox("i9-flushed"):
+			close(flushed)
 		}
 		return false
 	}
@@ -1779,6 +1782,14 @@ func TestClusterForwardCopiesRacingALostLeaseSayNotUnknown(t *testing.T) {
 	waitFor(t, "the room's lease lost", func() bool { return !home.p.room(DefaultRoom).homeHeld() })
 	close(copies[1])
 	waitFor(t, "the home done with the copies", func() bool { return !goroutineIn("nexscope.(*fleet).execHere")() })
+	// The outbox is published in order: what the copies sent is out once
+	// a message queued after them is.
+	cl.node.Send(cluster.Inbox("i9-flushed"), msgCancel, []byte("01JTWICE"))
+	select {
+	case <-flushed:
+	case <-time.After(testTimeout):
+		t.Fatalf("the home's outbox not published within %v", testTimeout)
+	}
 	select {
 	case <-unknown:
 		t.Fatal("the instance that took the send told its forwarder it does not know it (msgUnknown): its gateway is told 'outcome unknown' for a send that ran")
@@ -1891,3 +1902,86 @@ type stalledStore struct {
 }
 
 func (s stalledStore) Claims() store.Claims { return s.claims }
+
+// TestClusterGivenUpForwardPastItsWindowAsksNoStore: a forward given up on
+// whose window ended (no copy may come any more) is forgotten without a
+// claim: one asked of a stalled store would hold the claims of every other
+// given up behind it, each until the store answered.
+func TestClusterGivenUpForwardPastItsWindowAsksNoStore(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	stalled := &stalledClaims{release: make(chan struct{})}
+	edge := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		stalled.Claims = d.Store.Claims()
+		d.Store = stalledStore{d.Store, stalled}
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	cl := edge.p.cluster
+	cl.mu.Lock() // as forwardExec gives one up, its window ended since
+	cl.givenUp["01JPAST"] = cl.p.deps.Clock.Now().Add(-time.Millisecond)
+	cl.claiming = true
+	cl.wg.Go(cl.claimGivenUp)
+	cl.mu.Unlock()
+	waitFor(t, "the forward given up on past its window forgotten, no claim asked of the stalled store", func() bool {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return !cl.claiming
+	})
+}
+
+// TestClusterForwardGivenUpPastTheCapLogged: a forward given up on while
+// maxLeft others wait for their claim (the store failing that long) is
+// answered unavailable as any other, but not claimed: that is logged, for
+// the operator to see that a late copy of it may run.
+func TestClusterForwardGivenUpPastTheCapLogged(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	edge := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i1", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	cl := edge.p.cluster
+	cl.mu.Lock() // as many as the store failing may leave waiting; no loop claims them
+	later := cl.p.deps.Clock.Now().Add(time.Hour)
+	for i := range maxLeft {
+		cl.givenUp[strconv.Itoa(i)] = later
+	}
+	cl.claiming = true
+	cl.mu.Unlock()
+	forwarded := make(chan struct{}, 1)
+	lost := func(_ string, msg []byte) bool { // no home reads the room
+		if clustertest.Type(msg) == msgExec {
+			select {
+			case forwarded <- struct{}{}:
+			default:
+			}
+		}
+		return true
+	}
+	edge.lose.Store(&lost)
+	ctx, revoke := context.WithCancel(context.Background())
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "revoked"})
+	}()
+	select {
+	case <-forwarded:
+	case <-time.After(testTimeout):
+		t.Fatal("the edge never forwarded the send")
+	}
+	revoke()
+	select {
+	case r := <-results:
+		if r.Success || r.Code != contract.CodeUnavailable {
+			t.Fatalf("the revoked send answered %+v, want unavailable", r)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the revoked send not answered")
+	}
+	if !strings.Contains(edge.logs.String(), "nexscope forward given up on not claimed") {
+		t.Fatalf("a forward given up on past the %d waiting not logged", maxLeft)
+	}
+}

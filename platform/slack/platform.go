@@ -298,8 +298,8 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 // many takes that half while the others are idle and leaves them the
 // other; a deployment of one tenant takes the whole intake. The entries
 // routed to no tenant in the chats no tenant holds (""), which anyone in
-// such a chat may send, are charged at most intakeTenantShare: half, with
-// a busy tenant's half, would fill the intake.
+// such a chat may send, are charged at most intakeTenantShare, with one
+// tenant too: half, with a busy tenant's half, would fill the intake.
 func (p *Platform) intakeBound(tenant string) int {
 	if tenant == "" {
 		return intakeTenantShare
