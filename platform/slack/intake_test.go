@@ -1980,3 +1980,35 @@ func TestIntakeReactionChargedToItsReactorsTenant(t *testing.T) {
 		t.Fatalf("%d entries held, want 2 (Dan's reaction taken behind Cat's message)", pending)
 	}
 }
+
+// TestBusyPostEndsWithRun: the busy answer to a press over HTTP, posted
+// after its 200 to a response_url that never answers, ends when Run does,
+// not request_timeout later: its request's handler returns at shutdown.
+func TestBusyPostEndsWithRun(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, func(c *Config) { c.RequestTimeout = 3 * waitFor }, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	for range e.p.intakeBound("t1") - 1 {
+		if !e.p.intake.reserve("t1", false) {
+			t.Fatal("t1's reservation refused below its bound")
+		}
+	}
+	posting := make(chan string, 1)
+	e.fake.StallResponses(posting)
+	press := withResponseURL(t, slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL("busy"))
+	codes := e.postAsync(t, InteractionsPath, "application/x-www-form-urlencoded", press)
+	waitStarted(t, posting, "the busy post")
+	e.stop()
+	e.stop = func() {}
+	answered(t, codes, "the busy press, its post cut short by the shutdown")
+}
