@@ -1,7 +1,6 @@
 package slack
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -162,7 +161,7 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 	if busyPress(err, &ic) {
 		w.WriteHeader(http.StatusOK)
 		_ = http.NewResponseController(w).Flush() // acknowledged before the post
-		p.tellBusy(context.WithoutCancel(r.Context()), ic.ResponseURL)
+		p.tellBusy(ic.ResponseURL)
 		return
 	}
 	p.answer(w, err, "prompt press")

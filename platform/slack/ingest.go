@@ -74,8 +74,12 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, tenant,
 		return done(dropMalformed)
 	}
 	p.seenIn(m.ev.Channel, m.install)
-	tenant, takes := p.routedTo(&m)
-	if (len(m.ev.Files) > 0 || m.ev.ThreadTS != "" && m.ev.ThreadTS != m.ev.TS) && !ownOrDeleted(&m, env) && takes {
+	tenant, owner := p.routedTo(&m)
+	// The settings are read only for a message that may be slow: every
+	// other one is handled in the reader's (or request's) goroutine, and
+	// normalize reads them there.
+	if (len(m.ev.Files) > 0 || m.ev.ThreadTS != "" && m.ev.ThreadTS != m.ev.TS) && !ownOrDeleted(&m, env) &&
+		tenant != "" && !settingsDrop(&m, p.policy(tenant), owner) {
 		slow = "msg/" + m.liveDedupeKey()
 	}
 	return m.install + "/" + m.ev.Channel, tenant, slow, running(func(ctx context.Context) error { return p.ingestMessage(ctx, env, &m, received) })
@@ -96,17 +100,17 @@ func ownOrDeleted(m *message, env *envelope) bool {
 }
 
 // routedTo is the tenant m routes to by the ownership order alone (no
-// grant recorded; "" when none), and whether it takes m: its settings
-// alone do not drop it (settingsDrop). One no tenant takes is not worth an
-// intake entry.
-func (p *Platform) routedTo(m *message) (tenant string, takes bool) {
+// grant recorded; "" when none), and whether its author is linked to it.
+// A slow message it routes nowhere, or whose settings drop it
+// (settingsDrop), is not worth an intake entry.
+func (p *Platform) routedTo(m *message) (tenant string, owner bool) {
 	chat := chatOf(m.ev.Channel, m.install)
 	chat.DM = isDM(m.ev)
 	r, ok := p.owners.Load().Route(m.ev.User, chat)
 	if !ok || r.Drop != "" {
 		return "", false
 	}
-	return r.Tenant, !settingsDrop(m, p.policy(r.Tenant), r.Owner)
+	return r.Tenant, r.Owner
 }
 
 // settingsDrop reports whether pol, the settings of the tenant m is routed
@@ -425,6 +429,12 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	}
 	pr.team = team
 	key := "press/" + team + ":" + pr.channel + ":" + pr.message
+	if p.pressed.Contains(key) {
+		// As the dedupe answers it, without an intake entry: its
+		// done marker outlives this one (added before it is).
+		p.drop(dropDuplicate, "")
+		return nil
+	}
 	// Charged to the tenant its presser routes to (none: the chat's
 	// holder), as the presser's slash command would be: in a chat no tenant
 	// holds, another tenant's users pressing the prompt spend their own
@@ -435,6 +445,7 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 			ev := pr.event(p.names.user(tctx, team, pr.user).name, p.names.channelName(tctx, team, pr.channel))
 			err := p.deliver(ctx, tenant, created, &ev, received)
 			if err == nil {
+				p.pressed.Add(key, struct{}{})
 				delivered()
 			}
 			return err

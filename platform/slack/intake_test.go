@@ -2029,3 +2029,71 @@ func TestIntakeUnheldChatsTakeNoHalf(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyPostEndsWithRun: the busy answer to a press over HTTP, posted
+// after its 200 to a response_url that never answers, ends when Run does,
+// not request_timeout later: its request's handler returns at shutdown.
+func TestBusyPostEndsWithRun(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, func(c *Config) { c.RequestTimeout = 3 * waitFor }, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	for range e.p.intakeBound("t1") - 1 {
+		if !e.p.intake.reserve("t1", false) {
+			t.Fatal("t1's reservation refused below its bound")
+		}
+	}
+	posting := make(chan string, 1)
+	e.fake.StallResponses(posting)
+	press := withResponseURL(t, slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL("busy"))
+	codes := e.postAsync(t, InteractionsPath, "application/x-www-form-urlencoded", press)
+	waitStarted(t, posting, "the busy post")
+	e.stop()
+	e.stop = func() {}
+	answered(t, codes, "the busy press, its post cut short by the shutdown")
+}
+
+// TestSecondPressTakesNoIntakeEntry: a press of a prompt already answered
+// here, in a chat whose requests go to the intake (a message of it waits
+// on a stalled file), is dropped as the duplicate it is before the intake:
+// 200, not delivered, no entry taken. Before, each press took an entry
+// until the dedupe in its turn dropped it.
+func TestSecondPressTakesNoIntakeEntry(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	m := &drops{got: map[string]int{}}
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk, Metrics: m})
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	press := slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the first press answered %d %q", code, body)
+	}
+	if d := e.sink.Next(t); d.Event.PromptResponse == nil {
+		t.Fatalf("the first press delivered as %+v", d.Event)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the second press answered %d %q", code, body)
+	}
+	if pending, _ := e.p.IntakeStats(); pending != 1 || m.count(dropDuplicate) != 1 {
+		t.Fatalf("%d intake entries, %d duplicates dropped; want 1 (the message), 1 (the second press)", pending, m.count(dropDuplicate))
+	}
+	e.sink.Empty(t)
+}

@@ -82,10 +82,29 @@ func busyPress(err error, ic *slack.InteractionCallback) bool {
 	return errors.Is(err, errIntakeFull) && ic.ResponseURL != ""
 }
 
+// maxBusyPosts bounds the busy answers being posted at once (tellBusy):
+// a slow response_url holds no more of the Socket Mode envelopes handled
+// beside the reader (maxBeside) than that.
+var maxBusyPosts = 8
+
 // tellBusy tells the user of a press the intake had no room for
-// (busyPress), ephemerally through its response_url, to press again.
-func (p *Platform) tellBusy(ctx context.Context, responseURL string) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+// (busyPress), ephemerally through its response_url, to press again, in
+// Run's lifetime (a shutdown ends the post). Past maxBusyPosts posts in
+// flight its user is not told: the press is counted as dropped
+// (overloaded).
+func (p *Platform) tellBusy(responseURL string) {
+	run := p.intake.runCtx() // busyPress: the intake refused the press, Run ran
+	if run == nil {
+		return
+	}
+	select {
+	case p.busyPosts <- struct{}{}:
+		defer func() { <-p.busyPosts }()
+	default:
+		p.metrics.Dropped(platformName, dropOverloaded)
+		return
+	}
+	ctx, cancel := context.WithTimeout(run, p.cfg.RequestTimeout)
 	defer cancel()
 	msg := &slack.WebhookMessage{ResponseType: "ephemeral", Text: "Too busy to take your choice now; press it again in a moment."}
 	if err := p.postResponseURL(ctx, responseURL, msg); err != nil {

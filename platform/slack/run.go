@@ -261,7 +261,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			err := p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received)
 			if busyPress(err, &ic) {
 				ack(nil, nil)
-				p.tellBusy(ctx, ic.ResponseURL)
+				p.tellBusy(ic.ResponseURL)
 				return
 			}
 			ack(err, nil)

@@ -471,3 +471,73 @@ func TestSocketModePressPastItsTenantsBoundAnsweredBusy(t *testing.T) {
 		t.Fatalf("the press's user was told %+v, want an ephemeral press it again", posts[0])
 	}
 }
+
+// TestSocketModeSlowBusyPostsBounded: busy answers to presses (the
+// intake full) whose response_url never answers hold at most maxBusyPosts
+// of the slots beside the reader; a press past them is acknowledged, its
+// post skipped and counted (overloaded), and a slash command is still
+// handled. Before, each busy post held its slot for request_timeout, and
+// a flood of them left every later press and command unacknowledged.
+func TestSocketModeSlowBusyPostsBounded(t *testing.T) {
+	oldBeside, oldBusy := maxBeside, maxBusyPosts
+	maxBeside, maxBusyPosts = 3, 1
+	t.Cleanup(func() { maxBeside, maxBusyPosts = oldBeside, oldBusy })
+	clk := clocktest.New(time.Now())
+	m := &drops{got: map[string]int{}}
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnv(t, socket, &platform.Deps{Media: newMediaStore(t), Clock: clk, Metrics: m})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	file := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	id, err := e.fake.PushEvent(ctx, "events_api", slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", file)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fake.WaitAck(ctx, id); err != nil {
+		t.Fatalf("the message with a stalled file not acknowledged: %v", err)
+	}
+	waitStarted(t, started, "the stalled file")
+	for range e.p.intakeBound("t1") - 1 {
+		if !e.p.intake.reserve("t1", false) {
+			t.Fatal("t1's reservation refused below its bound")
+		}
+	}
+	posting := make(chan string, 8)
+	e.fake.StallResponses(posting)
+	var payload map[string]any
+	form, _ := url.ParseQuery(string(slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")))
+	if err := json.Unmarshal([]byte(form.Get("payload")), &payload); err != nil {
+		t.Fatal(err)
+	}
+	for n := range maxBeside {
+		payload["response_url"] = e.fake.ResponseURL(sprintf("busy%d", n))
+		if id, err = e.fake.PushEvent(ctx, "interactive", mustJSON(t, payload)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.fake.WaitAck(ctx, id); err != nil {
+			t.Fatalf("busy press %d not acknowledged: %v", n, err)
+		}
+		if n == 0 {
+			waitStarted(t, posting, "the first busy post")
+		}
+	}
+	platformtest.WaitUntil(t, "the presses past the busy posts' bound to be counted", func() bool { return m.count(dropOverloaded) == maxBeside-1 })
+	cmd, _ := json.Marshal(map[string]string{"team_id": teamA.ID, "channel_id": "C0FREE0001", "user_id": userAda, "command": "/status",
+		"text": "x", "response_url": e.fake.ResponseURL("cmd")})
+	if id, err = e.fake.PushEvent(ctx, "slash_commands", cmd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fake.WaitAck(ctx, id); err != nil {
+		t.Fatalf("a slash command behind the slow busy posts: %v", err)
+	}
+}

@@ -144,6 +144,7 @@ type Server struct {
 	files     map[string]servedFile // path -> file
 	fileIDs   map[string]string     // team/id -> path
 	responses []ResponsePost
+	stalled   chan<- string  // StallResponses'
 	fail429   map[string]int // method -> 429s left
 	fail404   map[string]int // method -> 404s left
 	retry     time.Duration
@@ -805,8 +806,26 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(f.data)
 }
 
+// StallResponses makes every later response_url post go unanswered: its
+// id is reported on started, then it is held until its client gives up,
+// unrecorded.
+func (s *Server) StallResponses(started chan<- string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stalled = started
+}
+
 // serveResponse records a response_url post.
 func (s *Server) serveResponse(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	stalled := s.stalled
+	s.mu.Unlock()
+	if stalled != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20)) // read: the server sees its client give up
+		stalled <- strings.TrimPrefix(r.URL.Path, "/response/")
+		<-r.Context().Done()
+		return
+	}
 	var body map[string]any
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&body); err != nil {
 		http.Error(w, "bad json", http.StatusBadRequest)
