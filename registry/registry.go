@@ -517,7 +517,9 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 // CreateTenant stores a new tenant, created now or, if a tenant deleted
 // under the id was created as late (nsCreated), just after it. A write
 // the replicas did not acknowledge (store.ErrNotReplicated) is taken back
-// (takeBackTenant), and is that error.
+// (takeBackTenant), and is that error; so is one that a deletion under
+// the id finishing meanwhile made no later than the deleted tenant
+// (ErrConflict).
 func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if err := cmp.Or(checkID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
 		return err
@@ -543,6 +545,12 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 			r.takeBackTenant(ctx, t.ID, t.Created, data)
 		}
 		return cmp.Or(err, fmt.Errorf("%w: tenant %q exists, or its deletion did not finish (delete it again)", ErrExists, t.ID))
+	}
+	// A deletion under the id that finished between the read and the write
+	// kept a creation this one may not be later than: taken back.
+	if _, again, err := r.lastCreation(ctx, t.ID); err == nil && again >= t.Created.UnixMicro() {
+		r.takeBackTenant(ctx, t.ID, t.Created, data)
+		return fmt.Errorf("%w: tenant %q was being deleted meanwhile; create it again", ErrConflict, t.ID)
 	}
 	r.notify(ctx)
 	return nil

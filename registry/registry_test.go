@@ -431,3 +431,43 @@ func TestTenantMadeAgainIsCreatedLater(t *testing.T) {
 		t.Fatalf("made again at %v, not later than the deleted tenant's creation %v", again, first)
 	}
 }
+
+// TestTenantMadeAgainAsTheOldOneGoesIsCreatedLater: a creation on an
+// instance whose clock is an hour behind, that read the deleted creations
+// just before another instance finished deleting the tenant under the id
+// (so its write lands once the id is free), is not made earlier than the
+// deleted tenant: it is taken back and answered ErrConflict, and made
+// again later. Before, it was stored with the earlier creation.
+func TestTenantMadeAgainAsTheOldOneGoesIsCreatedLater(t *testing.T) {
+	ctx := context.Background()
+	ahead := clocktest.New(time.Unix(1_700_000_000, 0))
+	behind := clocktest.New(ahead.Now().Add(-time.Hour))
+	st := store.NewMemory(ahead)
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	a, b := registry.New(st, ahead), registry.New(hooked, behind)
+	if err := a.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := effective(t, a)
+	first := s.Tenants[0].Created
+	deleted := false
+	hooked.before = func(op, namespace, key string) {
+		if op == "cas" && namespace == "registry/tenants" && !deleted {
+			deleted = true // once: the deletion finishes between b's read and its write
+			if err := a.DeleteTenant(ctx, "acme"); err != nil {
+				t.Errorf("DeleteTenant: %v", err)
+			}
+		}
+	}
+	if err := b.CreateTenant(ctx, registry.Tenant{ID: "acme"}); !errors.Is(err, registry.ErrConflict) {
+		s, _ := effective(t, b)
+		t.Fatalf("creation racing the deletion: %v (tenants %+v), want ErrConflict", err, s.Tenants)
+	}
+	if err := b.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := effective(t, b); len(s.Tenants) != 1 || s.Tenants[0].Created.UnixMicro() <= first.UnixMicro() {
+		t.Fatalf("made again as %+v, not once and later than the deleted tenant's creation %v", s.Tenants, first)
+	}
+}

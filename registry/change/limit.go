@@ -79,11 +79,13 @@ func TooFast(who string, burst int, every, retry time.Duration) *Refusal {
 	return r
 }
 
-// Spend spends one change of gateway of tenant's allowance, and of
-// tenant's.
+// Spend spends one change of gateway of tenant's allowance, into debt
+// when its requests were checked at once, and of tenant's while it lasts:
+// one gateway's requests in flight lock out that gateway, not the
+// tenant's others.
 func (l *Limiter) Spend(tenant, gateway string) {
 	l.gateways.Spend(key(tenant, gateway))
-	l.tenants.Spend(tenant)
+	l.tenants.Allow(tenant)
 }
 
 // SetRetryAfter sets h's Retry-After when err is a Refusal with a

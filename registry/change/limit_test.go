@@ -36,3 +36,31 @@ func TestTenantAllowanceSpansItsGateways(t *testing.T) {
 		t.Fatalf("tenant a's change a TenantEvery later: %v, want allowed", err)
 	}
 }
+
+// TestOneGatewayDoesNotLockOutItsTenant: requests of one gateway checked
+// at once (each waits for its tenant's turn in the registry before it
+// spends) put that gateway in debt, not its tenant: its tenant's other
+// gateways have a change again a TenantEvery after the allowance ran out.
+// Before, the tenant's allowance went as far into debt as the gateway had
+// requests in flight: 2,000 locked every gateway of the tenant out for
+// 100 s.
+func TestOneGatewayDoesNotLockOutItsTenant(t *testing.T) {
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	l := NewLimiter(c)
+	const inFlight = 2 * TenantBurst
+	for i := range inFlight {
+		if err := l.Check("a", "gw-busy"); err != nil {
+			t.Fatalf("request %d in flight: %v, want allowed (none spent yet)", i+1, err)
+		}
+	}
+	for range inFlight {
+		l.Spend("a", "gw-busy")
+	}
+	c.Advance(TenantEvery)
+	if err := l.Check("a", "gw-other"); err != nil {
+		t.Fatalf("another gateway of the tenant a TenantEvery later: %v, want allowed", err)
+	}
+	if err := l.Check("a", "gw-busy"); err == nil {
+		t.Fatal("the gateway that spent 2,000 at once: allowed, want a 429 (its own debt)")
+	}
+}
