@@ -1617,3 +1617,41 @@ func TestGroupSendLeavesAStreamOfItsTurnBegunAfterItsAnswer(t *testing.T) {
 		t.Fatalf("the chat has %v, want the send and the new stream's preview", msgs)
 	}
 }
+
+// TestGroupSendAfterRunReturnedStartsNoReplacement: a group send that
+// ends a stream comes after Run returned (the platform stopped): it is
+// answered, and no deletion of its preview is started (logged). One was
+// started on a goroutine nothing waited for any more, which could outlive
+// the platform.
+func TestGroupSendAfterRunReturnedStartsNoReplacement(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, e.sink) }()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		t.Fatal("Run did not return after cancel")
+	}
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	meta := contract.Metadata{MessageID: "77"}
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans", Metadata: meta}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	release := e.fake.Hold("deleteMessage") // a deletion started stays running
+	defer func() {
+		release()
+		e.p.awaitReplacing()
+	}()
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat), Content: "the answer", Metadata: meta}); !r.Success {
+		t.Fatalf("send: %+v", r)
+	}
+	if n := len(e.p.replacing); n != 0 {
+		t.Fatalf("%d preview replacements running after Run returned, want none", n)
+	}
+	if !strings.Contains(e.logs.String(), "telegram draft previews not replaced") {
+		t.Fatalf("logs:\n%s", e.logs.String())
+	}
+}
