@@ -1655,3 +1655,60 @@ func TestGroupSendAfterRunReturnedStartsNoReplacement(t *testing.T) {
 		t.Fatalf("logs:\n%s", e.logs.String())
 	}
 }
+
+// heldReads is a seal store whose reads of the keys under prefix wait
+// for gate (or their deadline), a slow store.
+type heldReads struct {
+	store.Capabilities
+	prefix string
+	gate   chan struct{}
+}
+
+func (h heldReads) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if strings.HasPrefix(key, h.prefix) {
+		select {
+		case <-h.gate:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	return h.Capabilities.Get(ctx, key)
+}
+
+// TestGroupSendsPastTheReplacementBoundKeepTheirPreviews: while the store
+// is slow to answer (its reads of the turns' previews held), 65 group
+// sends of distinct turns are answered; the first 64 look their turns'
+// previews up after their answers, and the 65th starts none, logged once.
+func TestGroupSendsPastTheReplacementBoundKeepTheirPreviews(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.RequestTimeout = time.Minute })
+	gate := make(chan struct{})
+	e.p.seals = heldReads{e.p.seals, "telegram/preview-turn/", gate}
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+		e.p.awaitReplacing()
+	}()
+	chat := telegramtest.ChatT2
+	for i := range maxReplacing + 1 {
+		if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat), Content: "the answer",
+			Metadata: contract.Metadata{MessageID: contract.ID(strconv.Itoa(100 + i))}}); !r.Success {
+			t.Fatalf("send %d: %+v", i, r)
+		}
+	}
+	if n := len(e.p.replacing); n != maxReplacing {
+		t.Fatalf("%d preview replacements running, want %d", n, maxReplacing)
+	}
+	if n := strings.Count(e.logs.String(), "telegram draft previews not replaced"); n != 1 {
+		t.Fatalf("%d sends logged their previews not replaced, want 1; logs:\n%s", n, e.logs.String())
+	}
+	close(gate)
+	e.p.awaitReplacing()
+	if n := len(e.p.replacing); n != 0 {
+		t.Fatalf("%d preview replacements running after the store answered, want none", n)
+	}
+}
