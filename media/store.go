@@ -297,29 +297,28 @@ type Upload struct {
 }
 
 // Begin starts an object of tenant, or refuses with ErrQuota past the
-// object counts. Its size is reserved against the quotas as bytes are
-// written.
+// object counts, creating no file. Its size is reserved against the
+// quotas as bytes are written.
 func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	id := hex.EncodeToString(b[:])
-	path := filepath.Join(s.cfg.Dir, id+fileSuffix)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("media: create object: %w", err)
-	}
-	obj := &object{Info: Info{ID: id, Tenant: tenant, MIME: mimeType, Filename: cleanFilename(filename)}, path: path, file: f}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.roomFor(tenant) {
 		s.sweepLocked()
 		if !s.roomFor(tenant) {
-			_ = f.Close()
-			_ = os.Remove(path)
 			s.refused++
 			return nil, ErrQuota
 		}
 	}
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	id := hex.EncodeToString(b[:])
+	path := filepath.Join(s.cfg.Dir, id+fileSuffix)
+	// Created under mu, as removeLocked unlinks and Open opens.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("media: create object: %w", err)
+	}
+	obj := &object{Info: Info{ID: id, Tenant: tenant, MIME: mimeType, Filename: cleanFilename(filename)}, path: path, file: f}
 	obj.began = s.cfg.Clock.Now()
 	s.dueBy(obj.began.Add(s.abandonAfter()))
 	if s.created != nil {

@@ -3,6 +3,7 @@ package media
 import (
 	"errors"
 	"maps"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +68,28 @@ func TestRegistryAppliesDoNotWalkTheStore(t *testing.T) {
 	s.SetTenants(map[string]time.Time{"t1": time.Unix(1, 0)})
 	if s.Stats().Objects != 0 {
 		t.Fatalf("objects after an apply that deleted t2 = %d, want 0", s.Stats().Objects)
+	}
+}
+
+// TestRefusedBeginCreatesNoFile: a tenant at its object count is refused
+// before any file is made for its object. Before, each refusal created a
+// file and removed it, two disk operations per refused request. The probe
+// is a directory that is gone: creating a file there fails, so a refusal
+// that tried answers that failure, not ErrQuota.
+func TestRefusedBeginCreatesNoFile(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := newStore(t, Config{Dir: dir, TTL: time.Hour})
+	s.maxTenantObjects = 1
+	if _, err := s.Put("t1", strings.NewReader("x"), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Begin("t1", "", ""); !errors.Is(err, ErrQuota) {
+		t.Fatalf("t1 past its object count: err = %v, want ErrQuota and no file created", err)
+	}
+	if got := s.Stats().QuotaRefusals; got != 1 {
+		t.Fatalf("quota refusals = %d, want 1", got)
 	}
 }
