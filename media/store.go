@@ -184,10 +184,11 @@ type Store struct {
 	// refused counts the writes refused with ErrQuota.
 	refused uint64
 	// due is at or before the earliest time an object expires or an
-	// upload is abandoned (zero: none held), so sweepLocked walks the
-	// objects only once one may go: a tenant at its quota sweeps at
-	// every refused write, and would hold mu through a walk of every
-	// tenant's objects per request, stalling the others' media.
+	// upload is abandoned (zero: none held), but no sooner than sweepGap
+	// after the last walk, so sweepLocked walks the objects only once one
+	// may go: a tenant at its quota sweeps at every refused write, and
+	// would hold mu through a walk of every tenant's objects per request,
+	// stalling the others' media.
 	due time.Time
 
 	// maxTenantObjects and maxObjects are the constants (tests lower them).
@@ -501,7 +502,17 @@ func (s *Store) sweepLocked() {
 			s.dueBy(at)
 		}
 	}
+	if next := now.Add(sweepGap); !s.due.IsZero() && s.due.Before(next) {
+		s.due = next
+	}
 }
+
+// sweepGap is the least time between two walks of sweepLocked. Objects
+// stored one after another expire one after another: under a flood of
+// refused writes each expiry would walk every object. An object then
+// counts against the quotas up to sweepGap past its expiry (it is no
+// longer served: Open).
+const sweepGap = time.Second
 
 // dueBy has sweepLocked walk the objects by at. Called with mu held.
 func (s *Store) dueBy(at time.Time) {

@@ -93,3 +93,42 @@ func TestRefusedBeginCreatesNoFile(t *testing.T) {
 		t.Fatalf("quota refusals = %d, want 1", got)
 	}
 }
+
+// TestRefusalsWalkTheStoreOncePerGap: under a flood of refused writes,
+// objects stored one after another (100 ms apart) and expiring so do not
+// make each expiry walk every object: a walk removes those expired within
+// sweepGap of each other together. Before, a refusal walked the store at
+// every object's expiry, as often as objects were stored. The walk is
+// seen by the objects it removes.
+func TestRefusalsWalkTheStoreOncePerGap(t *testing.T) {
+	s, clk := newStore(t, Config{TTL: time.Hour})
+	s.maxTenantObjects = 2
+	put := func(tenant string) error {
+		_, err := s.Put(tenant, strings.NewReader("x"), "", "")
+		return err
+	}
+	for _, p := range []struct { // t1 twice, 100 ms apart; t2 twice, later
+		after  time.Duration
+		tenant string
+	}{{0, "t1"}, {100 * time.Millisecond, "t1"}, {10 * time.Minute, "t2"}, {0, "t2"}} {
+		clk.Advance(p.after)
+		if err := put(p.tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := func(when string, objects int) {
+		t.Helper()
+		if err := put("t2"); !errors.Is(err, ErrQuota) {
+			t.Fatalf("%s: t2 past its object count: err = %v, want ErrQuota", when, err)
+		}
+		if got := s.Stats().Objects; got != objects {
+			t.Fatalf("%s: %d objects, want %d", when, got, objects)
+		}
+	}
+	clk.Advance(time.Hour - 10*time.Minute - 100*time.Millisecond) // t1's first object expires
+	refused("at t1's first expiry", 3)
+	clk.Advance(100 * time.Millisecond) // t1's second object expires
+	refused("at t1's second expiry, 100 ms after a walk", 3)
+	clk.Advance(sweepGap - 100*time.Millisecond)
+	refused("a sweepGap after the walk", 2)
+}
