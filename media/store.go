@@ -184,10 +184,11 @@ type Store struct {
 	// refused counts the writes refused with ErrQuota.
 	refused uint64
 	// due is at or before the earliest time an object expires or an
-	// upload is abandoned (zero: none held), so sweepLocked walks the
-	// objects only once one may go: a tenant at its quota sweeps at
-	// every refused write, and would hold mu through a walk of every
-	// tenant's objects per request, stalling the others' media.
+	// upload is abandoned (zero: none held), but no sooner than sweepGap
+	// after the last walk, so sweepLocked walks the objects only once one
+	// may go: a tenant at its quota sweeps at every refused write, and
+	// would hold mu through a walk of every tenant's objects per request,
+	// stalling the others' media.
 	due time.Time
 
 	// maxTenantObjects and maxObjects are the constants (tests lower them).
@@ -297,29 +298,28 @@ type Upload struct {
 }
 
 // Begin starts an object of tenant, or refuses with ErrQuota past the
-// object counts. Its size is reserved against the quotas as bytes are
-// written.
+// object counts, creating no file. Its size is reserved against the
+// quotas as bytes are written.
 func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	id := hex.EncodeToString(b[:])
-	path := filepath.Join(s.cfg.Dir, id+fileSuffix)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("media: create object: %w", err)
-	}
-	obj := &object{Info: Info{ID: id, Tenant: tenant, MIME: mimeType, Filename: cleanFilename(filename)}, path: path, file: f}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.roomFor(tenant) {
 		s.sweepLocked()
 		if !s.roomFor(tenant) {
-			_ = f.Close()
-			_ = os.Remove(path)
 			s.refused++
 			return nil, ErrQuota
 		}
 	}
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	id := hex.EncodeToString(b[:])
+	path := filepath.Join(s.cfg.Dir, id+fileSuffix)
+	// Created under mu, as removeLocked unlinks and Open opens.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("media: create object: %w", err)
+	}
+	obj := &object{Info: Info{ID: id, Tenant: tenant, MIME: mimeType, Filename: cleanFilename(filename)}, path: path, file: f}
 	obj.began = s.cfg.Clock.Now()
 	s.dueBy(obj.began.Add(s.abandonAfter()))
 	if s.created != nil {
@@ -502,7 +502,17 @@ func (s *Store) sweepLocked() {
 			s.dueBy(at)
 		}
 	}
+	if next := now.Add(sweepGap); !s.due.IsZero() && s.due.Before(next) {
+		s.due = next
+	}
 }
+
+// sweepGap is the least time between two walks of sweepLocked. Objects
+// stored one after another expire one after another: under a flood of
+// refused writes each expiry would walk every object. An object then
+// counts against the quotas up to sweepGap past its expiry (it is no
+// longer served: Open).
+const sweepGap = time.Second
 
 // dueBy has sweepLocked walk the objects by at. Called with mu held.
 func (s *Store) dueBy(at time.Time) {

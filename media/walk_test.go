@@ -3,6 +3,7 @@ package media
 import (
 	"errors"
 	"maps"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -68,4 +69,66 @@ func TestRegistryAppliesDoNotWalkTheStore(t *testing.T) {
 	if s.Stats().Objects != 0 {
 		t.Fatalf("objects after an apply that deleted t2 = %d, want 0", s.Stats().Objects)
 	}
+}
+
+// TestRefusedBeginCreatesNoFile: a tenant at its object count is refused
+// before any file is made for its object. Before, each refusal created a
+// file and removed it, two disk operations per refused request. The probe
+// is a directory that is gone: creating a file there fails, so a refusal
+// that tried answers that failure, not ErrQuota.
+func TestRefusedBeginCreatesNoFile(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := newStore(t, Config{Dir: dir, TTL: time.Hour})
+	s.maxTenantObjects = 1
+	if _, err := s.Put("t1", strings.NewReader("x"), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Begin("t1", "", ""); !errors.Is(err, ErrQuota) {
+		t.Fatalf("t1 past its object count: err = %v, want ErrQuota and no file created", err)
+	}
+	if got := s.Stats().QuotaRefusals; got != 1 {
+		t.Fatalf("quota refusals = %d, want 1", got)
+	}
+}
+
+// TestRefusalsWalkTheStoreOncePerGap: under a flood of refused writes,
+// objects stored one after another (100 ms apart) and expiring so do not
+// make each expiry walk every object: a walk removes those expired within
+// sweepGap of each other together. Before, a refusal walked the store at
+// every object's expiry, as often as objects were stored. The walk is
+// seen by the objects it removes.
+func TestRefusalsWalkTheStoreOncePerGap(t *testing.T) {
+	s, clk := newStore(t, Config{TTL: time.Hour})
+	s.maxTenantObjects = 2
+	put := func(tenant string) error {
+		_, err := s.Put(tenant, strings.NewReader("x"), "", "")
+		return err
+	}
+	for _, p := range []struct { // t1 twice, 100 ms apart; t2 twice, later
+		after  time.Duration
+		tenant string
+	}{{0, "t1"}, {100 * time.Millisecond, "t1"}, {10 * time.Minute, "t2"}, {0, "t2"}} {
+		clk.Advance(p.after)
+		if err := put(p.tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := func(when string, objects int) {
+		t.Helper()
+		if err := put("t2"); !errors.Is(err, ErrQuota) {
+			t.Fatalf("%s: t2 past its object count: err = %v, want ErrQuota", when, err)
+		}
+		if got := s.Stats().Objects; got != objects {
+			t.Fatalf("%s: %d objects, want %d", when, got, objects)
+		}
+	}
+	clk.Advance(time.Hour - 10*time.Minute - 100*time.Millisecond) // t1's first object expires
+	refused("at t1's first expiry", 3)
+	clk.Advance(100 * time.Millisecond) // t1's second object expires
+	refused("at t1's second expiry, 100 ms after a walk", 3)
+	clk.Advance(sweepGap - 100*time.Millisecond)
+	refused("a sweepGap after the walk", 2)
 }

@@ -55,6 +55,7 @@ func TestSealClaimReleasedAcrossADeclaration(t *testing.T) {
 	if r := <-first; r.Success {
 		t.Fatalf("the seal whose send failed: %+v", r)
 	}
+	e.p.awaitReplacing()         // the failed seal releases its claim after its answer
 	created.made(tenant, stored) // the declaration taken back
 	retry := make(chan contract.Result, 1)
 	go func() {
@@ -274,5 +275,67 @@ func TestPreviewOfAFrameThatOutlivedItsTenantAfterTheNewOnes(t *testing.T) {
 	msgs = e.fake.Messages(id)
 	if len(msgs) != 2 || !slices.Contains(slices.Collect(maps.Values(msgs)), "the new preview, longer") {
 		t.Fatalf("the chat has %v, want the new tenant's preview edited and the earlier tenant's apart", msgs)
+	}
+}
+
+// heldReleases are seal claims whose releases wait for gate (or their
+// deadline), a slow store.
+type heldReleases struct {
+	store.Claims
+	gate chan struct{}
+}
+
+func (h heldReleases) Release(ctx context.Context, key string, expires time.Time) error {
+	select {
+	case <-h.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return h.Claims.Release(ctx, key, expires)
+}
+
+// TestFailedSealAnsweredBeforeItsClaimIsReleased: a seal's send fails
+// while the store is slow to release the seal's claim (its release held):
+// the failure is answered at once, and the claim is released after. The
+// release ran before the answer, so a slow store held the gateway's
+// answer for up to a request_timeout.
+func TestFailedSealAnsweredBeforeItsClaimIsReleased(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.RequestTimeout = time.Minute })
+	gate := make(chan struct{})
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+		e.p.awaitReplacing()
+	}()
+	e.p.claims = heldReleases{platform.NewLocalState(16, e.p.deps.Clock), gate}
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 400, Description: "Bad Request: the send failed"})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	answered := make(chan contract.Result, 1)
+	go func() {
+		a := seal
+		answered <- e.p.Execute(ctx, tenant, &a)
+	}()
+	select {
+	case r := <-answered:
+		if r.Success {
+			t.Fatalf("the seal whose send failed: %+v", r)
+		}
+	case <-ctx.Done():
+		close(gate)
+		t.Fatalf("the failed seal was not answered within %v while its claim's release was held", waitFor)
+	}
+	close(gate)
+	e.p.awaitReplacing()
+	key := e.p.sealingKey(draftKey{tenant, id, 1}, &seal)
+	if ok, err := e.p.claims.Claim(ctx, key, e.p.deps.Clock.Now().Add(time.Minute)); err != nil || !ok {
+		t.Fatalf("the failed seal's claim after its release: taken %v, %v; want it released", ok, err)
 	}
 }

@@ -204,13 +204,10 @@ func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action
 	return c, id, err
 }
 
-// releaseSeal gives up claim c of a seal of stream k (claimSeal), unless
-// its record is stored (a waiting retry finds it): a retry then sends the
-// seal.
-func (p *Platform) releaseSeal(k draftKey, c *platform.Claim, stored bool) {
-	if stored {
-		return
-	}
+// releaseSeal gives up claim c of a seal of stream k (claimSeal) whose
+// record is not stored (a waiting retry would find it): a retry then
+// sends the seal. sealDraft does so after its answer (afterAnswer).
+func (p *Platform) releaseSeal(k draftKey, c *platform.Claim) {
 	if err := c.Release(p.cfg.RequestTimeout); err != nil {
 		p.storeWarn("telegram draft seal claim not released", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 	}
@@ -610,7 +607,11 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 		return contract.OK(id)
 	}
 	stored := false
-	defer func() { p.releaseSeal(k, claimed, stored) }()
+	defer func() { // after the answer: it need not wait for the store
+		if c := claimed; c != nil && !stored && !p.afterAnswer(func() { p.releaseSeal(k, c) }) {
+			p.releaseSeal(k, c)
+		}
+	}()
 	parts := textsplit.Split(a.Content, splitRules)
 	if chat < 0 { // holding the preview: a frame waiting for it then finds the seal (showPreview)
 		pv := p.openPreview(ctx, k, a)
@@ -657,8 +658,10 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	return r // contract.OK(first) when every part went out
 }
 
-// maxReplacing bounds the preview replacements running after their sends
-// were answered (replacePreviews); past it a send's previews stay, logged.
+// maxReplacing bounds the work running after its action was answered
+// (afterAnswer): preview replacements, past it a send's previews stay,
+// logged (replacePreviews), and seal claims' releases, past it released
+// before the answer (sealDraft).
 const maxReplacing = 64
 
 // replacePreviews deletes the previews of tenant's open draft streams in a
@@ -676,8 +679,8 @@ const maxReplacing = 64
 // logged. The streams are those open as the reply went out; their previews
 // are deleted after the send is answered, so a slow Telegram or store never
 // holds the answer past its deadline (the gateway would send the reply
-// again), on a goroutine of its own (at most maxReplacing; Run waits for
-// them as it stops) within a request_timeout of its own.
+// again), on a goroutine of its own (afterAnswer: none once Run returned)
+// within a request_timeout of its own.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
 	if chat > 0 {
 		return
@@ -696,14 +699,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 	if len(ended) == 0 && p.seals == nil {
 		return
 	}
-	select {
-	case p.replacing <- struct{}{}:
-	default:
-		p.log.Info("telegram draft previews not replaced: too many replacements in flight", "chat_id", chat)
-		return
-	}
-	go func() {
-		defer func() { <-p.replacing }()
+	started := p.afterAnswer(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 		defer cancel()
 		here := false // a preview of a's turn was deleted here
@@ -735,12 +731,48 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 		default:
 			p.replaceTopicPreviews(ctx, tenant, chat, thread, sent)
 		}
-	}()
+	})
+	if !started {
+		p.log.Info("telegram draft previews not replaced: too many replacements in flight, or stopping", "chat_id", chat)
+	}
 }
 
-// awaitReplacing returns once the preview replacements in flight ended
-// (replacePreviews): it takes every slot, then gives them back. One
-// caller at a time (Run: there is one).
+// afterAnswer runs f on a goroutine of its own, for work its action's
+// answer must not wait for, in a slot of p.replacing; it reports false,
+// running nothing, when every slot is taken or Run returned (Run waits for
+// those running as it stops: stopAfterAnswer).
+func (p *Platform) afterAnswer(f func()) bool {
+	p.afterMu.Lock()
+	defer p.afterMu.Unlock()
+	if p.stopped {
+		return false
+	}
+	select {
+	case p.replacing <- struct{}{}:
+	default:
+		return false
+	}
+	go func() {
+		defer func() { <-p.replacing }()
+		f()
+	}()
+	return true
+}
+
+// stopAfterAnswer makes afterAnswer refuse work (stopped) or take it
+// again, and when stopped waits for the work running.
+func (p *Platform) stopAfterAnswer(stopped bool) {
+	p.afterMu.Lock()
+	p.stopped = stopped
+	p.afterMu.Unlock()
+	if stopped {
+		p.awaitReplacing()
+	}
+}
+
+// awaitReplacing returns once the work in flight after its answer ended
+// (afterAnswer): it takes every slot, then gives them back. One caller at
+// a time (Run: there is one).
 func (p *Platform) awaitReplacing() {
 	for range cap(p.replacing) {
 		p.replacing <- struct{}{}

@@ -1617,3 +1617,98 @@ func TestGroupSendLeavesAStreamOfItsTurnBegunAfterItsAnswer(t *testing.T) {
 		t.Fatalf("the chat has %v, want the send and the new stream's preview", msgs)
 	}
 }
+
+// TestGroupSendAfterRunReturnedStartsNoReplacement: a group send that
+// ends a stream comes after Run returned (the platform stopped): it is
+// answered, and no deletion of its preview is started (logged). One was
+// started on a goroutine nothing waited for any more, which could outlive
+// the platform.
+func TestGroupSendAfterRunReturnedStartsNoReplacement(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, e.sink) }()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		t.Fatal("Run did not return after cancel")
+	}
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	meta := contract.Metadata{MessageID: "77"}
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans", Metadata: meta}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	release := e.fake.Hold("deleteMessage") // a deletion started stays running
+	defer func() {
+		release()
+		e.p.awaitReplacing()
+	}()
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat), Content: "the answer", Metadata: meta}); !r.Success {
+		t.Fatalf("send: %+v", r)
+	}
+	if n := len(e.p.replacing); n != 0 {
+		t.Fatalf("%d preview replacements running after Run returned, want none", n)
+	}
+	if !strings.Contains(e.logs.String(), "telegram draft previews not replaced") {
+		t.Fatalf("logs:\n%s", e.logs.String())
+	}
+}
+
+// heldReads is a seal store whose reads of the keys under prefix wait
+// for gate (or their deadline), a slow store.
+type heldReads struct {
+	store.Capabilities
+	prefix string
+	gate   chan struct{}
+}
+
+func (h heldReads) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if strings.HasPrefix(key, h.prefix) {
+		select {
+		case <-h.gate:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	return h.Capabilities.Get(ctx, key)
+}
+
+// TestGroupSendsPastTheReplacementBoundKeepTheirPreviews: while the store
+// is slow to answer (its reads of the turns' previews held), 65 group
+// sends of distinct turns are answered; the first 64 look their turns'
+// previews up after their answers, and the 65th starts none, logged once.
+func TestGroupSendsPastTheReplacementBoundKeepTheirPreviews(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.RequestTimeout = time.Minute })
+	gate := make(chan struct{})
+	e.p.seals = heldReads{e.p.seals, "telegram/preview-turn/", gate}
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+		e.p.awaitReplacing()
+	}()
+	chat := telegramtest.ChatT2
+	for i := range maxReplacing + 1 {
+		if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat), Content: "the answer",
+			Metadata: contract.Metadata{MessageID: contract.ID(strconv.Itoa(100 + i))}}); !r.Success {
+			t.Fatalf("send %d: %+v", i, r)
+		}
+	}
+	if n := len(e.p.replacing); n != maxReplacing {
+		t.Fatalf("%d preview replacements running, want %d", n, maxReplacing)
+	}
+	if n := strings.Count(e.logs.String(), "telegram draft previews not replaced"); n != 1 {
+		t.Fatalf("%d sends logged their previews not replaced, want 1; logs:\n%s", n, e.logs.String())
+	}
+	close(gate)
+	e.p.awaitReplacing()
+	if n := len(e.p.replacing); n != 0 {
+		t.Fatalf("%d preview replacements running after the store answered, want none", n)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,9 +55,12 @@ type Platform struct {
 	seals    store.Capabilities                // every instance's seals and group previews (draft.go), in deps.Store; nil without one
 	previews *lru.Cache[draftKey, *preview]    // open draft streams of group chats
 	drafts   *lru.Cache[wireDraft, draftKey]   // the stream holding each draft id sent to a private chat (wireDraftID)
-	// replacing holds a slot per preview replacement running after its
-	// send was answered (replacePreviews).
+	// replacing holds a slot per work running after its action was
+	// answered (afterAnswer).
 	replacing chan struct{}
+	// afterMu guards stopped: Run returned, and afterAnswer starts no more.
+	afterMu sync.Mutex
+	stopped bool
 	// storeLogs bounds the warnings of seals failing (storeWarn).
 	storeLogs *loglimit.Bucket
 	rehosts   *platform.Rehosts // attachments of updates not delivered yet

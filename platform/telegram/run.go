@@ -48,7 +48,8 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.sink.Store(&sink)
 	defer p.sink.Store(nil)
 	defer p.transport.CloseIdleConnections()
-	defer p.awaitReplacing()
+	p.stopAfterAnswer(false)
+	defer p.stopAfterAnswer(true)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
