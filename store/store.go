@@ -48,9 +48,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -691,12 +693,18 @@ func (c expiringCaps) PutUnlessLater(ctx context.Context, key string, value []by
 
 // Later reports whether a live capability value is of a later
 // generation than gen (Capabilities.PutUnlessLater): the single statement
-// of the rule, which the redis backend's putLaterScript mirrors.
+// of the rule, which the redis backend's putLaterScript mirrors. A value
+// that is not a JSON object, or has no member "c" (or a null one), has
+// none. A c no version writes (not an integer: a float, a string) is
+// taken for later: an earlier creation's entry never replaces what may be
+// a later one's. c is compared as a double, as Lua does.
 func Later(value []byte, gen int64) bool {
-	var v struct {
-		C int64 `json:"c"`
+	var v map[string]json.RawMessage
+	if json.Unmarshal(value, &v) != nil || v["c"] == nil || string(v["c"]) == "null" {
+		return false
 	}
-	return json.Unmarshal(value, &v) == nil && v.C > gen
+	c, err := strconv.ParseFloat(string(v["c"]), 64) // out of range: ±Inf
+	return (err != nil && !errors.Is(err, strconv.ErrRange)) || c != math.Trunc(c) || c > float64(gen)
 }
 
 func (c expiringCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {

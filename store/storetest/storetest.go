@@ -617,6 +617,33 @@ func testCapabilities(t *testing.T, b Backend) {
 		}
 		get("gen", step.want, true)
 	}
+	// A c no version writes is read alike by every backend: one that is
+	// not an integer (a float, a string, a bool) keeps its value, as of a
+	// later generation; a value that is not JSON (a hex or an infinity in
+	// it) or whose member is not "c" has none.
+	for _, step := range []struct {
+		stored string
+		kept   bool
+	}{
+		{`{"v":"h","c":1.5}`, true},
+		{`{"v":"h","c":1e20}`, true},
+		{`{"v":"h","c":1e400}`, true},
+		{`{"v":"h","c":"0x10"}`, true},
+		{`{"v":"h","c":false}`, true},
+		{`{"v":"h","c":0x10}`, false},
+		{`{"v":"h","c":Infinity}`, false},
+		{`{"v":"h","C":9}`, false},
+		{`{"v":"h","c":null}`, false},
+		{`{"v":"h","c":1.0}`, false},
+	} {
+		put("gen", step.stored, f.clock.Now().Add(time.Minute))
+		if err := c.PutUnlessLater(ctx, "gen", []byte(`{"v":"i","c":2}`), 2, f.clock.Now().Add(time.Minute)); err != nil {
+			t.Fatalf("PutUnlessLater over %s: %v", step.stored, err)
+		}
+		if v, _, _ := c.Get(ctx, "gen"); (string(v) == step.stored) != step.kept {
+			t.Errorf("PutUnlessLater over %s: %s stored; want kept %v", step.stored, v, step.kept)
+		}
+	}
 	// An expired value is replaced whatever its generation.
 	if err := c.PutUnlessLater(ctx, "gen", []byte(`{"c":9}`), 9, f.clock.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
