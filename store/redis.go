@@ -1027,12 +1027,17 @@ return 1
 `)
 
 // putCapUnlessLater waits for the replicas as putExpiring does.
-func (s *redisStore) putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error {
+func (s *redisStore) putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) (bool, error) {
 	now := s.clock.Now()
 	put := scriptCall(putLaterScript, []string{s.expKey(false, key, "")}, encodeExpiring(expires, value), gen,
 		pxMillis(max(expires.Sub(now), 0)+redisExpirySlack), now.Unix(), now.Nanosecond())
 	put.replicate = true
-	return rerr(s.pipelined(ctx, put).err())
+	r := s.pipelined(ctx, put)
+	if err := r.err(); err != nil {
+		return false, rerr(err)
+	}
+	n, err := redisInt(r.cmd)
+	return n == 1, rerr(err)
 }
 
 func (s *redisStore) getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error) {
