@@ -70,12 +70,11 @@ func (s LocalState) Put(_ context.Context, key string, value []byte, expires tim
 }
 
 // PutUnlessLater implements store.Capabilities.
-func (s LocalState) PutUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error {
+func (s LocalState) PutUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) (bool, error) {
 	if gen <= 0 {
-		return s.Put(ctx, key, value, expires)
+		return true, s.Put(ctx, key, value, expires)
 	}
-	s.c.AddUnless(key, slices.Clone(value), expires, func(cur []byte) bool { return store.Later(cur, gen) })
-	return nil
+	return s.c.AddUnless(key, slices.Clone(value), expires, func(cur []byte) bool { return store.Later(cur, gen) }), nil
 }
 
 // Get implements store.Capabilities.

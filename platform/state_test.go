@@ -23,8 +23,8 @@ func TestLocalStateKeepsALaterGeneration(t *testing.T) {
 		{`{"c":30}`, 30, `{"c":30}`},
 		{`{}`, 0, `{}`},
 	} {
-		if err := s.PutUnlessLater(t.Context(), "k", []byte(step.value), step.gen, clk.Now().Add(time.Minute)); err != nil {
-			t.Fatal(err)
+		if stored, err := s.PutUnlessLater(t.Context(), "k", []byte(step.value), step.gen, clk.Now().Add(time.Minute)); err != nil || stored != (step.value == step.want) {
+			t.Fatalf("PutUnlessLater(%s) = %v, %v", step.value, stored, err)
 		}
 		if v, ok, _ := s.Get(t.Context(), "k"); !ok || string(v) != step.want {
 			t.Fatalf("after PutUnlessLater(%s): %q, %v; want %s", step.value, v, ok, step.want)

@@ -601,15 +601,17 @@ func (e *embedded) putExpiring(ctx context.Context, owner bool, a, b string, val
 	})
 }
 
-func (e *embedded) putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error {
+func (e *embedded) putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) (stored bool, err error) {
 	v := encodeExpiring(expires, value)
-	return e.batch(ctx, func(tx *bolt.Tx) error {
+	err = e.batch(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bCaps)
-		if cur, exp, err := decodeExpiring(b.Get([]byte(key))); err == nil && !expired(e.clock.Now(), exp) && Later(cur, gen) {
+		cur, exp, err := decodeExpiring(b.Get([]byte(key)))
+		if stored = err != nil || expired(e.clock.Now(), exp) || !Later(cur, gen); !stored {
 			return nil
 		}
 		return b.Put([]byte(key), v)
 	})
+	return stored && err == nil, err
 }
 
 // getLive returns a copy of the value.

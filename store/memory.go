@@ -313,16 +313,16 @@ func (m *Memory) putExpiring(ctx context.Context, owner bool, a, b string, value
 	return nil
 }
 
-func (m *Memory) putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error {
+func (m *Memory) putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) (bool, error) {
 	if err := m.lock(ctx, nil); err != nil {
-		return err
+		return false, err
 	}
 	defer m.mu.Unlock()
 	if cur, ok := m.caps[memKey{key, ""}]; ok && !expired(m.clock.Now(), cur.expires) && Later(cur.value, gen) {
-		return nil
+		return false, nil
 	}
 	m.caps[memKey{key, ""}] = expiring{value: slices.Clone(value), expires: expires}
-	return nil
+	return true, nil
 }
 
 func (m *Memory) getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error) {

@@ -1002,29 +1002,42 @@ func (s *redisStore) putExpiring(ctx context.Context, owner bool, a, b string, v
 // putLaterScript: KEYS the capability; ARGV the value as stored, the
 // generation, PX, now in seconds and nanoseconds. Sets the value unless
 // the stored one is live (its expiry, encodeExpiring's first 12 bytes,
-// after now) and of a later generation (Later, which it mirrors on what
-// the vault writes, an integer c: cjson also reads a c no version writes,
-// a float, 1e20, that Later takes for none). Returns 1 when it set it.
+// after now) and of a later generation (Later, which it mirrors: cjson
+// reads strict JSON numbers only, as Go does, and its setting is put
+// back). Returns 1 when it set it.
 var putLaterScript = redis.NewScript(`
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'string' and #cur >= 12 then
   local hi, lo, ns = struct.unpack('>I4I4I4', cur)
   local s, nows, nowns = hi * 4294967296 + lo, tonumber(ARGV[4]), tonumber(ARGV[5])
-  local ok, v = pcall(cjson.decode, string.sub(cur, 13))
-  if (s > nows or (s == nows and ns > nowns)) and ok and type(v) == 'table'
-    and type(v.c) == 'number' and v.c > tonumber(ARGV[2]) then return 0 end
+  if s > nows or (s == nows and ns > nowns) then
+    local lax = cjson.decode_invalid_numbers()
+    cjson.decode_invalid_numbers(false)
+    local ok, v = pcall(cjson.decode, string.sub(cur, 13))
+    cjson.decode_invalid_numbers(lax)
+    local c = nil
+    if ok and type(v) == 'table' then c = v.c end
+    if c ~= nil and c ~= cjson.null and (type(c) ~= 'number' or c ~= math.floor(c) or c > tonumber(ARGV[2])) then
+      return 0
+    end
+  end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 return 1
 `)
 
 // putCapUnlessLater waits for the replicas as putExpiring does.
-func (s *redisStore) putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error {
+func (s *redisStore) putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) (bool, error) {
 	now := s.clock.Now()
 	put := scriptCall(putLaterScript, []string{s.expKey(false, key, "")}, encodeExpiring(expires, value), gen,
 		pxMillis(max(expires.Sub(now), 0)+redisExpirySlack), now.Unix(), now.Nanosecond())
 	put.replicate = true
-	return rerr(s.pipelined(ctx, put).err())
+	r := s.pipelined(ctx, put)
+	if err := r.err(); err != nil {
+		return false, rerr(err)
+	}
+	n, err := redisInt(r.cmd)
+	return n == 1, rerr(err)
 }
 
 func (s *redisStore) getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error) {

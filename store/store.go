@@ -48,9 +48,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -205,9 +207,10 @@ type Capabilities interface {
 	// PutUnlessLater is Put unless the live value under key is of a later
 	// generation than gen (> 0; else it is Put), atomically: a value's
 	// generation is the integer field "c" of the JSON object it holds
-	// (zero for none). The vault keeps its tenant's creation there, so an
-	// earlier creation's entry never replaces a later one's.
-	PutUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error
+	// (zero for none; Later). The vault keeps its tenant's creation there,
+	// so an earlier creation's entry never replaces a later one's. stored
+	// is false when it kept the later value.
+	PutUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) (stored bool, err error)
 	// Get returns the value under key unless it is absent or expired by the
 	// store's clock. A value that does not decode (a damaged data file,
 	// or one another program wrote, of any Redis type) is answered as
@@ -663,7 +666,7 @@ func (r trimRule) drop(entries int, bytes int64, receivedMicros int64) bool {
 type expiringStore interface {
 	putExpiring(ctx context.Context, owner bool, a, b string, value []byte, expires time.Time) error
 	// putCapUnlessLater is Capabilities.PutUnlessLater, gen > 0.
-	putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error
+	putCapUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) (bool, error)
 	// getLive returns the value unless there is none or it has expired.
 	getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error)
 	delExpiring(ctx context.Context, owner bool, a, b string) error
@@ -679,24 +682,31 @@ func (c expiringCaps) Put(ctx context.Context, key string, value []byte, expires
 	return opErr("put capability", c.s.putExpiring(ctx, false, key, "", value, expires))
 }
 
-func (c expiringCaps) PutUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) error {
+func (c expiringCaps) PutUnlessLater(ctx context.Context, key string, value []byte, gen int64, expires time.Time) (bool, error) {
 	if gen <= 0 {
-		return c.Put(ctx, key, value, expires)
+		return true, c.Put(ctx, key, value, expires)
 	}
 	if err := checkName("capability key", key); err != nil {
-		return err
+		return false, err
 	}
-	return opErr("put capability", c.s.putCapUnlessLater(ctx, key, value, gen, expires))
+	stored, err := c.s.putCapUnlessLater(ctx, key, value, gen, expires)
+	return stored, opErr("put capability", err)
 }
 
 // Later reports whether a live capability value is of a later
 // generation than gen (Capabilities.PutUnlessLater): the single statement
-// of the rule, which the redis backend's putLaterScript mirrors.
+// of the rule, which the redis backend's putLaterScript mirrors. A value
+// that is not a JSON object, or has no member "c" (or a null one), has
+// none. A c no version writes (not an integer: a float, a string) is
+// taken for later: an earlier creation's entry never replaces what may be
+// a later one's. c is compared as a double, as Lua does.
 func Later(value []byte, gen int64) bool {
-	var v struct {
-		C int64 `json:"c"`
+	var v map[string]json.RawMessage
+	if json.Unmarshal(value, &v) != nil || v["c"] == nil || string(v["c"]) == "null" {
+		return false
 	}
-	return json.Unmarshal(value, &v) == nil && v.C > gen
+	c, err := strconv.ParseFloat(string(v["c"]), 64) // out of range: ±Inf
+	return (err != nil && !errors.Is(err, strconv.ErrRange)) || c != math.Trunc(c) || c > float64(gen)
 }
 
 func (c expiringCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {

@@ -56,7 +56,8 @@ func storeKey(k Key) string {
 // Put implements Store: the value is stored durably before Put returns,
 // unless the store holds one of a later creation of k's tenant (an
 // instance that still knew the earlier one, made again under its id
-// meanwhile, does not replace the new tenant's entry).
+// meanwhile, does not replace the new tenant's entry, nor keeps its own
+// in memory: it reads the store's).
 func (d *Durable) Put(ctx context.Context, k Key, e Entry) error {
 	if err := k.check(); err != nil {
 		return err
@@ -75,9 +76,14 @@ func (d *Durable) Put(ctx context.Context, k Key, e Entry) error {
 	value, _ := json.Marshal(se) // plain fields: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	if err := d.caps.PutUnlessLater(ctx, storeKey(k), value, se.Created, e.Stored.Add(ttl)); err != nil {
+	stored, err := d.caps.PutUnlessLater(ctx, storeKey(k), value, se.Created, e.Stored.Add(ttl))
+	if err != nil {
 		d.storeErrors.Add(1)
 		return fmt.Errorf("vault: store capability %q: %w", k.Kind, err)
+	}
+	if !stored {
+		d.mem.Delete(ctx, k)
+		return nil
 	}
 	return d.mem.Put(ctx, k, e)
 }

@@ -212,8 +212,8 @@ func (c stallingCaps) Put(ctx context.Context, _ string, _ []byte, _ time.Time) 
 	return c.stall(ctx)
 }
 
-func (c stallingCaps) PutUnlessLater(ctx context.Context, _ string, _ []byte, _ int64, _ time.Time) error {
-	return c.stall(ctx)
+func (c stallingCaps) PutUnlessLater(ctx context.Context, _ string, _ []byte, _ int64, _ time.Time) (bool, error) {
+	return false, c.stall(ctx)
 }
 
 func (c stallingCaps) Get(ctx context.Context, _ string) ([]byte, bool, error) {
@@ -437,6 +437,11 @@ func TestDurableKeepsALaterCreationsEntry(t *testing.T) {
 				}
 				if err := stale.Put(t.Context(), k, vault.Entry{Ref: "old"}); err != nil {
 					t.Fatal(err)
+				}
+				// The refused entry is not kept in memory either: the
+				// instance reads what the store holds, the later creation's.
+				if e, ok := stale.Get(t.Context(), k); ok {
+					t.Errorf("%s: the earlier creation's instance found %+v, which the store refused", kind, e)
 				}
 				// The caller judged the earlier creation (a link code's).
 				if err := current.Put(t.Context(), k, vault.Entry{Ref: "old", Created: earlier}); err != nil {

@@ -612,18 +612,45 @@ func testCapabilities(t *testing.T, b Backend) {
 		{"\x00", 0, "\x00"},
 		{`{"v":"g","c":1}`, 1, `{"v":"g","c":1}`},
 	} {
-		if err := c.PutUnlessLater(ctx, "gen", []byte(step.value), step.gen, f.clock.Now().Add(time.Minute)); err != nil {
-			t.Fatalf("PutUnlessLater(%s): %v", step.value, err)
+		if stored, err := c.PutUnlessLater(ctx, "gen", []byte(step.value), step.gen, f.clock.Now().Add(time.Minute)); err != nil || stored != (step.value == step.want) {
+			t.Fatalf("PutUnlessLater(%s) = %v, %v; want stored %v", step.value, stored, err, step.value == step.want)
 		}
 		get("gen", step.want, true)
 	}
+	// A c no version writes is read alike by every backend: one that is
+	// not an integer (a float, a string, a bool) keeps its value, as of a
+	// later generation; a value that is not JSON (a hex or an infinity in
+	// it) or whose member is not "c" has none.
+	for _, step := range []struct {
+		stored string
+		kept   bool
+	}{
+		{`{"v":"h","c":1.5}`, true},
+		{`{"v":"h","c":1e20}`, true},
+		{`{"v":"h","c":1e400}`, true},
+		{`{"v":"h","c":"0x10"}`, true},
+		{`{"v":"h","c":false}`, true},
+		{`{"v":"h","c":0x10}`, false},
+		{`{"v":"h","c":Infinity}`, false},
+		{`{"v":"h","C":9}`, false},
+		{`{"v":"h","c":null}`, false},
+		{`{"v":"h","c":1.0}`, false},
+	} {
+		put("gen", step.stored, f.clock.Now().Add(time.Minute))
+		if stored, err := c.PutUnlessLater(ctx, "gen", []byte(`{"v":"i","c":2}`), 2, f.clock.Now().Add(time.Minute)); err != nil || stored == step.kept {
+			t.Fatalf("PutUnlessLater over %s = %v, %v; want stored %v", step.stored, stored, err, !step.kept)
+		}
+		if v, _, _ := c.Get(ctx, "gen"); (string(v) == step.stored) != step.kept {
+			t.Errorf("PutUnlessLater over %s: %s stored; want kept %v", step.stored, v, step.kept)
+		}
+	}
 	// An expired value is replaced whatever its generation.
-	if err := c.PutUnlessLater(ctx, "gen", []byte(`{"c":9}`), 9, f.clock.Now().Add(time.Second)); err != nil {
+	if _, err := c.PutUnlessLater(ctx, "gen", []byte(`{"c":9}`), 9, f.clock.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Advance(time.Second)
-	if err := c.PutUnlessLater(ctx, "gen", []byte(`{"c":2}`), 2, f.clock.Now().Add(time.Second)); err != nil {
-		t.Fatal(err)
+	if stored, err := c.PutUnlessLater(ctx, "gen", []byte(`{"c":2}`), 2, f.clock.Now().Add(time.Second)); err != nil || !stored {
+		t.Fatalf("PutUnlessLater over an expired value = %v, %v", stored, err)
 	}
 	get("gen", `{"c":2}`, true)
 }
