@@ -62,6 +62,12 @@ const TenantShare = OutboxSize / 8
 // tenantsRoom bounds the messages for any tenant waiting to be published.
 const tenantsRoom = OutboxSize - OutboxSize/4
 
+// BulkShare bounds the messages of senders that wait (SendWait) waiting
+// to be published: a flood of bulk data (a nexscope member's frames) holds
+// its senders back, and leaves the rest of the outbox to the messages that
+// do not wait (Send, SendFor), which it would lose.
+const BulkShare = OutboxSize / 8
+
 // inboxPrefix starts every instance's own channel (the store prefixes it).
 const inboxPrefix = "cluster:inbox:"
 
@@ -94,7 +100,8 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	out chan queued
+	out  chan queued
+	bulk chan struct{} // a token per SendWait message in out (BulkShare)
 
 	// roomyHook, set only by tests, runs in Roomy once it found the outbox
 	// holding at least half a TenantShare.
@@ -159,6 +166,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, beat: cfg.LeaseTTL / 3, ctx: ctx, cancel: cancel,
 		out:       make(chan queued, OutboxSize),
+		bulk:      make(chan struct{}, BulkShare),
 		queuedFor: make(map[string]int),
 		wantRoom:  make(map[string]bool),
 		handlers:  make(map[byte]handler),
@@ -306,10 +314,11 @@ func (n *Node) dispatchOne(msg []byte, held Buffer) {
 }
 
 // queued is a message in the outbox, with the tenant it is for ("" for
-// none).
+// none), and whether it holds a BulkShare token.
 type queued struct {
 	store.Message
 	tenant string
+	bulk   bool
 }
 
 // Send queues a message of type typ with fields for channel (an instance's
@@ -336,7 +345,7 @@ func (n *Node) SendFor(tenant, channel string, typ byte, fields ...[]byte) bool 
 		}
 	}
 	select {
-	case n.out <- queued{store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, tenant}:
+	case n.out <- queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, tenant: tenant}:
 		return true
 	default:
 		n.dequeued(tenant)
@@ -360,14 +369,23 @@ func (n *Node) dequeued(tenants ...string) {
 }
 
 // SendWait queues a message as Send does, waiting while the outbox is full
-// (a sender of bulk data); false when ctx ended or the node closed first.
+// or holds BulkShare messages of SendWait (a sender of bulk data); false
+// when ctx ended or the node closed first.
 func (n *Node) SendWait(ctx context.Context, channel string, typ byte, fields ...[]byte) bool {
 	select {
-	case n.out <- queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}}:
+	case n.bulk <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	case <-n.ctx.Done():
+		return false
+	}
+	select {
+	case n.out <- queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, bulk: true}:
 		return true
 	case <-ctx.Done():
 	case <-n.ctx.Done():
 	}
+	<-n.bulk
 	return false
 }
 
@@ -415,6 +433,12 @@ func (n *Node) publishLoop() {
 	batch := make([]store.Message, 0, publishBatch)
 	tenants := make([]string, 0, publishBatch)
 	streak := 0
+	take := func(m queued) {
+		batch, tenants = append(batch, m.Message), append(tenants, m.tenant)
+		if m.bulk {
+			<-n.bulk
+		}
+	}
 	publish := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
 		defer cancel()
@@ -462,7 +486,7 @@ func (n *Node) publishLoop() {
 		closing := false
 		select {
 		case m := <-n.out:
-			batch, tenants = append(batch, m.Message), append(tenants, m.tenant)
+			take(m)
 		case <-n.ctx.Done():
 			closing = true
 		}
@@ -470,7 +494,7 @@ func (n *Node) publishLoop() {
 		for len(batch) < publishBatch {
 			select {
 			case m := <-n.out:
-				batch, tenants = append(batch, m.Message), append(tenants, m.tenant)
+				take(m)
 			default:
 				break gather
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -561,4 +562,78 @@ func TestTenantShareOfTheOutbox(t *testing.T) {
 	if !a.Roomy("t2") {
 		t.Fatal("Roomy(t2) false after OnRoom")
 	}
+}
+
+// Bulk senders (SendWait: nexscope's member frames, which any member with
+// the shared token can send as fast as its window lets it) fill only their
+// share of the outbox: on a real Redis, with the publisher held and a
+// bulk sender waiting, a tenant's message and a message of no tenant are
+// still queued, and arrive once it publishes again; the bulk sender goes
+// on.
+// Before, the bulk sender filled the whole outbox and both were lost: a
+// nexscope room's flood on an instance broke every tenant's links through
+// it, and its beats.
+func TestBulkShareOfTheOutbox(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	ps := blockingPubSub{st.PubSub(), make(chan struct{})}
+	a, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	b, err := cluster.New(cluster.Config{Instance: "b", PubSub: st.PubSub(), LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	const sends = 2 * cluster.OutboxSize
+	got := make(chan string, 16)
+	b.Handle('x', 1, func(m cluster.Msg) {
+		if s := string(m.Fields[0]); s != "bulk" {
+			got <- s
+		}
+	})
+	var queued atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range sends {
+			if !a.SendWait(ctx, cluster.Inbox("b"), 'x', []byte("bulk")) {
+				return
+			}
+			queued.Add(1)
+		}
+	}()
+	parked := func() bool { // the bulk sender waits in SendWait
+		buf := make([]byte, 1<<20)
+		for g := range bytes.SplitSeq(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+			if bytes.Contains(g, []byte("cluster.(*Node).SendWait")) && bytes.Contains(g, []byte("[select")) {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(timeout); !parked(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for the bulk sender to wait for room", timeout)
+		}
+		runtime.Gosched()
+	}
+	if !a.SendFor("t1", cluster.Inbox("b"), 'x', []byte("t1")) || !a.Send(cluster.Inbox("b"), 'x', []byte("none")) {
+		t.Fatalf("after a bulk sender queued %d messages, a tenant's or a message of no tenant was refused", queued.Load())
+	}
+	release.Do(func() { close(ps.release) })
+	want := map[string]bool{"t1": true, "none": true}
+	for len(want) > 0 {
+		delete(want, receive(t, got, "t1's message and the message of no tenant"))
+	}
+	receive(t, done, "the bulk sender to queue all its messages")
 }

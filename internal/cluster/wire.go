@@ -197,7 +197,7 @@ func (n *Node) Reply(m Msg, result []byte) bool {
 	return n.Send(Inbox(m.From), typeResult, m.req, result)
 }
 
-// ReplyWait is Reply waiting while the outbox is full (SendWait), for a
+// ReplyWait is Reply waiting for room in the outbox (SendWait), for a
 // result its caller would otherwise wait for until its deadline.
 func (n *Node) ReplyWait(ctx context.Context, m Msg, result []byte) bool {
 	return n.SendWait(ctx, Inbox(m.From), typeResult, m.req, result)
