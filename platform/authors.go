@@ -199,17 +199,18 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 	return ok
 }
 
-// OwnQuote reports whether the bot's message quoted by user's reply in c
-// (reply_to.is_own), posted at posted, is tenant's own, tenant being the
-// one the reply reaches: where it reaches tenant by author link
-// (Ownership.ByLink), in a chat several tenants may hold by grant, one
-// posted there for tenant as it is now (PostedBy; every part of a message
-// is marked, MarkParts); elsewhere, a chat tenant's alone (bound, claimed,
-// the platform's fallback), one posted since tenant's creation, not an
-// earlier tenant's of the id (vault.Predates).
-func (g *Grants) OwnQuote(ctx context.Context, own *Ownership, user string, c Chat, message, tenant string, posted time.Time) bool {
-	if own.ByLink(user, c) {
-		return g.PostedBy(ctx, c.ID, message, tenant)
+// OwnQuote reports whether the bot's message quoted by a reply in c
+// (reply_to.is_own), posted at posted in chat in (c's id, or the channel
+// of a Discord thread's starter message), is tenant's own, tenant being
+// the one the reply reaches: in a chat no binding or claim holds, where
+// tenants act by grant (author links, rule 3; Discord's dm_tenant holds a
+// DM as a grant does), one posted there for tenant as it is now
+// (PostedBy; every part of a message is marked, MarkParts); in a chat
+// bound to tenant or claimed by it, one posted since tenant's creation,
+// not an earlier tenant's of the id (vault.Predates).
+func (g *Grants) OwnQuote(ctx context.Context, own *Ownership, c Chat, in, message, tenant string, posted time.Time) bool {
+	if _, held := own.Holder(c); !held {
+		return g.PostedBy(ctx, in, message, tenant)
 	}
 	return !vault.Predates(g.vault, tenant, posted)
 }

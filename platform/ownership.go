@@ -178,14 +178,6 @@ func (o *Ownership) Route(user string, c Chat) (r Route, ok bool) {
 	return Route{}, false
 }
 
-// ByLink reports whether user's message in c reaches its tenant by
-// author link (rule 3), in a chat several tenants may hold by grant, not
-// by a binding, a claim or the platform's fallback.
-func (o *Ownership) ByLink(user string, c Chat) bool {
-	_, held := o.Holder(c)
-	return !held && len(o.links[user]) > 0
-}
-
 // home is the tenant a linked user's messages reach under rule 3.
 func (o *Ownership) home(user string) string {
 	tenants := o.links[user]

@@ -124,7 +124,8 @@ type commandSync struct {
 	// registry apply (one that failed, or has not come yet): its manifest
 	// stays. forgetAll, from the first SetTenants to the first look that
 	// lists the namespace, deletes every tenant's not configured (deleted
-	// while this instance was not running).
+	// while this instance was not running); one whose delete failed is
+	// kept in forget, with its creation, for the next look.
 	forget    *ttlcache.Cache[string, time.Time]
 	forgetAll bool
 	present   map[string]bool // guilds the Gateway delivered
@@ -789,8 +790,16 @@ func (c *commandSync) look(ctx context.Context) {
 		// Only the value read: a manifest stored since stays.
 		if _, err := c.shared.CompareAndSwap(ctx, manifestsNamespace, e.Key, e.Value, nil); err != nil {
 			c.p.log.Warn("discord command_manifest of a removed tenant not forgotten; trying again at the next look", "tenant", e.Key, "err", err)
+			var m manifest
+			_ = json.Unmarshal(e.Value, &m)
 			c.mu.Lock()
 			c.lastRev = 0 // the next look lists the namespace again
+			if _, ok := c.tenants[e.Key]; !ok {
+				// Gone before this instance started (forgetAll, which this look ended): its creation ended.
+				if left, saw := c.forget.Get(e.Key); !saw || m.Created.After(left) {
+					c.forget.Add(e.Key, m.Created)
+				}
+			}
 			c.mu.Unlock()
 		}
 	}

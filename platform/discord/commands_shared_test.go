@@ -790,3 +790,36 @@ func TestForgottenManifestDeletedAfterAFailedDelete(t *testing.T) {
 		t.Fatalf("t2's manifest: found %v, %v; want it deleted by the next look", ok, err)
 	}
 }
+
+// TestManifestOfATenantGoneBeforeStartDeletedAfterAFailedDelete: an
+// instance starts without t2, deleted while it was not running; its first
+// look finds t2's stored manifest but cannot delete it (the store fails
+// the write); the next look (commandPoll) deletes it. Before, the first
+// look ended forgetAll whatever the delete did, and the manifest stayed
+// until the instance started again.
+func TestManifestOfATenantGoneBeforeStartDeletedAfterAFailedDelete(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, discordtest.Options{}, nil)
+	fail := &atomic.Int32{}
+	c := newCommandSync(e.p) // no loop: each look is the test's
+	c.shared, c.ps = failingSwaps{st.Registry(), fail}, st.PubSub()
+	stored, _ := json.Marshal(manifest{Created: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Commands: []map[string]any{{"name": "ask", "description": "Old ask"}}})
+	if _, err := st.Registry().CompareAndSwap(waitCtx(t), manifestsNamespace, "t2", nil, stored); err != nil {
+		t.Fatal(err)
+	}
+	c.setTenants(map[string]time.Time{"t1": {}})
+	fail.Store(1)
+	c.look(waitCtx(t))
+	if _, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || !ok {
+		t.Fatalf("t2's manifest: found %v, %v; want it kept by the failed delete", ok, err)
+	}
+	c.look(waitCtx(t))
+	if _, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || ok {
+		t.Fatalf("t2's manifest: found %v, %v; want it deleted by the next look", ok, err)
+	}
+}

@@ -105,3 +105,72 @@ func TestQuoteOfAnEarlierTenantsAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestQuoteOfAThreadsStarterMessage: Ada, linked to t2, replies in
+// ThreadPlan to its starter message, t2's answer in the parent channel
+// chanGeneral (Discord gives the quote that channel's id): the quote is
+// t2's own (before, its mark was looked up in the thread, and no quote of
+// a message of another channel was ever own there).
+func TestQuoteOfAThreadsStarterMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg(liveID(1), chanGeneral, guildLab, "hello", false))
+	e.sink.Next(t)
+	sent := execute(t, e, "t2", `{"op":"send","chat_id":"`+chanGeneral+`","content":"t2's answer","reply_to":null,"metadata":{}}`)
+	if !sent.Success {
+		t.Fatalf("t2's send = %+v", sent)
+	}
+	m := reply(liveID(2), threadPlan, guildLab, userAda, sent.MessageID, "t2's answer")
+	m["message_reference"].(map[string]any)["channel_id"] = chanGeneral
+	m["referenced_message"].(map[string]any)["channel_id"] = chanGeneral
+	e.dispatch(t, "MESSAGE_CREATE", m)
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.ChatID != threadPlan || d.Event == nil || d.Event.ReplyTo == nil || !d.Event.ReplyTo.IsOwn {
+		t.Fatalf("Ada's reply to the thread's starter reached %q in %s with %+v, want t2 with is_own", d.Tenant, d.ChatID, d.Event)
+	}
+}
+
+// TestQuoteInADMAfterAnUnlink: Ada, linked to t2, DMs the bot and t2
+// answers; once she is unlinked her DM is dm_tenant t1's (rule 4), and a
+// reply there quoting t2's answer reaches t1 not as its own (before, any
+// bot message since t1's creation was), while one quoting t1's answer
+// there is.
+func TestQuoteInADMAfterAnUnlink(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg(liveID(1), chanDMAda, "", "hi", false))
+	if d := e.sink.Next(t); d.Tenant != "t2" {
+		t.Fatalf("Ada's DM reached %q, want t2", d.Tenant)
+	}
+	t2s := execute(t, e, "t2", `{"op":"send","chat_id":"`+chanDMAda+`","content":"t2 answers","reply_to":null,"metadata":{}}`)
+	if !t2s.Success {
+		t.Fatalf("t2's send = %+v", t2s)
+	}
+	if err := e.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg(liveID(2), chanDMAda, "", "hi again", false))
+	if d := e.sink.Next(t); d.Tenant != "t1" {
+		t.Fatalf("Ada's DM after the unlink reached %q, want dm_tenant t1", d.Tenant)
+	}
+	t1s := execute(t, e, "t1", `{"op":"send","chat_id":"`+chanDMAda+`","content":"t1 answers","reply_to":null,"metadata":{}}`)
+	if !t1s.Success {
+		t.Fatalf("t1's send = %+v", t1s)
+	}
+	for i, c := range []struct {
+		quoted string
+		own    bool
+	}{{t2s.MessageID, false}, {t1s.MessageID, true}} {
+		e.dispatch(t, "MESSAGE_CREATE", reply(liveID(3+i), chanDMAda, "", userAda, c.quoted, "quoted"))
+		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event == nil || d.Event.ReplyTo == nil || d.Event.ReplyTo.IsOwn != c.own {
+			t.Errorf("reply %d quoting %s reached %q with %+v, want t1 with is_own %v", i, c.quoted, d.Tenant, d.Event, c.own)
+		}
+	}
+}

@@ -554,3 +554,27 @@ func TestLiveRouteBucketsStayBounded(t *testing.T) {
 		t.Fatalf("the newest bucket's route: acquire = %v, want it rate limited", err)
 	}
 }
+
+// TestLimitedRouteBucketOutlivesNewerOnes: a route 429 empties its bucket
+// for an hour; maxBuckets routes then learn buckets with requests left:
+// the limited one is kept (the least recently used bucket that still has
+// requests goes instead), and its route still waits. Before, it was
+// forgotten as the least recently used, and its next request drew
+// another 429 from Discord.
+func TestLimitedRouteBucketOutlivesNewerOnes(t *testing.T) {
+	t.Parallel()
+	l := newRouteLimiter(clocktest.New(epoch))
+	route := func(i int) string {
+		return parseRoute("POST", fmt.Sprintf("/api/v10/channels/%d/messages", 1_000_000+i)).key
+	}
+	l.limited(route(0), time.Hour)
+	for i := range maxBuckets {
+		l.update(route(1+i), rateHeaders{known: true, limit: 5, remaining: 5, resetAfter: time.Hour})
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var limited *platform.RateLimitedError
+	if err := l.acquire(ctx, route(0)); !errors.As(err, &limited) {
+		t.Fatalf("the limited route after %d newer buckets: acquire = %v, want it rate limited", maxBuckets, err)
+	}
+}

@@ -93,10 +93,14 @@ type bucketState struct {
 	reset     time.Time
 }
 
-// maxBuckets bounds the buckets kept, the least recently used forgotten:
-// one forgotten before its reset costs its route at most a 429, which
-// teaches it again.
+// maxBuckets bounds the buckets kept, the least recently used forgotten,
+// but for one still limited (bucketLocked): one forgotten before its
+// reset costs its route at most a 429, which teaches it again.
 const maxBuckets = 10_000
+
+// keptLimited bounds the least recently used buckets still limited that
+// one new bucket passes over (bucketLocked), so making it costs little.
+const keptLimited = 16
 
 func newRouteLimiter(clk clock.Clock) *routeLimiter {
 	buckets, _ := simplelru.NewLRU[string, *bucketState](maxBuckets, nil) // a positive size: no error
@@ -186,10 +190,21 @@ func (l *routeLimiter) limited(r string, retryAfter time.Duration) {
 	st.reset = l.clock.Now().Add(retryAfter)
 }
 
-// bucketLocked returns bucket k, made when there is none. Called under mu.
+// bucketLocked returns bucket k, made when there is none. When the
+// limiter is full, the least recently used bucket goes, but one with no
+// request left until its reset is kept, as if used (up to keptLimited of
+// them: past those, a limited one goes too). Called under mu.
 func (l *routeLimiter) bucketLocked(k string) *bucketState {
 	if st, ok := l.buckets.Get(k); ok {
 		return st
+	}
+	now := l.clock.Now()
+	for range keptLimited {
+		old, st, ok := l.buckets.GetOldest()
+		if !ok || l.buckets.Len() < maxBuckets || st.remaining > 0 || !now.Before(st.reset) {
+			break
+		}
+		l.buckets.Get(old)
 	}
 	st := &bucketState{}
 	l.buckets.Add(k, st)

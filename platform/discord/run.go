@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -81,12 +82,9 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		return
 	}
 	if q, rm := t.ev.ReplyTo, m.ReferencedMessage; q != nil && q.IsOwn {
-		author := ""
-		if m.Author != nil {
-			author = m.Author.ID
-		}
 		posted, _ := discordgo.SnowflakeTimestamp(rm.ID) // its whole millisecond
-		q.IsOwn = p.spoke.OwnQuote(ctx, p.owners.Load(), author, chat, rm.ID, tenant, posted.Add(time.Millisecond-time.Microsecond))
+		// A thread's starter message is its parent channel's.
+		q.IsOwn = p.spoke.OwnQuote(ctx, p.owners.Load(), chat, cmp.Or(rm.ChannelID, chat.ID), rm.ID, tenant, posted.Add(time.Millisecond-time.Microsecond))
 	}
 	if src := &t.ev.Source; src.AutoThreadCreated && !it.edit && src.ChatID != m.ChannelID {
 		// The turn is keyed on the thread made of the message just now (not

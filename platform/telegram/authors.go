@@ -91,7 +91,7 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 		p.grants.Add(ctx, src.ChatID, "", r.Tenant, created) // not for one made again while PromptPoster read the store
 	}
 	if q := in.event.ReplyTo; q != nil && q.IsOwn { // its whole second, as earlierPrompt judges a date
-		q.IsOwn = p.grants.OwnQuote(ctx, own, src.UserID.Value, chat, in.event.ReplyToMessageID, r.Tenant, time.Unix(int64(in.msg.ReplyToMessage.Date)+1, 0).Add(-time.Microsecond))
+		q.IsOwn = p.grants.OwnQuote(ctx, own, chat, src.ChatID, in.event.ReplyToMessageID, r.Tenant, time.Unix(int64(in.msg.ReplyToMessage.Date)+1, 0).Add(-time.Microsecond))
 	}
 	return r.Tenant, created, r.Owner, ""
 }
