@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,6 +228,61 @@ func TestGatewayCap(t *testing.T) {
 	}
 	if err := r.SetMaxGateways(ctx, "nobody", 5); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("SetMaxGateways of an unknown tenant: %v, want ErrNotFound", err)
+	}
+}
+
+// TestGatewayCapExactForRacingCreations: tenant a has room for one more
+// gateway; while the admin API's creation of gw-1 is about to write it, a
+// provision of gw-2 starts on the instance. The provision counts a's
+// gateways only once the creation is done (the tenant's turn): exactly
+// one of the two is made, the other is ErrLimit.
+func TestGatewayCapExactForRacingCreations(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	hooked := &hookedStore{Store: store.NewMemory(c)}
+	t.Cleanup(func() { _ = hooked.Close() })
+	r := registry.New(hooked, c)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a", MaxGateways: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CreateGateway(ctx, "a", "gw-0"); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	var racing atomic.Bool
+	counted := make(chan struct{}, 1)
+	provisioned := make(chan error, 1)
+	hooked.before = func(op, namespace, key string) {
+		switch {
+		case op == "list" && namespace == "registry/gateways" && racing.Load():
+			select {
+			case counted <- struct{}{}:
+			default:
+			}
+		case op == "cas" && namespace == "registry/gateways" && key == "gw-1":
+			once.Do(func() {
+				racing.Store(true)
+				go func() {
+					_, _, err := r.Provision(ctx, "a", "gw-2", registry.MinterOf("identity"), func() error { return nil })
+					provisioned <- err
+				}()
+				select {
+				case <-counted:
+					t.Error("the provision counted a's gateways while the creation of gw-1 was writing")
+				case <-time.After(time.Second): // waiting for a's turn, as it should
+				}
+			})
+		}
+	}
+	_, created := r.CreateGateway(ctx, "a", "gw-1")
+	var err error
+	select {
+	case err = <-provisioned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the provision did not return within 5s of the creation")
+	}
+	if (created == nil) == (err == nil) || !errors.Is(cmp.Or(created, err), registry.ErrLimit) {
+		t.Fatalf("creation %v, provision %v: want exactly one made, the other ErrLimit", created, err)
 	}
 }
 

@@ -378,8 +378,11 @@ func (r *Registry) syncAllow(ctx context.Context, entry principalEntry, written 
 // syncAllow's loop again, the list's writes with it), and a link code or
 // enrollment token minted (a tenant's codes are counted against
 // MaxLinkCodes before one more is stored), a DM default set on the link
-// it reads, a binding removed (Unbind), a policy or a wake URL stored, so
-// one tenant's store round trips hold up none of another's changes.
+// it reads, a binding removed (Unbind), a policy or a wake URL stored, and
+// a gateway created, rotated, removed, enrolled or provisioned (a
+// tenant's gateways are counted against its MaxGateways before one more
+// is stored), so one tenant's store round trips hold up none of another's
+// changes.
 func (r *Registry) tenantTurn(ctx context.Context, tenant string) (func(), error) {
 	for {
 		r.turnMu.Lock()

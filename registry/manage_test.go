@@ -1540,8 +1540,10 @@ func TestOverlappingDropsKeepTheMarkUnderWay(t *testing.T) {
 // link removal (Unbind), DM default, policy or wake URL waits on the
 // store (the listing of every tenant's link codes, the read of the link,
 // the write), another tenant's
-// registry change on the instance goes through. Before, each ran under
-// mu, and the other tenant's gateway waited out its store calls.
+// registry change on the instance goes through; so it does while a
+// tenant's gateway is created, rotated, removed, enrolled or provisioned.
+// Before, each ran under mu, and the other tenant's gateway waited out
+// its store calls.
 func TestTenantsManagementHoldsUpNoOtherTenant(t *testing.T) {
 	link := registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "71", Tenant: "a"}
 	for _, tc := range []struct {
@@ -1561,6 +1563,26 @@ func TestTenantsManagementHoldsUpNoOtherTenant(t *testing.T) {
 		}},
 		{"SetWake", "cas", "registry/wake", func(ctx context.Context, r *registry.Registry) error {
 			return r.SetWake(ctx, "a", "gw-a", "https://a.example/wake")
+		}},
+		{"CreateGateway", "list", "registry/gateways", func(ctx context.Context, r *registry.Registry) error {
+			_, err := r.CreateGateway(ctx, "a", "gw-a2")
+			return err
+		}},
+		{"Rotate", "cas", "registry/gateways", func(ctx context.Context, r *registry.Registry) error {
+			_, err := r.Rotate(ctx, "a", "gw-a", 0)
+			return err
+		}},
+		{"DeleteGateway", "cas", "registry/gateways", func(ctx context.Context, r *registry.Registry) error { return r.DeleteGateway(ctx, "a", "gw-a") }},
+		{"Enroll", "delete", "registry/enroll", func(ctx context.Context, r *registry.Registry) error {
+			token, _, err := r.MintEnrollToken(ctx, "a", time.Minute) // no delete: the hook waits for the spend
+			if err == nil {
+				_, err = r.Enroll(ctx, "a", token, "gw-a", "")
+			}
+			return err
+		}},
+		{"Provision", "list", "registry/gateways", func(ctx context.Context, r *registry.Registry) error {
+			_, _, err := r.Provision(ctx, "a", "gw-p", registry.MinterOf("identity"), func() error { return nil })
+			return err
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
