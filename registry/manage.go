@@ -113,24 +113,51 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	now := r.clock.Now()
-	// A spent code's record stays until the code would have expired: a
-	// second redemption of it by the same user may yet look for it. It is
-	// not outstanding (sweep does not count it).
-	live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return !now.Before(c.Expires) })
-	if err != nil {
-		return "", time.Time{}, err
+	for range maxSwaps {
+		// The tenant's codes are counted after its guard is read, and a
+		// code kept only while the guard is still as read: of issuances
+		// racing on several instances, each counting before the others'
+		// codes, one keeps its code and the others count again.
+		guard, _, err := r.kv.Get(ctx, nsReserved, tenant+codesGuard)
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		now := r.clock.Now()
+		// A spent code's record stays until the code would have expired: a
+		// second redemption of it by the same user may yet look for it. It is
+		// not outstanding (sweep does not count it).
+		live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return !now.Before(c.Expires) })
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		if live >= MaxLinkCodes {
+			return "", time.Time{}, fmt.Errorf("%w: %d link codes of this tenant are outstanding; redeem or let them expire", ErrLimit, live)
+		}
+		code := newLinkCode()
+		c := linkCode{Hash: tokenKey(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl), Created: t.Created}
+		if err := r.put(ctx, tenant, t.Gen, nsLinkCodes, c.Hash, c, true); err != nil {
+			return "", time.Time{}, err
+		}
+		kept, err := r.kv.CompareAndSwap(ctx, nsReserved, tenant+codesGuard, guard.Value, []byte(newSecret()))
+		if err == nil && kept {
+			return code, c.Expires, nil
+		}
+		// Another instance issued meanwhile, or the guard was not
+		// written: the code, never handed out, goes.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		_, derr := r.kv.Delete(dctx, nsLinkCodes, c.Hash)
+		cancel()
+		if err := cmp.Or(err, derr); err != nil {
+			return "", time.Time{}, err
+		}
 	}
-	if live >= MaxLinkCodes {
-		return "", time.Time{}, fmt.Errorf("%w: %d link codes of this tenant are outstanding; redeem or let them expire", ErrLimit, live)
-	}
-	code := newLinkCode()
-	c := linkCode{Hash: tokenKey(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl), Created: t.Created}
-	if err := r.put(ctx, tenant, t.Gen, nsLinkCodes, c.Hash, c, true); err != nil {
-		return "", time.Time{}, err
-	}
-	return code, c.Expires, nil
+	return "", time.Time{}, fmt.Errorf("%w: this tenant's link codes kept changing meanwhile; try again", ErrConflict)
 }
+
+// codesGuard ends the key, in nsReserved, of a tenant's link code guard:
+// a value no other issuance writes, swapped by each code issued
+// (IssueLinkCode), so MaxLinkCodes holds across instances.
+const codesGuard = "/codes"
 
 // RedeemLinkCode consumes code and links (platformName, user) to the
 // tenant that issued it, which it returns with that tenant's creation

@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -322,6 +323,48 @@ func TestSpentCodeOutlivesAnotherIssueOnRedis(t *testing.T) {
 	s, _ := effective(t, two)
 	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"telegram:42"}) {
 		t.Fatalf("links of a after both succeeded: %q, want telegram:42", got)
+	}
+}
+
+// TestLinkCodeBoundExactAcrossInstancesOnRedis: tenant a has room for one
+// more link code; while instance one's issuance, having counted a's codes,
+// writes its code, instance two issues one. Of the two, one code stays
+// and the other issuance is ErrLimit: a holds MaxLinkCodes outstanding.
+// Before, each instance counted on its own and both were issued.
+func TestLinkCodeBoundExactAcrossInstancesOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for range registry.MaxLinkCodes - 1 {
+		if _, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var raced atomic.Bool
+	var twoErr error
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/linkcodes" && raced.CompareAndSwap(false, true) {
+			_, _, twoErr = two.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+		}
+	}
+	_, _, oneErr := one.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	hooked.before = nil
+	if !raced.Load() {
+		t.Fatal("the hook never ran: instance one wrote no code")
+	}
+	if (oneErr == nil) == (twoErr == nil) || !errors.Is(cmp.Or(oneErr, twoErr), registry.ErrLimit) {
+		t.Fatalf("the last code issued on two instances at once: %v and %v, want one issued, the other ErrLimit", oneErr, twoErr)
+	}
+	if err := two.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := one.Stored(ctx); err != nil || len(s.Tenants) != 0 {
+		t.Fatalf("stored after a's deletion: %+v, %v", s, err)
+	}
+	if entries, _, err := hooked.Registry().List(ctx, "registry/reserved"); err != nil || len(entries) != 0 {
+		t.Fatalf("reservations after a's deletion: %v, %v; want its link code guard gone with it", entries, err)
 	}
 }
 

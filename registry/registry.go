@@ -748,7 +748,7 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 }
 
 // sweepEntry removes e, listed in namespace by DeleteTenant, when it is
-// tenant's: a reservation under the tenant's key, any other entry naming
+// tenant's: a reservation or link code guard under the tenant's key, any other entry naming
 // it (an enrollment token or link code that does not decode goes too, as
 // sweep has it, and a binding whose key names the tenant, keyOf; another
 // entry that does not decode stays: State.Corrupt), and only while deleting reports the tenant still being
@@ -760,7 +760,7 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 	for range maxSwaps {
 		var of struct{ Tenant string }
 		if err := json.Unmarshal(e.Value, &of); namespace == nsReserved {
-			of.Tenant = e.Key
+			of.Tenant = strings.TrimSuffix(e.Key, codesGuard)
 		} else if err != nil && (namespace == nsEnroll || namespace == nsLinkCodes || namespace == nsBindings && keyOf(e.Key, tenant)) {
 			of.Tenant = tenant
 		} else if err != nil {
@@ -1231,7 +1231,8 @@ const MaxTenantBindings = 10_000
 // counted against MaxTenantBindings and may not have written yet
 // (reserve): each binding's key, and when its reservation lapses; and
 // under countField, when known, at least as many as the tenant's stored
-// bindings and reservations (reserve).
+// bindings and reservations (reserve). Under the tenant's id and
+// codesGuard it holds the tenant's link code guard (IssueLinkCode).
 const nsReserved = "registry/reserved"
 
 // countField is the field of a tenant's reservations entry (nsReserved)
