@@ -166,8 +166,9 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 			return fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
 		}
 		var gen string
+		var guard []byte
 		if !exists {
-			if gen, err = r.roomForGateway(ctx, tenant); err != nil {
+			if gen, guard, err = r.roomForGateway(ctx, tenant); err != nil {
 				return err
 			}
 		}
@@ -179,7 +180,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 			g.Origin = OriginEnroll
 			secret, data, err = r.rotateSecret(wctx, g, raw, DefaultGrace, "")
 		} else {
-			secret, data, err = r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "", gen)
+			secret, data, err = r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "", gen, guard)
 			raw = nil
 		}
 		if err == nil {
@@ -280,14 +281,14 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 	}
 	switch {
 	case !exists:
-		gen, err := r.roomForGateway(ctx, tenant)
+		gen, guard, err := r.roomForGateway(ctx, tenant)
 		if err != nil {
 			return "", "", err
 		}
 		if err := admit(); err != nil {
 			return "", "", err
 		}
-		secret, _, err := r.storeGateway(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen)
+		secret, _, err := r.storeGateway(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
 		return secret, ProvisionCreated, err
 	case g.Tenant != tenant:
 		return "", "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)

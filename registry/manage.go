@@ -114,11 +114,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 		return "", time.Time{}, err
 	}
 	for range maxSwaps {
-		// The tenant's codes are counted after its guard is read, and a
-		// code kept only while the guard is still as read: of issuances
-		// racing on several instances, each counting before the others'
-		// codes, one keeps its code and the others count again.
-		guard, _, err := r.kv.Get(ctx, nsReserved, tenant+codesGuard)
+		guard, err := r.guard(ctx, tenant, codesGuard)
 		if err != nil {
 			return "", time.Time{}, err
 		}
@@ -138,7 +134,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 		if err := r.put(ctx, tenant, t.Gen, nsLinkCodes, c.Hash, c, true); err != nil {
 			return "", time.Time{}, err
 		}
-		kept, err := r.kv.CompareAndSwap(ctx, nsReserved, tenant+codesGuard, guard.Value, []byte(newSecret()))
+		kept, err := r.swapGuard(ctx, tenant, codesGuard, guard)
 		if err == nil && kept {
 			return code, c.Expires, nil
 		}
@@ -154,10 +150,29 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	return "", time.Time{}, fmt.Errorf("%w: this tenant's link codes kept changing meanwhile; try again", ErrConflict)
 }
 
-// codesGuard ends the key, in nsReserved, of a tenant's link code guard:
-// a value no other issuance writes, swapped by each code issued
-// (IssueLinkCode), so MaxLinkCodes holds across instances.
-const codesGuard = "/codes"
+// A tenant's guards, in nsReserved under its id and the guard's name: a
+// value no other write makes, swapped by each write counted against a
+// bound that holds across instances (a link code against MaxLinkCodes, a
+// gateway against MaxGateways). Such a write is counted after the guard
+// is read and kept only while its swap finds the guard as read: of
+// writes racing on several instances, each counted before the others',
+// one is kept and the others take theirs back and count again.
+const (
+	codesGuard    = "/codes"
+	gatewaysGuard = "/gateways"
+)
+
+// guard reads tenant's guard name (nil: none yet).
+func (r *Registry) guard(ctx context.Context, tenant, name string) ([]byte, error) {
+	e, _, err := r.kv.Get(ctx, nsReserved, tenant+name)
+	return e.Value, err
+}
+
+// swapGuard swaps tenant's guard name, read as read, for a fresh value;
+// false when another write swapped it since.
+func (r *Registry) swapGuard(ctx context.Context, tenant, name string, read []byte) (bool, error) {
+	return r.kv.CompareAndSwap(ctx, nsReserved, tenant+name, read, []byte(newSecret()))
+}
 
 // RedeemLinkCode consumes code and links (platformName, user) to the
 // tenant that issued it, which it returns with that tenant's creation

@@ -760,7 +760,7 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 	for range maxSwaps {
 		var of struct{ Tenant string }
 		if err := json.Unmarshal(e.Value, &of); namespace == nsReserved {
-			of.Tenant = strings.TrimSuffix(e.Key, codesGuard)
+			of.Tenant, _, _ = strings.Cut(e.Key, "/") // a guard's too
 		} else if err != nil && (namespace == nsEnroll || namespace == nsLinkCodes || namespace == nsBindings && keyOf(e.Key, tenant)) {
 			of.Tenant = tenant
 		} else if err != nil {
@@ -895,16 +895,20 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 		return "", err
 	}
 	defer done()
-	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok {
-		return "", cmp.Or(err, ErrExists)
-	}
-	gen, err := r.roomForGateway(ctx, tenant)
-	if err != nil {
-		return "", err
-	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	secret, data, err := r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen)
+	var secret string
+	var data []byte
+	err = againIfRaced(func() error {
+		if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok {
+			return cmp.Or(err, ErrExists)
+		}
+		gen, guard, err := r.roomForGateway(ctx, tenant)
+		if err == nil {
+			secret, data, err = r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen, guard)
+		}
+		return err
+	})
 	if err == nil && ctx.Err() != nil {
 		_ = r.takeBack(ctx, nsGateways, id, data, nil) // failing that, it stays, as written
 		return "", ctx.Err()
@@ -942,13 +946,15 @@ func (r *Registry) swap(ctx context.Context, namespace, key string, old, value [
 // storeGateway stores g with a fresh secret minted for minter (see
 // Secret.Minter), and returns the secret and the gateway as stored. The caller has checked that g's
 // id is free (not declared, not stored) and that its tenant exists, of
-// generation gen, and has room for it, in the tenant's turn. The store's
+// generation gen, and has room for it as of guard, in the tenant's turn. The store's
 // CompareAndSwap stores it only while the id is still free: one another
-// instance stored meanwhile is ErrExists, never replaced. A deletion of
+// instance stored meanwhile is ErrExists, never replaced; one another
+// instance's write of a gateway of the tenant since guard takes it back:
+// errRaced, and the caller counts again. A deletion of
 // the tenant meanwhile removes it again (keptFor): ErrNotFound. A write
 // the replicas did not acknowledge (store.ErrNotReplicated) is taken back
 // (swap), and is that error.
-func (r *Registry) storeGateway(ctx context.Context, g Gateway, minter, gen string) (string, []byte, error) {
+func (r *Registry) storeGateway(ctx context.Context, g Gateway, minter, gen string, guard []byte) (string, []byte, error) {
 	secret := newSecret()
 	g.Secrets = []Secret{{Value: secret, Minter: minter}}
 	data, err := json.Marshal(g)
@@ -958,6 +964,9 @@ func (r *Registry) storeGateway(ctx context.Context, g Gateway, minter, gen stri
 	if created, err := r.swap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
 		return "", nil, cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
+	if kept, err := r.swapGuard(ctx, g.Tenant, gatewaysGuard, guard); err != nil || !kept {
+		return "", nil, cmp.Or(err, r.takeBack(ctx, nsGateways, g.ID, data, nil), errRaced)
+	}
 	if err := r.keptFor(ctx, g.Tenant, gen, func(ctx context.Context) error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
 		return "", nil, err
 	}
@@ -965,16 +974,20 @@ func (r *Registry) storeGateway(ctx context.Context, g Gateway, minter, gen stri
 	return secret, data, nil
 }
 
-// roomForGateway returns tenant's generation when it has fewer
+// roomForGateway returns tenant's generation, and its gateways' guard as
+// read before counting them (storeGateway swaps it), when it has fewer
 // gateways, declared and stored, than its bound, else ErrLimit. Its
 // caller is in the tenant's turn (tenantTurn) until it has stored the
-// gateway, so the bound is exact on the instance; instances sharing a
-// store check it each on their own: racing creations may pass it
-// together, by one gateway per instance at most.
-func (r *Registry) roomForGateway(ctx context.Context, tenant string) (string, error) {
+// gateway, so creations on one instance count one after another, and
+// the guard decides between instances.
+func (r *Registry) roomForGateway(ctx context.Context, tenant string) (string, []byte, error) {
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
-		return "", err
+		return "", nil, err
+	}
+	guard, err := r.guard(ctx, tenant, gatewaysGuard)
+	if err != nil {
+		return "", nil, err
 	}
 	decl := r.declared.Load()
 	n := 0
@@ -985,7 +998,7 @@ func (r *Registry) roomForGateway(ctx context.Context, tenant string) (string, e
 	}
 	var stored []Gateway
 	if err := list(ctx, r.kv, nsGateways, &stored, nil); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	for _, g := range stored {
 		if g.Tenant == tenant && !r.declaredGateway(g.ID) {
@@ -993,9 +1006,9 @@ func (r *Registry) roomForGateway(ctx context.Context, tenant string) (string, e
 		}
 	}
 	if limit := cmp.Or(t.MaxGateways, DefaultMaxGateways); n >= limit {
-		return "", fmt.Errorf("%w: tenant %q has %d gateways, its max_gateways is %d: remove one or raise the bound (connector admin tenant max-gateways)", ErrLimit, tenant, n, limit)
+		return "", nil, fmt.Errorf("%w: tenant %q has %d gateways, its max_gateways is %d: remove one or raise the bound (connector admin tenant max-gateways)", ErrLimit, tenant, n, limit)
 	}
-	return t.Gen, nil
+	return t.Gen, guard, nil
 }
 
 // tenant returns tenant id, declared or stored, with its generation;
