@@ -748,7 +748,7 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 }
 
 // sweepEntry removes e, listed in namespace by DeleteTenant, when it is
-// tenant's: a reservation or link code guard under the tenant's key, any other entry naming
+// tenant's: a reservation or guard under the tenant's key, any other entry naming
 // it (an enrollment token or link code that does not decode goes too, as
 // sweep has it, and a binding whose key names the tenant, keyOf; another
 // entry that does not decode stays: State.Corrupt), and only while deleting reports the tenant still being
@@ -1245,7 +1245,7 @@ const MaxTenantBindings = 10_000
 // (reserve): each binding's key, and when its reservation lapses; and
 // under countField, when known, at least as many as the tenant's stored
 // bindings and reservations (reserve). Under the tenant's id and
-// codesGuard it holds the tenant's link code guard (IssueLinkCode).
+// codesGuard or gatewaysGuard it holds the tenant's guards (swapGuard).
 const nsReserved = "registry/reserved"
 
 // countField is the field of a tenant's reservations entry (nsReserved)
