@@ -53,6 +53,9 @@ type rig struct {
 	applied int
 	// handler is the rig's Handler, which srv serves.
 	handler *enroll.Handler
+	// changes is its Limiter, as the connector shares it with the
+	// gateways' other changes (/relay/policy, /manage/*).
+	changes *change.Limiter
 }
 
 type syncWriter struct {
@@ -78,7 +81,7 @@ func newRigOn(t *testing.T, configured bool, wrap func(store.Store) store.Store)
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
 	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
-	r := &rig{clk: clk, reg: registry.New(wrap(st), clk), metrics: &counts{n: map[string]int{}}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	r := &rig{clk: clk, reg: registry.New(wrap(st), clk), metrics: &counts{n: map[string]int{}}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}, changes: change.NewLimiter(clk)}
 	var v *idtoken.Verifier
 	if configured {
 		pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
@@ -90,11 +93,12 @@ func newRigOn(t *testing.T, configured bool, wrap func(store.Store) store.Store)
 		}
 	}
 	h := enroll.New(enroll.HandlerConfig{
-		Verifier: v, Registry: r.reg, Platforms: []string{"discord", "telegram", "nexscope"},
+		Verifier: v, Registry: r.reg, Platforms: fronted,
 		Apply:   func(context.Context) error { r.applied++; return nil },
 		Log:     slog.New(slog.NewJSONHandler(syncWriter{r.logMu, r.logs}, nil)),
 		Metrics: r.metrics,
 		Clock:   clk,
+		Limiter: r.changes,
 	})
 	r.handler = h
 	mux := http.NewServeMux()
@@ -108,6 +112,9 @@ func newRigOn(t *testing.T, configured bool, wrap func(store.Store) store.Store)
 	}
 	return r
 }
+
+// fronted is the platforms the rig's connector fronts: all it can.
+var fronted = []string{"discord", "telegram", "slack", "whatsapp_cloud", "nexscope"}
 
 func identity(t *testing.T, tenant string) string {
 	return idtokentest.Sign(t, key, map[string]any{"tid": tenant, "aud": "connector", "sub": "owner@acme", "exp": 1_700_000_300})
@@ -241,7 +248,7 @@ func TestProvision(t *testing.T) {
 		body   map[string]any
 		want   int
 	}{
-		"unknown platform":      {id, body("slack", nil, ""), http.StatusBadRequest},
+		"unknown platform":      {id, body("irc", nil, ""), http.StatusBadRequest},
 		"route keys on relay":   {id, body("relay", []string{"1"}, ""), http.StatusBadRequest},
 		"bad guild id":          {id, body("discord", []string{"abc"}, ""), http.StatusBadRequest},
 		"bad wake URL":          {id, body("discord", nil, "ftp://x/"), http.StatusBadRequest},
@@ -424,6 +431,42 @@ func TestProvisionCapsGatewaysPerTenant(t *testing.T) {
 	}
 	if ts, _ := r.reg.WakeTargets(context.Background(), "acme"); len(ts) != 100 {
 		t.Fatalf("%d wake targets, want 100", len(ts))
+	}
+}
+
+// TestFleetBootStaysWithinTheChangeAllowance: a tenant's 100 gateways
+// (DefaultMaxGateways) booting at once, each provisioning and setting a
+// policy (as /relay/policy does, on the shared limiter) for every platform
+// the connector fronts, 1,000 changes at one instant on the injected
+// clock, are all let through; so is the fleet's restart (the next boot's
+// identity token: a rotation each) once the tenant's allowance has
+// refilled (change.TenantBurst at change.TenantEvery). The figures rest on
+// change.TenantBurst, which had only arithmetic behind it.
+func TestFleetBootStaysWithinTheChangeAllowance(t *testing.T) {
+	r := newRig(t, true)
+	boot := func(bearer string) {
+		t.Helper()
+		for i := range registry.DefaultMaxGateways {
+			gw := fmt.Sprintf("gw-%03d", i)
+			for _, p := range fronted {
+				if code, got := r.post(t, "/relay/provision", bearer, provisionBody(gw, p, "")); code != http.StatusOK || got["secret"] == nil {
+					t.Fatalf("%s's provision on %s: %d %v", gw, p, code, got)
+				}
+				if err := r.changes.Check("acme", gw); err != nil {
+					t.Fatalf("%s's policy on %s: %v", gw, p, err)
+				}
+				r.changes.Spend("acme", gw)
+			}
+		}
+	}
+	boot(identity(t, "acme"))
+	if err := r.changes.Check("acme", "gw-000"); err == nil {
+		t.Error("a change past the boot's 1,000: let through, want the allowance spent exactly (the test's figures changed)")
+	}
+	r.clk.Advance(change.TenantBurst * change.TenantEvery)
+	boot(identityOf(t, "acme", "next boot"))
+	if n := r.metrics.n["relay_provision/rate_limited"]; n != 0 {
+		t.Errorf("%d provisions rate-limited, want none", n)
 	}
 }
 

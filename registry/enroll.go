@@ -123,11 +123,14 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 	} else if now := r.clock.Now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {
 		return "", ErrEnrollToken
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
+	done, err := r.tenantTurn(ctx, tenant)
+	if err != nil {
+		return "", err
+	}
+	defer done()
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
 		return "", err
@@ -163,8 +166,9 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 			return fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
 		}
 		var gen string
+		var guard []byte
 		if !exists {
-			if gen, err = r.roomForGatewayLocked(ctx, tenant); err != nil {
+			if gen, guard, err = r.roomForGateway(ctx, tenant); err != nil {
 				return err
 			}
 		}
@@ -174,9 +178,9 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 		var data []byte
 		if exists {
 			g.Origin = OriginEnroll
-			secret, data, err = r.rotateLocked(wctx, g, raw, DefaultGrace, "")
+			secret, data, err = r.rotateSecret(wctx, g, raw, DefaultGrace, "")
 		} else {
-			secret, data, err = r.createGatewayLocked(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "", gen)
+			secret, data, err = r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "", gen, guard)
 			raw = nil
 		}
 		if err == nil {
@@ -248,25 +252,28 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 	if minter == "" {
 		return "", "", fmt.Errorf("%w: provision needs the caller's token digest", ErrInvalid)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return "", "", ErrDeclared
 	}
+	done, err := r.tenantTurn(ctx, tenant)
+	if err != nil {
+		return "", "", err
+	}
+	defer done()
 	if _, err := r.tenant(ctx, tenant); err != nil {
 		return "", "", err
 	}
 	admit = sync.OnceValue(admit) // once, though a race decides again
 	err = againIfRaced(func() error {
-		secret, outcome, err = r.provisionLocked(ctx, tenant, id, minter, admit)
+		secret, outcome, err = r.provisionTurn(ctx, tenant, id, minter, admit)
 		return err
 	})
 	return secret, outcome, err
 }
 
-// provisionLocked is Provision's decision on what the store holds now;
-// r.mu is held.
-func (r *Registry) provisionLocked(ctx context.Context, tenant, id, minter string, admit func() error) (secret, outcome string, err error) {
+// provisionTurn is Provision's decision on what the store holds now, in
+// the tenant's turn (tenantTurn).
+func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string, admit func() error) (secret, outcome string, err error) {
 	var g Gateway
 	raw, exists, err := r.getRaw(ctx, nsGateways, id, &g)
 	if err != nil {
@@ -274,14 +281,14 @@ func (r *Registry) provisionLocked(ctx context.Context, tenant, id, minter strin
 	}
 	switch {
 	case !exists:
-		gen, err := r.roomForGatewayLocked(ctx, tenant)
+		gen, guard, err := r.roomForGateway(ctx, tenant)
 		if err != nil {
 			return "", "", err
 		}
 		if err := admit(); err != nil {
 			return "", "", err
 		}
-		secret, _, err := r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen)
+		secret, _, err := r.storeGateway(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
 		return secret, ProvisionCreated, err
 	case g.Tenant != tenant:
 		return "", "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
@@ -297,7 +304,7 @@ func (r *Registry) provisionLocked(ctx context.Context, tenant, id, minter strin
 		return "", "", err
 	}
 	g.Origin = OriginProvision
-	secret, _, err = r.rotateLocked(ctx, g, raw, DefaultGrace, minter)
+	secret, _, err = r.rotateSecret(ctx, g, raw, DefaultGrace, minter)
 	return secret, ProvisionRotated, err
 }
 

@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,6 +228,126 @@ func TestGatewayCap(t *testing.T) {
 	}
 	if err := r.SetMaxGateways(ctx, "nobody", 5); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("SetMaxGateways of an unknown tenant: %v, want ErrNotFound", err)
+	}
+}
+
+// TestGatewayCapExactAcrossInstancesOnRedis: two instances on one
+// redis-server; tenant a has room for one more gateway, and while
+// instance one's creation of gw-1, having counted a's gateways, writes it,
+// instance two provisions gw-2. Of the two, one gateway stays and the
+// other request is ErrLimit; so for an enrollment racing a creation.
+// Before, each instance counted on its own and both were made.
+func TestGatewayCapExactAcrossInstancesOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a", MaxGateways: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw-0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		one  func() error
+		two  func() error
+	}{
+		{"creation and provision", func() error {
+			_, err := one.CreateGateway(ctx, "a", "gw-1")
+			return err
+		}, func() error {
+			_, _, err := two.Provision(ctx, "a", "gw-2", registry.MinterOf("identity"), func() error { return nil })
+			return err
+		}},
+		{"enrollment and creation", func() error {
+			token, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
+			if err == nil {
+				_, err = one.Enroll(ctx, "a", token, "gw-1", "")
+			}
+			return err
+		}, func() error {
+			_, err := two.CreateGateway(ctx, "a", "gw-2")
+			return err
+		}},
+	} {
+		var raced atomic.Bool
+		var twoErr error
+		hooked.before = func(op, namespace, key string) {
+			if op == "cas" && namespace == "registry/gateways" && key == "gw-1" && raced.CompareAndSwap(false, true) {
+				twoErr = tc.two()
+			}
+		}
+		oneErr := tc.one()
+		hooked.before = nil
+		if !raced.Load() {
+			t.Fatalf("%s: the hook never ran: instance one wrote no gateway", tc.name)
+		}
+		if (oneErr == nil) == (twoErr == nil) || !errors.Is(cmp.Or(oneErr, twoErr), registry.ErrLimit) {
+			t.Fatalf("%s of the last gateway on two instances at once: %v and %v, want one made, the other ErrLimit", tc.name, oneErr, twoErr)
+		}
+		s, err := two.Stored(ctx)
+		if err != nil || len(s.Gateways) != 2 {
+			t.Fatalf("%s: stored gateways %+v, %v; want 2 (max_gateways)", tc.name, s.Gateways, err)
+		}
+		for _, id := range []string{"gw-1", "gw-2"} {
+			if err := one.DeleteGateway(ctx, "a", id); err != nil && !errors.Is(err, registry.ErrNotFound) {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestGatewayCapExactForRacingCreations: tenant a has room for one more
+// gateway; while the admin API's creation of gw-1 is about to write it, a
+// provision of gw-2 starts on the instance. The provision counts a's
+// gateways only once the creation is done (the tenant's turn): exactly
+// one of the two is made, the other is ErrLimit.
+func TestGatewayCapExactForRacingCreations(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	hooked := &hookedStore{Store: store.NewMemory(c)}
+	t.Cleanup(func() { _ = hooked.Close() })
+	r := registry.New(hooked, c)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a", MaxGateways: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CreateGateway(ctx, "a", "gw-0"); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	var racing atomic.Bool
+	counted := make(chan struct{}, 1)
+	provisioned := make(chan error, 1)
+	hooked.before = func(op, namespace, key string) {
+		switch {
+		case op == "list" && namespace == "registry/gateways" && racing.Load():
+			select {
+			case counted <- struct{}{}:
+			default:
+			}
+		case op == "cas" && namespace == "registry/gateways" && key == "gw-1":
+			once.Do(func() {
+				racing.Store(true)
+				go func() {
+					_, _, err := r.Provision(ctx, "a", "gw-2", registry.MinterOf("identity"), func() error { return nil })
+					provisioned <- err
+				}()
+				select {
+				case <-counted:
+					t.Error("the provision counted a's gateways while the creation of gw-1 was writing")
+				case <-time.After(time.Second): // waiting for a's turn, as it should
+				}
+			})
+		}
+	}
+	_, created := r.CreateGateway(ctx, "a", "gw-1")
+	var err error
+	select {
+	case err = <-provisioned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the provision did not return within 5s of the creation")
+	}
+	if (created == nil) == (err == nil) || !errors.Is(cmp.Or(created, err), registry.ErrLimit) {
+		t.Fatalf("creation %v, provision %v: want exactly one made, the other ErrLimit", created, err)
 	}
 }
 

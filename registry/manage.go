@@ -113,23 +113,65 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	now := r.clock.Now()
-	// A spent code's record stays until the code would have expired: a
-	// second redemption of it by the same user may yet look for it. It is
-	// not outstanding (sweep does not count it).
-	live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return !now.Before(c.Expires) })
-	if err != nil {
-		return "", time.Time{}, err
+	for range maxSwaps {
+		guard, err := r.guard(ctx, tenant, codesGuard)
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		now := r.clock.Now()
+		// A spent code's record stays until the code would have expired: a
+		// second redemption of it by the same user may yet look for it. It is
+		// not outstanding (sweep does not count it).
+		live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return !now.Before(c.Expires) })
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		if live >= MaxLinkCodes {
+			return "", time.Time{}, fmt.Errorf("%w: %d link codes of this tenant are outstanding; redeem or let them expire", ErrLimit, live)
+		}
+		code := newLinkCode()
+		c := linkCode{Hash: tokenKey(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl), Created: t.Created}
+		if err := r.put(ctx, tenant, t.Gen, nsLinkCodes, c.Hash, c, true); err != nil {
+			return "", time.Time{}, err
+		}
+		kept, err := r.swapGuard(ctx, tenant, codesGuard, guard)
+		if err == nil && kept {
+			return code, c.Expires, nil
+		}
+		// Another instance issued meanwhile, or the guard was not
+		// written: the code, never handed out, goes.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		_, derr := r.kv.Delete(dctx, nsLinkCodes, c.Hash)
+		cancel()
+		if err := cmp.Or(err, derr); err != nil {
+			return "", time.Time{}, err
+		}
 	}
-	if live >= MaxLinkCodes {
-		return "", time.Time{}, fmt.Errorf("%w: %d link codes of this tenant are outstanding; redeem or let them expire", ErrLimit, live)
-	}
-	code := newLinkCode()
-	c := linkCode{Hash: tokenKey(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl), Created: t.Created}
-	if err := r.put(ctx, tenant, t.Gen, nsLinkCodes, c.Hash, c, true); err != nil {
-		return "", time.Time{}, err
-	}
-	return code, c.Expires, nil
+	return "", time.Time{}, fmt.Errorf("%w: this tenant's link codes kept changing meanwhile; try again", ErrConflict)
+}
+
+// A tenant's guards, in nsReserved under its id and the guard's name: a
+// value no other write makes, swapped by each write counted against a
+// bound that holds across instances (a link code against MaxLinkCodes, a
+// gateway against MaxGateways). Such a write is counted after the guard
+// is read and kept only while its swap finds the guard as read: of
+// writes racing on several instances, each counted before the others',
+// one is kept and the others take theirs back and count again.
+const (
+	codesGuard    = "/codes"
+	gatewaysGuard = "/gateways"
+)
+
+// guard reads tenant's guard name (nil: none yet).
+func (r *Registry) guard(ctx context.Context, tenant, name string) ([]byte, error) {
+	e, _, err := r.kv.Get(ctx, nsReserved, tenant+name)
+	return e.Value, err
+}
+
+// swapGuard swaps tenant's guard name, read as read, for a fresh value;
+// false when another write swapped it since.
+func (r *Registry) swapGuard(ctx context.Context, tenant, name string, read []byte) (bool, error) {
+	return r.kv.CompareAndSwap(ctx, nsReserved, tenant+name, read, []byte(newSecret()))
 }
 
 // RedeemLinkCode consumes code and links (platformName, user) to the
@@ -378,8 +420,11 @@ func (r *Registry) syncAllow(ctx context.Context, entry principalEntry, written 
 // syncAllow's loop again, the list's writes with it), and a link code or
 // enrollment token minted (a tenant's codes are counted against
 // MaxLinkCodes before one more is stored), a DM default set on the link
-// it reads, a binding removed (Unbind), a policy or a wake URL stored, so
-// one tenant's store round trips hold up none of another's changes.
+// it reads, a binding removed (Unbind), a policy or a wake URL stored, and
+// a gateway created, rotated, removed, enrolled or provisioned (a
+// tenant's gateways are counted against its MaxGateways before one more
+// is stored), so one tenant's store round trips hold up none of another's
+// changes.
 func (r *Registry) tenantTurn(ctx context.Context, tenant string) (func(), error) {
 	for {
 		r.turnMu.Lock()

@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -322,6 +323,48 @@ func TestSpentCodeOutlivesAnotherIssueOnRedis(t *testing.T) {
 	s, _ := effective(t, two)
 	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"telegram:42"}) {
 		t.Fatalf("links of a after both succeeded: %q, want telegram:42", got)
+	}
+}
+
+// TestLinkCodeBoundExactAcrossInstancesOnRedis: tenant a has room for one
+// more link code; while instance one's issuance, having counted a's codes,
+// writes its code, instance two issues one. Of the two, one code stays
+// and the other issuance is ErrLimit: a holds MaxLinkCodes outstanding.
+// Before, each instance counted on its own and both were issued.
+func TestLinkCodeBoundExactAcrossInstancesOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for range registry.MaxLinkCodes - 1 {
+		if _, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var raced atomic.Bool
+	var twoErr error
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/linkcodes" && raced.CompareAndSwap(false, true) {
+			_, _, twoErr = two.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+		}
+	}
+	_, _, oneErr := one.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	hooked.before = nil
+	if !raced.Load() {
+		t.Fatal("the hook never ran: instance one wrote no code")
+	}
+	if (oneErr == nil) == (twoErr == nil) || !errors.Is(cmp.Or(oneErr, twoErr), registry.ErrLimit) {
+		t.Fatalf("the last code issued on two instances at once: %v and %v, want one issued, the other ErrLimit", oneErr, twoErr)
+	}
+	if err := two.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := one.Stored(ctx); err != nil || len(s.Tenants) != 0 {
+		t.Fatalf("stored after a's deletion: %+v, %v", s, err)
+	}
+	if entries, _, err := hooked.Registry().List(ctx, "registry/reserved"); err != nil || len(entries) != 0 {
+		t.Fatalf("reservations after a's deletion: %v, %v; want its link code guard gone with it", entries, err)
 	}
 }
 
@@ -1540,8 +1583,10 @@ func TestOverlappingDropsKeepTheMarkUnderWay(t *testing.T) {
 // link removal (Unbind), DM default, policy or wake URL waits on the
 // store (the listing of every tenant's link codes, the read of the link,
 // the write), another tenant's
-// registry change on the instance goes through. Before, each ran under
-// mu, and the other tenant's gateway waited out its store calls.
+// registry change on the instance goes through; so it does while a
+// tenant's gateway is created, rotated, removed, enrolled or provisioned.
+// Before, each ran under mu, and the other tenant's gateway waited out
+// its store calls.
 func TestTenantsManagementHoldsUpNoOtherTenant(t *testing.T) {
 	link := registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "71", Tenant: "a"}
 	for _, tc := range []struct {
@@ -1561,6 +1606,26 @@ func TestTenantsManagementHoldsUpNoOtherTenant(t *testing.T) {
 		}},
 		{"SetWake", "cas", "registry/wake", func(ctx context.Context, r *registry.Registry) error {
 			return r.SetWake(ctx, "a", "gw-a", "https://a.example/wake")
+		}},
+		{"CreateGateway", "list", "registry/gateways", func(ctx context.Context, r *registry.Registry) error {
+			_, err := r.CreateGateway(ctx, "a", "gw-a2")
+			return err
+		}},
+		{"Rotate", "cas", "registry/gateways", func(ctx context.Context, r *registry.Registry) error {
+			_, err := r.Rotate(ctx, "a", "gw-a", 0)
+			return err
+		}},
+		{"DeleteGateway", "cas", "registry/gateways", func(ctx context.Context, r *registry.Registry) error { return r.DeleteGateway(ctx, "a", "gw-a") }},
+		{"Enroll", "delete", "registry/enroll", func(ctx context.Context, r *registry.Registry) error {
+			token, _, err := r.MintEnrollToken(ctx, "a", time.Minute) // no delete: the hook waits for the spend
+			if err == nil {
+				_, err = r.Enroll(ctx, "a", token, "gw-a", "")
+			}
+			return err
+		}},
+		{"Provision", "list", "registry/gateways", func(ctx context.Context, r *registry.Registry) error {
+			_, _, err := r.Provision(ctx, "a", "gw-p", registry.MinterOf("identity"), func() error { return nil })
+			return err
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

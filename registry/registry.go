@@ -263,15 +263,16 @@ type Registry struct {
 	kv    store.Registry
 	ps    store.PubSub
 	clock clock.Clock
-	// mu serializes this instance's read-modify-write changes made
-	// through the admin API and by gateways other than bindings. Instances
+	// mu serializes this instance's changes of tenants (their creation,
+	// settings and end) and the admin API's Bind. Instances
 	// sharing a store do not lock each other: a binding is written with
 	// the store's CompareAndSwap, with its platform's ownership guard
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
-	// do not take mu (bindMu, one binding at a time), nor does a tenant's
-	// principal, link codes, enrollment tokens, DM defaults, binding
-	// removals, policies and wake URLs (tenantTurn); a gateway is created only while its
+	// do not take mu (bindMu, one binding at a time), nor do a tenant's
+	// gateways (their creation, rotation, removal, enrollment and
+	// provision), principal, link codes, enrollment tokens, DM defaults,
+	// binding removals, policies and wake URLs (tenantTurn); a gateway is created only while its
 	// id is free; a write for a tenant is taken back when the tenant's
 	// deletion began meanwhile (keptFor); for other entries the last write
 	// wins.
@@ -747,7 +748,7 @@ func (r *Registry) sweepTenant(ctx context.Context, id string, raw []byte) error
 }
 
 // sweepEntry removes e, listed in namespace by DeleteTenant, when it is
-// tenant's: a reservation under the tenant's key, any other entry naming
+// tenant's: a reservation or guard under the tenant's key, any other entry naming
 // it (an enrollment token or link code that does not decode goes too, as
 // sweep has it, and a binding whose key names the tenant, keyOf; another
 // entry that does not decode stays: State.Corrupt), and only while deleting reports the tenant still being
@@ -759,7 +760,7 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 	for range maxSwaps {
 		var of struct{ Tenant string }
 		if err := json.Unmarshal(e.Value, &of); namespace == nsReserved {
-			of.Tenant = e.Key
+			of.Tenant, _, _ = strings.Cut(e.Key, "/") // a guard's too
 		} else if err != nil && (namespace == nsEnroll || namespace == nsLinkCodes || namespace == nsBindings && keyOf(e.Key, tenant)) {
 			of.Tenant = tenant
 		} else if err != nil {
@@ -886,21 +887,28 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	if err := checkID("gateway", id); err != nil {
 		return "", err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
-	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok {
-		return "", cmp.Or(err, ErrExists)
-	}
-	gen, err := r.roomForGatewayLocked(ctx, tenant)
+	done, err := r.tenantTurn(ctx, tenant)
 	if err != nil {
 		return "", err
 	}
+	defer done()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	secret, data, err := r.createGatewayLocked(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen)
+	var secret string
+	var data []byte
+	err = againIfRaced(func() error {
+		if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok {
+			return cmp.Or(err, ErrExists)
+		}
+		gen, guard, err := r.roomForGateway(ctx, tenant)
+		if err == nil {
+			secret, data, err = r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen, guard)
+		}
+		return err
+	})
 	if err == nil && ctx.Err() != nil {
 		_ = r.takeBack(ctx, nsGateways, id, data, nil) // failing that, it stays, as written
 		return "", ctx.Err()
@@ -935,16 +943,18 @@ func (r *Registry) swap(ctx context.Context, namespace, key string, old, value [
 	return swapped, err
 }
 
-// createGatewayLocked stores g with a fresh secret minted for minter (see
+// storeGateway stores g with a fresh secret minted for minter (see
 // Secret.Minter), and returns the secret and the gateway as stored. The caller has checked that g's
 // id is free (not declared, not stored) and that its tenant exists, of
-// generation gen, and has room for it; r.mu is held. The store's
+// generation gen, and has room for it as of guard, in the tenant's turn. The store's
 // CompareAndSwap stores it only while the id is still free: one another
-// instance stored meanwhile is ErrExists, never replaced. A deletion of
+// instance stored meanwhile is ErrExists, never replaced; one another
+// instance's write of a gateway of the tenant since guard takes it back:
+// errRaced, and the caller counts again. A deletion of
 // the tenant meanwhile removes it again (keptFor): ErrNotFound. A write
 // the replicas did not acknowledge (store.ErrNotReplicated) is taken back
 // (swap), and is that error.
-func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, gen string) (string, []byte, error) {
+func (r *Registry) storeGateway(ctx context.Context, g Gateway, minter, gen string, guard []byte) (string, []byte, error) {
 	secret := newSecret()
 	g.Secrets = []Secret{{Value: secret, Minter: minter}}
 	data, err := json.Marshal(g)
@@ -954,6 +964,9 @@ func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, g
 	if created, err := r.swap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
 		return "", nil, cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
+	if kept, err := r.swapGuard(ctx, g.Tenant, gatewaysGuard, guard); err != nil || !kept {
+		return "", nil, cmp.Or(err, r.takeBack(ctx, nsGateways, g.ID, data, nil), errRaced)
+	}
 	if err := r.keptFor(ctx, g.Tenant, gen, func(ctx context.Context) error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
 		return "", nil, err
 	}
@@ -961,14 +974,20 @@ func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, g
 	return secret, data, nil
 }
 
-// roomForGatewayLocked returns tenant's generation when it has fewer
-// gateways, declared and stored, than its bound, else ErrLimit. Instances
-// sharing a store check this each on their own: racing creations may pass
-// it together, by one gateway per instance at most.
-func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) (string, error) {
+// roomForGateway returns tenant's generation, and its gateways' guard as
+// read before counting them (storeGateway swaps it), when it has fewer
+// gateways, declared and stored, than its bound, else ErrLimit. Its
+// caller is in the tenant's turn (tenantTurn) until it has stored the
+// gateway, so creations on one instance count one after another, and
+// the guard decides between instances.
+func (r *Registry) roomForGateway(ctx context.Context, tenant string) (string, []byte, error) {
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
-		return "", err
+		return "", nil, err
+	}
+	guard, err := r.guard(ctx, tenant, gatewaysGuard)
+	if err != nil {
+		return "", nil, err
 	}
 	decl := r.declared.Load()
 	n := 0
@@ -979,7 +998,7 @@ func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) (str
 	}
 	var stored []Gateway
 	if err := list(ctx, r.kv, nsGateways, &stored, nil); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	for _, g := range stored {
 		if g.Tenant == tenant && !r.declaredGateway(g.ID) {
@@ -987,9 +1006,9 @@ func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) (str
 		}
 	}
 	if limit := cmp.Or(t.MaxGateways, DefaultMaxGateways); n >= limit {
-		return "", fmt.Errorf("%w: tenant %q has %d gateways, its max_gateways is %d: remove one or raise the bound (connector admin tenant max-gateways)", ErrLimit, tenant, n, limit)
+		return "", nil, fmt.Errorf("%w: tenant %q has %d gateways, its max_gateways is %d: remove one or raise the bound (connector admin tenant max-gateways)", ErrLimit, tenant, n, limit)
 	}
-	return t.Gen, nil
+	return t.Gen, guard, nil
 }
 
 // tenant returns tenant id, declared or stored, with its generation;
@@ -1015,11 +1034,14 @@ func (r *Registry) tenant(ctx context.Context, id string) (storedTenant, error) 
 // (ctx done) during the write leaves the gateway as it was (as
 // CreateGateway).
 func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Duration) (secret string, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
+	done, err := r.tenantTurn(ctx, tenant)
+	if err != nil {
+		return "", err
+	}
+	defer done()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	var raw, data []byte
@@ -1027,7 +1049,7 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 		g, was, err := r.gateway(ctx, tenant, id)
 		if err == nil {
 			raw = was
-			secret, data, err = r.rotateLocked(wctx, g, raw, grace, "")
+			secret, data, err = r.rotateSecret(wctx, g, raw, grace, "")
 		}
 		return err
 	})
@@ -1038,7 +1060,7 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 	return secret, err
 }
 
-// errRaced is the answer of rotateLocked and DeleteGateway's removal when
+// errRaced is the answer of rotateSecret and DeleteGateway's removal when
 // the gateway changed in the store since it was read (another instance's
 // rotation, or a delete and a re-create, perhaps by another tenant).
 var errRaced = errors.New("registry: the gateway changed meanwhile")
@@ -1055,15 +1077,15 @@ func againIfRaced(decide func() error) error {
 	return fmt.Errorf("%w: the gateway kept changing meanwhile; try again", ErrConflict)
 }
 
-// rotateLocked stores g, read as raw, with a fresh secret minted for
+// rotateSecret stores g, read as raw, with a fresh secret minted for
 // minter first, which it returns with the gateway as stored, and its live secrets after it, each
-// valid for grace at most (as Rotate). r.mu is held. The store's
+// valid for grace at most (as Rotate), in the tenant's turn. The store's
 // CompareAndSwap stores it only while the gateway is still raw: else
 // errRaced, and nothing is written, so a secret another instance has
 // handed out meanwhile is never dropped, nor another tenant's gateway of
 // the id replaced. A write the replicas did not acknowledge
 // (store.ErrNotReplicated) is taken back (swap), and is that error.
-func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grace time.Duration, minter string) (string, []byte, error) {
+func (r *Registry) rotateSecret(ctx context.Context, g Gateway, raw []byte, grace time.Duration, minter string) (string, []byte, error) {
 	grace = cmp.Or(grace, DefaultGrace)
 	now := r.clock.Now()
 	until := now.Add(max(grace, 0))
@@ -1099,11 +1121,14 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 // it (the management plane's deprovision finds its caller's gateway
 // first, so it never gets here).
 func (r *Registry) DeleteGateway(ctx context.Context, tenant, id string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return ErrDeclared
 	}
+	done, err := r.tenantTurn(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	defer done()
 	var g Gateway
 	if e, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok && json.Unmarshal(e.Value, &g) != nil {
 		if err == nil {
@@ -1134,7 +1159,7 @@ func (r *Registry) removeGateway(ctx context.Context, tenant, id string) error {
 }
 
 // gateway reads stored gateway id, which must belong to tenant, and its
-// value as stored (rotateLocked's raw).
+// value as stored (rotateSecret's raw).
 func (r *Registry) gateway(ctx context.Context, tenant, id string) (Gateway, []byte, error) {
 	var g Gateway
 	raw, ok, err := r.getRaw(ctx, nsGateways, id, &g)
@@ -1219,7 +1244,8 @@ const MaxTenantBindings = 10_000
 // counted against MaxTenantBindings and may not have written yet
 // (reserve): each binding's key, and when its reservation lapses; and
 // under countField, when known, at least as many as the tenant's stored
-// bindings and reservations (reserve).
+// bindings and reservations (reserve). Under the tenant's id and
+// codesGuard or gatewaysGuard it holds the tenant's guards (swapGuard).
 const nsReserved = "registry/reserved"
 
 // countField is the field of a tenant's reservations entry (nsReserved)
