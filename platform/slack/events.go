@@ -158,10 +158,10 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err := p.interaction(withIntake(r.Context(), routeInteractions, body, received, ""), &ic, received)
-	if busyPress(err, &ic) {
+	if busyPress(err) {
 		w.WriteHeader(http.StatusOK)
 		_ = http.NewResponseController(w).Flush() // acknowledged before the post
-		p.tellBusy(ic.ResponseURL)
+		p.tellBusy(&ic)
 		return
 	}
 	p.answer(w, err, "prompt press")

@@ -1878,6 +1878,48 @@ func TestPressPastItsTenantsBoundAnsweredBusy(t *testing.T) {
 	}
 }
 
+// TestPressWithoutResponseURLPastItsTenantsBoundAnsweredBusy: a press the
+// intake has no room for whose payload carries no response_url is
+// acknowledged (200) and its user told to press again with
+// chat.postEphemeral in the press's channel, never publicly. Before, it was
+// answered 503, and its user saw Slack's generic failure.
+func TestPressWithoutResponseURLPastItsTenantsBoundAnsweredBusy(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	for range e.p.intakeBound("t1") - 1 {
+		if !e.p.intake.reserve("t1", false) {
+			t.Fatal("t1's reservation refused below its bound")
+		}
+	}
+	press := withResponseURL(t, slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once"), "")
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the press past t1's bound answered %d %q, want 200", code, body)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	eph, err := e.fake.WaitCalls(ctx, "chat.postEphemeral", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := eph[0].Form; f.Get("channel") != chanGeneral || f.Get("user") != userAda || !strings.Contains(f.Get("text"), "press it again") {
+		t.Fatalf("the press's user was told %v, want an ephemeral press it again", f)
+	}
+	if n := len(e.fake.Calls("chat.postMessage")); n != 1 || len(e.fake.Responses()) != 0 {
+		t.Fatalf("%d posts (want the prompt's alone), %d response_url posts", n, len(e.fake.Responses()))
+	}
+}
+
 // TestIntakeMessagesChargedToTheTenantTheyRouteTo: in workspace C, which
 // no tenant binds, Cat (linked to t2) has a message whose file stalls, and
 // her messages behind it take half the intake; Dan's (linked to t3) in the

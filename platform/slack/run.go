@@ -259,9 +259,9 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 		p.beside(func() {
 			body := url.Values{"payload": {string(req.Payload)}}.Encode() // as the HTTP route's
 			err := p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received)
-			if busyPress(err, &ic) {
+			if busyPress(err) {
 				ack(nil, nil)
-				p.tellBusy(ic.ResponseURL)
+				p.tellBusy(&ic)
 				return
 			}
 			ack(err, nil)
