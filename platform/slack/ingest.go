@@ -429,11 +429,8 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	}
 	pr.team = team
 	key := "press/" + team + ":" + pr.channel + ":" + pr.message
-	if p.pressed.Contains(key) {
-		// As the dedupe answers it, without an intake entry: its
-		// done marker outlives this one (added before it is).
-		p.drop(dropDuplicate, "")
-		return nil
+	if r, _ := ctx.Value(intakeRequestKey{}).(*intakeRequest); r != nil {
+		r.dup = key // a press already delivered takes no intake entry (admit)
 	}
 	// Charged to the tenant its presser routes to (none: the chat's
 	// holder), as the presser's slash command would be: in a chat no tenant
@@ -445,7 +442,6 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 			ev := pr.event(p.names.user(tctx, team, pr.user).name, p.names.channelName(tctx, team, pr.channel))
 			err := p.deliver(ctx, tenant, created, &ev, received)
 			if err == nil {
-				p.pressed.Add(key, struct{}{})
 				delivered()
 			}
 			return err

@@ -101,6 +101,10 @@ type intakeRequest struct {
 	// files, its thread); "" for any other request, which is stored only
 	// behind a pending entry of its chat.
 	once string
+	// dup is the dedupe key of a press (ingestPress): one whose copy was
+	// delivered (the store's done mark, whichever instance delivered it)
+	// is dropped before an entry is taken.
+	dup string
 }
 
 // Context keys: the HTTP request an ingest path handles, and the mark of
@@ -326,9 +330,11 @@ func intakeClaim(key string) string { return "slack/intake/" + key }
 var errIntakeFull = fmt.Errorf("slack: intake full: %w", platform.ErrBusy)
 
 // admit stores r as an entry of chat, charged to tenant ("": the chat's
-// holder), and queues it, or answers it without: a slow message already
-// handled is a duplicate (nil), one another instance is handling is
-// platform.ErrBusy, and one the full intake cannot take is errIntakeFull.
+// holder), and queues it, or answers it without: a slow message or a
+// press already handled is a duplicate (nil), a slow message another
+// instance is handling is platform.ErrBusy (a press is taken: its turn
+// waits for that copy's end), and one the full intake cannot take is
+// errIntakeFull.
 func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequest) error {
 	run := p.intake.runCtx()
 	if run == nil || run.Err() != nil || p.sink.Load() == nil {
@@ -346,9 +352,9 @@ func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequ
 			p.intake.unreserve(charged)
 		}
 	}()
-	if r.once != "" {
-		switch dup, err := p.dedupe.Check(ctx, r.once); {
-		case err != nil:
+	if key := cmp.Or(r.once, r.dup); key != "" {
+		switch dup, err := p.dedupe.Check(ctx, key); {
+		case err != nil && (r.once != "" || !errors.Is(err, platform.ErrBusy)):
 			return err
 		case dup:
 			p.drop(dropDuplicate, "")

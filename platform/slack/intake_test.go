@@ -2139,3 +2139,55 @@ func TestSecondPressTakesNoIntakeEntry(t *testing.T) {
 	}
 	e.sink.Empty(t)
 }
+
+// TestSecondPressOnAnotherInstanceTakesNoIntakeEntry: with two instances
+// on Redis, a press of a prompt instance a delivered, pressed again on
+// instance b in a chat whose requests go to b's intake (a message of it
+// waits on a stalled file), is dropped there as the duplicate it is before
+// the intake (the store's done mark): 200, not delivered, no entry taken.
+// Before, b took an entry for it (only a delivers knew the prompt
+// pressed) until the dedupe in its turn dropped it.
+func TestSecondPressOnAnotherInstanceTakesNoIntakeEntry(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	url := redistest.Start(t, redistest.Options{}).URL()
+	open := func() store.Store {
+		st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: url, Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	fake := newFake(t)
+	ms := newMediaStore(t)
+	m := &drops{got: map[string]int{}}
+	sa, sb := open(), open()
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: sa, Cluster: newNode(t, sa, "i0"), Media: ms, Clock: clk})
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: sb, Cluster: newNode(t, sb, "i1"), Media: ms, Clock: clk, Metrics: m})
+	r := a.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	press := slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")
+	if code, body := a.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the first press answered %d %q", code, body)
+	}
+	if d := a.sink.Next(t); d.Event.PromptResponse == nil {
+		t.Fatalf("the first press delivered as %+v", d.Event)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	slow := fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, b.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", slow))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	if code, body := b.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the second press answered %d %q", code, body)
+	}
+	if pending, _ := b.p.IntakeStats(); pending != 1 || m.count(dropDuplicate) != 1 {
+		t.Fatalf("%d intake entries, %d duplicates dropped on b; want 1 (the message), 1 (the second press)", pending, m.count(dropDuplicate))
+	}
+	a.sink.Empty(t)
+	b.sink.Empty(t)
+}

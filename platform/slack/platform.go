@@ -106,9 +106,6 @@ type Platform struct {
 	// busyPosts holds a slot per busy answer being posted (tellBusy,
 	// maxBusyPosts).
 	busyPosts chan struct{}
-	// pressed are the prompts whose press this instance delivered, each
-	// for the dedupe window (ingestPress).
-	pressed *ttlcache.Cache[string, struct{}]
 }
 
 var (
@@ -203,7 +200,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.besides = make(chan struct{}, maxBeside)
 	p.busyPosts = make(chan struct{}, maxBusyPosts)
-	p.pressed = ttlcache.New[string, struct{}](memorySize, cfg.DedupeWindow, p.clock)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
 	p.streams = &streams{state: platform.StateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0), vault: deps.Vault}
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
