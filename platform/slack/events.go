@@ -120,7 +120,7 @@ func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if n := r.Header.Get(headerRetryNum); n != "" {
 		p.log.Debug("slack event retried", "event_id", env.EventID, "retry", n, "reason", r.Header.Get("X-Slack-Retry-Reason"))
 	}
-	chat, tenant, slow, job := p.envelopeJob(&env, received)
+	chat, tenant, slow, job := p.envelopeJob(&env, received, true)
 	if chat == "" {
 		p.answer(w, job(r.Context()), "event")
 		return

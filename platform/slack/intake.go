@@ -533,7 +533,7 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 	case routeEvents:
 		var env envelope
 		if decodeEnvelope(rec.Body, &env) == nil {
-			_, _, _, job := p.envelopeJob(&env, received)
+			_, _, _, job := p.envelopeJob(&env, received, false)
 			return job(ctx)
 		}
 	case routeInteractions:

@@ -235,7 +235,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			ack(nil, nil)
 			return
 		}
-		chat, tenant, slow, job := p.envelopeJob(&env, received)
+		chat, tenant, slow, job := p.envelopeJob(&env, received, true)
 		run := func() { ack(job(ctx), nil) }
 		if chat == "" {
 			p.beside(run)
