@@ -158,7 +158,7 @@ type heldEntry struct{ chat, tenant string }
 // leave the others room (docs/durability.md). An entry is charged to the
 // tenant its request routes to, else to its chat's holder (chatTenant; the
 // chats no tenant holds together, as ""); a tenant is charged at most
-// intakeBound. A slash command or a press, which Slack does not send
+// its intakeBound's part of what the others leave (reserve). A slash command or a press, which Slack does not send
 // again, is refused not at the share but only past that bound, or past
 // intakeMaxHeld.
 const (
@@ -168,14 +168,17 @@ const (
 
 // reserve charges tenant one more entry, until unreserve or, once the
 // entry is taken (take), done; false when the intake is full, or the
-// tenant's bound is, or, when share, the intake is half full and the
-// tenant's intakeTenantShare is.
+// tenant holds its bound's part of what the other tenants leave (its
+// bound, with the intake otherwise empty: two busy tenants of half each
+// leave a third a quarter), or, when share, the intake is half full and
+// the tenant's intakeTenantShare is.
 func (in *intake) reserve(tenant string, share bool) bool {
 	bound := in.bound(tenant) // before the lock: it reads the Platform's
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	own := in.charged[tenant]
-	if in.total >= intakeMaxHeld || own >= bound || share && in.total >= intakeMaxHeld/2 && own >= intakeTenantShare {
+	left := intakeMaxHeld - (in.total - own)
+	if in.total >= intakeMaxHeld || own*intakeMaxHeld >= left*bound || share && in.total >= intakeMaxHeld/2 && own >= intakeTenantShare {
 		return false
 	}
 	in.charged[tenant]++

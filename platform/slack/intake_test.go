@@ -1538,11 +1538,13 @@ func TestIntakeHoldsAtMostATenantsShare(t *testing.T) {
 // TestSlashCommandPastTheFullIntakeAnsweredBusy: a slash command the
 // intake has no room for, which Slack does not send again, is answered 200
 // with an ephemeral "send it again", not 503 (Slack's dispatch error); it
-// is not delivered. Its tenant's commands fill half the intake at most:
-// t1's stalled chat and its commands take 256 places, t2's the other 256,
-// then the intake is full. Before, one tenant's commands took all 512
-// places, and every other tenant's requests were refused (messages 503,
-// presses 503, commands busy) while they were held.
+// is not delivered. Its tenant's commands fill half of what the other
+// tenants leave at most: t1's stalled chat and its commands take 256
+// places, t2's then 128 (half of the 256 left), and a third tenant still
+// has room. Before, one tenant's commands took all 512 places, and every
+// other tenant's requests were refused (messages 503, presses 503,
+// commands busy) while they were held; later two busy tenants' took 256
+// each, and a third tenant's were refused.
 func TestSlashCommandPastTheFullIntakeAnsweredBusy(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
@@ -1571,20 +1573,21 @@ func TestSlashCommandPastTheFullIntakeAnsweredBusy(t *testing.T) {
 	ev["team"], ev["user"], ev["text"] = teamB.ID, userBob, "<@"+teamB.BotUser+"> a shot"
 	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamB.ID, teamB.BotUser, "EvB", ev)), "t2's message with a stalled file")
 	waitStarted(t, started, "t2's stalled file")
-	for n := 1; n < intakeMaxHeld/2; n++ {
+	for n := 1; n < intakeMaxHeld/4; n++ {
 		if code, body := command(teamB.ID, chanAcme, userBob, n); code != http.StatusOK || !strings.Contains(body, "Running") {
 			t.Fatalf("t2's slash command %d answered %d %q, want it taken", n, code, body)
 		}
 	}
-	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
-		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
+	if code, body := command(teamB.ID, chanAcme, userBob, intakeMaxHeld/4); !busy(code, body) {
+		t.Fatalf("t2's slash command past half of what t1 leaves answered %d %q, want 200 and an ephemeral send it again", code, body)
 	}
-	if code, body := command(teamB.ID, chanAcme, userBob, intakeMaxHeld); !busy(code, body) {
-		t.Fatalf("slash command past the full intake answered %d %q, want 200 and an ephemeral send it again", code, body)
+	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld*3/4 {
+		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld*3/4)
 	}
-	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
-		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
+	if !e.p.intake.reserve("t3", false) {
+		t.Fatal("a third tenant's entry refused: the two busy tenants left it no room")
 	}
+	e.p.intake.unreserve("t3")
 }
 
 // TestSlashCommandAnotherInstanceHandlesAnsweredBusy: a copy of a slash

@@ -296,7 +296,8 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 	return nil
 }
 
-// intakeBound is the most intake entries tenant may be charged (intake.go):
+// intakeBound is the most intake entries tenant may be charged, the intake
+// otherwise empty (of what other tenants leave, that part: reserve):
 // its share of the intake by the weights of the tenants the platform knows
 // (fairshare.Share), and at least half of it, so that a busy tenant among
 // many takes that half while the others are idle and leaves them the
