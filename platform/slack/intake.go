@@ -82,9 +82,11 @@ type intakeRecord struct {
 	Received int64  `json:"received"` // unix nanoseconds
 	// Tenant is the tenant the entry is charged to: the one its request
 	// routes to (a message by the ownership order alone, envelopeJob; a
-	// slash command; a press by its presser's, ingestPress); "" for one
-	// routed to none, charged to its
-	// chat's holder (chatTenant).
+	// slash command; a press by its presser's, ingestPress), else its
+	// chat's holder when it was stored (chatTenant), else "" (the chats no
+	// tenant holds together). An entry stored before it was recorded (the
+	// fifteenth sitting's and older) is charged as "": it is handled, or
+	// expires (intakeRetryFor), once a sweep takes it.
 	Tenant string `json:"tenant,omitempty"`
 	// To is the channel the entry's delivery goes to when that is not its
 	// chat's (a reaction turn its tenant's reaction_trigger_target sends
@@ -343,8 +345,8 @@ func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequ
 	if run == nil || run.Err() != nil || p.sink.Load() == nil {
 		return errNotRunning
 	}
-	r.rec.Tenant = tenant
-	charged := r.rec.charged(chat, p.chatTenant)
+	r.rec.Tenant = cmp.Or(tenant, p.chatTenant(chat))
+	charged := r.rec.Tenant
 	if !p.intake.reserve(charged, r.rec.Route == routeEvents) {
 		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request not taken", "tenant", charged)
 		return errIntakeFull
@@ -389,15 +391,6 @@ func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequ
 		p.releaseIntake(key, until)
 	}
 	return nil
-}
-
-// charged is the tenant entry rec of chat is charged to: its Tenant, else
-// its chat's holder (holder).
-func (rec intakeRecord) charged(chat string, holder func(chat string) string) string {
-	if rec.Tenant != "" {
-		return rec.Tenant
-	}
-	return holder(chat)
 }
 
 // queueIntake gives entry key, held, its turn in chat. When the queues
@@ -617,7 +610,7 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 // claimedEntry is an intake entry a sweep claimed, as stored once claimed.
 type claimedEntry struct {
 	key, chat string
-	tenant    string // the one it is charged to (intakeRecord.charged)
+	tenant    string // the one it is charged to (intakeRecord.Tenant)
 	rec       intakeRecord
 	until     time.Time // its claim's expiry
 }
@@ -656,7 +649,7 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		if p.intake.holds(e.Key) || skip[chat] {
 			continue
 		}
-		tenant := rec.charged(chat, p.chatTenant)
+		tenant := rec.Tenant
 		if !p.intake.reserve(tenant, rec.Route == routeEvents) {
 			skip[chat] = true
 			continue

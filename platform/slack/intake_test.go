@@ -1802,7 +1802,7 @@ func TestSweepCountsWhatItTookOnce(t *testing.T) {
 	ctx := t.Context()
 	for i := range intakeMaxHeld / 2 {
 		ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, fmt.Sprintf("1768490100.%06d", i), "", "left")
-		rec := intakeRecord{Route: routeEvents, Body: slacktest.Envelope(teamA.ID, teamA.BotUser, fmt.Sprintf("EvL%d", i), ev), Received: clk.Now().Add(time.Duration(i)).UnixNano()}
+		rec := intakeRecord{Route: routeEvents, Body: slacktest.Envelope(teamA.ID, teamA.BotUser, fmt.Sprintf("EvL%d", i), ev), Received: clk.Now().Add(time.Duration(i)).UnixNano(), Tenant: "t1"}
 		if _, err := mem.Registry().Put(ctx, intakeNamespace, intakeKey(teamA.ID+"/"+dmAda, rec), mustJSON(t, rec)); err != nil {
 			t.Fatal(err)
 		}
