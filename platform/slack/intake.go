@@ -345,6 +345,17 @@ func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequ
 	if run == nil || run.Err() != nil || p.sink.Load() == nil {
 		return errNotRunning
 	}
+	// Before the reservation: a duplicate is answered as one (200, and
+	// a press's user not told to press again) however full the intake.
+	if key := cmp.Or(r.once, r.dup); key != "" {
+		switch dup, err := p.dedupe.Check(ctx, key); {
+		case err != nil && (r.once != "" || !errors.Is(err, platform.ErrBusy)):
+			return err
+		case dup:
+			p.drop(dropDuplicate, "")
+			return nil
+		}
+	}
 	r.rec.Tenant = cmp.Or(tenant, p.chatTenant(chat))
 	charged := r.rec.Tenant
 	if !p.intake.reserve(charged, r.rec.Route == routeEvents) {
@@ -357,15 +368,6 @@ func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequ
 			p.intake.unreserve(charged)
 		}
 	}()
-	if key := cmp.Or(r.once, r.dup); key != "" {
-		switch dup, err := p.dedupe.Check(ctx, key); {
-		case err != nil && (r.once != "" || !errors.Is(err, platform.ErrBusy)):
-			return err
-		case dup:
-			p.drop(dropDuplicate, "")
-			return nil
-		}
-	}
 	key := intakeKey(chat, r.rec)
 	value, _ := json.Marshal(r.rec) // plain fields: cannot fail
 	until := p.clock.Now().Add(intakeClaimTTL)

@@ -2194,3 +2194,44 @@ func TestSecondPressOnAnotherInstanceTakesNoIntakeEntry(t *testing.T) {
 	a.sink.Empty(t)
 	b.sink.Empty(t)
 }
+
+// TestSecondPressPastAFullIntakeDroppedAsDuplicate: a press of a prompt
+// already answered, in a chat whose requests go to the intake while its
+// tenant's bound is taken, is dropped as the duplicate it is (200), its
+// user not told to press again. Before, the full intake refused it first
+// and its user was told to press a prompt already answered again.
+func TestSecondPressPastAFullIntakeDroppedAsDuplicate(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	m := &drops{got: map[string]int{}}
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk, Metrics: m})
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	press := withResponseURL(t, slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL("busy"))
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the first press answered %d %q", code, body)
+	}
+	if d := e.sink.Next(t); d.Event.PromptResponse == nil {
+		t.Fatalf("the first press delivered as %+v", d.Event)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	for range e.p.intakeBound("t1") - 1 {
+		if !e.p.intake.reserve("t1", false) {
+			t.Fatal("t1's reservation refused below its bound")
+		}
+	}
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the second press answered %d %q", code, body)
+	}
+	if m.count(dropDuplicate) != 1 || len(e.fake.Responses()) != 0 {
+		t.Fatalf("%d duplicates dropped, %d response_url posts; want 1, none", m.count(dropDuplicate), len(e.fake.Responses()))
+	}
+	e.sink.Empty(t)
+}
