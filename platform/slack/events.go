@@ -120,7 +120,7 @@ func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if n := r.Header.Get(headerRetryNum); n != "" {
 		p.log.Debug("slack event retried", "event_id", env.EventID, "retry", n, "reason", r.Header.Get("X-Slack-Retry-Reason"))
 	}
-	chat, tenant, slow, job := p.envelopeJob(&env, received)
+	chat, tenant, slow, job := p.envelopeJob(&env, received, true)
 	if chat == "" {
 		p.answer(w, job(r.Context()), "event")
 		return
@@ -158,10 +158,10 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err := p.interaction(withIntake(r.Context(), routeInteractions, body, received, ""), &ic, received)
-	if busyPress(err, &ic) {
+	if busyPress(err) {
 		w.WriteHeader(http.StatusOK)
 		_ = http.NewResponseController(w).Flush() // acknowledged before the post
-		p.tellBusy(ic.ResponseURL)
+		p.tellBusy(&ic)
 		return
 	}
 	p.answer(w, err, "prompt press")

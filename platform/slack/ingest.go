@@ -31,8 +31,11 @@ var errNotRunning = errors.New("slack: not running")
 // other event), which an intake entry of it is charged to. slow is the dedupe key of a message whose
 // handling may outlast Slack's 3 s (it has files to fetch, or is a thread
 // reply, whose thread's context and root images may be fetched) and that
-// a tenant takes, "" for any other event.
-func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, tenant, slow string, job func(context.Context) error) {
+// a tenant takes, "" for any other event; it is judged only when arriving
+// (a route's request, which the intake may store): an intake entry's
+// replay, which the intake took as slow, leaves the tenant's settings to
+// normalize alone.
+func (p *Platform) envelopeJob(env *envelope, received time.Time, arriving bool) (chat, tenant, slow string, job func(context.Context) error) {
 	// running refuses job while Run is not running.
 	running := func(job func(context.Context) error) func(context.Context) error {
 		return func(ctx context.Context) error {
@@ -78,7 +81,7 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, tenant,
 	// The settings are read only for a message that may be slow: every
 	// other one is handled in the reader's (or request's) goroutine, and
 	// normalize reads them there.
-	if (len(m.ev.Files) > 0 || m.ev.ThreadTS != "" && m.ev.ThreadTS != m.ev.TS) && !ownOrDeleted(&m, env) &&
+	if arriving && p.intake != nil && (len(m.ev.Files) > 0 || m.ev.ThreadTS != "" && m.ev.ThreadTS != m.ev.TS) && !ownOrDeleted(&m, env) &&
 		tenant != "" && !settingsDrop(&m, p.policy(tenant), owner) {
 		slow = "msg/" + m.liveDedupeKey()
 	}
@@ -429,11 +432,8 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	}
 	pr.team = team
 	key := "press/" + team + ":" + pr.channel + ":" + pr.message
-	if p.pressed.Contains(key) {
-		// As the dedupe answers it, without an intake entry: its
-		// done marker outlives this one (added before it is).
-		p.drop(dropDuplicate, "")
-		return nil
+	if r, _ := ctx.Value(intakeRequestKey{}).(*intakeRequest); r != nil {
+		r.dup = key // a press already delivered takes no intake entry (admit)
 	}
 	// Charged to the tenant its presser routes to (none: the chat's
 	// holder), as the presser's slash command would be: in a chat no tenant
@@ -445,7 +445,6 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 			ev := pr.event(p.names.user(tctx, team, pr.user).name, p.names.channelName(tctx, team, pr.channel))
 			err := p.deliver(ctx, tenant, created, &ev, received)
 			if err == nil {
-				p.pressed.Add(key, struct{}{})
 				delivered()
 			}
 			return err

@@ -82,9 +82,11 @@ type intakeRecord struct {
 	Received int64  `json:"received"` // unix nanoseconds
 	// Tenant is the tenant the entry is charged to: the one its request
 	// routes to (a message by the ownership order alone, envelopeJob; a
-	// slash command; a press by its presser's, ingestPress); "" for one
-	// routed to none, charged to its
-	// chat's holder (chatTenant).
+	// slash command; a press by its presser's, ingestPress), else its
+	// chat's holder when it was stored (chatTenant), else "" (the chats no
+	// tenant holds together). An entry stored before it was recorded (the
+	// fifteenth sitting's and older) is charged as "": it is handled, or
+	// expires (intakeRetryFor), once a sweep takes it.
 	Tenant string `json:"tenant,omitempty"`
 	// To is the channel the entry's delivery goes to when that is not its
 	// chat's (a reaction turn its tenant's reaction_trigger_target sends
@@ -101,6 +103,10 @@ type intakeRequest struct {
 	// files, its thread); "" for any other request, which is stored only
 	// behind a pending entry of its chat.
 	once string
+	// dup is the dedupe key of a press (ingestPress): one whose copy was
+	// delivered (the store's done mark, whichever instance delivered it)
+	// is dropped before an entry is taken.
+	dup string
 }
 
 // Context keys: the HTTP request an ingest path handles, and the mark of
@@ -154,7 +160,7 @@ type heldEntry struct{ chat, tenant string }
 // leave the others room (docs/durability.md). An entry is charged to the
 // tenant its request routes to, else to its chat's holder (chatTenant; the
 // chats no tenant holds together, as ""); a tenant is charged at most
-// intakeBound. A slash command or a press, which Slack does not send
+// its intakeBound's part of what the others leave (reserve). A slash command or a press, which Slack does not send
 // again, is refused not at the share but only past that bound, or past
 // intakeMaxHeld.
 const (
@@ -164,14 +170,17 @@ const (
 
 // reserve charges tenant one more entry, until unreserve or, once the
 // entry is taken (take), done; false when the intake is full, or the
-// tenant's bound is, or, when share, the intake is half full and the
-// tenant's intakeTenantShare is.
+// tenant holds its bound's part of what the other tenants leave (its
+// bound, with the intake otherwise empty: two busy tenants of half each
+// leave a third a quarter), or, when share, the intake is half full and
+// the tenant's intakeTenantShare is.
 func (in *intake) reserve(tenant string, share bool) bool {
 	bound := in.bound(tenant) // before the lock: it reads the Platform's
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	own := in.charged[tenant]
-	if in.total >= intakeMaxHeld || own >= bound || share && in.total >= intakeMaxHeld/2 && own >= intakeTenantShare {
+	left := intakeMaxHeld - (in.total - own)
+	if in.total >= intakeMaxHeld || own*intakeMaxHeld >= left*bound || share && in.total >= intakeMaxHeld/2 && own >= intakeTenantShare {
 		return false
 	}
 	in.charged[tenant]++
@@ -326,16 +335,29 @@ func intakeClaim(key string) string { return "slack/intake/" + key }
 var errIntakeFull = fmt.Errorf("slack: intake full: %w", platform.ErrBusy)
 
 // admit stores r as an entry of chat, charged to tenant ("": the chat's
-// holder), and queues it, or answers it without: a slow message already
-// handled is a duplicate (nil), one another instance is handling is
-// platform.ErrBusy, and one the full intake cannot take is errIntakeFull.
+// holder), and queues it, or answers it without: a slow message or a
+// press already handled is a duplicate (nil), a slow message another
+// instance is handling is platform.ErrBusy (a press is taken: its turn
+// waits for that copy's end), and one the full intake cannot take is
+// errIntakeFull.
 func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequest) error {
 	run := p.intake.runCtx()
 	if run == nil || run.Err() != nil || p.sink.Load() == nil {
 		return errNotRunning
 	}
-	r.rec.Tenant = tenant
-	charged := r.rec.charged(chat, p.chatTenant)
+	// Before the reservation: a duplicate is answered as one (200, and
+	// a press's user not told to press again) however full the intake.
+	if key := cmp.Or(r.once, r.dup); key != "" {
+		switch dup, err := p.dedupe.Check(ctx, key); {
+		case err != nil && (r.once != "" || !errors.Is(err, platform.ErrBusy)):
+			return err
+		case dup:
+			p.drop(dropDuplicate, "")
+			return nil
+		}
+	}
+	r.rec.Tenant = cmp.Or(tenant, p.chatTenant(chat))
+	charged := r.rec.Tenant
 	if !p.intake.reserve(charged, r.rec.Route == routeEvents) {
 		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request not taken", "tenant", charged)
 		return errIntakeFull
@@ -346,15 +368,6 @@ func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequ
 			p.intake.unreserve(charged)
 		}
 	}()
-	if r.once != "" {
-		switch dup, err := p.dedupe.Check(ctx, r.once); {
-		case err != nil:
-			return err
-		case dup:
-			p.drop(dropDuplicate, "")
-			return nil
-		}
-	}
 	key := intakeKey(chat, r.rec)
 	value, _ := json.Marshal(r.rec) // plain fields: cannot fail
 	until := p.clock.Now().Add(intakeClaimTTL)
@@ -380,15 +393,6 @@ func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequ
 		p.releaseIntake(key, until)
 	}
 	return nil
-}
-
-// charged is the tenant entry rec of chat is charged to: its Tenant, else
-// its chat's holder (holder).
-func (rec intakeRecord) charged(chat string, holder func(chat string) string) string {
-	if rec.Tenant != "" {
-		return rec.Tenant
-	}
-	return holder(chat)
 }
 
 // queueIntake gives entry key, held, its turn in chat. When the queues
@@ -527,7 +531,7 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 	case routeEvents:
 		var env envelope
 		if decodeEnvelope(rec.Body, &env) == nil {
-			_, _, _, job := p.envelopeJob(&env, received)
+			_, _, _, job := p.envelopeJob(&env, received, false)
 			return job(ctx)
 		}
 	case routeInteractions:
@@ -608,7 +612,7 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 // claimedEntry is an intake entry a sweep claimed, as stored once claimed.
 type claimedEntry struct {
 	key, chat string
-	tenant    string // the one it is charged to (intakeRecord.charged)
+	tenant    string // the one it is charged to (intakeRecord.Tenant)
 	rec       intakeRecord
 	until     time.Time // its claim's expiry
 }
@@ -647,7 +651,7 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		if p.intake.holds(e.Key) || skip[chat] {
 			continue
 		}
-		tenant := rec.charged(chat, p.chatTenant)
+		tenant := rec.Tenant
 		if !p.intake.reserve(tenant, rec.Route == routeEvents) {
 			skip[chat] = true
 			continue

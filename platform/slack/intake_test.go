@@ -1538,11 +1538,13 @@ func TestIntakeHoldsAtMostATenantsShare(t *testing.T) {
 // TestSlashCommandPastTheFullIntakeAnsweredBusy: a slash command the
 // intake has no room for, which Slack does not send again, is answered 200
 // with an ephemeral "send it again", not 503 (Slack's dispatch error); it
-// is not delivered. Its tenant's commands fill half the intake at most:
-// t1's stalled chat and its commands take 256 places, t2's the other 256,
-// then the intake is full. Before, one tenant's commands took all 512
-// places, and every other tenant's requests were refused (messages 503,
-// presses 503, commands busy) while they were held.
+// is not delivered. Its tenant's commands fill half of what the other
+// tenants leave at most: t1's stalled chat and its commands take 256
+// places, t2's then 128 (half of the 256 left), and a third tenant still
+// has room. Before, one tenant's commands took all 512 places, and every
+// other tenant's requests were refused (messages 503, presses 503,
+// commands busy) while they were held; later two busy tenants' took 256
+// each, and a third tenant's were refused.
 func TestSlashCommandPastTheFullIntakeAnsweredBusy(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
@@ -1571,20 +1573,21 @@ func TestSlashCommandPastTheFullIntakeAnsweredBusy(t *testing.T) {
 	ev["team"], ev["user"], ev["text"] = teamB.ID, userBob, "<@"+teamB.BotUser+"> a shot"
 	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamB.ID, teamB.BotUser, "EvB", ev)), "t2's message with a stalled file")
 	waitStarted(t, started, "t2's stalled file")
-	for n := 1; n < intakeMaxHeld/2; n++ {
+	for n := 1; n < intakeMaxHeld/4; n++ {
 		if code, body := command(teamB.ID, chanAcme, userBob, n); code != http.StatusOK || !strings.Contains(body, "Running") {
 			t.Fatalf("t2's slash command %d answered %d %q, want it taken", n, code, body)
 		}
 	}
-	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
-		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
+	if code, body := command(teamB.ID, chanAcme, userBob, intakeMaxHeld/4); !busy(code, body) {
+		t.Fatalf("t2's slash command past half of what t1 leaves answered %d %q, want 200 and an ephemeral send it again", code, body)
 	}
-	if code, body := command(teamB.ID, chanAcme, userBob, intakeMaxHeld); !busy(code, body) {
-		t.Fatalf("slash command past the full intake answered %d %q, want 200 and an ephemeral send it again", code, body)
+	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld*3/4 {
+		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld*3/4)
 	}
-	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld {
-		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld)
+	if !e.p.intake.reserve("t3", false) {
+		t.Fatal("a third tenant's entry refused: the two busy tenants left it no room")
 	}
+	e.p.intake.unreserve("t3")
 }
 
 // TestSlashCommandAnotherInstanceHandlesAnsweredBusy: a copy of a slash
@@ -1799,7 +1802,7 @@ func TestSweepCountsWhatItTookOnce(t *testing.T) {
 	ctx := t.Context()
 	for i := range intakeMaxHeld / 2 {
 		ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, fmt.Sprintf("1768490100.%06d", i), "", "left")
-		rec := intakeRecord{Route: routeEvents, Body: slacktest.Envelope(teamA.ID, teamA.BotUser, fmt.Sprintf("EvL%d", i), ev), Received: clk.Now().Add(time.Duration(i)).UnixNano()}
+		rec := intakeRecord{Route: routeEvents, Body: slacktest.Envelope(teamA.ID, teamA.BotUser, fmt.Sprintf("EvL%d", i), ev), Received: clk.Now().Add(time.Duration(i)).UnixNano(), Tenant: "t1"}
 		if _, err := mem.Registry().Put(ctx, intakeNamespace, intakeKey(teamA.ID+"/"+dmAda, rec), mustJSON(t, rec)); err != nil {
 			t.Fatal(err)
 		}
@@ -1875,6 +1878,48 @@ func TestPressPastItsTenantsBoundAnsweredBusy(t *testing.T) {
 	}
 	if pending, _ := e.p.IntakeStats(); pending != e.p.intakeBound("t1") {
 		t.Fatalf("%d entries held, want %d (the press not taken)", pending, e.p.intakeBound("t1"))
+	}
+}
+
+// TestPressWithoutResponseURLPastItsTenantsBoundAnsweredBusy: a press the
+// intake has no room for whose payload carries no response_url is
+// acknowledged (200) and its user told to press again with
+// chat.postEphemeral in the press's channel, never publicly. Before, it was
+// answered 503, and its user saw Slack's generic failure.
+func TestPressWithoutResponseURLPastItsTenantsBoundAnsweredBusy(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	for range e.p.intakeBound("t1") - 1 {
+		if !e.p.intake.reserve("t1", false) {
+			t.Fatal("t1's reservation refused below its bound")
+		}
+	}
+	press := withResponseURL(t, slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once"), "")
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the press past t1's bound answered %d %q, want 200", code, body)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	eph, err := e.fake.WaitCalls(ctx, "chat.postEphemeral", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := eph[0].Form; f.Get("channel") != chanGeneral || f.Get("user") != userAda || !strings.Contains(f.Get("text"), "press it again") {
+		t.Fatalf("the press's user was told %v, want an ephemeral press it again", f)
+	}
+	if n := len(e.fake.Calls("chat.postMessage")); n != 1 || len(e.fake.Responses()) != 0 {
+		t.Fatalf("%d posts (want the prompt's alone), %d response_url posts", n, len(e.fake.Responses()))
 	}
 }
 
@@ -2094,6 +2139,99 @@ func TestSecondPressTakesNoIntakeEntry(t *testing.T) {
 	}
 	if pending, _ := e.p.IntakeStats(); pending != 1 || m.count(dropDuplicate) != 1 {
 		t.Fatalf("%d intake entries, %d duplicates dropped; want 1 (the message), 1 (the second press)", pending, m.count(dropDuplicate))
+	}
+	e.sink.Empty(t)
+}
+
+// TestSecondPressOnAnotherInstanceTakesNoIntakeEntry: with two instances
+// on Redis, a press of a prompt instance a delivered, pressed again on
+// instance b in a chat whose requests go to b's intake (a message of it
+// waits on a stalled file), is dropped there as the duplicate it is before
+// the intake (the store's done mark): 200, not delivered, no entry taken.
+// Before, b took an entry for it (only a delivers knew the prompt
+// pressed) until the dedupe in its turn dropped it.
+func TestSecondPressOnAnotherInstanceTakesNoIntakeEntry(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	url := redistest.Start(t, redistest.Options{}).URL()
+	open := func() store.Store {
+		st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: url, Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	fake := newFake(t)
+	ms := newMediaStore(t)
+	m := &drops{got: map[string]int{}}
+	sa, sb := open(), open()
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: sa, Cluster: newNode(t, sa, "i0"), Media: ms, Clock: clk})
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: sb, Cluster: newNode(t, sb, "i1"), Media: ms, Clock: clk, Metrics: m})
+	r := a.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	press := slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")
+	if code, body := a.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the first press answered %d %q", code, body)
+	}
+	if d := a.sink.Next(t); d.Event.PromptResponse == nil {
+		t.Fatalf("the first press delivered as %+v", d.Event)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	slow := fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, b.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", slow))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	if code, body := b.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the second press answered %d %q", code, body)
+	}
+	if pending, _ := b.p.IntakeStats(); pending != 1 || m.count(dropDuplicate) != 1 {
+		t.Fatalf("%d intake entries, %d duplicates dropped on b; want 1 (the message), 1 (the second press)", pending, m.count(dropDuplicate))
+	}
+	a.sink.Empty(t)
+	b.sink.Empty(t)
+}
+
+// TestSecondPressPastAFullIntakeDroppedAsDuplicate: a press of a prompt
+// already answered, in a chat whose requests go to the intake while its
+// tenant's bound is taken, is dropped as the duplicate it is (200), its
+// user not told to press again. Before, the full intake refused it first
+// and its user was told to press a prompt already answered again.
+func TestSecondPressPastAFullIntakeDroppedAsDuplicate(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	m := &drops{got: map[string]int{}}
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk, Metrics: m})
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	press := withResponseURL(t, slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL("busy"))
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the first press answered %d %q", code, body)
+	}
+	if d := e.sink.Next(t); d.Event.PromptResponse == nil {
+		t.Fatalf("the first press delivered as %+v", d.Event)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	for range e.p.intakeBound("t1") - 1 {
+		if !e.p.intake.reserve("t1", false) {
+			t.Fatal("t1's reservation refused below its bound")
+		}
+	}
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the second press answered %d %q", code, body)
+	}
+	if m.count(dropDuplicate) != 1 || len(e.fake.Responses()) != 0 {
+		t.Fatalf("%d duplicates dropped, %d response_url posts; want 1, none", m.count(dropDuplicate), len(e.fake.Responses()))
 	}
 	e.sink.Empty(t)
 }

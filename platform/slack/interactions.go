@@ -73,26 +73,26 @@ func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallbac
 	return p.ingestPress(ctx, &pr, received, func() { p.markPressed(ic, &pr) })
 }
 
-// busyPress reports whether err, interaction ic's, is the intake's having
-// no room for it (errIntakeFull) and ic can be answered so: Slack does not
-// send a press again, so the route acknowledges it, then tells its user
-// to press again (tellBusy). One without a response_url stays refused
-// (its user sees Slack's error).
-func busyPress(err error, ic *slack.InteractionCallback) bool {
-	return errors.Is(err, errIntakeFull) && ic.ResponseURL != ""
-}
+// busyPress reports whether err, a press's, is the intake's having no
+// room for it (errIntakeFull): Slack does not send a press again, so the
+// route acknowledges it, then tells its user to press again (tellBusy).
+func busyPress(err error) bool { return errors.Is(err, errIntakeFull) }
 
 // maxBusyPosts bounds the busy answers being posted at once (tellBusy):
 // a slow response_url holds no more of the Socket Mode envelopes handled
 // beside the reader (maxBeside) than that.
 var maxBusyPosts = 8
 
-// tellBusy tells the user of a press the intake had no room for
-// (busyPress), ephemerally through its response_url, to press again, in
-// Run's lifetime (a shutdown ends the post). Past maxBusyPosts posts in
-// flight its user is not told: the press is counted as dropped
-// (overloaded).
-func (p *Platform) tellBusy(responseURL string) {
+// busyText is what the user of a press the intake had no room for is told.
+const busyText = "Too busy to take your choice now; press it again in a moment."
+
+// tellBusy tells the user of press ic, which the intake had no room for
+// (busyPress), ephemerally to press again, in Run's lifetime (a shutdown
+// ends the post): through its response_url, else (a payload without one)
+// with chat.postEphemeral in its channel (its workspace's token). Past
+// maxBusyPosts posts in flight its user is not told: the press is counted
+// as dropped (overloaded).
+func (p *Platform) tellBusy(ic *slack.InteractionCallback) {
 	run := p.intake.runCtx() // busyPress: the intake refused the press, Run ran
 	if run == nil {
 		return
@@ -106,8 +106,17 @@ func (p *Platform) tellBusy(responseURL string) {
 	}
 	ctx, cancel := context.WithTimeout(run, p.cfg.RequestTimeout)
 	defer cancel()
-	msg := &slack.WebhookMessage{ResponseType: "ephemeral", Text: "Too busy to take your choice now; press it again in a moment."}
-	if err := p.postResponseURL(ctx, responseURL, msg); err != nil {
+	var err error
+	if ic.ResponseURL != "" {
+		err = p.postResponseURL(ctx, ic.ResponseURL, &slack.WebhookMessage{ResponseType: "ephemeral", Text: busyText})
+	} else {
+		pr, _ := pressOf(ic) // busyPress: a press the intake refused
+		err = p.callIn(ctx, pr.team, pr.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
+			_, err := c.PostEphemeralContext(ctx, pr.channel, pr.user, slack.MsgOptionText(busyText, false))
+			return err
+		})
+	}
+	if err != nil {
 		p.log.Warn("slack busy answer to a press not sent", "err", p.errorText(err))
 	}
 }

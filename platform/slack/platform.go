@@ -106,9 +106,6 @@ type Platform struct {
 	// busyPosts holds a slot per busy answer being posted (tellBusy,
 	// maxBusyPosts).
 	busyPosts chan struct{}
-	// pressed are the prompts whose press this instance delivered, each
-	// for the dedupe window (ingestPress).
-	pressed *ttlcache.Cache[string, struct{}]
 }
 
 var (
@@ -203,7 +200,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.besides = make(chan struct{}, maxBeside)
 	p.busyPosts = make(chan struct{}, maxBusyPosts)
-	p.pressed = ttlcache.New[string, struct{}](memorySize, cfg.DedupeWindow, p.clock)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
 	p.streams = &streams{state: platform.StateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0), vault: deps.Vault}
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
@@ -300,7 +296,8 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 	return nil
 }
 
-// intakeBound is the most intake entries tenant may be charged (intake.go):
+// intakeBound is the most intake entries tenant may be charged, the intake
+// otherwise empty (of what other tenants leave, that part: reserve):
 // its share of the intake by the weights of the tenants the platform knows
 // (fairshare.Share), and at least half of it, so that a busy tenant among
 // many takes that half while the others are idle and leaves them the

@@ -235,7 +235,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			ack(nil, nil)
 			return
 		}
-		chat, tenant, slow, job := p.envelopeJob(&env, received)
+		chat, tenant, slow, job := p.envelopeJob(&env, received, true)
 		run := func() { ack(job(ctx), nil) }
 		if chat == "" {
 			p.beside(run)
@@ -259,9 +259,9 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 		p.beside(func() {
 			body := url.Values{"payload": {string(req.Payload)}}.Encode() // as the HTTP route's
 			err := p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received)
-			if busyPress(err, &ic) {
+			if busyPress(err) {
 				ack(nil, nil)
-				p.tellBusy(ic.ResponseURL)
+				p.tellBusy(&ic)
 				return
 			}
 			ack(err, nil)
