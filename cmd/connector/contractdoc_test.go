@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -222,5 +223,26 @@ func TestOutboundResultsAreEveryCode(t *testing.T) {
 	slices.Sort(got)
 	if !slices.Equal(got, codes) || !slices.Contains(outboundResults, "ok") {
 		t.Fatalf("outboundResults %v, want ok and the contract's codes %v", outboundResults, codes)
+	}
+}
+
+// TestContractDocNamesResultFields: the "Result codes" section of
+// docs/contract.md names every field an outbound_result's result (and its
+// chat_info) can carry, so a gateway author learns each one from it.
+func TestContractDocNamesResultFields(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/contract.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "\n## Result codes\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, v := range []any{contract.Result{}, contract.ChatInfo{}} {
+		rt := reflect.TypeOf(v)
+		for i := range rt.NumField() {
+			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			if !strings.Contains(section, "`"+name+"`") {
+				t.Errorf("docs/contract.md's Result codes section does not name %s's field `%s`", rt.Name(), name)
+			}
+		}
 	}
 }

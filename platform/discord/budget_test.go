@@ -221,3 +221,29 @@ func TestInvalidRequestLimitsValidated(t *testing.T) {
 		t.Errorf("tenant share of a bot limit of 4 = %d, want 1", d.TenantInvalidRequestLimit)
 	}
 }
+
+// TestNegativeKnobsRefused: a negative number or duration is an error
+// naming its key, as in the other platforms' sections, not silently the
+// default (global_per_second: -1 disables Telegram's budget but would run
+// Discord's at 45).
+func TestNegativeKnobsRefused(t *testing.T) {
+	t.Parallel()
+	base := Config{BotToken: "x", PublicKey: strings.Repeat("ab", 32), ApplicationID: "9000"}
+	for key, set := range map[string]func(*Config){
+		"global_per_second":            func(c *Config) { c.GlobalPerSecond = -1 },
+		"global_burst":                 func(c *Config) { c.GlobalBurst = -1 },
+		"invalid_request_limit":        func(c *Config) { c.InvalidRequestLimit = -1 },
+		"tenant_invalid_request_limit": func(c *Config) { c.TenantInvalidRequestLimit = -1 },
+		"request_timeout":              func(c *Config) { c.RequestTimeout = -time.Second },
+		"max_interaction_bytes":        func(c *Config) { c.MaxInteractionBytes = -1 },
+		"reconnect_min":                func(c *Config) { c.ReconnectMin = -time.Second },
+		"max_identifies_per_day":       func(c *Config) { c.MaxIdentifiesPerDay = -1 },
+		"command_sync_debounce":        func(c *Config) { c.CommandSyncDebounce = -time.Second },
+	} {
+		cfg := base
+		set(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), "discord."+key+":") {
+			t.Errorf("%s negative: Validate = %v, want an error naming it", key, err)
+		}
+	}
+}

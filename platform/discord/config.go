@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connector/internal/nativecfg"
+	"connector/internal/nonneg"
 )
 
 // Config configures the shared Discord bot. The zero value plus the three
@@ -276,6 +277,12 @@ func (cfg *Config) Validate() error {
 		if err != nil || u.Host == "" {
 			return fmt.Errorf("discord.%s: want an absolute URL, got %q", key, raw)
 		}
+	}
+	if cfg.GlobalPerSecond < 0 {
+		return fmt.Errorf("discord.global_per_second: must not be negative")
+	}
+	if err := nonneg.Check("discord.", cfg); err != nil {
+		return err
 	}
 	if cfg.GlobalPerSecond > 50 {
 		return fmt.Errorf("discord.global_per_second: %v exceeds Discord's 50 requests/s", cfg.GlobalPerSecond)
