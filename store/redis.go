@@ -1003,8 +1003,13 @@ func (s *redisStore) putExpiring(ctx context.Context, owner bool, a, b string, v
 // generation, PX, now in seconds and nanoseconds. Sets the value unless
 // the stored one is live (its expiry, encodeExpiring's first 12 bytes,
 // after now) and of a later generation (Later, which it mirrors: cjson
-// reads strict JSON numbers only, as Go does, and its setting is put
-// back). Returns 1 when it set it.
+// reads strict JSON numbers, as Go does, and its setting is put back,
+// though a script killed while it is off leaves it off, which no other
+// script here minds: answerLua decodes only what cjson encoded). Values
+// no version writes it still reads unlike Go: a number strtod takes and
+// JSON does not (5., -.5), a later creation's here and not JSON there; a
+// lone surrogate escape or nesting past 1,000, not JSON here and read
+// there. Returns 1 when it set it.
 var putLaterScript = redis.NewScript(`
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'string' and #cur >= 12 then
