@@ -679,8 +679,8 @@ const maxReplacing = 64
 // logged. The streams are those open as the reply went out; their previews
 // are deleted after the send is answered, so a slow Telegram or store never
 // holds the answer past its deadline (the gateway would send the reply
-// again), on a goroutine of its own (afterAnswer: none once Run returned)
-// within a request_timeout of its own.
+// again), on a goroutine of its own (afterAnswer) within a
+// request_timeout of its own.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
 	if chat > 0 {
 		return
@@ -733,20 +733,17 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 		}
 	})
 	if !started {
-		p.log.Info("telegram draft previews not replaced: too many replacements in flight, or stopping", "chat_id", chat)
+		p.log.Info("telegram draft previews not replaced: too many replacements in flight", "chat_id", chat)
 	}
 }
 
 // afterAnswer runs f on a goroutine of its own, for work its action's
 // answer must not wait for, in a slot of p.replacing; it reports false,
-// running nothing, when every slot is taken or Run returned (Run waits for
-// those running as it stops: stopAfterAnswer).
+// running nothing, when every slot is taken. Egress outlives Run (the
+// relay answers the actions in flight as the connector drains, after the
+// platforms stopped), and so does this work: Run waits for what runs as it
+// returns; what starts later is bounded by its own request_timeout.
 func (p *Platform) afterAnswer(f func()) bool {
-	p.afterMu.Lock()
-	defer p.afterMu.Unlock()
-	if p.stopped {
-		return false
-	}
 	select {
 	case p.replacing <- struct{}{}:
 	default:
@@ -757,17 +754,6 @@ func (p *Platform) afterAnswer(f func()) bool {
 		f()
 	}()
 	return true
-}
-
-// stopAfterAnswer makes afterAnswer refuse work (stopped) or take it
-// again, and when stopped waits for the work running.
-func (p *Platform) stopAfterAnswer(stopped bool) {
-	p.afterMu.Lock()
-	p.stopped = stopped
-	p.afterMu.Unlock()
-	if stopped {
-		p.awaitReplacing()
-	}
 }
 
 // awaitReplacing returns once the work in flight after its answer ended

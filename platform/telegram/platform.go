@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,9 +57,6 @@ type Platform struct {
 	// replacing holds a slot per work running after its action was
 	// answered (afterAnswer).
 	replacing chan struct{}
-	// afterMu guards stopped: Run returned, and afterAnswer starts no more.
-	afterMu sync.Mutex
-	stopped bool
 	// storeLogs bounds the warnings of seals failing (storeWarn).
 	storeLogs *loglimit.Bucket
 	rehosts   *platform.Rehosts // attachments of updates not delivered yet

@@ -48,8 +48,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.sink.Store(&sink)
 	defer p.sink.Store(nil)
 	defer p.transport.CloseIdleConnections()
-	p.stopAfterAnswer(false)
-	defer p.stopAfterAnswer(true)
+	defer p.awaitReplacing()
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
