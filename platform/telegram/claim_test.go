@@ -339,3 +339,63 @@ func TestFailedSealAnsweredBeforeItsClaimIsReleased(t *testing.T) {
 		t.Fatalf("the failed seal's claim after its release: taken %v, %v; want it released", ok, err)
 	}
 }
+
+// TestSealRetriedBeforeItsReleaseWaitsForIt: a seal's send fails and the
+// gateway retries it at once, on another instance sharing the store (a
+// real redis-server), while the failed seal's claim is still being
+// released after its answer (the store slow to release it). The retry
+// waits for the release (it looks again every sealPoll), then sends the
+// seal, once: it is neither refused nor sent twice.
+func TestSealRetriedBeforeItsReleaseWaitsForIt(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	e, other, h := heldSealInstances(t, clk)
+	gate := make(chan struct{})
+	e.p.claims = heldReleases{e.p.claims, gate}
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+		e.p.awaitReplacing()
+	}()
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+	first := make(chan contract.Result, 1)
+	go func() {
+		a := seal
+		first <- e.p.Execute(ctx, tenant, &a)
+	}()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no message")
+	}
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 400, Description: "Bad Request: the send failed"})
+	h.release()
+	if r := <-first; r.Success {
+		t.Fatalf("the seal whose send failed: %+v", r)
+	}
+	retry := make(chan contract.Result, 1)
+	go func() {
+		a := seal
+		retry <- other.Execute(ctx, tenant, &a)
+	}()
+	platformtest.WaitUntil(t, "the retried seal to wait for the failed seal's claim", func() bool { return clk.Sleepers() == 1 || len(retry) == 1 })
+	if len(retry) == 1 {
+		t.Fatalf("the retry before the failed seal's release: %+v, want it to wait for the release", <-retry)
+	}
+	close(gate)
+	e.p.awaitReplacing() // the release done
+	clk.Advance(sealPoll)
+	if r := <-retry; !r.Success {
+		t.Fatalf("the retried seal after the release: %+v", r)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("the chat has %v, want the reply once", msgs)
+	}
+}
