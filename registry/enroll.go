@@ -168,7 +168,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 		var gen string
 		var guard []byte
 		if !exists {
-			if gen, guard, err = r.roomForGateway(ctx, tenant); err != nil {
+			if gen, guard, err = r.roomForGateway(ctx, tenant, id); err != nil {
 				return err
 			}
 		}
@@ -281,7 +281,7 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 	}
 	switch {
 	case !exists:
-		gen, guard, err := r.roomForGateway(ctx, tenant)
+		gen, guard, err := r.roomForGateway(ctx, tenant, id)
 		if err != nil {
 			return "", "", err
 		}
