@@ -289,6 +289,9 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 			return "", "", err
 		}
 		secret, _, err := r.storeGateway(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
+		if errors.Is(err, ErrExists) { // made meanwhile on another instance, perhaps for this token
+			err = errRaced
+		}
 		return secret, ProvisionCreated, err
 	case g.Tenant != tenant:
 		return "", "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)

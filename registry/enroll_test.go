@@ -336,6 +336,36 @@ func TestProvisionSeesNoGatewayTakenBackOnRedis(t *testing.T) {
 	}
 }
 
+// TestProvisionRacingItsTwinOnRedis: two instances on one redis-server;
+// while instance one provisions gw-1 with an identity token, having found
+// no gateway of the id, instance two provisions gw-1 with the same token
+// (the boot's next platform) and creates it. One is answered the same
+// secret, repeated. Before, its creation found the id taken and it was
+// ErrExists (409), though the gateway was its token's.
+func TestProvisionRacingItsTwinOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	minter := registry.MinterOf("identity")
+	admit := func() error { return nil }
+	var raced atomic.Bool
+	var twoSecret string
+	var twoErr error
+	hooked.before = func(op, namespace, key string) {
+		if op == "cas" && namespace == "registry/gateways" && key == "gw-1" && raced.CompareAndSwap(false, true) {
+			twoSecret, _, twoErr = two.Provision(ctx, "a", "gw-1", minter, admit)
+		}
+	}
+	oneSecret, outcome, oneErr := one.Provision(ctx, "a", "gw-1", minter, admit)
+	hooked.before = nil
+	if !raced.Load() || twoErr != nil || oneErr != nil || outcome != registry.ProvisionRepeated || oneSecret != twoSecret {
+		t.Fatalf("hook ran %v; provisions of gw-1 with one token on two instances at once: %v and %v (%s), same secret %v; want both answered it, one repeated",
+			raced.Load(), twoErr, oneErr, outcome, oneSecret == twoSecret)
+	}
+}
+
 // TestGatewayCapExactForRacingCreations: tenant a has room for one more
 // gateway; while the admin API's creation of gw-1 is about to write it, a
 // provision of gw-2 starts on the instance. The provision counts a's
