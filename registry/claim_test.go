@@ -878,7 +878,8 @@ func (r hookedRegistry) Put(ctx context.Context, namespace, key string, value []
 // TestGatewayCreationRaceOnRedis: two instances on one redis-server; while
 // instance one's provision of gateway id gw-x for tenant a has found the
 // id free and is about to store it, instance two stores gw-x for tenant
-// b. Instance one's creation is refused and gw-x stays b's: before, its
+// b. Instance one's provision, deciding again, is refused as gw-x is
+// another tenant's (ErrConflict), and gw-x stays b's: before, its
 // write replaced b's gateway, and b's secret stopped working although
 // both provisions had answered 200.
 func TestGatewayCreationRaceOnRedis(t *testing.T) {
@@ -903,8 +904,8 @@ func TestGatewayCreationRaceOnRedis(t *testing.T) {
 	if !raced {
 		t.Fatal("the hook never ran: a's provision stored no gateway")
 	}
-	if !errors.Is(err, registry.ErrExists) {
-		t.Fatalf("a's provision of the id b took meanwhile: %v, want ErrExists", err)
+	if !errors.Is(err, registry.ErrConflict) {
+		t.Fatalf("a's provision of the id b took meanwhile: %v, want ErrConflict (as had b's been there before)", err)
 	}
 	if ok, err := two.GatewayOf(ctx, "b", "gw-x"); err != nil || !ok {
 		t.Fatalf("gw-x is b's: %v, %v; a's creation replaced it", ok, err)

@@ -168,7 +168,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 		var gen string
 		var guard []byte
 		if !exists {
-			if gen, guard, err = r.roomForGateway(ctx, tenant); err != nil {
+			if gen, guard, err = r.roomForGateway(ctx, tenant, id); err != nil {
 				return err
 			}
 		}
@@ -281,7 +281,7 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 	}
 	switch {
 	case !exists:
-		gen, guard, err := r.roomForGateway(ctx, tenant)
+		gen, guard, err := r.roomForGateway(ctx, tenant, id)
 		if err != nil {
 			return "", "", err
 		}
@@ -289,6 +289,9 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 			return "", "", err
 		}
 		secret, _, err := r.storeGateway(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
+		if errors.Is(err, ErrExists) { // made meanwhile on another instance, perhaps for this token
+			err = errRaced
+		}
 		return secret, ProvisionCreated, err
 	case g.Tenant != tenant:
 		return "", "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)

@@ -296,6 +296,76 @@ func TestGatewayCapExactAcrossInstancesOnRedis(t *testing.T) {
 	}
 }
 
+// TestProvisionSeesNoGatewayTakenBackOnRedis: two instances on one
+// redis-server; tenant a has room for many gateways. While instance one
+// provisions gw-1 with an identity token, instance two creates gw-2 after
+// one counted a's gateways, and once gw-1 is written, before one swaps
+// a's gateway guard, two provisions gw-1 with the same token (the
+// gateway's next fronted platform) and is answered gw-1's secret again.
+// One keeps gw-1 (there is room for it counted again): both answers carry
+// the secret gw-1 has. Before, one took gw-1 back and made it again with
+// another secret, and the secret two had answered authenticated nothing.
+func TestProvisionSeesNoGatewayTakenBackOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	minter := registry.MinterOf("identity")
+	admit := func() error { return nil }
+	var written, guarding atomic.Bool
+	var createErr, twoErr error
+	var twoSecret string
+	hooked.before = func(op, namespace, key string) {
+		switch {
+		case op == "cas" && namespace == "registry/gateways" && key == "gw-1" && written.CompareAndSwap(false, true):
+			_, createErr = two.CreateGateway(ctx, "a", "gw-2")
+		case op == "cas" && namespace == "registry/reserved" && key == "a/gateways" && guarding.CompareAndSwap(false, true):
+			twoSecret, _, twoErr = two.Provision(ctx, "a", "gw-1", minter, admit)
+		}
+	}
+	oneSecret, _, oneErr := one.Provision(ctx, "a", "gw-1", minter, admit)
+	hooked.before = nil
+	if !guarding.Load() || createErr != nil || oneErr != nil || twoErr != nil {
+		t.Fatalf("hook ran %v; creation of gw-2 %v, provisions of gw-1 %v and %v", guarding.Load(), createErr, oneErr, twoErr)
+	}
+	for _, secret := range []string{oneSecret, twoSecret} {
+		if ok, err := two.GatewayHolds(ctx, "a", "gw-1", []byte(secret)); err != nil || !ok {
+			t.Fatalf("gw-1 holds the secret a provision answered: %v, %v; want true", ok, err)
+		}
+	}
+}
+
+// TestProvisionRacingItsTwinOnRedis: two instances on one redis-server;
+// while instance one provisions gw-1 with an identity token, having found
+// no gateway of the id, instance two provisions gw-1 with the same token
+// (the boot's next platform) and creates it. One is answered the same
+// secret, repeated. Before, its creation found the id taken and it was
+// ErrExists (409), though the gateway was its token's.
+func TestProvisionRacingItsTwinOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	minter := registry.MinterOf("identity")
+	admit := func() error { return nil }
+	var raced atomic.Bool
+	var twoSecret string
+	var twoErr error
+	hooked.before = func(op, namespace, key string) {
+		if op == "cas" && namespace == "registry/gateways" && key == "gw-1" && raced.CompareAndSwap(false, true) {
+			twoSecret, _, twoErr = two.Provision(ctx, "a", "gw-1", minter, admit)
+		}
+	}
+	oneSecret, outcome, oneErr := one.Provision(ctx, "a", "gw-1", minter, admit)
+	hooked.before = nil
+	if !raced.Load() || twoErr != nil || oneErr != nil || outcome != registry.ProvisionRepeated || oneSecret != twoSecret {
+		t.Fatalf("hook ran %v; provisions of gw-1 with one token on two instances at once: %v and %v (%s), same secret %v; want both answered it, one repeated",
+			raced.Load(), twoErr, oneErr, outcome, oneSecret == twoSecret)
+	}
+}
+
 // TestGatewayCapExactForRacingCreations: tenant a has room for one more
 // gateway; while the admin API's creation of gw-1 is about to write it, a
 // provision of gw-2 starts on the instance. The provision counts a's

@@ -903,7 +903,7 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 		if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil || ok {
 			return cmp.Or(err, ErrExists)
 		}
-		gen, guard, err := r.roomForGateway(ctx, tenant)
+		gen, guard, err := r.roomForGateway(ctx, tenant, id)
 		if err == nil {
 			secret, data, err = r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen, guard)
 		}
@@ -948,9 +948,12 @@ func (r *Registry) swap(ctx context.Context, namespace, key string, old, value [
 // id is free (not declared, not stored) and that its tenant exists, of
 // generation gen, and has room for it as of guard, in the tenant's turn. The store's
 // CompareAndSwap stores it only while the id is still free: one another
-// instance stored meanwhile is ErrExists, never replaced; one another
-// instance's write of a gateway of the tenant since guard takes it back:
-// errRaced, and the caller counts again. A deletion of
+// instance stored meanwhile is ErrExists, never replaced. When another
+// instance made a gateway of the tenant since guard, the tenant's
+// gateways are counted again, g aside: g stays while there is room for it
+// (a provision on another instance may have answered its secret
+// meanwhile), else it is taken back: ErrLimit, or errRaced when the guard
+// kept changing, and the caller counts again. A deletion of
 // the tenant meanwhile removes it again (keptFor): ErrNotFound. A write
 // the replicas did not acknowledge (store.ErrNotReplicated) is taken back
 // (swap), and is that error.
@@ -964,7 +967,14 @@ func (r *Registry) storeGateway(ctx context.Context, g Gateway, minter, gen stri
 	if created, err := r.swap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
 		return "", nil, cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
-	if kept, err := r.swapGuard(ctx, g.Tenant, gatewaysGuard, guard); err != nil || !kept {
+	kept := false
+	for i := 0; err == nil && !kept && i < maxSwaps; i++ {
+		if kept, err = r.swapGuard(ctx, g.Tenant, gatewaysGuard, guard); err == nil && !kept {
+			// another instance's creation since the count
+			_, guard, err = r.roomForGateway(ctx, g.Tenant, g.ID)
+		}
+	}
+	if err != nil || !kept {
 		return "", nil, cmp.Or(err, r.takeBack(ctx, nsGateways, g.ID, data, nil), errRaced)
 	}
 	if err := r.keptFor(ctx, g.Tenant, gen, func(ctx context.Context) error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
@@ -976,11 +986,12 @@ func (r *Registry) storeGateway(ctx context.Context, g Gateway, minter, gen stri
 
 // roomForGateway returns tenant's generation, and its gateways' guard as
 // read before counting them (storeGateway swaps it), when it has fewer
-// gateways, declared and stored, than its bound, else ErrLimit. Its
+// gateways, declared and stored (other than id, the one to be stored),
+// than its bound, else ErrLimit. Its
 // caller is in the tenant's turn (tenantTurn) until it has stored the
 // gateway, so creations on one instance count one after another, and
 // the guard decides between instances.
-func (r *Registry) roomForGateway(ctx context.Context, tenant string) (string, []byte, error) {
+func (r *Registry) roomForGateway(ctx context.Context, tenant, id string) (string, []byte, error) {
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
 		return "", nil, err
@@ -1001,7 +1012,7 @@ func (r *Registry) roomForGateway(ctx context.Context, tenant string) (string, [
 		return "", nil, err
 	}
 	for _, g := range stored {
-		if g.Tenant == tenant && !r.declaredGateway(g.ID) {
+		if g.Tenant == tenant && g.ID != id && !r.declaredGateway(g.ID) {
 			n++
 		}
 	}
