@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -401,10 +402,22 @@ func TestGatewayCapExactForRacingCreations(t *testing.T) {
 					_, _, err := r.Provision(ctx, "a", "gw-2", registry.MinterOf("identity"), func() error { return nil })
 					provisioned <- err
 				}()
-				select {
-				case <-counted:
-					t.Error("the provision counted a's gateways while the creation of gw-1 was writing")
-				case <-time.After(time.Second): // waiting for a's turn, as it should
+				// The provision must wait for a's turn, not count: seen on
+				// its goroutine's stack, within a deadline.
+				for deadline := time.Now().Add(5 * time.Second); ; runtime.Gosched() {
+					select {
+					case <-counted:
+						t.Error("the provision counted a's gateways while the creation of gw-1 was writing")
+						return
+					default:
+					}
+					if waitingInTurn("Provision") {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Error("the provision neither counted a's gateways nor waited for a's turn within 5s")
+						return
+					}
 				}
 			})
 		}
@@ -419,6 +432,18 @@ func TestGatewayCapExactForRacingCreations(t *testing.T) {
 	if (created == nil) == (err == nil) || !errors.Is(cmp.Or(created, err), registry.ErrLimit) {
 		t.Fatalf("creation %v, provision %v: want exactly one made, the other ErrLimit", created, err)
 	}
+}
+
+// waitingInTurn reports whether a goroutine running the Registry's method
+// waits for a tenant's turn (tenantTurn) on its stack.
+func waitingInTurn(method string) bool {
+	buf := make([]byte, 1<<20)
+	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "registry.(*Registry).tenantTurn(") && strings.Contains(g, "registry.(*Registry)."+method+"(") {
+			return true
+		}
+	}
+	return false
 }
 
 // TestWakeURLs: a wake URL is set for a gateway of the tenant, checked,
