@@ -48,6 +48,9 @@ const ChatGrantTTL = 24 * time.Hour
 // platform, the chat and the message, platform.Grants.Posted): only that
 // tenant may edit or delete it there. The value is empty: the key is the
 // mark. It lasts ChatGrantTTL, the life of the grant it was posted on.
+// WhatsApp marks every message it sends a user so (the chat is the
+// user's wa_id), whoever holds the conversation, so that an instance that
+// did not send it tells whose it is (reply_to.is_own).
 const KindPostedMessage Kind = "platform.posted_message"
 
 // KindPromptPoster names (Ref) the tenant, and its creation (Created),

@@ -173,9 +173,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent, created)
 		}
 		if q := ev.ReplyTo; q != nil {
-			var other bool
-			q.Text, other = p.quotes.text(tenant, sender, ev.ReplyToMessageID)
-			q.IsOwn = q.IsOwn && !other
+			q.Text, q.IsOwn = p.quotes.quoted(ctx, tenant, sender, ev.ReplyToMessageID, q.IsOwn)
 		}
 		p.quotes.add(tenant, sender, wamid, ev.Text)
 		p.attachMedia(ctx, tenant, m, &ev)

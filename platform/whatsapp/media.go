@@ -12,6 +12,7 @@ import (
 	"connector/contract"
 	"connector/internal/netcause"
 	"connector/media"
+	"connector/platform"
 )
 
 // mediaLimits are the Cloud API's per-type upload caps, checked before the
@@ -70,6 +71,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, c chat, a *cont
 	if err != nil {
 		return p.failure(a.Op, err)
 	}
+	p.quotes.sent(ctx, tenant, c.user, id, "", platform.AuthorizedCreation(ctx, p.vault, tenant))
 	if !captioned && strings.TrimSpace(caption) != "" {
 		if _, _, r := p.sendText(ctx, tenant, c, a.Op, caption, ""); !r.Success {
 			r.Error += " (the media was sent; its caption was not)"

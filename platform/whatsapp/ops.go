@@ -81,7 +81,7 @@ func (p *Platform) sendText(ctx context.Context, tenant string, c chat, op, text
 		}
 		id, err := p.post(ctx, tenant, c, textMessage(c.user, part, quote))
 		if err == nil {
-			p.quotes.add(tenant, c.user, id, part)
+			p.quotes.sent(ctx, tenant, c.user, id, part, platform.AuthorizedCreation(ctx, p.vault, tenant))
 		}
 		return id, err
 	}, func(err error) contract.Result { return p.failure(op, err) })
@@ -178,6 +178,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contrac
 	if err != nil {
 		return p.failure(a.Op, err)
 	}
+	p.quotes.sent(ctx, tenant, c.user, id, "", created)
 	p.promptPosted(ctx, c.number, c.user, id, promptRecord{Tenant: tenant, PromptID: a.PromptID, Created: created})
 	return contract.OK(id)
 }

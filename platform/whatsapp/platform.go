@@ -102,7 +102,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.budget = p.newBudget(cfg.GlobalPerSecond)
 	p.perNumber = make(map[string]*fairshare.Scheduler)
 	p.pace = pace.New(cfg.ChatPerSecond)
-	p.quotes = newQuotes(p.vault, p.deps.Clock)
+	p.quotes = newQuotes(p.vault, p.deps.Clock, platform.NewGrants(platformName, p.vault, p.deps.Clock, p.log))
 	p.links = platform.NewLinkDesk(deps.Clock)
 	p.rehosts = platform.NewRehosts(deps.Clock)
 	p.egress = newEgress(cfg.RequestTimeout)

@@ -15,6 +15,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
+	"connector/internal/redistest"
 	"connector/platform"
 	"connector/platform/whatsapp/whatsapptest"
 	"connector/store"
@@ -721,5 +722,103 @@ func TestQuoteOfAnotherTenantsAnswer(t *testing.T) {
 	}
 	if q := reply("wamid.Q4", send("t2", "t2's answer")); q.Text != "t2's answer" || !q.IsOwn {
 		t.Fatalf("a reply to t2's answer reached t2 as %+v", q)
+	}
+}
+
+// TestQuoteOfAnAnswerSentFromAnotherInstance: t1's answer and prompt to
+// Ada (linked to t1, on a number no tenant owns) go out from instance A;
+// her replies quoting them reach instance B, which did not send them, on
+// one store (a shared memory vault; Redis). Quoted for t1 they are its own;
+// once Ada is linked to t2 instead, the answer quoted for t2 is not t2's
+// own, nor, once Ada is linked to t1 again and t1 was deleted and made
+// again, the new t1's. Before, B, whose quote memory missed, took any
+// message of the bot's number for the tenant's own (is_own true).
+func TestQuoteOfAnAnswerSentFromAnotherInstance(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		quoteFromAnotherInstance(t, func(c vault.Config) (vault.Store, vault.Store) {
+			v := vault.NewMemory(c)
+			return v, v
+		})
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t, redistest.Options{})
+		st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		quoteFromAnotherInstance(t, func(c vault.Config) (vault.Store, vault.Store) {
+			return vault.NewDurable(st.Capabilities(), c), vault.NewDurable(st.Capabilities(), c)
+		})
+	})
+}
+
+// quoteFromAnotherInstance is TestQuoteOfAnAnswerSentFromAnotherInstance
+// on the vaults of instances A and B that stores makes.
+func quoteFromAnotherInstance(t *testing.T, stores func(vault.Config) (vault.Store, vault.Store)) {
+	clk := clocktest.New(time.Now())
+	var began atomic.Int64
+	began.Store(clk.Now().Add(-time.Hour).UnixMicro())
+	since := func(tenant string) time.Time {
+		if tenant == "t1" {
+			return time.UnixMicro(began.Load())
+		}
+		return time.Time{}
+	}
+	va, vb := stores(vault.Config{Clock: clk, Since: since})
+	withClock := func(_ *Config, d *platform.Deps) { d.Clock = clk }
+	a, b := newRig(t, va, withClock), newRig(t, vb, withClock)
+	const ada = "447700900123"
+	link := func(tenant string) {
+		t.Helper()
+		for _, r := range []*rig{a, b} {
+			if err := r.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: ada, Tenant: tenant}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reply := func(wamid, quoted, to string) *contract.ReplyTo {
+		t.Helper()
+		before := len(b.sink.all())
+		msg := whatsapptest.Message(biz3, ada, "Ada", map[string]any{"id": wamid, "type": "text", "text": map[string]any{"body": "why?"},
+			"context": map[string]any{"from": biz3.DisplayNumber, "id": quoted}})
+		if code := b.post(t, msg); code != 200 {
+			t.Fatalf("reply %s on B: %d", wamid, code)
+		}
+		got := b.sink.all()[before:]
+		if len(got) != 1 || got[0].Tenant != to || got[0].Event == nil || got[0].Event.ReplyTo == nil {
+			t.Fatalf("reply %s on B delivered %+v, want one reply delivered to %s", wamid, got, to)
+		}
+		return got[0].Event.ReplyTo
+	}
+	link("t1")
+	a.converse(t, biz3, ada, "wamid.X1")
+	res := a.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "t1's answer"})
+	if !res.Success {
+		t.Fatalf("t1's send on A: %+v", res)
+	}
+	answer := string(res.MessageID)
+	res = a.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+		"options": []any{map[string]any{"id": "yes", "label": "Yes"}, map[string]any{"id": "no", "label": "No"}}})
+	if !res.Success {
+		t.Fatalf("t1's prompt on A: %+v", res)
+	}
+	prompt := string(res.MessageID)
+	if q := reply("wamid.X2", answer, "t1"); !q.IsOwn {
+		t.Fatalf("a reply on B to t1's answer reached t1 as %+v, want its own", q)
+	}
+	if q := reply("wamid.X3", prompt, "t1"); !q.IsOwn {
+		t.Fatalf("a reply on B to t1's prompt reached t1 as %+v, want its own", q)
+	}
+	link("t2")
+	if q := reply("wamid.X4", answer, "t2"); q.IsOwn || q.Text != "" {
+		t.Fatalf("a reply on B to t1's answer reached t2 as %+v", q)
+	}
+	link("t1")
+	clk.Advance(time.Second)
+	began.Store(clk.Now().UnixMicro()) // t1 deleted and made again
+	clk.Advance(time.Second)
+	if q := reply("wamid.X5", answer, "t1"); q.IsOwn || q.Text != "" {
+		t.Fatalf("a reply on B to the earlier t1's answer reached the new t1 as %+v", q)
 	}
 }

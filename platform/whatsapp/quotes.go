@@ -1,12 +1,14 @@
 package whatsapp
 
 import (
+	"context"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/internal/clock"
 	"connector/internal/textsplit"
+	"connector/platform"
 	"connector/vault"
 )
 
@@ -22,10 +24,14 @@ import (
 // after another's, quotes nothing of the other's conversations, whatever
 // the instances' clocks say when the text was kept under a creation; nor
 // is such a message of the bot's the tenant's own (reply_to.is_own).
+// Which tenant the bot sent a message for is also marked in the vault
+// (sent: platform.Grants.Posted, the user's wa_id as the chat), so an
+// instance that did not send it judges is_own all the same (own).
 type quotes struct {
 	cache *lru.Cache[quoteKey, quote]
 	vault vault.Store // gives each tenant's creation (Since)
 	clock clock.Clock
+	marks *platform.Grants
 }
 
 type quoteKey struct{ user, id string }
@@ -43,9 +49,19 @@ const (
 	maxQuoteBytes = 2048
 )
 
-func newQuotes(v vault.Store, clk clock.Clock) *quotes {
+func newQuotes(v vault.Store, clk clock.Clock, marks *platform.Grants) *quotes {
 	c, _ := lru.New[quoteKey, quote](maxQuotes) // size > 0: cannot fail
-	return &quotes{cache: c, vault: v, clock: clk}
+	return &quotes{cache: c, vault: v, clock: clk, marks: marks}
+}
+
+// sent remembers message id the bot sent user for tenant as created at
+// created (zero: as it is now): its text ("" for none) here, and its
+// tenant in the vault (one store write per message sent).
+func (q *quotes) sent(ctx context.Context, tenant, user, id, text string, created time.Time) {
+	q.add(tenant, user, id, text)
+	if id != "" {
+		q.marks.Posted(ctx, user, id, tenant, created)
+	}
 }
 
 // add remembers text as message id of tenant's conversation with user.
@@ -55,14 +71,21 @@ func (q *quotes) add(tenant, user, id, text string) {
 	}
 }
 
-// text returns what add remembered for message id of tenant's
-// conversation with user, "" when nothing; other is set, and the text
-// "", when it was remembered for another tenant or an earlier tenant of
-// the id.
-func (q *quotes) text(tenant, user, id string) (text string, other bool) {
+// quoted returns what add remembered for message id of tenant's
+// conversation with user ("" when nothing, or when it was remembered for
+// another tenant or an earlier tenant of the id) and, for a message of the
+// bot's (bots), whether it is tenant's own: remembered here for tenant,
+// else marked for it (sent) by whichever instance sent it. A message
+// known nowhere (sent over vault.ChatGrantTTL ago, before this was
+// marked, or not by a tenant) or that the store could not look up is not
+// tenant's own: another tenant's message must not pass for it.
+func (q *quotes) quoted(ctx context.Context, tenant, user, id string, bots bool) (text string, own bool) {
 	t, ok := q.cache.Get(quoteKey{user, id})
-	if ok && (t.tenant != tenant || vault.Outdated(q.vault, tenant, t.at, t.created)) {
-		return "", true
+	switch {
+	case ok && (t.tenant != tenant || vault.Outdated(q.vault, tenant, t.at, t.created)):
+		return "", false
+	case ok:
+		return t.text, bots
 	}
-	return t.text, false
+	return "", bots && q.marks.PostedBy(ctx, user, id, tenant)
 }
