@@ -23,6 +23,7 @@ import (
 	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/store"
+	"connector/vault"
 )
 
 // Several instances (platform.Deps.Cluster set) serve the rooms together on
@@ -1126,6 +1127,10 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
 			case tenure.Err() != nil:
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the forwarded action ended before it ran (its forwarder gave up, or the room moved)")
+			case !vault.Known(p.deps.Vault, string(req.Fields[0])):
+				// Check 8 here too: the forwarder may not have applied the
+				// tenant's deletion yet, which this instance has.
+				res = contract.Declined(platformName)
 			default:
 				ctx, cancel := context.WithTimeout(tenure, budget)
 				if a.Created != nil {
