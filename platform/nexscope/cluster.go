@@ -935,7 +935,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		// runs a copy (go-redis sends a PUBLISH again up to its resend
 		// window; a cancel reaches only the room's home of the moment).
 		cl.mu.Lock()
-		home, taken := f.home, !f.since.IsZero()
+		home := f.home
 		cl.mu.Unlock()
 		if home != "" {
 			cl.sendNow(home, msgCancel, []byte(exec))
@@ -958,7 +958,9 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		}
 		cl.kickClaims()
 		res := contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
-		res.Ambiguous = taken // a home took it: it may have run
+		// It may have run: at a home that took it, and at one whose word
+		// that it did (msgTaken) was lost, which this one cannot tell from none.
+		res.Ambiguous = true
 		return res
 	}
 	var res contract.Result

@@ -577,8 +577,8 @@ func givenUpRunsNotAtALaterHome(t *testing.T, with func(*platform.Deps)) {
 	revoke()
 	select {
 	case res := <-results:
-		if res.Success || res.Ambiguous {
-			t.Fatalf("send = %+v after its gateway was revoked, want a failure, not ambiguous: no home took it", res)
+		if res.Success || !res.Ambiguous {
+			t.Fatalf("send = %+v after its gateway was revoked, want a failure, ambiguous: a home's word that it took it may have been lost", res)
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("the revoked send was not answered")
@@ -799,6 +799,36 @@ func TestClusterForwardCancelledEndsAtTheHome(t *testing.T) {
 	case <-gaveUp:
 	case <-time.After(bound):
 		t.Fatalf("the home's send_media did not give up within %v of its caller", bound)
+	}
+}
+
+// TestClusterForwardGivenUpWithItsTakenLostIsAmbiguous: a forwarded
+// send_media running at the home (waiting for the room's lock) whose
+// every word that the home took it was lost (pub/sub dropped msgTaken) is
+// answered ambiguous once its caller gives up: the forwarder cannot tell
+// a home that took it, its word lost, from none, and the action may have
+// run. Before, it was answered a plain failure, which a gateway may send
+// again.
+func TestClusterForwardGivenUpWithItsTakenLostIsAmbiguous(t *testing.T) {
+	home, edge, url := heldLock(t)
+	loseTaken := func(_ string, msg []byte) bool { return clustertest.Type(msg) == msgTaken }
+	home.lose.Store(&loseTaken)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+			MediaKind: "document", SourceURL: url, Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	waitFor(t, "the home running the forwarded send_media", func() bool {
+		cl := home.p.cluster
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.running) > 0
+	})
+	cancel() // the relay revokes the gateway
+	if res := <-results; res.Success || !res.Ambiguous {
+		t.Fatalf("send_media = %+v, want a failure, ambiguous: the home took it, its word lost", res)
 	}
 }
 
