@@ -155,10 +155,9 @@ type fleet struct {
 	running map[string]execRun
 	// givenUp are the forwarded actions this instance gave up on, each
 	// with how long a copy may come (claimGivenUp, one goroutine while
-	// claiming; kick wakes it); at most maxLeft.
+	// claiming); at most maxLeft.
 	givenUp  map[string]time.Time
 	claiming bool
-	kick     chan struct{}
 	fullLogs *loglimit.Bucket // of those given up on past maxLeft
 	// forwards are this instance's forwarded actions waiting for their
 	// result, to the home that took each ("" none yet: msgTaken).
@@ -193,7 +192,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		joining: make(map[string]bool), left: make(map[string]int),
 		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), holders: platform.StateOr(p.deps.Store, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
 		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]execRun), forwards: make(map[string]*taker),
-		givenUp: make(map[string]time.Time), kick: make(chan struct{}, 1), fullLogs: loglimit.NewBucket(loglimit.Rate{Burst: 3, Every: time.Minute}, p.deps.Clock),
+		givenUp: make(map[string]time.Time), fullLogs: loglimit.NewBucket(loglimit.Rate{Burst: 3, Every: time.Minute}, p.deps.Clock),
 		decode: json.Unmarshal, tookBeat: platform.NewLocalState(maxLeft, p.deps.Clock),
 	}
 	cl.beatNo.Store(p.deps.Clock.Now().UnixMilli())
@@ -956,7 +955,6 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		if full {
 			cl.fullLogs.Log(cl.p.deps.Log, slog.LevelWarn, "nexscope forward given up on not claimed: as many wait for the store; a late copy of it may run", "room", r.name)
 		}
-		cl.kickClaims()
 		res := contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 		// It may have run: at a home that took it, and at one whose word
 		// that it did (msgTaken) was lost, which this one cannot tell from none.
@@ -971,20 +969,23 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 }
 
 // claimGivenUp claims the forwarded actions given up on (fleet.givenUp),
-// each tried again every beat while the store fails it, as long as a copy
-// may come (one read by a home once the store is back would run
-// otherwise), until none is left or the instance shuts down: one goroutine
-// and one store call at a time however many there are.
+// each tried again while the store fails it, as long as a copy may come
+// (one read by a home once the store is back would run otherwise), until
+// none is left or the instance shuts down: one goroutine and one store
+// call at a time however many there are, and a beat between passes the
+// store failed, however often give-ups come.
 func (cl *fleet) claimGivenUp() {
 	clk := cl.p.deps.Clock
 	for {
 		cl.mu.Lock()
 		pending := maps.Clone(cl.givenUp)
 		cl.mu.Unlock()
+		failed := false
 		for exec, until := range pending {
 			// One whose window ended asks no store: no copy may come.
 			if clk.Now().Before(until) {
 				if _, err := cl.claims.Claim(cl.ctx, execClaim+exec, until); err != nil {
+					failed = true
 					continue // tried again next pass, or forgotten then
 				}
 			}
@@ -999,23 +1000,9 @@ func (cl *fleet) claimGivenUp() {
 			return
 		}
 		cl.mu.Unlock()
-		t := clk.AfterFunc(cl.node.Beat(), cl.kickClaims)
-		select {
-		case <-cl.kick: // a beat passed, or another was given up on
-		case <-cl.ctx.Done():
-		}
-		t.Stop()
-		if cl.ctx.Err() != nil {
+		if failed && clk.Sleep(cl.ctx, cl.node.Beat()) != nil {
 			return
 		}
-	}
-}
-
-// kickClaims wakes claimGivenUp.
-func (cl *fleet) kickClaims() {
-	select {
-	case cl.kick <- struct{}{}:
-	default:
 	}
 }
 
