@@ -82,7 +82,20 @@ type Config struct {
 	ResendWindow time.Duration
 	// Log receives the node's lines; nil discards.
 	Log *slog.Logger
+	// Refused, when set, counts each message Send or SendFor refused, by
+	// its reason (RefusalReasons).
+	Refused func(reason string)
 }
+
+// The reasons Send and SendFor refuse a message for (Config.Refused).
+const (
+	RefusedTenantShare = "tenant_share"  // its tenant's share (TenantShare) is full
+	RefusedTenants     = "tenants_share" // the part all tenants share is full
+	RefusedFull        = "outbox_full"   // the outbox is full
+)
+
+// RefusalReasons are every reason Config.Refused is given.
+var RefusalReasons = []string{RefusedTenantShare, RefusedTenants, RefusedFull}
 
 // Node is this instance among the instances sharing one store. Its methods
 // are safe for concurrent use.
@@ -155,6 +168,9 @@ func New(cfg Config) (*Node, error) {
 	cfg.LeaseTTL = cmp.Or(max(cfg.LeaseTTL, 0), DefaultLeaseTTL)
 	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
+	if cfg.Refused == nil {
+		cfg.Refused = func(string) {}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
 		cfg: cfg, beat: cfg.LeaseTTL / 3, ctx: ctx, cancel: cancel,
@@ -324,14 +340,20 @@ func (n *Node) Send(channel string, typ byte, fields ...[]byte) bool {
 // all tenants share.
 func (n *Node) SendFor(tenant, channel string, typ byte, fields ...[]byte) bool {
 	if tenant != "" {
+		refused := ""
 		n.mu.Lock()
-		full := n.queuedFor[tenant] >= TenantShare || n.tenantsQueued >= tenantsRoom
-		if !full {
+		switch {
+		case n.queuedFor[tenant] >= TenantShare:
+			refused = RefusedTenantShare
+		case n.tenantsQueued >= tenantsRoom:
+			refused = RefusedTenants
+		default:
 			n.queuedFor[tenant]++
 			n.tenantsQueued++
 		}
 		n.mu.Unlock()
-		if full {
+		if refused != "" {
+			n.cfg.Refused(refused)
 			return false
 		}
 	}
@@ -340,6 +362,7 @@ func (n *Node) SendFor(tenant, channel string, typ byte, fields ...[]byte) bool 
 		return true
 	default:
 		n.dequeued(tenant)
+		n.cfg.Refused(RefusedFull)
 		return false
 	}
 }

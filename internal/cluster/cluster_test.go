@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -560,5 +562,48 @@ func TestTenantShareOfTheOutbox(t *testing.T) {
 	receive(t, room, "OnRoom once t2's share drained below half")
 	if !a.Roomy("t2") {
 		t.Fatal("Roomy(t2) false after OnRoom")
+	}
+}
+
+// Every message Send or SendFor refuses is counted by its reason
+// (Config.Refused): past its tenant's share, past the part all tenants
+// share, or with the outbox full.
+func TestRefusalsCounted(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	ps := blockingPubSub{st.PubSub(), make(chan struct{})}
+	var mu sync.Mutex
+	refused := map[string]int{}
+	n, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour, Refused: func(reason string) {
+		mu.Lock()
+		refused[reason]++
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	count := func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(refused)
+	}
+	tenant := 0 // the tenants that filled their share before one was refused for the part all share
+	for ; count()[cluster.RefusedTenants] == 0; tenant++ {
+		for n.SendFor("t"+strconv.Itoa(tenant), "elsewhere", 'x') {
+		}
+	}
+	tenant--
+	want := map[string]int{cluster.RefusedTenantShare: tenant, cluster.RefusedTenants: 1}
+	if got := count(); !maps.Equal(got, want) {
+		t.Fatalf("refusals after %d tenants filled their shares = %v, want %v", tenant, got, want)
+	}
+	for n.Send("elsewhere", 'x') {
+	}
+	want[cluster.RefusedFull] = 1
+	if got := count(); !maps.Equal(got, want) {
+		t.Fatalf("refusals once the outbox filled = %v, want %v", got, want)
 	}
 }
