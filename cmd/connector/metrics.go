@@ -151,7 +151,7 @@ func newMetrics() *metrics {
 		httpRefused: counterVec("connector_http_connections_refused_total",
 			"Public listener connections refused or closed before authenticating: evicted_idle (an idle keep-alive closed for a new one at the limit), over_limit (a new one closed at the limit), source_limit (a new one closed at its source address's share, none of that source's idle), out_of_fds (accept failed for lack of file descriptors).", "reason"),
 		outboxRefused: counterVec("connector_cluster_outbox_refused_total",
-			"Messages to the other instances (store.backend redis) the outbox refused, each lost as pub/sub may lose one: tenant_share (its tenant's share of the outbox full), tenants_share (the part all tenants share full), outbox_full.", "reason"),
+			"Messages to the other instances (store.backend redis) the outbox refused, each lost as pub/sub may lose one: tenant_share (its tenant's share of the outbox full), tenants_share (the part all tenants share full), no_tenant_share (the share of messages of no tenant full: nexscope rooms of no tenant, calls and their answers).", "reason"),
 		statuses: counterVec("connector_delivery_statuses_total",
 			"Delivery statuses the platform reported for tenants' messages (WhatsApp Cloud: sent, delivered, read, failed, other), consumed, never delivered to gateways; tenant is unknown for a sender the platform echoed that is not a configured tenant (deleted since, or another app's mark). Statuses are not deduplicated: a webhook Meta resends after its answer was lost counts its statuses again.", "platform", "tenant", "status"),
 	}

@@ -54,13 +54,17 @@ const forgetBeats = 100
 const OutboxSize = 8192
 
 // TenantShare bounds the messages for one tenant waiting to be published
-// (SendFor), and the messages of every tenant together leave a quarter of
-// the outbox to the messages of none: one tenant's burst fills only its
-// own share.
+// (SendFor), and the messages of every tenant together leave NoTenantShare
+// to the messages of none, which take no more: one tenant's burst, or a
+// burst of no tenant, fills only its own share.
 const TenantShare = OutboxSize / 8
 
+// NoTenantShare bounds the messages of no tenant waiting to be published
+// (Send, SendWait, Call, Reply).
+const NoTenantShare = OutboxSize / 4
+
 // tenantsRoom bounds the messages for any tenant waiting to be published.
-const tenantsRoom = OutboxSize - OutboxSize/4
+const tenantsRoom = OutboxSize - NoTenantShare
 
 // inboxPrefix starts every instance's own channel (the store prefixes it).
 const inboxPrefix = "cluster:inbox:"
@@ -89,13 +93,13 @@ type Config struct {
 
 // The reasons Send and SendFor refuse a message for (Config.Refused).
 const (
-	RefusedTenantShare = "tenant_share"  // its tenant's share (TenantShare) is full
-	RefusedTenants     = "tenants_share" // the part all tenants share is full
-	RefusedFull        = "outbox_full"   // the outbox is full
+	RefusedTenantShare = "tenant_share"    // its tenant's share (TenantShare) is full
+	RefusedTenants     = "tenants_share"   // the part all tenants share is full
+	RefusedNoTenant    = "no_tenant_share" // of no tenant, NoTenantShare is full
 )
 
 // RefusalReasons are every reason Config.Refused is given.
-var RefusalReasons = []string{RefusedTenantShare, RefusedTenants, RefusedFull}
+var RefusalReasons = []string{RefusedTenantShare, RefusedTenants, RefusedNoTenant}
 
 // Node is this instance among the instances sharing one store. Its methods
 // are safe for concurrent use.
@@ -117,8 +121,9 @@ type Node struct {
 	handlers      map[byte]handler
 	onRoom        []func()
 	wantRoom      map[string]bool      // the tenants Roomy said no to since the OnRoom callbacks last ran
-	queuedFor     map[string]int       // tenant -> its messages in out (SendFor)
+	queuedFor     map[string]int       // tenant ("": none) -> its messages in out
 	tenantsQueued int                  // the messages of every tenant in out
+	drained       chan struct{}        // closed (and made anew) as the publisher takes messages out
 	heard         map[string]time.Time // instance -> when its last message arrived
 	calls         map[string]chan []byte
 	nextReq       uint64
@@ -176,6 +181,7 @@ func New(cfg Config) (*Node, error) {
 		cfg: cfg, beat: cfg.LeaseTTL / 3, ctx: ctx, cancel: cancel,
 		out:       make(chan queued, OutboxSize),
 		queuedFor: make(map[string]int),
+		drained:   make(chan struct{}),
 		wantRoom:  make(map[string]bool),
 		handlers:  make(map[byte]handler),
 		heard:     make(map[string]time.Time),
@@ -330,7 +336,7 @@ type queued struct {
 
 // Send queues a message of type typ with fields for channel (an instance's
 // Inbox, or a shared channel). It never waits: false means the outbox is
-// full, and the message is lost as pub/sub may lose any.
+// full (NoTenantShare), and the message is lost as pub/sub may lose any.
 func (n *Node) Send(channel string, typ byte, fields ...[]byte) bool {
 	return n.SendFor("", channel, typ, fields...)
 }
@@ -339,59 +345,77 @@ func (n *Node) Send(channel string, typ byte, fields ...[]byte) bool {
 // when the tenant's share of the outbox (TenantShare) is full, or the part
 // all tenants share.
 func (n *Node) SendFor(tenant, channel string, typ byte, fields ...[]byte) bool {
-	if tenant != "" {
-		refused := ""
-		n.mu.Lock()
-		switch {
-		case n.queuedFor[tenant] >= TenantShare:
-			refused = RefusedTenantShare
-		case n.tenantsQueued >= tenantsRoom:
-			refused = RefusedTenants
-		default:
-			n.queuedFor[tenant]++
-			n.tenantsQueued++
-		}
-		n.mu.Unlock()
-		if refused != "" {
-			n.cfg.Refused(refused)
-			return false
-		}
-	}
-	select {
-	case n.out <- queued{store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, tenant}:
-		return true
-	default:
-		n.dequeued(tenant)
-		n.cfg.Refused(RefusedFull)
+	refused, _ := n.reserve(tenant)
+	if refused != "" {
+		n.cfg.Refused(refused)
 		return false
 	}
+	n.out <- queued{store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, tenant} // reserved: never waits
+	return true
 }
 
-// dequeued counts a message for tenant out of the outbox.
+// reserve counts a message for tenant ("": none) into the outbox, unless
+// its share is full: refused is why (Config.Refused), and drained closes
+// once the publisher takes messages out. The shares add up to the
+// outbox's size, so a message reserved never waits for room in it.
+func (n *Node) reserve(tenant string) (refused string, drained <-chan struct{}) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case tenant == "" && n.queuedFor[""] >= NoTenantShare:
+		return RefusedNoTenant, n.drained
+	case tenant == "":
+	case n.queuedFor[tenant] >= TenantShare:
+		return RefusedTenantShare, n.drained
+	case n.tenantsQueued >= tenantsRoom:
+		return RefusedTenants, n.drained
+	default:
+		n.tenantsQueued++
+	}
+	n.queuedFor[tenant]++
+	return "", n.drained
+}
+
+// dequeued counts messages for tenants ("": none) out of the outbox.
 func (n *Node) dequeued(tenants ...string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, t := range tenants {
-		if t == "" {
-			continue
+		if t != "" {
+			n.tenantsQueued--
 		}
-		n.tenantsQueued--
 		if n.queuedFor[t]--; n.queuedFor[t] == 0 {
 			delete(n.queuedFor, t)
 		}
 	}
+	close(n.drained)
+	n.drained = make(chan struct{})
 }
 
-// SendWait queues a message as Send does, waiting while the outbox is full
-// (a sender of bulk data); false when ctx ended or the node closed first.
+// SendWait queues a message as Send does, waiting while NoTenantShare is
+// full (a sender of bulk data); false when ctx ended or the node closed
+// first.
 func (n *Node) SendWait(ctx context.Context, channel string, typ byte, fields ...[]byte) bool {
-	select {
-	case n.out <- queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}}:
-		return true
-	case <-ctx.Done():
-	case <-n.ctx.Done():
+	return n.queueWait(ctx, queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}})
+}
+
+// queueWait queues q, waiting while its tenant's share is full; false
+// when ctx ended or the node closed first.
+func (n *Node) queueWait(ctx context.Context, q queued) bool {
+	for {
+		refused, drained := n.reserve(q.tenant)
+		if refused == "" {
+			n.out <- q // reserved: never waits
+			return true
+		}
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			return false
+		case <-n.ctx.Done():
+			return false
+		}
 	}
-	return false
 }
 
 // Roomy reports whether the outbox is less than half full, and tenant's

@@ -195,8 +195,8 @@ func TestFullOutbox(t *testing.T) {
 		sent++
 	}
 	// A batch may be with the publisher, the rest queued.
-	if sent < cluster.OutboxSize || sent > cluster.OutboxSize+256 {
-		t.Fatalf("%d messages queued before Send refused one, want the outbox's %d and at most a batch", sent, cluster.OutboxSize)
+	if sent < cluster.NoTenantShare || sent > cluster.NoTenantShare+256 {
+		t.Fatalf("%d messages queued before Send refused one, want NoTenantShare's %d and at most a batch", sent, cluster.NoTenantShare)
 	}
 	if n.Roomy("") {
 		t.Fatal("Roomy with a full outbox")
@@ -602,8 +602,43 @@ func TestRefusalsCounted(t *testing.T) {
 	}
 	for n.Send("elsewhere", 'x') {
 	}
-	want[cluster.RefusedFull] = 1
+	want[cluster.RefusedNoTenant] = 1
 	if got := count(); !maps.Equal(got, want) {
-		t.Fatalf("refusals once the outbox filled = %v, want %v", got, want)
+		t.Fatalf("refusals once the share of no tenant filled = %v, want %v", got, want)
+	}
+}
+
+// A burst of messages of no tenant (a nexscope room's frames) fills only
+// NoTenantShare: a tenant's message is still queued, and one of no tenant
+// SendWait holds is queued once the publisher takes messages out. Before,
+// the messages of no tenant filled the whole outbox and the tenant's was
+// lost.
+func TestNoTenantBurstLeavesTheTenantsTheirShare(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	ps := blockingPubSub{st.PubSub(), make(chan struct{})}
+	n, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	sent := 0
+	for n.Send("elsewhere", 'x') && sent < 2*cluster.OutboxSize {
+		sent++
+	}
+	// A batch may be with the publisher, the rest queued.
+	if sent < cluster.NoTenantShare || sent > cluster.NoTenantShare+256 {
+		t.Fatalf("%d messages of no tenant queued before Send refused one, want NoTenantShare's %d and at most a batch", sent, cluster.NoTenantShare)
+	}
+	if !n.SendFor("t1", "elsewhere", 'x') {
+		t.Fatal("t1's message refused after a burst of no tenant")
+	}
+	waited := make(chan bool, 1)
+	go func() { waited <- n.SendWait(context.Background(), "elsewhere", 'x') }()
+	release.Do(func() { close(ps.release) })
+	if !receive(t, waited, "SendWait once the publisher took messages out") {
+		t.Fatal("SendWait not queued")
 	}
 }
