@@ -167,9 +167,7 @@ func (n *Node) CallAgain(ctx context.Context, every time.Duration, typ byte, bui
 	var t clock.Timer
 	for {
 		if channel, fields := build(); fields != nil {
-			select {
-			case n.out <- queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}}:
-			case <-ctx.Done():
+			if !n.queueWait(ctx, queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}}) {
 				return nil, false
 			}
 		}

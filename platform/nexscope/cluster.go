@@ -23,6 +23,7 @@ import (
 	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/store"
+	"connector/vault"
 )
 
 // Several instances (platform.Deps.Cluster set) serve the rooms together on
@@ -154,10 +155,9 @@ type fleet struct {
 	running map[string]execRun
 	// givenUp are the forwarded actions this instance gave up on, each
 	// with how long a copy may come (claimGivenUp, one goroutine while
-	// claiming; kick wakes it); at most maxLeft.
+	// claiming); at most maxLeft.
 	givenUp  map[string]time.Time
 	claiming bool
-	kick     chan struct{}
 	fullLogs *loglimit.Bucket // of those given up on past maxLeft
 	// forwards are this instance's forwarded actions waiting for their
 	// result, to the home that took each ("" none yet: msgTaken).
@@ -192,7 +192,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		joining: make(map[string]bool), left: make(map[string]int),
 		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), holders: platform.StateOr(p.deps.Store, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
 		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]execRun), forwards: make(map[string]*taker),
-		givenUp: make(map[string]time.Time), kick: make(chan struct{}, 1), fullLogs: loglimit.NewBucket(loglimit.Rate{Burst: 3, Every: time.Minute}, p.deps.Clock),
+		givenUp: make(map[string]time.Time), fullLogs: loglimit.NewBucket(loglimit.Rate{Burst: 3, Every: time.Minute}, p.deps.Clock),
 		decode: json.Unmarshal, tookBeat: platform.NewLocalState(maxLeft, p.deps.Clock),
 	}
 	cl.beatNo.Store(p.deps.Clock.Now().UnixMilli())
@@ -934,7 +934,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		// runs a copy (go-redis sends a PUBLISH again up to its resend
 		// window; a cancel reaches only the room's home of the moment).
 		cl.mu.Lock()
-		home, taken := f.home, !f.since.IsZero()
+		home := f.home
 		cl.mu.Unlock()
 		if home != "" {
 			cl.sendNow(home, msgCancel, []byte(exec))
@@ -955,9 +955,10 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		if full {
 			cl.fullLogs.Log(cl.p.deps.Log, slog.LevelWarn, "nexscope forward given up on not claimed: as many wait for the store; a late copy of it may run", "room", r.name)
 		}
-		cl.kickClaims()
 		res := contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
-		res.Ambiguous = taken // a home took it: it may have run
+		// It may have run: at a home that took it, and at one whose word
+		// that it did (msgTaken) was lost, which this one cannot tell from none.
+		res.Ambiguous = true
 		return res
 	}
 	var res contract.Result
@@ -968,20 +969,23 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 }
 
 // claimGivenUp claims the forwarded actions given up on (fleet.givenUp),
-// each tried again every beat while the store fails it, as long as a copy
-// may come (one read by a home once the store is back would run
-// otherwise), until none is left or the instance shuts down: one goroutine
-// and one store call at a time however many there are.
+// each tried again while the store fails it, as long as a copy may come
+// (one read by a home once the store is back would run otherwise), until
+// none is left or the instance shuts down: one goroutine and one store
+// call at a time however many there are, and a beat between passes the
+// store failed, however often give-ups come.
 func (cl *fleet) claimGivenUp() {
 	clk := cl.p.deps.Clock
 	for {
 		cl.mu.Lock()
 		pending := maps.Clone(cl.givenUp)
 		cl.mu.Unlock()
+		failed := false
 		for exec, until := range pending {
 			// One whose window ended asks no store: no copy may come.
 			if clk.Now().Before(until) {
 				if _, err := cl.claims.Claim(cl.ctx, execClaim+exec, until); err != nil {
+					failed = true
 					continue // tried again next pass, or forgotten then
 				}
 			}
@@ -996,23 +1000,9 @@ func (cl *fleet) claimGivenUp() {
 			return
 		}
 		cl.mu.Unlock()
-		t := clk.AfterFunc(cl.node.Beat(), cl.kickClaims)
-		select {
-		case <-cl.kick: // a beat passed, or another was given up on
-		case <-cl.ctx.Done():
-		}
-		t.Stop()
-		if cl.ctx.Err() != nil {
+		if failed && clk.Sleep(cl.ctx, cl.node.Beat()) != nil {
 			return
 		}
-	}
-}
-
-// kickClaims wakes claimGivenUp.
-func (cl *fleet) kickClaims() {
-	select {
-	case cl.kick <- struct{}{}:
-	default:
 	}
 }
 
@@ -1126,6 +1116,10 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
 			case tenure.Err() != nil:
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the forwarded action ended before it ran (its forwarder gave up, or the room moved)")
+			case !vault.Known(p.deps.Vault, string(req.Fields[0])):
+				// Check 8 here too: the forwarder may not have applied the
+				// tenant's deletion yet, which this instance has.
+				res = contract.Declined(platformName)
 			default:
 				ctx, cancel := context.WithTimeout(tenure, budget)
 				if a.Created != nil {
