@@ -336,7 +336,7 @@ func (n *Node) dispatchOne(msg []byte, held Buffer) {
 }
 
 // queued is a message in the outbox, with the tenant it is for ("" for
-// none), and whether it counts in BulkShare.
+// none), and whether it counts in BulkShare (of no tenant, SendWait's).
 type queued struct {
 	store.Message
 	tenant string
@@ -363,7 +363,7 @@ func (n *Node) SendFor(tenant, channel string, typ byte, fields ...[]byte) bool 
 	return true
 }
 
-// reserve counts a message for tenant ("": none, bulk: of SendWait) into
+// reserve counts a message for tenant ("": none; bulk: of no tenant, SendWait's) into
 // the outbox, unless its share is full: refused is why (Config.Refused),
 // and drained closes once the publisher takes messages out. The shares
 // add up to the outbox's size, so a message reserved never waits for room
@@ -406,11 +406,12 @@ func (n *Node) dequeued(bulk int, tenants ...string) {
 	n.drained = make(chan struct{})
 }
 
-// SendWait queues a message as Send does, waiting while BulkShare or
-// NoTenantShare is full (a sender of bulk data); false when ctx ended or
-// the node closed first.
-func (n *Node) SendWait(ctx context.Context, channel string, typ byte, fields ...[]byte) bool {
-	return n.queueWait(ctx, queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, bulk: true})
+// SendWait queues a message for tenant ("": none) as SendFor does, waiting
+// while its share is full (a sender of bulk data): the tenant's, or of no
+// tenant BulkShare or NoTenantShare; false when ctx ended or the node
+// closed first.
+func (n *Node) SendWait(ctx context.Context, tenant, channel string, typ byte, fields ...[]byte) bool {
+	return n.queueWait(ctx, queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, tenant: tenant, bulk: tenant == ""})
 }
 
 // queueWait queues q, waiting while its tenant's share is full; false

@@ -277,7 +277,7 @@ func TestRoomyRacingTheDrain(t *testing.T) {
 	ps.release.open()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
-	if !n.SendWait(ctx, "last", 'x') {
+	if !n.SendWait(ctx, "", "last", 'x') {
 		t.Fatal("the last message not queued: the outbox did not drain")
 	}
 	receive(t, ps.last, "the publisher to take the last message, the others published")
@@ -608,7 +608,7 @@ func TestBulkShareOfTheOutbox(t *testing.T) {
 	go func() {
 		defer close(done)
 		for range sends {
-			if !a.SendWait(ctx, cluster.Inbox("b"), 'x', []byte("bulk")) {
+			if !a.SendWait(ctx, "", cluster.Inbox("b"), 'x', []byte("bulk")) {
 				return
 			}
 			queued.Add(1)
@@ -667,7 +667,7 @@ func TestBulkFloodLeavesSendItsRoom(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for n.SendWait(ctx, "elsewhere", 'x') {
+		for n.SendWait(ctx, "", "elsewhere", 'x') {
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -750,7 +750,7 @@ func TestNoTenantBurstLeavesTheTenantsTheirShare(t *testing.T) {
 		t.Fatal("t1's message refused after a burst of no tenant")
 	}
 	waited := make(chan bool, 1)
-	go func() { waited <- n.SendWait(context.Background(), "elsewhere", 'x') }()
+	go func() { waited <- n.SendWait(context.Background(), "", "elsewhere", 'x') }()
 	release.Do(func() { close(ps.release) })
 	if !receive(t, waited, "SendWait once the publisher took messages out") {
 		t.Fatal("SendWait not queued")

@@ -198,7 +198,7 @@ func (n *Node) Reply(m Msg, result []byte) bool {
 // ReplyWait is Reply waiting for room in the outbox (SendWait), for a
 // result its caller would otherwise wait for until its deadline.
 func (n *Node) ReplyWait(ctx context.Context, m Msg, result []byte) bool {
-	return n.SendWait(ctx, Inbox(m.From), typeResult, m.req, result)
+	return n.SendWait(ctx, "", Inbox(m.From), typeResult, m.req, result)
 }
 
 // answered hands a result (fields: the request's name, the result) to the

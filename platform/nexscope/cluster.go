@@ -118,12 +118,12 @@ const joinBeats = 6
 // a report while less than the window is in flight (and every beat
 // repeats the totals). One report per quarter window, not per frame: a
 // file costs a few reports.
-func (cl *fleet) credit(instance, conn string, typ byte, total int64, reported *int64) {
+func (cl *fleet) credit(tenant, instance, conn string, typ byte, total int64, reported *int64) {
 	if total-*reported < max(cl.p.cfg.SendQueueBytes/4, 1) {
 		return
 	}
 	*reported = total
-	cl.send(instance, nil, typ, []byte(conn), strconv.AppendInt(nil, total, 10))
+	cl.send(tenant, instance, nil, typ, []byte(conn), strconv.AppendInt(nil, total, 10))
 }
 
 // fleet is this instance's part in the rooms of several instances.
@@ -372,15 +372,16 @@ func (cl *fleet) shutdown() {
 
 // send queues a message for instance's inbox, on the direct stream to it
 // when there is one (stream.go); it waits while the queue is full (bulk
-// frames hold their sender back). The fields must stay unchanged once
+// frames hold their sender back), over pub/sub while the outbox's share of
+// tenant (a member's room's, "": none) is. The fields must stay unchanged once
 // queued: a direct stream writes them from where they are. Fields that lie
 // in c (when not nil) keep it retained until they are written.
-func (cl *fleet) send(instance string, c *chunk, typ byte, fields ...[]byte) {
+func (cl *fleet) send(tenant, instance string, c *chunk, typ byte, fields ...[]byte) {
 	if c != nil {
 		c.Retain()
 	}
-	if !cl.streams.send(instance, true, streamMsg{typ: typ, fields: fields, held: c}) {
-		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
+	if !cl.streams.send(instance, true, streamMsg{typ: typ, tenant: tenant, fields: fields, held: c}) {
+		cl.node.SendWait(cl.ctx, tenant, cluster.Inbox(instance), typ, fields...)
 	}
 }
 
@@ -658,7 +659,7 @@ func (cl *fleet) joinRemote(m *member) error {
 		}
 		wake := away.Done()
 		if !r.homeHeld() {
-			cl.node.SendWait(cl.ctx, roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
+			cl.node.SendWait(cl.ctx, "", roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
 		} else if cl.takeBack(m) {
 			return errHomedHere
 		} else {
@@ -794,7 +795,7 @@ func (cl *fleet) decided(edge, conn string, m *member, refusal string) bool {
 	if m != nil && left {
 		return false
 	}
-	cl.send(edge, nil, msgJoined, []byte(conn), []byte(refusal))
+	cl.send("", edge, nil, msgJoined, []byte(conn), []byte(refusal))
 	return true
 }
 
@@ -1324,7 +1325,7 @@ func (r remoteReader) Write(batch []wsconn.Frame) error {
 			m.handleText(f.Data)
 		}
 		l.in.q.Written(len(f.Data))
-		l.cl.credit(l.edge, l.conn, msgConsumed, l.consumed.Add(int64(len(f.Data))+frameOverhead), &l.reported)
+		l.cl.credit(m.room.tenant(), l.edge, l.conn, msgConsumed, l.consumed.Add(int64(len(f.Data))+frameOverhead), &l.reported)
 		if m.stop {
 			return wsconn.Drop
 		}
@@ -1347,7 +1348,7 @@ func (w remoteWriter) Write(batch []wsconn.Frame) error {
 	for _, f := range batch {
 		c, _ := f.Owner.(*chunk) // a frame's only owner
 		l.out.Send(func(seq uint64) {
-			l.cl.send(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(f.Type == websocket.MessageBinary), f.Data)
+			l.cl.send(w.m.room.tenant(), l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(f.Type == websocket.MessageBinary), f.Data)
 		})
 	}
 	return nil
@@ -1359,7 +1360,7 @@ func (w remoteWriter) End(end Close) {
 		return
 	}
 	l := w.m.remote
-	l.cl.send(l.edge, nil, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), cluster.Flag(w.m.q.Flushing()))
+	l.cl.send(w.m.room.tenant(), l.edge, nil, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), cluster.Flag(w.m.q.Flushing()))
 }
 
 // linkFrame is a frame a member's link carried, queued borrowing the
@@ -1456,7 +1457,7 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte, c 
 	}
 	l.mu.Unlock()
 	l.out.Send(func(seq uint64) {
-		l.cl.send(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(typ == websocket.MessageBinary), data)
+		l.cl.send(m.room.tenant(), l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(typ == websocket.MessageBinary), data)
 	})
 }
 
@@ -1483,9 +1484,10 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, hel
 	}
 }
 
-// wrote counts n more bytes written to the socket, reported to the home.
-func (l *edgeLink) wrote(n int) {
-	l.cl.credit(l.home, l.conn, msgWritten, l.written.Add(int64(n)), &l.reported)
+// wrote counts n more bytes written to the socket of a member of a room
+// of tenant, reported to the home.
+func (l *edgeLink) wrote(tenant string, n int) {
+	l.cl.credit(tenant, l.home, l.conn, msgWritten, l.written.Add(int64(n)), &l.reported)
 }
 
 // leave forgets the member, which left, and tells its home. That message
@@ -1511,6 +1513,6 @@ func (l *edgeLink) leave(m *member) {
 	if home != "" {
 		cl.sendNow(home, msgLeave, []byte(l.conn))
 	} else {
-		cl.node.SendWait(cl.ctx, roomPrefix+m.room.name, msgLeave, []byte(l.conn)) // a join in progress
+		cl.node.SendWait(cl.ctx, "", roomPrefix+m.room.name, msgLeave, []byte(l.conn)) // a join in progress
 	}
 }
