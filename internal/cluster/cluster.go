@@ -363,11 +363,11 @@ func (n *Node) SendFor(tenant, channel string, typ byte, fields ...[]byte) bool 
 	return true
 }
 
-// reserve counts a message for tenant ("": none; bulk: of no tenant, SendWait's) into
-// the outbox, unless its share is full: refused is why (Config.Refused),
-// and drained closes once the publisher takes messages out. The shares
-// add up to the outbox's size, so a message reserved never waits for room
-// in it.
+// reserve counts a message for tenant ("": none; bulk: of no tenant,
+// SendWait's) into the outbox, unless its share is full: refused is why
+// (Config.Refused), and drained closes once the publisher takes messages
+// out. The shares add up to the outbox's size, so a message reserved never
+// waits for room in it.
 func (n *Node) reserve(tenant string, bulk bool) (refused string, drained <-chan struct{}) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
