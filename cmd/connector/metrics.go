@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"connector/contract"
+	"connector/internal/cluster"
 	"connector/internal/connlimit"
 	"connector/media"
 	"connector/platform"
@@ -41,6 +42,7 @@ type metrics struct {
 	rateWait      *prometheus.HistogramVec
 	rateLimited   *prometheus.CounterVec
 	httpRefused   *prometheus.CounterVec
+	outboxRefused *prometheus.CounterVec
 	statuses      *prometheus.CounterVec
 
 	// The children of the series every inbound event and every outbound
@@ -148,6 +150,8 @@ func newMetrics() *metrics {
 			"Answers in which the platform refused a call for its rate limit (HTTP 429, or Telegram's error 429); the call waited retry_after and was made again within its deadline.", "platform"),
 		httpRefused: counterVec("connector_http_connections_refused_total",
 			"Public listener connections refused or closed before authenticating: evicted_idle (an idle keep-alive closed for a new one at the limit), over_limit (a new one closed at the limit), source_limit (a new one closed at its source address's share, none of that source's idle), out_of_fds (accept failed for lack of file descriptors).", "reason"),
+		outboxRefused: counterVec("connector_cluster_outbox_refused_total",
+			"Messages to the other instances (store.backend redis) the outbox refused, each lost as pub/sub may lose one: tenant_share (its tenant's share of the outbox full), tenants_share (the part all tenants share full), no_tenant_share (the share of messages of no tenant full: nexscope rooms of no tenant, calls and their answers).", "reason"),
 		statuses: counterVec("connector_delivery_statuses_total",
 			"Delivery statuses the platform reported for tenants' messages (WhatsApp Cloud: sent, delivered, read, failed, other), consumed, never delivered to gateways; tenant is unknown for a sender the platform echoed that is not a configured tenant (deleted since, or another app's mark). Statuses are not deduplicated: a webhook Meta resends after its answer was lost counts its statuses again.", "platform", "tenant", "status"),
 	}
@@ -168,13 +172,16 @@ func newMetrics() *metrics {
 	buildInfo := gaugeVec("connector_build_info", "Always 1; the labels say which build runs.", "version", "commit", "goversion")
 	buildInfo.WithLabelValues(d.Version, d.Commit, d.GoVersion).Set(1)
 	m.register(m.connections, m.refused, m.framesIgnored, m.inbound, m.deliveryDelay, m.outbound, m.outboundTime,
-		m.buffered, m.rateWait, m.rateLimited, m.httpRefused, m.statuses, buildInfo,
+		m.buffered, m.rateWait, m.rateLimited, m.httpRefused, m.outboxRefused, m.statuses, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{contract.ReasonUnauthorized, contract.ReasonExpired} {
 		m.refused.WithLabelValues(r)
 	}
 	for _, r := range connlimit.Reasons {
 		m.httpRefused.WithLabelValues(r)
+	}
+	for _, r := range cluster.RefusalReasons {
+		m.outboxRefused.WithLabelValues(r)
 	}
 	return m
 }
@@ -245,6 +252,10 @@ func (m *metrics) watchListener(l *connlimit.Listener) {
 		"Public listener connections held that have not become an authenticated WebSocket (requests in progress, idle keep-alives).",
 		func() float64 { return float64(l.Unauthenticated()) }))
 }
+
+// OutboxRefused counts a message the cluster outbox refused
+// (cluster.Config.Refused), by reason.
+func (m *metrics) OutboxRefused(reason string) { m.outboxRefused.WithLabelValues(reason).Inc() }
 
 // HTTPRefused counts a connection the public listener refused or closed
 // before it authenticated, by connlimit reason.

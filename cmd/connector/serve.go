@@ -472,7 +472,7 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 	}
 	// nexscope rooms: a home per room under such a lease, the other
 	// instances proxying their members to it.
-	node, err := cluster.New(cluster.Config{Instance: instance, PubSub: st.PubSub(), LeaseTTL: leaseTTL, ResendWindow: store.ResendWindow(st), Log: log})
+	node, err := cluster.New(cluster.Config{Instance: instance, PubSub: st.PubSub(), LeaseTTL: leaseTTL, ResendWindow: store.ResendWindow(st), Log: log, Refused: m.OutboxRefused})
 	if err != nil {
 		return deps, fmt.Errorf("store: join the other instances: %w", err)
 	}

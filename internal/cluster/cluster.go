@@ -54,19 +54,24 @@ const forgetBeats = 100
 const OutboxSize = 8192
 
 // TenantShare bounds the messages for one tenant waiting to be published
-// (SendFor), and the messages of every tenant together leave a quarter of
-// the outbox to the messages of none: one tenant's burst fills only its
-// own share.
+// (SendFor), and the messages of every tenant together leave NoTenantShare
+// to the messages of none, which take no more: one tenant's burst, or a
+// burst of no tenant, fills only its own share.
 const TenantShare = OutboxSize / 8
 
-// tenantsRoom bounds the messages for any tenant waiting to be published.
-const tenantsRoom = OutboxSize - OutboxSize/4
+// NoTenantShare bounds the messages of no tenant waiting to be published
+// (Send, SendWait, Call, Reply).
+const NoTenantShare = OutboxSize / 4
 
-// BulkShare bounds the messages of senders that wait (SendWait) waiting
-// to be published: a flood of bulk data (a nexscope member's frames) holds
-// its senders back, and leaves the rest of the outbox to the messages that
-// do not wait (Send, SendFor), which it would lose.
+// BulkShare bounds, within NoTenantShare, the messages of no tenant that
+// SendWait queued (bulk data: a nexscope member's frames): a flood of them
+// holds its senders back, and leaves NoTenantShare - BulkShare to the
+// messages of no tenant that do not wait (Send: the beats), which it
+// would have refused.
 const BulkShare = OutboxSize / 8
+
+// tenantsRoom bounds the messages for any tenant waiting to be published.
+const tenantsRoom = OutboxSize - NoTenantShare
 
 // inboxPrefix starts every instance's own channel (the store prefixes it).
 const inboxPrefix = "cluster:inbox:"
@@ -88,7 +93,20 @@ type Config struct {
 	ResendWindow time.Duration
 	// Log receives the node's lines; nil discards.
 	Log *slog.Logger
+	// Refused, when set, counts each message Send or SendFor refused, by
+	// its reason (RefusalReasons).
+	Refused func(reason string)
 }
+
+// The reasons Send and SendFor refuse a message for (Config.Refused).
+const (
+	RefusedTenantShare = "tenant_share"    // its tenant's share (TenantShare) is full
+	RefusedTenants     = "tenants_share"   // the part all tenants share is full
+	RefusedNoTenant    = "no_tenant_share" // of no tenant, NoTenantShare is full
+)
+
+// RefusalReasons are every reason Config.Refused is given.
+var RefusalReasons = []string{RefusedTenantShare, RefusedTenants, RefusedNoTenant}
 
 // Node is this instance among the instances sharing one store. Its methods
 // are safe for concurrent use.
@@ -100,8 +118,7 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	out  chan queued
-	bulk chan struct{} // a token per SendWait message in out (BulkShare)
+	out chan queued
 
 	// roomyHook, set only by tests, runs in Roomy once it found the outbox
 	// holding at least half a TenantShare.
@@ -111,8 +128,10 @@ type Node struct {
 	handlers      map[byte]handler
 	onRoom        []func()
 	wantRoom      map[string]bool      // the tenants Roomy said no to since the OnRoom callbacks last ran
-	queuedFor     map[string]int       // tenant -> its messages in out (SendFor)
+	queuedFor     map[string]int       // tenant ("": none) -> its messages in out
 	tenantsQueued int                  // the messages of every tenant in out
+	bulkQueued    int                  // the messages of no tenant SendWait put in out (BulkShare)
+	drained       chan struct{}        // closed (and made anew) as the publisher takes messages out
 	heard         map[string]time.Time // instance -> when its last message arrived
 	calls         map[string]chan []byte
 	nextReq       uint64
@@ -162,12 +181,15 @@ func New(cfg Config) (*Node, error) {
 	cfg.LeaseTTL = cmp.Or(max(cfg.LeaseTTL, 0), DefaultLeaseTTL)
 	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
+	if cfg.Refused == nil {
+		cfg.Refused = func(string) {}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
 		cfg: cfg, beat: cfg.LeaseTTL / 3, ctx: ctx, cancel: cancel,
 		out:       make(chan queued, OutboxSize),
-		bulk:      make(chan struct{}, BulkShare),
 		queuedFor: make(map[string]int),
+		drained:   make(chan struct{}),
 		wantRoom:  make(map[string]bool),
 		handlers:  make(map[byte]handler),
 		heard:     make(map[string]time.Time),
@@ -314,7 +336,7 @@ func (n *Node) dispatchOne(msg []byte, held Buffer) {
 }
 
 // queued is a message in the outbox, with the tenant it is for ("" for
-// none), and whether it holds a BulkShare token.
+// none), and whether it counts in BulkShare (of no tenant, SendWait's).
 type queued struct {
 	store.Message
 	tenant string
@@ -323,7 +345,7 @@ type queued struct {
 
 // Send queues a message of type typ with fields for channel (an instance's
 // Inbox, or a shared channel). It never waits: false means the outbox is
-// full, and the message is lost as pub/sub may lose any.
+// full (NoTenantShare), and the message is lost as pub/sub may lose any.
 func (n *Node) Send(channel string, typ byte, fields ...[]byte) bool {
 	return n.SendFor("", channel, typ, fields...)
 }
@@ -332,61 +354,83 @@ func (n *Node) Send(channel string, typ byte, fields ...[]byte) bool {
 // when the tenant's share of the outbox (TenantShare) is full, or the part
 // all tenants share.
 func (n *Node) SendFor(tenant, channel string, typ byte, fields ...[]byte) bool {
-	if tenant != "" {
-		n.mu.Lock()
-		full := n.queuedFor[tenant] >= TenantShare || n.tenantsQueued >= tenantsRoom
-		if !full {
-			n.queuedFor[tenant]++
-			n.tenantsQueued++
-		}
-		n.mu.Unlock()
-		if full {
-			return false
-		}
-	}
-	select {
-	case n.out <- queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, tenant: tenant}:
-		return true
-	default:
-		n.dequeued(tenant)
+	refused, _ := n.reserve(tenant, false)
+	if refused != "" {
+		n.cfg.Refused(refused)
 		return false
 	}
+	n.out <- queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, tenant: tenant} // reserved: never waits
+	return true
 }
 
-// dequeued counts a message for tenant out of the outbox.
-func (n *Node) dequeued(tenants ...string) {
+// reserve counts a message for tenant ("": none; bulk: of no tenant,
+// SendWait's) into the outbox, unless its share is full: refused is why
+// (Config.Refused), and drained closes once the publisher takes messages
+// out. The shares add up to the outbox's size, so a message reserved never
+// waits for room in it.
+func (n *Node) reserve(tenant string, bulk bool) (refused string, drained <-chan struct{}) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	switch {
+	case tenant == "" && (n.queuedFor[""] >= NoTenantShare || bulk && n.bulkQueued >= BulkShare):
+		return RefusedNoTenant, n.drained
+	case tenant == "" && bulk:
+		n.bulkQueued++
+	case tenant == "":
+	case n.queuedFor[tenant] >= TenantShare:
+		return RefusedTenantShare, n.drained
+	case n.tenantsQueued >= tenantsRoom:
+		return RefusedTenants, n.drained
+	default:
+		n.tenantsQueued++
+	}
+	n.queuedFor[tenant]++
+	return "", n.drained
+}
+
+// dequeued counts messages for tenants ("": none), bulk of them of no
+// tenant and SendWait, out of the outbox.
+func (n *Node) dequeued(bulk int, tenants ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.bulkQueued -= bulk
 	for _, t := range tenants {
-		if t == "" {
-			continue
+		if t != "" {
+			n.tenantsQueued--
 		}
-		n.tenantsQueued--
 		if n.queuedFor[t]--; n.queuedFor[t] == 0 {
 			delete(n.queuedFor, t)
 		}
 	}
+	close(n.drained)
+	n.drained = make(chan struct{})
 }
 
-// SendWait queues a message as Send does, waiting while the outbox is full
-// or holds BulkShare messages of SendWait (a sender of bulk data); false
+// SendWait queues a message for tenant ("": none) as SendFor does, waiting
+// while its share is full (a sender of bulk data): the tenant's, or of no
+// tenant BulkShare or NoTenantShare; false when ctx ended or the node
+// closed first.
+func (n *Node) SendWait(ctx context.Context, tenant, channel string, typ byte, fields ...[]byte) bool {
+	return n.queueWait(ctx, queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, tenant: tenant, bulk: tenant == ""})
+}
+
+// queueWait queues q, waiting while its tenant's share is full; false
 // when ctx ended or the node closed first.
-func (n *Node) SendWait(ctx context.Context, channel string, typ byte, fields ...[]byte) bool {
-	select {
-	case n.bulk <- struct{}{}:
-	case <-ctx.Done():
-		return false
-	case <-n.ctx.Done():
-		return false
+func (n *Node) queueWait(ctx context.Context, q queued) bool {
+	for {
+		refused, drained := n.reserve(q.tenant, q.bulk)
+		if refused == "" {
+			n.out <- q // reserved: never waits
+			return true
+		}
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			return false
+		case <-n.ctx.Done():
+			return false
+		}
 	}
-	select {
-	case n.out <- queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, bulk: true}:
-		return true
-	case <-ctx.Done():
-	case <-n.ctx.Done():
-	}
-	<-n.bulk
-	return false
 }
 
 // Roomy reports whether the outbox is less than half full, and tenant's
@@ -432,11 +476,11 @@ func (n *Node) publishLoop() {
 	batcher, _ := n.cfg.PubSub.(store.BatchPublisher)
 	batch := make([]store.Message, 0, publishBatch)
 	tenants := make([]string, 0, publishBatch)
-	streak := 0
+	streak, bulk := 0, 0
 	take := func(m queued) {
 		batch, tenants = append(batch, m.Message), append(tenants, m.tenant)
 		if m.bulk {
-			<-n.bulk
+			bulk++
 		}
 	}
 	publish := func() {
@@ -499,8 +543,8 @@ func (n *Node) publishLoop() {
 				break gather
 			}
 		}
-		n.dequeued(tenants...)
-		tenants = tenants[:0]
+		n.dequeued(bulk, tenants...)
+		tenants, bulk = tenants[:0], 0
 		publish()
 		if closing && len(n.out) == 0 {
 			return

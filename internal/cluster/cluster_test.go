@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -194,8 +196,8 @@ func TestFullOutbox(t *testing.T) {
 		sent++
 	}
 	// A batch may be with the publisher, the rest queued.
-	if sent < cluster.OutboxSize || sent > cluster.OutboxSize+256 {
-		t.Fatalf("%d messages queued before Send refused one, want the outbox's %d and at most a batch", sent, cluster.OutboxSize)
+	if sent < cluster.NoTenantShare || sent > cluster.NoTenantShare+256 {
+		t.Fatalf("%d messages queued before Send refused one, want NoTenantShare's %d and at most a batch", sent, cluster.NoTenantShare)
 	}
 	if n.Roomy("") {
 		t.Fatal("Roomy with a full outbox")
@@ -275,7 +277,7 @@ func TestRoomyRacingTheDrain(t *testing.T) {
 	ps.release.open()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
-	if !n.SendWait(ctx, "last", 'x') {
+	if !n.SendWait(ctx, "", "last", 'x') {
 		t.Fatal("the last message not queued: the outbox did not drain")
 	}
 	receive(t, ps.last, "the publisher to take the last message, the others published")
@@ -606,13 +608,28 @@ func TestBulkShareOfTheOutbox(t *testing.T) {
 	go func() {
 		defer close(done)
 		for range sends {
-			if !a.SendWait(ctx, cluster.Inbox("b"), 'x', []byte("bulk")) {
+			if !a.SendWait(ctx, "", cluster.Inbox("b"), 'x', []byte("bulk")) {
 				return
 			}
 			queued.Add(1)
 		}
 	}()
-	parked := func() bool { // the bulk sender waits in SendWait
+	waitSendWaitParked(t)
+	if !a.SendFor("t1", cluster.Inbox("b"), 'x', []byte("t1")) || !a.Send(cluster.Inbox("b"), 'x', []byte("none")) {
+		t.Fatalf("after a bulk sender queued %d messages, a tenant's or a message of no tenant was refused", queued.Load())
+	}
+	release.Do(func() { close(ps.release) })
+	want := map[string]bool{"t1": true, "none": true}
+	for len(want) > 0 {
+		delete(want, receive(t, got, "t1's message and the message of no tenant"))
+	}
+	receive(t, done, "the bulk sender to queue all its messages")
+}
+
+// waitSendWaitParked waits until a goroutine waits in SendWait for room.
+func waitSendWaitParked(t *testing.T) {
+	t.Helper()
+	parked := func() bool {
 		buf := make([]byte, 1<<20)
 		for g := range bytes.SplitSeq(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
 			if bytes.Contains(g, []byte("cluster.(*Node).SendWait")) && bytes.Contains(g, []byte("[select")) {
@@ -627,13 +644,115 @@ func TestBulkShareOfTheOutbox(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	if !a.SendFor("t1", cluster.Inbox("b"), 'x', []byte("t1")) || !a.Send(cluster.Inbox("b"), 'x', []byte("none")) {
-		t.Fatalf("after a bulk sender queued %d messages, a tenant's or a message of no tenant was refused", queued.Load())
+}
+
+// A bulk flood (SendWait) that fills BulkShare leaves the messages of no
+// tenant that do not wait (Send: the beats, a room's credit) the rest of
+// NoTenantShare: with the publisher held and the bulk sender waiting, at
+// least NoTenantShare - BulkShare Sends are accepted. Before, bulk
+// messages counted only in NoTenantShare and filled it, and every Send of
+// the instance's beats was refused.
+func TestBulkFloodLeavesSendItsRoom(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	ps := blockingPubSub{st.PubSub(), make(chan struct{})}
+	n, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(n.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for n.SendWait(ctx, "", "elsewhere", 'x') {
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitSendWaitParked(t)
+	for i := range cluster.NoTenantShare - cluster.BulkShare {
+		if !n.Send("elsewhere", 'x') {
+			t.Fatalf("Send %d of no tenant refused after a bulk flood filled its share, want %d accepted", i, cluster.NoTenantShare-cluster.BulkShare)
+		}
+	}
+}
+
+// Every message Send or SendFor refuses is counted by its reason
+// (Config.Refused): past its tenant's share, past the part all tenants
+// share, or of no tenant past NoTenantShare.
+func TestRefusalsCounted(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	ps := blockingPubSub{st.PubSub(), make(chan struct{})}
+	var mu sync.Mutex
+	refused := map[string]int{}
+	n, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour, Refused: func(reason string) {
+		mu.Lock()
+		refused[reason]++
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	count := func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(refused)
+	}
+	tenant := 0 // the tenants that filled their share before one was refused for the part all share
+	for ; count()[cluster.RefusedTenants] == 0; tenant++ {
+		for n.SendFor("t"+strconv.Itoa(tenant), "elsewhere", 'x') {
+		}
+	}
+	tenant--
+	want := map[string]int{cluster.RefusedTenantShare: tenant, cluster.RefusedTenants: 1}
+	if got := count(); !maps.Equal(got, want) {
+		t.Fatalf("refusals after %d tenants filled their shares = %v, want %v", tenant, got, want)
+	}
+	for n.Send("elsewhere", 'x') {
+	}
+	want[cluster.RefusedNoTenant] = 1
+	if got := count(); !maps.Equal(got, want) {
+		t.Fatalf("refusals once the share of no tenant filled = %v, want %v", got, want)
+	}
+}
+
+// A burst of messages of no tenant (a nexscope room's frames) fills only
+// NoTenantShare: a tenant's message is still queued, and one of no tenant
+// SendWait holds is queued once the publisher takes messages out. Before,
+// the messages of no tenant filled the whole outbox and the tenant's was
+// lost.
+func TestNoTenantBurstLeavesTheTenantsTheirShare(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	ps := blockingPubSub{st.PubSub(), make(chan struct{})}
+	n, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	sent := 0
+	for n.Send("elsewhere", 'x') && sent < 2*cluster.OutboxSize {
+		sent++
+	}
+	// A batch may be with the publisher, the rest queued.
+	if sent < cluster.NoTenantShare || sent > cluster.NoTenantShare+256 {
+		t.Fatalf("%d messages of no tenant queued before Send refused one, want NoTenantShare's %d and at most a batch", sent, cluster.NoTenantShare)
+	}
+	if !n.SendFor("t1", "elsewhere", 'x') {
+		t.Fatal("t1's message refused after a burst of no tenant")
+	}
+	waited := make(chan bool, 1)
+	go func() { waited <- n.SendWait(context.Background(), "", "elsewhere", 'x') }()
 	release.Do(func() { close(ps.release) })
-	want := map[string]bool{"t1": true, "none": true}
-	for len(want) > 0 {
-		delete(want, receive(t, got, "t1's message and the message of no tenant"))
+	if !receive(t, waited, "SendWait once the publisher took messages out") {
+		t.Fatal("SendWait not queued")
 	}
-	receive(t, done, "the bulk sender to queue all its messages")
 }

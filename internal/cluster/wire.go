@@ -167,9 +167,7 @@ func (n *Node) CallAgain(ctx context.Context, every time.Duration, typ byte, bui
 	var t clock.Timer
 	for {
 		if channel, fields := build(); fields != nil {
-			select {
-			case n.out <- queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}}:
-			case <-ctx.Done():
+			if !n.queueWait(ctx, queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}}) {
 				return nil, false
 			}
 		}
@@ -200,7 +198,7 @@ func (n *Node) Reply(m Msg, result []byte) bool {
 // ReplyWait is Reply waiting for room in the outbox (SendWait), for a
 // result its caller would otherwise wait for until its deadline.
 func (n *Node) ReplyWait(ctx context.Context, m Msg, result []byte) bool {
-	return n.SendWait(ctx, Inbox(m.From), typeResult, m.req, result)
+	return n.SendWait(ctx, "", Inbox(m.From), typeResult, m.req, result)
 }
 
 // answered hands a result (fields: the request's name, the result) to the

@@ -23,6 +23,7 @@ import (
 	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/store"
+	"connector/vault"
 )
 
 // Several instances (platform.Deps.Cluster set) serve the rooms together on
@@ -117,12 +118,12 @@ const joinBeats = 6
 // a report while less than the window is in flight (and every beat
 // repeats the totals). One report per quarter window, not per frame: a
 // file costs a few reports.
-func (cl *fleet) credit(instance, conn string, typ byte, total int64, reported *int64) {
+func (cl *fleet) credit(tenant, instance, conn string, typ byte, total int64, reported *int64) {
 	if total-*reported < max(cl.p.cfg.SendQueueBytes/4, 1) {
 		return
 	}
 	*reported = total
-	cl.send(instance, nil, typ, []byte(conn), strconv.AppendInt(nil, total, 10))
+	cl.send(tenant, instance, nil, typ, []byte(conn), strconv.AppendInt(nil, total, 10))
 }
 
 // fleet is this instance's part in the rooms of several instances.
@@ -154,10 +155,9 @@ type fleet struct {
 	running map[string]execRun
 	// givenUp are the forwarded actions this instance gave up on, each
 	// with how long a copy may come (claimGivenUp, one goroutine while
-	// claiming; kick wakes it); at most maxLeft.
+	// claiming); at most maxLeft.
 	givenUp  map[string]time.Time
 	claiming bool
-	kick     chan struct{}
 	fullLogs *loglimit.Bucket // of those given up on past maxLeft
 	// forwards are this instance's forwarded actions waiting for their
 	// result, to the home that took each ("" none yet: msgTaken).
@@ -192,7 +192,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		joining: make(map[string]bool), left: make(map[string]int),
 		claims: platform.ClaimsFor(p.deps, maxLeft, p.deps.Clock), holders: platform.StateOr(p.deps.Store, maxLeft, p.deps.Clock), gone: platform.NewLocalState(maxLeft, p.deps.Clock),
 		execs: platform.NewLocalState(maxLeft, p.deps.Clock), running: make(map[string]execRun), forwards: make(map[string]*taker),
-		givenUp: make(map[string]time.Time), kick: make(chan struct{}, 1), fullLogs: loglimit.NewBucket(loglimit.Rate{Burst: 3, Every: time.Minute}, p.deps.Clock),
+		givenUp: make(map[string]time.Time), fullLogs: loglimit.NewBucket(loglimit.Rate{Burst: 3, Every: time.Minute}, p.deps.Clock),
 		decode: json.Unmarshal, tookBeat: platform.NewLocalState(maxLeft, p.deps.Clock),
 	}
 	cl.beatNo.Store(p.deps.Clock.Now().UnixMilli())
@@ -372,15 +372,16 @@ func (cl *fleet) shutdown() {
 
 // send queues a message for instance's inbox, on the direct stream to it
 // when there is one (stream.go); it waits while the queue is full (bulk
-// frames hold their sender back). The fields must stay unchanged once
+// frames hold their sender back), over pub/sub while the outbox's share of
+// tenant (a member's room's, "": none) is. The fields must stay unchanged once
 // queued: a direct stream writes them from where they are. Fields that lie
 // in c (when not nil) keep it retained until they are written.
-func (cl *fleet) send(instance string, c *chunk, typ byte, fields ...[]byte) {
+func (cl *fleet) send(tenant, instance string, c *chunk, typ byte, fields ...[]byte) {
 	if c != nil {
 		c.Retain()
 	}
-	if !cl.streams.send(instance, true, streamMsg{typ: typ, fields: fields, held: c}) {
-		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
+	if !cl.streams.send(instance, true, streamMsg{typ: typ, tenant: tenant, fields: fields, held: c}) {
+		cl.node.SendWait(cl.ctx, tenant, cluster.Inbox(instance), typ, fields...)
 	}
 }
 
@@ -658,7 +659,7 @@ func (cl *fleet) joinRemote(m *member) error {
 		}
 		wake := away.Done()
 		if !r.homeHeld() {
-			cl.node.SendWait(cl.ctx, roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
+			cl.node.SendWait(cl.ctx, "", roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
 		} else if cl.takeBack(m) {
 			return errHomedHere
 		} else {
@@ -794,7 +795,7 @@ func (cl *fleet) decided(edge, conn string, m *member, refusal string) bool {
 	if m != nil && left {
 		return false
 	}
-	cl.send(edge, nil, msgJoined, []byte(conn), []byte(refusal))
+	cl.send("", edge, nil, msgJoined, []byte(conn), []byte(refusal))
 	return true
 }
 
@@ -934,7 +935,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		// runs a copy (go-redis sends a PUBLISH again up to its resend
 		// window; a cancel reaches only the room's home of the moment).
 		cl.mu.Lock()
-		home, taken := f.home, !f.since.IsZero()
+		home := f.home
 		cl.mu.Unlock()
 		if home != "" {
 			cl.sendNow(home, msgCancel, []byte(exec))
@@ -955,9 +956,10 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		if full {
 			cl.fullLogs.Log(cl.p.deps.Log, slog.LevelWarn, "nexscope forward given up on not claimed: as many wait for the store; a late copy of it may run", "room", r.name)
 		}
-		cl.kickClaims()
 		res := contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
-		res.Ambiguous = taken // a home took it: it may have run
+		// It may have run: at a home that took it, and at one whose word
+		// that it did (msgTaken) was lost, which this one cannot tell from none.
+		res.Ambiguous = true
 		return res
 	}
 	var res contract.Result
@@ -968,20 +970,23 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 }
 
 // claimGivenUp claims the forwarded actions given up on (fleet.givenUp),
-// each tried again every beat while the store fails it, as long as a copy
-// may come (one read by a home once the store is back would run
-// otherwise), until none is left or the instance shuts down: one goroutine
-// and one store call at a time however many there are.
+// each tried again while the store fails it, as long as a copy may come
+// (one read by a home once the store is back would run otherwise), until
+// none is left or the instance shuts down: one goroutine and one store
+// call at a time however many there are, and a beat between passes the
+// store failed, however often give-ups come.
 func (cl *fleet) claimGivenUp() {
 	clk := cl.p.deps.Clock
 	for {
 		cl.mu.Lock()
 		pending := maps.Clone(cl.givenUp)
 		cl.mu.Unlock()
+		failed := false
 		for exec, until := range pending {
 			// One whose window ended asks no store: no copy may come.
 			if clk.Now().Before(until) {
 				if _, err := cl.claims.Claim(cl.ctx, execClaim+exec, until); err != nil {
+					failed = true
 					continue // tried again next pass, or forgotten then
 				}
 			}
@@ -996,23 +1001,9 @@ func (cl *fleet) claimGivenUp() {
 			return
 		}
 		cl.mu.Unlock()
-		t := clk.AfterFunc(cl.node.Beat(), cl.kickClaims)
-		select {
-		case <-cl.kick: // a beat passed, or another was given up on
-		case <-cl.ctx.Done():
-		}
-		t.Stop()
-		if cl.ctx.Err() != nil {
+		if failed && clk.Sleep(cl.ctx, cl.node.Beat()) != nil {
 			return
 		}
-	}
-}
-
-// kickClaims wakes claimGivenUp.
-func (cl *fleet) kickClaims() {
-	select {
-	case cl.kick <- struct{}{}:
-	default:
 	}
 }
 
@@ -1126,6 +1117,10 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
 			case tenure.Err() != nil:
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the forwarded action ended before it ran (its forwarder gave up, or the room moved)")
+			case !vault.Known(p.deps.Vault, string(req.Fields[0])):
+				// Check 8 here too: the forwarder may not have applied the
+				// tenant's deletion yet, which this instance has.
+				res = contract.Declined(platformName)
 			default:
 				ctx, cancel := context.WithTimeout(tenure, budget)
 				if a.Created != nil {
@@ -1330,7 +1325,7 @@ func (r remoteReader) Write(batch []wsconn.Frame) error {
 			m.handleText(f.Data)
 		}
 		l.in.q.Written(len(f.Data))
-		l.cl.credit(l.edge, l.conn, msgConsumed, l.consumed.Add(int64(len(f.Data))+frameOverhead), &l.reported)
+		l.cl.credit(m.room.tenant(), l.edge, l.conn, msgConsumed, l.consumed.Add(int64(len(f.Data))+frameOverhead), &l.reported)
 		if m.stop {
 			return wsconn.Drop
 		}
@@ -1353,7 +1348,7 @@ func (w remoteWriter) Write(batch []wsconn.Frame) error {
 	for _, f := range batch {
 		c, _ := f.Owner.(*chunk) // a frame's only owner
 		l.out.Send(func(seq uint64) {
-			l.cl.send(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(f.Type == websocket.MessageBinary), f.Data)
+			l.cl.send(w.m.room.tenant(), l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(f.Type == websocket.MessageBinary), f.Data)
 		})
 	}
 	return nil
@@ -1365,7 +1360,7 @@ func (w remoteWriter) End(end Close) {
 		return
 	}
 	l := w.m.remote
-	l.cl.send(l.edge, nil, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), cluster.Flag(w.m.q.Flushing()))
+	l.cl.send(w.m.room.tenant(), l.edge, nil, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), cluster.Flag(w.m.q.Flushing()))
 }
 
 // linkFrame is a frame a member's link carried, queued borrowing the
@@ -1462,7 +1457,7 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte, c 
 	}
 	l.mu.Unlock()
 	l.out.Send(func(seq uint64) {
-		l.cl.send(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(typ == websocket.MessageBinary), data)
+		l.cl.send(m.room.tenant(), l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(typ == websocket.MessageBinary), data)
 	})
 }
 
@@ -1489,9 +1484,10 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, hel
 	}
 }
 
-// wrote counts n more bytes written to the socket, reported to the home.
-func (l *edgeLink) wrote(n int) {
-	l.cl.credit(l.home, l.conn, msgWritten, l.written.Add(int64(n)), &l.reported)
+// wrote counts n more bytes written to the socket of a member of a room
+// of tenant, reported to the home.
+func (l *edgeLink) wrote(tenant string, n int) {
+	l.cl.credit(tenant, l.home, l.conn, msgWritten, l.written.Add(int64(n)), &l.reported)
 }
 
 // leave forgets the member, which left, and tells its home. That message
@@ -1517,6 +1513,6 @@ func (l *edgeLink) leave(m *member) {
 	if home != "" {
 		cl.sendNow(home, msgLeave, []byte(l.conn))
 	} else {
-		cl.node.SendWait(cl.ctx, roomPrefix+m.room.name, msgLeave, []byte(l.conn)) // a join in progress
+		cl.node.SendWait(cl.ctx, "", roomPrefix+m.room.name, msgLeave, []byte(l.conn)) // a join in progress
 	}
 }

@@ -174,3 +174,43 @@ func TestForwardUnderTheCreationCheck8Approved(t *testing.T) {
 		t.Fatalf("alice got %v: the earlier t1's send reached the room of the t1 made again", f)
 	}
 }
+
+// TestForwardOfATenantTheHomeDeleted: the room's home applied t1's
+// deletion (its vault knows t1 no more: vault.Config.Known) and the edge
+// has not yet, so the edge's check 8 approves t1's send and forwards it.
+// The home declines it as it declines an action of its own gateways of a
+// tenant it does not know, and alice gets nothing. Before, the home ran
+// no check 8 (its egress had no vault): the deleted t1 spoke as the bot in
+// the apply gap.
+func TestForwardOfATenantTheHomeDeleted(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	var mu sync.Mutex
+	deleted := map[string]bool{}
+	with := func(name string) func(*platform.Deps) {
+		return func(d *platform.Deps) {
+			d.Vault = vault.NewMemory(vault.Config{Known: func(string) bool { mu.Lock(); defer mu.Unlock(); return !deleted[name] }})
+		}
+	}
+	ins := []*instance{
+		startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, with("i0")),
+		startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, with("i1")),
+	}
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice", "hermes")
+	mu.Lock()
+	deleted[home.name] = true // the home applied t1's deletion; the edge not yet
+	mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "from the deleted t1"})
+	if res.Success || res.Code != contract.CodeEgressDeclined {
+		t.Fatalf("the deleted t1's forwarded send = %+v, want egress_declined", res)
+	}
+	alice.SendJSON(map[string]any{"type": "ping"})
+	if f := alice.Next(); f["type"] != "pong" {
+		t.Fatalf("alice got %v: the deleted t1's send reached the room", f)
+	}
+}

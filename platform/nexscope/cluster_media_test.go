@@ -531,7 +531,7 @@ func TestClusterForwardGivenUpRunsNotAtALaterHome(t *testing.T) {
 // TestClusterForwardGivenUpWhileTheStoreFailsRunsNotAtALaterHome is
 // TestClusterForwardGivenUpRunsNotAtALaterHome with the forwarder's claim
 // failing at first (the store down, back a moment later): the claim is
-// made once the store is back, before a copy can run at the next home.
+// made once the store is back, at the next beat.
 func TestClusterForwardGivenUpWhileTheStoreFailsRunsNotAtALaterHome(t *testing.T) {
 	failing := make(chan struct{})
 	close(failing)
@@ -577,13 +577,18 @@ func givenUpRunsNotAtALaterHome(t *testing.T, with func(*platform.Deps)) {
 	revoke()
 	select {
 	case res := <-results:
-		if res.Success || res.Ambiguous {
-			t.Fatalf("send = %+v after its gateway was revoked, want a failure, not ambiguous: no home took it", res)
+		if res.Success || !res.Ambiguous {
+			t.Fatalf("send = %+v after its gateway was revoked, want a failure, ambiguous: a home's word that it took it may have been lost", res)
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("the revoked send was not answered")
 	}
-	waitFor(t, "the edge's claim of the send made", func() bool { return !goroutineIn("nexscope.(*fleet).forwardExec.func")() })
+	waitFor(t, "the edge's claim of the send made", func() bool {
+		cl := edge.p.cluster
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.givenUp) == 0
+	})
 	next := startInstance(t, srv, cfg, "i2", clusterLeaseTTL)
 	homeOf(t, []*instance{next}, DefaultRoom)
 	alice := next.joinWith(t, "alice", "alice", "hermes")
@@ -799,6 +804,36 @@ func TestClusterForwardCancelledEndsAtTheHome(t *testing.T) {
 	case <-gaveUp:
 	case <-time.After(bound):
 		t.Fatalf("the home's send_media did not give up within %v of its caller", bound)
+	}
+}
+
+// TestClusterForwardGivenUpWithItsTakenLostIsAmbiguous: a forwarded
+// send_media running at the home (waiting for the room's lock) whose
+// every word that the home took it was lost (pub/sub dropped msgTaken) is
+// answered ambiguous once its caller gives up: the forwarder cannot tell
+// a home that took it, its word lost, from none, and the action may have
+// run. Before, it was answered a plain failure, which a gateway may send
+// again.
+func TestClusterForwardGivenUpWithItsTakenLostIsAmbiguous(t *testing.T) {
+	home, edge, url := heldLock(t)
+	loseTaken := func(_ string, msg []byte) bool { return clustertest.Type(msg) == msgTaken }
+	home.lose.Store(&loseTaken)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+			MediaKind: "document", SourceURL: url, Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	waitFor(t, "the home running the forwarded send_media", func() bool {
+		cl := home.p.cluster
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.running) > 0
+	})
+	cancel() // the relay revokes the gateway
+	if res := <-results; res.Success || !res.Ambiguous {
+		t.Fatalf("send_media = %+v, want a failure, ambiguous: the home took it, its word lost", res)
 	}
 }
 
@@ -1985,3 +2020,93 @@ func TestClusterForwardGivenUpPastTheCapLogged(t *testing.T) {
 		t.Fatalf("a forward given up on past the %d waiting not logged", maxLeft)
 	}
 }
+
+// TestClusterForwardsGivenUpOftenWhileTheStoreFailsArePaced: forwards
+// given up on one after another while the store fails every claim are
+// claimed one pass a beat (on the injected clock), each once a pass: not
+// a pass again at every give-up, each retrying all those waiting, which
+// asked a failing store back to back as often as give-ups came.
+func TestClusterForwardsGivenUpOftenWhileTheStoreFailsArePaced(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	clk := newFakeClock()
+	claims := &downClaims{}
+	edge := startInstanceOn(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i1", clusterLeaseTTL, clk, func(d *platform.Deps) {
+		d.Store = downClaimsStore{d.Store, claims}
+		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // never the home
+			return nil
+		}
+	})
+	forwarded := make(chan struct{}, 1)
+	lost := func(_ string, msg []byte) bool { // no home reads the room
+		if clustertest.Type(msg) == msgExec {
+			select {
+			case forwarded <- struct{}{}:
+			default:
+			}
+		}
+		return true
+	}
+	edge.lose.Store(&lost)
+	giveUp := func(i int) {
+		ctx, revoke := context.WithCancel(context.Background())
+		results := make(chan contract.Result, 1)
+		go func() {
+			results <- edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "revoked"})
+		}()
+		select {
+		case <-forwarded:
+		case <-time.After(testTimeout):
+			t.Fatalf("the edge never forwarded send %d", i)
+		}
+		revoke()
+		select {
+		case <-results:
+		case <-time.After(testTimeout):
+			t.Fatalf("revoked send %d not answered", i)
+		}
+	}
+	giveUp(0)
+	waitFor(t, "the first given-up forward's claim asked of the store", func() bool { return claims.asked.Load() >= 1 })
+	const more = 5
+	for i := 1; i <= more; i++ {
+		giveUp(i)
+	}
+	if n := claims.asked.Load(); n != 1 {
+		t.Fatalf("%d claims asked of the failing store within a beat of the first, want 1", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := clk.WaitSleepers(ctx, 1); err != nil {
+		t.Fatal("the claims' goroutine never paused for a beat")
+	}
+	clk.Advance(edge.p.cluster.node.Beat())
+	want := int32(1 + 1 + more) // the first, then every forward given up on once
+	waitFor(t, "the given-up forwards' claims asked again a beat later", func() bool { return claims.asked.Load() >= want })
+	if err := clk.WaitSleepers(ctx, 1); err != nil {
+		t.Fatal("the claims' goroutine never paused again")
+	}
+	if n := claims.asked.Load(); n != want {
+		t.Fatalf("%d claims asked of the failing store by a beat on, want %d", n, want)
+	}
+}
+
+// downClaims are claims that fail at once (the store down); asked counts
+// them.
+type downClaims struct {
+	store.Claims
+	asked atomic.Int32
+}
+
+func (c *downClaims) Claim(context.Context, string, time.Time) (bool, error) {
+	c.asked.Add(1)
+	return false, errors.New("store down")
+}
+
+// downClaimsStore is a store whose claims fail.
+type downClaimsStore struct {
+	store.Store
+	claims *downClaims
+}
+
+func (s downClaimsStore) Claims() store.Claims { return s.claims }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -1157,4 +1158,53 @@ func TestClusterHomeAgainForgetsItsEarlierTenure(t *testing.T) {
 	if m := carol.Expect("msg"); m["text"] != "hello" {
 		t.Fatalf("carol got %v, want the send to everyone online", m)
 	}
+}
+
+// A room bound to a tenant floods its home over pub/sub within the
+// tenant's share of the outbox, not the share of no tenant: with the
+// edge's publishing held and a member of a room of t1 sending until its
+// edge waits for room, the edge's outbox says no to t1 (Roomy) and yes to
+// t2, and a message of no tenant (a beat) is still queued. Before, the
+// room's frames went as no tenant's: t1's share stayed empty and the flood
+// took the bulk share of no tenant, shared by every room.
+func TestClusterTenantRoomFloodTakesItsTenantsShare(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice", "hermes")
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open) // before the instances stop: their nodes publish what is queued
+	hold := func(string, []byte) bool { <-release; return false }
+	edge.lose.Store(&hold)
+	parked := func() bool { // alice's edge waits in SendWait for room
+		buf := make([]byte, 4<<20)
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "cluster.(*Node).SendWait(") && strings.Contains(g, "[select") {
+				return true
+			}
+		}
+		return false
+	}
+	for sent := 0; !parked(); sent += 64 {
+		if sent > 2*cluster.OutboxSize {
+			t.Fatalf("alice sent %d frames and her edge never waited for room in its outbox", sent)
+		}
+		for range 64 {
+			alice.SendJSON(map[string]any{"type": "ping"})
+		}
+	}
+	node := edge.p.cluster.node
+	if node.Roomy("t1") {
+		t.Fatal("the edge's outbox has room for t1 after t1's room flooded it: the room's frames were not counted as t1's")
+	}
+	if !node.Roomy("t2") {
+		t.Fatal("the edge's outbox has no room for t2 after t1's room flooded it")
+	}
+	if !node.Send("elsewhere", 'z') {
+		t.Fatal("a message of no tenant refused after t1's room flooded the outbox")
+	}
+	open()
 }

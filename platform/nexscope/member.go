@@ -208,7 +208,7 @@ func (m *member) Write(batch []wsconn.Frame) error {
 			return err
 		}
 		if m.link != nil {
-			m.link.wrote(n)
+			m.link.wrote(m.room.tenant(), n)
 		}
 	}
 	return nil

@@ -107,6 +107,7 @@ type outStream struct {
 // its chunk to the GC.
 type streamMsg struct {
 	typ    byte
+	tenant string // the room's, for the outbox's share of it over pub/sub ("": none)
 	fields [][]byte
 	held   *chunk // released once written; may be nil
 }
@@ -232,7 +233,7 @@ func (s *streams) publishQueued(o *outStream) {
 		s.mu.Unlock()
 		select {
 		case m := <-o.q:
-			s.cl.node.SendWait(s.cl.ctx, cluster.Inbox(o.to), m.typ, m.fields...)
+			s.cl.node.SendWait(s.cl.ctx, m.tenant, cluster.Inbox(o.to), m.typ, m.fields...)
 			if m.held != nil {
 				m.held.Release()
 			}
