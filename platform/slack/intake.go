@@ -536,7 +536,8 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 		}
 	case routeInteractions:
 		if ic, ok := interactionOf(rec.Body); ok {
-			return p.interaction(ctx, &ic, received)
+			_, err := p.interaction(ctx, &ic, received)
+			return err
 		}
 	case routeCommands:
 		if c, ok := commandOf(rec.Body); ok {
