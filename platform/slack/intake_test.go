@@ -2279,3 +2279,24 @@ func TestSharedChannelBusyPressToldWithThePromptsToken(t *testing.T) {
 		t.Fatalf("Bob told with %s's token in %s to %s, want A's in %s to Bob", c.Team, c.Form.Get("channel"), c.Form.Get("user"), shared)
 	}
 }
+
+// TestSlowMessagePastAFullIntakeAsksNothingOfTheStore: once t1 holds its
+// part of the intake, its slow messages (thread replies) are refused (503,
+// Slack sends them again) without a store round trip: a flood of them,
+// which on Socket Mode is read in the reader's goroutine, costs the store
+// nothing and holds no other tenant's envelopes behind a slow store.
+// Before, each read the dedupe's marks (two claims) ahead of the refusal.
+func TestSlowMessagePastAFullIntakeAsksNothingOfTheStore(t *testing.T) {
+	st := &countingStore{Store: newSharedStore(t)}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	for e.p.intake.reserve("t1", true) {
+	}
+	before := st.writes.Load()
+	for n := range 3 {
+		reply := slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, fmt.Sprintf("1768490101.%06d", n), "1768490100.000100", "<@U0BOTA0001> and now?")
+		e.event(t, teamA, fmt.Sprintf("Ev%d", n), reply, http.StatusServiceUnavailable)
+	}
+	if n := st.writes.Load() - before; n != 0 {
+		t.Fatalf("3 thread replies past t1's part of the intake took %d store claims, want 0", n)
+	}
+}
