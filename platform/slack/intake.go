@@ -84,9 +84,10 @@ type intakeRecord struct {
 	// routes to (a message by the ownership order alone, envelopeJob; a
 	// slash command; a press by its presser's, ingestPress), else its
 	// chat's holder when it was stored (chatTenant), else "" (the chats no
-	// tenant holds together). An entry stored before it was recorded (the
-	// fifteenth sitting's and older) is charged as "": it is handled, or
-	// expires (intakeRetryFor), once a sweep takes it.
+	// tenant holds together). An entry an older instance stored without its
+	// chat's holder (one of the fifteenth sitting's or older, or one routed
+	// to none of the sixteenth's, a rolling deploy's too) is charged as "":
+	// it is handled, or expires (intakeRetryFor), once a sweep takes it.
 	Tenant string `json:"tenant,omitempty"`
 	// To is the channel the entry's delivery goes to when that is not its
 	// chat's (a reaction turn its tenant's reaction_trigger_target sends
