@@ -157,11 +157,11 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed interaction", http.StatusBadRequest)
 		return
 	}
-	err := p.interaction(withIntake(r.Context(), routeInteractions, body, received, ""), &ic, received)
+	pr, err := p.interaction(withIntake(r.Context(), routeInteractions, body, received, ""), &ic, received)
 	if busyPress(err) {
 		w.WriteHeader(http.StatusOK)
 		_ = http.NewResponseController(w).Flush() // acknowledged before the post
-		p.tellBusy(&ic)
+		p.tellBusy(ic.ResponseURL, &pr)
 		return
 	}
 	p.answer(w, err, "prompt press")

@@ -84,9 +84,10 @@ type intakeRecord struct {
 	// routes to (a message by the ownership order alone, envelopeJob; a
 	// slash command; a press by its presser's, ingestPress), else its
 	// chat's holder when it was stored (chatTenant), else "" (the chats no
-	// tenant holds together). An entry stored before it was recorded (the
-	// fifteenth sitting's and older) is charged as "": it is handled, or
-	// expires (intakeRetryFor), once a sweep takes it.
+	// tenant holds together). An entry an older instance stored without its
+	// chat's holder (one of the fifteenth sitting's or older, or one routed
+	// to none of the sixteenth's, a rolling deploy's too) is charged as "":
+	// it is handled, or expires (intakeRetryFor), once a sweep takes it.
 	Tenant string `json:"tenant,omitempty"`
 	// To is the channel the entry's delivery goes to when that is not its
 	// chat's (a reaction turn its tenant's reaction_trigger_target sends
@@ -345,15 +346,24 @@ func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequ
 	if run == nil || run.Err() != nil || p.sink.Load() == nil {
 		return errNotRunning
 	}
-	// Before the reservation: a duplicate is answered as one (200, and
-	// a press's user not told to press again) however full the intake.
-	if key := cmp.Or(r.once, r.dup); key != "" {
+	// A press's before the reservation: a duplicate is answered as one
+	// (200, its user not told to press again) however full the intake. A
+	// slow message's after it: one the intake refuses asks nothing of the
+	// store (Slack sends it again), so a flood of them, read in Socket
+	// Mode's reader, costs no round trip once its tenant's part is taken.
+	check := func(key string) (bool, error) {
 		switch dup, err := p.dedupe.Check(ctx, key); {
-		case err != nil && (r.once != "" || !errors.Is(err, platform.ErrBusy)):
-			return err
+		case err != nil && (key == r.once || !errors.Is(err, platform.ErrBusy)):
+			return false, err
 		case dup:
 			p.drop(dropDuplicate, "")
-			return nil
+			return true, nil
+		}
+		return false, nil
+	}
+	if r.dup != "" {
+		if dup, err := check(r.dup); dup || err != nil {
+			return err
 		}
 	}
 	r.rec.Tenant = cmp.Or(tenant, p.chatTenant(chat))
@@ -368,6 +378,11 @@ func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequ
 			p.intake.unreserve(charged)
 		}
 	}()
+	if r.once != "" {
+		if dup, err := check(r.once); dup || err != nil {
+			return err
+		}
+	}
 	key := intakeKey(chat, r.rec)
 	value, _ := json.Marshal(r.rec) // plain fields: cannot fail
 	until := p.clock.Now().Add(intakeClaimTTL)
@@ -536,7 +551,8 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 		}
 	case routeInteractions:
 		if ic, ok := interactionOf(rec.Body); ok {
-			return p.interaction(ctx, &ic, received)
+			_, err := p.interaction(ctx, &ic, received)
+			return err
 		}
 	case routeCommands:
 		if c, ok := commandOf(rec.Body); ok {

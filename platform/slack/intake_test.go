@@ -2235,3 +2235,68 @@ func TestSecondPressPastAFullIntakeDroppedAsDuplicate(t *testing.T) {
 	}
 	e.sink.Empty(t)
 }
+
+// TestSharedChannelBusyPressToldWithThePromptsToken: in a Slack Connect
+// channel shared by A (t1's) and B (t2's), Bob of B presses t1's prompt
+// past t2's bound (his tenant's, charged), in a payload without a response_url that names B as
+// its team: he is told with A's token, the workspace that posted the
+// prompt, as the press is handled, never with t2's. Before, the payload's
+// team chose the token.
+func TestSharedChannelBusyPressToldWithThePromptsToken(t *testing.T) {
+	const shared = "C0SHR00001"
+	clk := clocktest.New(time.Now())
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	e := newEnvOn(t, fake, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	e.p.seenIn(shared, teamA.ID)
+	e.p.seenIn(shared, teamB.ID)
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"`+shared+`","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(shared, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	for e.p.intake.reserve("t2", false) { // the press is charged to its presser's tenant
+	}
+	press := withResponseURL(t, slacktest.PressFrom(teamB.ID, teamB.ID, shared, userBob, r.MessageID, "", "hp1:p1:once", "Approve once"), "")
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("the press past t1's bound answered %d %q, want 200", code, body)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	eph, err := e.fake.WaitCalls(ctx, "chat.postEphemeral", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := eph[0]; c.Team != teamA.ID || c.Form.Get("channel") != shared || c.Form.Get("user") != userBob {
+		t.Fatalf("Bob told with %s's token in %s to %s, want A's in %s to Bob", c.Team, c.Form.Get("channel"), c.Form.Get("user"), shared)
+	}
+}
+
+// TestSlowMessagePastAFullIntakeAsksNothingOfTheStore: once t1 holds its
+// part of the intake, its slow messages (thread replies) are refused (503,
+// Slack sends them again) without a store round trip: a flood of them,
+// which on Socket Mode is read in the reader's goroutine, costs the store
+// nothing and holds no other tenant's envelopes behind a slow store.
+// Before, each read the dedupe's marks (two claims) ahead of the refusal.
+func TestSlowMessagePastAFullIntakeAsksNothingOfTheStore(t *testing.T) {
+	st := &countingStore{Store: newSharedStore(t)}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	for e.p.intake.reserve("t1", true) {
+	}
+	before := st.writes.Load()
+	for n := range 3 {
+		reply := slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, fmt.Sprintf("1768490101.%06d", n), "1768490100.000100", "<@U0BOTA0001> and now?")
+		e.event(t, teamA, fmt.Sprintf("Ev%d", n), reply, http.StatusServiceUnavailable)
+	}
+	if n := st.writes.Load() - before; n != 0 {
+		t.Fatalf("3 thread replies past t1's part of the intake took %d store claims, want 0", n)
+	}
+}

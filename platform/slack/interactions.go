@@ -63,14 +63,15 @@ func pressOf(ic *slack.InteractionCallback) (press, bool) {
 // interaction handles an interaction, from either route: a prompt press
 // is ingested (ingestPress) and, once this press is stored as the
 // prompt's answer, its prompt marked pressed; any other interaction is
-// dropped.
-func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallback, received time.Time) error {
+// dropped. pr is the press, in its prompt's workspace once ingestPress
+// authorized it (as busyPress needs it).
+func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallback, received time.Time) (pr press, err error) {
 	pr, ok := pressOf(ic)
 	if !ok {
 		p.drop(dropForeignAction, "")
-		return nil
+		return pr, nil
 	}
-	return p.ingestPress(ctx, &pr, received, func() { p.markPressed(ic, &pr) })
+	return pr, p.ingestPress(ctx, &pr, received, func() { p.markPressed(ic, &pr) })
 }
 
 // busyPress reports whether err, a press's, is the intake's having no
@@ -86,13 +87,14 @@ var maxBusyPosts = 8
 // busyText is what the user of a press the intake had no room for is told.
 const busyText = "Too busy to take your choice now; press it again in a moment."
 
-// tellBusy tells the user of press ic, which the intake had no room for
+// tellBusy tells the user of press pr, which the intake had no room for
 // (busyPress), ephemerally to press again, in Run's lifetime (a shutdown
-// ends the post): through its response_url, else (a payload without one)
-// with chat.postEphemeral in its channel (its workspace's token). Past
+// ends the post): through its responseURL, else (a payload without one)
+// with chat.postEphemeral in its channel (its prompt's workspace's token,
+// as ingestPress set it, never the payload's team). Past
 // maxBusyPosts posts in flight its user is not told: the press is counted
 // as dropped (overloaded).
-func (p *Platform) tellBusy(ic *slack.InteractionCallback) {
+func (p *Platform) tellBusy(responseURL string, pr *press) {
 	run := p.intake.runCtx() // busyPress: the intake refused the press, Run ran
 	if run == nil {
 		return
@@ -107,10 +109,9 @@ func (p *Platform) tellBusy(ic *slack.InteractionCallback) {
 	ctx, cancel := context.WithTimeout(run, p.cfg.RequestTimeout)
 	defer cancel()
 	var err error
-	if ic.ResponseURL != "" {
-		err = p.postResponseURL(ctx, ic.ResponseURL, &slack.WebhookMessage{ResponseType: "ephemeral", Text: busyText})
+	if responseURL != "" {
+		err = p.postResponseURL(ctx, responseURL, &slack.WebhookMessage{ResponseType: "ephemeral", Text: busyText})
 	} else {
-		pr, _ := pressOf(ic) // busyPress: a press the intake refused
 		err = p.callIn(ctx, pr.team, pr.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
 			_, err := c.PostEphemeralContext(ctx, pr.channel, pr.user, slack.MsgOptionText(busyText, false))
 			return err

@@ -258,10 +258,10 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 		ic, _ := ev.Data.(slack.InteractionCallback) // as the client read it
 		p.beside(func() {
 			body := url.Values{"payload": {string(req.Payload)}}.Encode() // as the HTTP route's
-			err := p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received)
+			pr, err := p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received)
 			if busyPress(err) {
 				ack(nil, nil)
-				p.tellBusy(&ic)
+				p.tellBusy(ic.ResponseURL, &pr)
 				return
 			}
 			ack(err, nil)
