@@ -5,8 +5,11 @@
 // never an extra platform API call).
 //
 // Memory is bounded: per chat the latest PerChat messages within
-// BytesPerChat bytes of text, for at most Chats chats (the least recently
-// used is forgotten first). A chat's messages are kept for a tenant, as
+// BytesPerChat bytes of text, for at most Chats chats, shared between
+// tenants by weight: a new chat in a full Log forgets the least recently
+// used chat of the tenant holding the most for its weight, so one tenant's
+// many chats never take a neighbour's within its share, and a lone tenant
+// has all Chats. A chat's messages are kept for a tenant, as
 // created (Tenant), under the platform's key of the chat, so a chat that
 // changes tenants never shows one tenant's messages to another, nor a
 // tenant deleted and made again under its id the messages kept for the
@@ -14,12 +17,15 @@
 package chatcontext
 
 import (
+	"cmp"
 	"slices"
+	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"connector/contract"
+	"connector/platform/fairshare"
 )
 
 // Tenant names a tenant as created at a time: a Log keeps a chat's
@@ -56,20 +62,21 @@ type Bounds struct {
 	Chats        int // chats remembered
 	PerChat      int // messages per chat
 	BytesPerChat int // bytes of text per chat
+	// Weights shares Chats between tenant ids as fairshare.Holdings does
+	// (fairshare.Config.Weights); nil weighs each tenant 1.
+	Weights map[string]int
 }
 
 // Log holds kept messages by tenant and chat key. It is safe for
 // concurrent use; a platform serializes the changes of one chat (its
 // ingest order).
 type Log[K comparable] struct {
-	perChat, bytesPerChat int
-	byChat                *lru.Cache[chatKey[K], held]
-}
+	chats, perChat, bytesPerChat int
 
-// chatKey is a chat k of tenant id.
-type chatKey[K comparable] struct {
-	id string
-	k  K
+	mu       sync.Mutex
+	count    int                                // chats kept, of every tenant
+	byTenant map[string]*simplelru.LRU[K, held] // a tenant id's chats, by use
+	shares   *fairshare.Holdings                // the chats of each tenant id
 }
 
 // held is a chat's kept messages, for a tenant created at created (Tenant).
@@ -80,32 +87,32 @@ type held struct {
 
 // New returns an empty Log with bounds b.
 func New[K comparable](b Bounds) *Log[K] {
-	l := &Log[K]{perChat: b.PerChat, bytesPerChat: b.BytesPerChat}
-	chats := b.Chats
-	if chats <= 0 {
-		chats = DefaultChats
+	return &Log[K]{
+		chats:        cmp.Or(max(b.Chats, 0), DefaultChats),
+		perChat:      cmp.Or(max(b.PerChat, 0), DefaultPerChat),
+		bytesPerChat: cmp.Or(max(b.BytesPerChat, 0), DefaultBytesPerChat),
+		byTenant:     make(map[string]*simplelru.LRU[K, held]),
+		shares:       fairshare.NewHoldings(b.Weights),
 	}
-	if l.perChat <= 0 {
-		l.perChat = DefaultPerChat
-	}
-	if l.bytesPerChat <= 0 {
-		l.bytesPerChat = DefaultBytesPerChat
-	}
-	l.byChat, _ = lru.New[chatKey[K], held](chats) // size > 0: cannot fail
-	return l
 }
 
 // Keep adds a message to t's chat k, dropping the oldest beyond the bounds
 // and any kept for another creation of t's id. A message without text is
-// not kept: the gateway skips context without text.
+// not kept: the gateway skips context without text. A chat new to a full
+// Log forgets the least recently used chat of the tenant id holding the
+// most for its weight (fairshare.Holdings).
 func (l *Log[K]) Keep(t Tenant, k K, msg contract.ContextMessage) {
 	if msg.Text == "" {
 		return
 	}
-	key := chatKey[K]{t.id, k}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	chats := l.byTenant[t.id]
 	var old []contract.ContextMessage
-	if h, ok := l.byChat.Get(key); ok && h.created == t.created {
-		old = h.msgs
+	if chats != nil {
+		if h, ok := chats.Get(k); ok && h.created == t.created {
+			old = h.msgs
+		}
 	}
 	kept := append(make([]contract.ContextMessage, 0, len(old)+1), old...)
 	kept = append(kept, msg)
@@ -118,10 +125,36 @@ func (l *Log[K]) Keep(t Tenant, k K, msg contract.ContextMessage) {
 		}
 	}
 	if len(kept) == 0 {
-		l.byChat.Remove(key)
+		l.forget(t.id, k)
 		return
 	}
-	l.byChat.Add(key, held{t.created, kept})
+	if chats == nil || !chats.Contains(k) {
+		if l.count >= l.chats {
+			fullest := l.shares.Fullest()
+			oldest, _, _ := l.byTenant[fullest].GetOldest()
+			l.forget(fullest, oldest)
+		}
+		if chats = l.byTenant[t.id]; chats == nil {
+			chats, _ = simplelru.NewLRU[K, held](l.chats, nil) // size > 0: cannot fail
+			l.byTenant[t.id] = chats
+		}
+		l.count++
+		l.shares.Add(t.id, 1)
+	}
+	chats.Add(k, held{t.created, kept})
+}
+
+// forget drops tenant id's chat k. Called with l.mu held.
+func (l *Log[K]) forget(id string, k K) {
+	chats := l.byTenant[id]
+	if chats == nil || !chats.Remove(k) {
+		return
+	}
+	l.count--
+	l.shares.Add(id, -1)
+	if chats.Len() == 0 {
+		delete(l.byTenant, id)
+	}
 }
 
 // Take returns the messages kept for t's chat k, oldest first, and forgets
@@ -129,7 +162,7 @@ func (l *Log[K]) Keep(t Tenant, k K, msg contract.ContextMessage) {
 // Messages kept after Take are the next delivery's.
 func (l *Log[K]) Take(t Tenant, k K) []contract.ContextMessage {
 	kept := l.Pending(t, k)
-	l.byChat.Remove(chatKey[K]{t.id, k})
+	l.Delivered(t, k)
 	return kept
 }
 
@@ -144,14 +177,26 @@ func (l *Log[K]) Restore(t Tenant, k K, msgs []contract.ContextMessage) {
 // Pending returns the messages kept for t's chat k, oldest first. The
 // slice is the Log's: read it, never change it.
 func (l *Log[K]) Pending(t Tenant, k K) []contract.ContextMessage {
-	if h, ok := l.byChat.Peek(chatKey[K]{t.id, k}); ok && h.created == t.created {
-		return h.msgs
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if chats := l.byTenant[t.id]; chats != nil {
+		if h, ok := chats.Peek(k); ok && h.created == t.created {
+			return h.msgs
+		}
 	}
 	return nil
 }
 
 // Delivered forgets t's chat k's messages once a delivery carried them.
-func (l *Log[K]) Delivered(t Tenant, k K) { l.byChat.Remove(chatKey[K]{t.id, k}) }
+func (l *Log[K]) Delivered(t Tenant, k K) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.forget(t.id, k)
+}
 
 // Len is the number of chats with kept messages.
-func (l *Log[K]) Len() int { return l.byChat.Len() }
+func (l *Log[K]) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.count
+}

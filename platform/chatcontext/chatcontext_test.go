@@ -106,3 +106,65 @@ func TestTakeAndRestore(t *testing.T) {
 		t.Fatalf("after Restore: %q, want the latest 3 in order (bcd)", texts)
 	}
 }
+
+// TestTenantsShareChats: a tenant churning new chats in a full Log
+// forgets its own least recently used chats, not a neighbour's; a lone
+// tenant takes every chat; tenants churning together share the chats by
+// weight.
+func TestTenantsShareChats(t *testing.T) {
+	t1, t2 := TenantOf("t1", time.Time{}), TenantOf("t2", time.Time{})
+	l := New[int](Bounds{})
+	for c := range 10 {
+		l.Keep(t1, c, msg("before t1 was addressed"))
+	}
+	for c := range 5000 {
+		l.Keep(t2, c, msg("t2's chatter"))
+	}
+	for c := range 10 {
+		if got := l.Pending(t1, c); len(got) != 1 {
+			t.Fatalf("t1's chat %d, after t2 churned 5,000 chats, keeps %v", c, got)
+		}
+	}
+	if l.Len() != DefaultChats || l.Pending(t2, 4999) == nil || l.Pending(t2, 5000-DefaultChats+10) == nil || l.Pending(t2, 5000-DefaultChats+9) != nil {
+		t.Fatalf("%d chats kept, want %d: t2's latest %d", l.Len(), DefaultChats, DefaultChats-10)
+	}
+	for c := range 10 {
+		l.Delivered(t1, c)
+	}
+	for c := range 5000 {
+		l.Keep(t2, c+5000, msg("t2 alone"))
+	}
+	if l.Len() != DefaultChats || l.Pending(t2, 10000-DefaultChats) == nil {
+		t.Fatalf("t2 alone keeps %d chats, want %d", l.Len(), DefaultChats)
+	}
+
+	weighted := New[int](Bounds{Chats: 8, Weights: map[string]int{"t1": 3}})
+	for c := range 100 {
+		weighted.Keep(t1, c, msg("a"))
+		weighted.Keep(t2, c, msg("b"))
+	}
+	var n1 int
+	for c := range 100 {
+		if weighted.Pending(t1, c) != nil {
+			n1++
+		}
+	}
+	if weighted.Len() != 8 || n1 != 6 {
+		t.Fatalf("t1 of weight 3 keeps %d of %d chats, want 6 of 8", n1, weighted.Len())
+	}
+}
+
+// BenchmarkKeep: a message for a new chat of one of two tenants, the Log
+// full (each forgets one of its chats), and one for a chat it holds.
+func BenchmarkKeep(b *testing.B) {
+	l := New[int](Bounds{})
+	tenants := []Tenant{TenantOf("t1", time.Time{}), TenantOf("t2", time.Time{})}
+	m := msg("hello")
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		l.Keep(tenants[i%2], i, m)
+		l.Keep(tenants[i%2], i, m)
+		i++
+	}
+}

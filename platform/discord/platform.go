@@ -171,7 +171,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.owned = ttlcache.New[[2]string, chanInfo](maxStandbyDeclines, standbyOwnTTL, p.clock)
 	p.created = newCreatedThreads()
-	p.channelContext = chatcontext.New[string](chatcontext.Bounds{})
+	p.channelContext = chatcontext.New[string](chatcontext.Bounds{Weights: weights})
 	p.seen = platform.ClaimsFor(deps, maxSeenInteractions, p.clock)
 	p.turns = chatorder.New[string](maxIngesting)
 	p.cmds = newCommandSync(p)

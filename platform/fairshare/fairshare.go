@@ -8,7 +8,8 @@
 // only ever receives its share while the others keep flowing; an idle
 // tenant's share goes to whoever is waiting. This is the one fairness policy
 // of every platform; per-chat and per-route limits are the platforms' own and
-// are applied after a grant.
+// are applied after a grant. Share and Holdings part a bound (not a rate)
+// between tenants by the same weights.
 package fairshare
 
 import (

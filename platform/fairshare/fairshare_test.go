@@ -230,3 +230,31 @@ func TestShare(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldings: the fullest tenant is the one holding the most for its
+// weight; one holding nothing is never named.
+func TestHoldings(t *testing.T) {
+	h := fairshare.NewHoldings(map[string]int{"a": 3, "z": 0})
+	if got := h.Fullest(); got != "" {
+		t.Fatalf("nothing held: fullest %q", got)
+	}
+	for _, step := range []struct {
+		tenant  string
+		n       int
+		fullest string
+	}{
+		{"a", 1, "a"},
+		{"b", 1, "b"}, // 1 of weight 1 over 1 of weight 3
+		{"a", 1, "b"}, // 2 of weight 3 under 1 of weight 1
+		{"a", 2, "a"},
+		{"z", 2, "z"}, // weight 0 counts as 1
+		{"z", -2, "a"},
+		{"a", -4, "b"},
+		{"b", -1, ""},
+	} {
+		h.Add(step.tenant, step.n)
+		if got := h.Fullest(); got != step.fullest {
+			t.Fatalf("after %s %+d: fullest %q, want %q", step.tenant, step.n, got, step.fullest)
+		}
+	}
+}

@@ -1,5 +1,7 @@
 package fairshare
 
+import "container/heap"
+
 // WeightsOf is the Config.Weights of tenants' settings, each read by
 // weight (a weight under 1 counts as 1).
 func WeightsOf[T any](tenants map[string]T, weight func(T) int) map[string]int {
@@ -22,4 +24,73 @@ func Share(n int, weights map[string]int, tenant string) int {
 	}
 	own := max(weights[tenant], 1)
 	return n * own / (sum + own)
+}
+
+// Holdings counts the parts tenants hold of one bound shared by weight (as
+// Share reads weights) and names the tenant holding the most for its
+// weight, whose part goes first when the bound is full: a tenant within
+// its share never loses it to another's growth, and a lone tenant may take
+// the whole bound. Its zero value is not usable; call NewHoldings. It is
+// not safe for concurrent use.
+type Holdings struct {
+	weights  map[string]int
+	byTenant map[string]*holding
+	heap     holdingHeap
+}
+
+// holding is what a tenant holds, with its weight and index in the heap.
+type holding struct {
+	tenant  string
+	n, w, i int
+}
+
+// NewHoldings returns Holdings of nothing, shared by weights.
+func NewHoldings(weights map[string]int) *Holdings {
+	return &Holdings{weights: weights, byTenant: make(map[string]*holding)}
+}
+
+// Add changes what tenant holds by n (1 for one part more, -1 for one less).
+func (h *Holdings) Add(tenant string, n int) {
+	x := h.byTenant[tenant]
+	if x == nil {
+		x = &holding{tenant: tenant, w: max(h.weights[tenant], 1)}
+		h.byTenant[tenant] = x
+		heap.Push(&h.heap, x)
+	}
+	if x.n += n; x.n > 0 {
+		heap.Fix(&h.heap, x.i)
+		return
+	}
+	heap.Remove(&h.heap, x.i)
+	delete(h.byTenant, tenant)
+}
+
+// Fullest is the tenant holding the most parts for its weight; "" when
+// none holds any.
+func (h *Holdings) Fullest() string {
+	if len(h.heap) == 0 {
+		return ""
+	}
+	return h.heap[0].tenant
+}
+
+// holdingHeap orders holdings the fullest first (container/heap).
+type holdingHeap []*holding
+
+func (s holdingHeap) Len() int           { return len(s) }
+func (s holdingHeap) Less(i, j int) bool { return s[i].n*s[j].w > s[j].n*s[i].w }
+func (s holdingHeap) Swap(i, j int) {
+	s[i], s[j] = s[j], s[i]
+	s[i].i, s[j].i = i, j
+}
+func (s *holdingHeap) Push(x any) {
+	x.(*holding).i = len(*s)
+	*s = append(*s, x.(*holding))
+}
+func (s *holdingHeap) Pop() any {
+	old := *s
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*s = old[:len(old)-1]
+	return x
 }

@@ -129,11 +129,12 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	cfg = cfg.WithDefaults()
 	deps = deps.WithDefaults()
+	weights := fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight })
 	p := &Platform{
 		cfg:       cfg,
 		log:       deps.Log.With("platform", platformName),
 		deps:      deps,
-		observed:  chatcontext.New[topicKey](chatcontext.Bounds{}),
+		observed:  chatcontext.New[topicKey](chatcontext.Bounds{Weights: weights}),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    &health{st: platform.Status{Detail: "not started"}, changed: make(chan struct{})},
 		callbacks: make(chan string, 256),
@@ -164,7 +165,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.secretSum = sha256.Sum256([]byte(cfg.WebhookSecret))
 	p.scrubber = newScrubber(cfg.BotToken, cfg.WebhookSecret)
 	p.budget = fairshare.New(fairshare.Config{
-		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }),
+		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: weights,
 		Clock: p.deps.Clock,
 	})
 	p.egress = platform.Egress[*Platform, int64]{Ops: handlers, Chat: chatIDOf, Timeout: cfg.RequestTimeout, Grants: p.grants, Vault: deps.Vault, PromptsAsked: p.promptsAsked, Clock: p.deps.Clock}

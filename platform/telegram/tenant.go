@@ -92,7 +92,8 @@ type TenantConfig struct {
 	// authorizing users stays the gateway's. Default none.
 	GroupAllowedChats []string `yaml:"group_allowed_chats"`
 	// Weight is the tenant's share of the bot's global send budget
-	// (GlobalPerSecond) relative to other tenants. Default 1.
+	// (GlobalPerSecond) relative to other tenants, and of the chat topics
+	// whose observed messages are kept. Default 1.
 	Weight int `yaml:"weight"`
 }
 
