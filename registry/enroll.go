@@ -107,7 +107,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 // tenant's deletion began. A gateway deleted or taken by another tenant
 // on another instance before its wake URL is written is ErrConflict.
 func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string) (string, error) {
-	if err := checkID("gateway", id); err != nil {
+	if err := CheckID("gateway", id); err != nil {
 		return "", err
 	}
 	if wakeURL != "" {
@@ -246,7 +246,7 @@ const (
 // admit is called before a gateway is created or rotated (a rate limit);
 // its error is returned as it is and nothing changes.
 func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, admit func() error) (secret, outcome string, err error) {
-	if err := checkID("gateway", id); err != nil {
+	if err := CheckID("gateway", id); err != nil {
 		return "", "", err
 	}
 	if minter == "" {
