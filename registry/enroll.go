@@ -272,8 +272,12 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 }
 
 // provisionTurn is Provision's decision on what the store holds now, in
-// the tenant's turn (tenantTurn).
+// the tenant's turn (tenantTurn). Its writes run on ctx without its
+// cancellation (bounded by releaseTimeout): a caller that hangs up leaves
+// the gateway whole, its secret answered again to the same token.
 func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string, admit func() error) (secret, outcome string, err error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	var g Gateway
 	raw, exists, err := r.getRaw(ctx, nsGateways, id, &g)
 	if err != nil {
@@ -288,7 +292,7 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 		if err := admit(); err != nil {
 			return "", "", err
 		}
-		secret, _, err := r.storeGateway(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
+		secret, _, err := r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
 		if errors.Is(err, ErrExists) { // made meanwhile on another instance, perhaps for this token
 			err = errRaced
 		}
@@ -307,7 +311,7 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 		return "", "", err
 	}
 	g.Origin = OriginProvision
-	secret, _, err = r.rotateSecret(ctx, g, raw, DefaultGrace, minter)
+	secret, _, err = r.rotateSecret(wctx, g, raw, DefaultGrace, minter)
 	return secret, ProvisionRotated, err
 }
 
