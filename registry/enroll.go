@@ -107,7 +107,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 // tenant's deletion began. A gateway deleted or taken by another tenant
 // on another instance before its wake URL is written is ErrConflict.
 func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string) (string, error) {
-	if err := checkID("gateway", id); err != nil {
+	if err := CheckID("gateway", id); err != nil {
 		return "", err
 	}
 	if wakeURL != "" {
@@ -246,7 +246,7 @@ const (
 // admit is called before a gateway is created or rotated (a rate limit);
 // its error is returned as it is and nothing changes.
 func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, admit func() error) (secret, outcome string, err error) {
-	if err := checkID("gateway", id); err != nil {
+	if err := CheckID("gateway", id); err != nil {
 		return "", "", err
 	}
 	if minter == "" {
@@ -272,8 +272,12 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 }
 
 // provisionTurn is Provision's decision on what the store holds now, in
-// the tenant's turn (tenantTurn).
+// the tenant's turn (tenantTurn). Its writes run on ctx without its
+// cancellation (bounded by releaseTimeout): a caller that hangs up leaves
+// the gateway whole, its secret answered again to the same token.
 func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string, admit func() error) (secret, outcome string, err error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	var g Gateway
 	raw, exists, err := r.getRaw(ctx, nsGateways, id, &g)
 	if err != nil {
@@ -288,7 +292,7 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 		if err := admit(); err != nil {
 			return "", "", err
 		}
-		secret, _, err := r.storeGateway(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
+		secret, _, err := r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
 		if errors.Is(err, ErrExists) { // made meanwhile on another instance, perhaps for this token
 			err = errRaced
 		}
@@ -307,7 +311,7 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 		return "", "", err
 	}
 	g.Origin = OriginProvision
-	secret, _, err = r.rotateSecret(ctx, g, raw, DefaultGrace, minter)
+	secret, _, err = r.rotateSecret(wctx, g, raw, DefaultGrace, minter)
 	return secret, ProvisionRotated, err
 }
 

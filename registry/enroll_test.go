@@ -337,6 +337,45 @@ func TestProvisionSeesNoGatewayTakenBackOnRedis(t *testing.T) {
 	}
 }
 
+// TestProvisionCancelledMidWriteLeavesItWhole: the provision's request is
+// given up once gw-1 is written, before a's gateway guard is swapped (the
+// store refuses writes on a cancelled context). The guard swap runs to
+// completion all the same: the provision is answered, gw-1 holds its
+// secret, and the retry with the same token is answered that secret,
+// repeated. Before, the guard swap failed, gw-1 was taken back, and the
+// retry made it again with another secret.
+func TestProvisionCancelledMidWriteLeavesItWhole(t *testing.T) {
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	hooked := &hookedStore{Store: store.NewMemory(c)}
+	t.Cleanup(func() { _ = hooked.Close() })
+	r := registry.New(hooked, c)
+	if err := r.CreateTenant(context.Background(), registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, hangUp := context.WithCancel(context.Background())
+	defer hangUp()
+	hooked.cas = func(ctx context.Context, namespace, key string) error {
+		if namespace == "registry/gateways" && key == "gw-1" {
+			hangUp()
+		}
+		return ctx.Err()
+	}
+	minter := registry.MinterOf("identity")
+	admit := func() error { return nil }
+	secret, outcome, err := r.Provision(ctx, "a", "gw-1", minter, admit)
+	hooked.cas = nil
+	if err != nil || outcome != registry.ProvisionCreated {
+		t.Fatalf("provision given up mid-write: %q, %v; want created", outcome, err)
+	}
+	if ok, err := r.GatewayHolds(context.Background(), "a", "gw-1", []byte(secret)); err != nil || !ok {
+		t.Fatalf("gw-1 holds the secret the provision answered: %v, %v; want true", ok, err)
+	}
+	again, outcome, err := r.Provision(context.Background(), "a", "gw-1", minter, admit)
+	if err != nil || outcome != registry.ProvisionRepeated || again != secret {
+		t.Fatalf("retry with the same token: %q, %v, same secret %v; want the secret repeated", outcome, err, again == secret)
+	}
+}
+
 // TestProvisionRacingItsTwinOnRedis: two instances on one redis-server;
 // while instance one provisions gw-1 with an identity token, having found
 // no gateway of the id, instance two provisions gw-1 with the same token

@@ -317,7 +317,7 @@ func New(st store.Store, c clock.Clock) *Registry {
 // SetDeclared replaces the declared (YAML) layer after checking it.
 func (r *Registry) SetDeclared(s State) error {
 	for _, t := range s.Tenants {
-		if err := cmp.Or(t.Session.check(), t.checkLimits()); err != nil {
+		if err := cmp.Or(CheckID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
 			return err
 		}
 	}
@@ -522,7 +522,7 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 // the id finishing meanwhile made no later than the deleted tenant
 // (ErrConflict).
 func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
-	if err := cmp.Or(checkID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
+	if err := cmp.Or(CheckID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -884,7 +884,7 @@ func ForGateway(ctx context.Context, gateway string, key []byte) context.Context
 // cancel (the store may apply a write whose caller stopped waiting), and
 // is taken back.
 func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string, error) {
-	if err := checkID("gateway", id); err != nil {
+	if err := CheckID("gateway", id); err != nil {
 		return "", err
 	}
 	if r.declaredGateway(id) {
@@ -2007,7 +2007,10 @@ func (r *Registry) Watch(ctx context.Context, period time.Duration, changed func
 // idPattern is what tenant and gateway ids made through the API look like.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
-func checkID(what, id string) error {
+// CheckID refuses an id (what names its kind: tenant, gateway) that does
+// not match idPattern: ids are parts of store keys, vault keys and metrics
+// labels, which take no '/' or ':'.
+func CheckID(what, id string) error {
 	if !idPattern.MatchString(id) {
 		return fmt.Errorf("%w: %s id %q: want 1 to 64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", ErrInvalid, what, textsplit.Truncate(id, 80))
 	}

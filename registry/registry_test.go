@@ -139,6 +139,7 @@ func TestErrors(t *testing.T) {
 	for name, c := range map[string]struct{ err, want error }{
 		"duplicate tenant":       {r.CreateTenant(ctx, registry.Tenant{ID: "a"}), registry.ErrExists},
 		"bad tenant id":          {r.CreateTenant(ctx, registry.Tenant{ID: "a/b"}), registry.ErrInvalid},
+		"bad declared tenant id": {r.SetDeclared(registry.State{Tenants: []registry.Tenant{{ID: "a/gateways"}}}), registry.ErrInvalid},
 		"bad session":            {r.CreateTenant(ctx, registry.Tenant{ID: "c", Session: &registry.Session{NexscopeKeyPlatform: "x"}}), registry.ErrInvalid},
 		"first gateway":          {dupGateway, nil},
 		"duplicate gateway":      {dupGateway2, registry.ErrExists},

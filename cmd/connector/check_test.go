@@ -195,6 +195,31 @@ tenants:
 	}
 }
 
+// TestDeclaredIDsFollowTheAPIRule: a YAML tenant id "acme/gateways" would
+// share registry keys with tenant acme's guards (and ids are parts of vault
+// keys, store prefixes and metrics labels), so a declared tenant or gateway
+// id the admin API would refuse fails serve and -check, naming the key and
+// the rule.
+func TestDeclaredIDsFollowTheAPIRule(t *testing.T) {
+	for _, c := range []struct{ doc, key string }{
+		{"tenants:\n  - id: acme\n  - id: acme/gateways\n", "tenants[1].id"},
+		{"tenants:\n  - id: \"a:b\"\n", "tenants[0].id"},
+		{"tenants:\n  - id: a\n    gateways: [{id: gw/1, secrets: [s]}]\n", "tenants[0].gateways[0].id"},
+	} {
+		path := writeConfig(t, "listen: 127.0.0.1:0\n"+c.doc)
+		code, _, errOut := runCmd(t, "serve", "-config", path, "-check")
+		_, _, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, noEnv)
+		for _, w := range []string{c.key, "want 1 to 64 of A-Z a-z 0-9 . _ -"} {
+			if code != 1 || !strings.Contains(errOut, w) {
+				t.Errorf("%q -check: exit %d, stderr %q, want exit 1 naming %s", c.doc, code, errOut, w)
+			}
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%q serve: config error %v, want one naming %s", c.doc, err, w)
+			}
+		}
+	}
+}
+
 // TestCheckRejectsDirectoriesServeCannotCreate: a store.path or media.dir
 // that cannot be created (under /proc, or below a file) fails -check with
 // an error naming the key, as serve would fail on it; one that can be

@@ -219,7 +219,9 @@ type RedisTLSConfig struct {
 // TenantConfig is one tenant.
 type TenantConfig struct {
 	// ID names the tenant in platform routing (which guilds, chats and rooms
-	// it owns) and in logs and metrics.
+	// it owns) and in logs and metrics. It is 1 to 64 of A-Z a-z 0-9 . _ -,
+	// starting with a letter or digit (the admin API's rule: ids are parts
+	// of store keys); another id is an error.
 	ID string `yaml:"id"`
 	// Gateways are the gateway identities that connect for this tenant.
 	Gateways []GatewayConfig `yaml:"gateways"`
@@ -237,9 +239,9 @@ type TenantConfig struct {
 
 // GatewayConfig is one gateway identity.
 type GatewayConfig struct {
-	// ID is the gateway's GATEWAY_RELAY_ID. Two ids that name the same
-	// CONNECTOR_GATEWAY_SECRETS_<ID> variable (gw-a and gw.a) are an error:
-	// they would share its secrets.
+	// ID is the gateway's GATEWAY_RELAY_ID, under the tenant id's rule. Two
+	// ids that name the same CONNECTOR_GATEWAY_SECRETS_<ID> variable (gw-a
+	// and gw.a) are an error: they would share its secrets.
 	ID string `yaml:"id"`
 	// Secrets are accepted GATEWAY_RELAY_SECRET values, several while one is
 	// rotated, at most 8 with the environment's. More come from the
@@ -431,6 +433,9 @@ func (c *Config) validateTenants() error {
 		if t.ID == "" {
 			return fmt.Errorf("config: %s.id: required", key)
 		}
+		if err := registry.CheckID("tenant", t.ID); err != nil {
+			return fmt.Errorf("config: %s.id: %w", key, err)
+		}
 		if tenants[t.ID] {
 			return fmt.Errorf("config: %s.id: tenant %q is defined twice", key, t.ID)
 		}
@@ -448,6 +453,9 @@ func (c *Config) validateTenants() error {
 			gkey := fmt.Sprintf("%s.gateways[%d]", key, gi)
 			if g.ID == "" {
 				return fmt.Errorf("config: %s.id: required", gkey)
+			}
+			if err := registry.CheckID("gateway", g.ID); err != nil {
+				return fmt.Errorf("config: %s.id: %w", gkey, err)
 			}
 			if gateways[g.ID] {
 				return fmt.Errorf("config: %s.id: gateway %q is defined twice", gkey, g.ID)
