@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,6 +230,88 @@ func burstToARemoteSocket(t *testing.T, frameType string, events, size int, ack 
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// heldPubSub holds each publication on the channel "held" until release
+// is closed.
+type heldPubSub struct {
+	store.PubSub
+	release chan struct{}
+}
+
+func (p heldPubSub) Publish(ctx context.Context, channel string, msg []byte) error {
+	if channel == "held" {
+		select {
+		case <-p.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return p.PubSub.Publish(ctx, channel, msg)
+}
+
+// TestClusterRoomAgainPokesOnlyTheTenantWaiting: i0 drives t1 and t2;
+// the cluster outbox says no to t1 only (Roomy, as t1's remote seats ask
+// before each frame), and once it has room again the relay pokes t1's
+// ledger only. Before, it poked the ledger of every tenant it drives, each
+// under its mutex: one tenant's burst made the instance sweep them all.
+func TestClusterRoomAgainPokesOnlyTheTenantWaiting(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	ps := heldPubSub{st.PubSub(), make(chan struct{})}
+	node, err := cluster.New(cluster.Config{Instance: "i0", PubSub: ps, LeaseTTL: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	tenants := []relay.Tenant{
+		{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}},
+		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{"s2"}}}},
+	}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: tenants, Platforms: []platform.Platform{newFake("discord", nil)},
+		Log: relaytest.TestLogger(t), Store: st, Cluster: node})
+	h.Dial(t, "gw1", "s1").Hello(t, "discord", "")
+	h.Dial(t, "gw2", "s2").Hello(t, "discord", "")
+	deadline := time.Now().Add(relaytest.Timeout)
+	for relay.ClusterTenure(h.Server, "t1") == nil || relay.ClusterTenure(h.Server, "t2") == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for i0 to drive t1 and t2", relaytest.Timeout)
+		}
+		runtime.Gosched() // polling: taking the lease signals nothing here
+	}
+	var mu sync.Mutex
+	var poked []string
+	relay.SetRoomHook(h.Server, func(tenant string) {
+		mu.Lock()
+		poked = append(poked, tenant)
+		mu.Unlock()
+	})
+	done := make(chan []string, 1)
+	node.OnRoom(func(due []string) { done <- slices.Clone(due) }) // after the relay's
+	for sent := 0; node.SendFor("t1", "held", 'x'); sent++ {
+		if sent > cluster.OutboxSize {
+			t.Fatal("t1's share of the outbox never filled")
+		}
+	}
+	if node.Roomy("t1") {
+		t.Fatal("Roomy(t1) with its share of the outbox full")
+	}
+	release.Do(func() { close(ps.release) })
+	select {
+	case due := <-done:
+		if !slices.Equal(due, []string{"t1"}) {
+			t.Fatalf("room again for %q, want t1", due)
+		}
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for room again", relaytest.Timeout)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(poked, []string{"t1"}) {
+		t.Fatalf("room again for t1 poked the ledgers of %q, want t1's only", poked)
 	}
 }
 

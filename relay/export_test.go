@@ -194,3 +194,7 @@ func LateOutbound(s *Server, tenant, platform string) func(*contract.Action) con
 	}
 	return nil
 }
+
+// SetRoomHook makes s run f as the cluster outbox's OnRoom (room again)
+// pokes tenant's ledger. Set it before the outbox says no to anyone.
+func SetRoomHook(s *Server, f func(tenant string)) { s.fleet.roomHook = f }

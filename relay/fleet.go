@@ -108,6 +108,9 @@ type fleet struct {
 	// started is set by start: from then on a joining tenant's loop starts
 	// at once.
 	started atomic.Bool
+	// roomHook, set only by tests, runs as the outbox's OnRoom pokes a
+	// tenant's ledger.
+	roomHook func(tenant string)
 }
 
 // ownerWrite is a session owner to store.
@@ -309,9 +312,14 @@ func newFleet(s *Server) *fleet {
 		fl.atDriver(m, func(f *tenantFleet) { f.holdsFor(m.From) })
 	})
 	n.Handle(msgInterrupt, 6, fl.interruptIn)
-	n.OnRoom(func() {
-		for _, h := range fl.srv.hubs() {
-			if h.fleet.driving.Load() {
+	// A remote seat's Offer found no room for its tenant (Roomy): only the
+	// ledgers of the tenants it said no to wait for it.
+	n.OnRoom(func(due []string) {
+		for _, t := range due {
+			if h := fl.srv.hub(t); h != nil && h.fleet.driving.Load() {
+				if fl.roomHook != nil {
+					fl.roomHook(t)
+				}
 				h.ledger.Pump()
 			}
 		}

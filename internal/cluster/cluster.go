@@ -126,8 +126,8 @@ type Node struct {
 
 	mu            sync.Mutex // guards what follows; a leaf
 	handlers      map[byte]handler
-	onRoom        []func()
-	wantRoom      map[string]bool      // the tenants Roomy said no to since the OnRoom callbacks last ran
+	onRoom        []func(due []string)
+	wantRoom      map[string]bool      // the tenants Roomy said no to whose OnRoom is owed
 	queuedFor     map[string]int       // tenant ("": none) -> its messages in out
 	tenantsQueued int                  // the messages of every tenant in out
 	bulkQueued    int                  // the messages of no tenant SendWait put in out (BulkShare)
@@ -434,8 +434,8 @@ func (n *Node) queueWait(ctx context.Context, q queued) bool {
 }
 
 // Roomy reports whether the outbox is less than half full, and tenant's
-// share of it too. When it is not, the OnRoom callbacks run once the
-// outbox is again: a sender that must not fill the outbox (the relay's
+// share of it too. When it is not, the OnRoom callbacks run for tenant once
+// both are again: a sender that must not fill the outbox (the relay's
 // frames) holds back meanwhile, and asks again.
 func (n *Node) Roomy(tenant string) bool {
 	if len(n.out) < TenantShare/2 {
@@ -446,8 +446,11 @@ func (n *Node) Roomy(tenant string) bool {
 	}
 	// Looked at again and answered under mu, as the publisher looks after
 	// each publication: either its look comes later and sees wantRoom, or
-	// this one does and sees the messages it took out, so a no is never
-	// left without its OnRoom.
+	// this one does and sees the messages it took out. A tenant stays in
+	// wantRoom until a look finds both below half; until then messages
+	// are queued (its own, or enough of the outbox), and the publisher
+	// looks again once it took them out, so a no is never left without
+	// its OnRoom.
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.out) < OutboxSize/2 && n.queuedFor[tenant] < TenantShare/2 {
@@ -459,8 +462,9 @@ func (n *Node) Roomy(tenant string) bool {
 
 // OnRoom registers f to run (on the publishing goroutine, with no lock
 // held) whenever the outbox is less than half full again, and the share of
-// a tenant Roomy said no to, after Roomy said it was not.
-func (n *Node) OnRoom(f func()) {
+// tenants Roomy said no to: due names them, each once per no. f must not
+// keep due.
+func (n *Node) OnRoom(f func(due []string)) {
 	n.mu.Lock()
 	n.onRoom = append(n.onRoom, f)
 	n.mu.Unlock()
@@ -476,6 +480,7 @@ func (n *Node) publishLoop() {
 	batcher, _ := n.cfg.PubSub.(store.BatchPublisher)
 	batch := make([]store.Message, 0, publishBatch)
 	tenants := make([]string, 0, publishBatch)
+	var due []string // the tenants whose OnRoom a publication's look found owed
 	streak, bulk := 0, 0
 	take := func(m queued) {
 		batch, tenants = append(batch, m.Message), append(tenants, m.tenant)
@@ -511,18 +516,20 @@ func (n *Node) publishLoop() {
 		batch = batch[:0]
 		if len(n.out) < OutboxSize/2 {
 			n.mu.Lock()
-			want, fs := false, n.onRoom
+			fs := n.onRoom
 			for t := range n.wantRoom {
-				want = want || n.queuedFor[t] < TenantShare/2
-			}
-			if want {
-				clear(n.wantRoom)
+				if n.queuedFor[t] < TenantShare/2 {
+					due = append(due, t)
+					delete(n.wantRoom, t)
+				}
 			}
 			n.mu.Unlock()
-			if want {
+			if len(due) > 0 {
 				for _, f := range fs {
-					f()
+					f(due)
 				}
+				clear(due)
+				due = due[:0]
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -190,7 +191,7 @@ func TestFullOutbox(t *testing.T) {
 	var release sync.Once
 	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
 	room := make(chan struct{}, 1)
-	n.OnRoom(func() { room <- struct{}{} })
+	n.OnRoom(func([]string) { room <- struct{}{} })
 	sent := 0
 	for n.Send("elsewhere", 'x') {
 		sent++
@@ -263,7 +264,7 @@ func TestRoomyRacingTheDrain(t *testing.T) {
 		<-unpark.c
 	})
 	room := make(chan struct{}, 1)
-	n.OnRoom(func() {
+	n.OnRoom(func([]string) {
 		select {
 		case room <- struct{}{}:
 		default:
@@ -284,6 +285,48 @@ func TestRoomyRacingTheDrain(t *testing.T) {
 	unpark.open()
 	if !receive(t, answer, "Roomy's answer") {
 		receive(t, room, "OnRoom after Roomy said no, the outbox empty and the publisher done with it")
+	}
+}
+
+// Two tenants Roomy said no to, each with its share full: as the
+// publisher drains the first below half its share, OnRoom is given that
+// tenant only, and the second, still waiting, is given later, once it
+// drained too (its no is not lost with the first one's wake). Before,
+// OnRoom named nobody, and the relay poked every tenant it drives.
+func TestRoomAgainNamesTheTenantsDue(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	ps := blockingPubSub{st.PubSub(), make(chan struct{})}
+	n, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	due := make(chan []string, 4)
+	n.OnRoom(func(d []string) { due <- slices.Clone(d) })
+	// t1's messages all queued before t2's: the publisher, which takes
+	// them in order, drains t1's share first.
+	for _, tenant := range []string{"t1", "t2"} {
+		for sent := 0; n.SendFor(tenant, "elsewhere", 'x'); sent++ {
+			if sent > cluster.OutboxSize {
+				t.Fatalf("%s's share never filled", tenant)
+			}
+		}
+	}
+	if n.Roomy("t1") || n.Roomy("t2") {
+		t.Fatal("Roomy with the tenant's share full")
+	}
+	release.Do(func() { close(ps.release) })
+	if got := receive(t, due, "OnRoom once t1's share drained below half"); !slices.Equal(got, []string{"t1"}) {
+		t.Fatalf("OnRoom given %q while t2's share was still full, want t1 only", got)
+	}
+	if got := receive(t, due, "OnRoom once t2's share drained below half"); !slices.Equal(got, []string{"t2"}) {
+		t.Fatalf("OnRoom given %q once t2's share drained, want t2", got)
+	}
+	if !n.Roomy("t1") || !n.Roomy("t2") {
+		t.Fatal("not Roomy after both were given OnRoom")
 	}
 }
 
@@ -533,7 +576,7 @@ func TestTenantShareOfTheOutbox(t *testing.T) {
 	}
 	t.Cleanup(b.Close)
 	room := make(chan struct{}, 1)
-	a.OnRoom(func() {
+	a.OnRoom(func([]string) {
 		select {
 		case room <- struct{}{}:
 		default:
