@@ -198,7 +198,8 @@ type TenantConfig struct {
 	// (DISCORD_ALLOWED_ROLES); see AllowedUsers. Default: none.
 	AllowedRoles []string `yaml:"allowed_roles"`
 	// Weight is the tenant's share of the bot's global budget relative to
-	// other tenants, and of the channels whose context is kept. Default 1.
+	// other tenants, and of the channels whose held-back messages an
+	// instance keeps as channel context (docs/security.md). Default 1.
 	Weight int `yaml:"weight"`
 }
 
