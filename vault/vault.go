@@ -43,11 +43,14 @@ const KindChatGrant Kind = "platform.chat_grant"
 // ChatGrantTTL is how long a KindChatGrant lasts.
 const ChatGrantTTL = 24 * time.Hour
 
-// KindPostedMessage marks a message the bot posted for the tenant in a chat
-// of one platform it held by grant (the key's SessionKey names the
-// platform, the chat and the message, platform.Grants.Posted): only that
-// tenant may edit or delete it there. The value is empty: the key is the
-// mark. It lasts ChatGrantTTL, the life of the grant it was posted on.
+// KindPostedMessage names (Ref) the tenant, and its creation (Created),
+// a message the bot posted for in a chat of one platform it held by grant
+// (the key's SessionKey names the platform, the chat and the message; its
+// tenant is none's, as a later holder of the chat finds it by the message
+// alone: platform.Grants.Posted): only that tenant may edit or delete it
+// there, whoever holds the chat since. It lasts ChatGrantTTL, the life of
+// the grant it was posted on. (Releases before kept it under the tenant's
+// own key, empty, which platform.Grants reads until those have expired.)
 const KindPostedMessage Kind = "platform.posted_message"
 
 // KindPromptPoster names (Ref) the tenant, and its creation (Created),
