@@ -43,8 +43,8 @@ type Grants struct {
 	clock    clock.Clock
 	log      *slog.Logger
 	// stored are the records of posted messages Posted stored or poster
-	// read lately (ChatGrantTTL/2), none's too, which Posted does not
-	// store again and poster does not read.
+	// read lately (ChatGrantTTL/2), and those poster found none of, which
+	// Posted does not store again and poster does not read.
 	stored *ttlcache.Cache[vault.Key, poster]
 }
 
@@ -146,11 +146,12 @@ func (g *Grants) Has(ctx context.Context, chat, tenant string) bool {
 	return ok
 }
 
-// poster is the tenant a message was posted for, as created then
-// (vault.Entry.Created); none ("") when it was not marked.
+// poster is the record of a message posted for tenant (none: "") as
+// stored at stored, under tenant's creation then, created (zero: none
+// kept).
 type poster struct {
-	tenant  string
-	created time.Time
+	tenant          string
+	stored, created time.Time
 }
 
 // postedKey is the vault key of the record naming (Ref) the tenant the bot
@@ -203,47 +204,49 @@ func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, creat
 		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 		return
 	}
-	g.stored.Add(k, poster{tenant, e.Created})
+	g.stored.Add(k, poster{tenant, e.Stored, e.Created})
 }
 
-// poster is whom the record Posted kept of message in chat names (none
-// when there is none, or it is outdated for its tenant: vault.Outdated);
-// err (wrapping ErrUnavailable) when the store could not tell. A record
-// this instance stored or read lately, or the store's answer that there
-// is none, is known without a store read (a record lasts twice as long in
-// the vault, and a message's poster never changes), so edit-based
-// streaming of a message costs no read per edit; one kept under another
-// creation of its tenant (vault.Earlier) is read again.
+// poster is the record Posted kept of message in chat (none when there is
+// none); err (wrapping ErrUnavailable) when the store could not tell. A
+// record this instance stored or read lately, or the store's answer that
+// there is none, is known without a store read (a record lasts twice as
+// long in the vault, and a message's poster never changes), so
+// edit-based streaming of a message costs no read per edit.
 func (g *Grants) poster(ctx context.Context, chat, message string) (poster, error) {
 	k := g.postedKey(chat, message, vault.KindPostedMessage)
-	if was, ok := g.stored.Get(k); ok && (was.tenant == "" || !vault.Earlier(g.vault, was.tenant, was.created)) {
-		return was, nil
+	if p, ok := g.stored.Get(k); ok {
+		return p, nil
 	}
 	e, ok, err := vault.Lookup(ctx, g.vault, k)
-	switch {
-	case err != nil:
+	if err != nil {
 		return poster{}, fmt.Errorf("%s: posted message: %w", g.platform, ErrUnavailable)
-	case ok && vault.Outdated(g.vault, e.Ref, e.Stored, e.Created):
-		return poster{}, nil
 	}
 	var p poster
 	if ok {
-		p = poster{e.Ref, cmp.Or(e.Created, vault.Creation(g.vault, e.Ref))}
+		p = poster{e.Ref, e.Stored, e.Created}
 	}
 	g.stored.Add(k, p)
 	return p, nil
 }
 
-// PostedBy reports whether the bot posted message in chat for tenant, as
-// Posted recorded it (poster), or as the mark of a release before this one
-// did (tenantMark); a store that could not tell counts as not.
+// earlier reports whether p was kept for an earlier tenant of its id,
+// deleted since (vault.Outdated).
+func (g *Grants) earlier(p poster) bool {
+	return vault.Outdated(g.vault, p.tenant, p.stored, p.created)
+}
+
+// PostedBy reports whether the bot posted message in chat for tenant as
+// it is now, as Posted recorded it (poster), or as the mark of a release
+// before this one did (tenantMark); a store that could not tell counts as
+// not.
 func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
 	p, err := g.poster(ctx, chat, message)
 	if err == nil && p.tenant == "" {
 		_, ok := g.vault.Get(ctx, g.tenantMark(chat, message, tenant))
 		return ok
 	}
-	return p.tenant == tenant
+	return p.tenant == tenant && !g.earlier(p)
 }
 
 // PostedByAnother reports whether the bot posted message in chat for
@@ -255,7 +258,7 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 // nor its own when quoted (OwnQuote).
 func (g *Grants) PostedByAnother(ctx context.Context, chat, message, tenant string) (bool, error) {
 	p, err := g.poster(ctx, chat, message)
-	return p.tenant != "" && (p.tenant != tenant || vault.Earlier(g.vault, tenant, p.created)), err
+	return p.tenant != "" && (p.tenant != tenant || g.earlier(p)), err
 }
 
 // OwnQuote reports whether the bot's message quoted by a reply in c
