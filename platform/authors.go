@@ -209,13 +209,15 @@ func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, creat
 
 // poster is the record Posted kept of message in chat (none when there is
 // none); err (wrapping ErrUnavailable) when the store could not tell. A
-// record this instance stored or read lately, or the store's answer that
-// there is none, is known without a store read (a record lasts twice as
-// long in the vault, and a message's poster never changes), so
-// edit-based streaming of a message costs no read per edit.
-func (g *Grants) poster(ctx context.Context, chat, message string) (poster, error) {
+// record this instance stored or read lately is known without a store
+// read (it lasts twice as long in the vault, and a message's poster never
+// changes), so edit-based streaming of a message costs no read per edit;
+// so is the store's answer that there is none when none is set (the
+// message was not posted by grant, or, with a record stored on another
+// instance since, one an instance was asked about before it was posted).
+func (g *Grants) poster(ctx context.Context, chat, message string, none bool) (poster, error) {
 	k := g.postedKey(chat, message, vault.KindPostedMessage)
-	if p, ok := g.stored.Get(k); ok {
+	if p, ok := g.stored.Get(k); ok && (none || p.tenant != "") {
 		return p, nil
 	}
 	e, ok, err := vault.Lookup(ctx, g.vault, k)
@@ -237,11 +239,11 @@ func (g *Grants) earlier(p poster) bool {
 }
 
 // PostedBy reports whether the bot posted message in chat for tenant as
-// it is now, as Posted recorded it (poster), or as the mark of a release
-// before this one did (tenantMark); a store that could not tell counts as
-// not.
+// it is now, as Posted recorded it (poster, which looks a message without
+// a record up again), or as the mark of a release before this one did
+// (tenantMark); a store that could not tell counts as not.
 func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
-	p, err := g.poster(ctx, chat, message)
+	p, err := g.poster(ctx, chat, message, false)
 	if err == nil && p.tenant == "" {
 		_, ok := g.vault.Get(ctx, g.tenantMark(chat, message, tenant))
 		return ok
@@ -251,13 +253,13 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 
 // PostedByAnother reports whether the bot posted message in chat for
 // another tenant than tenant, or for an earlier tenant of its id, as
-// Posted recorded it (poster: one store read per message at most), err
-// (wrapping ErrUnavailable) when the store could not tell: in a chat bound
-// to tenant or claimed by it, such a message, posted while the other held
-// the chat by grant, is not tenant's to edit, delete or rename (Execute)
-// nor its own when quoted (OwnQuote).
+// Posted recorded it (poster, keeping that there is none: one store read
+// per message), err (wrapping ErrUnavailable) when the store could not
+// tell: in a chat bound to tenant or claimed by it, such a message, posted
+// while the other held the chat by grant, is not tenant's to edit, delete
+// or rename (Execute) nor its own when quoted (OwnQuote).
 func (g *Grants) PostedByAnother(ctx context.Context, chat, message, tenant string) (bool, error) {
-	p, err := g.poster(ctx, chat, message)
+	p, err := g.poster(ctx, chat, message, true)
 	return p.tenant != "" && (p.tenant != tenant || g.earlier(p)), err
 }
 

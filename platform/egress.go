@@ -84,7 +84,7 @@ type Egress[P Platform, T any] struct {
 // (MissingTarget), the op in e.Ops (Unsupported), the chat_id a chat of p
 // (e.Chat), tenant allowed there (Authorize), an edit or delete of a
 // message, a thread_rename of a topic, that is tenant's there
-// (ownOnlyAllowed: in a chat held by grant, one posted there for tenant;
+// (MayChange: in a chat held by grant, one posted there for tenant;
 // else one not posted there for another tenant), and tenant one e.Vault
 // knows (vault.Known), whose creation there, unless zero (declared), is
 // the one ctx carries (WithCreation) when it carries one.
@@ -131,7 +131,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		// react and thread_create name users' messages too, unmarked (docs/security.md, rule 3).
 		ownOnly := a.Op == contract.OpEdit || a.Op == contract.OpDelete || (a.Op == contract.OpThreadRename && !e.ThreadChats)
 		if ownOnly {
-			if r, ok := ownOnlyAllowed(ctx, e.Grants, p.Name(), hold, chatID, message, tenant); !ok {
+			if r, ok := MayChange(ctx, e.Grants, p.Name(), hold, chatID, message, tenant); !ok {
 				return r
 			}
 		}
@@ -169,13 +169,14 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	return r
 }
 
-// ownOnlyAllowed reports whether tenant, holding chatID so (hold), may
-// edit, delete or rename message there, else the result to answer: by
+// MayChange reports whether tenant, holding chatID so (hold), may edit,
+// delete or rename message there (Execute's check; Discord's thread_rename
+// makes it of the thread's channel), else the result to answer: by
 // grant, one posted there for it (Grants.PostedBy; none with no grants);
 // by binding or claim, one not posted there for another tenant, or an
 // earlier tenant of its id, while that one held the chat by grant
 // (Grants.PostedByAnother), unavailable when the store could not tell.
-func ownOnlyAllowed(ctx context.Context, g *Grants, name string, hold Hold, chatID, message, tenant string) (contract.Result, bool) {
+func MayChange(ctx context.Context, g *Grants, name string, hold Hold, chatID, message, tenant string) (contract.Result, bool) {
 	if hold == HoldGrant {
 		return contract.Declined(name), g != nil && g.PostedBy(ctx, chatID, message, tenant)
 	}

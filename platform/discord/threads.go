@@ -97,8 +97,8 @@ func (p *Platform) recordThread(th *wireChannel, parent, name string) {
 // calls ask again about the thread, not chat_id, as their turn comes) and the
 // thread be chat_id or a thread under it; held by binding or claim, not
 // one another tenant made while it held the channel by grant
-// (platform.Grants.PostedByAnother: its thread_create's answer is marked
-// in the channel). A human
+// (platform.MayChange: its thread_create's answer is marked in the
+// channel; held by grant, the thread is its creator's alone). A human
 // rename wins: with only_if_current_name the thread's current name is read
 // first, and with only_if_connector_created the thread must be one this
 // instance created and still carry its initial name; otherwise nothing is
@@ -135,11 +135,8 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 		return contract.Failed(contract.CodeBadRequest, "thread_rename: message_id is not a thread of chat_id")
 	}
 	if hold != platform.HoldGrant {
-		switch another, err := p.spoke.PostedByAnother(ctx, th.ParentID, threadID, tenant); {
-		case err != nil:
-			return platform.OwnerUnknown(platformName, err)
-		case another:
-			return contract.Declined(platformName)
+		if r, ok := platform.MayChange(ctx, p.spoke, platformName, hold, th.ParentID, threadID, tenant); !ok {
+			return r
 		}
 	}
 	if want != nil && th.Name != *want {
