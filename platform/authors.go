@@ -42,10 +42,10 @@ type Grants struct {
 	vault    vault.Store
 	clock    clock.Clock
 	log      *slog.Logger
-	// stored are the marks Posted stored lately (ChatGrantTTL/2), with
-	// their tenant's creation (vault.Entry.Created), which it does not
-	// store again and PostedBy does not read.
-	stored *ttlcache.Cache[vault.Key, time.Time]
+	// stored are the records of posted messages Posted stored or poster
+	// read lately (ChatGrantTTL/2), and those poster found none of, which
+	// Posted does not store again and poster does not read.
+	stored *ttlcache.Cache[vault.Key, poster]
 }
 
 // postedStored bounds Grants.stored: the messages an instance answers
@@ -63,7 +63,7 @@ func NewGrants(name string, v vault.Store, c clock.Clock, log *slog.Logger) *Gra
 	}
 	return &Grants{
 		platform: name, vault: v, clock: c, log: cmp.Or(log, slog.New(slog.DiscardHandler)),
-		stored: ttlcache.New[vault.Key, time.Time](postedStored, vault.ChatGrantTTL/2, c),
+		stored: ttlcache.New[vault.Key, poster](postedStored, vault.ChatGrantTTL/2, c),
 	}
 }
 
@@ -146,57 +146,121 @@ func (g *Grants) Has(ctx context.Context, chat, tenant string) bool {
 	return ok
 }
 
-// postedKey is the vault key of the mark that the bot posted message in
-// chat for tenant on g's platform: the grant's key and the message (a
-// chat id, which the platform's Egress.Chat accepted, holds no "/").
-func (g *Grants) postedKey(chat, message, tenant string) vault.Key {
+// poster is the record of a message posted for tenant (none: "") as
+// stored at stored, under tenant's creation then, created (zero: none
+// kept).
+type poster struct {
+	tenant          string
+	stored, created time.Time
+}
+
+// postedKey is the vault key of the record naming (Ref) the tenant the bot
+// posted message in chat for (Posted): the grant's key of a tenant that is
+// none's (a tenant id holds no ':'), as a message has one poster, and the
+// message (a chat id, which the platform's Egress.Chat accepted, holds no
+// "/"). kind is vault.KindPostedMessage, or vault.KindPromptPoster for a
+// prompt's longer-lived record (Prompted).
+func (g *Grants) postedKey(chat, message string, kind vault.Kind) vault.Key {
+	k := g.grantKey(chat, "poster:")
+	k.SessionKey, k.Kind = k.SessionKey+"/"+message, kind
+	return k
+}
+
+// tenantMark is the key of the mark releases before this one kept per
+// tenant that the bot posted message in chat for it. PostedBy reads it
+// once on a miss of postedKey, so a message posted by grant before an
+// upgrade stays its tenant's to edit; it can go once those marks have
+// expired (vault.ChatGrantTTL after the upgrade).
+func (g *Grants) tenantMark(chat, message, tenant string) vault.Key {
 	k := g.grantKey(chat, tenant)
 	k.SessionKey, k.Kind = k.SessionKey+"/"+message, vault.KindPostedMessage
 	return k
 }
 
-// Posted remembers, for vault.ChatGrantTTL, that the bot posted message in
-// chat for tenant, which holds the chat by grant (Execute): in a chat
-// several tenants may act in, only tenant may edit or delete it (PostedBy).
-// The mark is stored even when ctx ended (the op that posted message
+// Posted records, for vault.ChatGrantTTL, that the bot posted message in
+// chat for tenant, which holds the chat by grant (Execute): only tenant
+// may edit or delete it there (PostedBy), also once another tenant binds
+// or claims the chat (PostedByAnother).
+// The record is stored even when ctx ended (the op that posted message
 // returned as its deadline came, or its caller went): the message went
-// out, and without the mark its tenant could not edit it. The vault bounds
-// its store call. A mark this instance stored less than half its TTL ago
-// is not stored again (as Add leaves a fresh grant), so a message answered
-// once per frame (a Slack stream's) costs the store one write, not one
-// per frame. created is tenant's creation (vault.Creation) as the op that
-// posted message was authorized (zero: as it is now), so an op that
-// returns once its tenant was deleted and made again under its id marks
-// nothing the new tenant holds.
+// out, and without the record its tenant could not edit it. The vault
+// bounds its store call. A record this instance stored less than half its
+// TTL ago is not stored again (as Add leaves a fresh grant), so a message
+// answered once per frame (a Slack stream's) costs the store one write,
+// not one per frame. created is tenant's creation (vault.Creation) as the
+// op that posted message was authorized (zero: as it is now), so an op
+// that returns once its tenant was deleted and made again under its id
+// marks nothing the new tenant holds.
 func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, created time.Time) {
-	k := g.postedKey(chat, message, tenant)
-	if g.stored.Contains(k) {
+	k := g.postedKey(chat, message, vault.KindPostedMessage)
+	if was, ok := g.stored.Get(k); ok && was.tenant == tenant {
 		return
 	}
 	if created.IsZero() {
 		created = vault.Creation(g.vault, tenant)
 	}
-	e := vault.Entry{Stored: g.clock.Now(), Created: created}
+	e := vault.Entry{Ref: tenant, Stored: g.clock.Now(), Created: created}
 	if err := g.vault.Put(context.WithoutCancel(ctx), k, e); err != nil {
 		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 		return
 	}
-	g.stored.Add(k, e.Created)
+	g.stored.Add(k, poster{tenant, e.Stored, e.Created})
 }
 
-// PostedBy reports whether the bot posted message in chat for tenant, as
-// Posted remembered it. A mark this instance stored lately is known
-// without a store read (it lasts twice as long in the vault, and nothing
-// takes one back before its TTL), so edit-based streaming of a message
-// costs no read per edit, unless it was stored under another creation of
-// the tenant (vault.Earlier): the vault judges that one.
-func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
-	k := g.postedKey(chat, message, tenant)
-	if created, ok := g.stored.Get(k); ok && !vault.Earlier(g.vault, tenant, created) {
-		return true
+// poster is the record Posted kept of message in chat (none when there is
+// none); err (wrapping ErrUnavailable) when the store could not tell. A
+// record this instance stored or read lately is known without a store
+// read (it lasts twice as long in the vault, and a message's poster never
+// changes), so edit-based streaming of a message costs no read per edit;
+// so is the store's answer that there is none when none is set (the
+// message was not posted by grant, or, with a record stored on another
+// instance since, one an instance was asked about before it was posted).
+func (g *Grants) poster(ctx context.Context, chat, message string, none bool) (poster, error) {
+	k := g.postedKey(chat, message, vault.KindPostedMessage)
+	if p, ok := g.stored.Get(k); ok && (none || p.tenant != "") {
+		return p, nil
 	}
-	_, ok := g.vault.Get(ctx, k)
-	return ok
+	e, ok, err := vault.Lookup(ctx, g.vault, k)
+	if err != nil {
+		return poster{}, fmt.Errorf("%s: posted message: %w", g.platform, ErrUnavailable)
+	}
+	var p poster
+	if ok {
+		p = poster{e.Ref, e.Stored, e.Created}
+	}
+	g.stored.Add(k, p)
+	return p, nil
+}
+
+// earlier reports whether p was kept for an earlier tenant of its id,
+// deleted since (vault.Outdated).
+func (g *Grants) earlier(p poster) bool {
+	return vault.Outdated(g.vault, p.tenant, p.stored, p.created)
+}
+
+// PostedBy reports whether the bot posted message in chat for tenant as
+// it is now, as Posted recorded it (poster, which looks a message without
+// a record up again), or as the mark of a release before this one did
+// (tenantMark); a store that could not tell counts as not.
+func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
+	p, err := g.poster(ctx, chat, message, false)
+	if err == nil && p.tenant == "" {
+		_, ok := g.vault.Get(ctx, g.tenantMark(chat, message, tenant))
+		return ok
+	}
+	return p.tenant == tenant && !g.earlier(p)
+}
+
+// PostedByAnother reports whether the bot posted message in chat for
+// another tenant than tenant, or for an earlier tenant of its id, as
+// Posted recorded it (poster, keeping that there is none: one store read
+// per message), err (wrapping ErrUnavailable) when the store could not
+// tell: in a chat bound to tenant or claimed by it, such a message, posted
+// while the other held the chat by grant, is not tenant's to edit, delete
+// or rename (Execute) nor its own when quoted (OwnQuote).
+func (g *Grants) PostedByAnother(ctx context.Context, chat, message, tenant string) (bool, error) {
+	p, err := g.poster(ctx, chat, message, true)
+	return p.tenant != "" && (p.tenant != tenant || g.earlier(p)), err
 }
 
 // OwnQuote reports whether the bot's message quoted by a reply in c
@@ -207,21 +271,21 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 // DM as a grant does), one posted there for tenant as it is now
 // (PostedBy; every part of a message is marked, MarkParts); in a chat
 // bound to tenant or claimed by it, one posted since tenant's creation,
-// not an earlier tenant's of the id (vault.Predates).
+// not an earlier tenant's of the id (vault.Predates), nor one posted
+// there for another tenant while it held the chat by grant
+// (PostedByAnother; not when the store could not tell).
 func (g *Grants) OwnQuote(ctx context.Context, own *Ownership, c Chat, in, message, tenant string, posted time.Time) bool {
 	if _, held := own.Holder(c); !held {
 		return g.PostedBy(ctx, in, message, tenant)
 	}
-	return !vault.Predates(g.vault, tenant, posted)
+	another, err := g.PostedByAnother(ctx, in, message, tenant)
+	return !vault.Predates(g.vault, tenant, posted) && !another && err == nil
 }
 
 // posterKey is the vault key of the record naming (Ref) the tenant a
-// prompt message in chat was posted for (Prompted); its tenant is none's
-// (a tenant id holds no ':').
+// prompt message in chat was posted for (Prompted).
 func (g *Grants) posterKey(chat, message string) vault.Key {
-	k := g.postedKey(chat, message, "poster:")
-	k.Kind = vault.KindPromptPoster
-	return k
+	return g.postedKey(chat, message, vault.KindPromptPoster)
 }
 
 // Prompted records, beside Posted's mark in a chat held by grant and for

@@ -51,8 +51,10 @@ type Egress[P Platform, T any] struct {
 	// directly, not by the relay); zero means DefaultTimeout.
 	Timeout time.Duration
 	// Grants are a ChatGranter's grants, which remember the messages a
-	// tenant posts in a chat it holds by grant (HoldGrant); nil declines
-	// every edit and delete there.
+	// tenant posts in a chat it holds by grant (HoldGrant), its own to edit
+	// and delete there and, once another tenant binds or claims the chat,
+	// not that one's; nil declines every edit and delete in a chat held by
+	// grant.
 	Grants *Grants
 	// Vault knows each tenant's creation (vault.Creation): an action
 	// dispatched under another (WithCreation) is declined, and what an op
@@ -80,9 +82,10 @@ type Egress[P Platform, T any] struct {
 // Execute performs action a for tenant on p through e, after the checks
 // of docs/contract.md ("Checks, in order", 2 and 4 to 8): the target named
 // (MissingTarget), the op in e.Ops (Unsupported), the chat_id a chat of p
-// (e.Chat), tenant allowed there (Authorize), in a chat held by grant an
-// edit or delete of a message posted there for tenant, a thread_rename of
-// a topic made there for it (Grants.PostedBy), and tenant one e.Vault
+// (e.Chat), tenant allowed there (Authorize), an edit or delete of a
+// message, a thread_rename of a topic, that is tenant's there
+// (MayChange: in a chat held by grant, one posted there for tenant;
+// else one not posted there for another tenant), and tenant one e.Vault
 // knows (vault.Known), whose creation there, unless zero (declared), is
 // the one ctx carries (WithCreation) when it carries one.
 //
@@ -127,8 +130,10 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		// A thread that is a chat of its own (ThreadChats) is checked as a chat by its op;
 		// react and thread_create name users' messages too, unmarked (docs/security.md, rule 3).
 		ownOnly := a.Op == contract.OpEdit || a.Op == contract.OpDelete || (a.Op == contract.OpThreadRename && !e.ThreadChats)
-		if hold == HoldGrant && ownOnly && (e.Grants == nil || !e.Grants.PostedBy(ctx, chatID, message, tenant)) {
-			return contract.Declined(p.Name())
+		if ownOnly {
+			if r, ok := MayChange(ctx, e.Grants, p.Name(), hold, chatID, message, tenant); !ok {
+				return r
+			}
 		}
 	}
 	// The tenant's creation as the action was dispatched (WithCreation),
@@ -162,6 +167,29 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		e.Grants.AddThread(ctx, chatID, r.ThreadID, tenant)
 	}
 	return r
+}
+
+// MayChange reports whether tenant, holding chatID so (hold), may edit,
+// delete or rename message there (Execute's check; Discord's thread_rename
+// makes it of the thread's channel), else the result to answer: by
+// grant, one posted there for it (Grants.PostedBy; none with no grants);
+// by binding or claim, one not posted there for another tenant, or an
+// earlier tenant of its id, while that one held the chat by grant
+// (Grants.PostedByAnother), unavailable when the store could not tell.
+func MayChange(ctx context.Context, g *Grants, name string, hold Hold, chatID, message, tenant string) (contract.Result, bool) {
+	if hold == HoldGrant {
+		return contract.Declined(name), g != nil && g.PostedBy(ctx, chatID, message, tenant)
+	}
+	if g == nil {
+		return contract.Result{}, true
+	}
+	switch another, err := g.PostedByAnother(ctx, chatID, message, tenant); {
+	case err != nil:
+		return OwnerUnknown(name, err), false
+	case another:
+		return contract.Declined(name), false
+	}
+	return contract.Result{}, true
 }
 
 // namingOps are the ops that act on the message their action's message_id

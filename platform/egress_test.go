@@ -15,6 +15,7 @@ import (
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/fairshare"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -487,8 +488,10 @@ func TestGrantedChatEditsOwnMessageWithoutARead(t *testing.T) {
 	if v.markReads != 0 {
 		t.Errorf("three edits of a message this instance marked read the store %d times, want 0", v.markReads)
 	}
-	if r := do(contract.OpEdit, "m2"); r != contract.Declined("chats") || v.markReads != 1 {
-		t.Errorf("edit of a message not marked: %+v after %d reads, want the decline after 1", r, v.markReads)
+	// Not marked: its record is read, then the mark a release before this
+	// one would have kept (Grants.PostedBy).
+	if r := do(contract.OpEdit, "m2"); r != contract.Declined("chats") || v.markReads != 2 {
+		t.Errorf("edit of a message not marked: %+v after %d reads, want the decline after 2", r, v.markReads)
 	}
 }
 
@@ -684,4 +687,76 @@ func TestActionOfADeletedTenant(t *testing.T) {
 			t.Errorf("the deleted t1's send (%s): %+v, op ran: %v; want declined, no op", name, r, ran)
 		}
 	}
+}
+
+// TestClaimedChatKeepsAnotherTenantsMessages: t1 answers in a chat it
+// holds by grant, then t2 claims the chat. t2's edit, delete and
+// thread_rename of t1's answer are declined and reach no op, while t2
+// edits a message nobody marked (its own, unmarked under its claim), with
+// one store read per message however often it edits it; a store that
+// cannot tell answers unavailable. A mark a release before this one kept
+// of t1's answer (per tenant) still lets t1 edit it by grant.
+func TestClaimedChatKeepsAnotherTenantsMessages(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{owners: map[string]string{}, granted: map[string]string{"shared": "t1"}}
+	ran := 0
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpSend: func(*chatsPlatform, context.Context, string, string, *contract.Action) contract.Result {
+				return contract.OK("m1")
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	for _, op := range []string{contract.OpEdit, contract.OpDelete, contract.OpThreadRename} {
+		e.Ops[op] = func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+			ran++
+			return contract.OK(string(a.MessageID))
+		}
+	}
+	act := func(tenant, op, message string) contract.Result {
+		return platform.Execute(t.Context(), &e, p, tenant, &contract.Action{Op: op, ChatID: "shared", MessageID: contract.ID(message), Content: "x", ThreadName: "x"})
+	}
+	if r := act("t1", contract.OpSend, ""); !r.Success {
+		t.Fatalf("t1's send by grant: %+v", r)
+	}
+	p.granted, p.owners["shared"] = nil, "t2"
+	for _, op := range []string{contract.OpEdit, contract.OpDelete, contract.OpThreadRename} {
+		if r := act("t2", op, "m1"); r != contract.Declined("chats") {
+			t.Errorf("t2's %s of t1's answer in its claimed chat: %+v, want the decline", op, r)
+		}
+	}
+	if ran != 0 {
+		t.Errorf("%d of t2's ops on t1's answer ran", ran)
+	}
+	reads := v.markReads
+	for range 3 {
+		if r := act("t2", contract.OpEdit, "m2"); !r.Success {
+			t.Errorf("t2's edit of its own message in its claimed chat: %+v", r)
+		}
+	}
+	if v.markReads-reads != 1 {
+		t.Errorf("three edits of one message read the store %d times, want 1", v.markReads-reads)
+	}
+	down := platform.Egress[*chatsPlatform, string]{Ops: e.Ops, Chat: e.Chat, Grants: platform.NewGrants("chats", vault.NewDurable(downCaps{}, vault.Config{}), nil, nil)}
+	if r := platform.Execute(t.Context(), &down, p, "t2", &contract.Action{Op: contract.OpEdit, ChatID: "shared", MessageID: "m1", Content: "x"}); r.Code != contract.CodeUnavailable {
+		t.Errorf("t2's edit with the store down: %+v, want unavailable", r)
+	}
+	// A mark of before this release: the tenant's own key of the message.
+	old := vault.Key{Tenant: "t1", SessionKey: "5:chats/shared/m0", Kind: vault.KindPostedMessage}
+	if err := v.Put(t.Context(), old, vault.Entry{}); err != nil {
+		t.Fatal(err)
+	}
+	p.granted, p.owners = map[string]string{"shared": "t1"}, map[string]string{}
+	if r := act("t1", contract.OpEdit, "m0"); !r.Success {
+		t.Errorf("t1's edit of its answer marked before this release: %+v", r)
+	}
+}
+
+// downCaps is a store whose reads fail.
+type downCaps struct{ store.Capabilities }
+
+func (downCaps) Get(context.Context, string) ([]byte, bool, error) {
+	return nil, false, errors.New("store down")
 }

@@ -43,14 +43,17 @@ const KindChatGrant Kind = "platform.chat_grant"
 // ChatGrantTTL is how long a KindChatGrant lasts.
 const ChatGrantTTL = 24 * time.Hour
 
-// KindPostedMessage marks a message the bot posted for the tenant in a chat
-// of one platform it held by grant (the key's SessionKey names the
-// platform, the chat and the message, platform.Grants.Posted): only that
-// tenant may edit or delete it there. The value is empty: the key is the
-// mark. It lasts ChatGrantTTL, the life of the grant it was posted on.
-// WhatsApp marks every message it sends a user so (the chat is the
-// user's wa_id), whoever holds the conversation, so that an instance that
-// did not send it tells whose it is (reply_to.is_own).
+// KindPostedMessage names (Ref) the tenant, and its creation (Created),
+// a message the bot posted for in a chat of one platform it held by grant
+// (the key's SessionKey names the platform, the chat and the message; its
+// tenant is none's, as a later holder of the chat finds it by the message
+// alone: platform.Grants.Posted): only that tenant may edit or delete it
+// there, whoever holds the chat since. It lasts ChatGrantTTL, the life of
+// the grant it was posted on. WhatsApp marks every message it sends a user
+// so (the chat is the user's wa_id), whoever holds the conversation, so
+// that an instance that did not send it tells whose it is
+// (reply_to.is_own). (Releases before kept it under the tenant's own key,
+// empty, which platform.Grants reads until those have expired.)
 const KindPostedMessage Kind = "platform.posted_message"
 
 // KindPromptPoster names (Ref) the tenant, and its creation (Created),

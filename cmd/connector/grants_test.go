@@ -79,7 +79,8 @@ func TestGrantPerPlatform(t *testing.T) {
 // applied. The vault the platforms are built with (platformDeps) knows
 // acme no longer once it was deleted (vault.Known: check 8 declines its
 // actions), and once it was made again finds neither the grant nor the mark for the new acme, which may
-// neither post there nor edit the earlier acme's message; what it is
+// neither post there nor edit the earlier acme's message, by grant nor by a
+// binding or claim (Grants.PostedByAnother); what it is
 // granted itself counts.
 func TestTenantMadeAgainInheritsNoGrants(t *testing.T) {
 	st := memStore(t)
@@ -131,6 +132,9 @@ func TestTenantMadeAgainInheritsNoGrants(t *testing.T) {
 		}
 		if g.PostedBy(ctx, "801", "901", "acme") {
 			t.Errorf("%s: acme made again may edit the earlier acme's message", name)
+		}
+		if another, err := g.PostedByAnother(ctx, "801", "901", "acme"); !another || err != nil {
+			t.Errorf("%s: acme made again, binding or claiming 801, may edit the earlier acme's message (err %v)", name, err)
 		}
 	}
 	grants.Add(ctx, "801", "800", "acme", time.Time{})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,38 @@ slack:
   api_url: %s
 `
 
+// The Slack workspace of postedConfig's rig (newPostedRig).
+const postedSlackSecret, postedTeam, postedSlackChat = "posted-slack-secret", "TPOSTED01", "CPOSTED01"
+
+// newPostedRig runs the connector on postedConfig with Discord channel
+// 801 (guild 800) and Slack channel postedSlackChat, and both tenants'
+// gateways ready on Slack too.
+func newPostedRig(t *testing.T) (*hijackRig, *slacktest.Server) {
+	t.Helper()
+	sfake := slacktest.New(t)
+	sfake.AddTeam(slacktest.Team{ID: postedTeam, Name: "shared", Token: "xoxb-posted", BotUser: "UPOSTBOT1", BotID: "BPOSTBOT1"})
+	sfake.AddChannel(postedTeam, slacktest.Channel{ID: postedSlackChat, Name: "general"})
+	r := &hijackRig{adminRig: newAdminRig(t), dfake: discordtest.New(t, discordtest.Options{Token: crashDiscordToken})}
+	r.dfake.AddGuild(discordtest.Guild{ID: "800", Name: "Unbound"},
+		discordtest.Channel{ID: "801", Type: 0, GuildID: "800", Name: "open"})
+	pub, _, _ := ed25519.GenerateKey(nil)
+	doc := fmt.Sprintf(postedConfig, hex.EncodeToString(pub), r.dfake.URL, r.dfake.GatewayURL, r.tfake.URL, sfake.URL)
+	if err := os.WriteFile(r.config, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.env = append(r.env, "DISCORD_BOT_TOKEN="+crashDiscordToken, "SLACK_SIGNING_SECRET="+postedSlackSecret, "SLACK_BOT_TOKEN=xoxb-posted")
+	r.restart(t)
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	for _, gw := range r.gws {
+		if _, err := gw.Hello(ctx, "slack", ""); err != nil {
+			t.Fatalf("hello slack: %v", err)
+		}
+	}
+	waitMetrics(t, "http://"+r.child.ops+"/metrics", `connector_platform_ready{platform="slack"} 1`)
+	return r, sfake
+}
+
 // TestGrantedTenantsKeepToTheirMessages (docs/security.md "Author links"):
 // in a Discord channel, a Telegram group and a Slack channel nobody is
 // bound to nor claims, user 71 (linked to a) and user 72 (linked to b)
@@ -51,28 +84,10 @@ func TestGrantedTenantsKeepToTheirMessages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary")
 	}
-	const slackSecret, team, slackChat = "posted-slack-secret", "TPOSTED01", "CPOSTED01"
-	sfake := slacktest.New(t)
-	sfake.AddTeam(slacktest.Team{ID: team, Name: "shared", Token: "xoxb-posted", BotUser: "UPOSTBOT1", BotID: "BPOSTBOT1"})
-	sfake.AddChannel(team, slacktest.Channel{ID: slackChat, Name: "general"})
-	r := &hijackRig{adminRig: newAdminRig(t), dfake: discordtest.New(t, discordtest.Options{Token: crashDiscordToken})}
-	r.dfake.AddGuild(discordtest.Guild{ID: "800", Name: "Unbound"},
-		discordtest.Channel{ID: "801", Type: 0, GuildID: "800", Name: "open"})
-	pub, _, _ := ed25519.GenerateKey(nil)
-	doc := fmt.Sprintf(postedConfig, hex.EncodeToString(pub), r.dfake.URL, r.dfake.GatewayURL, r.tfake.URL, sfake.URL)
-	if err := os.WriteFile(r.config, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r.env = append(r.env, "DISCORD_BOT_TOKEN="+crashDiscordToken, "SLACK_SIGNING_SECRET="+slackSecret, "SLACK_BOT_TOKEN=xoxb-posted")
-	r.restart(t)
+	const slackSecret, team, slackChat = postedSlackSecret, postedTeam, postedSlackChat
+	r, sfake := newPostedRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
 	defer cancel()
-	for _, gw := range r.gws {
-		if _, err := gw.Hello(ctx, "slack", ""); err != nil {
-			t.Fatalf("hello slack: %v", err)
-		}
-	}
-	waitMetrics(t, "http://"+r.child.ops+"/metrics", `connector_platform_ready{platform="slack"} 1`)
 	for tenant, user := range map[string]string{"a": "71", "b": "72"} {
 		r.cli(t, "bind", tenant, "discord", "user", user)
 		r.cli(t, "bind", tenant, "telegram", "user", user)
@@ -180,4 +195,85 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestClaimKeepsAnotherTenantsAnswers (docs/security.md rule 3): user 71,
+// linked to a, speaks in Discord channel 801, which nobody binds nor
+// claims, and a answers there and starts a thread by grant. Then b claims
+// the channel over /manage/scope. b's edit and delete of a's answer, and
+// its rename of a's thread, are the uniform decline, and a's answer is
+// unchanged on Discord; a reply of b's user 75 quoting it reaches b as
+// not b's own. b edits its own answer there, and a reply quoting that is
+// b's own.
+// Before, the claim gave b every bot message of the channel.
+func TestClaimKeepsAnotherTenantsAnswers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	r, _ := newPostedRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	r.cli(t, "bind", "a", "discord", "user", "71")
+	r.discordSay(t, "71", "801", "800", "a's author")
+	r.expect(t, "a", "a's author")
+	act := func(tenant string, action map[string]any) contract.Result {
+		t.Helper()
+		action["chat_id"], action["metadata"] = "801", map[string]any{}
+		res, err := r.gws[tenant].Outbound(ctx, "discord", action)
+		if err != nil {
+			t.Fatalf("tenant %s %v in discord 801: %v", tenant, action["op"], err)
+		}
+		return res
+	}
+	theirs := r.send(t, "a", "discord", "801", "a's answer")
+	thread := act("a", map[string]any{"op": "thread_create", "thread_name": "a's thread"})
+	if !theirs.Success || !thread.Success {
+		t.Fatalf("tenant a's send and thread_create in discord 801, granted: %+v, %+v", theirs, thread)
+	}
+	r.mustManage(t, "b", "/manage/scope", `{"platform":"discord","channelId":"801","guildId":"800"}`, http.StatusOK)
+	r.cli(t, "bind", "b", "discord", "user", "75") // the claim admits b's own users
+	for _, action := range []map[string]any{
+		{"op": contract.OpEdit, "message_id": theirs.MessageID, "content": "hijacked"},
+		{"op": contract.OpDelete, "message_id": theirs.MessageID},
+		{"op": contract.OpThreadRename, "message_id": thread.ThreadID, "thread_name": "hijacked"},
+	} {
+		if res := act("b", action); res.Success || res.Code != contract.CodeEgressDeclined {
+			t.Errorf("tenant b's %v of tenant a's %v in its claimed channel: %+v, want %s", action["op"], action["message_id"], res, contract.CodeEgressDeclined)
+		}
+	}
+	for _, req := range r.dfake.Requests() {
+		if req.Method != http.MethodGet && (req.Path == "/api/v9/channels/801/messages/"+theirs.MessageID || req.Path == "/api/v9/channels/"+thread.ThreadID) {
+			t.Errorf("tenant b's %s %s reached Discord", req.Method, req.Path)
+		}
+	}
+	mine := r.send(t, "b", "discord", "801", "b's answer")
+	if !mine.Success {
+		t.Fatalf("tenant b's send into its claimed channel: %+v", mine)
+	}
+	if res := act("b", map[string]any{"op": contract.OpEdit, "message_id": mine.MessageID, "content": "b edits"}); !res.Success {
+		t.Errorf("tenant b's edit of its own answer: %+v", res)
+	}
+	for i, c := range []struct {
+		quoted string
+		own    bool
+	}{{theirs.MessageID, false}, {mine.MessageID, true}} {
+		m := discordtest.MessageCreate(strconv.Itoa(9500+i), "801", "800", "about that", true)
+		m["author"] = map[string]any{"id": "75", "username": "u75", "discriminator": "0"}
+		m["message_reference"] = map[string]any{"message_id": c.quoted, "channel_id": "801"}
+		m["referenced_message"] = map[string]any{
+			"id": c.quoted, "channel_id": "801", "content": "quoted", "type": 0,
+			"timestamp": "2026-01-15T12:00:00.000000+00:00", "mentions": []any{}, "attachments": []any{}, "embeds": []any{},
+			"author": map[string]any{"id": "9000", "username": "hermes", "bot": true, "discriminator": "0"},
+		}
+		if err := r.dfake.Dispatch(ctx, "MESSAGE_CREATE", m); err != nil {
+			t.Fatal(err)
+		}
+		f := nextInbound(t, ctx, r.gws["b"])
+		if q := f.Event.ReplyTo; q == nil || q.IsOwn != c.own {
+			t.Errorf("a reply quoting %s reached b with reply_to %+v, want is_own %v", c.quoted, q, c.own)
+		}
+	}
+	if got := r.dfake.Messages("801"); len(got) < 1 || got[0].ID != theirs.MessageID || got[0].Content != "a's answer" {
+		t.Errorf("discord 801 holds %+v, want a's answer first and unchanged", got)
+	}
 }

@@ -95,7 +95,10 @@ func (p *Platform) recordThread(th *wireChannel, parent, name string) {
 // tenant must be one that may act in the thread (platform.AuthorizeCalls,
 // the check Execute made of chat_id: a binding, a claim or a grant; its
 // calls ask again about the thread, not chat_id, as their turn comes) and the
-// thread be chat_id or a thread under it. A human
+// thread be chat_id or a thread under it; held by binding or claim, not
+// one another tenant made while it held the channel by grant
+// (platform.MayChange: its thread_create's answer is marked in the
+// channel; held by grant, the thread is its creator's alone). A human
 // rename wins: with only_if_current_name the thread's current name is read
 // first, and with only_if_connector_created the thread must be one this
 // instance created and still carry its initial name; otherwise nothing is
@@ -130,6 +133,11 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	th := infoFrom(&wire)
 	if !th.isThread() || (th.ID != string(a.ChatID) && th.ParentID != string(a.ChatID)) {
 		return contract.Failed(contract.CodeBadRequest, "thread_rename: message_id is not a thread of chat_id")
+	}
+	if hold != platform.HoldGrant {
+		if r, ok := platform.MayChange(ctx, p.spoke, platformName, hold, th.ParentID, threadID, tenant); !ok {
+			return r
+		}
 	}
 	if want != nil && th.Name != *want {
 		return contract.Failed(contract.CodeNameChanged, "thread_rename: the thread was renamed since; not renamed")

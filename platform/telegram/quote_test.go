@@ -3,10 +3,12 @@ package telegram
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"connector/contract"
 	"connector/platform"
 	"connector/vault"
 )
@@ -91,6 +93,58 @@ func TestQuoteOfAnEarlierTenantsAnswer(t *testing.T) {
 		d := e.sink.Next(t)
 		if d.Tenant != "t2" || d.Event == nil || d.Event.ReplyTo == nil || d.Event.ReplyTo.Text != "quoted" || d.Event.ReplyTo.IsOwn != q.own {
 			t.Errorf("reply %d reached %q with %+v, want t2 with the text and is_own %v", i, d.Tenant, d.Event, q.own)
+		}
+	}
+}
+
+// TestClaimedGroupKeepsAnotherTenantsAnswers: in group -100887, where t2
+// (505's) answered by grant, t3 (501's) claims the group afterwards. t3's
+// edit and delete of t2's answer are the uniform decline and reach no Bot
+// API call, and 501's reply quoting it reaches t3 as not its own; t3 edits its
+// own answer there and is_own holds for it (before, a claim gave t3 every
+// bot message of the group).
+func TestClaimedGroupKeepsAnotherTenantsAnswers(t *testing.T) {
+	bindings := []platform.Binding{{Kind: platform.BindUser, ID: "505", Tenant: "t2"}}
+	e := heldEnv(t, vault.NewMemory(vault.Config{}), bindings...)
+	const group = -100887
+	e.post(t, fmt.Appendf(nil, `{"update_id":884100010,"message":{"message_id":1,"date":%d,"chat":{"id":%d,"type":"supergroup","title":"G"},"from":{"id":505,"is_bot":false,"first_name":"U"},"text":"hello"}}`, time.Now().Unix(), group))
+	if d := e.sink.Next(t); d.Tenant != "t2" {
+		t.Fatalf("505's message delivered to %q, want t2", d.Tenant)
+	}
+	theirs := e.act(t, "t2", sendAction(fmt.Sprint(group), "t2's answer"))
+	if !theirs.Success {
+		t.Fatalf("t2's send by grant = %+v", theirs)
+	}
+	bindings = append(bindings, platform.Binding{Kind: platform.BindUser, ID: "501", Tenant: "t3"},
+		platform.Binding{Kind: platform.BindScope, ID: fmt.Sprint(group), Tenant: "t3"})
+	if err := e.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{contract.OpEdit, contract.OpDelete} {
+		a := contract.Action{Op: op, ChatID: contract.ID(fmt.Sprint(group)), MessageID: contract.ID(theirs.MessageID), Content: "hijacked"}
+		if r := e.act(t, "t3", a); r != contract.Declined(platformName) {
+			t.Errorf("t3's %s of t2's answer in its claimed group = %+v, want the decline", op, r)
+		}
+	}
+	if n := len(e.fake.Calls("editMessageText")) + len(e.fake.Calls("deleteMessage")); n != 0 {
+		t.Errorf("%d edits and deletes of t2's answer reached the Bot API, want none", n)
+	}
+	mine := e.act(t, "t3", sendAction(fmt.Sprint(group), "t3's answer"))
+	if !mine.Success {
+		t.Fatalf("t3's send in its claimed group = %+v", mine)
+	}
+	edit := contract.Action{Op: contract.OpEdit, ChatID: contract.ID(fmt.Sprint(group)), MessageID: contract.ID(mine.MessageID), Content: "t3 edits"}
+	if r := e.act(t, "t3", edit); !r.Success {
+		t.Errorf("t3's edit of its own answer = %+v", r)
+	}
+	for i, c := range []struct {
+		quoted string
+		own    bool
+	}{{theirs.MessageID, false}, {mine.MessageID, true}} {
+		quoted, _ := strconv.Atoi(c.quoted)
+		e.post(t, replyUpdate(120+i, group, 501, quoted, time.Now().Unix()))
+		if d := e.sink.Next(t); d.Tenant != "t3" || d.Event == nil || d.Event.ReplyTo == nil || d.Event.ReplyTo.IsOwn != c.own {
+			t.Errorf("reply quoting %s reached %q with %+v, want t3 with is_own %v", c.quoted, d.Tenant, d.Event, c.own)
 		}
 	}
 }
