@@ -194,6 +194,24 @@ func (l *Log[K]) Delivered(t Tenant, k K) {
 	l.forget(t.id, k)
 }
 
+// SetTenants forgets the chats kept for a tenant created (id -> its
+// creation, zero for a declared tenant: platform.TenantKeeper's) does not
+// name, or for another creation of one: a deleted tenant's chats, which no
+// delivery takes any more, neither linger nor keep their part of Chats
+// from the tenants that are.
+func (l *Log[K]) SetTenants(created map[string]time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, chats := range l.byTenant {
+		at, ok := created[id]
+		for _, k := range chats.Keys() {
+			if h, _ := chats.Peek(k); !ok || h.created != TenantOf(id, at).created {
+				l.forget(id, k)
+			}
+		}
+	}
+}
+
 // Len is the number of chats with kept messages.
 func (l *Log[K]) Len() int {
 	l.mu.Lock()

@@ -154,6 +154,32 @@ func TestTenantsShareChats(t *testing.T) {
 	}
 }
 
+// TestDeletedTenantsChatsGo: t1, alone, fills the Log and is deleted; t2
+// then holds every chat. Before, the Log kept the deleted t1's messages
+// for good and t2 only its half, t1 holding as much for its weight.
+func TestDeletedTenantsChatsGo(t *testing.T) {
+	first := time.Unix(1_700_000_000, 0)
+	t1, t1again, t2 := TenantOf("t1", first), TenantOf("t1", first.Add(time.Second)), TenantOf("t2", first)
+	l := New[int](Bounds{Chats: 8})
+	for c := range 8 {
+		l.Keep(t1, c, msg("the earlier t1's"))
+	}
+	l.Keep(t1again, 0, msg("the new t1's"))
+	l.SetTenants(map[string]time.Time{"t1": first.Add(time.Second), "t2": first})
+	if l.Len() != 1 || l.Pending(t1again, 0) == nil {
+		t.Fatalf("%d chats kept once t1 was made again, want the new t1's one", l.Len())
+	}
+	l.SetTenants(map[string]time.Time{"t2": first})
+	for c := range 8 {
+		l.Keep(t2, c, msg("t2's"))
+	}
+	for c := range 8 {
+		if l.Pending(t2, c) == nil {
+			t.Fatalf("t2's chat %d forgotten with the deleted t1's gone; %d chats kept", c, l.Len())
+		}
+	}
+}
+
 // BenchmarkKeep: a message for a new chat of one of two tenants, the Log
 // full (each forgets one of its chats), and one for a chat it holds.
 func BenchmarkKeep(b *testing.B) {

@@ -170,8 +170,11 @@ func (p *Platform) ObserveHello(tenant string, created time.Time, gatewayID stri
 
 // SetTenants implements platform.TenantKeeper: the manifests of tenants
 // not in created, or sent for an earlier creation, are ignored and
-// forgotten.
-func (p *Platform) SetTenants(created map[string]time.Time) { p.cmds.setTenants(created) }
+// forgotten, as is the channel context kept for them.
+func (p *Platform) SetTenants(created map[string]time.Time) {
+	p.cmds.setTenants(created)
+	p.channelContext.SetTenants(created)
+}
 
 // parseManifest validates a command_manifest array entry by entry.
 func parseManifest(raw json.RawMessage) (entries []map[string]any, dropped int, err error) {

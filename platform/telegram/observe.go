@@ -27,8 +27,8 @@ import (
 // observedKey names the chat topic of a message (thread 0: none) for the
 // tenant it was routed to, as created when it was routed (route): a tenant
 // deleted and made again under its id, even as the message was on its way,
-// never gets the messages held back for the earlier one; they age out of
-// the bounded log.
+// never gets the messages held back for the earlier one; they are
+// forgotten as the registry's change reaches the platform (SetTenants).
 type observedKey struct {
 	tenant chatcontext.Tenant
 	topic  topicKey

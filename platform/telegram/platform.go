@@ -112,6 +112,7 @@ var (
 	_ platform.ChatGranter    = (*Platform)(nil)
 	_ platform.RelevanceTaker = (*Platform)(nil)
 	_ platform.ScopeLocator   = (*Platform)(nil)
+	_ platform.TenantKeeper   = (*Platform)(nil)
 )
 
 // allowedUpdates are the update types the connector ingests.
@@ -285,6 +286,11 @@ func newScrubber(token, webhookSecret string) *strings.Replacer {
 // errorText is err's text for logs and results, the bot token and the
 // webhook secret removed.
 func (p *Platform) errorText(err error) string { return p.scrubber.Replace(err.Error()) }
+
+// SetTenants implements platform.TenantKeeper: the messages held back
+// for a tenant not in created, or for an earlier creation of one, are
+// forgotten.
+func (p *Platform) SetTenants(created map[string]time.Time) { p.observed.SetTenants(created) }
 
 // Bind implements platform.Binder: the bindings of kind chat and of the
 // author kinds (platform.IsAuthorKind) replace the chat ownership

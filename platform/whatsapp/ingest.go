@@ -175,7 +175,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		if q := ev.ReplyTo; q != nil {
 			q.Text, q.IsOwn = p.quotes.quoted(ctx, tenant, sender, ev.ReplyToMessageID, q.IsOwn)
 		}
-		p.quotes.add(tenant, sender, wamid, ev.Text)
+		p.quotes.add(tenant, sender, wamid, ev.Text, created)
 		p.attachMedia(ctx, tenant, m, &ev)
 		d := platform.Delivery{
 			Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,

@@ -550,6 +550,51 @@ func TestPromptOfAnOpThatOutlivedItsTenant(t *testing.T) {
 	}
 }
 
+// TestQuoteOfAnAnswerThatOutlivedItsTenant: t1's answer, dispatched as
+// t1 was first created, reaches Meta, and t1 is deleted and made again
+// under its id before the op returns. A reply quoting it reaches the new
+// t1 without its text and not as its own. Before, the quote memory kept
+// the answer under the creation read as the op returned, the new one's,
+// and the new t1 was handed the earlier t1's answer as its own.
+func TestQuoteOfAnAnswerThatOutlivedItsTenant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	first, again := clk.Now().Add(-time.Hour), clk.Now().Add(time.Second)
+	var fake atomic.Pointer[whatsapptest.Server]
+	var armed atomic.Int64 // the messages Meta had before the answer; -1: not yet
+	armed.Store(-1)
+	since := func(tenant string) time.Time {
+		if f := fake.Load(); tenant == "t1" && f != nil && armed.Load() >= 0 && int64(len(f.Sent())) > armed.Load() {
+			return again // made again once the answer reached Meta
+		}
+		return first
+	}
+	r := newRig(t, vault.NewMemory(vault.Config{Clock: clk, Since: since}), func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	fake.Store(r.fake)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.U1")
+	armed.Store(int64(len(r.fake.Sent())))
+	ctx, cancel := context.WithTimeout(platform.WithCreation(context.Background(), first), 10*time.Second) // as the relay dispatched it
+	defer cancel()
+	res := r.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: ada, Content: "the earlier t1's answer"})
+	if !res.Success {
+		t.Fatalf("the earlier t1's send: %+v", res)
+	}
+	clk.Advance(2 * time.Second)
+	before := len(r.sink.all())
+	msg := whatsapptest.Message(biz1, ada, "Ada", map[string]any{"id": "wamid.U2", "type": "text", "text": map[string]any{"body": "why?"},
+		"context": map[string]any{"from": biz1.DisplayNumber, "id": res.MessageID}})
+	if code := r.post(t, msg); code != 200 {
+		t.Fatalf("reply: %d", code)
+	}
+	got := r.sink.all()[before:]
+	if len(got) != 1 || got[0].Tenant != "t1" || got[0].Event == nil || got[0].Event.ReplyTo == nil {
+		t.Fatalf("the reply delivered %+v, want one reply delivered to t1", got)
+	}
+	if q := got[0].Event.ReplyTo; q.Text != "" || q.IsOwn {
+		t.Fatalf("a reply to the earlier t1's answer reached the new t1 as %+v", q)
+	}
+}
+
 // TestTapRoutedUnderTheCreationItsRecordWasJudgedFor: Ada taps t1's
 // prompt; its record is read and judged t1's, then read again after the
 // prompt's claim (store calls), and t1 is deleted and made again under its

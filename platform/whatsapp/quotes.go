@@ -1,6 +1,7 @@
 package whatsapp
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -58,16 +59,17 @@ func newQuotes(v vault.Store, clk clock.Clock, marks *platform.Grants) *quotes {
 // created (zero: as it is now): its text ("" for none) here, and its
 // tenant in the vault (one store write per message sent).
 func (q *quotes) sent(ctx context.Context, tenant, user, id, text string, created time.Time) {
-	q.add(tenant, user, id, text)
+	q.add(tenant, user, id, text, created)
 	if id != "" {
 		q.marks.Posted(ctx, user, id, tenant, created)
 	}
 }
 
-// add remembers text as message id of tenant's conversation with user.
-func (q *quotes) add(tenant, user, id, text string) {
+// add remembers text as message id of tenant's conversation with user,
+// kept for tenant as created at created (zero: as it is now).
+func (q *quotes) add(tenant, user, id, text string, created time.Time) {
 	if id != "" && text != "" {
-		q.cache.Add(quoteKey{user, id}, quote{tenant: tenant, text: textsplit.Truncate(text, maxQuoteBytes), created: vault.Creation(q.vault, tenant), at: q.clock.Now()})
+		q.cache.Add(quoteKey{user, id}, quote{tenant: tenant, text: textsplit.Truncate(text, maxQuoteBytes), created: cmp.Or(created, vault.Creation(q.vault, tenant)), at: q.clock.Now()})
 	}
 }
 
