@@ -1208,3 +1208,56 @@ func TestClusterTenantRoomFloodTakesItsTenantsShare(t *testing.T) {
 	}
 	open()
 }
+
+// A join of a room bound to a tenant goes to its home within the tenant's
+// share of the outbox, as the room's frames do: with the edge's publishing
+// held and the bulk share of no tenant full (rooms of none flooding), bob's
+// join of t1's room is queued, and his edge waits for the home's answer.
+// Before, the join went as no tenant's and waited behind the floods of
+// every room of none.
+func TestClusterJoinOfATenantRoomTakesItsTenantsShare(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open) // before the instances stop: their nodes publish what is queued
+	hold := func(string, []byte) bool { <-release; return false }
+	edge.lose.Store(&hold)
+	// selecting reports whether a goroutine waits in a select of fn (for
+	// joinRemote: in a select of its own, or of SendWait's queueing bob's join).
+	selecting := func(fn string) bool {
+		buf := make([]byte, 4<<20)
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if lines := strings.SplitN(g, "\n", 3); len(lines) == 3 && strings.Contains(lines[0], "[select") && strings.Contains(lines[1], fn) {
+				return true
+			}
+		}
+		return false
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	flooded := make(chan struct{})
+	go func() {
+		defer close(flooded)
+		for edge.p.cluster.node.SendWait(ctx, "", "elsewhere", 'z') { // rooms of no tenant flooding
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-flooded })
+	deadline := time.Now().Add(testTimeout)
+	for !selecting("cluster.(*Node).queueWait(") {
+		if time.Now().After(deadline) {
+			t.Fatal("the flood of no tenant never waited for room in the edge's outbox")
+		}
+		runtime.Gosched()
+	}
+	_ = edge.dialURL(t, "/ws", "name=bob&token="+testToken+"&v=1", nil)
+	for !selecting("nexscope.(*fleet).joinRemote(") {
+		if time.Now().After(deadline) {
+			t.Fatal("bob's edge never waited for the home's answer to his join: it waits to queue it, behind the rooms of no tenant")
+		}
+		runtime.Gosched()
+	}
+	open()
+}
