@@ -1120,8 +1120,13 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the forwarded action ended before it ran (its forwarder gave up, or the room moved)")
 			case !vault.Known(p.deps.Vault, string(req.Fields[0])):
 				// Check 8 here too: the forwarder may not have applied the
-				// tenant's deletion yet, which this instance has.
+				// tenant's deletion yet, which this instance has; or this one
+				// not the creation the forwarder authorized it under (it
+				// cannot tell which), unavailable as in actsForLocked.
 				res = contract.Declined(platformName)
+				if a.Created != nil {
+					res = contract.Failed(contract.CodeUnavailable, "nexscope: the room's home has not applied the tenant's creation yet; retry")
+				}
 			default:
 				ctx, cancel := context.WithTimeout(tenure, budget)
 				if a.Created != nil {
