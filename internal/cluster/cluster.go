@@ -67,7 +67,8 @@ const NoTenantShare = OutboxSize / 4
 // SendWait queued (bulk data: a nexscope member's frames): a flood of them
 // holds its senders back, and leaves NoTenantShare - BulkShare to the
 // messages of no tenant that do not wait (Send: the beats), which it
-// would have refused.
+// would have refused. Those SendWait queued for tenants (a bound room's)
+// take at most BulkShare together too, and a quarter of each one's share.
 const BulkShare = OutboxSize / 8
 
 // tenantsRoom bounds the messages for any tenant waiting to be published.
@@ -130,7 +131,7 @@ type Node struct {
 	wantRoom      map[string]bool      // the tenants Roomy said no to whose OnRoom is owed
 	queuedFor     map[string]int       // tenant ("": none) -> its messages in out
 	tenantsQueued int                  // the messages of every tenant in out
-	bulkQueued    int                  // the messages of no tenant SendWait put in out (BulkShare)
+	bulkQueued    [2]int               // the messages SendWait put in out, of no tenant and of tenants (BulkShare each)
 	drained       chan struct{}        // closed (and made anew) as the publisher takes messages out
 	heard         map[string]time.Time // instance -> when its last message arrived
 	calls         map[string]chan []byte
@@ -336,7 +337,7 @@ func (n *Node) dispatchOne(msg []byte, held Buffer) {
 }
 
 // queued is a message in the outbox, with the tenant it is for ("" for
-// none), and whether it counts in BulkShare (of no tenant, SendWait's).
+// none), and whether SendWait queued it (counted in a BulkShare).
 type queued struct {
 	store.Message
 	tenant string
@@ -363,8 +364,8 @@ func (n *Node) SendFor(tenant, channel string, typ byte, fields ...[]byte) bool 
 	return true
 }
 
-// reserve counts a message for tenant ("": none; bulk: of no tenant,
-// SendWait's) into the outbox, unless its share is full: refused is why
+// reserve counts a message for tenant ("": none; bulk: SendWait's) into
+// the outbox, unless its share is full: refused is why
 // (Config.Refused), and drained closes once the publisher takes messages
 // out. The shares add up to the outbox's size, so a message reserved never
 // waits for room in it.
@@ -372,28 +373,35 @@ func (n *Node) reserve(tenant string, bulk bool) (refused string, drained <-chan
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch {
-	case tenant == "" && (n.queuedFor[""] >= NoTenantShare || bulk && n.bulkQueued >= BulkShare):
+	case tenant == "" && (n.queuedFor[""] >= NoTenantShare || bulk && n.bulkQueued[0] >= BulkShare):
 		return RefusedNoTenant, n.drained
-	case tenant == "" && bulk:
-		n.bulkQueued++
 	case tenant == "":
 	case n.queuedFor[tenant] >= TenantShare:
+		return RefusedTenantShare, n.drained
+	case bulk && (n.queuedFor[tenant] >= TenantShare/4 || n.bulkQueued[1] >= BulkShare):
+		// Bulk of tenants, together, takes no more than bulk of none, so
+		// rooms' floods never fill the outbox past half (Roomy's no to every
+		// tenant); a tenant's keeps clear of the half its relay frames take.
 		return RefusedTenantShare, n.drained
 	case n.tenantsQueued >= tenantsRoom:
 		return RefusedTenants, n.drained
 	default:
 		n.tenantsQueued++
 	}
+	if bulk {
+		n.bulkQueued[min(len(tenant), 1)]++
+	}
 	n.queuedFor[tenant]++
 	return "", n.drained
 }
 
-// dequeued counts messages for tenants ("": none), bulk of them of no
-// tenant and SendWait, out of the outbox.
-func (n *Node) dequeued(bulk int, tenants ...string) {
+// dequeued counts messages for tenants ("": none), bulk of them
+// SendWait's (of no tenant, of tenants), out of the outbox.
+func (n *Node) dequeued(bulk [2]int, tenants ...string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.bulkQueued -= bulk
+	n.bulkQueued[0] -= bulk[0]
+	n.bulkQueued[1] -= bulk[1]
 	for _, t := range tenants {
 		if t != "" {
 			n.tenantsQueued--
@@ -407,11 +415,11 @@ func (n *Node) dequeued(bulk int, tenants ...string) {
 }
 
 // SendWait queues a message for tenant ("": none) as SendFor does, waiting
-// while its share is full (a sender of bulk data): the tenant's, or of no
-// tenant BulkShare or NoTenantShare; false when ctx ended or the node
-// closed first.
+// while its share is full (a sender of bulk data): of a tenant a quarter
+// of its share, or BulkShare for all tenants, or of no tenant BulkShare or
+// NoTenantShare; false when ctx ended or the node closed first.
 func (n *Node) SendWait(ctx context.Context, tenant, channel string, typ byte, fields ...[]byte) bool {
-	return n.queueWait(ctx, queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, tenant: tenant, bulk: tenant == ""})
+	return n.queueWait(ctx, queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}, tenant: tenant, bulk: true})
 }
 
 // queueWait queues q, waiting while its tenant's share is full; false
@@ -481,11 +489,11 @@ func (n *Node) publishLoop() {
 	batch := make([]store.Message, 0, publishBatch)
 	tenants := make([]string, 0, publishBatch)
 	var due []string // the tenants whose OnRoom a publication's look found owed
-	streak, bulk := 0, 0
+	streak, bulk := 0, [2]int{}
 	take := func(m queued) {
 		batch, tenants = append(batch, m.Message), append(tenants, m.tenant)
 		if m.bulk {
-			bulk++
+			bulk[min(len(m.tenant), 1)]++
 		}
 	}
 	publish := func() {
@@ -551,7 +559,7 @@ func (n *Node) publishLoop() {
 			}
 		}
 		n.dequeued(bulk, tenants...)
-		tenants, bulk = tenants[:0], 0
+		tenants, bulk = tenants[:0], [2]int{}
 		publish()
 		if closing && len(n.out) == 0 {
 			return

@@ -722,6 +722,62 @@ func TestBulkFloodLeavesSendItsRoom(t *testing.T) {
 	}
 }
 
+// Bound rooms' floods (SendWait for tenants) take a quarter of each
+// tenant's share, and BulkShare together: with the publisher held and
+// eight tenants' bulk senders waiting, the outbox is less than half full
+// (Roomy says yes to another tenant and to a flooder's relay frames), and
+// messages that do not wait (SendFor: a relay ack) are accepted. Before,
+// each flood filled its tenant's whole share: four of them the outbox past
+// half, holding back every tenant's relay frames, six of them the part all
+// tenants share, refusing every tenant's messages.
+func TestTenantsBulkFloodsLeaveTheRelayItsRoom(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	ps := blockingPubSub{st.PubSub(), make(chan struct{})}
+	n, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	const floods = 8
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range floods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n.SendWait(ctx, "t"+strconv.Itoa(i), "elsewhere", 'x') {
+			}
+		}()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	parked := func() (waiting int) {
+		buf := make([]byte, 1<<20)
+		for g := range bytes.SplitSeq(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+			if bytes.Contains(g, []byte("cluster.(*Node).SendWait")) && bytes.Contains(g, []byte("[select")) {
+				waiting++
+			}
+		}
+		return waiting
+	}
+	for deadline := time.Now().Add(timeout); parked() < floods; {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for the %d tenants' bulk senders to wait for room", timeout, floods)
+		}
+		runtime.Gosched()
+	}
+	for _, tenant := range []string{"other", "t0"} {
+		if !n.Roomy(tenant) {
+			t.Errorf("Roomy(%q) = false after %d tenants' rooms flooded the outbox: their relay frames are held back", tenant, floods)
+		}
+		if !n.SendFor(tenant, "elsewhere", 'y') {
+			t.Errorf("SendFor(%q) refused after %d tenants' rooms flooded the outbox", tenant, floods)
+		}
+	}
+}
+
 // Every message Send or SendFor refuses is counted by its reason
 // (Config.Refused): past its tenant's share, past the part all tenants
 // share, or of no tenant past NoTenantShare.

@@ -659,7 +659,7 @@ func (cl *fleet) joinRemote(m *member) error {
 		}
 		wake := away.Done()
 		if !r.homeHeld() {
-			cl.node.SendWait(cl.ctx, "", roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
+			cl.node.SendWait(cl.ctx, r.tenant(), roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
 		} else if cl.takeBack(m) {
 			return errHomedHere
 		} else {
@@ -741,7 +741,7 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	cl.mu.Unlock()
 	goingAway := strconv.Itoa(int(CloseGoingAway.Code))
 	if !p.track() {
-		cl.decided(edge, conn, nil, goingAway)
+		cl.decided(r, edge, conn, nil, goingAway)
 		return
 	}
 	go func() {
@@ -752,7 +752,7 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 		m.q = m.newQueue(remoteWriter{m})
 		m.log = p.deps.Log.With("room", r.name, "member", name, "edge", edge, "conn", conn)
 		if !p.register(m) {
-			cl.decided(edge, conn, nil, goingAway)
+			cl.decided(r, edge, conn, nil, goingAway)
 			return
 		}
 		defer p.unregister(m)
@@ -761,10 +761,10 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 			err = r.join(m)
 		}
 		if c, ok := err.(Close); ok {
-			cl.decided(edge, conn, nil, strconv.Itoa(int(c.Code)))
+			cl.decided(r, edge, conn, nil, strconv.Itoa(int(c.Code)))
 			return
 		}
-		if !cl.decided(edge, conn, m, "") {
+		if !cl.decided(r, edge, conn, m, "") {
 			m.leave() // its socket left as it joined (leaveHere)
 			m.q.Close(wsconn.Drop, false)
 			return
@@ -779,11 +779,12 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	}()
 }
 
-// decided ends the decision on the join of edge's conn and answers it: m
-// joined (refusal ""), or m is nil and refusal is the refusing close code.
+// decided ends the decision on the join of edge's conn to r and answers
+// it (with r's tenant): m joined (refusal ""), or m is nil and refusal is
+// the refusing close code.
 // It reports false, answering nothing, when m's socket left meanwhile
 // (leaveHere): m is to leave.
-func (cl *fleet) decided(edge, conn string, m *member, refusal string) bool {
+func (cl *fleet) decided(r *room, edge, conn string, m *member, refusal string) bool {
 	key := edge + "/" + conn
 	cl.mu.Lock()
 	delete(cl.joining, key)
@@ -795,7 +796,7 @@ func (cl *fleet) decided(edge, conn string, m *member, refusal string) bool {
 	if m != nil && left {
 		return false
 	}
-	cl.send("", edge, nil, msgJoined, []byte(conn), []byte(refusal))
+	cl.send(r.tenant(), edge, nil, msgJoined, []byte(conn), []byte(refusal))
 	return true
 }
 
@@ -1119,8 +1120,13 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				res = contract.Failed(contract.CodeUnavailable, "nexscope: the forwarded action ended before it ran (its forwarder gave up, or the room moved)")
 			case !vault.Known(p.deps.Vault, string(req.Fields[0])):
 				// Check 8 here too: the forwarder may not have applied the
-				// tenant's deletion yet, which this instance has.
+				// tenant's deletion yet, which this instance has; or this one
+				// not the creation the forwarder authorized it under (it
+				// cannot tell which), unavailable as in actsForLocked.
 				res = contract.Declined(platformName)
+				if a.Created != nil {
+					res = contract.Failed(contract.CodeUnavailable, "nexscope: the room's home has not applied the tenant's creation yet; retry")
+				}
 			default:
 				ctx, cancel := context.WithTimeout(tenure, budget)
 				if a.Created != nil {
@@ -1513,6 +1519,6 @@ func (l *edgeLink) leave(m *member) {
 	if home != "" {
 		cl.sendNow(home, msgLeave, []byte(l.conn))
 	} else {
-		cl.node.SendWait(cl.ctx, "", roomPrefix+m.room.name, msgLeave, []byte(l.conn)) // a join in progress
+		cl.node.SendWait(cl.ctx, m.room.tenant(), roomPrefix+m.room.name, msgLeave, []byte(l.conn)) // a join in progress
 	}
 }

@@ -214,3 +214,61 @@ func TestForwardOfATenantTheHomeDeleted(t *testing.T) {
 		t.Fatalf("alice got %v: the deleted t1's send reached the room", f)
 	}
 }
+
+// TestForwardOfATenantTheHomeHasNotApplied: t1 was created, the edge
+// applied it and its check 8 approved t1's send under that creation, and
+// the room's home has not applied it yet (its vault knows no t1). The home
+// answers unavailable, which the gateway retries, and runs nothing; once
+// it applied t1, the send is sent. Before, the home's check 8 declined it
+// (egress_declined, final to the gateway), where a home that applied an
+// earlier creation only answers unavailable (actsForLocked).
+func TestForwardOfATenantTheHomeHasNotApplied(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	created := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	applied := map[string]bool{}
+	with := func(name string) func(*platform.Deps) {
+		return func(d *platform.Deps) {
+			d.Vault = vault.NewMemory(vault.Config{
+				Known: func(string) bool { mu.Lock(); defer mu.Unlock(); return applied[name] },
+				Since: func(string) time.Time {
+					mu.Lock()
+					defer mu.Unlock()
+					if applied[name] {
+						return created
+					}
+					return time.Time{}
+				},
+			})
+		}
+	}
+	ins := []*instance{
+		startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, with("i0")),
+		startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, with("i1")),
+	}
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	mu.Lock()
+	applied[edge.name] = true // the edge applied t1's creation; the home not yet
+	mu.Unlock()
+	edge.p.SetTenants(map[string]time.Time{"t1": created})
+	alice := edge.joinWith(t, "alice", "alice", "hermes")
+
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	send := &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "from the new t1"}
+	if res := edge.p.Execute(ctx, "t1", send); res.Success || res.Code != contract.CodeUnavailable || res.Ambiguous {
+		t.Fatalf("t1's forwarded send to a home that has not applied t1 = %+v, want unavailable (retryable), not ambiguous", res)
+	}
+	mu.Lock()
+	applied[home.name] = true
+	mu.Unlock()
+	home.p.SetTenants(map[string]time.Time{"t1": created})
+	if res := edge.p.Execute(ctx, "t1", send); !res.Success {
+		t.Fatalf("t1's send again once the home applied t1 = %+v", res)
+	}
+	if m := alice.Expect("msg"); m["text"] != "from the new t1" {
+		t.Fatalf("alice got %v, want the new t1's send once", m)
+	}
+}

@@ -1161,12 +1161,13 @@ func TestClusterHomeAgainForgetsItsEarlierTenure(t *testing.T) {
 }
 
 // A room bound to a tenant floods its home over pub/sub within the
-// tenant's share of the outbox, not the share of no tenant: with the
-// edge's publishing held and a member of a room of t1 sending until its
-// edge waits for room, the edge's outbox says no to t1 (Roomy) and yes to
-// t2, and a message of no tenant (a beat) is still queued. Before, the
-// room's frames went as no tenant's: t1's share stayed empty and the flood
-// took the bulk share of no tenant, shared by every room.
+// tenant's share of the outbox (a quarter of it), not the share of no
+// tenant: with the edge's publishing held and a member of a room of t1
+// sending until its edge waits for room, the edge's outbox still says yes
+// to t1's and t2's relay frames (Roomy), and a message of no tenant (a
+// beat, a room of none's frame) is still queued. Before, the room's frames
+// went as no tenant's and took the bulk share of no tenant, shared by
+// every room.
 func TestClusterTenantRoomFloodTakesItsTenantsShare(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ins := startInstances(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, 2, clusterLeaseTTL)
@@ -1197,14 +1198,71 @@ func TestClusterTenantRoomFloodTakesItsTenantsShare(t *testing.T) {
 		}
 	}
 	node := edge.p.cluster.node
-	if node.Roomy("t1") {
-		t.Fatal("the edge's outbox has room for t1 after t1's room flooded it: the room's frames were not counted as t1's")
-	}
-	if !node.Roomy("t2") {
-		t.Fatal("the edge's outbox has no room for t2 after t1's room flooded it")
+	for _, tenant := range []string{"t1", "t2"} {
+		if !node.Roomy(tenant) {
+			t.Fatalf("the edge's outbox has no room for %s's relay frames after t1's room flooded it", tenant)
+		}
 	}
 	if !node.Send("elsewhere", 'z') {
 		t.Fatal("a message of no tenant refused after t1's room flooded the outbox")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	if !node.SendWait(ctx, "", "elsewhere", 'z') {
+		t.Fatal("a room of no tenant's frame waited for room after t1's room flooded the outbox: the flood took the bulk share of no tenant")
+	}
+	open()
+}
+
+// A join of a room bound to a tenant goes to its home within the tenant's
+// share of the outbox, as the room's frames do: with the edge's publishing
+// held and the bulk share of no tenant full (rooms of none flooding), bob's
+// join of t1's room is queued, and his edge waits for the home's answer.
+// Before, the join went as no tenant's and waited behind the floods of
+// every room of none.
+func TestClusterJoinOfATenantRoomTakesItsTenantsShare(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open) // before the instances stop: their nodes publish what is queued
+	hold := func(string, []byte) bool { <-release; return false }
+	edge.lose.Store(&hold)
+	// selecting reports whether a goroutine waits in a select of fn (for
+	// joinRemote: in a select of its own, or of SendWait's queueing bob's join).
+	selecting := func(fn string) bool {
+		buf := make([]byte, 4<<20)
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if lines := strings.SplitN(g, "\n", 3); len(lines) == 3 && strings.Contains(lines[0], "[select") && strings.Contains(lines[1], fn) {
+				return true
+			}
+		}
+		return false
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	flooded := make(chan struct{})
+	go func() {
+		defer close(flooded)
+		for edge.p.cluster.node.SendWait(ctx, "", "elsewhere", 'z') { // rooms of no tenant flooding
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-flooded })
+	deadline := time.Now().Add(testTimeout)
+	for !selecting("cluster.(*Node).queueWait(") {
+		if time.Now().After(deadline) {
+			t.Fatal("the flood of no tenant never waited for room in the edge's outbox")
+		}
+		runtime.Gosched()
+	}
+	_ = edge.dialURL(t, "/ws", "name=bob&token="+testToken+"&v=1", nil)
+	for !selecting("nexscope.(*fleet).joinRemote(") {
+		if time.Now().After(deadline) {
+			t.Fatal("bob's edge never waited for the home's answer to his join: it waits to queue it, behind the rooms of no tenant")
+		}
+		runtime.Gosched()
 	}
 	open()
 }
