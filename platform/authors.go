@@ -207,6 +207,14 @@ func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, creat
 	g.stored.Add(k, poster{tenant, e.Stored, e.Created})
 }
 
+// sent keeps, on this instance, that the message the bot posted in chat
+// for the tenant that owns or claimed it has no record (posted so, it was
+// not posted by grant), so the holder's edits of it, a stream's, read
+// nothing from the store (PostedByAnother).
+func (g *Grants) sent(chat, message string) {
+	g.stored.Add(g.postedKey(chat, message, vault.KindPostedMessage), poster{})
+}
+
 // poster is the record Posted kept of message in chat (none when there is
 // none); err (wrapping ErrUnavailable) when the store could not tell. A
 // record this instance stored or read lately is known without a store

@@ -760,3 +760,38 @@ type downCaps struct{ store.Capabilities }
 func (downCaps) Get(context.Context, string) ([]byte, bool, error) {
 	return nil, false, errors.New("store down")
 }
+
+// TestHolderStreamsWithoutAStoreRead: in a chat bound to t1, t1's edits
+// of the message it just sent there (a Slack stream's, one per frame)
+// read no posted record from the store, so they go on when the store
+// cannot answer; a message this instance did not send there is still
+// looked up (unavailable).
+func TestHolderStreamsWithoutAStoreRead(t *testing.T) {
+	p := &chatsPlatform{owners: map[string]string{"own": "t1"}}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpSend: func(*chatsPlatform, context.Context, string, string, *contract.Action) contract.Result {
+				return contract.OK("m1")
+			},
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", vault.NewDurable(downCaps{}, vault.Config{}), nil, nil),
+	}
+	act := func(op, message string) contract.Result {
+		return platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: op, ChatID: "own", MessageID: contract.ID(message), Content: "x"})
+	}
+	if r := act(contract.OpSend, ""); !r.Success {
+		t.Fatalf("t1's send in its own chat: %+v", r)
+	}
+	for range 3 {
+		if r := act(contract.OpEdit, "m1"); !r.Success {
+			t.Errorf("t1's edit of the message it just sent in its own chat, the store down: %+v", r)
+		}
+	}
+	if r := act(contract.OpEdit, "m0"); r.Code != contract.CodeUnavailable {
+		t.Errorf("edit of a message not sent here, the store down: %+v, want unavailable", r)
+	}
+}
