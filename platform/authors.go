@@ -227,7 +227,7 @@ func (g *Grants) sent(chat, message string) {
 // since, once the chat is held by grant again.
 func (g *Grants) poster(ctx context.Context, chat, message string, none bool) (poster, error) {
 	k := g.postedKey(chat, message, vault.KindPostedMessage)
-	if p, ok := g.stored.Get(k); ok && (p.tenant != "" || none) {
+	if p, ok := g.stored.Get(k); ok && (none || p.tenant != "") {
 		return p, nil
 	}
 	e, ok, err := vault.Lookup(ctx, g.vault, k)
@@ -264,10 +264,11 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 // PostedByAnother reports whether the bot posted message in chat for
 // another tenant than tenant, or for an earlier tenant of its id, as
 // Posted recorded it (poster: a store read, unless this instance keeps
-// the record or posted the message for the chat's holder), err (wrapping ErrUnavailable) when the store could not
-// tell: in a chat bound to tenant or claimed by it, such a message, posted
-// while the other held the chat by grant, is not tenant's to edit, delete
-// or rename (Execute) nor its own when quoted (OwnQuote).
+// the record or posted the message for the chat's holder), err (wrapping
+// ErrUnavailable) when the store could not tell: in a chat bound to
+// tenant or claimed by it, such a message, posted while the other held
+// the chat by grant, is not tenant's to edit, delete or rename (Execute)
+// nor its own when quoted (OwnQuote).
 func (g *Grants) PostedByAnother(ctx context.Context, chat, message, tenant string) (bool, error) {
 	p, err := g.poster(ctx, chat, message, true)
 	return p.tenant != "" && (p.tenant != tenant || g.earlier(p)), err
