@@ -43,8 +43,9 @@ type Grants struct {
 	clock    clock.Clock
 	log      *slog.Logger
 	// stored are the records of posted messages Posted stored or poster
-	// read lately (ChatGrantTTL/2), and those poster found none of, which
-	// Posted does not store again and poster does not read.
+	// read lately (ChatGrantTTL/2), and the messages posted for a chat's
+	// holder (sent), which Posted does not store again and poster does not
+	// read.
 	stored *ttlcache.Cache[vault.Key, poster]
 }
 
@@ -207,14 +208,23 @@ func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, creat
 	g.stored.Add(k, poster{tenant, e.Stored, e.Created})
 }
 
+// sent keeps, on this instance, that the message the bot posted in chat
+// for the tenant that owns or claimed it has no record (posted so, it was
+// not posted by grant, and its id is no other message's), so the holder's
+// edits of it, a stream's, read nothing from the store (PostedByAnother).
+func (g *Grants) sent(chat, message string) {
+	g.stored.Add(g.postedKey(chat, message, vault.KindPostedMessage), poster{})
+}
+
 // poster is the record Posted kept of message in chat (none when there is
 // none); err (wrapping ErrUnavailable) when the store could not tell. A
 // record this instance stored or read lately is known without a store
 // read (it lasts twice as long in the vault, and a message's poster never
 // changes), so edit-based streaming of a message costs no read per edit;
-// so is the store's answer that there is none when none is set (the
-// message was not posted by grant, or, with a record stored on another
-// instance since, one an instance was asked about before it was posted).
+// so is, when none is set, that a message this instance posted for the
+// chat's holder has none (sent). The store's answer that there is none
+// is not kept: a record of the id may be stored on another instance
+// since, once the chat is held by grant again.
 func (g *Grants) poster(ctx context.Context, chat, message string, none bool) (poster, error) {
 	k := g.postedKey(chat, message, vault.KindPostedMessage)
 	if p, ok := g.stored.Get(k); ok && (none || p.tenant != "") {
@@ -224,10 +234,10 @@ func (g *Grants) poster(ctx context.Context, chat, message string, none bool) (p
 	if err != nil {
 		return poster{}, fmt.Errorf("%s: posted message: %w", g.platform, ErrUnavailable)
 	}
-	var p poster
-	if ok {
-		p = poster{e.Ref, e.Stored, e.Created}
+	if !ok {
+		return poster{}, nil
 	}
+	p := poster{e.Ref, e.Stored, e.Created}
 	g.stored.Add(k, p)
 	return p, nil
 }
@@ -253,11 +263,12 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 
 // PostedByAnother reports whether the bot posted message in chat for
 // another tenant than tenant, or for an earlier tenant of its id, as
-// Posted recorded it (poster, keeping that there is none: one store read
-// per message), err (wrapping ErrUnavailable) when the store could not
-// tell: in a chat bound to tenant or claimed by it, such a message, posted
-// while the other held the chat by grant, is not tenant's to edit, delete
-// or rename (Execute) nor its own when quoted (OwnQuote).
+// Posted recorded it (poster: a store read, unless this instance keeps
+// the record or posted the message for the chat's holder), err (wrapping
+// ErrUnavailable) when the store could not tell: in a chat bound to
+// tenant or claimed by it, such a message, posted while the other held
+// the chat by grant, is not tenant's to edit, delete or rename (Execute)
+// nor its own when quoted (OwnQuote).
 func (g *Grants) PostedByAnother(ctx context.Context, chat, message, tenant string) (bool, error) {
 	p, err := g.poster(ctx, chat, message, true)
 	return p.tenant != "" && (p.tenant != tenant || g.earlier(p)), err

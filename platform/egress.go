@@ -157,8 +157,12 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	}
 	r := op(p, ctx, tenant, chat, a)
 	posted := r.MessageID != "" && (message == "" || !slices.Contains(namingOps, a.Op))
-	if hold == HoldGrant && e.Grants != nil && posted {
+	switch {
+	case e.Grants == nil || !posted:
+	case hold == HoldGrant:
 		e.Grants.Posted(ctx, chatID, r.MessageID, tenant, created)
+	case hold == HoldOwn:
+		e.Grants.sent(chatID, r.MessageID)
 	}
 	if (hold == HoldGrant || e.PromptsAsked != nil && e.PromptsAsked(tenant, chatID)) && e.Grants != nil && a.Op == contract.OpPrompt && posted {
 		e.Grants.Prompted(ctx, chatID, r.MessageID, tenant, created)
