@@ -260,7 +260,7 @@ func TestClusterRoomAgainPokesOnlyTheTenantWaiting(t *testing.T) {
 	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
 	ps := heldPubSub{st.PubSub(), make(chan struct{})}
-	node, err := cluster.New(cluster.Config{Instance: "i0", PubSub: ps, LeaseTTL: 600 * time.Millisecond})
+	node, err := cluster.New(cluster.Config{Instance: "i0", PubSub: ps, LeaseTTL: time.Hour}) // held throughout: no renewal on the real clock to miss
 	if err != nil {
 		t.Fatal(err)
 	}
