@@ -43,7 +43,8 @@ type Grants struct {
 	clock    clock.Clock
 	log      *slog.Logger
 	// stored are the records of posted messages Posted stored or poster
-	// read lately (ChatGrantTTL/2), and the messages posted for a chat's
+	// read lately (ChatGrantTTL/2, a read one no longer than its entry
+	// lives), and the messages posted for a chat's
 	// holder (sent), which Posted does not store again and poster does not
 	// read.
 	stored *ttlcache.Cache[vault.Key, poster]
@@ -219,8 +220,9 @@ func (g *Grants) sent(chat, message string) {
 // poster is the record Posted kept of message in chat (none when there is
 // none); err (wrapping ErrUnavailable) when the store could not tell. A
 // record this instance stored or read lately is known without a store
-// read (it lasts twice as long in the vault, and a message's poster never
-// changes), so edit-based streaming of a message costs no read per edit;
+// read (for half its TTL, and never past its expiry in the vault: a
+// message's poster never changes), so edit-based streaming of a message
+// costs no read per edit;
 // so is, when none is set, that a message this instance posted for the
 // chat's holder has none (sent). The store's answer that there is none
 // is not kept: a record of the id may be stored on another instance
@@ -238,7 +240,11 @@ func (g *Grants) poster(ctx context.Context, chat, message string, none bool) (p
 		return poster{}, nil
 	}
 	p := poster{e.Ref, e.Stored, e.Created}
-	g.stored.Add(k, p)
+	until := e.Stored.Add(vault.ChatGrantTTL)
+	if half := g.clock.Now().Add(vault.ChatGrantTTL / 2); half.Before(until) {
+		until = half
+	}
+	g.stored.AddUntil(k, p, until)
 	return p, nil
 }
 
