@@ -218,7 +218,8 @@ func (g *Grants) sent(chat, message string) {
 }
 
 // poster is the record Posted kept of message in chat (none when there is
-// none); err (wrapping ErrUnavailable) when the store could not tell. A
+// none); err (an UnavailableError, which says so) when the store could
+// not tell. A
 // record this instance stored or read lately is known without a store
 // read (for half its TTL, and never past its expiry in the vault: a
 // message's poster never changes), so edit-based streaming of a message
@@ -234,7 +235,7 @@ func (g *Grants) poster(ctx context.Context, chat, message string, none bool) (p
 	}
 	e, ok, err := vault.Lookup(ctx, g.vault, k)
 	if err != nil {
-		return poster{}, fmt.Errorf("%s: posted message: %w", g.platform, ErrUnavailable)
+		return poster{}, UnavailableError(g.platform + ": the message's poster could not be looked up; retry later")
 	}
 	if !ok {
 		return poster{}, nil
