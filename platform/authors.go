@@ -186,8 +186,8 @@ func (g *Grants) tenantMark(chat, message, tenant string) vault.Key {
 // The record is stored even when ctx ended (the op that posted message
 // returned as its deadline came, or its caller went): the message went
 // out, and without the record its tenant could not edit it. The vault
-// bounds its store call. A record this instance stored less than half its
-// TTL ago is not stored again (as Add leaves a fresh grant), so a message
+// bounds its store call. A record this instance stored (or read) that was
+// stored less than half its TTL ago is not stored again (as Add leaves a fresh grant), so a message
 // answered once per frame (a Slack stream's) costs the store one write,
 // not one per frame. created is tenant's creation (vault.Creation) as the
 // op that posted message was authorized (zero: as it is now), so an op
@@ -195,7 +195,7 @@ func (g *Grants) tenantMark(chat, message, tenant string) vault.Key {
 // marks nothing the new tenant holds.
 func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, created time.Time) {
 	k := g.postedKey(chat, message, vault.KindPostedMessage)
-	if was, ok := g.stored.Get(k); ok && was.tenant == tenant {
+	if was, ok := g.stored.Get(k); ok && was.tenant == tenant && g.clock.Now().Sub(was.stored) < vault.ChatGrantTTL/2 {
 		return
 	}
 	if created.IsZero() {

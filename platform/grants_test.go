@@ -378,3 +378,23 @@ func TestReadRecordEndsWithItsEntry(t *testing.T) {
 		t.Error("t1's record read at hour 23 lets it edit the message at hour 25")
 	}
 }
+
+// TestPostedRenewsARecordReadLate: a message answered again on an instance
+// that read its record late in its life (a Slack stream's frames after its
+// gateway moved) stores the record again, so it lasts its TTL from then.
+func TestPostedRenewsARecordReadLate(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	v := vault.NewMemory(vault.Config{Clock: clk})
+	a := platform.NewGrants("chats", v, clk, nil)
+	b := platform.NewGrants("chats", v, clk, nil)
+	a.Posted(t.Context(), "shared", "m1", "t1", time.Time{})
+	clk.Advance(vault.ChatGrantTTL - time.Hour)
+	if !b.PostedBy(t.Context(), "shared", "m1", "t1") {
+		t.Fatal("t1's record not read at hour 23")
+	}
+	b.Posted(t.Context(), "shared", "m1", "t1", time.Time{})
+	clk.Advance(2 * time.Hour)
+	if !b.PostedBy(t.Context(), "shared", "m1", "t1") {
+		t.Error("t1's message answered again at hour 23 is not its own at hour 25")
+	}
+}
