@@ -186,10 +186,10 @@ func (g *Grants) tenantMark(chat, message, tenant string) vault.Key {
 // The record is stored even when ctx ended (the op that posted message
 // returned as its deadline came, or its caller went): the message went
 // out, and without the record its tenant could not edit it. The vault
-// bounds its store call. A record this instance stored (or read) that was
-// stored less than half its TTL ago is not stored again (as Add leaves a fresh grant), so a message
-// answered once per frame (a Slack stream's) costs the store one write,
-// not one per frame. created is tenant's creation (vault.Creation) as the
+// bounds its store call. A record this instance stored (or read) that
+// was stored less than half its TTL ago is not stored again (as Add
+// leaves a fresh grant), so a message answered once per frame (a Slack
+// stream's) costs the store one write, not one per frame. created is tenant's creation (vault.Creation) as the
 // op that posted message was authorized (zero: as it is now), so an op
 // that returns once its tenant was deleted and made again under its id
 // marks nothing the new tenant holds.
