@@ -43,7 +43,8 @@ type Grants struct {
 	clock    clock.Clock
 	log      *slog.Logger
 	// stored are the records of posted messages Posted stored or poster
-	// read lately (ChatGrantTTL/2), and the messages posted for a chat's
+	// read lately (ChatGrantTTL/2, a read one no longer than its entry
+	// lives), and the messages posted for a chat's
 	// holder (sent), which Posted does not store again and poster does not
 	// read.
 	stored *ttlcache.Cache[vault.Key, poster]
@@ -185,16 +186,16 @@ func (g *Grants) tenantMark(chat, message, tenant string) vault.Key {
 // The record is stored even when ctx ended (the op that posted message
 // returned as its deadline came, or its caller went): the message went
 // out, and without the record its tenant could not edit it. The vault
-// bounds its store call. A record this instance stored less than half its
-// TTL ago is not stored again (as Add leaves a fresh grant), so a message
-// answered once per frame (a Slack stream's) costs the store one write,
-// not one per frame. created is tenant's creation (vault.Creation) as the
+// bounds its store call. A record this instance stored (or read) that
+// was stored less than half its TTL ago is not stored again (as Add
+// leaves a fresh grant), so a message answered once per frame (a Slack
+// stream's) costs the store one write, not one per frame. created is tenant's creation (vault.Creation) as the
 // op that posted message was authorized (zero: as it is now), so an op
 // that returns once its tenant was deleted and made again under its id
 // marks nothing the new tenant holds.
 func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, created time.Time) {
 	k := g.postedKey(chat, message, vault.KindPostedMessage)
-	if was, ok := g.stored.Get(k); ok && was.tenant == tenant {
+	if was, ok := g.stored.Get(k); ok && was.tenant == tenant && g.clock.Now().Sub(was.stored) < vault.ChatGrantTTL/2 {
 		return
 	}
 	if created.IsZero() {
@@ -217,10 +218,12 @@ func (g *Grants) sent(chat, message string) {
 }
 
 // poster is the record Posted kept of message in chat (none when there is
-// none); err (wrapping ErrUnavailable) when the store could not tell. A
+// none); err (an UnavailableError, which says so) when the store could
+// not tell. A
 // record this instance stored or read lately is known without a store
-// read (it lasts twice as long in the vault, and a message's poster never
-// changes), so edit-based streaming of a message costs no read per edit;
+// read (for half its TTL, and never past its expiry in the vault: a
+// message's poster never changes), so edit-based streaming of a message
+// costs no read per edit;
 // so is, when none is set, that a message this instance posted for the
 // chat's holder has none (sent). The store's answer that there is none
 // is not kept: a record of the id may be stored on another instance
@@ -232,13 +235,17 @@ func (g *Grants) poster(ctx context.Context, chat, message string, none bool) (p
 	}
 	e, ok, err := vault.Lookup(ctx, g.vault, k)
 	if err != nil {
-		return poster{}, fmt.Errorf("%s: posted message: %w", g.platform, ErrUnavailable)
+		return poster{}, UnavailableError(g.platform + ": the message's poster could not be looked up; retry later")
 	}
 	if !ok {
 		return poster{}, nil
 	}
 	p := poster{e.Ref, e.Stored, e.Created}
-	g.stored.Add(k, p)
+	until := e.Stored.Add(vault.ChatGrantTTL)
+	if half := g.clock.Now().Add(vault.ChatGrantTTL / 2); half.Before(until) {
+		until = half
+	}
+	g.stored.AddUntil(k, p, until)
 	return p, nil
 }
 

@@ -427,10 +427,11 @@ func (e UnavailableError) Error() string { return string(e) }
 // Unwrap makes the error wrap ErrUnavailable.
 func (UnavailableError) Unwrap() error { return ErrUnavailable }
 
-// OwnerUnknown answers an action on platform name whose chat owner could
-// not be looked up (err wraps ErrUnavailable): the retryable unavailable,
-// saying nothing about whose the chat is, in err's text when it is an
-// UnavailableError and never in the transport error's.
+// OwnerUnknown answers an action on platform name whose chat owner (or
+// message's poster, MayChange) could not be looked up (err wraps
+// ErrUnavailable): the retryable unavailable, saying nothing about whose
+// the chat is, in err's text when it is an UnavailableError and never in
+// the transport error's.
 func OwnerUnknown(name string, err error) contract.Result {
 	var u UnavailableError
 	if errors.As(err, &u) {

@@ -740,8 +740,9 @@ func TestClaimedChatKeepsAnotherTenantsMessages(t *testing.T) {
 		t.Errorf("three edits of one message read the store %d times, want 3", v.markReads-reads)
 	}
 	down := platform.Egress[*chatsPlatform, string]{Ops: e.Ops, Chat: e.Chat, Grants: platform.NewGrants("chats", vault.NewDurable(downCaps{}, vault.Config{}), nil, nil)}
-	if r := platform.Execute(t.Context(), &down, p, "t2", &contract.Action{Op: contract.OpEdit, ChatID: "shared", MessageID: "m1", Content: "x"}); r.Code != contract.CodeUnavailable {
-		t.Errorf("t2's edit with the store down: %+v, want unavailable", r)
+	if r := platform.Execute(t.Context(), &down, p, "t2", &contract.Action{Op: contract.OpEdit, ChatID: "shared", MessageID: "m1", Content: "x"}); r.Code != contract.CodeUnavailable ||
+		r.Error != "chats: the message's poster could not be looked up; retry later" {
+		t.Errorf("t2's edit with the store down: %+v, want unavailable saying the poster is unknown, naming no tenant", r)
 	}
 	// A mark of before this release: the tenant's own key of the message.
 	old := vault.Key{Tenant: "t1", SessionKey: "5:chats/shared/m0", Kind: vault.KindPostedMessage}

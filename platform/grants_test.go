@@ -355,3 +355,46 @@ func TestLinkGrantIsTheIssuingCreations(t *testing.T) {
 		t.Fatal("the t2 made again was granted the DM by the earlier t2's link code")
 	}
 }
+
+// TestReadRecordEndsWithItsEntry: a posted message's record another
+// instance read late in its life is not kept past vault.ChatGrantTTL
+// after it was stored: neither its tenant's edit by grant nor another
+// tenant's decline outlives it.
+func TestReadRecordEndsWithItsEntry(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	v := vault.NewMemory(vault.Config{Clock: clk})
+	a := platform.NewGrants("chats", v, clk, nil)
+	b := platform.NewGrants("chats", v, clk, nil)
+	a.Posted(t.Context(), "shared", "m1", "t1", time.Time{})
+	clk.Advance(vault.ChatGrantTTL - time.Hour)
+	if another, err := b.PostedByAnother(t.Context(), "shared", "m1", "t2"); !another || err != nil {
+		t.Fatalf("t1's record read at hour 23: another %v, err %v", another, err)
+	}
+	clk.Advance(2 * time.Hour)
+	if another, err := b.PostedByAnother(t.Context(), "shared", "m1", "t2"); another || err != nil {
+		t.Errorf("t1's record read at hour 23, asked at hour 25: another %v, err %v, want none", another, err)
+	}
+	if b.PostedBy(t.Context(), "shared", "m1", "t1") {
+		t.Error("t1's record read at hour 23 lets it edit the message at hour 25")
+	}
+}
+
+// TestPostedRenewsARecordReadLate: a message answered again on an instance
+// that read its record late in its life (a Slack stream's frames after its
+// gateway moved) stores the record again, so it lasts its TTL from then.
+func TestPostedRenewsARecordReadLate(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	v := vault.NewMemory(vault.Config{Clock: clk})
+	a := platform.NewGrants("chats", v, clk, nil)
+	b := platform.NewGrants("chats", v, clk, nil)
+	a.Posted(t.Context(), "shared", "m1", "t1", time.Time{})
+	clk.Advance(vault.ChatGrantTTL - time.Hour)
+	if !b.PostedBy(t.Context(), "shared", "m1", "t1") {
+		t.Fatal("t1's record not read at hour 23")
+	}
+	b.Posted(t.Context(), "shared", "m1", "t1", time.Time{})
+	clk.Advance(2 * time.Hour)
+	if !b.PostedBy(t.Context(), "shared", "m1", "t1") {
+		t.Error("t1's message answered again at hour 23 is not its own at hour 25")
+	}
+}
