@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"flag"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,6 +214,20 @@ func (e *env) startWith(t *testing.T, sink platform.Sink) {
 			t.Error("Run did not return after cancel")
 		}
 	})
+	// Run takes webhooks once it set its lifecycle (its first step): wait
+	// for that, or for Run to return, so a test's first request is not
+	// refused 503 for coming before it.
+	for deadline := time.Now().Add(10 * time.Second); e.p.running() == nil; runtime.Gosched() {
+		select {
+		case err := <-e.done: // Run returned: its caller reads why
+			e.done <- err
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not start within 10s")
+		}
+	}
 }
 
 // startReady runs the platform and waits for its Gateway session.
