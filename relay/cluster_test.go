@@ -37,7 +37,7 @@ func fleet(t *testing.T, n int) []instance {
 	out := make([]instance, n)
 	for i := range out {
 		p := newFake("discord", map[string]string{"c1": "t1"})
-		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: time.Hour}) // held throughout: no renewal on the real clock to miss
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func burstToARemoteSocket(t *testing.T, frameType string, events, size int, ack 
 	var ps []*fakePlatform
 	for i := range 2 {
 		p := newFake("discord", map[string]string{"c1": "t1"})
-		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: time.Hour}) // held throughout: no renewal on the real clock to miss
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,7 @@ func TestTenantMadeAgainOnTwoInstances(t *testing.T) {
 	var ps []*fakePlatform
 	for i := range 2 {
 		p := newFake("discord", map[string]string{"c1": "t1"})
-		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: time.Hour}) // held throughout: no renewal on the real clock to miss
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func TestTenantMadeAgainGetsNoneOfTheOtherGeneration(t *testing.T) {
 	var ps []*fakePlatform
 	for i := range 2 {
 		p := newFake("discord", map[string]string{"c1": "t1"})
-		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: time.Hour}) // held throughout: no renewal on the real clock to miss
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -476,7 +476,7 @@ func TestInterruptOfAnotherCreation(t *testing.T) {
 	var ps []*fakePlatform
 	for i := range 2 {
 		p := newFake("discord", map[string]string{"c1": "t1", "c2": "t1"})
-		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: time.Hour}) // held throughout: no renewal on the real clock to miss
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -653,7 +653,7 @@ func TestInterruptOfAnEarlierVersion(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	p := newFake("discord", map[string]string{"c1": "t1"})
-	node, err := cluster.New(cluster.Config{Instance: "i0", PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+	node, err := cluster.New(cluster.Config{Instance: "i0", PubSub: st.PubSub(), LeaseTTL: time.Hour}) // held throughout: no renewal on the real clock to miss
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -666,7 +666,7 @@ func TestInterruptOfAnEarlierVersion(t *testing.T) {
 	_, id := gw.NextInbound(t)
 	gw.Ack(t, id)
 
-	older, err := cluster.New(cluster.Config{Instance: "old", PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+	older, err := cluster.New(cluster.Config{Instance: "old", PubSub: st.PubSub(), LeaseTTL: time.Hour}) // sends only: it takes no lease
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -701,7 +701,7 @@ func TestInterruptBetweenADeclaredAndAStoredTenant(t *testing.T) {
 	var ps []*fakePlatform
 	for i, c := range []time.Time{{}, created} {
 		p := newFake("discord", map[string]string{"c1": "t1"})
-		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: time.Hour}) // held throughout: no renewal on the real clock to miss
 		if err != nil {
 			t.Fatal(err)
 		}
