@@ -87,9 +87,9 @@ func collect(t *testing.T, want []string, gws ...*relaytest.Gateway) map[string]
 }
 
 // Gateways of one tenant on two instances; inbound ingested on either
-// reaches them, a session stays with one gateway, an interrupt from the
-// other gateway reaches the session's owner, and when the driving instance
-// stops the other takes the tenant over with what was not acknowledged.
+// reaches them, a session stays with one gateway, and an interrupt from the
+// other gateway reaches the session's owner. (A takeover after the driver
+// stops or lapses is tested on an injected clock in cluster_loss_test.go.)
 func TestInstancesShareATenant(t *testing.T) {
 	f := fleet(t, 2)
 	gwA := f[0].h.Dial(t, "gw1", "s1")
