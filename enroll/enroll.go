@@ -332,6 +332,9 @@ func (h *Handler) provision(req *request) (any, error) {
 		}
 		return nil
 	})
+	if errors.Is(err, registry.ErrConflict) { // another tenant's id: it read the registry in the tenant's turn
+		h.cfg.Limiter.Spend(tenant, body.GatewayID)
+	}
 	if err != nil {
 		return nil, err
 	}

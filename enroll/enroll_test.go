@@ -1110,3 +1110,32 @@ func TestRefusedBearerFloodLogsBoundedLines(t *testing.T) {
 		}
 	}
 }
+
+// TestProvisionsOfAnotherTenantsGatewayAreRateLimited: a provision naming
+// another tenant's gateway id is 409, having read the registry in its
+// tenant's turn and logged a line: it spends from the id's allowance of
+// changes as one that stored, and past change.GatewayBurst it is 429.
+// Before, it spent nothing, so one identity token could repeat it without
+// end. The other tenant's gateway stays its own.
+func TestProvisionsOfAnotherTenantsGatewayAreRateLimited(t *testing.T) {
+	r := newRig(t, true)
+	ctx := context.Background()
+	if err := r.reg.CreateTenant(ctx, registry.Tenant{ID: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, got := r.post(t, "/relay/provision", identity(t, "other"), provisionBody("gw-other", "discord", "")); code != http.StatusOK {
+		t.Fatalf("other's provision: %d %v", code, got)
+	}
+	id := identity(t, "acme")
+	for i := range change.GatewayBurst {
+		if code, got := r.post(t, "/relay/provision", id, provisionBody("gw-other", "discord", "")); code != http.StatusConflict {
+			t.Fatalf("provision %d of other's gateway id: %d %v, want 409", i+1, code, got)
+		}
+	}
+	if code, got := r.post(t, "/relay/provision", id, provisionBody("gw-other", "discord", "")); code != http.StatusTooManyRequests {
+		t.Fatalf("provision %d of other's gateway id: %d %v, want 429", change.GatewayBurst+1, code, got)
+	}
+	if ok, err := r.reg.GatewayOf(ctx, "other", "gw-other"); err != nil || !ok {
+		t.Fatalf("gw-other after acme's provisions: %v %v, want other's", ok, err)
+	}
+}
