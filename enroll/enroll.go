@@ -15,8 +15,8 @@
 // to the tenant on the body's platform and registers (or, when absent,
 // clears) the wake URL. A tenant makes at most its max_gateways gateways,
 // provisions that create or rotate a gateway are rate-limited per tenant
-// (ProvisionBurst, then one per ProvisionEvery), and every provision of a
-// gateway id spends from its allowance of registry changes
+// (ProvisionBurst, then one per ProvisionEvery), and every enrollment and
+// provision of a gateway id spends from its allowance of registry changes
 // (change.Limiter, which its /manage/* and /relay/policy requests share).
 //
 // The bodies, answers and error statuses are in docs/contract.md
@@ -101,9 +101,9 @@ type HandlerConfig struct {
 	// Clock is the clock of the provisioning rate limit (and of the
 	// Handler's own Limiter); nil is clock.System.
 	Clock clock.Clock
-	// Limiter limits the provisions of each gateway id (change.Limiter,
-	// shared with /manage/* and POST /relay/policy); nil is one of the
-	// Handler's own.
+	// Limiter limits the enrollments and provisions of each gateway id
+	// (change.Limiter, shared with /manage/* and POST /relay/policy); nil
+	// is one of the Handler's own.
 	Limiter *change.Limiter
 	// Refusals bounds the log lines of requests refused before they
 	// authenticate (401, 404) per remote host (loglimit.NewSources, shared
@@ -270,6 +270,10 @@ func (h *Handler) enroll(req *request) (any, error) {
 		return nil, change.Invalid("enrollmentToken is required")
 	}
 	ctx, tenant := req.r.Context(), req.caller.Tenant
+	if err := h.cfg.Limiter.Check(tenant, body.GatewayID); err != nil {
+		return nil, err
+	}
+	defer h.cfg.Limiter.Spend(tenant, body.GatewayID) // refused too: it read the registry
 	secret, err := h.cfg.Registry.Enroll(ctx, tenant, body.EnrollmentToken, body.GatewayID, body.WakeURL)
 	if err != nil {
 		return nil, err
@@ -332,6 +336,9 @@ func (h *Handler) provision(req *request) (any, error) {
 		}
 		return nil
 	})
+	if errors.Is(err, registry.ErrConflict) { // another tenant's id: it read the registry in the tenant's turn
+		h.cfg.Limiter.Spend(tenant, body.GatewayID)
+	}
 	if err != nil {
 		return nil, err
 	}

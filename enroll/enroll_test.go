@@ -1110,3 +1110,61 @@ func TestRefusedBearerFloodLogsBoundedLines(t *testing.T) {
 		}
 	}
 }
+
+// TestProvisionsOfAnotherTenantsGatewayAreRateLimited: a provision naming
+// another tenant's gateway id is 409, having read the registry in its
+// tenant's turn and logged a line: it spends from the id's allowance of
+// changes as one that stored, and past change.GatewayBurst it is 429.
+// Before, it spent nothing, so one identity token could repeat it without
+// end. The other tenant's gateway stays its own.
+func TestProvisionsOfAnotherTenantsGatewayAreRateLimited(t *testing.T) {
+	r := newRig(t, true)
+	ctx := context.Background()
+	if err := r.reg.CreateTenant(ctx, registry.Tenant{ID: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, got := r.post(t, "/relay/provision", identity(t, "other"), provisionBody("gw-other", "discord", "")); code != http.StatusOK {
+		t.Fatalf("other's provision: %d %v", code, got)
+	}
+	id := identity(t, "acme")
+	for i := range change.GatewayBurst {
+		if code, got := r.post(t, "/relay/provision", id, provisionBody("gw-other", "discord", "")); code != http.StatusConflict {
+			t.Fatalf("provision %d of other's gateway id: %d %v, want 409", i+1, code, got)
+		}
+	}
+	if code, got := r.post(t, "/relay/provision", id, provisionBody("gw-other", "discord", "")); code != http.StatusTooManyRequests {
+		t.Fatalf("provision %d of other's gateway id: %d %v, want 429", change.GatewayBurst+1, code, got)
+	}
+	if ok, err := r.reg.GatewayOf(ctx, "other", "gw-other"); err != nil || !ok {
+		t.Fatalf("gw-other after acme's provisions: %v %v, want other's", ok, err)
+	}
+}
+
+// TestRefusedEnrollmentsAreRateLimited: an enrollment refused 403 (an
+// enrollment token that is no token of the caller's tenant: another
+// tenant's, spent, or guessed) read the registry and logged a line: it
+// spends from the gateway id's allowance of changes, and past
+// change.GatewayBurst it is 429, a token of the tenant's too. Before,
+// enrollments were never limited, so one identity token could repeat them
+// without end.
+func TestRefusedEnrollmentsAreRateLimited(t *testing.T) {
+	r := newRig(t, true)
+	tok, _, err := r.reg.MintEnrollToken(context.Background(), "acme", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := identity(t, "acme")
+	for i := range change.GatewayBurst {
+		guess := map[string]string{"enrollmentToken": fmt.Sprint("guess-", i), "gatewayId": "gw"}
+		if code, got := r.post(t, "/relay/enroll", id, guess); code != http.StatusForbidden {
+			t.Fatalf("enrollment %d with a guessed token: %d %v, want 403", i+1, code, got)
+		}
+	}
+	if code, got := r.post(t, "/relay/enroll", id, map[string]string{"enrollmentToken": tok, "gatewayId": "gw"}); code != http.StatusTooManyRequests {
+		t.Fatalf("enrollment %d: %d %v, want 429", change.GatewayBurst+1, code, got)
+	}
+	r.clk.Advance(change.GatewayEvery)
+	if code, got := r.post(t, "/relay/enroll", id, map[string]string{"enrollmentToken": tok, "gatewayId": "gw"}); code != http.StatusOK {
+		t.Fatalf("enrollment after %v: %d %v, want 200", change.GatewayEvery, code, got)
+	}
+}

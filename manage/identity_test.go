@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"connector/idtoken/idtokentest"
 	"connector/internal/clock/clocktest"
 	"connector/manage"
+	"connector/registry/change"
 )
 
 // counts records AdminChange calls as "op outcome".
@@ -163,5 +165,63 @@ func TestLongSubjectIsCut(t *testing.T) {
 	r.post(t, token, "/manage/link", `{}`, http.StatusOK)
 	if logged := r.logs.String(); strings.Contains(logged, sub[:1024]) || !strings.Contains(logged, `"subject":"`+sub[:100]) {
 		t.Errorf("the log holds %d bytes: the subject not cut to a prefix", len(logged))
+	}
+}
+
+// TestIdentityTokenOfNoGatewayIsLimited: an identity token whose aud names
+// a gateway that is not its tenant's (another tenant's, or none) is
+// refused 404 within that gateway id's and its tenant's allowance of
+// changes, as a refused request of a gateway of its own is: before, it was
+// never limited, so a tenant's token could make the instance read the
+// registry and log a line per request without end. The 404 stays the
+// same for another tenant's gateway and for none.
+func TestIdentityTokenOfNoGatewayIsLimited(t *testing.T) {
+	r := newRig(t)
+	key := idtokentest.Key(t)
+	clk := clocktest.New(identityNow)
+	v, err := idtoken.New(idtoken.Config{Key: &key.PublicKey, Issuer: "https://portal.example", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.h = manage.New(manage.Config{Registry: r.reg, Auth: r.auth, Identity: v,
+		Apply: func(context.Context) error { return nil }, Platforms: []string{"discord", "telegram"},
+		Limiter: change.NewLimiter(clk)})
+	mux := http.NewServeMux()
+	for p, h := range r.h.Routes() {
+		mux.Handle(p, h)
+	}
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	send := func(token string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/manage/link", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	later := identityNow.Add(5 * time.Minute)
+	for _, gw := range []string{"gw-b", "gw-zz"} { // b's gateway, and none
+		token := portalToken(t, key, "a", gw, later)
+		for i := range change.GatewayBurst {
+			if got := send(token); got != http.StatusNotFound {
+				t.Fatalf("request %d of a's token naming %s: %d, want 404", i+1, gw, got)
+			}
+		}
+		if got := send(token); got != http.StatusTooManyRequests {
+			t.Fatalf("request %d of a's token naming %s: %d, want 429", change.GatewayBurst+1, gw, got)
+		}
+	}
+	if got := send(portalToken(t, key, "a", "gw-a", later)); got != http.StatusOK {
+		t.Fatalf("a's token for its own gateway after: %d, want 200", got)
+	}
+	if got := send(portalToken(t, key, "b", "gw-b", later)); got != http.StatusOK {
+		t.Fatalf("b's token for its gateway after a's: %d, want 200", got)
 	}
 }

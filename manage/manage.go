@@ -75,8 +75,9 @@ type Config struct {
 	// link_redeem); nil discards.
 	Metrics change.Metrics
 	// Limiter limits each gateway's requests whose body parses, refused
-	// or not (change.Limiter, shared with POST /relay/policy, which spends
-	// only its changes); nil is one of the Handler's own.
+	// or not, and an identity token's naming a gateway not its tenant's
+	// (change.Limiter, shared with POST /relay/policy, which spends only
+	// its changes); nil is one of the Handler's own.
 	Limiter *change.Limiter
 	// Refusals bounds the log lines of refused bearers per remote host
 	// (loglimit.NewSources, shared with the other routes of the public
@@ -187,8 +188,14 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 		}
 		var what []any
 		var answer map[string]any
-		if err == nil {
-			err = h.cfg.Limiter.Check(c.tenant, c.gateway)
+		if err == nil || c.tenant != "" && errors.Is(err, registry.ErrNotFound) {
+			// An identity token naming a gateway not its tenant's read the
+			// registry too: it spends, refused, within the same allowance.
+			if lerr := h.cfg.Limiter.Check(c.tenant, c.gateway); lerr != nil {
+				err = lerr
+			} else if err != nil {
+				h.cfg.Limiter.Spend(c.tenant, c.gateway)
+			}
 		}
 		if err == nil {
 			var body []byte
