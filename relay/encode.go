@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"encoding/json"
 	"sync"
 
 	"connector/contract"
@@ -66,12 +65,6 @@ func appendEvent(dst []byte, ev *contract.Event) (out []byte, truncated bool) {
 		dst = short.AppendJSON(dst[:start])
 	}
 	return dst, true
-}
-
-// appendForward appends f's JSON to dst.
-func appendForward(dst []byte, f *contract.Forward) []byte {
-	body, _ := json.Marshal(f) // plain strings and slices: cannot fail
-	return append(dst, body...)
 }
 
 // frameEnvelopeBytes is what a passthrough_forward frame, the longer kind,

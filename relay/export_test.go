@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/relay/ledger"
 	"connector/store"
 )
 
@@ -198,3 +199,15 @@ func LateOutbound(s *Server, tenant, platform string) func(*contract.Action) con
 // SetRoomHook makes s run f as the cluster outbox's OnRoom (room again)
 // pokes tenant's ledger. Set it before the outbox says no to anyone.
 func SetRoomHook(s *Server, f func(tenant string)) { s.fleet.roomHook = f }
+
+// NoteOwner has tenant's fleet on s note, as the ledger's OnOwned hook
+// does, that connection conn of this instance owns sessionKey.
+func NoteOwner(s *Server, tenant, sessionKey, conn string) {
+	s.hub(tenant).fleet.noteOwner(ownerOnly(conn), sessionKey, "chat-"+sessionKey)
+}
+
+// ownerOnly is a ledger.Consumer that takes nothing: a named owner.
+type ownerOnly string
+
+func (c ownerOnly) Offer([]byte) ledger.Offered    { return ledger.Closing }
+func (c ownerOnly) Owner() (instance, conn string) { return "i0", string(c) }

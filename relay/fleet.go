@@ -57,12 +57,15 @@ const (
 // again when ownerRefresh has passed since the last write and the
 // session's entries still go to the same socket. An interrupt matters
 // while a turn runs, right after an inbound, so an hour is ample.
-// ownerQueue bounds the writes waiting; past it a write is skipped and
-// retried at the session's next dispatch.
+// ownerQueue bounds the writes waiting, and ownerShare a tenant's among
+// them (its writes waiting or being written), so a tenant churning sessions
+// fills only its share; past either a write is skipped and retried at the
+// session's next dispatch.
 const (
 	ownerTTL     = time.Hour
 	ownerRefresh = ownerTTL / 4
 	ownerQueue   = 4096
+	ownerShare   = ownerQueue / 8
 )
 
 // tenantWorkers bounds the tenants whose store calls (beats, the reads of
@@ -165,6 +168,9 @@ type tenantFleet struct {
 	// noteOwner, the ledger's OnOwned hook).
 	ownMu sync.Mutex
 	owned *simplelru.LRU[string, ownerNote] // owners stored, by session key
+	// ownerWrites counts its owner writes queued (fleet.ownerOut) or being
+	// written, at most ownerShare.
+	ownerWrites atomic.Int32
 
 	// Under hub.mu:
 	driver string           // the driving instance, as last seen
@@ -562,6 +568,7 @@ func (fl *fleet) ownerLoop() {
 			ctx, cancel := context.WithTimeout(fl.ctx, fl.node.LeaseTTL())
 			err := fl.owners.Set(ctx, w.h.id, w.sessionKey, w.owner, ownerTTL)
 			cancel()
+			w.h.fleet.ownerWrites.Add(-1)
 			if err != nil && fl.ctx.Err() == nil {
 				fl.srv.log.Warn("session owner not stored: an interrupt after a takeover may not find it",
 					"tenant", w.h.id, "err", err)
@@ -576,8 +583,8 @@ func (fl *fleet) ownerLoop() {
 
 // noteOwner is the ledger's OnOwned hook: it queues the store write of a
 // session's owner when it changed or its record is due for a refresh. It
-// runs under the ledger's mutex and never blocks: with the queue full the
-// write waits for the session's next dispatch.
+// runs under the ledger's mutex and never blocks: with the queue or the
+// tenant's share of it full the write waits for the session's next dispatch.
 func (f *tenantFleet) noteOwner(c ledger.Consumer, sessionKey, chatID string) {
 	now := f.fl.node.Clock().Now()
 	f.ownMu.Lock()
@@ -585,12 +592,17 @@ func (f *tenantFleet) noteOwner(c ledger.Consumer, sessionKey, chatID string) {
 	if n, ok := f.owned.Get(sessionKey); ok && n.c == c && n.chatID == chatID && now.Sub(n.written) < ownerRefresh {
 		return
 	}
+	if f.ownerWrites.Load() >= ownerShare {
+		return
+	}
 	o := store.Owner{ChatID: chatID}
 	o.Instance, o.Conn = c.Owner()
+	f.ownerWrites.Add(1) // before ownerLoop can take it
 	select {
 	case f.fl.ownerOut <- ownerWrite{h: f.h, sessionKey: sessionKey, owner: o}:
 		f.owned.Add(sessionKey, ownerNote{c: c, chatID: chatID, written: now})
 	default:
+		f.ownerWrites.Add(-1)
 	}
 }
 

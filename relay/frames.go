@@ -310,7 +310,7 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 	if p == nil {
 		return contract.Declined(name)
 	}
-	op.setPlatform(name)
+	op.platform.Store(&name)
 	r := p.Execute(ctx, c.hub.id, a)
 	if !contract.AddressesChat(a.Op) {
 		return r

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -349,7 +350,8 @@ func (h *hub) encode(d *platform.Delivery, buf *[]byte) (ld ledger.Delivery, ok 
 				"tenant", h.id, "platform", d.Platform)
 		}
 	case d.Kind == platform.KindPassthrough && d.Forward != nil:
-		payload = appendForward((*buf)[:0], d.Forward)
+		body, _ := json.Marshal(d.Forward) // plain strings and slices: cannot fail
+		payload = append((*buf)[:0], body...)
 	default:
 		h.srv.log.Warn("delivery dropped: unknown kind or no payload", "tenant", h.id, "platform", d.Platform, "kind", d.Kind)
 		return ld, false

@@ -29,9 +29,6 @@ type outboundOp struct {
 	answered atomic.Bool
 }
 
-// setPlatform records the platform the op runs on.
-func (o *outboundOp) setPlatform(name string) { o.platform.Store(&name) }
-
 // platformName is the platform the op runs on, noPlatform before it is
 // known.
 func (o *outboundOp) platformName() string {

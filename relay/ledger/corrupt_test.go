@@ -229,24 +229,28 @@ func (c *readCounter) Read(ctx context.Context, tenant string, afterSeq uint64, 
 	return recs, err
 }
 
-// Recovering a buffer of large records reads them in batches of about
-// MaxBytes, not 1,024 records whatever their size (up to ~1 GiB held at
-// once).
+// Recovering a buffer of large records reads them in batches of at most
+// MaxBytes, also when small records come first (a read sized by the small
+// ones' average asked for up to 1,024 records whatever their size: up to
+// ~1 GiB held at once).
 func TestTailReadsLargeRecordsInBatchesOfMaxBytes(t *testing.T) {
 	r := newRig(t, nil)
-	large := strings.Repeat("x", 500)
+	small, large := "x", strings.Repeat("x", 500)
 	for i := range 100 {
-		r.store1(t, "s"+strconv.Itoa(i), large)
+		r.store1(t, "a"+strconv.Itoa(i), small)
+	}
+	for i := range 100 {
+		r.store1(t, "b"+strconv.Itoa(i), large)
 	}
 	reads := &readCounter{}
-	bound := firstBatch * len(large) // the first read too
+	bound := 16 * len(large)
 	again := newRigOn(t, r.store, r.clock, func(c *Config) {
-		c.MaxBytes = int64(bound)
+		c.MaxBytes, c.MaxPayloadBytes = int64(bound), len(large)
 		reads.Ledger = c.Store
 		c.Store = reads
 	})
-	if n, err := again.pool.Recover(context.Background()); err != nil || n != 100 {
-		t.Fatalf("Recover took in %d (%v), want 100", n, err)
+	if n, err := again.pool.Recover(context.Background()); err != nil || n != 200 {
+		t.Fatalf("Recover took in %d (%v), want 200", n, err)
 	}
 	if reads.most > bound {
 		t.Fatalf("a Read returned %d payload bytes, want at most MaxBytes (%d)", reads.most, bound)
