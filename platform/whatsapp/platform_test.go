@@ -892,7 +892,7 @@ func TestFairShareBetweenTenants(t *testing.T) {
 // TestNumberBudgetIsPerNumber: each business number has its own send
 // budget (number_per_second), so a number that spent it holds its next
 // send while another number's goes out; a throughput answer (130429)
-// pauses that number's budget, not the app's.
+// holds the tenant's sends from that number, not the app's.
 func TestNumberBudgetIsPerNumber(t *testing.T) {
 	clk := clocktest.New(time.Unix(1_800_000_000, 0))
 	r := newRig(t, nil, func(c *Config, d *platform.Deps) { c.NumberPerSecond, c.ChatPerSecond, d.Clock = 2, -1, clk })
@@ -929,17 +929,59 @@ func TestNumberBudgetIsPerNumber(t *testing.T) {
 
 	clk.Advance(time.Second) // number 1's budget refills
 	r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 130429, Message: "(#130429) Rate limit hit"})
-	run("t1", ada) // throttled: backs off on the clock, pausing number 1
+	run("t1", ada) // throttled: backs off on the clock, holding t1 on number 1
 	clk.Settle(t, 5, finished, waiting)
 	run("t1", cyd)
 	run("t2", bob)
 	clk.Settle(t, 7, finished, waiting)
-	if n, w := finished(), number1.Waiting("t1"); n != 5 || w != 1 {
-		t.Fatalf("after a 130429 on number 1: %d of 7 sends done and %d waiting for number 1; want 5 (number 2's went out) and 1", n, w)
+	if n, s := finished(), len(r.fake.Sent()); n != 5 || s != 5 {
+		t.Fatalf("after a 130429 on number 1: %d of 7 sends done and %d sent; want 5 (number 2's went out, t1's two on number 1 held)", n, s)
 	}
 	clk.Drive(t, 7, finished, waiting)
 	if n := len(r.fake.Sent()); n != 7 {
 		t.Fatalf("%d messages sent, want 7", n)
+	}
+}
+
+// TestAccountThrottleHoldsOnlyTheTenantThatGotIt: an application or
+// account rate-limit answer (80007) to one tenant's send holds that
+// tenant's sends for the backoff, not the app's budget: another tenant's
+// send goes out at once meanwhile. Before, the answer paused the whole app
+// for the throttled user's backoff (doubling up to 64 s with each answer in
+// a row), so one tenant flooding held every other tenant's sends.
+func TestAccountThrottleHoldsOnlyTheTenantThatGotIt(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada, bob, cyd = "447700900123", "14155550142", "447700900456"
+	r.converse(t, biz1, ada, "wamid.A1")
+	r.converse(t, biz2, bob, "wamid.A2")
+	r.converse(t, biz1, cyd, "wamid.A3")
+	var done atomic.Int32
+	run := func(tenant, user string) {
+		go func() {
+			defer done.Add(1)
+			if res := r.exec(t, tenant, map[string]any{"op": "send", "chat_id": user, "content": tenant, "reply_to": nil}); !res.Success {
+				t.Errorf("%s to %s: %+v", tenant, user, res)
+			}
+		}()
+	}
+	finished := func() int { return int(done.Load()) }
+	waiting := func() int {
+		return r.p.budget.Waiting("t1") + r.p.budget.Waiting("t2") + r.p.numberBudget(biz1.PhoneNumberID).Waiting("t1") + r.p.numberBudget(biz2.PhoneNumberID).Waiting("t2")
+	}
+	start := clk.Now()
+	r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 80007, Message: "(#80007) Rate limit issues"})
+	run("t1", ada) // throttled: t1 is held for the backoff
+	clk.Settle(t, 1, finished, waiting)
+	run("t1", cyd)
+	run("t2", bob)
+	clk.Settle(t, 3, finished, waiting)
+	if sent := r.fake.Sent(); finished() != 1 || len(sent) != 1 || sent[0].To != bob {
+		t.Fatalf("while t1 is held after an 80007: %d of 3 sends done, %d sent; want t2's alone, at once", finished(), len(sent))
+	}
+	clk.Drive(t, 3, finished, waiting)
+	if n, took := len(r.fake.Sent()), clk.Now().Sub(start); n != 3 || took != pace.BackoffMin {
+		t.Fatalf("%d sent, the last after %v; want 3, t1's after its backoff of %v", n, took, pace.BackoffMin)
 	}
 }
 
