@@ -1757,3 +1757,112 @@ func TestTapSentAgainWithoutItsDeliveredMark(t *testing.T) {
 		t.Errorf("%d duplicates dropped, want the tap's copy", n)
 	}
 }
+
+// storeRTT delays each posted-message mark's write by rtt, as a store
+// across a network answers (a Redis round trip of about a millisecond).
+type storeRTT struct {
+	vault.Store
+	rtt time.Duration
+}
+
+func (s storeRTT) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindPostedMessage {
+		time.Sleep(s.rtt) // the round trip's latency, not a synchronization
+	}
+	return s.Store.Put(ctx, k, e)
+}
+
+// graphRTT delays each Graph call by rtt, as Meta's answers come (on the
+// order of 100 ms; the fake on loopback answers in well under one).
+type graphRTT struct {
+	http.RoundTripper
+	rtt time.Duration
+}
+
+func (g graphRTT) RoundTrip(req *http.Request) (*http.Response, error) {
+	time.Sleep(g.rtt) // the round trip's latency, not a synchronization
+	return g.RoundTripper.RoundTrip(req)
+}
+
+// BenchmarkSendLongAnswer is one send of an answer split in 8 parts, each
+// part's is_own mark written to Redis (platform.Grants.Posted) behind a
+// round trip of 10 ms, each Graph call taking 10 ms more than the fake's
+// (round trips long enough to measure on a loaded machine); no budget or
+// pace spaces the parts. Each part's mark waited for alone adds 10 ms.
+func BenchmarkSendLongAnswer(b *testing.B) {
+	srv := redistest.Start(b, redistest.Options{})
+	st, err := store.Open(b.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
+	const ada = "447700900123"
+	raw, _ := json.Marshal(map[string]any{"op": "send", "chat_id": ada, "content": strings.Repeat(strings.Repeat("word ", 800)+"\n\n", 8)})
+	const rtt = 10 * time.Millisecond
+	r := newRig(b, storeRTT{vault.NewDurable(st.Capabilities(), vault.Config{}), rtt}, func(c *Config, _ *platform.Deps) { c.NumberPerSecond, c.GlobalPerSecond = -1, -1 })
+	resp, err := http.DefaultClient.Do(whatsapptest.SignedRequest(r.url, testSecret, whatsapptest.Text(biz1, ada, "Ada", "wamid.B1", "hello")))
+	if err != nil || resp.StatusCode != 200 {
+		b.Fatalf("webhook: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	r.p.graph.hc.Transport = graphRTT{r.p.graph.hc.Transport, rtt}
+	for b.Loop() {
+		var a contract.Action
+		_ = json.Unmarshal(raw, &a)
+		if res := r.p.Execute(context.Background(), "t1", &a); !res.Success {
+			b.Fatal(res)
+		}
+	}
+	b.ReportMetric(float64(len(r.fake.Sent()))/float64(b.N), "parts/op")
+}
+
+// gatedMarks holds each posted-message mark's write until release closes.
+type gatedMarks struct {
+	vault.Store
+	release chan struct{}
+}
+
+func (g gatedMarks) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindPostedMessage {
+		<-g.release
+	}
+	return g.Store.Put(ctx, k, e)
+}
+
+// TestLongAnswerDoesNotWaitForEachPartsMark: the parts of a long answer go
+// out while their is_own marks are being written, and every mark is
+// written before the result, so another instance finds them all. Before,
+// each part waited for the previous part's mark (a store round trip per
+// part before the result).
+func TestLongAnswerDoesNotWaitForEachPartsMark(t *testing.T) {
+	shared := vault.NewMemory(vault.Config{})
+	gate := gatedMarks{Store: shared, release: make(chan struct{})}
+	r := newRig(t, gate, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.L1")
+	result := make(chan contract.Result, 1)
+	go func() {
+		result <- r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": strings.Repeat(strings.Repeat("word ", 800)+"\n\n", 3)})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sent, err := r.fake.WaitSent(ctx, 3)
+	if err != nil {
+		t.Fatalf("the parts while the first part's mark is being written: %v", err)
+	}
+	select {
+	case res := <-result:
+		t.Fatalf("the result came before the marks were written: %+v", res)
+	default:
+	}
+	close(gate.release)
+	if res := <-result; !res.Success || res.MessageID != sent[0].ID {
+		t.Fatalf("%+v", res)
+	}
+	marks := platform.NewGrants(platformName, shared, nil, r.p.log)
+	for i, s := range sent {
+		if !marks.PostedBy(t.Context(), ada, s.ID, "t1") {
+			t.Errorf("part %d's mark is not in the store once the result came", i+1)
+		}
+	}
+}
