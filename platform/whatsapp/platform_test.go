@@ -948,7 +948,8 @@ func TestNumberBudgetIsPerNumber(t *testing.T) {
 // tenant's sends for the backoff, not the app's budget: another tenant's
 // send goes out at once meanwhile. Before, the answer paused the whole app
 // for the throttled user's backoff (doubling up to 64 s with each answer in
-// a row), so one tenant flooding held every other tenant's sends.
+// a row), so one tenant flooding held every other tenant's sends. A pair
+// limit holds the one user.
 func TestAccountThrottleHoldsOnlyTheTenantThatGotIt(t *testing.T) {
 	clk := clocktest.New(time.Unix(1_800_000_000, 0))
 	r := newRig(t, nil, func(_ *Config, d *platform.Deps) { d.Clock = clk })
@@ -983,6 +984,17 @@ func TestAccountThrottleHoldsOnlyTheTenantThatGotIt(t *testing.T) {
 	if n, took := len(r.fake.Sent()), clk.Now().Sub(start); n != 3 || took != pace.BackoffMin {
 		t.Fatalf("%d sent, the last after %v; want 3, t1's after its backoff of %v", n, took, pace.BackoffMin)
 	}
+	// The pair limit (131056) holds the one user: t1's send to another
+	// user goes out at once.
+	r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 131056, Message: "(#131056) (Business Account, Consumer Account) pair rate limit hit"})
+	run("t1", ada)
+	clk.Settle(t, 4, finished, waiting)
+	run("t1", cyd)
+	clk.Settle(t, 5, finished, waiting)
+	if sent := r.fake.Sent(); finished() != 4 || sent[len(sent)-1].To != cyd {
+		t.Fatalf("while ada is held after a 131056: %d of 5 sends done; want t1's to cyd out at once", finished())
+	}
+	clk.Drive(t, 5, finished, waiting)
 }
 
 // A status is counted once although Meta sends its payload again because
