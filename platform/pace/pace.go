@@ -24,6 +24,7 @@ type Pacer struct {
 
 type state struct {
 	next    time.Time // the earliest slot for the next message
+	held    time.Time // the end of the last Backoff's hold
 	holds   int       // Backoff answers in a row
 	touched time.Time
 }
@@ -77,15 +78,20 @@ func (p *Pacer) Hold(key string, until, now time.Time) {
 
 // Backoff holds key's next message back after a rate-limit answer at now
 // for a backoff that doubles with each answer in a row (BackoffMin to
-// BackoffMax), and returns it.
+// BackoffMax), and returns it. An answer while an earlier one's hold lasts
+// (to a call already made when it began) is the same throttle: it returns
+// what is left of that hold, not doubled.
 func (p *Pacer) Backoff(key string, now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.get(key, now)
+	if now.Before(s.held) {
+		return s.held.Sub(now)
+	}
 	d := min(BackoffMin<<min(s.holds, 6), BackoffMax)
 	s.holds++
-	if until := now.Add(d); until.After(s.next) {
-		s.next = until
+	if s.held = now.Add(d); s.held.After(s.next) {
+		s.next = s.held
 	}
 	return d
 }

@@ -50,11 +50,11 @@
 // Messages to one user are spaced (chat_per_second, platform/pace), then
 // wait for the tenant's fair share of the sending number's budget
 // (number_per_second) and of the app's (global_per_second), both
-// platform/fairshare. A Graph rate-limit answer holds the user with a
-// backoff and pauses the number's budget (130429) or the app's (the app
-// and account codes), not for the pair limit (131056); the message is
-// sent again within the deadline, since Meta did not take it. Other errors
-// are never retried (paced).
+// platform/fairshare. A Graph rate-limit answer holds, with a backoff, the
+// user (the pair limit, 131056), the tenant's sends from the number
+// (130429) or all of the tenant's sends (the app and account codes), never
+// another tenant's; the message is sent again within the deadline, since
+// Meta did not take it. Other errors are never retried (paced).
 //
 // # Secrets
 //

@@ -81,20 +81,31 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 	return platform.Execute(ctx, &p.egress, p, tenant, a)
 }
 
-// paced runs call for one message from number to user: it waits for the
-// user's slot (platform/pace), then for tenant's fair share of the number's
-// budget and of the app's, then calls. A Graph rate-limit answer
-// (rateLimitCodes) holds the user with backoff and pauses what Meta
-// throttled: the number (130429), or the app or account (4, 80007, 613);
-// the pair limit (131056) holds the user alone. The message is sent again
-// while the deadline allows, since Meta did not take it. Any other error is returned as it is, never retried:
-// the call may have gone through.
+// paced runs call for one message from number to user: it waits until
+// Meta's throttles of tenant end (throttled) and for the user's slot
+// (platform/pace), then for tenant's fair share of the number's budget and
+// of the app's, then calls. A Graph rate-limit answer (rateLimitCodes)
+// holds, with a backoff doubling with each answer in a row, what Meta
+// throttled as far as it is the tenant's: the user (the pair limit,
+// 131056), the tenant's sends from the number (130429), or all of the
+// tenant's sends (the app and account codes 4, 80007, 613). Those limits
+// are shared, and the answer goes to the tenant sending; holding it alone
+// keeps one tenant flooding from pausing the others, whose sends are
+// answered on their own. The message is sent again while the deadline
+// allows, since Meta did not take it. Any other error is returned as it
+// is, never retried: the call may have gone through.
 func (p *Platform) paced(ctx context.Context, tenant, number, user string, call func(context.Context) error) error {
 	latest := platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, callMargin)
-	key := number + "/" + user
+	key, scopes := number+"/"+user, [...]string{tenant, number + "/" + tenant}
 	for {
 		now := p.deps.Clock.Now()
-		at, ok := p.pace.Reserve(key, now, latest)
+		from := now
+		for _, scope := range scopes {
+			if until, _ := p.throttled.Reserve(scope, now, latest); until.After(from) {
+				from = until
+			}
+		}
+		at, ok := p.pace.Reserve(key, from, latest)
 		if !ok {
 			return &platform.RateLimitedError{Wait: at.Sub(now)}
 		}
@@ -117,17 +128,21 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 		if !limited {
 			if err == nil {
 				p.pace.Passed(key)
+				for _, scope := range scopes {
+					p.throttled.Passed(scope)
+				}
 			}
 			return err
 		}
 		p.deps.Metrics.RateLimited(platformName)
-		hold := p.pace.Backoff(key, p.deps.Clock.Now())
-		switch ge.Code {
-		case codePairRate: // the user alone
+		var hold time.Duration
+		switch now := p.deps.Clock.Now(); ge.Code {
+		case codePairRate:
+			hold = p.pace.Backoff(key, now)
 		case codeNumberThroughput:
-			numberBudget.Pause(hold)
+			hold = p.throttled.Backoff(scopes[1], now)
 		default: // the app or the account
-			p.budget.Pause(hold)
+			hold = p.throttled.Backoff(scopes[0], now)
 		}
 		p.log.Info("whatsapp rate limited; backing off", "tenant", tenant, "code", ge.Code, "hold", hold)
 	}

@@ -72,16 +72,28 @@ func (p *Platform) send(ctx context.Context, tenant string, c chat, a *contract.
 }
 
 // sendText sends text split into pieces, the first quoting replyTo, and
-// returns the first and last message ids with the result.
+// returns the first and last message ids with the result. Each piece sent
+// is remembered (quotes.sent, a store write) while the next one goes out,
+// in order, by one writer, which has written them all before the result:
+// a long answer waits for one write, not one per piece.
 func (p *Platform) sendText(ctx context.Context, tenant string, c chat, op, text, replyTo string) (first, last string, r contract.Result) {
-	return platform.SendParts(ctx, textsplit.Split(text, splitRules), func(i int, part string) (string, error) {
+	parts, created := textsplit.Split(text, splitRules), platform.AuthorizedCreation(ctx, p.vault, tenant)
+	sent, written := make(chan [2]string, len(parts)), make(chan struct{})
+	go func() {
+		defer close(written)
+		for m := range sent {
+			p.quotes.sent(ctx, tenant, c.user, m[0], m[1], created)
+		}
+	}()
+	defer func() { close(sent); <-written }()
+	return platform.SendParts(ctx, parts, func(i int, part string) (string, error) {
 		quote := ""
 		if i == 0 {
 			quote = replyTo
 		}
 		id, err := p.post(ctx, tenant, c, textMessage(c.user, part, quote))
 		if err == nil {
-			p.quotes.sent(ctx, tenant, c.user, id, part, platform.AuthorizedCreation(ctx, p.vault, tenant))
+			sent <- [2]string{id, part}
 		}
 		return id, err
 	}, func(err error) contract.Result { return p.failure(op, err) })

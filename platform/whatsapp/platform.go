@@ -43,7 +43,8 @@ type Platform struct {
 	budget      *fairshare.Scheduler // the app's (GlobalPerSecond)
 	numberMu    sync.Mutex
 	perNumber   map[string]*fairshare.Scheduler // each business number's (NumberPerSecond), made on first send
-	pace        *pace.Pacer
+	pace        *pace.Pacer                     // each (number, user)
+	throttled   *pace.Pacer                     // each tenant, and (number, tenant), held after Meta throttled it (paced)
 	quotes      *quotes
 	links       *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
 	rehosts     *platform.Rehosts  // attachments of messages not delivered yet
@@ -102,6 +103,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.budget = p.newBudget(cfg.GlobalPerSecond)
 	p.perNumber = make(map[string]*fairshare.Scheduler)
 	p.pace = pace.New(cfg.ChatPerSecond)
+	p.throttled = pace.New(0)
 	p.quotes = newQuotes(p.vault, p.deps.Clock, platform.NewGrants(platformName, p.vault, p.deps.Clock, p.log))
 	p.links = platform.NewLinkDesk(deps.Clock)
 	p.rehosts = platform.NewRehosts(deps.Clock)

@@ -892,7 +892,7 @@ func TestFairShareBetweenTenants(t *testing.T) {
 // TestNumberBudgetIsPerNumber: each business number has its own send
 // budget (number_per_second), so a number that spent it holds its next
 // send while another number's goes out; a throughput answer (130429)
-// pauses that number's budget, not the app's.
+// holds the tenant's sends from that number, not the app's.
 func TestNumberBudgetIsPerNumber(t *testing.T) {
 	clk := clocktest.New(time.Unix(1_800_000_000, 0))
 	r := newRig(t, nil, func(c *Config, d *platform.Deps) { c.NumberPerSecond, c.ChatPerSecond, d.Clock = 2, -1, clk })
@@ -929,18 +929,72 @@ func TestNumberBudgetIsPerNumber(t *testing.T) {
 
 	clk.Advance(time.Second) // number 1's budget refills
 	r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 130429, Message: "(#130429) Rate limit hit"})
-	run("t1", ada) // throttled: backs off on the clock, pausing number 1
+	run("t1", ada) // throttled: backs off on the clock, holding t1 on number 1
 	clk.Settle(t, 5, finished, waiting)
 	run("t1", cyd)
 	run("t2", bob)
 	clk.Settle(t, 7, finished, waiting)
-	if n, w := finished(), number1.Waiting("t1"); n != 5 || w != 1 {
-		t.Fatalf("after a 130429 on number 1: %d of 7 sends done and %d waiting for number 1; want 5 (number 2's went out) and 1", n, w)
+	if n, s := finished(), len(r.fake.Sent()); n != 5 || s != 5 {
+		t.Fatalf("after a 130429 on number 1: %d of 7 sends done and %d sent; want 5 (number 2's went out, t1's two on number 1 held)", n, s)
 	}
 	clk.Drive(t, 7, finished, waiting)
 	if n := len(r.fake.Sent()); n != 7 {
 		t.Fatalf("%d messages sent, want 7", n)
 	}
+}
+
+// TestAccountThrottleHoldsOnlyTheTenantThatGotIt: an application or
+// account rate-limit answer (80007) to one tenant's send holds that
+// tenant's sends for the backoff, not the app's budget: another tenant's
+// send goes out at once meanwhile. Before, the answer paused the whole app
+// for the throttled user's backoff (doubling up to 64 s with each answer in
+// a row), so one tenant flooding held every other tenant's sends. A pair
+// limit holds the one user.
+func TestAccountThrottleHoldsOnlyTheTenantThatGotIt(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada, bob, cyd = "447700900123", "14155550142", "447700900456"
+	r.converse(t, biz1, ada, "wamid.A1")
+	r.converse(t, biz2, bob, "wamid.A2")
+	r.converse(t, biz1, cyd, "wamid.A3")
+	var done atomic.Int32
+	run := func(tenant, user string) {
+		go func() {
+			defer done.Add(1)
+			if res := r.exec(t, tenant, map[string]any{"op": "send", "chat_id": user, "content": tenant, "reply_to": nil}); !res.Success {
+				t.Errorf("%s to %s: %+v", tenant, user, res)
+			}
+		}()
+	}
+	finished := func() int { return int(done.Load()) }
+	waiting := func() int {
+		return r.p.budget.Waiting("t1") + r.p.budget.Waiting("t2") + r.p.numberBudget(biz1.PhoneNumberID).Waiting("t1") + r.p.numberBudget(biz2.PhoneNumberID).Waiting("t2")
+	}
+	start := clk.Now()
+	r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 80007, Message: "(#80007) Rate limit issues"})
+	run("t1", ada) // throttled: t1 is held for the backoff
+	clk.Settle(t, 1, finished, waiting)
+	run("t1", cyd)
+	run("t2", bob)
+	clk.Settle(t, 3, finished, waiting)
+	if sent := r.fake.Sent(); finished() != 1 || len(sent) != 1 || sent[0].To != bob {
+		t.Fatalf("while t1 is held after an 80007: %d of 3 sends done, %d sent; want t2's alone, at once", finished(), len(sent))
+	}
+	clk.Drive(t, 3, finished, waiting)
+	if n, took := len(r.fake.Sent()), clk.Now().Sub(start); n != 3 || took != pace.BackoffMin {
+		t.Fatalf("%d sent, the last after %v; want 3, t1's after its backoff of %v", n, took, pace.BackoffMin)
+	}
+	// The pair limit (131056) holds the one user: t1's send to another
+	// user goes out at once.
+	r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 131056, Message: "(#131056) (Business Account, Consumer Account) pair rate limit hit"})
+	run("t1", ada)
+	clk.Settle(t, 4, finished, waiting)
+	run("t1", cyd)
+	clk.Settle(t, 5, finished, waiting)
+	if sent := r.fake.Sent(); finished() != 4 || sent[len(sent)-1].To != cyd {
+		t.Fatalf("while ada is held after a 131056: %d of 5 sends done; want t1's to cyd out at once", finished())
+	}
+	clk.Drive(t, 5, finished, waiting)
 }
 
 // A status is counted once although Meta sends its payload again because
@@ -1713,5 +1767,114 @@ func TestTapSentAgainWithoutItsDeliveredMark(t *testing.T) {
 	}
 	if n := r.stats.get(r.stats.dropped, dropDuplicate); n != 1 {
 		t.Errorf("%d duplicates dropped, want the tap's copy", n)
+	}
+}
+
+// storeRTT delays each posted-message mark's write by rtt, as a store
+// across a network answers (a Redis round trip of about a millisecond).
+type storeRTT struct {
+	vault.Store
+	rtt time.Duration
+}
+
+func (s storeRTT) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindPostedMessage {
+		time.Sleep(s.rtt) // the round trip's latency, not a synchronization
+	}
+	return s.Store.Put(ctx, k, e)
+}
+
+// graphRTT delays each Graph call by rtt, as Meta's answers come (on the
+// order of 100 ms; the fake on loopback answers in well under one).
+type graphRTT struct {
+	http.RoundTripper
+	rtt time.Duration
+}
+
+func (g graphRTT) RoundTrip(req *http.Request) (*http.Response, error) {
+	time.Sleep(g.rtt) // the round trip's latency, not a synchronization
+	return g.RoundTripper.RoundTrip(req)
+}
+
+// BenchmarkSendLongAnswer is one send of an answer split in 8 parts, each
+// part's is_own mark written to Redis (platform.Grants.Posted) behind a
+// round trip of 10 ms, each Graph call taking 10 ms more than the fake's
+// (round trips long enough to measure on a loaded machine); no budget or
+// pace spaces the parts. Each part's mark waited for alone adds 10 ms.
+func BenchmarkSendLongAnswer(b *testing.B) {
+	srv := redistest.Start(b, redistest.Options{})
+	st, err := store.Open(b.Context(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
+	const ada = "447700900123"
+	raw, _ := json.Marshal(map[string]any{"op": "send", "chat_id": ada, "content": strings.Repeat(strings.Repeat("word ", 800)+"\n\n", 8)})
+	const rtt = 10 * time.Millisecond
+	r := newRig(b, storeRTT{vault.NewDurable(st.Capabilities(), vault.Config{}), rtt}, func(c *Config, _ *platform.Deps) { c.NumberPerSecond, c.GlobalPerSecond = -1, -1 })
+	resp, err := http.DefaultClient.Do(whatsapptest.SignedRequest(r.url, testSecret, whatsapptest.Text(biz1, ada, "Ada", "wamid.B1", "hello")))
+	if err != nil || resp.StatusCode != 200 {
+		b.Fatalf("webhook: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	r.p.graph.hc.Transport = graphRTT{r.p.graph.hc.Transport, rtt}
+	for b.Loop() {
+		var a contract.Action
+		_ = json.Unmarshal(raw, &a)
+		if res := r.p.Execute(context.Background(), "t1", &a); !res.Success {
+			b.Fatal(res)
+		}
+	}
+	b.ReportMetric(float64(len(r.fake.Sent()))/float64(b.N), "parts/op")
+}
+
+// gatedMarks holds each posted-message mark's write until release closes.
+type gatedMarks struct {
+	vault.Store
+	release chan struct{}
+}
+
+func (g gatedMarks) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindPostedMessage {
+		<-g.release
+	}
+	return g.Store.Put(ctx, k, e)
+}
+
+// TestLongAnswerDoesNotWaitForEachPartsMark: the parts of a long answer go
+// out while their is_own marks are being written, and every mark is
+// written before the result, so another instance finds them all. Before,
+// each part waited for the previous part's mark (a store round trip per
+// part before the result).
+func TestLongAnswerDoesNotWaitForEachPartsMark(t *testing.T) {
+	shared := vault.NewMemory(vault.Config{})
+	gate := gatedMarks{Store: shared, release: make(chan struct{})}
+	r := newRig(t, gate, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.L1")
+	result := make(chan contract.Result, 1)
+	go func() {
+		result <- r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": strings.Repeat(strings.Repeat("word ", 800)+"\n\n", 3)})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sent, err := r.fake.WaitSent(ctx, 3)
+	if err != nil {
+		t.Fatalf("the parts while the first part's mark is being written: %v", err)
+	}
+	select {
+	case res := <-result:
+		t.Fatalf("the result came before the marks were written: %+v", res)
+	default:
+	}
+	close(gate.release)
+	if res := <-result; !res.Success || res.MessageID != sent[0].ID {
+		t.Fatalf("%+v", res)
+	}
+	marks := platform.NewGrants(platformName, shared, nil, r.p.log)
+	for i, s := range sent {
+		if !marks.PostedBy(t.Context(), ada, s.ID, "t1") {
+			t.Errorf("part %d's mark is not in the store once the result came", i+1)
+		}
 	}
 }

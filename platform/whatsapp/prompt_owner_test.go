@@ -867,3 +867,41 @@ func quoteFromAnotherInstance(t *testing.T, stores func(vault.Config) (vault.Sto
 		t.Fatalf("a reply on B to the earlier t1's answer reached the new t1 as %+v", q)
 	}
 }
+
+// TestQuoteOfAnAnswerOverADayOld pins a limit docs/contract.md states: a
+// reply to the bot's answer sent more than 24 hours ago is is_own, with its
+// text, on the instance that sent it, whose quote memory keeps it however
+// old, and neither on another instance: the vault's mark lasts 24 hours
+// and carries no text.
+func TestQuoteOfAnAnswerOverADayOld(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	shared := vault.NewMemory(vault.Config{Clock: clk})
+	withClock := func(_ *Config, d *platform.Deps) { d.Clock = clk }
+	a, b := newRig(t, shared, withClock), newRig(t, shared, withClock)
+	const ada = "447700900123"
+	a.converse(t, biz1, ada, "wamid.D1")
+	res := a.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "t1's answer"})
+	if !res.Success {
+		t.Fatalf("t1's send on A: %+v", res)
+	}
+	clk.Advance(vault.ChatGrantTTL + time.Hour)
+	reply := func(r *rig, wamid string) *contract.ReplyTo {
+		t.Helper()
+		msg := whatsapptest.Message(biz1, ada, "Ada", map[string]any{"id": wamid, "type": "text", "text": map[string]any{"body": "why?"},
+			"context": map[string]any{"from": biz1.DisplayNumber, "id": string(res.MessageID)}})
+		if code := r.post(t, msg); code != 200 {
+			t.Fatalf("reply %s: %d", wamid, code)
+		}
+		got := r.sink.all()
+		if len(got) == 0 || got[len(got)-1].Event.ReplyTo == nil {
+			t.Fatalf("reply %s delivered %+v", wamid, got)
+		}
+		return got[len(got)-1].Event.ReplyTo
+	}
+	if q := reply(a, "wamid.D2"); !q.IsOwn || q.Text != "t1's answer" {
+		t.Errorf("a reply on the sending instance to a day-old answer: %+v, want its own with its text", q)
+	}
+	if q := reply(b, "wamid.D3"); q.IsOwn || q.Text != "" {
+		t.Errorf("a reply on another instance to a day-old answer: %+v, want neither own nor text", q)
+	}
+}

@@ -27,7 +27,9 @@ import (
 // is such a message of the bot's the tenant's own (reply_to.is_own).
 // Which tenant the bot sent a message for is also marked in the vault
 // (sent: platform.Grants.Posted, the user's wa_id as the chat), so an
-// instance that did not send it judges is_own all the same (own).
+// instance that did not send it judges is_own all the same (quoted), for
+// the mark's 24 hours; the memory keeps a message however old, and the
+// mark carries no text (the limit docs/contract.md states).
 type quotes struct {
 	cache *lru.Cache[quoteKey, quote]
 	vault vault.Store // gives each tenant's creation (Since)
