@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -201,8 +202,10 @@ func b2i(b bool) int {
 // linked to a, speaks in Discord channel 801, which nobody binds nor
 // claims, and a answers there and starts a thread by grant. Then b claims
 // the channel over /manage/scope. b's edit and delete of a's answer, and
-// its rename of a's thread, are the uniform decline, and a's answer is
-// unchanged on Discord; a reply of b's user 75 quoting it reaches b as
+// its rename of a's thread, are the uniform decline, and bad_request with
+// the id spelt with a leading zero (before, that spelling named no posted
+// record, and the edit and delete reached Discord, which may take it for
+// the same id); a's answer is unchanged on Discord; a reply of b's user 75 quoting it reaches b as
 // not b's own. b edits its own answer there, and a reply quoting that is
 // b's own.
 // Before, the claim gave b every bot message of the channel.
@@ -240,9 +243,14 @@ func TestClaimKeepsAnotherTenantsAnswers(t *testing.T) {
 		if res := act("b", action); res.Success || res.Code != contract.CodeEgressDeclined {
 			t.Errorf("tenant b's %v of tenant a's %v in its claimed channel: %+v, want %s", action["op"], action["message_id"], res, contract.CodeEgressDeclined)
 		}
+		// Spelt with a leading zero, the id is no Discord id: it names no posted record.
+		action["message_id"] = "0" + action["message_id"].(string)
+		if res := act("b", action); res.Success || res.Code != contract.CodeBadRequest {
+			t.Errorf("tenant b's %v of tenant a's %v in its claimed channel: %+v, want %s", action["op"], action["message_id"], res, contract.CodeBadRequest)
+		}
 	}
 	for _, req := range r.dfake.Requests() {
-		if req.Method != http.MethodGet && (req.Path == "/api/v9/channels/801/messages/"+theirs.MessageID || req.Path == "/api/v9/channels/"+thread.ThreadID) {
+		if req.Method != http.MethodGet && (slices.Contains([]string{"/api/v9/channels/801/messages/" + theirs.MessageID, "/api/v9/channels/801/messages/0" + theirs.MessageID, "/api/v9/channels/" + thread.ThreadID, "/api/v9/channels/0" + thread.ThreadID}, req.Path)) {
 			t.Errorf("tenant b's %s %s reached Discord", req.Method, req.Path)
 		}
 	}

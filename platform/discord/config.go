@@ -351,10 +351,12 @@ func decodePublicKey(h string) ([]byte, error) {
 }
 
 // isSnowflake reports whether s is a Discord id: 1 to 20 ASCII digits that
-// fit in a uint64. Every id put into a REST path is checked with it, so a
-// gateway cannot steer a request to another route.
+// fit in a uint64, without a leading zero. Every id put into a REST path is
+// checked with it, so a gateway cannot steer a request to another route,
+// nor name by another spelling a message or channel whose record (a posted
+// message's, platform.MayChange; a grant) is keyed by Discord's.
 func isSnowflake(s string) bool {
-	if len(s) == 0 || len(s) > 20 {
+	if len(s) == 0 || len(s) > 20 || s[0] == '0' {
 		return false
 	}
 	_, err := strconv.ParseUint(s, 10, 64)

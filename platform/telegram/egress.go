@@ -108,10 +108,13 @@ func isBadRequest(err error, phrase string) bool {
 }
 
 // messageRef parses a message id the gateway sent back; 0 when it is not one
-// (for example the id of a callback event).
+// (for example the id of a callback event), nor spelt as Telegram's answer
+// spells it: the posted record Execute reads before an edit, delete or
+// rename (platform.MayChange) is keyed by that spelling, and "0…" or "+…"
+// would name none while Telegram took it for the same message.
 func messageRef(id contract.ID) int {
 	n, err := strconv.Atoi(string(id))
-	if err != nil || n <= 0 {
+	if err != nil || n <= 0 || strconv.Itoa(n) != string(id) {
 		return 0
 	}
 	return n

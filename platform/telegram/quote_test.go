@@ -100,7 +100,8 @@ func TestQuoteOfAnEarlierTenantsAnswer(t *testing.T) {
 // TestClaimedGroupKeepsAnotherTenantsAnswers: in group -100887, where t2
 // (505's) answered by grant, t3 (501's) claims the group afterwards. t3's
 // edit and delete of t2's answer are the uniform decline and reach no Bot
-// API call, and 501's reply quoting it reaches t3 as not its own; t3 edits its
+// API call, nor do they with its id spelt "0…" or "+…" (before, those
+// named no posted record, and Telegram took them for the same message), and 501's reply quoting it reaches t3 as not its own; t3 edits its
 // own answer there and is_own holds for it (before, a claim gave t3 every
 // bot message of the group).
 func TestClaimedGroupKeepsAnotherTenantsAnswers(t *testing.T) {
@@ -124,6 +125,13 @@ func TestClaimedGroupKeepsAnotherTenantsAnswers(t *testing.T) {
 		a := contract.Action{Op: op, ChatID: contract.ID(fmt.Sprint(group)), MessageID: contract.ID(theirs.MessageID), Content: "hijacked"}
 		if r := e.act(t, "t3", a); r != contract.Declined(platformName) {
 			t.Errorf("t3's %s of t2's answer in its claimed group = %+v, want the decline", op, r)
+		}
+		// Spelt otherwise, the id is not a Telegram message id: it names no record.
+		for _, id := range []string{"0" + theirs.MessageID, "+" + theirs.MessageID} {
+			a.MessageID = contract.ID(id)
+			if r := e.act(t, "t3", a); r.Success || r.Code != contract.CodeBadRequest {
+				t.Errorf("t3's %s of t2's answer as %q in its claimed group = %+v, want bad_request", op, id, r)
+			}
 		}
 	}
 	if n := len(e.fake.Calls("editMessageText")) + len(e.fake.Calls("deleteMessage")); n != 0 {

@@ -111,7 +111,9 @@ func TestTopicNamesSharedAndKeptAcrossRestarts(t *testing.T) {
 // rename of it, guarded by only_if_connector_created or not, is the
 // uniform decline and reaches no Telegram call, while t1 renames its own.
 // t2 used to rename it: the guard only asks whether the connector, for any
-// tenant, created the topic.
+// tenant, created the topic. Once t2 claims the group, its rename of t1's
+// topic is still refused, also with the id spelt "0…" or "+…" (before,
+// those spellings named no posted record, and Telegram renamed the topic).
 func TestTopicOfAnotherTenantOnAGrant(t *testing.T) {
 	e := webhookEnv(t, nil)
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}, {Kind: platform.BindUser, ID: "505", Tenant: "t2"}}); err != nil {
@@ -151,6 +153,20 @@ func TestTopicOfAnotherTenantOnAGrant(t *testing.T) {
 	topic, _ := strconv.Atoi(created.ThreadID)
 	if name, _ := e.fake.Topic(group, topic); name != "t1's renamed" {
 		t.Fatalf("topic named %q", name)
+	}
+	// t2 claims the group: t1's topic stays t1's, however its id is spelt.
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: "501", Tenant: "t1"}, {Kind: platform.BindUser, ID: "505", Tenant: "t2"}, {Kind: platform.BindScope, ID: string(chat), Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	rename.ThreadName = "t2's now"
+	for _, id := range []string{created.ThreadID, "0" + created.ThreadID, "+" + created.ThreadID} {
+		rename.MessageID = contract.ID(id)
+		if r := e.act(t, "t2", rename); r.Success || r.Code != contract.CodeEgressDeclined && r.Code != contract.CodeBadRequest {
+			t.Errorf("t2's rename of t1's topic as %q in its claimed group: %+v, want the decline or bad_request", id, r)
+		}
+	}
+	if name, _ := e.fake.Topic(group, topic); name != "t1's renamed" {
+		t.Fatalf("topic named %q after t2's claim, want t1's name", name)
 	}
 }
 
