@@ -888,7 +888,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		cl.mu.Unlock()
 	}()
 	lost := false
-	raw, ok := cl.node.CallAgain(ctx, cl.node.Beat(), msgExec, func() (string, [][]byte) {
+	raw, ok := cl.node.CallAgain(ctx, tenant, cl.node.Beat(), msgExec, func() (string, [][]byte) {
 		cl.mu.Lock()
 		home, since, heard := f.home, f.since, f.heard
 		cl.mu.Unlock()
