@@ -158,9 +158,9 @@ type fleet struct {
 	holders store.Capabilities
 	execs   platform.LocalState
 	running map[string]execRun
-	// givenUp are the forwarded actions this instance gave up on, each
-	// with how long a copy may come (claimGivenUp, one goroutine while
-	// claiming); at most maxLeft.
+	// givenUp are the forwarded actions this instance gave up on whose
+	// claim the store did not decide, each with how long a copy may come
+	// (claimGivenUp, one goroutine while claiming); at most maxLeft.
 	givenUp  map[string]time.Time
 	claiming bool
 	fullLogs *loglimit.Bucket // of those given up on past maxLeft
