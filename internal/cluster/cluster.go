@@ -67,8 +67,9 @@ const NoTenantShare = OutboxSize / 4
 // SendWait queued (bulk data: a nexscope member's frames): a flood of them
 // holds its senders back, and leaves NoTenantShare - BulkShare to the
 // messages of no tenant that do not wait (Send: the beats), which it
-// would have refused. Those SendWait queued for tenants (a bound room's)
-// take at most BulkShare together too, and a quarter of each one's share.
+// would have refused. Those SendWait and CallAgain queued for tenants (a
+// bound room's, its forwarded actions) take at most BulkShare together
+// too, and a quarter of each one's share.
 const BulkShare = OutboxSize / 8
 
 // tenantsRoom bounds the messages for any tenant waiting to be published.

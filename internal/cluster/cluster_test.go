@@ -778,6 +778,59 @@ func TestTenantsBulkFloodsLeaveTheRelayItsRoom(t *testing.T) {
 	}
 }
 
+// A tenant's requests (CallAgain for a tenant: nexscope's actions its
+// gateways forward to a room's home) count in its share as its rooms'
+// frames do: with the publisher held and NoTenantShare of them waiting,
+// the messages of no tenant that do not wait (Send: the beats) are all
+// accepted, and Roomy says yes to another tenant. Before, they counted as
+// messages of no tenant: one tenant's flood of forwards filled
+// NoTenantShare and every instance's beat was refused.
+func TestTenantCallsLeaveNoTenantItsRoom(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	ps := blockingPubSub{st.PubSub(), make(chan struct{})}
+	n, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range cluster.NoTenantShare {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.CallAgain(ctx, "t1", 0, 'q', func() (string, [][]byte) { return "elsewhere", [][]byte{[]byte("forward")} })
+		}()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	buf := make([]byte, 64<<20)
+	parked := func() (waiting int) {
+		for g := range bytes.SplitSeq(buf[:runtime.Stack(buf, true)], []byte("\n\n")) {
+			if bytes.Contains(g, []byte("cluster.(*Node).CallAgain")) && bytes.Contains(g, []byte("[select")) {
+				waiting++
+			}
+		}
+		return waiting
+	}
+	for deadline := time.Now().Add(timeout); parked() < cluster.NoTenantShare; {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for the %d requests of t1 to be queued or wait for room", timeout, cluster.NoTenantShare)
+		}
+		runtime.Gosched()
+	}
+	for i := range cluster.NoTenantShare {
+		if !n.Send("elsewhere", 'x') {
+			t.Fatalf("Send %d of no tenant refused after t1's requests flooded the outbox, want %d accepted", i, cluster.NoTenantShare)
+		}
+	}
+	if !n.Roomy("other") {
+		t.Error("Roomy(other) = false after t1's requests flooded the outbox")
+	}
+}
+
 // Every message Send or SendFor refuses is counted by its reason
 // (Config.Refused): past its tenant's share, past the part all tenants
 // share, or of no tenant past NoTenantShare.

@@ -140,7 +140,7 @@ func (n *Node) Call(ctx context.Context, channel string, typ byte, fields ...[]b
 	if fields == nil {
 		fields = [][]byte{} // not CallAgain's "no copy"
 	}
-	return n.CallAgain(ctx, 0, typ, func() (string, [][]byte) { return channel, fields })
+	return n.CallAgain(ctx, "", 0, typ, func() (string, [][]byte) { return channel, fields })
 }
 
 // CallAgain is Call that sends the request again every interval (0:
@@ -150,8 +150,11 @@ func (n *Node) Call(ctx context.Context, channel string, typ byte, fields ...[]b
 // lease between holders) is lost, and a copy reaches whoever subscribed
 // since, or the one instance (its Inbox) known to hold the request. Every
 // copy is the one request, whose first result counts, so the handler must
-// act on it once however often it arrives.
-func (n *Node) CallAgain(ctx context.Context, every time.Duration, typ byte, build func() (channel string, fields [][]byte)) (result []byte, ok bool) {
+// act on it once however often it arrives. A request for tenant ("":
+// none) counts in its share as SendWait's do (a quarter of it, and
+// BulkShare for all tenants): a tenant's flood of requests holds back its
+// own, not the messages of no tenant (the beats).
+func (n *Node) CallAgain(ctx context.Context, tenant string, every time.Duration, typ byte, build func() (channel string, fields [][]byte)) (result []byte, ok bool) {
 	ch := make(chan []byte, 1)
 	n.mu.Lock()
 	n.nextReq++
@@ -167,7 +170,7 @@ func (n *Node) CallAgain(ctx context.Context, every time.Duration, typ byte, bui
 	var t clock.Timer
 	for {
 		if channel, fields := build(); fields != nil {
-			if !n.queueWait(ctx, queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}}) {
+			if !n.queueWait(ctx, queued{Message: store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}, tenant: tenant, bulk: tenant != ""}) {
 				return nil, false
 			}
 		}

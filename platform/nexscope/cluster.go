@@ -39,6 +39,11 @@ import (
 // included), as the home gives up its answer then.
 const forwardedExecTimeout = 30 * time.Second
 
+// givenUpClaimTimeout bounds the claim of a forwarded action given up on
+// that its answer waits for (fleet.forwardExec): a store that does not
+// decide within it leaves the answer ambiguous.
+const givenUpClaimTimeout = time.Second
+
 // The room's channel (the store prefixes it) and the room lease's name.
 const (
 	roomPrefix  = "nexscope:room:" // + room: messages for the room's home
@@ -153,9 +158,9 @@ type fleet struct {
 	holders store.Capabilities
 	execs   platform.LocalState
 	running map[string]execRun
-	// givenUp are the forwarded actions this instance gave up on, each
-	// with how long a copy may come (claimGivenUp, one goroutine while
-	// claiming); at most maxLeft.
+	// givenUp are the forwarded actions this instance gave up on whose
+	// claim the store did not decide, each with how long a copy may come
+	// (claimGivenUp, one goroutine while claiming); at most maxLeft.
 	givenUp  map[string]time.Time
 	claiming bool
 	fullLogs *loglimit.Bucket // of those given up on past maxLeft
@@ -883,7 +888,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		cl.mu.Unlock()
 	}()
 	lost := false
-	raw, ok := cl.node.CallAgain(ctx, cl.node.Beat(), msgExec, func() (string, [][]byte) {
+	raw, ok := cl.node.CallAgain(ctx, tenant, cl.node.Beat(), msgExec, func() (string, [][]byte) {
 		cl.mu.Lock()
 		home, since, heard := f.home, f.since, f.heard
 		cl.mu.Unlock()
@@ -936,18 +941,40 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		// runs a copy (go-redis sends a PUBLISH again up to its resend
 		// window; a cancel reaches only the room's home of the moment).
 		cl.mu.Lock()
-		home := f.home
+		home, taken := f.home, !f.since.IsZero()
 		cl.mu.Unlock()
 		if home != "" {
 			cl.sendNow(home, msgCancel, []byte(exec))
 		} else {
 			cl.node.Send(roomPrefix+r.name, msgCancel, []byte(exec))
 		}
-		// Not awaited: the gateway's answer waits for no store.
+		// Claimed now, unless a home said it took it, so that the gateway
+		// learns whether it may send it again: a claim won means no home
+		// took it nor will (each claims it first); one lost, a home took
+		// it, its word (msgTaken) lost. One the store does not decide
+		// within givenUpClaimTimeout is tried again every beat
+		// (claimGivenUp), as long as a copy may come.
+		res := contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
+		if taken {
+			res.Ambiguous = true // it may have run
+			return res
+		}
+		until := cl.p.deps.Clock.Now().Add(forwardedExecTimeout + cl.node.ResendWindow())
+		claimCtx, cancelClaim := context.WithTimeout(cl.ctx, givenUpClaimTimeout) // the store's I/O deadline
+		took, err := cl.claims.Claim(claimCtx, execClaim+exec, until)
+		cancelClaim()
+		if err == nil {
+			if took {
+				return contract.Failed(contract.CodeUnavailable, "nexscope: no home instance of the room took the action in time; it did not run")
+			}
+			res.Ambiguous = true
+			return res
+		}
+		res.Ambiguous = true // undecided: a home may take it before the claim
 		cl.mu.Lock()
 		full := len(cl.givenUp) >= maxLeft
 		if !full && cl.ctx.Err() == nil {
-			cl.givenUp[exec] = cl.p.deps.Clock.Now().Add(forwardedExecTimeout + cl.node.ResendWindow())
+			cl.givenUp[exec] = until
 			if !cl.claiming {
 				cl.claiming = true
 				cl.wg.Go(cl.claimGivenUp)
@@ -957,10 +984,6 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		if full {
 			cl.fullLogs.Log(cl.p.deps.Log, slog.LevelWarn, "nexscope forward given up on not claimed: as many wait for the store; a late copy of it may run", "room", r.name)
 		}
-		res := contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
-		// It may have run: at a home that took it, and at one whose word
-		// that it did (msgTaken) was lost, which this one cannot tell from none.
-		res.Ambiguous = true
 		return res
 	}
 	var res contract.Result
@@ -970,24 +993,22 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 	return res
 }
 
-// claimGivenUp claims the forwarded actions given up on (fleet.givenUp),
-// each tried again while the store fails it, as long as a copy may come
-// (one read by a home once the store is back would run otherwise), until
-// none is left or the instance shuts down: one goroutine and one store
-// call at a time however many there are, and a beat between passes the
-// store failed, however often give-ups come.
+// claimGivenUp claims again the forwarded actions given up on whose claim
+// the store did not decide (fleet.givenUp), a pass every beat, as long as
+// a copy may come (one read by a home once the store is back would run
+// otherwise), until none is left or the instance shuts down: one
+// goroutine and one store call at a time however many there are, each
+// give-up's first claim made at once by its forwardExec.
 func (cl *fleet) claimGivenUp() {
 	clk := cl.p.deps.Clock
-	for {
+	for clk.Sleep(cl.ctx, cl.node.Beat()) == nil {
 		cl.mu.Lock()
 		pending := maps.Clone(cl.givenUp)
 		cl.mu.Unlock()
-		failed := false
 		for exec, until := range pending {
 			// One whose window ended asks no store: no copy may come.
 			if clk.Now().Before(until) {
 				if _, err := cl.claims.Claim(cl.ctx, execClaim+exec, until); err != nil {
-					failed = true
 					continue // tried again next pass, or forgotten then
 				}
 			}
@@ -1002,9 +1023,6 @@ func (cl *fleet) claimGivenUp() {
 			return
 		}
 		cl.mu.Unlock()
-		if failed && clk.Sleep(cl.ctx, cl.node.Beat()) != nil {
-			return
-		}
 	}
 }
 
