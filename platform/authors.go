@@ -44,7 +44,8 @@ type Grants struct {
 	log      *slog.Logger
 	// stored are the records of posted messages Posted stored or poster
 	// read lately (ChatGrantTTL/2, a read one no longer than its entry
-	// lives), which Posted does not store again and poster does not read.
+	// lives), which Posted does not store again and poster does not read,
+	// and the old marks (tenantMark) PostedBy found missing.
 	stored *ttlcache.Cache[vault.Key, poster]
 }
 
@@ -167,11 +168,14 @@ func (g *Grants) postedKey(chat, message string, kind vault.Kind) vault.Key {
 	return k
 }
 
-// tenantMark is the key of the mark releases before this one kept per
-// tenant that the bot posted message in chat for it. PostedBy reads it
-// once on a miss of postedKey, so a message posted by grant before an
-// upgrade stays its tenant's to edit; it can go once those marks have
-// expired (vault.ChatGrantTTL after the upgrade).
+// tenantMark is the key of the mark releases before this one (v0.2.0 and
+// earlier) kept per tenant that the bot posted message in chat for it.
+// PostedBy reads it on a miss of postedKey, so a message posted by grant
+// before an upgrade stays its tenant's to edit. It goes in the release
+// after the one that first ships postedKey (the first after v0.2.0),
+// which an operator runs for a day before upgrading further: by then
+// every such mark has expired (vault.ChatGrantTTL), and none is written
+// once the last instance of v0.2.0 is gone.
 func (g *Grants) tenantMark(chat, message, tenant string) vault.Key {
 	k := g.grantKey(chat, tenant)
 	k.SessionKey, k.Kind = k.SessionKey+"/"+message, vault.KindPostedMessage
@@ -250,11 +254,24 @@ func (g *Grants) earlier(p poster) bool {
 // PostedBy reports whether the bot posted message in chat for tenant as
 // it is now, as Posted recorded it (poster, which looks a message without
 // a record up again), or as the mark of a release before this one did
-// (tenantMark); a store that could not tell counts as not.
+// (tenantMark); a store that could not tell counts as not. That the store
+// holds no such mark is kept (in stored, under the mark's own key), so
+// the mark is read once per message and tenant: kept, it only ever
+// answers not, and only an instance of that release, during a rolling
+// upgrade, writes such a mark (of a message posted through it, which its
+// tenant edits through this instance as not its own until the kept answer
+// expires).
 func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
 	p, err := g.poster(ctx, chat, message)
 	if err == nil && p.tenant == "" {
-		_, ok := g.vault.Get(ctx, g.tenantMark(chat, message, tenant))
+		k := g.tenantMark(chat, message, tenant)
+		if g.stored.Contains(k) {
+			return false
+		}
+		_, ok, err := vault.Lookup(ctx, g.vault, k)
+		if !ok && err == nil {
+			g.stored.Add(k, poster{})
+		}
 		return ok
 	}
 	return p.tenant == tenant && !g.earlier(p)

@@ -841,3 +841,42 @@ func TestClaimantsProbeDoesNotOutliveItsClaim(t *testing.T) {
 		t.Errorf("t2's edit on A of t1's answer posted on B after t2 probed its id: %+v, want the decline", r)
 	}
 }
+
+// TestOldMarkReadOncePerMessage: t1, holding a chat by grant, edits a
+// message nobody marked three times: each edit reads the message's
+// record, and the mark a release before this one kept per tenant only
+// the first time (before, every edit read both). The old mark of another
+// message still lets t1 edit it.
+func TestOldMarkReadOncePerMessage(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{granted: map[string]string{"shared": "t1"}}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	edit := func(message string) contract.Result {
+		return platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpEdit, ChatID: "shared", MessageID: contract.ID(message), Content: "x"})
+	}
+	for range 3 {
+		if r := edit("m1"); r != contract.Declined("chats") {
+			t.Errorf("t1's edit of an unmarked message by grant: %+v, want the decline", r)
+		}
+	}
+	if v.markReads != 4 {
+		t.Errorf("three edits of an unmarked message read %d marks, want 4 (the record thrice, the old mark once)", v.markReads)
+	}
+	old := vault.Key{Tenant: "t1", SessionKey: "5:chats/shared/m0", Kind: vault.KindPostedMessage}
+	if err := v.Put(t.Context(), old, vault.Entry{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r := edit("m0"); !r.Success {
+			t.Errorf("t1's edit of its answer marked before this release: %+v", r)
+		}
+	}
+}
