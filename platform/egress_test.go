@@ -880,3 +880,35 @@ func TestOldMarkReadOncePerMessage(t *testing.T) {
 		}
 	}
 }
+
+// refusingVault fails the first refuse puts.
+type refusingVault struct {
+	vault.Store
+	refuse, puts int
+}
+
+func (v *refusingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	v.puts++
+	if v.puts <= v.refuse {
+		return errors.New("store down")
+	}
+	return v.Store.Put(ctx, k, e)
+}
+
+// TestRecordTheStoreRefusedIsStoredAgain: the record of t1's message in
+// its own chat, which the store did not take, is stored again as the
+// message is answered again (a stream's next frame), then not again, and
+// another instance finds it.
+func TestRecordTheStoreRefusedIsStoredAgain(t *testing.T) {
+	v := &refusingVault{Store: vault.NewMemory(vault.Config{}), refuse: 1}
+	g := platform.NewGrants("chats", v, nil, nil)
+	for range 3 {
+		g.Posted(t.Context(), "own", "m1", "t1", time.Time{})
+	}
+	if v.puts != 2 {
+		t.Errorf("three answers of one message, the first write refused, wrote %d times, want 2", v.puts)
+	}
+	if !platform.NewGrants("chats", v, nil, nil).PostedBy(t.Context(), "own", "m1", "t1") {
+		t.Error("another instance does not find the record stored again")
+	}
+}
