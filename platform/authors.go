@@ -44,9 +44,8 @@ type Grants struct {
 	log      *slog.Logger
 	// stored are the records of posted messages Posted stored or poster
 	// read lately (ChatGrantTTL/2, a read one no longer than its entry
-	// lives), and the messages posted for a chat's
-	// holder (sent), which Posted does not store again and poster does not
-	// read.
+	// lives), which Posted does not store again and poster does not read,
+	// and the old marks (tenantMark) PostedBy found missing.
 	stored *ttlcache.Cache[vault.Key, poster]
 }
 
@@ -150,10 +149,11 @@ func (g *Grants) Has(ctx context.Context, chat, tenant string) bool {
 
 // poster is the record of a message posted for tenant (none: "") as
 // stored at stored, under tenant's creation then, created (zero: none
-// kept).
+// kept); unsaved when the store did not take it (Posted tries again).
 type poster struct {
 	tenant          string
 	stored, created time.Time
+	unsaved         bool
 }
 
 // postedKey is the vault key of the record naming (Ref) the tenant the bot
@@ -168,11 +168,14 @@ func (g *Grants) postedKey(chat, message string, kind vault.Kind) vault.Key {
 	return k
 }
 
-// tenantMark is the key of the mark releases before this one kept per
-// tenant that the bot posted message in chat for it. PostedBy reads it
-// once on a miss of postedKey, so a message posted by grant before an
-// upgrade stays its tenant's to edit; it can go once those marks have
-// expired (vault.ChatGrantTTL after the upgrade).
+// tenantMark is the key of the mark releases before this one (v0.2.0 and
+// earlier) kept per tenant that the bot posted message in chat for it.
+// PostedBy reads it on a miss of postedKey, so a message posted by grant
+// before an upgrade stays its tenant's to edit. It goes in the release
+// after the one that first ships postedKey (the first after v0.2.0),
+// which an operator runs for a day before upgrading further: by then
+// every such mark has expired (vault.ChatGrantTTL), and none is written
+// once the last instance of v0.2.0 is gone.
 func (g *Grants) tenantMark(chat, message, tenant string) vault.Key {
 	k := g.grantKey(chat, tenant)
 	k.SessionKey, k.Kind = k.SessionKey+"/"+message, vault.KindPostedMessage
@@ -180,13 +183,16 @@ func (g *Grants) tenantMark(chat, message, tenant string) vault.Key {
 }
 
 // Posted records, for vault.ChatGrantTTL, that the bot posted message in
-// chat for tenant, which holds the chat by grant (Execute): only tenant
-// may edit or delete it there (PostedBy), also once another tenant binds
-// or claims the chat (PostedByAnother).
+// chat for tenant, which holds the chat by grant, binding or claim
+// (Execute): only tenant may edit or delete it there (PostedBy), also once
+// another tenant holds the chat (PostedByAnother), and a reply quoting it
+// is tenant's own (OwnQuote).
 // The record is stored even when ctx ended (the op that posted message
 // returned as its deadline came, or its caller went): the message went
 // out, and without the record its tenant could not edit it. The vault
-// bounds its store call. A record this instance stored (or read) that
+// bounds its store call; a record the store did not take is kept on this
+// instance all the same (its tenant's edits here, a stream's, go on) and
+// stored again as the message is answered again. A record this instance stored (or read) that
 // was stored less than half its TTL ago is not stored again (as Add
 // leaves a fresh grant), so a message answered once per frame (a Slack
 // stream's) costs the store one write, not one per frame. created is tenant's creation (vault.Creation) as the
@@ -195,42 +201,32 @@ func (g *Grants) tenantMark(chat, message, tenant string) vault.Key {
 // marks nothing the new tenant holds.
 func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, created time.Time) {
 	k := g.postedKey(chat, message, vault.KindPostedMessage)
-	if was, ok := g.stored.Get(k); ok && was.tenant == tenant && g.clock.Now().Sub(was.stored) < vault.ChatGrantTTL/2 {
+	if was, ok := g.stored.Get(k); ok && was.tenant == tenant && !was.unsaved && g.clock.Now().Sub(was.stored) < vault.ChatGrantTTL/2 {
 		return
 	}
 	if created.IsZero() {
 		created = vault.Creation(g.vault, tenant)
 	}
 	e := vault.Entry{Ref: tenant, Stored: g.clock.Now(), Created: created}
-	if err := g.vault.Put(context.WithoutCancel(ctx), k, e); err != nil {
+	err := g.vault.Put(context.WithoutCancel(ctx), k, e)
+	if err != nil {
 		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
-		return
 	}
-	g.stored.Add(k, poster{tenant, e.Stored, e.Created})
-}
-
-// sent keeps, on this instance, that the message the bot posted in chat
-// for the tenant that owns or claimed it has no record (posted so, it was
-// not posted by grant, and its id is no other message's), so the holder's
-// edits of it, a stream's, read nothing from the store (PostedByAnother).
-func (g *Grants) sent(chat, message string) {
-	g.stored.Add(g.postedKey(chat, message, vault.KindPostedMessage), poster{})
+	g.stored.Add(k, poster{tenant, e.Stored, e.Created, err != nil})
 }
 
 // poster is the record Posted kept of message in chat (none when there is
 // none); err (an UnavailableError, which says so) when the store could
-// not tell. A
-// record this instance stored or read lately is known without a store
-// read (for half its TTL, and never past its expiry in the vault: a
-// message's poster never changes), so edit-based streaming of a message
-// costs no read per edit;
-// so is, when none is set, that a message this instance posted for the
-// chat's holder has none (sent). The store's answer that there is none
-// is not kept: a record of the id may be stored on another instance
-// since, once the chat is held by grant again.
-func (g *Grants) poster(ctx context.Context, chat, message string, none bool) (poster, error) {
+// not tell. A record this instance stored or read lately is known without
+// a store read (for half its TTL, and never past its expiry in the vault:
+// a message's poster never changes), so edit-based streaming of a message
+// costs no read per edit. The store's answer that there is none is not
+// kept: a record of the id may be stored on another instance since (a
+// claimant that probed an id not yet posted, then let the chat go, would
+// otherwise edit the answer another tenant posts later under that id).
+func (g *Grants) poster(ctx context.Context, chat, message string) (poster, error) {
 	k := g.postedKey(chat, message, vault.KindPostedMessage)
-	if p, ok := g.stored.Get(k); ok && (none || p.tenant != "") {
+	if p, ok := g.stored.Get(k); ok {
 		return p, nil
 	}
 	e, ok, err := vault.Lookup(ctx, g.vault, k)
@@ -240,7 +236,7 @@ func (g *Grants) poster(ctx context.Context, chat, message string, none bool) (p
 	if !ok {
 		return poster{}, nil
 	}
-	p := poster{e.Ref, e.Stored, e.Created}
+	p := poster{tenant: e.Ref, stored: e.Stored, created: e.Created}
 	until := e.Stored.Add(vault.ChatGrantTTL)
 	if half := g.clock.Now().Add(vault.ChatGrantTTL / 2); half.Before(until) {
 		until = half
@@ -258,11 +254,24 @@ func (g *Grants) earlier(p poster) bool {
 // PostedBy reports whether the bot posted message in chat for tenant as
 // it is now, as Posted recorded it (poster, which looks a message without
 // a record up again), or as the mark of a release before this one did
-// (tenantMark); a store that could not tell counts as not.
+// (tenantMark); a store that could not tell counts as not. That the store
+// holds no such mark is kept (in stored, under the mark's own key), so
+// the mark is read once per message and tenant: kept, it only ever
+// answers not, and only an instance of that release, during a rolling
+// upgrade, writes such a mark (of a message posted through it, which its
+// tenant edits through this instance as not its own until the kept answer
+// expires).
 func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
-	p, err := g.poster(ctx, chat, message, false)
+	p, err := g.poster(ctx, chat, message)
 	if err == nil && p.tenant == "" {
-		_, ok := g.vault.Get(ctx, g.tenantMark(chat, message, tenant))
+		k := g.tenantMark(chat, message, tenant)
+		if g.stored.Contains(k) {
+			return false
+		}
+		_, ok, err := vault.Lookup(ctx, g.vault, k)
+		if !ok && err == nil {
+			g.stored.Add(k, poster{})
+		}
 		return ok
 	}
 	return p.tenant == tenant && !g.earlier(p)
@@ -271,13 +280,12 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 // PostedByAnother reports whether the bot posted message in chat for
 // another tenant than tenant, or for an earlier tenant of its id, as
 // Posted recorded it (poster: a store read, unless this instance keeps
-// the record or posted the message for the chat's holder), err (wrapping
-// ErrUnavailable) when the store could not tell: in a chat bound to
-// tenant or claimed by it, such a message, posted while the other held
-// the chat by grant, is not tenant's to edit, delete or rename (Execute)
-// nor its own when quoted (OwnQuote).
+// the record), err (wrapping ErrUnavailable) when the store could not
+// tell: in a chat bound to tenant or claimed by it, such a message,
+// posted while the other held the chat, is not tenant's to edit, delete
+// or rename (Execute) nor its own when quoted (OwnQuote).
 func (g *Grants) PostedByAnother(ctx context.Context, chat, message, tenant string) (bool, error) {
-	p, err := g.poster(ctx, chat, message, true)
+	p, err := g.poster(ctx, chat, message)
 	return p.tenant != "" && (p.tenant != tenant || g.earlier(p)), err
 }
 
@@ -290,7 +298,7 @@ func (g *Grants) PostedByAnother(ctx context.Context, chat, message, tenant stri
 // (PostedBy; every part of a message is marked, MarkParts); in a chat
 // bound to tenant or claimed by it, one posted since tenant's creation,
 // not an earlier tenant's of the id (vault.Predates), nor one posted
-// there for another tenant while it held the chat by grant
+// there for another tenant while it held the chat
 // (PostedByAnother; not when the store could not tell).
 func (g *Grants) OwnQuote(ctx context.Context, own *Ownership, c Chat, in, message, tenant string, posted time.Time) bool {
 	if _, held := own.Holder(c); !held {

@@ -51,10 +51,9 @@ type Egress[P Platform, T any] struct {
 	// directly, not by the relay); zero means DefaultTimeout.
 	Timeout time.Duration
 	// Grants are a ChatGranter's grants, which remember the messages a
-	// tenant posts in a chat it holds by grant (HoldGrant), its own to edit
-	// and delete there and, once another tenant binds or claims the chat,
-	// not that one's; nil declines every edit and delete in a chat held by
-	// grant.
+	// tenant posts in a chat it holds (Grants.Posted), its own to edit and
+	// delete there and, once another tenant holds the chat, not that
+	// one's; nil declines every edit and delete in a chat held by grant.
 	Grants *Grants
 	// Vault knows each tenant's creation (vault.Creation): an action
 	// dispatched under another (WithCreation) is declined, and what an op
@@ -90,10 +89,10 @@ type Egress[P Platform, T any] struct {
 // the one ctx carries (WithCreation) when it carries one.
 //
 // The op then runs charged to tenant (WithTenant), its calls asking again
-// as their turn comes (StillMayAct). In a chat held by grant, the message
-// an op that names none answers is remembered as tenant's (Grants.Posted;
-// a prompt's also by the message alone, Grants.Prompted, elsewhere too
-// when PromptsAsked), and a thread a thread_create made there, when
+// as their turn comes (StillMayAct). The message an op that names none
+// answers is remembered as tenant's (Grants.Posted; in a chat held by
+// grant a prompt's also by the message alone, Grants.Prompted, elsewhere
+// too when PromptsAsked), and in a chat held by grant a thread a thread_create made there, when
 // threads are chats (ThreadChats), is granted to tenant (Grants.AddThread);
 // each part of a message the op sends in several is remembered too
 // (MarkParts).
@@ -152,17 +151,13 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		created = now
 		ctx = context.WithValue(ctx, creationKey{}, created) // AuthorizedCreation
 	}
-	if hold == HoldGrant && e.Grants != nil {
+	if hold != HoldNone && e.Grants != nil {
 		ctx = MarkParts(ctx, e.Grants, chatID, tenant, created)
 	}
 	r := op(p, ctx, tenant, chat, a)
 	posted := r.MessageID != "" && (message == "" || !slices.Contains(namingOps, a.Op))
-	switch {
-	case e.Grants == nil || !posted:
-	case hold == HoldGrant:
+	if hold != HoldNone && e.Grants != nil && posted {
 		e.Grants.Posted(ctx, chatID, r.MessageID, tenant, created)
-	case hold == HoldOwn:
-		e.Grants.sent(chatID, r.MessageID)
 	}
 	if (hold == HoldGrant || e.PromptsAsked != nil && e.PromptsAsked(tenant, chatID)) && e.Grants != nil && a.Op == contract.OpPrompt && posted {
 		e.Grants.Prompted(ctx, chatID, r.MessageID, tenant, created)
@@ -178,7 +173,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 // makes it of the thread's channel), else the result to answer: by
 // grant, one posted there for it (Grants.PostedBy; none with no grants);
 // by binding or claim, one not posted there for another tenant, or an
-// earlier tenant of its id, while that one held the chat by grant
+// earlier tenant of its id, while that one held the chat
 // (Grants.PostedByAnother), unavailable when the store could not tell.
 func MayChange(ctx context.Context, g *Grants, name string, hold Hold, chatID, message, tenant string) (contract.Result, bool) {
 	if hold == HoldGrant {
@@ -473,7 +468,7 @@ type partsKey struct{}
 
 // MarkParts is ctx under which SendParts remembers each part of a message
 // it sends as posted in chat for tenant as created (Grants.Posted), where
-// tenant holds chat by grant: also the parts that follow a message the op
+// tenant holds chat: also the parts that follow a message the op
 // answers with (a sealed Telegram draft's, a caption's overflow), so a
 // reply quoting any of them there is its own (Grants.OwnQuote). Execute
 // remembers the op's answer again, which Posted does not store twice.

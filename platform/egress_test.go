@@ -331,8 +331,9 @@ func (v *countingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) err
 // TestEditsInAGrantedChat: in a chat the tenant holds by grant, which
 // other tenants may hold too, a message its op answers is remembered as
 // its own (one vault write), and its edit or delete of any other message
-// is declined, Locate's answer included; in its own chat nothing is
-// written and every message may be edited.
+// is declined, Locate's answer included; in its own chat a message its op
+// answers is remembered too (one vault write), and every message no other
+// tenant posted may be edited.
 func TestEditsInAGrantedChat(t *testing.T) {
 	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
 	p := &chatsPlatform{owners: map[string]string{"own": "t1"}, granted: map[string]string{"shared": "t1"}}
@@ -352,15 +353,15 @@ func TestEditsInAGrantedChat(t *testing.T) {
 		return platform.Execute(ctx, &e, p, "t1", &contract.Action{Op: op, ChatID: contract.ID(chat), MessageID: contract.ID(message)})
 	}
 	do(t.Context(), contract.OpSend, "own", "")
-	if v.puts != 0 {
-		t.Fatalf("a send in the tenant's own chat wrote %d marks", v.puts)
+	if v.puts != 1 {
+		t.Fatalf("a send in the tenant's own chat wrote %d marks, want 1", v.puts)
 	}
 	if r := do(t.Context(), contract.OpEdit, "own", "anyone's"); !r.Success {
 		t.Fatalf("edit in the tenant's own chat: %+v", r)
 	}
 	do(t.Context(), contract.OpSend, "shared", "")
-	if v.puts != 1 {
-		t.Fatalf("a send in a granted chat wrote %d marks, want 1", v.puts)
+	if v.puts != 2 {
+		t.Fatalf("a send in a granted chat wrote %d marks, want 1", v.puts-1)
 	}
 	located, ctx, err := platform.Locate(t.Context(), []platform.Platform{p}, "t1", "shared")
 	if err != nil || located != p {
@@ -380,8 +381,8 @@ func TestEditsInAGrantedChat(t *testing.T) {
 			t.Errorf("edit of %s in the granted chat: %+v, want %+v", c.message, r, c.want)
 		}
 	}
-	if v.puts != 1 {
-		t.Errorf("edits in a granted chat wrote %d marks, want the send's 1", v.puts)
+	if v.puts != 2 {
+		t.Errorf("edits wrote %d marks, want the sends' 2", v.puts)
 	}
 }
 
@@ -755,11 +756,15 @@ func TestClaimedChatKeepsAnotherTenantsMessages(t *testing.T) {
 	}
 }
 
-// downCaps is a store whose reads fail.
+// downCaps is a store whose reads and writes fail.
 type downCaps struct{ store.Capabilities }
 
 func (downCaps) Get(context.Context, string) ([]byte, bool, error) {
 	return nil, false, errors.New("store down")
+}
+
+func (downCaps) PutUnlessLater(context.Context, string, []byte, int64, time.Time) (bool, error) {
+	return false, errors.New("store down")
 }
 
 // TestHolderStreamsWithoutAStoreRead: in a chat bound to t1, t1's edits
@@ -834,5 +839,76 @@ func TestClaimantsProbeDoesNotOutliveItsClaim(t *testing.T) {
 	p.owners, p.granted = map[string]string{"shared": "t2"}, map[string]string{}
 	if r := act(a, "t2", contract.OpEdit, "m1"); r != contract.Declined("chats") {
 		t.Errorf("t2's edit on A of t1's answer posted on B after t2 probed its id: %+v, want the decline", r)
+	}
+}
+
+// TestOldMarkReadOncePerMessage: t1, holding a chat by grant, edits a
+// message nobody marked three times: each edit reads the message's
+// record, and the mark a release before this one kept per tenant only
+// the first time (before, every edit read both). The old mark of another
+// message still lets t1 edit it.
+func TestOldMarkReadOncePerMessage(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{granted: map[string]string{"shared": "t1"}}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	edit := func(message string) contract.Result {
+		return platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpEdit, ChatID: "shared", MessageID: contract.ID(message), Content: "x"})
+	}
+	for range 3 {
+		if r := edit("m1"); r != contract.Declined("chats") {
+			t.Errorf("t1's edit of an unmarked message by grant: %+v, want the decline", r)
+		}
+	}
+	if v.markReads != 4 {
+		t.Errorf("three edits of an unmarked message read %d marks, want 4 (the record thrice, the old mark once)", v.markReads)
+	}
+	old := vault.Key{Tenant: "t1", SessionKey: "5:chats/shared/m0", Kind: vault.KindPostedMessage}
+	if err := v.Put(t.Context(), old, vault.Entry{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r := edit("m0"); !r.Success {
+			t.Errorf("t1's edit of its answer marked before this release: %+v", r)
+		}
+	}
+}
+
+// refusingVault fails the first refuse puts.
+type refusingVault struct {
+	vault.Store
+	refuse, puts int
+}
+
+func (v *refusingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	v.puts++
+	if v.puts <= v.refuse {
+		return errors.New("store down")
+	}
+	return v.Store.Put(ctx, k, e)
+}
+
+// TestRecordTheStoreRefusedIsStoredAgain: the record of t1's message in
+// its own chat, which the store did not take, is stored again as the
+// message is answered again (a stream's next frame), then not again, and
+// another instance finds it.
+func TestRecordTheStoreRefusedIsStoredAgain(t *testing.T) {
+	v := &refusingVault{Store: vault.NewMemory(vault.Config{}), refuse: 1}
+	g := platform.NewGrants("chats", v, nil, nil)
+	for range 3 {
+		g.Posted(t.Context(), "own", "m1", "t1", time.Time{})
+	}
+	if v.puts != 2 {
+		t.Errorf("three answers of one message, the first write refused, wrote %d times, want 2", v.puts)
+	}
+	if !platform.NewGrants("chats", v, nil, nil).PostedBy(t.Context(), "own", "m1", "t1") {
+		t.Error("another instance does not find the record stored again")
 	}
 }

@@ -141,8 +141,8 @@ func (p *Platform) guildLabel(ctx context.Context, guildID string) string {
 // token of another tenant's session is a different vault key and is never
 // found. Absent or expired: capability_missing. A follow-up is a message of
 // the interaction's channel (the token's Ref names it after the
-// application): where tenant holds that channel by grant, as
-// followUpAllowed found before the post, the follow-up (each of its
+// application): where tenant holds that channel, as followUpAllowed
+// found before the post, the follow-up (each of its
 // parts, platform.MarkParts) is remembered as tenant's
 // (platform.Grants.Posted, under the creation its token was stored under,
 // and even when ctx ended as the post returned), as Execute remembers a
@@ -168,9 +168,7 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 		return r
 	}
 	endpoint := discordgo.EndpointWebhookToken(app, e.Value.Reveal()) + "?wait=true"
-	if hold == platform.HoldGrant {
-		ctx = platform.MarkParts(ctx, p.spoke, channel, tenant, e.Created)
-	}
+	ctx = platform.MarkParts(ctx, p.spoke, channel, tenant, e.Created)
 	_, _, r = p.postPieces(ctx, "follow_up", textsplit.Split(a.Content, splitRules), p.poster(ctx, endpoint, nil))
 	return r
 }

@@ -651,7 +651,8 @@ func TestPressOfADayOldPromptInAGroup(t *testing.T) {
 // the DM bound to it records its poster (one store write before the
 // prompt is answered) only while t1 was made within datelessPressWindow,
 // when an undated press there asks for it; one made before writes none
-// (it wrote one at every prompt, read by no press).
+// (it wrote one at every prompt, read by no press). Either writes the
+// record of the message posted (platform.Grants.Posted).
 func TestPromptInABoundChatRecordedOnlyWhileItsPosterIsYoung(t *testing.T) {
 	var creation atomic.Int64 // Unix nanoseconds
 	creation.Store(time.Now().Add(-datelessPressWindow - time.Minute).UnixNano())
@@ -670,8 +671,8 @@ func TestPromptInABoundChatRecordedOnlyWhileItsPosterIsYoung(t *testing.T) {
 		created time.Time
 		entries int
 	}{
-		{"established", time.Now().Add(-datelessPressWindow - time.Minute), 0},
-		{"young", time.Now().Add(-time.Minute), 1},
+		{"established", time.Now().Add(-datelessPressWindow - time.Minute), 1},
+		{"young", time.Now().Add(-time.Minute), 3},
 	} {
 		creation.Store(c.created.UnixNano())
 		if r := e.act(t, "t1", promptAction("501", contract.PromptOption{ID: "once", Label: "Approve once"})); !r.Success {

@@ -156,3 +156,52 @@ func TestClaimedGroupKeepsAnotherTenantsAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimHandedOverKeepsTheEarlierClaimantsAnswers: t2 claims group
+// -100886 and answers there; then the claim goes to t3. t3's edit and
+// delete of t2's answer are the uniform decline and reach no Bot API call.
+// Then the claim goes, and 505 (t2's) speaks there, so t2 holds the
+// group by grant: a reply of 505's quoting t2's answer is t2's own, and
+// t2 may edit it. Before, what t2 posted under its claim had no record:
+// t3 could rewrite or delete it, and t2 could neither edit it nor see it
+// quoted as its own once it acted by grant.
+func TestClaimHandedOverKeepsTheEarlierClaimantsAnswers(t *testing.T) {
+	const group = -100886
+	user := platform.Binding{Kind: platform.BindUser, ID: "505", Tenant: "t2"}
+	claim := func(tenant string) platform.Binding {
+		return platform.Binding{Kind: platform.BindScope, ID: fmt.Sprint(group), Tenant: tenant}
+	}
+	e := heldEnv(t, vault.NewMemory(vault.Config{}), user, claim("t2"))
+	theirs := e.act(t, "t2", sendAction(fmt.Sprint(group), "t2's answer"))
+	if !theirs.Success {
+		t.Fatalf("t2's send in its claimed group = %+v", theirs)
+	}
+	if err := e.p.Bind([]platform.Binding{user, claim("t3")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{contract.OpEdit, contract.OpDelete} {
+		a := contract.Action{Op: op, ChatID: contract.ID(fmt.Sprint(group)), MessageID: contract.ID(theirs.MessageID), Content: "hijacked"}
+		if r := e.act(t, "t3", a); r != contract.Declined(platformName) {
+			t.Errorf("t3's %s of t2's answer once the claim went to it = %+v, want the decline", op, r)
+		}
+	}
+	if n := len(e.fake.Calls("editMessageText")) + len(e.fake.Calls("deleteMessage")); n != 0 {
+		t.Errorf("%d edits and deletes of t2's answer reached the Bot API, want none", n)
+	}
+	if err := e.p.Bind([]platform.Binding{user}); err != nil {
+		t.Fatal(err)
+	}
+	e.post(t, fmt.Appendf(nil, `{"update_id":884100020,"message":{"message_id":900,"date":%d,"chat":{"id":%d,"type":"supergroup","title":"G"},"from":{"id":505,"is_bot":false,"first_name":"U"},"text":"hello"}}`, time.Now().Unix(), group))
+	if d := e.sink.Next(t); d.Tenant != "t2" {
+		t.Fatalf("505's message delivered to %q, want t2", d.Tenant)
+	}
+	quoted, _ := strconv.Atoi(theirs.MessageID)
+	e.post(t, replyUpdate(130, group, 505, quoted, time.Now().Unix()))
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event == nil || d.Event.ReplyTo == nil || !d.Event.ReplyTo.IsOwn {
+		t.Errorf("505's reply quoting t2's answer reached %q with %+v, want t2 with is_own", d.Tenant, d.Event)
+	}
+	edit := contract.Action{Op: contract.OpEdit, ChatID: contract.ID(fmt.Sprint(group)), MessageID: contract.ID(theirs.MessageID), Content: "t2 edits"}
+	if r := e.act(t, "t2", edit); !r.Success {
+		t.Errorf("t2's edit by grant of what it posted under its claim = %+v", r)
+	}
+}
