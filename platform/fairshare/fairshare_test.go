@@ -231,6 +231,30 @@ func TestShare(t *testing.T) {
 	}
 }
 
+// TestAdmits: a tenant of bound half takes half of an empty bound, a
+// second busy one half of what the first leaves, a third a quarter; none
+// takes a part of a full bound.
+func TestAdmits(t *testing.T) {
+	takes := func(total int) (own int) {
+		for fairshare.Admits(own, total+own, 64, 32) {
+			own++
+		}
+		return own
+	}
+	if a := takes(0); a != 32 {
+		t.Fatalf("a lone tenant took %d, want 32", a)
+	}
+	if b := takes(32); b != 16 {
+		t.Fatalf("a second tenant took %d, want 16", b)
+	}
+	if c := takes(48); c != 8 {
+		t.Fatalf("a third tenant took %d, want 8", c)
+	}
+	if fairshare.Admits(0, 64, 64, 64) || !fairshare.Admits(63, 63, 64, 64) {
+		t.Fatal("a tenant of the whole bound: want it taking all of it, and nothing past it")
+	}
+}
+
 // TestHoldings: the fullest tenant is the one holding the most for its
 // weight; one holding nothing is never named.
 func TestHoldings(t *testing.T) {

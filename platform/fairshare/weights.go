@@ -26,6 +26,15 @@ func Share(n int, weights map[string]int, tenant string) int {
 	return n * own / (sum + own)
 }
 
+// Admits reports whether a tenant holding own of a bound of n, the
+// tenants together holding total, may take one more part, bound being the
+// most it may hold with the rest of n empty: it takes at most bound's part
+// of what the other tenants leave, so a busy tenant leaves the others room
+// however many are busy (two of half each leave a third a quarter).
+func Admits(own, total, n, bound int) bool {
+	return total < n && own*n < (n-(total-own))*bound
+}
+
 // Holdings counts the parts tenants hold of one bound shared by weight (as
 // Share reads weights) and names the tenant holding the most for its
 // weight, whose part goes first when the bound is full: a tenant within

@@ -20,6 +20,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/platform"
+	"connector/platform/fairshare"
 	"connector/store"
 )
 
@@ -171,17 +172,15 @@ const (
 
 // reserve charges tenant one more entry, until unreserve or, once the
 // entry is taken (take), done; false when the intake is full, or the
-// tenant holds its bound's part of what the other tenants leave (its
-// bound, with the intake otherwise empty: two busy tenants of half each
-// leave a third a quarter), or, when share, the intake is half full and
-// the tenant's intakeTenantShare is.
+// tenant holds its bound's part of what the other tenants leave
+// (fairshare.Admits), or, when share, the intake is half full and the
+// tenant's intakeTenantShare is.
 func (in *intake) reserve(tenant string, share bool) bool {
 	bound := in.bound(tenant) // before the lock: it reads the Platform's
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	own := in.charged[tenant]
-	left := intakeMaxHeld - (in.total - own)
-	if in.total >= intakeMaxHeld || own*intakeMaxHeld >= left*bound || share && in.total >= intakeMaxHeld/2 && own >= intakeTenantShare {
+	if !fairshare.Admits(own, in.total, intakeMaxHeld, bound) || share && in.total >= intakeMaxHeld/2 && own >= intakeTenantShare {
 		return false
 	}
 	in.charged[tenant]++

@@ -20,6 +20,7 @@ import (
 	"connector/internal/loglimit"
 	"connector/internal/textsplit"
 	"connector/platform"
+	"connector/platform/fairshare"
 	"connector/vault"
 )
 
@@ -608,7 +609,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	}
 	stored := false
 	defer func() { // after the answer: it need not wait for the store
-		if c := claimed; c != nil && !stored && !p.afterAnswer(func() { p.releaseSeal(k, c) }) {
+		if c := claimed; c != nil && !stored && !p.afterAnswer(tenant, func() { p.releaseSeal(k, c) }) {
 			p.releaseSeal(k, c)
 		}
 	}()
@@ -661,7 +662,9 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // maxReplacing bounds the work running after its action was answered
 // (afterAnswer): preview replacements, past it a send's previews stay,
 // logged (replacePreviews), and seal claims' releases, past it released
-// before the answer (sealDraft).
+// before the answer (sealDraft). A tenant runs at most half of what the
+// other tenants leave (fairshare.Admits), so one tenant's many streams
+// leave the others room.
 const maxReplacing = 64
 
 // replacePreviews deletes the previews of tenant's open draft streams in a
@@ -699,7 +702,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 	if len(ended) == 0 && p.seals == nil {
 		return
 	}
-	started := p.afterAnswer(func() {
+	started := p.afterAnswer(tenant, func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 		defer cancel()
 		here := false // a preview of a's turn was deleted here
@@ -733,24 +736,52 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 		}
 	})
 	if !started {
-		p.log.Info("telegram draft previews not replaced: too many replacements in flight", "chat_id", chat)
+		p.log.Info("telegram draft previews not replaced: too many replacements in flight (of the tenant's part or in all)", "tenant", tenant, "chat_id", chat)
 	}
 }
 
-// afterAnswer runs f on a goroutine of its own, for work its action's
-// answer must not wait for, in a slot of p.replacing; it reports false,
-// running nothing, when every slot is taken. Egress outlives Run (the
-// relay answers the actions in flight as the connector drains, after the
-// platforms stopped), and so does this work: Run waits for what runs as it
-// returns; what starts later is bounded by its own request_timeout.
-func (p *Platform) afterAnswer(f func()) bool {
+// afterWork is the work running after its action was answered
+// (afterAnswer). Its zero value is not usable; call newAfterWork.
+type afterWork struct {
+	slots   chan struct{} // one per work running (awaitReplacing takes them all)
+	mu      sync.Mutex
+	running map[string]int // by tenant; with mu
+}
+
+// newAfterWork returns an afterWork with nothing running.
+func newAfterWork() *afterWork {
+	return &afterWork{slots: make(chan struct{}, maxReplacing), running: map[string]int{}}
+}
+
+// afterAnswer runs f, work of tenant's that its action's answer must not
+// wait for, on a goroutine of its own in a slot of maxReplacing; it
+// reports false, running nothing, when every slot, or tenant's part of
+// them, is taken. Egress outlives Run (the relay answers the actions in
+// flight as the connector drains, after the platforms stopped), and so
+// does this work: Run waits for what runs as it returns; what starts
+// later is bounded by its own request_timeout.
+func (p *Platform) afterAnswer(tenant string, f func()) bool {
+	w := p.replacing
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !fairshare.Admits(w.running[tenant], len(w.slots), maxReplacing, maxReplacing/2) {
+		return false
+	}
 	select {
-	case p.replacing <- struct{}{}:
+	case w.slots <- struct{}{}:
 	default:
 		return false
 	}
+	w.running[tenant]++
 	go func() {
-		defer func() { <-p.replacing }()
+		defer func() {
+			w.mu.Lock()
+			if w.running[tenant]--; w.running[tenant] == 0 {
+				delete(w.running, tenant)
+			}
+			<-w.slots
+			w.mu.Unlock()
+		}()
 		f()
 	}()
 	return true
@@ -760,11 +791,12 @@ func (p *Platform) afterAnswer(f func()) bool {
 // (afterAnswer): it takes every slot, then gives them back. One caller at
 // a time (Run: there is one).
 func (p *Platform) awaitReplacing() {
-	for range cap(p.replacing) {
-		p.replacing <- struct{}{}
+	slots := p.replacing.slots
+	for range cap(slots) {
+		slots <- struct{}{}
 	}
-	for range cap(p.replacing) {
-		<-p.replacing
+	for range cap(slots) {
+		<-slots
 	}
 }
 

@@ -1671,10 +1671,22 @@ func (h heldReads) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	return h.Capabilities.Get(ctx, key)
 }
 
+// running is how many works of tenant run after their answers, and of
+// every tenant (afterAnswer).
+func running(p *Platform, tenant string) (own, total int) {
+	p.replacing.mu.Lock()
+	defer p.replacing.mu.Unlock()
+	return p.replacing.running[tenant], len(p.replacing.slots)
+}
+
 // TestGroupSendsPastTheReplacementBoundKeepTheirPreviews: while the store
-// is slow to answer (its reads of the turns' previews held), 65 group
-// sends of distinct turns are answered; the first 64 look their turns'
-// previews up after their answers, and the 65th starts none, logged once.
+// is slow to answer (its reads of the turns' previews held), t2's 65
+// group sends of distinct turns are answered; the first 32 (half the
+// bound: a tenant runs at most half of what the others leave) look their
+// turns' previews up after their answers, and the others start none,
+// logged. t1's send into its group then still starts its own (it took
+// none when t2's took the whole bound), and t1's part of what t2 leaves
+// is bounded too.
 func TestGroupSendsPastTheReplacementBoundKeepTheirPreviews(t *testing.T) {
 	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
@@ -1689,22 +1701,32 @@ func TestGroupSendsPastTheReplacementBoundKeepTheirPreviews(t *testing.T) {
 		}
 		e.p.awaitReplacing()
 	}()
-	chat := telegramtest.ChatT2
-	for i := range maxReplacing + 1 {
+	send := func(chat string, i int) {
+		t.Helper()
 		if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat), Content: "the answer",
 			Metadata: contract.Metadata{MessageID: contract.ID(strconv.Itoa(100 + i))}}); !r.Success {
-			t.Fatalf("send %d: %+v", i, r)
+			t.Fatalf("send %d into %s: %+v", i, chat, r)
 		}
 	}
-	if n := len(e.p.replacing); n != maxReplacing {
-		t.Fatalf("%d preview replacements running, want %d", n, maxReplacing)
+	for i := range maxReplacing + 1 {
+		send(telegramtest.ChatT2, i)
 	}
-	if n := strings.Count(e.logs.String(), "telegram draft previews not replaced"); n != 1 {
-		t.Fatalf("%d sends logged their previews not replaced, want 1; logs:\n%s", n, e.logs.String())
+	if own, total := running(e.p, "t2"); own != maxReplacing/2 || total != own {
+		t.Fatalf("t2 runs %d preview replacements (%d in all), want %d", own, total, maxReplacing/2)
+	}
+	if n := strings.Count(e.logs.String(), "telegram draft previews not replaced"); n != maxReplacing/2+1 {
+		t.Fatalf("%d sends logged their previews not replaced, want %d; logs:\n%s", n, maxReplacing/2+1, e.logs.String())
+	}
+	const book = "-4001234567" // t1's group
+	for i := range maxReplacing {
+		send(book, i)
+	}
+	if own, total := running(e.p, "t1"); own != maxReplacing/4 || total != maxReplacing*3/4 {
+		t.Fatalf("t1 runs %d preview replacements (%d in all), want %d of %d", own, total, maxReplacing/4, maxReplacing*3/4)
 	}
 	close(gate)
 	e.p.awaitReplacing()
-	if n := len(e.p.replacing); n != 0 {
-		t.Fatalf("%d preview replacements running after the store answered, want none", n)
+	if _, total := running(e.p, "t1"); total != 0 {
+		t.Fatalf("%d preview replacements running after the store answered, want none", total)
 	}
 }
