@@ -231,24 +231,31 @@ func TestShare(t *testing.T) {
 	}
 }
 
-// TestAdmits: a tenant of bound half takes half of an empty bound, a
-// second busy one half of what the first leaves, a third a quarter; none
-// takes a part of a full bound.
-func TestAdmits(t *testing.T) {
-	takes := func(total int) (own int) {
-		for fairshare.Admits(own, total+own, 64, 32) {
-			own++
+// TestSlots: a tenant takes half of empty Slots, a second busy one half
+// of what the first leaves, a third a quarter; a slot given back is
+// taken again. Admits with a bound of the whole n takes all of it.
+func TestSlots(t *testing.T) {
+	s := fairshare.NewSlots(64)
+	takes := func(tenant string) (n int) {
+		for s.Take(tenant) {
+			n++
 		}
-		return own
+		return n
 	}
-	if a := takes(0); a != 32 {
-		t.Fatalf("a lone tenant took %d, want 32", a)
+	for _, c := range []struct {
+		tenant string
+		want   int
+	}{{"a", 32}, {"b", 16}, {"c", 8}} {
+		if n := takes(c.tenant); n != c.want {
+			t.Fatalf("tenant %s took %d, want %d", c.tenant, n, c.want)
+		}
 	}
-	if b := takes(32); b != 16 {
-		t.Fatalf("a second tenant took %d, want 16", b)
+	s.Give("c")
+	if !s.Take("c") || s.Take("c") {
+		t.Fatal("a slot given back: want it taken again, and no other")
 	}
-	if c := takes(48); c != 8 {
-		t.Fatalf("a third tenant took %d, want 8", c)
+	if own, total := s.Held("b"); own != 16 || total != 56 {
+		t.Fatalf("Held(b) = %d, %d; want 16, 56", own, total)
 	}
 	if fairshare.Admits(0, 64, 64, 64) || !fairshare.Admits(63, 63, 64, 64) {
 		t.Fatal("a tenant of the whole bound: want it taking all of it, and nothing past it")

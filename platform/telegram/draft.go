@@ -743,45 +743,36 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 // afterWork is the work running after its action was answered
 // (afterAnswer). Its zero value is not usable; call newAfterWork.
 type afterWork struct {
-	slots   chan struct{} // one per work running (awaitReplacing takes them all)
-	mu      sync.Mutex
-	running map[string]int // by tenant; with mu
+	slots   chan struct{}    // one per work running (awaitReplacing takes them all)
+	tenants *fairshare.Slots // the same, by tenant
 }
 
 // newAfterWork returns an afterWork with nothing running.
 func newAfterWork() *afterWork {
-	return &afterWork{slots: make(chan struct{}, maxReplacing), running: map[string]int{}}
+	return &afterWork{slots: make(chan struct{}, maxReplacing), tenants: fairshare.NewSlots(maxReplacing)}
 }
 
 // afterAnswer runs f, work of tenant's that its action's answer must not
 // wait for, on a goroutine of its own in a slot of maxReplacing; it
 // reports false, running nothing, when every slot, or tenant's part of
-// them, is taken. Egress outlives Run (the relay answers the actions in
-// flight as the connector drains, after the platforms stopped), and so
-// does this work: Run waits for what runs as it returns; what starts
-// later is bounded by its own request_timeout.
+// them (fairshare.Slots), is taken. Egress outlives Run (the relay
+// answers the actions in flight as the connector drains, after the
+// platforms stopped), and so does this work: Run waits for what runs as
+// it returns; what starts later is bounded by its own request_timeout.
 func (p *Platform) afterAnswer(tenant string, f func()) bool {
 	w := p.replacing
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !fairshare.Admits(w.running[tenant], len(w.slots), maxReplacing, maxReplacing/2) {
+	if !w.tenants.Take(tenant) {
 		return false
 	}
 	select {
 	case w.slots <- struct{}{}:
-	default:
+	default: // awaitReplacing holds them
+		w.tenants.Give(tenant)
 		return false
 	}
-	w.running[tenant]++
 	go func() {
-		defer func() {
-			w.mu.Lock()
-			if w.running[tenant]--; w.running[tenant] == 0 {
-				delete(w.running, tenant)
-			}
-			<-w.slots
-			w.mu.Unlock()
-		}()
+		defer w.tenants.Give(tenant)
+		defer func() { <-w.slots }()
 		f()
 	}()
 	return true

@@ -1674,9 +1674,7 @@ func (h heldReads) Get(ctx context.Context, key string) ([]byte, bool, error) {
 // running is how many works of tenant run after their answers, and of
 // every tenant (afterAnswer).
 func running(p *Platform, tenant string) (own, total int) {
-	p.replacing.mu.Lock()
-	defer p.replacing.mu.Unlock()
-	return p.replacing.running[tenant], len(p.replacing.slots)
+	return p.replacing.tenants.Held(tenant)
 }
 
 // TestGroupSendsPastTheReplacementBoundKeepTheirPreviews: while the store
