@@ -39,7 +39,8 @@ func Admits(own, total, n, bound int) bool {
 }
 
 // Slots parts n slots of work running at once between tenants: a tenant
-// takes at most half of what the others leave (Admits). Its zero value is
+// takes at most half of what the others leave (Admits), and one of a
+// single slot. Its zero value is
 // not usable; call NewSlots. It is safe for concurrent use.
 type Slots struct {
 	n     int
@@ -56,7 +57,7 @@ func NewSlots(n int) *Slots { return &Slots{n: n, held: make(map[string]int)} }
 func (s *Slots) Take(tenant string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !Admits(s.held[tenant], s.total, s.n, s.n/2) {
+	if !Admits(s.held[tenant], s.total, s.n, max(s.n/2, 1)) {
 		return false
 	}
 	s.held[tenant]++

@@ -2107,6 +2107,58 @@ func TestBusyPostEndsWithRun(t *testing.T) {
 	answered(t, codes, "the busy press, its post cut short by the shutdown")
 }
 
+// TestBusyPostsChargedToThePromptsTenant: t1's users press its prompt
+// while t1's intake is full, and the busy answers' response_urls never
+// answer: t1's posts take half of maxBusyPosts, its presses past them are
+// acknowledged and counted dropped (overloaded), and t2's user pressing
+// t2's prompt while t2's intake is full is still told. Before, busy posts
+// were charged to no tenant: t1's took every slot, and t2's users were
+// never told.
+func TestBusyPostsChargedToThePromptsTenant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	m := &drops{got: map[string]int{}}
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk, Metrics: m})
+	prompt := func(tenant, chat string) string {
+		r := e.execute(t, tenant, `{"op":"prompt","chat_id":"`+chat+`","content":"Deploy?","prompt_kind":"approval",
+			"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+		if !r.Success {
+			t.Fatalf("%s's prompt: %+v", tenant, r)
+		}
+		return r.MessageID
+	}
+	p1, p2 := prompt("t1", chanGeneral), prompt("t2", chanAcme)
+	started := make(chan string, 2)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the downloads end
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	url = e.fake.AddStalledFile(teamB.ID, "F0SLOW0002", "F0SLOW0002.png", "image/png", started)
+	ev := fileMessage(chanAcme, "1768490103.000100", "F0SLOW0002", url)
+	ev["team"], ev["user"], ev["text"] = teamB.ID, userBob, "<@"+teamB.BotUser+"> a shot"
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamB.ID, teamB.BotUser, "EvB", ev)), "t2's message with a stalled file")
+	waitStarted(t, started, "t2's stalled file")
+	for _, tenant := range []string{"t1", "t2"} {
+		for e.p.intake.reserve(tenant, false) {
+		}
+	}
+	posting := make(chan string, maxBusyPosts+1)
+	e.fake.StallResponses(posting)
+	for n := range maxBusyPosts {
+		press := withResponseURL(t, slacktest.Press(teamA.ID, chanGeneral, userAda, p1, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL(sprintf("t1-%d", n)))
+		answered(t, e.postAsync(t, InteractionsPath, "application/x-www-form-urlencoded", press), sprintf("t1's busy press %d", n))
+	}
+	platformtest.WaitUntil(t, "t1's busy presses past its part of the posts to be counted", func() bool {
+		return m.count(dropOverloaded) == maxBusyPosts/2 && len(posting) == maxBusyPosts/2
+	})
+	press := withResponseURL(t, slacktest.Press(teamB.ID, chanAcme, userBob, p2, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL("t2"))
+	answered(t, e.postAsync(t, InteractionsPath, "application/x-www-form-urlencoded", press), "t2's busy press")
+	platformtest.WaitUntil(t, "t2's busy post", func() bool { return len(posting) == maxBusyPosts/2+1 })
+	if n := m.count(dropOverloaded); n != maxBusyPosts/2 {
+		t.Fatalf("%d busy presses dropped, want t1's %d past its part", n, maxBusyPosts/2)
+	}
+}
+
 // TestSecondPressTakesNoIntakeEntry: a press of a prompt already answered
 // here, in a chat whose requests go to the intake (a message of it waits
 // on a stalled file), is dropped as the duplicate it is before the intake:
