@@ -196,7 +196,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.queues = chatorder.New[string](maxInFlight)
 	if deps.Store != nil {
 		p.intake = &intake{pending: map[string]int{}, held: map[string]heldEntry{}, until: map[string]time.Time{}, sure: map[string]time.Time{},
-			charged: map[string]int{}, bound: p.intakeBound}
+			charged: map[charge]int{}, bound: p.intakeBound}
 	}
 	p.besides = make(chan struct{}, maxBeside)
 	p.busyPosts = fairshare.NewSlots(maxBusyPosts)
