@@ -186,10 +186,14 @@ func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action
 	if p.claims == nil {
 		return nil, "", nil
 	}
+	key := p.sealingKey(k, a)
+	if !p.awaitRelease(ctx, key) {
+		return nil, "", platform.ErrClaimHeld
+	}
 	// The send, until the request's deadline (wall-clock time, here on the
 	// platform's clock, which the store's claims are judged on), then the
 	// record (seal).
-	c, err = platform.AwaitClaim(ctx, p.claims, p.deps.Clock, p.sealingKey(k, a), func() time.Time {
+	c, err = platform.AwaitClaim(ctx, p.claims, p.deps.Clock, key, func() time.Time {
 		return platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
 	}, sealPoll, func() bool {
 		s, ok := p.storedSeal(ctx, k)
@@ -205,12 +209,46 @@ func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action
 	return c, id, err
 }
 
-// releaseSeal gives up claim c of a seal of stream k (claimSeal) whose
+// releaseSeal gives up claim c of seal a of stream k (claimSeal) whose
 // record is not stored (a waiting retry would find it): a retry then
-// sends the seal. sealDraft does so after its answer (afterAnswer).
-func (p *Platform) releaseSeal(k draftKey, c *platform.Claim) {
-	if err := c.Release(p.cfg.RequestTimeout); err != nil {
-		p.storeWarn("telegram draft seal claim not released", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+// sends the seal. sealDraft does so after its answer (afterAnswer); a
+// retry on this instance waits for it (awaitRelease), not for its next
+// look, from before the answer.
+func (p *Platform) releaseSeal(k draftKey, a *contract.Action, c *platform.Claim) {
+	key, ch := p.sealingKey(k, a), make(chan struct{})
+	p.releasesMu.Lock()
+	p.releases[key] = ch // one of a claim that lapsed meanwhile wakes its own waiters
+	p.releasesMu.Unlock()
+	release := func() {
+		if err := c.Release(p.cfg.RequestTimeout); err != nil {
+			p.storeWarn("telegram draft seal claim not released", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		}
+		p.releasesMu.Lock()
+		if p.releases[key] == ch {
+			delete(p.releases, key)
+		}
+		p.releasesMu.Unlock()
+		close(ch)
+	}
+	if !p.afterAnswer(k.tenant, release) {
+		release()
+	}
+}
+
+// awaitRelease waits for this instance's release of seal claim key
+// (releaseSeal), if one is under way; false when ctx ended first.
+func (p *Platform) awaitRelease(ctx context.Context, key string) bool {
+	p.releasesMu.Lock()
+	ch := p.releases[key]
+	p.releasesMu.Unlock()
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -609,8 +647,8 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	}
 	stored := false
 	defer func() { // after the answer: it need not wait for the store
-		if c := claimed; c != nil && !stored && !p.afterAnswer(tenant, func() { p.releaseSeal(k, c) }) {
-			p.releaseSeal(k, c)
+		if claimed != nil && !stored {
+			p.releaseSeal(k, a, claimed)
 		}
 	}()
 	parts := textsplit.Split(a.Content, splitRules)
@@ -662,8 +700,8 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // maxReplacing bounds the work running after its action was answered
 // (afterAnswer): preview replacements, past it a send's previews stay,
 // logged (replacePreviews), and seal claims' releases, past it released
-// before the answer (sealDraft). A tenant runs at most half of what the
-// other tenants leave (fairshare.Admits), so one tenant's many streams
+// before the answer (releaseSeal). A tenant runs at most half of what the
+// other tenants leave (fairshare.Slots), so one tenant's many streams
 // leave the others room.
 const maxReplacing = 64
 

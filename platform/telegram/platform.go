@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +58,10 @@ type Platform struct {
 	// replacing is the work running after its action was answered
 	// (afterAnswer).
 	replacing *afterWork
+	// releases are the seal claims being released here (releaseSeal), by
+	// key, each closed once released; with releasesMu.
+	releases   map[string]chan struct{}
+	releasesMu sync.Mutex
 	// storeLogs bounds the warnings of seals failing (storeWarn).
 	storeLogs *loglimit.Bucket
 	rehosts   *platform.Rehosts // attachments of updates not delivered yet
@@ -140,6 +145,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		health:    &health{st: platform.Status{Detail: "not started"}, changed: make(chan struct{})},
 		callbacks: make(chan string, 256),
 		replacing: newAfterWork(),
+		releases:  map[string]chan struct{}{},
 		turns:     chatorder.New[int64](0),
 		dmStreams: chatorder.New[draftKey](0),
 	}
