@@ -40,8 +40,8 @@ func Admits(own, total, n, bound int) bool {
 
 // Slots parts n slots of work running at once between tenants: a tenant
 // takes at most half of what the others leave (Admits), and one of a
-// single slot. Its zero value is
-// not usable; call NewSlots. It is safe for concurrent use.
+// single slot. Its zero value is not usable; call NewSlots. It is safe
+// for concurrent use.
 type Slots struct {
 	n     int
 	mu    sync.Mutex
