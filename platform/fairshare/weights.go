@@ -75,13 +75,6 @@ func (s *Slots) Give(tenant string) {
 	}
 }
 
-// Held is how many slots tenant holds, and all tenants.
-func (s *Slots) Held(tenant string) (own, total int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.held[tenant], s.total
-}
-
 // Holdings counts the parts tenants hold of one bound shared by weight (as
 // Share reads weights) and names the tenant holding the most for its
 // weight, whose part goes first when the bound is full: a tenant within
