@@ -9,7 +9,7 @@
 // tenant's share goes to whoever is waiting. This is the one fairness policy
 // of every platform; per-chat and per-route limits are the platforms' own and
 // are applied after a grant. Share and Holdings part a bound (not a rate)
-// between tenants by the same weights.
+// between tenants by the same weights; Slots parts one without weights.
 package fairshare
 
 import (

@@ -231,6 +231,34 @@ func TestShare(t *testing.T) {
 	}
 }
 
+// TestSlots: a tenant takes half of empty Slots, a second busy one half
+// of what the first leaves, a third a quarter; a slot given back is
+// taken again. Admits with a bound of the whole n takes all of it.
+func TestSlots(t *testing.T) {
+	s := fairshare.NewSlots(64)
+	takes := func(tenant string) (n int) {
+		for s.Take(tenant) {
+			n++
+		}
+		return n
+	}
+	for _, c := range []struct {
+		tenant string
+		want   int
+	}{{"a", 32}, {"b", 16}, {"c", 8}} {
+		if n := takes(c.tenant); n != c.want {
+			t.Fatalf("tenant %s took %d, want %d", c.tenant, n, c.want)
+		}
+	}
+	s.Give("c")
+	if !s.Take("c") || s.Take("c") {
+		t.Fatal("a slot given back: want it taken again, and no other")
+	}
+	if fairshare.Admits(0, 64, 64, 64) || !fairshare.Admits(63, 63, 64, 64) {
+		t.Fatal("a tenant of the whole bound: want it taking all of it, and nothing past it")
+	}
+}
+
 // TestHoldings: the fullest tenant is the one holding the most for its
 // weight; one holding nothing is never named.
 func TestHoldings(t *testing.T) {

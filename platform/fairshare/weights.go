@@ -1,6 +1,9 @@
 package fairshare
 
-import "container/heap"
+import (
+	"container/heap"
+	"sync"
+)
 
 // WeightsOf is the Config.Weights of tenants' settings, each read by
 // weight (a weight under 1 counts as 1).
@@ -24,6 +27,52 @@ func Share(n int, weights map[string]int, tenant string) int {
 	}
 	own := max(weights[tenant], 1)
 	return n * own / (sum + own)
+}
+
+// Admits reports whether a tenant holding own of a bound of n, the
+// tenants together holding total, may take one more part, bound being the
+// most it may hold with the rest of n empty: it takes at most bound's part
+// of what the other tenants leave, so a busy tenant leaves the others room
+// however many are busy (two of half each leave a third a quarter).
+func Admits(own, total, n, bound int) bool {
+	return total < n && own*n < (n-(total-own))*bound
+}
+
+// Slots parts n slots of work running at once between tenants: a tenant
+// takes at most half of what the others leave (Admits), and one of a
+// single slot. Its zero value is not usable; call NewSlots. It is safe
+// for concurrent use.
+type Slots struct {
+	n     int
+	mu    sync.Mutex
+	held  map[string]int // by tenant
+	total int
+}
+
+// NewSlots returns n Slots, none taken.
+func NewSlots(n int) *Slots { return &Slots{n: n, held: make(map[string]int)} }
+
+// Take takes a slot for tenant, which Give gives back; false when none
+// is left to it.
+func (s *Slots) Take(tenant string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !Admits(s.held[tenant], s.total, s.n, max(s.n/2, 1)) {
+		return false
+	}
+	s.held[tenant]++
+	s.total++
+	return true
+}
+
+// Give gives back a slot tenant took.
+func (s *Slots) Give(tenant string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total--
+	if s.held[tenant]--; s.held[tenant] <= 0 {
+		delete(s.held, tenant)
+	}
 }
 
 // Holdings counts the parts tenants hold of one bound shared by weight (as

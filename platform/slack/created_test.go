@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,5 +158,48 @@ func TestPressOfAPromptWhoseTenantIsMadeAgainMeanwhile(t *testing.T) {
 	}
 	if d := e.sink.Next(t); d.Created.UnixMicro() != first.UnixMicro() {
 		t.Fatalf("the press of the earlier t1's prompt delivered under creation %v, want %v (the record's)", d.Created, first)
+	}
+}
+
+// TestTenantMadeAgainStartsWithAnEmptyIntakeCharge: t1's slash commands,
+// behind its message whose file stalls, fill t1's part of the intake
+// (the next is answered busy); t1 is deleted and made again under its id
+// (the vault's Since moves), and the new t1's command is taken: the
+// entries held are charged to the tenant as created. Before, the new t1
+// was charged the earlier one's entries until they were handled, and its
+// commands were answered busy.
+func TestTenantMadeAgainStartsWithAnEmptyIntakeCharge(t *testing.T) {
+	clk := clocktest.New(time.Now()) // requests are signed at the time of day
+	first, again := clk.Now().Add(-time.Hour), clk.Now().Add(-time.Minute)
+	var remade atomic.Bool
+	since := func(string) time.Time {
+		if remade.Load() {
+			return again
+		}
+		return first
+	}
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	command := func(n int) string {
+		code, body := e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/status", fmt.Sprint(n), ""))
+		if code != http.StatusOK {
+			t.Fatalf("t1's slash command %d answered %d %q, want 200", n, code, body)
+		}
+		return body
+	}
+	n := 1
+	for ; n <= intakeMaxHeld && strings.Contains(command(n), "Running"); n++ {
+	}
+	if n == 1 || n > intakeMaxHeld {
+		t.Fatalf("t1's slash commands: %d taken, want its part of the intake and then busy", n-1)
+	}
+	remade.Store(true)
+	if body := command(n + 1); !strings.Contains(body, "Running") {
+		t.Fatalf("the new t1's slash command answered %q, want it taken", body)
 	}
 }

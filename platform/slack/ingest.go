@@ -430,7 +430,7 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 		p.drop(drop, "")
 		return nil
 	}
-	pr.team = team
+	pr.team, pr.tenant = team, tenant
 	key := "press/" + team + ":" + pr.channel + ":" + pr.message
 	if r, _ := ctx.Value(intakeRequestKey{}).(*intakeRequest); r != nil {
 		r.dup = key // a press already delivered takes no intake entry (admit)

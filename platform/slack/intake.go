@@ -20,7 +20,9 @@ import (
 
 	"connector/internal/clock"
 	"connector/platform"
+	"connector/platform/fairshare"
 	"connector/store"
+	"connector/vault"
 )
 
 // This file keeps the durable intake (docs/durability.md says what it
@@ -142,9 +144,10 @@ type intake struct {
 	// sure is, of an entry held, the latest expiry its claim surely got
 	// (claimed).
 	sure map[string]time.Time
-	// charged counts, by the tenant each is charged to, the entries held
-	// and those being stored or claimed (reserve); total is their sum.
-	charged map[string]int
+	// charged counts, by the charge of each (the tenant as created), the
+	// entries held and those being stored or claimed (reserve); total is
+	// their sum.
+	charged map[charge]int
 	total   int
 	// bound is the most entries a tenant may be charged
 	// (Platform.intakeBound).
@@ -152,8 +155,27 @@ type intake struct {
 	resumed atomic.Uint64 // entries taken by sweepIntake
 }
 
-// heldEntry is an entry held: its chat, and the tenant it is charged to.
-type heldEntry struct{ chat, tenant string }
+// heldEntry is an entry held: its chat, and its charge.
+type heldEntry struct {
+	chat   string
+	charge charge
+}
+
+// charge is whom an entry is charged to: a tenant as created (a tenant
+// made again under its id starts with none of the earlier one's entries).
+type charge struct {
+	tenant  string
+	created int64 // the tenant's creation in Unix nanoseconds, 0 for none
+}
+
+// chargeOf is tenant's charge as it is created now (vault.Creation).
+func (p *Platform) chargeOf(tenant string) charge {
+	c := charge{tenant: tenant}
+	if t := vault.Creation(p.deps.Vault, tenant); tenant != "" && !t.IsZero() {
+		c.created = t.UnixNano()
+	}
+	return c
+}
 
 // intakeMaxHeld bounds the entries an instance holds (their bodies, and
 // the renewals of a round), and intakeTenantShare the events charged to
@@ -171,36 +193,34 @@ const (
 
 // reserve charges tenant one more entry, until unreserve or, once the
 // entry is taken (take), done; false when the intake is full, or the
-// tenant holds its bound's part of what the other tenants leave (its
-// bound, with the intake otherwise empty: two busy tenants of half each
-// leave a third a quarter), or, when share, the intake is half full and
-// the tenant's intakeTenantShare is.
-func (in *intake) reserve(tenant string, share bool) bool {
-	bound := in.bound(tenant) // before the lock: it reads the Platform's
+// tenant holds its bound's part of what the other tenants leave
+// (fairshare.Admits), or, when share, the intake is half full and the
+// tenant's intakeTenantShare is.
+func (in *intake) reserve(c charge, share bool) bool {
+	bound := in.bound(c.tenant) // before the lock: it reads the Platform's
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	own := in.charged[tenant]
-	left := intakeMaxHeld - (in.total - own)
-	if in.total >= intakeMaxHeld || own*intakeMaxHeld >= left*bound || share && in.total >= intakeMaxHeld/2 && own >= intakeTenantShare {
+	own := in.charged[c]
+	if !fairshare.Admits(own, in.total, intakeMaxHeld, bound) || share && in.total >= intakeMaxHeld/2 && own >= intakeTenantShare {
 		return false
 	}
-	in.charged[tenant]++
+	in.charged[c]++
 	in.total++
 	return true
 }
 
-// unreserve gives back a reservation of tenant's no entry was taken for.
-func (in *intake) unreserve(tenant string) {
+// unreserve gives back a reservation of c's no entry was taken for.
+func (in *intake) unreserve(c charge) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.uncharge(tenant)
+	in.uncharge(c)
 }
 
-// uncharge takes one entry off tenant's charge. in.mu is held.
-func (in *intake) uncharge(tenant string) {
+// uncharge takes one entry off c. in.mu is held.
+func (in *intake) uncharge(c charge) {
 	in.total--
-	if in.charged[tenant]--; in.charged[tenant] <= 0 {
-		delete(in.charged, tenant)
+	if in.charged[c]--; in.charged[c] <= 0 {
+		delete(in.charged, c)
 	}
 }
 
@@ -219,13 +239,13 @@ func (p *Platform) IntakeStats() (pending int, resumed uint64) {
 // take records key of chat as held, charged to tenant under the
 // reservation it made (reserve), which done gives back; false when key is
 // held already (the reservation is still the caller's).
-func (in *intake) take(key, chat, tenant string) bool {
+func (in *intake) take(key, chat string, c charge) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if _, ok := in.held[key]; ok {
 		return false
 	}
-	in.held[key] = heldEntry{chat: chat, tenant: tenant}
+	in.held[key] = heldEntry{chat: chat, charge: c}
 	in.pending[chat]++
 	return true
 }
@@ -282,7 +302,7 @@ func (in *intake) done(key, chat string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if e, ok := in.held[key]; ok {
-		in.uncharge(e.tenant)
+		in.uncharge(e.charge)
 	}
 	delete(in.held, key)
 	delete(in.until, key)
@@ -367,9 +387,9 @@ func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequ
 		}
 	}
 	r.rec.Tenant = cmp.Or(tenant, p.chatTenant(chat))
-	charged := r.rec.Tenant
+	charged := p.chargeOf(r.rec.Tenant)
 	if !p.intake.reserve(charged, r.rec.Route == routeEvents) {
-		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request not taken", "tenant", charged)
+		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request not taken", "tenant", r.rec.Tenant)
 		return errIntakeFull
 	}
 	taken := false
@@ -591,7 +611,7 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		}
 		first[c.chat] = true
 		if p.deliveredBefore(ctx, c, stored) {
-			p.intake.unreserve(c.tenant)
+			p.intake.unreserve(c.charge)
 			return true
 		}
 		return false
@@ -599,8 +619,8 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	var held []claimedEntry // held here meanwhile, or refused: let go
 	p.intake.queueMu.Lock()
 	queue = slices.DeleteFunc(queue, func(c claimedEntry) bool {
-		if !p.intake.take(c.key, c.chat, c.tenant) {
-			p.intake.unreserve(c.tenant)
+		if !p.intake.take(c.key, c.chat, c.charge) {
+			p.intake.unreserve(c.charge)
 			held = append(held, c)
 			return true
 		}
@@ -628,7 +648,7 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 // claimedEntry is an intake entry a sweep claimed, as stored once claimed.
 type claimedEntry struct {
 	key, chat string
-	tenant    string // the one it is charged to (intakeRecord.Tenant)
+	charge    charge // its intakeRecord.Tenant's
 	rec       intakeRecord
 	until     time.Time // its claim's expiry
 }
@@ -667,14 +687,14 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		if p.intake.holds(e.Key) || skip[chat] {
 			continue
 		}
-		tenant := rec.Tenant
-		if !p.intake.reserve(tenant, rec.Route == routeEvents) {
+		charged := p.chargeOf(rec.Tenant)
+		if !p.intake.reserve(charged, rec.Route == routeEvents) {
 			skip[chat] = true
 			continue
 		}
 		until := p.clock.Now().Add(intakeClaimTTL)
 		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), until); err != nil || !took {
-			p.intake.unreserve(tenant)
+			p.intake.unreserve(charged)
 			skip[chat] = true
 			continue
 		}
@@ -686,12 +706,12 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		now, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key)
 		rec = intakeRecord{}
 		if err != nil || !ok || json.Unmarshal(now.Value, &rec) != nil {
-			p.intake.unreserve(tenant)
+			p.intake.unreserve(charged)
 			p.releaseIntake(e.Key, until)
 			skip[chat] = err != nil || ok // one deleted since is behind it no more
 			continue
 		}
-		claimed = append(claimed, claimedEntry{key: e.Key, chat: chat, tenant: tenant, rec: rec, until: until})
+		claimed = append(claimed, claimedEntry{key: e.Key, chat: chat, charge: charged, rec: rec, until: until})
 	}
 	return claimed
 }

@@ -1313,9 +1313,9 @@ func TestIntakeCommandDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
 // expiry: one sent later may find the claim taken by another instance,
 // whose expiry the recorded one must stay short of.
 func TestIntakeFailedRenewalCountedWhileTheClaimSurelyHeld(t *testing.T) {
-	in := &intake{pending: map[string]int{}, held: map[string]heldEntry{}, until: map[string]time.Time{}, sure: map[string]time.Time{}, charged: map[string]int{}}
+	in := &intake{pending: map[string]int{}, held: map[string]heldEntry{}, until: map[string]time.Time{}, sure: map[string]time.Time{}, charged: map[charge]int{}}
 	t0 := time.Now()
-	in.take("k", "c", "t")
+	in.take("k", "c", charge{tenant: "t"})
 	in.claimed("k", t0.Add(intakeClaimTTL))
 	sent := func(at time.Time, want time.Time) {
 		t.Helper()
@@ -1584,10 +1584,10 @@ func TestSlashCommandPastTheFullIntakeAnsweredBusy(t *testing.T) {
 	if pending, _ := e.p.IntakeStats(); pending != intakeMaxHeld*3/4 {
 		t.Fatalf("%d entries held, want %d", pending, intakeMaxHeld*3/4)
 	}
-	if !e.p.intake.reserve("t3", false) {
+	if !e.p.intake.reserve(e.p.chargeOf("t3"), false) {
 		t.Fatal("a third tenant's entry refused: the two busy tenants left it no room")
 	}
-	e.p.intake.unreserve("t3")
+	e.p.intake.unreserve(e.p.chargeOf("t3"))
 }
 
 // TestSlashCommandAnotherInstanceHandlesAnsweredBusy: a copy of a slash
@@ -1656,17 +1656,17 @@ func TestIntakeShareIsTheChatHoldersNotItsWorkspaces(t *testing.T) {
 // places at most, whichever tenants they are of, and a place given back
 // is taken again.
 func TestIntakeReservesAtMostItsBound(t *testing.T) {
-	in := &intake{charged: map[string]int{}, bound: func(string) int { return intakeMaxHeld }}
+	in := &intake{charged: map[charge]int{}, bound: func(string) int { return intakeMaxHeld }}
 	for i := range intakeMaxHeld {
-		if !in.reserve(fmt.Sprintf("t%d", i), true) {
+		if !in.reserve(charge{tenant: fmt.Sprintf("t%d", i)}, true) {
 			t.Fatalf("place %d refused, want it taken", i)
 		}
 	}
-	if in.reserve("tnew", true) {
+	if in.reserve(charge{tenant: "tnew"}, true) {
 		t.Fatalf("place %d taken, want it refused", intakeMaxHeld)
 	}
-	in.unreserve("t0")
-	if !in.reserve("tnew", true) {
+	in.unreserve(charge{tenant: "t0"})
+	if !in.reserve(charge{tenant: "tnew"}, true) {
 		t.Fatal("a place given back refused, want it taken")
 	}
 }
@@ -1676,21 +1676,21 @@ func TestIntakeReservesAtMostItsBound(t *testing.T) {
 // (""): before the intake is half full they may take their bound, then
 // no more; a tenant's own chats still take their share of the rest.
 func TestIntakeUnheldChatsShareOneShare(t *testing.T) {
-	in := &intake{charged: map[string]int{}, bound: func(string) int { return intakeMaxHeld / 2 }}
+	in := &intake{charged: map[charge]int{}, bound: func(string) int { return intakeMaxHeld / 2 }}
 	for i := range intakeMaxHeld / 2 {
-		if !in.reserve("", true) {
+		if !in.reserve(charge{tenant: ""}, true) {
 			t.Fatalf("unheld place %d refused, want it taken", i)
 		}
 	}
-	if in.reserve("", true) {
+	if in.reserve(charge{tenant: ""}, true) {
 		t.Fatal("an unheld chat's place past the half taken, want it refused")
 	}
 	for i := range intakeTenantShare {
-		if !in.reserve("t1", true) {
+		if !in.reserve(charge{tenant: "t1"}, true) {
 			t.Fatalf("t1's place %d refused, want it taken", i)
 		}
 	}
-	if in.reserve("t1", true) {
+	if in.reserve(charge{tenant: "t1"}, true) {
 		t.Fatal("t1's place past its share taken, want it refused")
 	}
 }
@@ -1809,8 +1809,8 @@ func TestSweepCountsWhatItTookOnce(t *testing.T) {
 	}
 	var room bool
 	e.p.sweepIntake(ctx, func() {
-		if room = e.p.intake.reserve("t2", false); room {
-			e.p.intake.unreserve("t2")
+		if room = e.p.intake.reserve(e.p.chargeOf("t2"), false); room {
+			e.p.intake.unreserve(e.p.chargeOf("t2"))
 		}
 	})
 	if !room {
@@ -1901,7 +1901,7 @@ func TestPressWithoutResponseURLPastItsTenantsBoundAnsweredBusy(t *testing.T) {
 		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
 	waitStarted(t, started, "t1's stalled file")
 	for range e.p.intakeBound("t1") - 1 {
-		if !e.p.intake.reserve("t1", false) {
+		if !e.p.intake.reserve(e.p.chargeOf("t1"), false) {
 			t.Fatal("t1's reservation refused below its bound")
 		}
 	}
@@ -1983,7 +1983,7 @@ func TestPressChargedToItsPressersTenant(t *testing.T) {
 	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev2", ev)), "Dan's message with a stalled file")
 	waitStarted(t, started, "Dan's stalled file")
 	for range e.p.intakeBound("t1") {
-		if !e.p.intake.reserve("t1", false) {
+		if !e.p.intake.reserve(e.p.chargeOf("t1"), false) {
 			t.Fatal("t1's reservation refused below its bound")
 		}
 	}
@@ -2015,7 +2015,7 @@ func TestIntakeReactionChargedToItsReactorsTenant(t *testing.T) {
 	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev0", ev)), "Cat's message with a stalled file")
 	waitStarted(t, started, "Cat's stalled file")
 	for range e.p.intakeBound("") {
-		if !e.p.intake.reserve("", false) {
+		if !e.p.intake.reserve(e.p.chargeOf(""), false) {
 			t.Fatal("the unheld chats' reservation refused below their bound")
 		}
 	}
@@ -2093,7 +2093,7 @@ func TestBusyPostEndsWithRun(t *testing.T) {
 		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
 	waitStarted(t, started, "t1's stalled file")
 	for range e.p.intakeBound("t1") - 1 {
-		if !e.p.intake.reserve("t1", false) {
+		if !e.p.intake.reserve(e.p.chargeOf("t1"), false) {
 			t.Fatal("t1's reservation refused below its bound")
 		}
 	}
@@ -2105,6 +2105,58 @@ func TestBusyPostEndsWithRun(t *testing.T) {
 	e.stop()
 	e.stop = func() {}
 	answered(t, codes, "the busy press, its post cut short by the shutdown")
+}
+
+// TestBusyPostsChargedToThePromptsTenant: t1's users press its prompt
+// while t1's intake is full, and the busy answers' response_urls never
+// answer: t1's posts take half of maxBusyPosts, its presses past them are
+// acknowledged and counted dropped (overloaded), and t2's user pressing
+// t2's prompt while t2's intake is full is still told. Before, busy posts
+// were charged to no tenant: t1's took every slot, and t2's users were
+// never told.
+func TestBusyPostsChargedToThePromptsTenant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	m := &drops{got: map[string]int{}}
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk, Metrics: m})
+	prompt := func(tenant, chat string) string {
+		r := e.execute(t, tenant, `{"op":"prompt","chat_id":"`+chat+`","content":"Deploy?","prompt_kind":"approval",
+			"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+		if !r.Success {
+			t.Fatalf("%s's prompt: %+v", tenant, r)
+		}
+		return r.MessageID
+	}
+	p1, p2 := prompt("t1", chanGeneral), prompt("t2", chanAcme)
+	started := make(chan string, 2)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the downloads end
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
+	waitStarted(t, started, "t1's stalled file")
+	url = e.fake.AddStalledFile(teamB.ID, "F0SLOW0002", "F0SLOW0002.png", "image/png", started)
+	ev := fileMessage(chanAcme, "1768490103.000100", "F0SLOW0002", url)
+	ev["team"], ev["user"], ev["text"] = teamB.ID, userBob, "<@"+teamB.BotUser+"> a shot"
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamB.ID, teamB.BotUser, "EvB", ev)), "t2's message with a stalled file")
+	waitStarted(t, started, "t2's stalled file")
+	for _, tenant := range []string{"t1", "t2"} {
+		for e.p.intake.reserve(e.p.chargeOf(tenant), false) {
+		}
+	}
+	posting := make(chan string, maxBusyPosts+1)
+	e.fake.StallResponses(posting)
+	for n := range maxBusyPosts {
+		press := withResponseURL(t, slacktest.Press(teamA.ID, chanGeneral, userAda, p1, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL(sprintf("t1-%d", n)))
+		answered(t, e.postAsync(t, InteractionsPath, "application/x-www-form-urlencoded", press), sprintf("t1's busy press %d", n))
+	}
+	platformtest.WaitUntil(t, "t1's busy presses past its part of the posts to be counted", func() bool {
+		return m.count(dropOverloaded) == maxBusyPosts/2 && len(posting) == maxBusyPosts/2
+	})
+	press := withResponseURL(t, slacktest.Press(teamB.ID, chanAcme, userBob, p2, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL("t2"))
+	answered(t, e.postAsync(t, InteractionsPath, "application/x-www-form-urlencoded", press), "t2's busy press")
+	platformtest.WaitUntil(t, "t2's busy post", func() bool { return len(posting) == maxBusyPosts/2+1 })
+	if n := m.count(dropOverloaded); n != maxBusyPosts/2 {
+		t.Fatalf("%d busy presses dropped, want t1's %d past its part", n, maxBusyPosts/2)
+	}
 }
 
 // TestSecondPressTakesNoIntakeEntry: a press of a prompt already answered
@@ -2223,7 +2275,7 @@ func TestSecondPressPastAFullIntakeDroppedAsDuplicate(t *testing.T) {
 		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
 	waitStarted(t, started, "the stalled file")
 	for range e.p.intakeBound("t1") - 1 {
-		if !e.p.intake.reserve("t1", false) {
+		if !e.p.intake.reserve(e.p.chargeOf("t1"), false) {
 			t.Fatal("t1's reservation refused below its bound")
 		}
 	}
@@ -2263,7 +2315,7 @@ func TestSharedChannelBusyPressToldWithThePromptsToken(t *testing.T) {
 	answered(t, e.postAsync(t, EventsPath, "application/json",
 		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev0", fileMessage(shared, "1768490100.000100", "F0SLOW0001", url))), "t1's message with a stalled file")
 	waitStarted(t, started, "t1's stalled file")
-	for e.p.intake.reserve("t2", false) { // the press is charged to its presser's tenant
+	for e.p.intake.reserve(e.p.chargeOf("t2"), false) { // the press is charged to its presser's tenant
 	}
 	press := withResponseURL(t, slacktest.PressFrom(teamB.ID, teamB.ID, shared, userBob, r.MessageID, "", "hp1:p1:once", "Approve once"), "")
 	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
@@ -2289,7 +2341,7 @@ func TestSharedChannelBusyPressToldWithThePromptsToken(t *testing.T) {
 func TestSlowMessagePastAFullIntakeAsksNothingOfTheStore(t *testing.T) {
 	st := &countingStore{Store: newSharedStore(t)}
 	e := newEnv(t, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
-	for e.p.intake.reserve("t1", true) {
+	for e.p.intake.reserve(e.p.chargeOf("t1"), true) {
 	}
 	before := st.writes.Load()
 	for n := range 3 {

@@ -9,6 +9,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"connector/contract"
+	"connector/platform"
 	"connector/session"
 )
 
@@ -23,8 +24,8 @@ import (
 // press is a prompt button press.
 type press struct {
 	// team is the payload's workspace until ingestPress sets it to the
-	// workspace that posted the prompt.
-	team, channel, user string
+	// workspace that posted the prompt, and tenant to the prompt's tenant.
+	team, tenant, channel, user string
 	// thread is the prompt message's thread ("" for a top-level prompt).
 	thread string
 	// message is the prompt message's ts (prompt_message_id).
@@ -79,9 +80,12 @@ func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallbac
 // route acknowledges it, then tells its user to press again (tellBusy).
 func busyPress(err error) bool { return errors.Is(err, errIntakeFull) }
 
-// maxBusyPosts bounds the busy answers being posted at once (tellBusy):
-// a slow response_url holds no more of the Socket Mode envelopes handled
-// beside the reader (maxBeside) than that.
+// maxBusyPosts bounds the busy answers being posted at once (tellBusy),
+// a tenant's at most half of what the others leave (fairshare.Slots): a
+// slow response_url holds no more of the Socket Mode envelopes handled
+// beside the reader (maxBeside) than that, and one tenant's presses no
+// more of its workspace's chat.postEphemeral budget, which every tenant
+// there shares.
 var maxBusyPosts = 8
 
 // busyText is what the user of a press the intake had no room for is told.
@@ -91,22 +95,20 @@ const busyText = "Too busy to take your choice now; press it again in a moment."
 // (busyPress), ephemerally to press again, in Run's lifetime (a shutdown
 // ends the post): through its responseURL, else (a payload without one)
 // with chat.postEphemeral in its channel (its prompt's workspace's token,
-// as ingestPress set it, never the payload's team). Past
-// maxBusyPosts posts in flight its user is not told: the press is counted
-// as dropped (overloaded).
+// as ingestPress set it, never the payload's team), on the share of the
+// prompt's tenant. Past its tenant's part of maxBusyPosts posts in flight
+// its user is not told: the press is counted as dropped (overloaded).
 func (p *Platform) tellBusy(responseURL string, pr *press) {
 	run := p.intake.runCtx() // busyPress: the intake refused the press, Run ran
 	if run == nil {
 		return
 	}
-	select {
-	case p.busyPosts <- struct{}{}:
-		defer func() { <-p.busyPosts }()
-	default:
+	if !p.busyPosts.Take(pr.tenant) {
 		p.metrics.Dropped(platformName, dropOverloaded)
 		return
 	}
-	ctx, cancel := context.WithTimeout(run, p.cfg.RequestTimeout)
+	defer p.busyPosts.Give(pr.tenant)
+	ctx, cancel := context.WithTimeout(platform.WithTenant(run, pr.tenant), p.cfg.RequestTimeout)
 	defer cancel()
 	var err error
 	if responseURL != "" {

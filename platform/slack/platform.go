@@ -105,7 +105,7 @@ type Platform struct {
 	besides chan struct{}
 	// busyPosts holds a slot per busy answer being posted (tellBusy,
 	// maxBusyPosts).
-	busyPosts chan struct{}
+	busyPosts *fairshare.Slots
 }
 
 var (
@@ -196,10 +196,10 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.queues = chatorder.New[string](maxInFlight)
 	if deps.Store != nil {
 		p.intake = &intake{pending: map[string]int{}, held: map[string]heldEntry{}, until: map[string]time.Time{}, sure: map[string]time.Time{},
-			charged: map[string]int{}, bound: p.intakeBound}
+			charged: map[charge]int{}, bound: p.intakeBound}
 	}
 	p.besides = make(chan struct{}, maxBeside)
-	p.busyPosts = make(chan struct{}, maxBusyPosts)
+	p.busyPosts = fairshare.NewSlots(maxBusyPosts)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
 	p.streams = &streams{state: platform.StateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0), vault: deps.Vault}
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)

@@ -447,7 +447,7 @@ func TestSocketModePressPastItsTenantsBoundAnsweredBusy(t *testing.T) {
 	}
 	waitStarted(t, started, "the stalled file")
 	for range e.p.intakeBound("t1") - 1 {
-		if !e.p.intake.reserve("t1", false) {
+		if !e.p.intake.reserve(e.p.chargeOf("t1"), false) {
 			t.Fatal("t1's reservation refused below its bound")
 		}
 	}
@@ -508,7 +508,7 @@ func TestSocketModeSlowBusyPostsBounded(t *testing.T) {
 	}
 	waitStarted(t, started, "the stalled file")
 	for range e.p.intakeBound("t1") - 1 {
-		if !e.p.intake.reserve("t1", false) {
+		if !e.p.intake.reserve(e.p.chargeOf("t1"), false) {
 			t.Fatal("t1's reservation refused below its bound")
 		}
 	}

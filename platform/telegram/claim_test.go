@@ -399,3 +399,91 @@ func TestSealRetriedBeforeItsReleaseWaitsForIt(t *testing.T) {
 		t.Fatalf("the chat has %v, want the reply once", msgs)
 	}
 }
+
+// TestSealRetriedHereBeforeItsReleaseWaitsForIt: a seal's send fails and
+// the gateway retries it at once on the same instance, while the failed
+// seal's claim is still being released after its answer (the store slow
+// to release it). The retry waits for the release and, once it is done,
+// sends the seal at once, the clock not moved. Before, it looked again
+// only at its next poll (sealPoll later).
+func TestSealRetriedHereBeforeItsReleaseWaitsForIt(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	e, _, h := heldSealInstances(t, clk)
+	gate := make(chan struct{})
+	e.p.claims = heldReleases{e.p.claims, gate}
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+		clk.Advance(sealPoll) // a retry still polling ends
+		e.p.awaitReplacing()
+	}()
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "Done.", Final: true}
+	first := make(chan contract.Result, 1)
+	go func() {
+		a := seal
+		first <- e.p.Execute(ctx, tenant, &a)
+	}()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no message")
+	}
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 400, Description: "Bad Request: the send failed"})
+	h.release()
+	if r := <-first; r.Success {
+		t.Fatalf("the seal whose send failed: %+v", r)
+	}
+	read := make(chan struct{}, 1)
+	e.p.seals = markedReads{e.p.seals, "telegram/seal/", read}
+	retry := make(chan contract.Result, 1)
+	go func() {
+		a := seal
+		retry <- e.p.Execute(ctx, tenant, &a)
+	}()
+	select {
+	case <-read: // the retry looked for the seal's record, then waits for the claim
+	case r := <-retry:
+		t.Fatalf("the retry before the failed seal's release: %+v, want it to wait for the release", r)
+	case <-ctx.Done():
+		t.Fatal("the retry did not look for the seal's record")
+	}
+	close(gate)
+	select {
+	case r := <-retry:
+		if !r.Success {
+			t.Fatalf("the retried seal after the release: %+v", r)
+		}
+	case <-ctx.Done():
+		t.Fatalf("the retried seal not answered within %v of the release, the clock not moved", waitFor)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("the chat has %v, want the reply once", msgs)
+	}
+}
+
+// markedReads is a seal store that reports each read of a key under
+// prefix on read (when it has room).
+type markedReads struct {
+	store.Capabilities
+	prefix string
+	read   chan struct{}
+}
+
+func (m markedReads) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	v, ok, err := m.Capabilities.Get(ctx, key)
+	if strings.HasPrefix(key, m.prefix) {
+		select {
+		case m.read <- struct{}{}:
+		default:
+		}
+	}
+	return v, ok, err
+}

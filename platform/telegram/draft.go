@@ -20,6 +20,7 @@ import (
 	"connector/internal/loglimit"
 	"connector/internal/textsplit"
 	"connector/platform"
+	"connector/platform/fairshare"
 	"connector/vault"
 )
 
@@ -185,10 +186,14 @@ func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action
 	if p.claims == nil {
 		return nil, "", nil
 	}
+	key := p.sealingKey(k, a)
+	if !p.awaitRelease(ctx, key) {
+		return nil, "", platform.ErrClaimHeld
+	}
 	// The send, until the request's deadline (wall-clock time, here on the
 	// platform's clock, which the store's claims are judged on), then the
 	// record (seal).
-	c, err = platform.AwaitClaim(ctx, p.claims, p.deps.Clock, p.sealingKey(k, a), func() time.Time {
+	c, err = platform.AwaitClaim(ctx, p.claims, p.deps.Clock, key, func() time.Time {
 		return platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, 0).Add(p.cfg.RequestTimeout)
 	}, sealPoll, func() bool {
 		s, ok := p.storedSeal(ctx, k)
@@ -204,12 +209,46 @@ func (p *Platform) claimSeal(ctx context.Context, k draftKey, a *contract.Action
 	return c, id, err
 }
 
-// releaseSeal gives up claim c of a seal of stream k (claimSeal) whose
+// releaseSeal gives up claim c of seal a of stream k (claimSeal) whose
 // record is not stored (a waiting retry would find it): a retry then
-// sends the seal. sealDraft does so after its answer (afterAnswer).
-func (p *Platform) releaseSeal(k draftKey, c *platform.Claim) {
-	if err := c.Release(p.cfg.RequestTimeout); err != nil {
-		p.storeWarn("telegram draft seal claim not released", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+// sends the seal. sealDraft does so after its answer (afterAnswer); a
+// retry on this instance waits for it (awaitRelease), not for its next
+// look, from before the answer.
+func (p *Platform) releaseSeal(k draftKey, a *contract.Action, c *platform.Claim) {
+	key, ch := p.sealingKey(k, a), make(chan struct{})
+	p.releasesMu.Lock()
+	p.releases[key] = ch // one of a claim that lapsed meanwhile wakes its own waiters
+	p.releasesMu.Unlock()
+	release := func() {
+		if err := c.Release(p.cfg.RequestTimeout); err != nil {
+			p.storeWarn("telegram draft seal claim not released", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		}
+		p.releasesMu.Lock()
+		if p.releases[key] == ch {
+			delete(p.releases, key)
+		}
+		p.releasesMu.Unlock()
+		close(ch)
+	}
+	if !p.afterAnswer(k.tenant, release) {
+		release()
+	}
+}
+
+// awaitRelease waits for this instance's release of seal claim key
+// (releaseSeal), if one is under way; false when ctx ended first.
+func (p *Platform) awaitRelease(ctx context.Context, key string) bool {
+	p.releasesMu.Lock()
+	ch := p.releases[key]
+	p.releasesMu.Unlock()
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -608,8 +647,8 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	}
 	stored := false
 	defer func() { // after the answer: it need not wait for the store
-		if c := claimed; c != nil && !stored && !p.afterAnswer(func() { p.releaseSeal(k, c) }) {
-			p.releaseSeal(k, c)
+		if claimed != nil && !stored {
+			p.releaseSeal(k, a, claimed)
 		}
 	}()
 	parts := textsplit.Split(a.Content, splitRules)
@@ -661,7 +700,9 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // maxReplacing bounds the work running after its action was answered
 // (afterAnswer): preview replacements, past it a send's previews stay,
 // logged (replacePreviews), and seal claims' releases, past it released
-// before the answer (sealDraft).
+// before the answer (releaseSeal). A tenant runs at most half of what the
+// other tenants leave (fairshare.Slots), so one tenant's many streams
+// leave the others room.
 const maxReplacing = 64
 
 // replacePreviews deletes the previews of tenant's open draft streams in a
@@ -699,7 +740,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 	if len(ended) == 0 && p.seals == nil {
 		return
 	}
-	started := p.afterAnswer(func() {
+	started := p.afterAnswer(tenant, func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 		defer cancel()
 		here := false // a preview of a's turn was deleted here
@@ -733,24 +774,43 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 		}
 	})
 	if !started {
-		p.log.Info("telegram draft previews not replaced: too many replacements in flight", "chat_id", chat)
+		p.log.Info("telegram draft previews not replaced: too many replacements in flight (of the tenant's part or in all)", "tenant", tenant, "chat_id", chat)
 	}
 }
 
-// afterAnswer runs f on a goroutine of its own, for work its action's
-// answer must not wait for, in a slot of p.replacing; it reports false,
-// running nothing, when every slot is taken. Egress outlives Run (the
-// relay answers the actions in flight as the connector drains, after the
-// platforms stopped), and so does this work: Run waits for what runs as it
-// returns; what starts later is bounded by its own request_timeout.
-func (p *Platform) afterAnswer(f func()) bool {
+// afterWork is the work running after its action was answered
+// (afterAnswer). Its zero value is not usable; call newAfterWork.
+type afterWork struct {
+	slots   chan struct{}    // one per work running (awaitReplacing takes them all)
+	tenants *fairshare.Slots // the same, by tenant
+}
+
+// newAfterWork returns an afterWork with nothing running.
+func newAfterWork() *afterWork {
+	return &afterWork{slots: make(chan struct{}, maxReplacing), tenants: fairshare.NewSlots(maxReplacing)}
+}
+
+// afterAnswer runs f, work of tenant's that its action's answer must not
+// wait for, on a goroutine of its own in a slot of maxReplacing; it
+// reports false, running nothing, when every slot, or tenant's part of
+// them (fairshare.Slots), is taken. Egress outlives Run (the relay
+// answers the actions in flight as the connector drains, after the
+// platforms stopped), and so does this work: Run waits for what runs as
+// it returns; what starts later is bounded by its own request_timeout.
+func (p *Platform) afterAnswer(tenant string, f func()) bool {
+	w := p.replacing
+	if !w.tenants.Take(tenant) {
+		return false
+	}
 	select {
-	case p.replacing <- struct{}{}:
-	default:
+	case w.slots <- struct{}{}:
+	default: // awaitReplacing holds them
+		w.tenants.Give(tenant)
 		return false
 	}
 	go func() {
-		defer func() { <-p.replacing }()
+		defer w.tenants.Give(tenant)
+		defer func() { <-w.slots }()
 		f()
 	}()
 	return true
@@ -760,11 +820,12 @@ func (p *Platform) afterAnswer(f func()) bool {
 // (afterAnswer): it takes every slot, then gives them back. One caller at
 // a time (Run: there is one).
 func (p *Platform) awaitReplacing() {
-	for range cap(p.replacing) {
-		p.replacing <- struct{}{}
+	slots := p.replacing.slots
+	for range cap(slots) {
+		slots <- struct{}{}
 	}
-	for range cap(p.replacing) {
-		<-p.replacing
+	for range cap(slots) {
+		<-slots
 	}
 }
 

@@ -1672,9 +1672,13 @@ func (h heldReads) Get(ctx context.Context, key string) ([]byte, bool, error) {
 }
 
 // TestGroupSendsPastTheReplacementBoundKeepTheirPreviews: while the store
-// is slow to answer (its reads of the turns' previews held), 65 group
-// sends of distinct turns are answered; the first 64 look their turns'
-// previews up after their answers, and the 65th starts none, logged once.
+// is slow to answer (its reads of the turns' previews held), t2's 65
+// group sends of distinct turns are answered; the first 32 (half the
+// bound: a tenant runs at most half of what the others leave) look their
+// turns' previews up after their answers, and the others start none,
+// logged. t1's send into its group then still starts its own (it took
+// none when t2's took the whole bound), and t1's part of what t2 leaves
+// is bounded too.
 func TestGroupSendsPastTheReplacementBoundKeepTheirPreviews(t *testing.T) {
 	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
@@ -1689,22 +1693,39 @@ func TestGroupSendsPastTheReplacementBoundKeepTheirPreviews(t *testing.T) {
 		}
 		e.p.awaitReplacing()
 	}()
-	chat := telegramtest.ChatT2
-	for i := range maxReplacing + 1 {
+	send := func(chat string, i int) {
+		t.Helper()
 		if r := e.act(t, testChats[chat], contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat), Content: "the answer",
 			Metadata: contract.Metadata{MessageID: contract.ID(strconv.Itoa(100 + i))}}); !r.Success {
-			t.Fatalf("send %d: %+v", i, r)
+			t.Fatalf("send %d into %s: %+v", i, chat, r)
 		}
 	}
-	if n := len(e.p.replacing); n != maxReplacing {
-		t.Fatalf("%d preview replacements running, want %d", n, maxReplacing)
+	for i := range maxReplacing + 1 {
+		send(telegramtest.ChatT2, i)
 	}
-	if n := strings.Count(e.logs.String(), "telegram draft previews not replaced"); n != 1 {
-		t.Fatalf("%d sends logged their previews not replaced, want 1; logs:\n%s", n, e.logs.String())
+	notReplaced := func(tenant string) (n int) {
+		for line := range strings.Lines(e.logs.String()) {
+			if strings.Contains(line, "telegram draft previews not replaced") && strings.Contains(line, `"tenant":"`+tenant+`"`) {
+				n++
+			}
+		}
+		return n
+	}
+	if n, running := notReplaced("t2"), len(e.p.replacing.slots); n != maxReplacing/2+1 || running != maxReplacing/2 {
+		t.Fatalf("t2's sends: %d logged their previews not replaced, %d replacements running; want %d and %d; logs:\n%s",
+			n, running, maxReplacing/2+1, maxReplacing/2, e.logs.String())
+	}
+	const book = "-4001234567" // t1's group
+	for i := range maxReplacing {
+		send(book, i)
+	}
+	if n, running := notReplaced("t1"), len(e.p.replacing.slots); n != maxReplacing*3/4 || running != maxReplacing*3/4 {
+		t.Fatalf("t1's sends: %d logged their previews not replaced, %d replacements running in all; want %d and %d",
+			n, running, maxReplacing*3/4, maxReplacing*3/4)
 	}
 	close(gate)
 	e.p.awaitReplacing()
-	if n := len(e.p.replacing); n != 0 {
+	if n := len(e.p.replacing.slots); n != 0 {
 		t.Fatalf("%d preview replacements running after the store answered, want none", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,9 +55,13 @@ type Platform struct {
 	seals    store.Capabilities                // every instance's seals and group previews (draft.go), in deps.Store; nil without one
 	previews *lru.Cache[draftKey, *preview]    // open draft streams of group chats
 	drafts   *lru.Cache[wireDraft, draftKey]   // the stream holding each draft id sent to a private chat (wireDraftID)
-	// replacing holds a slot per work running after its action was
-	// answered (afterAnswer).
-	replacing chan struct{}
+	// replacing is the work running after its action was answered
+	// (afterAnswer).
+	replacing *afterWork
+	// releases are the seal claims being released here (releaseSeal), by
+	// key, each closed once released; with releasesMu.
+	releases   map[string]chan struct{}
+	releasesMu sync.Mutex
 	// storeLogs bounds the warnings of seals failing (storeWarn).
 	storeLogs *loglimit.Bucket
 	rehosts   *platform.Rehosts // attachments of updates not delivered yet
@@ -139,7 +144,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    &health{st: platform.Status{Detail: "not started"}, changed: make(chan struct{})},
 		callbacks: make(chan string, 256),
-		replacing: make(chan struct{}, maxReplacing),
+		replacing: newAfterWork(),
+		releases:  map[string]chan struct{}{},
 		turns:     chatorder.New[int64](0),
 		dmStreams: chatorder.New[draftKey](0),
 	}
