@@ -1168,3 +1168,52 @@ func TestRefusedEnrollmentsAreRateLimited(t *testing.T) {
 		t.Fatalf("enrollment after %v: %d %v, want 200", change.GatewayEvery, code, got)
 	}
 }
+
+// TestGatewayIDOfAnotherTenantTellsNotWhere: gateway ids are one
+// namespace (the upgrade token names the id, not its tenant), so a
+// tenant's provision or enrollment of an id another tenant holds is
+// refused; it gets one answer whether the YAML declares the id or the
+// store holds it, naming no tenant and no layer. Before, a stored id
+// answered "belongs to another tenant" and a declared one "declared in
+// the YAML config; edit the file and send SIGHUP".
+func TestGatewayIDOfAnotherTenantTellsNotWhere(t *testing.T) {
+	r := newRig(t, true)
+	ctx := context.Background()
+	if err := r.reg.SetDeclared(registry.State{
+		Tenants:  []registry.Tenant{{ID: "yaml"}},
+		Gateways: []registry.Gateway{{ID: "gw-yaml", Tenant: "yaml", Secrets: []registry.Secret{{Value: "s3cret-s3cret-s3cret"}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.reg.CreateTenant(ctx, registry.Tenant{ID: "stored"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.reg.CreateGateway(ctx, "stored", "gw-stored"); err != nil {
+		t.Fatal(err)
+	}
+	answer := func(path, id string) string {
+		t.Helper()
+		body := any(provisionBody(id, "discord", ""))
+		if path == "/relay/enroll" {
+			tok, _, err := r.reg.MintEnrollToken(ctx, "acme", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = map[string]string{"enrollmentToken": tok, "gatewayId": id}
+		}
+		code, got := r.post(t, path, identity(t, "acme"), body)
+		if code != http.StatusConflict || got["secret"] != nil {
+			t.Fatalf("%s of gateway id %s of another tenant: %d %v, want 409", path, id, code, got)
+		}
+		return strings.ReplaceAll(fmt.Sprint(got["error"]), id, "ID")
+	}
+	for _, path := range []string{"/relay/provision", "/relay/enroll"} {
+		declared, stored := answer(path, "gw-yaml"), answer(path, "gw-stored")
+		if declared != stored {
+			t.Fatalf("%s: a declared id answers %q, a stored one %q: want one answer", path, declared, stored)
+		}
+		if strings.Contains(declared, "yaml") || strings.Contains(declared, "stored") {
+			t.Fatalf("%s: answer %q names a tenant", path, declared)
+		}
+	}
+}

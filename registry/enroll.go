@@ -104,8 +104,9 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 // writes meanwhile left no room, or took the id), or the wake URL is not,
 // or the request is given up (ctx done) before the wake URL is written,
 // the gateway is put back as it was and the token given back, unless the
-// tenant's deletion began. A gateway deleted or taken by another tenant
-// on another instance before its wake URL is written is ErrConflict.
+// tenant's deletion began. An id the YAML declares or another tenant
+// holds is ErrConflict (errTaken), as is a gateway deleted or taken by
+// another tenant on another instance before its wake URL is written.
 func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string) (string, error) {
 	if err := CheckID("gateway", id); err != nil {
 		return "", err
@@ -124,7 +125,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 		return "", ErrEnrollToken
 	}
 	if r.declaredGateway(id) {
-		return "", ErrDeclared
+		return "", errTaken(id)
 	}
 	done, err := r.tenantTurn(ctx, tenant)
 	if err != nil {
@@ -163,7 +164,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 			return err
 		}
 		if exists && g.Tenant != tenant {
-			return fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
+			return errTaken(id)
 		}
 		var gen string
 		var guard []byte
@@ -241,7 +242,8 @@ const (
 //     connected. An existing gateway's secret is never handed to a token
 //     it was not minted for.
 //
-// An admin-made or enrolled gateway is ErrConflict: its secret is pinned
+// An id the YAML declares or another tenant holds is ErrConflict
+// (errTaken). An admin-made or enrolled gateway is ErrConflict: its secret is pinned
 // where it runs, and an identity token may neither learn nor rotate it.
 // admit is called before a gateway is created or rotated (a rate limit);
 // its error is returned as it is and nothing changes.
@@ -253,7 +255,7 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 		return "", "", fmt.Errorf("%w: provision needs the caller's token digest", ErrInvalid)
 	}
 	if r.declaredGateway(id) {
-		return "", "", ErrDeclared
+		return "", "", errTaken(id)
 	}
 	done, err := r.tenantTurn(ctx, tenant)
 	if err != nil {
@@ -293,12 +295,9 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 			return "", "", err
 		}
 		secret, _, err := r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
-		if errors.Is(err, ErrExists) { // made meanwhile on another instance, perhaps for this token
-			err = errRaced
-		}
 		return secret, ProvisionCreated, err
 	case g.Tenant != tenant:
-		return "", "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
+		return "", "", errTaken(id)
 	case g.Origin != "" && g.Origin != OriginProvision:
 		return "", "", fmt.Errorf("%w: gateway id %q was made by the %s, not by provision; its secret is not handed out again (rotate it with the admin API)", ErrConflict, id,
 			cmp.Or(map[string]string{OriginEnroll: "enrollment"}[g.Origin], "admin API"))
@@ -313,6 +312,14 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 	g.Origin = OriginProvision
 	secret, _, err = r.rotateSecret(wctx, g, raw, DefaultGrace, minter)
 	return secret, ProvisionRotated, err
+}
+
+// errTaken is a tenant's enrollment or provision of gateway id the YAML
+// declares or another tenant holds. Gateway ids are one namespace (the
+// upgrade token names the id, not its tenant), so the id is refused, but
+// with one answer for both that names neither the layer nor the tenant.
+func errTaken(id string) error {
+	return fmt.Errorf("%w: gateway id %q is taken (declared in the connector's config, or another tenant's); choose another", ErrConflict, id)
 }
 
 // MinterOf is the digest Provision keeps of the identity token a secret
