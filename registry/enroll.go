@@ -38,21 +38,36 @@ type expiring struct {
 	Redeemed string `json:"redeemed,omitempty"`
 }
 
+// ExpirySkew is how far the instances' clocks may disagree (NTP) before
+// one instance's sweep deletes an enrollment token or link code another
+// issued and still honours: an entry is deleted only once it expired (or
+// lies beyond its bound) by ExpirySkew on the sweeping clock. Redemption
+// judges the expiry itself.
+const ExpirySkew = 5 * time.Minute
+
+// stale reports whether an entry that expires at expires, whose lifetime
+// is at most bound, may be deleted at now: its expiry passed, or lies
+// beyond the bound, by ExpirySkew.
+func stale(now, expires time.Time, bound time.Duration) bool {
+	return !now.Before(expires.Add(ExpirySkew)) || expires.After(now.Add(bound+ExpirySkew))
+}
+
 // sweep deletes the entries of namespace (enrollment tokens, link codes)
 // that do not decode or that drop selects, and returns how many of
-// tenant's it kept, spent link codes not counted.
+// tenant's it kept that are unexpired, spent link codes not counted.
 func (r *Registry) sweep(ctx context.Context, namespace, tenant string, drop func(expiring) bool) (kept int, err error) {
 	entries, _, err := r.kv.List(ctx, namespace)
 	if err != nil {
 		return 0, fmt.Errorf("registry: read %s: %w", namespace, err)
 	}
+	now := r.clock.Now()
 	for _, e := range entries {
 		var v expiring
 		if err := json.Unmarshal(e.Value, &v); err != nil || drop(v) {
 			if _, err := r.kv.Delete(ctx, namespace, e.Key); err != nil {
 				return kept, err
 			}
-		} else if v.Tenant == tenant && v.Redeemed == "" {
+		} else if v.Tenant == tenant && v.Redeemed == "" && now.Before(v.Expires) {
 			kept++
 		}
 	}
@@ -61,8 +76,8 @@ func (r *Registry) sweep(ctx context.Context, namespace, tenant string, drop fun
 
 // MintEnrollToken returns a new single-use enrollment token for tenant,
 // redeemable until the returned expiry (ttl from now; MaxEnrollTTL when
-// zero, and at most). It also forgets the expired tokens (and
-// those expiring beyond the bound, which no redemption takes).
+// zero, and at most). It also forgets the tokens expired (or expiring
+// beyond the bound, which no redemption takes) by ExpirySkew.
 func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.Duration) (string, time.Time, error) {
 	if ttl < 0 || ttl > MaxEnrollTTL {
 		return "", time.Time{}, fmt.Errorf("%w: enrollment token lifetime %v: want up to %v", ErrInvalid, ttl, MaxEnrollTTL)
@@ -78,9 +93,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 		return "", time.Time{}, err
 	}
 	now := r.clock.Now()
-	if _, err := r.sweep(ctx, nsEnroll, tenant, func(tok expiring) bool {
-		return !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL))
-	}); err != nil {
+	if _, err := r.sweep(ctx, nsEnroll, tenant, func(tok expiring) bool { return stale(now, tok.Expires, MaxEnrollTTL) }); err != nil {
 		return "", time.Time{}, err
 	}
 	token := "enr_" + newSecret()
@@ -92,7 +105,8 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 }
 
 // Enroll redeems token, which must be tenant's, unexpired and expiring
-// within MaxEnrollTTL, for gateway id of tenant, and returns the gateway's
+// within MaxEnrollTTL (and ExpirySkew: another instance's clock may be
+// ahead), for gateway id of tenant, and returns the gateway's
 // new secret: a new gateway (OriginEnroll; a tenant at its MaxGateways is
 // ErrLimit, the token unspent), or a rotation of the tenant's gateway of
 // that id (its earlier secrets keep DefaultGrace; from then on it is an
@@ -121,7 +135,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 	tokRaw, ok, err := r.getRaw(ctx, nsEnroll, key, &tok)
 	if err != nil {
 		return "", err
-	} else if now := r.clock.Now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {
+	} else if now := r.clock.Now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL+ExpirySkew)) {
 		return "", ErrEnrollToken
 	}
 	if r.declaredGateway(id) {
