@@ -84,11 +84,11 @@ func newRigOn(t *testing.T, configured bool, wrap func(store.Store) store.Store)
 	r := &rig{clk: clk, reg: registry.New(wrap(st), clk), metrics: &counts{n: map[string]int{}}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}, changes: change.NewLimiter(clk)}
 	var v *idtoken.Verifier
 	if configured {
-		pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
+		pub, err := idtoken.ParsePublicKeys(idtokentest.PublicPEM(t, key))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, err = idtoken.New(idtoken.Config{Key: pub, Audience: "connector", Clock: clk}); err != nil {
+		if v, err = idtoken.New(idtoken.Config{Keys: pub, Audience: "connector", Clock: clk}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -330,11 +330,11 @@ func fuzzRig(t *testing.T) *fuzzState {
 		st := store.NewMemory(clk) // lives for the process
 		reg := registry.New(st, clk)
 		_ = reg.CreateTenant(context.Background(), registry.Tenant{ID: "acme"})
-		pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
+		pub, err := idtoken.ParsePublicKeys(idtokentest.PublicPEM(t, key))
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := idtoken.New(idtoken.Config{Key: pub, Clock: clk})
+		v, err := idtoken.New(idtoken.Config{Keys: pub, Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -622,11 +622,11 @@ func TestProvisionReadsTheRegistryOnceForItsRouteKeys(t *testing.T) {
 	if err := reg.CreateTenant(context.Background(), registry.Tenant{ID: "acme"}); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
+	pub, err := idtoken.ParsePublicKeys(idtokentest.PublicPEM(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := idtoken.New(idtoken.Config{Key: pub, Audience: "connector", Clock: clk})
+	v, err := idtoken.New(idtoken.Config{Keys: pub, Audience: "connector", Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1004,12 +1004,12 @@ func TestUnsetAudienceTakesManageTokensWithinTheirTenant(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
+	pub, err := idtoken.ParsePublicKeys(idtokentest.PublicPEM(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
 	serve := func(audience string) *httptest.Server {
-		v, err := idtoken.New(idtoken.Config{Key: pub, Audience: audience, Clock: clk})
+		v, err := idtoken.New(idtoken.Config{Keys: pub, Audience: audience, Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}
