@@ -57,8 +57,11 @@ type Config struct {
 	// PublicKeyFile is the PEM RSA public key (PUBLIC KEY, RSA PUBLIC KEY
 	// or CERTIFICATE) of the authority that signs the gateways' identity
 	// tokens (RS256 JWTs: the managed platform's, or your own OIDC
-	// provider's). Unset, /relay/enroll and /relay/provision answer 404
-	// and /manage/* takes only the gateway's own token.
+	// provider's). To rotate it, up to 4 keys, one PEM block each, each
+	// named by a "kid: <id>" PEM header: a token whose kid names a key is
+	// checked with that key, one without kid with each (docs/operations.md).
+	// Unset, /relay/enroll and /relay/provision answer 404 and /manage/*
+	// takes only the gateway's own token.
 	PublicKeyFile string `yaml:"public_key_file"`
 	// Issuer is the iss claim identity tokens must carry; unset, any.
 	Issuer string `yaml:"issuer"`

@@ -84,11 +84,11 @@ func newRigOn(t *testing.T, configured bool, wrap func(store.Store) store.Store)
 	r := &rig{clk: clk, reg: registry.New(wrap(st), clk), metrics: &counts{n: map[string]int{}}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}, changes: change.NewLimiter(clk)}
 	var v *idtoken.Verifier
 	if configured {
-		pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
+		pub, err := idtoken.ParsePublicKeys(idtokentest.PublicPEM(t, key))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, err = idtoken.New(idtoken.Config{Key: pub, Audience: "connector", Clock: clk}); err != nil {
+		if v, err = idtoken.New(idtoken.Config{Keys: pub, Audience: "connector", Clock: clk}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -330,11 +330,11 @@ func fuzzRig(t *testing.T) *fuzzState {
 		st := store.NewMemory(clk) // lives for the process
 		reg := registry.New(st, clk)
 		_ = reg.CreateTenant(context.Background(), registry.Tenant{ID: "acme"})
-		pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
+		pub, err := idtoken.ParsePublicKeys(idtokentest.PublicPEM(t, key))
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := idtoken.New(idtoken.Config{Key: pub, Clock: clk})
+		v, err := idtoken.New(idtoken.Config{Keys: pub, Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -622,11 +622,11 @@ func TestProvisionReadsTheRegistryOnceForItsRouteKeys(t *testing.T) {
 	if err := reg.CreateTenant(context.Background(), registry.Tenant{ID: "acme"}); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
+	pub, err := idtoken.ParsePublicKeys(idtokentest.PublicPEM(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := idtoken.New(idtoken.Config{Key: pub, Audience: "connector", Clock: clk})
+	v, err := idtoken.New(idtoken.Config{Keys: pub, Audience: "connector", Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1004,12 +1004,12 @@ func TestUnsetAudienceTakesManageTokensWithinTheirTenant(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
+	pub, err := idtoken.ParsePublicKeys(idtokentest.PublicPEM(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
 	serve := func(audience string) *httptest.Server {
-		v, err := idtoken.New(idtoken.Config{Key: pub, Audience: audience, Clock: clk})
+		v, err := idtoken.New(idtoken.Config{Keys: pub, Audience: audience, Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1166,5 +1166,54 @@ func TestRefusedEnrollmentsAreRateLimited(t *testing.T) {
 	r.clk.Advance(change.GatewayEvery)
 	if code, got := r.post(t, "/relay/enroll", id, map[string]string{"enrollmentToken": tok, "gatewayId": "gw"}); code != http.StatusOK {
 		t.Fatalf("enrollment after %v: %d %v, want 200", change.GatewayEvery, code, got)
+	}
+}
+
+// TestGatewayIDOfAnotherTenantTellsNotWhere: gateway ids are one
+// namespace (the upgrade token names the id, not its tenant), so a
+// tenant's provision or enrollment of an id another tenant holds is
+// refused; it gets one answer whether the YAML declares the id or the
+// store holds it, naming no tenant and no layer. Before, a stored id
+// answered "belongs to another tenant" and a declared one "declared in
+// the YAML config; edit the file and send SIGHUP".
+func TestGatewayIDOfAnotherTenantTellsNotWhere(t *testing.T) {
+	r := newRig(t, true)
+	ctx := context.Background()
+	if err := r.reg.SetDeclared(registry.State{
+		Tenants:  []registry.Tenant{{ID: "yaml"}},
+		Gateways: []registry.Gateway{{ID: "gw-yaml", Tenant: "yaml", Secrets: []registry.Secret{{Value: "s3cret-s3cret-s3cret"}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.reg.CreateTenant(ctx, registry.Tenant{ID: "stored"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.reg.CreateGateway(ctx, "stored", "gw-stored"); err != nil {
+		t.Fatal(err)
+	}
+	answer := func(path, id string) string {
+		t.Helper()
+		body := any(provisionBody(id, "discord", ""))
+		if path == "/relay/enroll" {
+			tok, _, err := r.reg.MintEnrollToken(ctx, "acme", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = map[string]string{"enrollmentToken": tok, "gatewayId": id}
+		}
+		code, got := r.post(t, path, identity(t, "acme"), body)
+		if code != http.StatusConflict || got["secret"] != nil {
+			t.Fatalf("%s of gateway id %s of another tenant: %d %v, want 409", path, id, code, got)
+		}
+		return strings.ReplaceAll(fmt.Sprint(got["error"]), id, "ID")
+	}
+	for _, path := range []string{"/relay/provision", "/relay/enroll"} {
+		declared, stored := answer(path, "gw-yaml"), answer(path, "gw-stored")
+		if declared != stored {
+			t.Fatalf("%s: a declared id answers %q, a stored one %q: want one answer", path, declared, stored)
+		}
+		if strings.Contains(declared, "yaml") || strings.Contains(declared, "stored") {
+			t.Fatalf("%s: answer %q names a tenant", path, declared)
+		}
 	}
 }

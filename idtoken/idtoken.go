@@ -9,7 +9,9 @@
 // A token is accepted when it is at most MaxTokenBytes, its header names
 // alg RS256 (any other algorithm, "none" and HS256 included, is refused)
 // and no crit extensions, its PKCS #1 v1.5 SHA-256 signature verifies
-// against the configured key, it carries exp and has not expired (nor is
+// against one of the configured keys (Config.Keys: a header kid picks the
+// key of that id, else those without one; a token without kid tries each),
+// it carries exp and has not expired (nor is
 // before its nbf) beyond DefaultSkew, its exp is no further ahead than
 // Config.MaxLifetime (plus the skew), its iss and aud match the configured
 // ones when they are set, and its tenant claim is a non-empty string. A
@@ -21,6 +23,7 @@ package idtoken
 import (
 	"cmp"
 	"crypto/rsa"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -38,6 +41,11 @@ const MaxTokenBytes = 8 << 10
 
 // MinKeyBits is the smallest RSA key accepted.
 const MinKeyBits = 2048
+
+// MaxKeys bounds the configured keys, and so the signatures one token
+// without kid costs: the authority's current key and those being rotated
+// in or out.
+const MaxKeys = 4
 
 // MaxTenantBytes bounds the tenant claim.
 const MaxTenantBytes = 256
@@ -60,10 +68,20 @@ const DefaultMaxLifetime = 24 * time.Hour
 // the token.
 var ErrToken = errors.New("idtoken: token refused")
 
+// Key is one of the authority's public keys.
+type Key struct {
+	// ID is the kid of the tokens it signs; empty, it verifies tokens of
+	// any kid that no other key claims, and those without one.
+	ID string
+	// Public is the key.
+	Public *rsa.PublicKey
+}
+
 // Config configures a Verifier.
 type Config struct {
-	// Key is the authority's public key; required.
-	Key *rsa.PublicKey
+	// Keys are the authority's public keys, 1 to MaxKeys, their ids
+	// distinct; required.
+	Keys []Key
 	// Issuer, when set, must equal the token's iss.
 	Issuer string
 	// Audience, when set, must be the token's aud or one of them.
@@ -91,13 +109,19 @@ type Claims struct {
 	Expires time.Time
 }
 
-// New returns a Verifier; it refuses a missing or short key.
+// New returns a Verifier; it refuses no key, more than MaxKeys, a short
+// key and two keys of one id.
 func New(cfg Config) (*Verifier, error) {
-	if cfg.Key == nil {
-		return nil, errors.New("idtoken: a public key is required")
+	if len(cfg.Keys) == 0 || len(cfg.Keys) > MaxKeys {
+		return nil, fmt.Errorf("idtoken: %d public keys; want 1 to %d", len(cfg.Keys), MaxKeys)
 	}
-	if cfg.Key.N.BitLen() < MinKeyBits {
-		return nil, fmt.Errorf("idtoken: the RSA key has %d bits; want at least %d", cfg.Key.N.BitLen(), MinKeyBits)
+	for i, k := range cfg.Keys {
+		if k.Public == nil || k.Public.N.BitLen() < MinKeyBits {
+			return nil, fmt.Errorf("idtoken: key %d is no RSA key of at least %d bits", i+1, MinKeyBits)
+		}
+		if k.ID != "" && slices.ContainsFunc(cfg.Keys[:i], func(o Key) bool { return o.ID == k.ID }) {
+			return nil, fmt.Errorf("idtoken: two keys of kid %q", k.ID)
+		}
 	}
 	cfg.TenantClaim = cmp.Or(cfg.TenantClaim, DefaultTenantClaim)
 	cfg.MaxLifetime = cmp.Or(max(cfg.MaxLifetime, 0), DefaultMaxLifetime)
@@ -105,23 +129,31 @@ func New(cfg Config) (*Verifier, error) {
 	return &Verifier{cfg: cfg}, nil
 }
 
-// LoadPublicKey reads an RSA public key from a PEM file: a PUBLIC KEY
-// (PKIX), an RSA PUBLIC KEY (PKCS #1) or a CERTIFICATE block.
-func LoadPublicKey(path string) (*rsa.PublicKey, error) {
+// LoadPublicKeys reads RSA public keys from a PEM file: one or more
+// PUBLIC KEY (PKIX), RSA PUBLIC KEY (PKCS #1) or CERTIFICATE blocks, each
+// with an optional "kid: <id>" header naming its Key.ID.
+func LoadPublicKeys(path string) ([]Key, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return ParsePublicKey(data)
+	return ParsePublicKeys(data)
 }
 
-// ParsePublicKey is LoadPublicKey on the file's contents.
-func ParsePublicKey(data []byte) (*rsa.PublicKey, error) {
-	key, err := jwt.ParseRSAPublicKeyFromPEM(data)
-	if err != nil {
-		return nil, fmt.Errorf("idtoken: public key (want a PEM PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE of an RSA key): %w", err)
+// ParsePublicKeys is LoadPublicKeys on the file's contents.
+func ParsePublicKeys(data []byte) ([]Key, error) {
+	var keys []Key
+	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
+		key, err := jwt.ParseRSAPublicKeyFromPEM(pem.EncodeToMemory(&pem.Block{Type: block.Type, Bytes: block.Bytes}))
+		if err != nil {
+			return nil, fmt.Errorf("idtoken: public key %d (want a PEM PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE of an RSA key): %w", len(keys)+1, err)
+		}
+		keys = append(keys, Key{ID: block.Headers["kid"], Public: key})
 	}
-	return key, nil
+	if len(keys) == 0 {
+		return nil, errors.New("idtoken: no PEM block of a public key")
+	}
+	return keys, nil
 }
 
 // AgentAudiencePrefix prefixes the audience of a management-plane token:
@@ -170,6 +202,29 @@ func (v *Verifier) VerifyInstance(token string) (Claims, string, error) {
 	return claims, gateway, nil
 }
 
+// keys returns the keys that may have signed t: the one its kid names,
+// else those without an id (all of them for a token without kid).
+func (v *Verifier) keys(t *jwt.Token) (any, error) {
+	kid, named := t.Header["kid"]
+	id, ok := kid.(string)
+	if named && !ok {
+		return nil, errors.New("kid is not a string")
+	}
+	var set jwt.VerificationKeySet
+	for _, k := range v.cfg.Keys {
+		if named && k.ID == id {
+			return k.Public, nil
+		}
+		if !named || k.ID == "" {
+			set.Keys = append(set.Keys, k.Public)
+		}
+	}
+	if len(set.Keys) == 0 {
+		return nil, errors.New("no key of this kid")
+	}
+	return set, nil
+}
+
 // verify checks token; audience judges its aud values.
 func (v *Verifier) verify(token string, audience func(aud []string) error) (Claims, error) {
 	bad := func(why string) (Claims, error) { return Claims{}, fmt.Errorf("%w: %s", ErrToken, why) }
@@ -190,7 +245,7 @@ func (v *Verifier) verify(token string, audience func(aud []string) error) (Clai
 		opts = append(opts, jwt.WithIssuer(v.cfg.Issuer))
 	}
 	claims := jwt.MapClaims{}
-	parsed, err := jwt.NewParser(opts...).ParseWithClaims(token, claims, func(*jwt.Token) (any, error) { return v.cfg.Key, nil })
+	parsed, err := jwt.NewParser(opts...).ParseWithClaims(token, claims, v.keys)
 	if err != nil {
 		return bad(err.Error()) // jwt's errors never echo the token
 	}

@@ -2,11 +2,14 @@ package idtoken_test
 
 import (
 	"crypto/hmac"
+	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,11 +40,11 @@ func setup(t testing.TB) *idtoken.Verifier {
 	if err := os.WriteFile(path, keyPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := idtoken.LoadPublicKey(path)
+	pub, err := idtoken.LoadPublicKeys(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := idtoken.New(idtoken.Config{Key: pub, Issuer: "https://portal.example", Audience: "connector",
+	v, err := idtoken.New(idtoken.Config{Keys: pub, Issuer: "https://portal.example", Audience: "connector",
 		Clock: clocktest.New(time.Unix(1_700_000_000, 0))})
 	if err != nil {
 		t.Fatal(err)
@@ -117,14 +120,14 @@ func TestKeys(t *testing.T) {
 	if _, err := idtoken.New(idtoken.Config{}); err == nil {
 		t.Error("New without a key: want an error")
 	}
-	if _, err := idtoken.ParsePublicKey([]byte("nothing")); err == nil {
-		t.Error("ParsePublicKey without PEM: want an error")
+	if _, err := idtoken.ParsePublicKeys([]byte("nothing")); err == nil {
+		t.Error("ParsePublicKeys without PEM: want an error")
 	}
-	if _, err := idtoken.ParsePublicKey([]byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")); err == nil {
-		t.Error("ParsePublicKey of a private key block: want an error")
+	if _, err := idtoken.ParsePublicKeys([]byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")); err == nil {
+		t.Error("ParsePublicKeys of a private key block: want an error")
 	}
-	if _, err := idtoken.LoadPublicKey(filepath.Join(t.TempDir(), "missing.pem")); err == nil {
-		t.Error("LoadPublicKey of a missing file: want an error")
+	if _, err := idtoken.LoadPublicKeys(filepath.Join(t.TempDir(), "missing.pem")); err == nil {
+		t.Error("LoadPublicKeys of a missing file: want an error")
 	}
 }
 
@@ -236,11 +239,11 @@ func TestMaxLifetimeIsConfigurable(t *testing.T) {
 	withExp := func(exp int64) string {
 		return signer(t, rs256, claims(func(c map[string]any) { c["exp"] = exp }))
 	}
-	pub, err := idtoken.ParsePublicKey(keyPEM)
+	pub, err := idtoken.ParsePublicKeys(keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hour, err := idtoken.New(idtoken.Config{Key: pub, MaxLifetime: time.Hour, Clock: clocktest.New(time.Unix(now, 0))})
+	hour, err := idtoken.New(idtoken.Config{Keys: pub, MaxLifetime: time.Hour, Clock: clocktest.New(time.Unix(now, 0))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,5 +252,75 @@ func TestMaxLifetimeIsConfigurable(t *testing.T) {
 	}
 	if _, err := hour.Verify(withExp(now + 7200)); !errors.Is(err, idtoken.ErrToken) {
 		t.Fatalf("2 h token under a 1 h maximum: %v, want refused", err)
+	}
+}
+
+// TestKeyRotation: the authority's keys are rotated without a flag day.
+// A file of several PEM blocks, each named by a "kid" header, verifies a
+// token whose kid names one with that key only, and a token without kid
+// with whichever signed it; a kid no key has is refused. A key without a
+// kid (the file of one key, as before) verifies tokens of any kid.
+func TestKeyRotation(t *testing.T) {
+	old, cur := idtokentest.Key(t), idtokentest.Key(t)
+	named := func(k *rsa.PrivateKey, kid string) []byte {
+		b, _ := pem.Decode(idtokentest.PublicPEM(t, k))
+		b.Headers = map[string]string{"kid": kid}
+		return pem.EncodeToMemory(b)
+	}
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	verifier := func(file []byte) *idtoken.Verifier {
+		t.Helper()
+		keys, err := idtoken.ParsePublicKeys(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := idtoken.New(idtoken.Config{Keys: keys, Issuer: "https://portal.example", Audience: "connector", Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	sign := func(k *rsa.PrivateKey, kid any) string {
+		h := map[string]any{"alg": "RS256", "typ": "JWT"}
+		if kid != nil {
+			h["kid"] = kid
+		}
+		return idtokentest.SignHeader(t, k, h, claims(nil))
+	}
+	both := verifier(append(named(old, "2026-05"), named(cur, "2026-11")...))
+	for name, c := range map[string]struct {
+		tok string
+		ok  bool
+	}{
+		"the current key's kid":            {sign(cur, "2026-11"), true},
+		"the old key's kid":                {sign(old, "2026-05"), true},
+		"no kid, the current key":          {sign(cur, nil), true},
+		"no kid, the old key":              {sign(old, nil), true},
+		"the current kid, the old key":     {sign(old, "2026-11"), false},
+		"an unknown kid":                   {sign(cur, "2027-01"), false},
+		"a numeric kid":                    {sign(cur, 7), false},
+		"no kid, another authority's key":  {sign(idtokentest.Key(t), nil), false},
+		"alg none with the current key id": {base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"2026-11"}`)) + "." + base64.RawURLEncoding.EncodeToString([]byte(`{"tid":"acme","exp":1700000300}`)) + ".", false},
+	} {
+		if _, err := both.Verify(c.tok); (err == nil) != c.ok {
+			t.Errorf("%s: Verify = %v, want accepted %v", name, err, c.ok)
+		}
+	}
+	// One key without a kid, as before: the authority's kid is not asked.
+	single := verifier(idtokentest.PublicPEM(t, cur))
+	if _, err := single.Verify(sign(cur, "2026-11")); err != nil {
+		t.Fatalf("a kid under a key without one: %v", err)
+	}
+	if _, err := single.Verify(sign(old, "2026-11")); !errors.Is(err, idtoken.ErrToken) {
+		t.Fatalf("another key's token under a key without kid: %v, want refused", err)
+	}
+	// The set is bounded and its ids distinct.
+	k, _ := idtoken.ParsePublicKeys(idtokentest.PublicPEM(t, cur))
+	if _, err := idtoken.New(idtoken.Config{Keys: slices.Repeat(k, idtoken.MaxKeys+1)}); err == nil {
+		t.Error("New with more than MaxKeys keys: want an error")
+	}
+	twice, _ := idtoken.ParsePublicKeys(append(named(old, "a"), named(cur, "a")...))
+	if _, err := idtoken.New(idtoken.Config{Keys: twice}); err == nil {
+		t.Error("New with two keys of one kid: want an error")
 	}
 }

@@ -30,7 +30,7 @@ var identityNow = time.Unix(1_800_000_000, 0)
 // by key; it returns the metrics it counts into.
 func (r *rig) withIdentity(t *testing.T, key *rsa.PrivateKey) counts {
 	t.Helper()
-	v, err := idtoken.New(idtoken.Config{Key: &key.PublicKey, Issuer: "https://portal.example", Audience: "connector",
+	v, err := idtoken.New(idtoken.Config{Keys: []idtoken.Key{{Public: &key.PublicKey}}, Issuer: "https://portal.example", Audience: "connector",
 		Clock: clocktest.New(identityNow)})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func TestIdentityTokenOfNoGatewayIsLimited(t *testing.T) {
 	r := newRig(t)
 	key := idtokentest.Key(t)
 	clk := clocktest.New(identityNow)
-	v, err := idtoken.New(idtoken.Config{Key: &key.PublicKey, Issuer: "https://portal.example", Clock: clk})
+	v, err := idtoken.New(idtoken.Config{Keys: []idtoken.Key{{Public: &key.PublicKey}}, Issuer: "https://portal.example", Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

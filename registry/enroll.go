@@ -38,21 +38,36 @@ type expiring struct {
 	Redeemed string `json:"redeemed,omitempty"`
 }
 
+// ExpirySkew is how far the instances' clocks may disagree (NTP) before
+// one instance's sweep deletes an enrollment token or link code another
+// issued and still honours: an entry is deleted only once it expired (or
+// lies beyond its bound) by ExpirySkew on the sweeping clock. Redemption
+// judges the expiry itself.
+const ExpirySkew = 5 * time.Minute
+
+// stale reports whether an entry that expires at expires, whose lifetime
+// is at most bound, may be deleted at now: its expiry passed, or lies
+// beyond the bound, by ExpirySkew.
+func stale(now, expires time.Time, bound time.Duration) bool {
+	return !now.Before(expires.Add(ExpirySkew)) || expires.After(now.Add(bound+ExpirySkew))
+}
+
 // sweep deletes the entries of namespace (enrollment tokens, link codes)
 // that do not decode or that drop selects, and returns how many of
-// tenant's it kept, spent link codes not counted.
+// tenant's it kept that are unexpired, spent link codes not counted.
 func (r *Registry) sweep(ctx context.Context, namespace, tenant string, drop func(expiring) bool) (kept int, err error) {
 	entries, _, err := r.kv.List(ctx, namespace)
 	if err != nil {
 		return 0, fmt.Errorf("registry: read %s: %w", namespace, err)
 	}
+	now := r.clock.Now()
 	for _, e := range entries {
 		var v expiring
 		if err := json.Unmarshal(e.Value, &v); err != nil || drop(v) {
 			if _, err := r.kv.Delete(ctx, namespace, e.Key); err != nil {
 				return kept, err
 			}
-		} else if v.Tenant == tenant && v.Redeemed == "" {
+		} else if v.Tenant == tenant && v.Redeemed == "" && now.Before(v.Expires) {
 			kept++
 		}
 	}
@@ -61,8 +76,8 @@ func (r *Registry) sweep(ctx context.Context, namespace, tenant string, drop fun
 
 // MintEnrollToken returns a new single-use enrollment token for tenant,
 // redeemable until the returned expiry (ttl from now; MaxEnrollTTL when
-// zero, and at most). It also forgets the expired tokens (and
-// those expiring beyond the bound, which no redemption takes).
+// zero, and at most). It also forgets the tokens expired (or expiring
+// beyond the bound, which no redemption takes) by ExpirySkew.
 func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.Duration) (string, time.Time, error) {
 	if ttl < 0 || ttl > MaxEnrollTTL {
 		return "", time.Time{}, fmt.Errorf("%w: enrollment token lifetime %v: want up to %v", ErrInvalid, ttl, MaxEnrollTTL)
@@ -78,9 +93,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 		return "", time.Time{}, err
 	}
 	now := r.clock.Now()
-	if _, err := r.sweep(ctx, nsEnroll, tenant, func(tok expiring) bool {
-		return !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL))
-	}); err != nil {
+	if _, err := r.sweep(ctx, nsEnroll, tenant, func(tok expiring) bool { return stale(now, tok.Expires, MaxEnrollTTL) }); err != nil {
 		return "", time.Time{}, err
 	}
 	token := "enr_" + newSecret()
@@ -92,7 +105,8 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 }
 
 // Enroll redeems token, which must be tenant's, unexpired and expiring
-// within MaxEnrollTTL, for gateway id of tenant, and returns the gateway's
+// within MaxEnrollTTL (and ExpirySkew: another instance's clock may be
+// ahead), for gateway id of tenant, and returns the gateway's
 // new secret: a new gateway (OriginEnroll; a tenant at its MaxGateways is
 // ErrLimit, the token unspent), or a rotation of the tenant's gateway of
 // that id (its earlier secrets keep DefaultGrace; from then on it is an
@@ -104,8 +118,9 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 // writes meanwhile left no room, or took the id), or the wake URL is not,
 // or the request is given up (ctx done) before the wake URL is written,
 // the gateway is put back as it was and the token given back, unless the
-// tenant's deletion began. A gateway deleted or taken by another tenant
-// on another instance before its wake URL is written is ErrConflict.
+// tenant's deletion began. An id the YAML declares or another tenant
+// holds is ErrConflict (errTaken), as is a gateway deleted or taken by
+// another tenant on another instance before its wake URL is written.
 func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string) (string, error) {
 	if err := CheckID("gateway", id); err != nil {
 		return "", err
@@ -120,11 +135,11 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 	tokRaw, ok, err := r.getRaw(ctx, nsEnroll, key, &tok)
 	if err != nil {
 		return "", err
-	} else if now := r.clock.Now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {
+	} else if now := r.clock.Now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL+ExpirySkew)) {
 		return "", ErrEnrollToken
 	}
 	if r.declaredGateway(id) {
-		return "", ErrDeclared
+		return "", errTaken(id)
 	}
 	done, err := r.tenantTurn(ctx, tenant)
 	if err != nil {
@@ -163,7 +178,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 			return err
 		}
 		if exists && g.Tenant != tenant {
-			return fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
+			return errTaken(id)
 		}
 		var gen string
 		var guard []byte
@@ -241,7 +256,8 @@ const (
 //     connected. An existing gateway's secret is never handed to a token
 //     it was not minted for.
 //
-// An admin-made or enrolled gateway is ErrConflict: its secret is pinned
+// An id the YAML declares or another tenant holds is ErrConflict
+// (errTaken). An admin-made or enrolled gateway is ErrConflict: its secret is pinned
 // where it runs, and an identity token may neither learn nor rotate it.
 // admit is called before a gateway is created or rotated (a rate limit);
 // its error is returned as it is and nothing changes.
@@ -253,7 +269,7 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 		return "", "", fmt.Errorf("%w: provision needs the caller's token digest", ErrInvalid)
 	}
 	if r.declaredGateway(id) {
-		return "", "", ErrDeclared
+		return "", "", errTaken(id)
 	}
 	done, err := r.tenantTurn(ctx, tenant)
 	if err != nil {
@@ -293,12 +309,9 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 			return "", "", err
 		}
 		secret, _, err := r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
-		if errors.Is(err, ErrExists) { // made meanwhile on another instance, perhaps for this token
-			err = errRaced
-		}
 		return secret, ProvisionCreated, err
 	case g.Tenant != tenant:
-		return "", "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
+		return "", "", errTaken(id)
 	case g.Origin != "" && g.Origin != OriginProvision:
 		return "", "", fmt.Errorf("%w: gateway id %q was made by the %s, not by provision; its secret is not handed out again (rotate it with the admin API)", ErrConflict, id,
 			cmp.Or(map[string]string{OriginEnroll: "enrollment"}[g.Origin], "admin API"))
@@ -313,6 +326,14 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 	g.Origin = OriginProvision
 	secret, _, err = r.rotateSecret(wctx, g, raw, DefaultGrace, minter)
 	return secret, ProvisionRotated, err
+}
+
+// errTaken is a tenant's enrollment or provision of gateway id the YAML
+// declares or another tenant holds. Gateway ids are one namespace (the
+// upgrade token names the id, not its tenant), so the id is refused, but
+// with one answer for both that names neither the layer nor the tenant.
+func errTaken(id string) error {
+	return fmt.Errorf("%w: gateway id %q is taken (declared in the connector's config, or another tenant's); choose another", ErrConflict, id)
 }
 
 // MinterOf is the digest Provision keeps of the identity token a secret

@@ -122,7 +122,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 		// A spent code's record stays until the code would have expired: a
 		// second redemption of it by the same user may yet look for it. It is
 		// not outstanding (sweep does not count it).
-		live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return !now.Before(c.Expires) })
+		live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return stale(now, c.Expires, MaxLinkTTL) })
 		if err != nil {
 			return "", time.Time{}, err
 		}
@@ -207,8 +207,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 		return "", time.Time{}, ErrNotFound
 	}
 	if !r.clock.Now().Before(c.Expires) {
-		_, err := r.kv.Delete(ctx, nsLinkCodes, want)
-		return "", time.Time{}, cmp.Or(err, ErrNotFound)
+		return "", time.Time{}, ErrNotFound // a sweep deletes it, ExpirySkew later
 	}
 	b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindUser, ID: user, Tenant: c.Tenant})
 	if err != nil || c.Redeemed != "" && c.Redeemed != b.key() {

@@ -1680,3 +1680,52 @@ func TestTenantsManagementHoldsUpNoOtherTenant(t *testing.T) {
 		})
 	}
 }
+
+// TestSkewedSweepKeepsAnotherInstancesCodes: two instances share a store,
+// the second's clock two minutes ahead of the first's. A link code and an
+// enrollment token the first issues for tenant a are redeemable through
+// the first after the second's sweeps (its issues for tenant b) ran:
+// an entry is judged by the expiry its issuer wrote plus
+// registry.ExpirySkew, never by a sweeping clock alone. Before, the
+// second's sweep deleted a's one-minute code as expired, and the first's
+// deleted b's 24-hour token as expiring beyond the bound.
+func TestSkewedSweepKeepsAnotherInstancesCodes(t *testing.T) {
+	ctx := context.Background()
+	slow := clocktest.New(time.Unix(1_700_000_000, 0))
+	fast := clocktest.New(slow.Now().Add(2 * time.Minute))
+	st := store.NewMemory(slow)
+	t.Cleanup(func() { _ = st.Close() })
+	one, two := registry.New(st, slow), registry.New(st, fast)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aToken, _, err := one.MintEnrollToken(ctx, "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := two.IssueLinkCode(ctx, "b", "gw-b", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	bToken, _, err := two.MintEnrollToken(ctx, "b", 0) // 24 h on the fast clock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := one.MintEnrollToken(ctx, "a", 0); err != nil { // sweeps on the slow clock
+		t.Fatal(err)
+	}
+	if tenant, _, err := one.RedeemLinkCode(ctx, "discord", "71", code); err != nil || tenant != "a" {
+		t.Fatalf("a's code after the fast instance's sweep: %q %v, want a", tenant, err)
+	}
+	if _, err := one.Enroll(ctx, "a", aToken, "gw-a", ""); err != nil {
+		t.Fatalf("a's enrollment token after the fast instance's sweep: %v", err)
+	}
+	if _, err := two.Enroll(ctx, "b", bToken, "gw-b", ""); err != nil {
+		t.Fatalf("b's enrollment token after the slow instance's sweep: %v", err)
+	}
+}

@@ -948,7 +948,8 @@ func (r *Registry) swap(ctx context.Context, namespace, key string, old, value [
 // id is free (not declared, not stored) and that its tenant exists, of
 // generation gen, and has room for it as of guard, in the tenant's turn. The store's
 // CompareAndSwap stores it only while the id is still free: one another
-// instance stored meanwhile is ErrExists, never replaced. When another
+// instance stored meanwhile is errRaced (the caller decides again), never
+// replaced. When another
 // instance made a gateway of the tenant since guard, the tenant's
 // gateways are counted again, g aside: g stays while there is room for it
 // (a provision on another instance may have answered its secret
@@ -965,7 +966,7 @@ func (r *Registry) storeGateway(ctx context.Context, g Gateway, minter, gen stri
 		return "", nil, err
 	}
 	if created, err := r.swap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
-		return "", nil, cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
+		return "", nil, cmp.Or(err, errRaced)
 	}
 	kept := false
 	for i := 0; err == nil && !kept && i < maxSwaps; i++ {

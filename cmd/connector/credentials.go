@@ -29,11 +29,11 @@ func identityVerifier(ec enroll.Config, log *slog.Logger) (*idtoken.Verifier, er
 	if ec.Audience == "" {
 		log.Warn("enroll.audience is unset: an identity token of any aud is taken by /relay/enroll and /relay/provision, so a /manage/* token minted for one gateway provisions any gateway of its tenant and is answered its secret; set enroll.audience to the aud your authority puts in provisioning tokens")
 	}
-	key, err := idtoken.LoadPublicKey(ec.PublicKeyFile)
+	keys, err := idtoken.LoadPublicKeys(ec.PublicKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
 	}
-	v, err := idtoken.New(idtoken.Config{Key: key, Issuer: ec.Issuer, Audience: ec.Audience, TenantClaim: ec.TenantClaim, MaxLifetime: ec.MaxTokenLifetime})
+	v, err := idtoken.New(idtoken.Config{Keys: keys, Issuer: ec.Issuer, Audience: ec.Audience, TenantClaim: ec.TenantClaim, MaxLifetime: ec.MaxTokenLifetime})
 	if err != nil {
 		return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
 	}
