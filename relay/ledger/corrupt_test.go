@@ -213,14 +213,16 @@ func TestTailDropsAStoredRecordOverThePayloadBound(t *testing.T) {
 	want(t, "stored", again.stored(t), "before", "after")
 }
 
-// readCounter is a store that keeps the payload bytes of its largest Read.
+// readCounter is a store that keeps the payload bytes of its largest Read
+// and counts its Reads.
 type readCounter struct {
 	store.Ledger
-	most int
+	most, reads int
 }
 
 func (c *readCounter) Read(ctx context.Context, tenant string, afterSeq uint64, n int) ([]store.Record, error) {
 	recs, err := c.Ledger.Read(ctx, tenant, afterSeq, n)
+	c.reads++
 	size := 0
 	for _, r := range recs {
 		size += len(r.Payload)
@@ -254,5 +256,26 @@ func TestTailReadsLargeRecordsInBatchesOfMaxBytes(t *testing.T) {
 	}
 	if reads.most > bound {
 		t.Fatalf("a Read returned %d payload bytes, want at most MaxBytes (%d)", reads.most, bound)
+	}
+}
+
+// A buffer smaller than a largest payload still reads its records 16 at a
+// time, not one by one (a round trip per record at every recovery).
+func TestTailReadsSmallBuffersInBatchesOfSixteen(t *testing.T) {
+	r := newRig(t, nil)
+	for i := range 100 {
+		r.store1(t, "a"+strconv.Itoa(i), "x")
+	}
+	reads := &readCounter{}
+	again := newRigOn(t, r.store, r.clock, func(c *Config) {
+		c.MaxBytes, c.MaxPayloadBytes = 400, 500
+		reads.Ledger = c.Store
+		c.Store = reads
+	})
+	if n, err := again.pool.Recover(context.Background()); err != nil || n == 0 {
+		t.Fatalf("Recover took in %d (%v), want some", n, err)
+	}
+	if want := 100/recoverFloor + 2; reads.reads > want {
+		t.Fatalf("recovering 100 small records took %d reads, want at most %d", reads.reads, want)
 	}
 }

@@ -1161,9 +1161,10 @@ func (p *Pool) Recover(ctx context.Context) (int, error) {
 
 // recoverBatch bounds how many records Recover and Tail read at once. With
 // Config.MaxPayloadBytes set a read asks for no more than fit MaxBytes at
-// that size, so it holds at most MaxBytes of records the ledger may take in
-// (docs/durability.md, Recovery).
-const recoverBatch = 1024
+// that size, and never fewer than recoverFloor, so it holds at most
+// max(MaxBytes, recoverFloor × MaxPayloadBytes) of records the ledger may
+// take in (docs/durability.md, Recovery).
+const recoverBatch, recoverFloor = 1024, 16
 
 // Tail takes in, in order, the stored records after the last one it took
 // in (all of them, on the first call or after Reset), applies the bounds
@@ -1202,7 +1203,7 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 	}
 	n, batch := 0, recoverBatch
 	if m := int64(p.cfg.MaxPayloadBytes); m > 0 {
-		batch = int(max(1, min(p.cfg.MaxBytes/m, recoverBatch)))
+		batch = int(min(max(p.cfg.MaxBytes/m, recoverFloor), recoverBatch))
 	}
 	for {
 		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, batch)
