@@ -52,7 +52,7 @@
 // (number_per_second) and of the app's (global_per_second), both
 // platform/fairshare. A Graph rate-limit answer holds, with a backoff, the
 // user (the pair limit, 131056), the tenant's sends from the number
-// (130429) or all of the tenant's sends (the app and account codes), never
+// (130429) or all of the tenant's calls (the app and account codes), never
 // another tenant's; the message is sent again within the deadline, since
 // Meta did not take it. Other errors are never retried (paced).
 //

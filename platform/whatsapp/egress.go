@@ -154,9 +154,18 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 // the call (LatestStart). As post does, the call goes out only while
 // tenant may still act on the user from that number (mayAct): a number
 // bound to another tenant, or a link ended, while it waited declines it
-// (errRebound).
+// (errRebound). It waits out Meta's app or account throttle of tenant
+// (throttled, as paced holds its messages).
 func (p *Platform) appCall(ctx context.Context, tenant string, c chat, call func(context.Context) error) error {
 	latest := platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, callMargin)
+	now := p.deps.Clock.Now()
+	until, ok := p.throttled.Reserve(tenant, now, latest)
+	if !ok {
+		return &platform.RateLimitedError{Wait: until.Sub(now)}
+	}
+	if err := p.deps.Clock.Sleep(ctx, until.Sub(now)); err != nil {
+		return err
+	}
 	if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.deps.Clock); err != nil {
 		return err
 	}

@@ -997,6 +997,43 @@ func TestAccountThrottleHoldsOnlyTheTenantThatGotIt(t *testing.T) {
 	clk.Drive(t, 5, finished, waiting)
 }
 
+// TestAppThrottleHoldsTheTenantsReadMarks: after an application rate-limit
+// answer (4) to t1's send, t1's typing (a read mark, an app call as a
+// media upload is) waits out t1's hold too, then goes out. Before, the
+// hold covered t1's messages only: its read marks and uploads kept calling
+// the app Meta throttled (the answer paused the app's budget, which those
+// wait for, until the hold moved to the tenant).
+func TestAppThrottleHoldsTheTenantsReadMarks(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.R1")
+	var done atomic.Int32
+	run := func(action map[string]any) {
+		go func() {
+			defer done.Add(1)
+			if res := r.exec(t, "t1", action); !res.Success {
+				t.Errorf("%v: %+v", action["op"], res)
+			}
+		}()
+	}
+	finished := func() int { return int(done.Load()) }
+	waiting := func() int { return r.p.budget.Waiting("t1") + r.p.numberBudget(biz1.PhoneNumberID).Waiting("t1") }
+	start := clk.Now()
+	r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 4, Message: "(#4) Application request limit reached"})
+	run(map[string]any{"op": "send", "chat_id": ada, "content": "throttled", "reply_to": nil})
+	clk.Settle(t, 1, finished, waiting)
+	run(map[string]any{"op": "typing", "chat_id": ada})
+	clk.Settle(t, 2, finished, waiting)
+	if n := len(r.fake.Reads()); n != 0 {
+		t.Fatalf("%d read marks went out while t1 was held after an app throttle, want none", n)
+	}
+	clk.Drive(t, 2, finished, waiting)
+	if n, took := len(r.fake.Reads()), clk.Now().Sub(start); n != 1 || took != pace.BackoffMin {
+		t.Fatalf("%d read marks, the last after %v; want 1, after t1's backoff of %v", n, took, pace.BackoffMin)
+	}
+}
+
 // A status is counted once although Meta sends its payload again because
 // a message of it could not be stored.
 func TestStatusCountedOnceWhenItsPayloadIsRetried(t *testing.T) {
