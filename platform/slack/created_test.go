@@ -203,3 +203,44 @@ func TestTenantMadeAgainStartsWithAnEmptyIntakeCharge(t *testing.T) {
 		t.Fatalf("the new t1's slash command answered %q, want it taken", body)
 	}
 }
+
+// TestSweptEntryChargedToItsTenantAsStored: an entry the earlier t1
+// stored (an instance that died) is swept after t1 was deleted and made
+// again under its id: it is charged to the earlier t1, as stored, and the
+// new t1 starts with none of it. Before, a sweep charged each entry to
+// its tenant as created at the sweep, so the new t1 was charged the
+// earlier one's entries until they were handled.
+func TestSweptEntryChargedToItsTenantAsStored(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	first, again := clk.Now().Add(-time.Hour), clk.Now().Add(-time.Minute)
+	var remade atomic.Bool
+	since := func(string) time.Time {
+		if remade.Load() {
+			return again
+		}
+		return first
+	}
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+	stored := intakeRecord{Route: routeInteractions, Body: []byte("payload=%7B%7D"), Received: clk.Now().UnixNano(), Tenant: "t1"}
+	value := mustJSON(t, map[string]any{"route": stored.Route, "body": stored.Body, "received": stored.Received, "tenant": "t1", "created": first.UnixNano()})
+	key := intakeKey(teamA.ID+"/"+dmAda, stored)
+	if _, err := e.p.deps.Store.Registry().Put(t.Context(), intakeNamespace, key, value); err != nil {
+		t.Fatal(err)
+	}
+	remade.Store(true)
+	claimed := e.p.claimUnheld(t.Context()) // a sweep's, the clock not moved to Run's next
+	if len(claimed) != 1 {
+		t.Fatalf("the sweep claimed %d entries, want the earlier t1's", len(claimed))
+	}
+	defer func() {
+		e.p.intake.unreserve(claimed[0].charge)
+		e.p.releaseIntake(key, claimed[0].until)
+	}()
+	now := e.p.chargeOf("t1")
+	e.p.intake.mu.Lock()
+	n := e.p.intake.charged[now]
+	e.p.intake.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("the new t1 is charged %d entries, want none (the swept entry is the earlier t1's)", n)
+	}
+}

@@ -430,10 +430,12 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 		p.drop(drop, "")
 		return nil
 	}
-	pr.team, pr.tenant = team, tenant
+	pr.team = team
 	key := "press/" + team + ":" + pr.channel + ":" + pr.message
 	if r, _ := ctx.Value(intakeRequestKey{}).(*intakeRequest); r != nil {
 		r.dup = key // a press already delivered takes no intake entry (admit)
+		// Its busy answer (tellBusy) is charged as admit charged it.
+		defer func() { pr.tenant = r.rec.Tenant }()
 	}
 	// Charged to the tenant its presser routes to (none: the chat's
 	// holder), as the presser's slash command would be: in a chat no tenant

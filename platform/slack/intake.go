@@ -91,6 +91,10 @@ type intakeRecord struct {
 	// to none of the sixteenth's, a rolling deploy's too) is charged as "":
 	// it is handled, or expires (intakeRetryFor), once a sweep takes it.
 	Tenant string `json:"tenant,omitempty"`
+	// Created is Tenant's creation when it was stored (charge.created):
+	// an entry swept after its tenant was made again under its id stays
+	// charged to the earlier one. An older instance's is charged as 0.
+	Created int64 `json:"created,omitempty"`
 	// To is the channel the entry's delivery goes to when that is not its
 	// chat's (a reaction turn its tenant's reaction_trigger_target sends
 	// elsewhere), recorded before that delivery (deliveringTo): a sweep
@@ -388,6 +392,7 @@ func (p *Platform) admit(ctx context.Context, chat, tenant string, r *intakeRequ
 	}
 	r.rec.Tenant = cmp.Or(tenant, p.chatTenant(chat))
 	charged := p.chargeOf(r.rec.Tenant)
+	r.rec.Created = charged.created
 	if !p.intake.reserve(charged, r.rec.Route == routeEvents) {
 		p.intakeLogs.Log(p.log, slog.LevelWarn, "slack intake full (of the tenant's share or in all); request not taken", "tenant", r.rec.Tenant)
 		return errIntakeFull
@@ -687,7 +692,7 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 		if p.intake.holds(e.Key) || skip[chat] {
 			continue
 		}
-		charged := p.chargeOf(rec.Tenant)
+		charged := charge{rec.Tenant, rec.Created}
 		if !p.intake.reserve(charged, rec.Route == routeEvents) {
 			skip[chat] = true
 			continue

@@ -2352,3 +2352,45 @@ func TestSlowMessagePastAFullIntakeAsksNothingOfTheStore(t *testing.T) {
 		t.Fatalf("3 thread replies past t1's part of the intake took %d store claims, want 0", n)
 	}
 }
+
+// TestBusyPressChargedToItsPressersTenant: in workspace C, which no tenant
+// binds, Dan (t2's) presses t1's prompt past t2's bound: his busy answers,
+// stalled, are charged to t2, as his presses were, and t1 still has its
+// part of the busy posts for its own users. Before, they were charged to
+// the prompt's tenant, so another tenant's (or no tenant's) users pressing
+// t1's prompt took t1's part of the posts and t1's share of the
+// workspace's chat.postEphemeral budget.
+func TestBusyPressChargedToItsPressersTenant(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := ownershipEnv(t, &platform.Deps{Media: newMediaStore(t), Clock: clk},
+		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t1"}, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t2"})
+	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490000.000100", "", "deploy?"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t1" {
+		t.Fatalf("Cat's message delivered to %s, want t1", d.Tenant)
+	}
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"`+chanNew+`","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	started := make(chan string, 1)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // the download ends
+	url := e.fake.AddStalledFile(teamC.ID, "F0SLOW0003", "F0SLOW0003.png", "image/png", started)
+	ev := fileMessage(chanNew, "1768490100.000100", "F0SLOW0003", url)
+	ev["team"], ev["user"] = teamC.ID, userDan
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev2", ev)), "Dan's message with a stalled file")
+	waitStarted(t, started, "Dan's stalled file")
+	for e.p.intake.reserve(e.p.chargeOf("t2"), false) {
+	}
+	posting := make(chan string, maxBusyPosts)
+	e.fake.StallResponses(posting)
+	for n := range maxBusyPosts / 2 {
+		press := withResponseURL(t, slacktest.Press(teamC.ID, chanNew, userDan, r.MessageID, "", "hp1:p1:once", "Approve once"), e.fake.ResponseURL(sprintf("dan-%d", n)))
+		answered(t, e.postAsync(t, InteractionsPath, "application/x-www-form-urlencoded", press), sprintf("Dan's busy press %d", n))
+	}
+	platformtest.WaitUntil(t, "Dan's busy posts to stall", func() bool { return len(posting) == maxBusyPosts/2 })
+	if !e.p.busyPosts.Take("t1") {
+		t.Fatal("t1 has no part of the busy posts left: Dan's were charged to it, not to t2")
+	}
+	e.p.busyPosts.Give("t1")
+}

@@ -24,7 +24,8 @@ import (
 // press is a prompt button press.
 type press struct {
 	// team is the payload's workspace until ingestPress sets it to the
-	// workspace that posted the prompt, and tenant to the prompt's tenant.
+	// workspace that posted the prompt, and tenant to the one the intake
+	// charged it to (its presser's, else its chat's holder's).
 	team, tenant, channel, user string
 	// thread is the prompt message's thread ("" for a top-level prompt).
 	thread string
@@ -96,7 +97,8 @@ const busyText = "Too busy to take your choice now; press it again in a moment."
 // ends the post): through its responseURL, else (a payload without one)
 // with chat.postEphemeral in its channel (its prompt's workspace's token,
 // as ingestPress set it, never the payload's team), on the share of the
-// prompt's tenant. Past its tenant's part of maxBusyPosts posts in flight
+// tenant the intake charged the press to, not the prompt's: another
+// tenant's users pressing a prompt spend their own. Past its tenant's part of maxBusyPosts posts in flight
 // its user is not told: the press is counted as dropped (overloaded).
 func (p *Platform) tellBusy(responseURL string, pr *press) {
 	run := p.intake.runCtx() // busyPress: the intake refused the press, Run ran
