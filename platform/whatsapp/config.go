@@ -75,14 +75,17 @@ type Config struct {
 	Tenants map[string]TenantConfig `yaml:"tenants"`
 
 	// GlobalPerSecond is the app's budget in Graph calls per second, shared
-	// between tenants by weighted fair share; Meta's application (4) and
-	// account (80007) rate-limit answers pause it. Default 400; negative
-	// disables it.
+	// between tenants by weighted fair share. Meta's application (4) and
+	// account (80007) rate-limit answers hold the sends of the tenant they
+	// answered, and its other Graph calls (read marks, media uploads), with a
+	// backoff doubling with each answer in a row (1 to 64 s), not the other
+	// tenants'. Default 400; negative disables it.
 	GlobalPerSecond int `yaml:"global_per_second"`
 	// NumberPerSecond is each business number's send budget in messages per
 	// second (Meta's default throughput is 80), shared by weighted fair share
 	// between the tenants sending from it (one, unless the number is shared
-	// through linked users); a throughput answer (130429) pauses it. Default
+	// through linked users); a throughput answer (130429) holds the sends of
+	// the tenant it answered from that number, with the same backoff. Default
 	// 80; negative disables it.
 	NumberPerSecond int `yaml:"number_per_second"`
 	// ChatPerSecond caps messages to one user in any one second (Meta's
