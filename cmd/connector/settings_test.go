@@ -102,3 +102,15 @@ func TestWeightsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestNaNRateRefused: discord.global_per_second .nan, which passed both
+// its range checks (every comparison with NaN is false) and left the
+// bot's fair-share scheduler with a NaN budget, is refused by key.
+func TestNaNRateRefused(t *testing.T) {
+	doc := "tenants: [{id: t1, gateways: [{id: gw1, secrets: [s1]}]}]\n" +
+		`discord: {bot_token: x.y.z, public_key: "` + strings.Repeat("00", 32) + `", application_id: "9000", global_per_second: .nan}` + "\n"
+	_, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc), dataDir: t.TempDir()}, noEnv)
+	if err == nil || !strings.Contains(err.Error(), "discord.global_per_second: must be a number") {
+		t.Fatalf("global_per_second .nan: %v, want refused by key", err)
+	}
+}

@@ -6,6 +6,7 @@ package nonneg
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -18,8 +19,9 @@ import (
 const Least = time.Millisecond
 
 // Check returns an error naming, as prefix followed by its yaml key, the
-// first integer or duration field of the struct section points to that is
-// negative, or a duration set (positive) but shorter than Least; the keys
+// first number or duration field of the struct section points to that is
+// negative or NaN (.nan in YAML, which every comparison lets through), or
+// a duration set (positive) but shorter than Least; the keys
 // in mayBeNegative (where negative means "off" or "no limit") are not
 // checked for a sign.
 func Check(prefix string, section any, mayBeNegative ...string) error {
@@ -27,6 +29,10 @@ func Check(prefix string, section any, mayBeNegative ...string) error {
 	return first(section, func(name string, f reflect.Value) error {
 		switch {
 		case f.CanInt() && f.Int() < 0 && !slices.Contains(mayBeNegative, name):
+			return fmt.Errorf("%s%s: must not be negative", prefix, name)
+		case f.CanFloat() && math.IsNaN(f.Float()):
+			return fmt.Errorf("%s%s: must be a number", prefix, name)
+		case f.CanFloat() && f.Float() < 0 && !slices.Contains(mayBeNegative, name):
 			return fmt.Errorf("%s%s: must not be negative", prefix, name)
 		case f.Type() == durationType && f.Int() > 0 && time.Duration(f.Int()) < Least:
 			return fmt.Errorf("%s%s: %v is shorter than %v; leave it unset for the default", prefix, name, time.Duration(f.Int()), Least)

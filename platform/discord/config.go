@@ -281,9 +281,6 @@ func (cfg *Config) Validate() error {
 			return fmt.Errorf("discord.%s: want an absolute URL, got %q", key, raw)
 		}
 	}
-	if cfg.GlobalPerSecond < 0 {
-		return fmt.Errorf("discord.global_per_second: must not be negative")
-	}
 	if err := nonneg.Check("discord.", cfg); err != nil {
 		return err
 	}
