@@ -1005,21 +1005,29 @@ func (s *redisStore) putExpiring(ctx context.Context, owner bool, a, b string, v
 // after now) and of a later generation (Later, which it mirrors: cjson
 // reads strict JSON numbers, as Go does, and its setting is put back,
 // though a script killed while it is off leaves it off, which no other
-// script here minds: answerLua decodes only what cjson encoded). Values
-// no version writes it still reads unlike Go: a number strtod takes and
-// JSON does not (5., -.5), a later creation's here and not JSON there; a
-// lone surrogate escape or nesting past 1,000, not JSON here and read
-// there. Returns 1 when it set it.
+// script here minds: answerLua decodes only what cjson encoded). Where
+// cjson reads a value unlike Go, the script brings it in line first: a
+// '.' outside strings without a digit on both sides (5., -.5, which
+// strtod takes and JSON does not) makes the value no JSON, and a surrogate escape
+// (cjson refuses a lone one, Go reads it as U+FFFD) is read as U+FFFD.
+// Nesting past 1,000, which no version writes, is still no JSON here and
+// read there. Returns 1 when it set it.
 var putLaterScript = redis.NewScript(`
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'string' and #cur >= 12 then
   local hi, lo, ns = struct.unpack('>I4I4I4', cur)
   local s, nows, nowns = hi * 4294967296 + lo, tonumber(ARGV[4]), tonumber(ARGV[5])
   if s > nows or (s == nows and ns > nowns) then
+    local doc = string.sub(cur, 13)
+    local bare = ' ' .. string.gsub(string.gsub(doc, '\\.', ''), '"[^"]*"', '""') .. ' '
+    doc = string.gsub(doc, '\\(.%x?%x?%x?%x?)', function(e)
+      if string.find(e, '^u[dD][89a-fA-F]%x%x$') then return '\\ufffd' end
+    end)
     local lax = cjson.decode_invalid_numbers()
     cjson.decode_invalid_numbers(false)
-    local ok, v = pcall(cjson.decode, string.sub(cur, 13))
+    local ok, v = pcall(cjson.decode, doc)
     cjson.decode_invalid_numbers(lax)
+    if string.find(bare, '%D%.') or string.find(bare, '%.%D') then ok = false end
     local c = nil
     if ok and type(v) == 'table' then c = v.c end
     if c ~= nil and c ~= cjson.null and (type(c) ~= 'number' or c ~= math.floor(c) or c > tonumber(ARGV[2])) then

@@ -389,10 +389,6 @@ func sameListener(a, b string) bool {
 	return na != 0 && na == nb && (ha == hb || wildcard(ha) || wildcard(hb))
 }
 
-// minDuration is the shortest duration a key of the connector's own
-// sections may be set to (nonNegative).
-const minDuration = time.Millisecond
-
 // minLeaseTTL is the shortest store.lease_ttl: its holder renews every
 // quarter of it and the instances beat every third, each a store round
 // trip.
@@ -400,12 +396,11 @@ const minLeaseTTL = 100 * time.Millisecond
 
 // nonNegative checks that no number of the section at key (a pointer to
 // its struct; "" for the file's top level) is negative, and that no
-// duration of it is set shorter than minDuration: zero stands for the
+// duration of it is set shorter than nonneg.Least: zero stands for the
 // default, relay.New would read a negative one as its default too, and
 // timers that short spin.
 func nonNegative(key string, section any) error {
-	prefix := "config: " + joinKey(key, "")
-	return cmp.Or(nonneg.Check(prefix, section), nonneg.Least(prefix, section, minDuration))
+	return nonneg.Check("config: "+joinKey(key, ""), section)
 }
 
 // validListen checks addr, the value of config key key (none: nil), the

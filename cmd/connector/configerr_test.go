@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -77,18 +78,29 @@ func TestConfigErrorsNameTheFile(t *testing.T) {
 	}
 }
 
-// FuzzParseConfig: any document parses or fails with an error, never a
-// panic or a hang, whatever line syntaxLine finds for a syntax error.
+// FuzzParseConfig: any document parses and validates or fails with an
+// error (numbers out of range among the seeds), never a panic or a hang,
+// whatever line syntaxLine finds for a syntax error.
 func FuzzParseConfig(f *testing.F) {
 	for _, doc := range []string{"listen: 127.0.0.1:8080\ntenants:\n  - id: t1\n   gateways: []\n", "a: [1, 2\nb: 3\n",
-		"log:\n  level: info\n format: json\n", "tenants: [{id: t1, gateways: [{id: g, secrets: [s]}]}]\n", exampleConfig} {
+		"log:\n  level: info\n format: json\n", "tenants: [{id: t1, gateways: [{id: g, secrets: [s]}]}]\n", exampleConfig,
+		// Numbers out of range: refused by Validate, never a panic.
+		"relay: {buffer_entries: -1, send_queue_bytes: 9223372036854775807}\nmedia: {max_bytes: -5}\n",
+		"http: {max_header_bytes: -1}\nstore: {redis_min_replicas: -1}\ntenants: [{id: t1, max_gateways: -3}]\n",
+		"discord: {global_per_second: .nan, tenants: {t1: {weight: 9007199254740993}}}\n",
+		"nexscope: {token: x, max_payload: 9223372036854775807, rooms: [{name: r, max_users: -1}]}\n",
+		"telegram: {token: \"1:a\", dedupe_window: -1, tenants: {t1: {weight: -1}}}\nshutdown_grace: 1ns\n"} {
 		f.Add([]byte(doc))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		if len(doc) > 64<<10 {
 			return
 		}
-		if _, err := ParseConfig(doc); err != nil && err.Error() == "" {
+		c, err := ParseConfig(doc)
+		if err == nil {
+			err = cmp.Or(c.normalize(), c.Validate())
+		}
+		if err != nil && err.Error() == "" {
 			t.Fatal("an empty error")
 		}
 	})

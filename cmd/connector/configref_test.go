@@ -224,8 +224,8 @@ errors that name the key; ` + "`connector serve -config FILE -check`" + ` valida
 ` + "`store.path`" + ` and ` + "`media.dir`" + ` can be created (it leaves nothing there), and exits, and
 ` + "`connector config example`" + ` prints a commented example. Every key is optional unless its
 description says otherwise; a missing key takes the default its description names. A duration
-of the top level and of the ` + "`http`" + `, ` + "`media`" + `, ` + "`relay`" + `, ` + "`enroll`" + ` and ` + "`store`" + ` sections is either
-unset or at least 1ms. Every key can also be set from the environment
+is either unset or at least 1ms (or the longer minimum its description names), and a number is
+never negative unless its description says what negative means. Every key can also be set from the environment
 ([the table after the keys](#environment-variables-for-keys)), and a few older key spellings are still read ([deprecated keys](#deprecated-keys)).
 
 Environment variables besides the keys' (a set variable overrides the file):

@@ -74,3 +74,43 @@ func TestTelegramTenantSettingsChecked(t *testing.T) {
 		t.Fatalf("good settings: exit %d %q %q", code, out, errOut)
 	}
 }
+
+// TestWeightsBounded: a tenant's weight past fairshare.MaxWeight is
+// refused by key, where it was accepted before: a weight above 2^53
+// overflowed fairshare.Holdings' comparison of what tenants hold for
+// their weights (channel context then forgot the chats of a tenant within
+// its share) and Share's product. Negative weights stay refused; the
+// largest accepted weight loads.
+func TestWeightsBounded(t *testing.T) {
+	const huge = "9007199254740993"
+	tenants := "tenants: [{id: t1, gateways: [{id: gw1, secrets: [s1]}]}]\n"
+	discord := `discord: {bot_token: x.y.z, public_key: "` + strings.Repeat("00", 32) + `", application_id: "9000", tenants: {t1: {weight: `
+	for doc, want := range map[string]string{
+		discord + huge + "}}}\n": `discord.tenants["t1"].weight: ` + huge + " is not 0 (the default, 1) to 1000000",
+		`telegram: {token: "123456:abc", tenants: {t1: {weight: ` + huge + "}}}\n":                             `telegram.tenants["t1"].weight: ` + huge,
+		"slack: {bot_token: xoxb-1, signing_secret: s, tenants: {t1: {weight: 1000001}}}\n":                    `slack.tenants["t1"].weight: 1000001`,
+		"whatsapp: {app_secret: s, access_token: a, verify_token: v, tenants: {t1: {weight: " + huge + "}}}\n": `whatsapp.tenants["t1"].weight: ` + huge,
+		discord + "-1}}}\n":      `discord.tenants["t1"].weight: -1`,
+		discord + "1000000}}}\n": "",
+	} {
+		_, _, err := loadOrDefault(sources{configPath: writeConfig(t, tenants+doc), dataDir: t.TempDir()}, noEnv)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v, want accepted", strings.TrimSpace(doc), err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: %v, want an error saying %q", strings.TrimSpace(doc), err, want)
+		}
+	}
+}
+
+// TestNaNRateRefused: discord.global_per_second .nan, which passed both
+// its range checks (every comparison with NaN is false) and left the
+// bot's fair-share scheduler with a NaN budget, is refused by key.
+func TestNaNRateRefused(t *testing.T) {
+	doc := "tenants: [{id: t1, gateways: [{id: gw1, secrets: [s1]}]}]\n" +
+		`discord: {bot_token: x.y.z, public_key: "` + strings.Repeat("00", 32) + `", application_id: "9000", global_per_second: .nan}` + "\n"
+	_, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc), dataDir: t.TempDir()}, noEnv)
+	if err == nil || !strings.Contains(err.Error(), "discord.global_per_second: must be a number") {
+		t.Fatalf("global_per_second .nan: %v, want refused by key", err)
+	}
+}

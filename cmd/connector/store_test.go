@@ -137,7 +137,10 @@ func TestStoreRedisTLSFromConfig(t *testing.T) {
 // interval, a quarter of it, and its beat, a third, are zero: measured
 // 64% of a core and about 10,000 Redis commands a second, and the log
 // flooded), relay.ping_interval 1ns a ping per nanosecond to every
-// gateway. Zero stays the default; the shortest accepted values pass.
+// gateway; so did a platform's (discord.reconnect_min 1ns a reconnect
+// loop, nexscope.heartbeat_interval 1ns a ping per nanosecond to every
+// member, slack.request_timeout 1ns every call failing at once). Zero stays the
+// default; the shortest accepted values pass.
 func TestTooShortDurationsRefused(t *testing.T) {
 	for doc, want := range map[string]string{
 		"store: {backend: redis, redis_url: \"redis://h/0\", lease_ttl: 1ns}\n":  "store.lease_ttl: 1ns is shorter than 1ms",
@@ -148,6 +151,11 @@ func TestTooShortDurationsRefused(t *testing.T) {
 		"media: {ttl: 1ns}\n":                                                    "media.ttl: 1ns is shorter than 1ms",
 		"enroll: {max_token_lifetime: 1ns}\n":                                    "enroll.max_token_lifetime: 1ns is shorter than 1ms",
 		"shutdown_grace: 1ns\n":                                                  "shutdown_grace: 1ns is shorter than 1ms",
+		"discord: {bot_token: x.y.z, public_key: \"" + strings.Repeat("00", 32) + "\", application_id: \"9000\", reconnect_min: 1ns}\n":   "discord.reconnect_min: 1ns is shorter than 1ms",
+		"telegram: {token: \"123456:abc\", request_timeout: 1ns}\n":                                                                       "telegram.request_timeout: 1ns is shorter than 1ms",
+		"slack: {bot_token: xoxb-1, signing_secret: s, request_timeout: 1ns}\n":                                                           "slack.request_timeout: 1ns is shorter than 1ms",
+		"whatsapp: {app_secret: s, access_token: a, verify_token: v, request_timeout: 1us}\n":                                             "whatsapp.request_timeout: 1µs is shorter than 1ms",
+		"nexscope: {token: x, heartbeat_interval: 1ns}\n":                                                                                 "nexscope: heartbeat_interval: 1ns is shorter than 1ms",
 		"store: {backend: redis, redis_url: \"redis://h/0\", lease_ttl: 100ms, redis_replica_timeout: 1ms}\nrelay: {ping_interval: 0s}\n": "",
 	} {
 		_, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc), dataDir: t.TempDir()}, noEnv)

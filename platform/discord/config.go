@@ -12,6 +12,7 @@ import (
 
 	"connector/internal/nativecfg"
 	"connector/internal/nonneg"
+	"connector/platform/fairshare"
 )
 
 // Config configures the shared Discord bot. The zero value plus the three
@@ -199,7 +200,8 @@ type TenantConfig struct {
 	AllowedRoles []string `yaml:"allowed_roles"`
 	// Weight is the tenant's share of the bot's global budget relative to
 	// other tenants, and of the channels whose held-back messages an
-	// instance keeps as channel context (docs/security.md). Default 1.
+	// instance keeps as channel context (docs/security.md). Default 1; at
+	// most 1,000,000.
 	Weight int `yaml:"weight"`
 }
 
@@ -279,9 +281,6 @@ func (cfg *Config) Validate() error {
 			return fmt.Errorf("discord.%s: want an absolute URL, got %q", key, raw)
 		}
 	}
-	if cfg.GlobalPerSecond < 0 {
-		return fmt.Errorf("discord.global_per_second: must not be negative")
-	}
 	if err := nonneg.Check("discord.", cfg); err != nil {
 		return err
 	}
@@ -305,8 +304,8 @@ func (tc TenantConfig) validate() error {
 	default:
 		return fmt.Errorf("allow_bots: want none, all or mentions, got %q (the native adapter would admit every bot)", tc.AllowBots)
 	}
-	if tc.Weight < 0 {
-		return fmt.Errorf("weight: must not be negative")
+	if err := fairshare.CheckWeight(tc.Weight); err != nil {
+		return err
 	}
 	for _, l := range []struct {
 		key     string

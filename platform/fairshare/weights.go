@@ -2,8 +2,23 @@ package fairshare
 
 import (
 	"container/heap"
+	"fmt"
 	"sync"
 )
+
+// MaxWeight is the largest weight a tenant may be given: far beyond any
+// share an operator means, and small enough that Share and Holdings never
+// overflow multiplying a count by a weight (or summing weights).
+const MaxWeight = 1_000_000
+
+// CheckWeight refuses a configured weight outside 0 (the default, 1) to
+// MaxWeight; the error starts with the key, "weight".
+func CheckWeight(w int) error {
+	if w < 0 || w > MaxWeight {
+		return fmt.Errorf("weight: %d is not 0 (the default, 1) to %d", w, MaxWeight)
+	}
+	return nil
+}
 
 // WeightsOf is the Config.Weights of tenants' settings, each read by
 // weight (a weight under 1 counts as 1).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connector/internal/nonneg"
+	"connector/platform/fairshare"
 )
 
 // Config configures the shared Slack app. SigningSecret with BotToken (one
@@ -190,8 +191,8 @@ func (c Config) Validate() error {
 		if _, err := newPolicy(c.Tenants[tenant], c.AllowAllUsers); err != nil {
 			return fmt.Errorf("slack.tenants[%q].%w", tenant, err)
 		}
-		if c.Tenants[tenant].Weight < 0 {
-			return fmt.Errorf("slack.tenants[%q].weight: must not be negative", tenant)
+		if err := fairshare.CheckWeight(c.Tenants[tenant].Weight); err != nil {
+			return fmt.Errorf("slack.tenants[%q].%w", tenant, err)
 		}
 	}
 	return nonneg.Check("slack.", &c, "channel_per_second")

@@ -106,7 +106,7 @@ type TenantConfig struct {
 	ReactionTriggerTarget string `yaml:"reaction_trigger_target"`
 	// Weight is the tenant's share of each workspace's Web API budget
 	// relative to the other tenants there, and of an instance's durable
-	// intake (at least half of it). Default 1.
+	// intake (at least half of it). Default 1; at most 1,000,000.
 	Weight int `yaml:"weight"`
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connector/internal/nonneg"
+	"connector/platform/fairshare"
 )
 
 // Config configures the shared Telegram bot. Its zero value plus BotToken
@@ -173,8 +174,8 @@ func (c Config) Validate() error {
 		}
 	}
 	for _, tenant := range slices.Sorted(maps.Keys(c.Tenants)) {
-		if c.Tenants[tenant].Weight < 0 {
-			return fmt.Errorf("telegram.tenants[%q].weight: must not be negative", tenant)
+		if err := fairshare.CheckWeight(c.Tenants[tenant].Weight); err != nil {
+			return fmt.Errorf("telegram.tenants[%q].%w", tenant, err)
 		}
 		if _, err := newPolicy(c.Tenants[tenant]); err != nil {
 			return fmt.Errorf("telegram.tenants[%q].%w", tenant, err)

@@ -16,6 +16,7 @@ import (
 	"connector/internal/nativecfg"
 	"connector/internal/nonneg"
 	"connector/platform"
+	"connector/platform/fairshare"
 )
 
 // Config configures the WhatsApp Cloud API platform: one Meta app whose
@@ -117,7 +118,7 @@ type TenantConfig struct {
 	// AllowedUsers is the older name of AllowFrom, read when it is absent.
 	AllowedUsers List `yaml:"allowed_users"`
 	// Weight is the tenant's share of GlobalPerSecond relative to other
-	// tenants. Default 1.
+	// tenants. Default 1; at most 1,000,000.
 	Weight int `yaml:"weight"`
 }
 
@@ -221,8 +222,8 @@ func (c Config) Validate() error {
 	}
 	for _, tenant := range slices.Sorted(maps.Keys(c.Tenants)) {
 		tc := c.Tenants[tenant]
-		if tc.Weight < 0 {
-			return fmt.Errorf("whatsapp.tenants[%q].weight: must not be negative", tenant)
+		if err := fairshare.CheckWeight(tc.Weight); err != nil {
+			return fmt.Errorf("whatsapp.tenants[%q].%w", tenant, err)
 		}
 		if _, err := newAccess(c.access(), &tc); err != nil {
 			return fmt.Errorf("whatsapp.tenants[%q].%w", tenant, err)
