@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"weak"
@@ -110,7 +111,10 @@ func TestOwnershipOrder(t *testing.T) {
 }
 
 // TestGrantYieldsToALaterBinding: a channel t2 was granted by its author
-// stops being t2's once its workspace is bound to another tenant.
+// stops being t2's once its workspace is bound to another tenant, and
+// t1's edit or delete there of t2's answer is declined, and bad_request
+// with its ts spelt otherwise than Slack's ("0…", "….0001"; before, such
+// a spelling named no posted record and reached Slack).
 func TestGrantYieldsToALaterBinding(t *testing.T) {
 	link := platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"}
 	e := ownershipEnv(t, nil, link)
@@ -118,6 +122,10 @@ func TestGrantYieldsToALaterBinding(t *testing.T) {
 	e.sink.Next(t)
 	if granted, _ := e.p.ChatGranted(context.Background(), chanNew, "t2"); granted != platform.HoldGrant {
 		t.Fatal("no grant after the linked author's message")
+	}
+	theirs := e.execute(t, "t2", `{"op":"send","chat_id":"`+chanNew+`","content":"t2's answer","metadata":{}}`)
+	if !theirs.Success || !strings.HasSuffix(string(theirs.MessageID), "00") {
+		t.Fatalf("t2's answer by grant: %+v", theirs)
 	}
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamC.ID, Tenant: "t1"}, link}); err != nil {
 		t.Fatal(err)
@@ -127,6 +135,21 @@ func TestGrantYieldsToALaterBinding(t *testing.T) {
 	}
 	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+chanNew+`","content":"ok","metadata":{}}`); !r.Success {
 		t.Fatalf("t1 in its workspace: %+v", r)
+	}
+	ts := string(theirs.MessageID)
+	for _, id := range []string{ts, "0" + ts, strings.TrimSuffix(ts, "00")} {
+		want := contract.CodeBadRequest
+		if id == ts {
+			want = contract.CodeEgressDeclined
+		}
+		for _, op := range []string{`{"op":"edit","chat_id":"` + chanNew + `","message_id":"` + id + `","content":"hijacked"}`, `{"op":"delete","chat_id":"` + chanNew + `","message_id":"` + id + `"}`} {
+			if r := e.execute(t, "t1", op); r.Success || r.Code != want {
+				t.Errorf("t1's %s: %+v, want %s", op, r, want)
+			}
+		}
+	}
+	if n := len(e.fake.Calls("chat.update")) + len(e.fake.Calls("chat.delete")); n != 0 {
+		t.Errorf("%d edits and deletes of t2's answer reached Slack, want none", n)
 	}
 }
 

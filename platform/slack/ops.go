@@ -113,8 +113,11 @@ func (p *Platform) edit(ctx context.Context, _ string, t target, a *contract.Act
 	return contract.OK(ts)
 }
 
-// messageTS is the shape of a Slack message ts.
-var messageTS = regexp.MustCompile(`^\d{1,12}\.\d{1,9}$`)
+// messageTS is a Slack message ts as Slack spells it (10 digits, a dot, 6
+// digits): the posted record Execute reads before an edit or delete
+// (platform.MayChange) is keyed by that spelling, which Slack compares
+// as a string, so another ("0…", "….0001") is refused, never sent.
+var messageTS = regexp.MustCompile(`^[1-9]\d{9}\.\d{6}$`)
 
 // deleteMessage deletes message_id (chat.delete). A message already gone
 // counts as deleted, so a retried delete is idempotent.

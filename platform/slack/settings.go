@@ -100,7 +100,8 @@ type TenantConfig struct {
 	ReactionTriggers *[]string `yaml:"reaction_triggers"`
 	// ReactionTriggerTarget sends the turns reactions start to one chat of
 	// the tenant instead: a channel id (a top-level turn there) or
-	// "<channel>:<ts>" (that thread) (slack.reaction_trigger_target). A
+	// "<channel>:<ts>" (that thread; the ts as Slack spells it: 10 digits,
+	// a dot, 6 digits) (slack.reaction_trigger_target). A
 	// target another tenant owns drops the turn. Default: the reacted-to
 	// message's thread.
 	ReactionTriggerTarget string `yaml:"reaction_trigger_target"`
