@@ -94,3 +94,57 @@ func TestReadDecodesOnlyWhatChanged(t *testing.T) {
 		t.Fatalf("reading %d unchanged gateways allocated %.0f times: decoded again", gateways, allocs)
 	}
 }
+
+// TestReadsRacingWrites: reads on several goroutines of an instance,
+// while another instance rotates a gateway's secret, each see a whole
+// gateway, and the last read after the writes sees the last secret (run
+// with -race: the reads share what they decoded).
+func TestReadsRacingWrites(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(c)
+	t.Cleanup(func() { _ = st.Close() })
+	reader, writer := registry.New(st, c), registry.New(st, c)
+	if err := writer.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.CreateGateway(ctx, "acme", "gw1"); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 50 {
+				s, _, err := reader.Effective(ctx)
+				if err == nil && (len(s.Gateways) != 1 || len(s.Gateways[0].Secrets) == 0) {
+					err = fmt.Errorf("read %+v: want gw1 with its secrets", s.Gateways)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var last string
+	for range 20 {
+		var err error
+		if last, err = writer.Rotate(ctx, "acme", "gw1", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the reads did not end within a minute")
+		}
+	}
+	if s, _ := effective(t, reader); !slices.Contains(secretsOf(s, "gw1"), last) {
+		t.Fatalf("after the rotations gw1's secrets are %d, without the last", len(secretsOf(s, "gw1")))
+	}
+}
