@@ -244,7 +244,9 @@ const (
 
 func (p Policy) key() string { return p.Tenant + "/" + p.Platform }
 
-// State is a set of registry entries: one layer, or their merge.
+// State is a set of registry entries: one layer, or their merge. One read
+// from the store (Stored, Effective) shares its entries' slices and
+// pointers with the registry's other reads: read them, do not modify them.
 type State struct {
 	Tenants  []Tenant
 	Gateways []Gateway
@@ -304,12 +306,24 @@ type Registry struct {
 	wakesMu  sync.Mutex
 	wakes    map[string]map[string]string
 	wakesRev uint64
+	// listMu guards listed: by namespace then key, each entry as the last
+	// list of the namespace decoded it, so the next decodes only the
+	// entries whose bytes changed; it keeps the keys that list read, no
+	// other. Held across no store call.
+	listMu sync.Mutex
+	listed map[string]map[string]decoded
+}
+
+// decoded is a stored value and what it decodes to.
+type decoded struct {
+	raw []byte
+	v   any
 }
 
 // New returns the registry kept in st; now is its clock (secret expiry).
 func New(st store.Store, c clock.Clock) *Registry {
 	c = cmp.Or(c, clock.System)
-	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c, turns: map[string]chan struct{}{}}
+	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c, turns: map[string]chan struct{}{}, listed: map[string]map[string]decoded{}}
 	r.declared.Store(&State{})
 	return r
 }
@@ -342,8 +356,8 @@ func (r *Registry) Declared() State { return *r.declared.Load() }
 func (r *Registry) Stored(ctx context.Context) (State, error) {
 	var s State
 	var tenants []storedTenant
-	err := cmp.Or(list(ctx, r.kv, nsTenants, &tenants, &s.Corrupt), list(ctx, r.kv, nsGateways, &s.Gateways, &s.Corrupt),
-		list(ctx, r.kv, nsBindings, &s.Bindings, &s.Corrupt), list(ctx, r.kv, nsPolicies, &s.Policies, &s.Corrupt))
+	err := cmp.Or(list(ctx, r, nsTenants, &tenants, &s.Corrupt), list(ctx, r, nsGateways, &s.Gateways, &s.Corrupt),
+		list(ctx, r, nsBindings, &s.Bindings, &s.Corrupt), list(ctx, r, nsPolicies, &s.Policies, &s.Corrupt))
 	if err != nil {
 		return State{}, err
 	}
@@ -375,23 +389,46 @@ func (r *Registry) Revision(ctx context.Context) (Revision, error) {
 	return rev, nil
 }
 
-// list decodes every entry of namespace into out, passing over one that
+// list reads every entry of namespace into out, passing over one that
 // does not decode: it is named in corrupt (State.Corrupt) when that is
-// not nil.
-func list[T any](ctx context.Context, kv store.Registry, namespace string, out *[]T, corrupt *[]string) error {
-	entries, _, err := kv.List(ctx, namespace)
+// not nil. It decodes only the entries whose bytes differ from what the
+// last list of the namespace decoded (r.listed), handing out the others
+// as decoded then (State: read, not modified).
+func list[T any](ctx context.Context, r *Registry, namespace string, out *[]T, corrupt *[]string) error {
+	entries, _, err := r.kv.List(ctx, namespace)
 	if err != nil {
 		return fmt.Errorf("registry: read %s: %w", namespace, err)
 	}
+	r.listMu.Lock()
+	defer r.listMu.Unlock()
+	listed := r.listed[namespace]
+	if listed == nil {
+		listed = make(map[string]decoded, len(entries))
+		r.listed[namespace] = listed
+	}
+	start := len(*out)
 	for _, e := range entries {
-		var v T
-		if err := json.Unmarshal(e.Value, &v); err != nil {
-			if corrupt != nil {
-				*corrupt = append(*corrupt, namespace+" "+e.Key)
+		d := listed[e.Key]
+		v, ok := d.v.(T)
+		if !ok || !bytes.Equal(d.raw, e.Value) {
+			var fresh T
+			if err := json.Unmarshal(e.Value, &fresh); err != nil {
+				delete(listed, e.Key)
+				if corrupt != nil {
+					*corrupt = append(*corrupt, namespace+" "+e.Key)
+				}
+				continue
 			}
-			continue
+			v, listed[e.Key] = fresh, decoded{slices.Clone(e.Value), fresh}
 		}
 		*out = append(*out, v)
+	}
+	if len(listed) > len(*out)-start { // some left the store
+		for k := range listed {
+			if _, found := slices.BinarySearchFunc(entries, k, func(e store.Entry, k string) int { return strings.Compare(e.Key, k) }); !found {
+				delete(listed, k)
+			}
+		}
 	}
 	return nil
 }
@@ -1009,7 +1046,7 @@ func (r *Registry) roomForGateway(ctx context.Context, tenant, id string) (strin
 		}
 	}
 	var stored []Gateway
-	if err := list(ctx, r.kv, nsGateways, &stored, nil); err != nil {
+	if err := list(ctx, r, nsGateways, &stored, nil); err != nil {
 		return "", nil, err
 	}
 	for _, g := range stored {
@@ -1307,7 +1344,7 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 		n := counted
 		if n < 0 || n+len(bs) > MaxTenantBindings {
 			var stored []Binding
-			if err := list(ctx, r.kv, nsBindings, &stored, nil); err != nil {
+			if err := list(ctx, r, nsBindings, &stored, nil); err != nil {
 				return nil, err
 			}
 			n = 0

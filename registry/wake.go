@@ -111,7 +111,7 @@ func (r *Registry) dropWake(ctx context.Context, tenant, gateway string) error {
 // id declared for another tenant later (a SIGHUP) has none.
 func (r *Registry) Wakes(ctx context.Context) (map[string]map[string]string, error) {
 	var wakes []Wake
-	if err := list(ctx, r.kv, nsWake, &wakes, nil); err != nil {
+	if err := list(ctx, r, nsWake, &wakes, nil); err != nil {
 		return nil, err
 	}
 	out := make(map[string]map[string]string)
