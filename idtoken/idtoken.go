@@ -23,6 +23,7 @@ package idtoken
 import (
 	"cmp"
 	"crypto/rsa"
+	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -131,7 +132,10 @@ func New(cfg Config) (*Verifier, error) {
 
 // LoadPublicKeys reads RSA public keys from a PEM file: one or more
 // PUBLIC KEY (PKIX), RSA PUBLIC KEY (PKCS #1) or CERTIFICATE blocks, each
-// with an optional "kid: <id>" header naming its Key.ID.
+// with an optional "kid: <id>" header naming its Key.ID. A certificate
+// that issued another of the file (a chain's CA, in a "fullchain" file)
+// is no key: a CA signs certificates, and its holder must not mint
+// identity tokens.
 func LoadPublicKeys(path string) ([]Key, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -143,13 +147,23 @@ func LoadPublicKeys(path string) ([]Key, error) {
 // ParsePublicKeys is LoadPublicKeys on the file's contents.
 func ParsePublicKeys(data []byte) ([]Key, error) {
 	var keys []Key
+	var certs []*x509.Certificate
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
 		key, err := jwt.ParseRSAPublicKeyFromPEM(pem.EncodeToMemory(&pem.Block{Type: block.Type, Bytes: block.Bytes}))
 		if err != nil {
 			return nil, fmt.Errorf("idtoken: public key %d (want a PEM PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE of an RSA key): %w", len(keys)+1, err)
 		}
 		keys = append(keys, Key{ID: block.Headers["kid"], Public: key})
+		if cert, err := x509.ParseCertificate(block.Bytes); err == nil {
+			certs = append(certs, cert)
+		}
 	}
+	keys = slices.DeleteFunc(keys, func(k Key) bool { // an issuer of another certificate of the file
+		issuer := &x509.Certificate{PublicKey: k.Public, PublicKeyAlgorithm: x509.RSA}
+		return slices.ContainsFunc(certs, func(c *x509.Certificate) bool {
+			return !k.Public.Equal(c.PublicKey) && issuer.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature) == nil
+		})
+	})
 	if len(keys) == 0 {
 		return nil, errors.New("idtoken: no PEM block of a public key")
 	}
