@@ -146,24 +146,28 @@ func LoadPublicKeys(path string) ([]Key, error) {
 
 // ParsePublicKeys is LoadPublicKeys on the file's contents.
 func ParsePublicKeys(data []byte) ([]Key, error) {
-	var keys []Key
-	var certs []*x509.Certificate
+	var blocks []*pem.Block
+	var certs []*x509.Certificate // blocks[i]'s certificate, nil for a key
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil || block.Type != "CERTIFICATE" {
+			c = nil
+		}
+		blocks, certs = append(blocks, block), append(certs, c)
+	}
+	var keys []Key
+	for i, block := range blocks {
+		if c := certs[i]; c != nil && slices.ContainsFunc(certs, func(o *x509.Certificate) bool {
+			return o != nil && !o.Equal(c) && c.CheckSignature(o.SignatureAlgorithm, o.RawTBSCertificate, o.Signature) == nil
+		}) {
+			continue // an issuer of another certificate of the file
+		}
 		key, err := jwt.ParseRSAPublicKeyFromPEM(pem.EncodeToMemory(&pem.Block{Type: block.Type, Bytes: block.Bytes}))
 		if err != nil {
 			return nil, fmt.Errorf("idtoken: public key %d (want a PEM PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE of an RSA key): %w", len(keys)+1, err)
 		}
 		keys = append(keys, Key{ID: block.Headers["kid"], Public: key})
-		if cert, err := x509.ParseCertificate(block.Bytes); err == nil {
-			certs = append(certs, cert)
-		}
 	}
-	keys = slices.DeleteFunc(keys, func(k Key) bool { // an issuer of another certificate of the file
-		issuer := &x509.Certificate{PublicKey: k.Public, PublicKeyAlgorithm: x509.RSA}
-		return slices.ContainsFunc(certs, func(c *x509.Certificate) bool {
-			return !k.Public.Equal(c.PublicKey) && issuer.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature) == nil
-		})
-	})
 	if len(keys) == 0 {
 		return nil, errors.New("idtoken: no PEM block of a public key")
 	}

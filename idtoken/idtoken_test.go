@@ -1,6 +1,8 @@
 package idtoken_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
@@ -334,7 +336,8 @@ func TestKeyRotation(t *testing.T) {
 // or CA then leaf) verifies the leaf's tokens, as when only the first
 // block was read, and not tokens signed with the CA's key: a CA signs
 // certificates, not identity tokens, and its holder must not mint them
-// for any tenant (before, every block of the file became a key).
+// for any tenant (before, every block of the file became a key, and a
+// chain whose CA is no RSA key was refused at start).
 func TestCertificateChainTrustsItsLeafOnly(t *testing.T) {
 	caKey, leafKey := idtokentest.Key(t), idtokentest.Key(t)
 	now := time.Unix(1_700_000_000, 0)
@@ -354,7 +357,22 @@ func TestCertificateChainTrustsItsLeafOnly(t *testing.T) {
 	}
 	leafPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER})
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	for name, file := range map[string][]byte{"leaf then CA": append(slices.Clone(leafPEM), caPEM...), "CA then leaf": append(slices.Clone(caPEM), leafPEM...)} {
+	// A chain whose root is no RSA key loads all the same (its leaf).
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &ecKey.PublicKey, ecKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecCert, _ := x509.ParseCertificate(ecDER)
+	ecLeafDER, err := x509.CreateCertificate(rand.Reader, leaf, ecCert, &leafKey.PublicKey, ecKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecChain := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ecLeafDER}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ecDER})...)
+	for name, file := range map[string][]byte{"leaf then CA": append(slices.Clone(leafPEM), caPEM...), "CA then leaf": append(slices.Clone(caPEM), leafPEM...), "an ECDSA CA": ecChain} {
 		keys, err := idtoken.ParsePublicKeys(file)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
