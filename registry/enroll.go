@@ -142,9 +142,6 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 	} else if now := r.clock.Now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL+ExpirySkew)) {
 		return "", ErrEnrollToken
 	}
-	if r.declaredGateway(id) {
-		return "", errTaken(id)
-	}
 	done, err := r.tenantTurn(ctx, tenant)
 	if err != nil {
 		return "", err
@@ -181,7 +178,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 		if err != nil {
 			return err
 		}
-		if exists && g.Tenant != tenant {
+		if r.declaredGateway(id) || exists && g.Tenant != tenant {
 			return errTaken(id)
 		}
 		var gen string
@@ -272,9 +269,6 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 	if minter == "" {
 		return "", "", fmt.Errorf("%w: provision needs the caller's token digest", ErrInvalid)
 	}
-	if r.declaredGateway(id) {
-		return "", "", errTaken(id)
-	}
 	done, err := r.tenantTurn(ctx, tenant)
 	if err != nil {
 		return "", "", err
@@ -304,6 +298,8 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 		return "", "", err
 	}
 	switch {
+	case r.declaredGateway(id), exists && g.Tenant != tenant:
+		return "", "", errTaken(id)
 	case !exists:
 		gen, guard, err := r.roomForGateway(ctx, tenant, id)
 		if err != nil {
@@ -314,8 +310,6 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 		}
 		secret, _, err := r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
 		return secret, ProvisionCreated, err
-	case g.Tenant != tenant:
-		return "", "", errTaken(id)
 	case g.Origin != "" && g.Origin != OriginProvision:
 		return "", "", fmt.Errorf("%w: gateway id %q was made by the %s, not by provision; its secret is not handed out again (rotate it with the admin API)", ErrConflict, id,
 			cmp.Or(map[string]string{OriginEnroll: "enrollment"}[g.Origin], "admin API"))
