@@ -23,6 +23,7 @@ package idtoken
 import (
 	"cmp"
 	"crypto/rsa"
+	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -131,7 +132,10 @@ func New(cfg Config) (*Verifier, error) {
 
 // LoadPublicKeys reads RSA public keys from a PEM file: one or more
 // PUBLIC KEY (PKIX), RSA PUBLIC KEY (PKCS #1) or CERTIFICATE blocks, each
-// with an optional "kid: <id>" header naming its Key.ID.
+// with an optional "kid: <id>" header naming its Key.ID. A certificate
+// that issued another of the file (a chain's CA, in a "fullchain" file)
+// is no key: a CA signs certificates, and its holder must not mint
+// identity tokens.
 func LoadPublicKeys(path string) ([]Key, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -142,8 +146,22 @@ func LoadPublicKeys(path string) ([]Key, error) {
 
 // ParsePublicKeys is LoadPublicKeys on the file's contents.
 func ParsePublicKeys(data []byte) ([]Key, error) {
-	var keys []Key
+	var blocks []*pem.Block
+	var certs []*x509.Certificate // blocks[i]'s certificate, nil for a key
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil || block.Type != "CERTIFICATE" {
+			c = nil
+		}
+		blocks, certs = append(blocks, block), append(certs, c)
+	}
+	var keys []Key
+	for i, block := range blocks {
+		if c := certs[i]; c != nil && slices.ContainsFunc(certs, func(o *x509.Certificate) bool {
+			return o != nil && !o.Equal(c) && c.CheckSignature(o.SignatureAlgorithm, o.RawTBSCertificate, o.Signature) == nil
+		}) {
+			continue // an issuer of another certificate of the file
+		}
 		key, err := jwt.ParseRSAPublicKeyFromPEM(pem.EncodeToMemory(&pem.Block{Type: block.Type, Bytes: block.Bytes}))
 		if err != nil {
 			return nil, fmt.Errorf("idtoken: public key %d (want a PEM PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE of an RSA key): %w", len(keys)+1, err)

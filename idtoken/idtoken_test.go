@@ -1,12 +1,18 @@
 package idtoken_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -322,5 +328,64 @@ func TestKeyRotation(t *testing.T) {
 	twice, _ := idtoken.ParsePublicKeys(append(named(old, "a"), named(cur, "a")...))
 	if _, err := idtoken.New(idtoken.Config{Keys: twice}); err == nil {
 		t.Error("New with two keys of one kid: want an error")
+	}
+}
+
+// TestCertificateChainTrustsItsLeafOnly: a public_key_file holding the
+// signing certificate with its chain (a "fullchain" PEM, leaf then CA,
+// or CA then leaf) verifies the leaf's tokens, as when only the first
+// block was read, and not tokens signed with the CA's key: a CA signs
+// certificates, not identity tokens, and its holder must not mint them
+// for any tenant (before, every block of the file became a key, and a
+// chain whose CA is no RSA key was refused at start).
+func TestCertificateChainTrustsItsLeafOnly(t *testing.T) {
+	caKey, leafKey := idtokentest.Key(t), idtokentest.Key(t)
+	now := time.Unix(1_700_000_000, 0)
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Example CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "portal token signing"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &leafKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER})
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	// A chain whose root is no RSA key loads all the same (its leaf).
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &ecKey.PublicKey, ecKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecCert, _ := x509.ParseCertificate(ecDER)
+	ecLeafDER, err := x509.CreateCertificate(rand.Reader, leaf, ecCert, &leafKey.PublicKey, ecKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecChain := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ecLeafDER}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ecDER})...)
+	for name, file := range map[string][]byte{"leaf then CA": append(slices.Clone(leafPEM), caPEM...), "CA then leaf": append(slices.Clone(caPEM), leafPEM...), "an ECDSA CA": ecChain} {
+		keys, err := idtoken.ParsePublicKeys(file)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		v, err := idtoken.New(idtoken.Config{Keys: keys, Issuer: "https://portal.example", Audience: "connector", Clock: clocktest.New(now)})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := v.Verify(idtokentest.Sign(t, leafKey, claims(nil))); err != nil {
+			t.Errorf("%s: the leaf's token: %v", name, err)
+		}
+		if _, err := v.Verify(idtokentest.Sign(t, caKey, claims(nil))); !errors.Is(err, idtoken.ErrToken) {
+			t.Errorf("%s: a token signed with the CA's key: %v, want refused", name, err)
+		}
 	}
 }

@@ -44,9 +44,12 @@ type Grants struct {
 	log      *slog.Logger
 	// stored are the records of posted messages Posted stored or poster
 	// read lately (ChatGrantTTL/2, a read one no longer than its entry
-	// lives), which Posted does not store again and poster does not read,
-	// and the old marks (tenantMark) PostedBy found missing.
+	// lives), which Posted does not store again and poster does not read.
 	stored *ttlcache.Cache[vault.Key, poster]
+	// unmarked are the old marks (tenantMark) PostedBy found missing, kept
+	// apart from stored: a tenant's edits of ids it never posted, declined
+	// without a platform call, must not push other tenants' records out.
+	unmarked *ttlcache.Cache[vault.Key, struct{}]
 }
 
 // postedStored bounds Grants.stored: the messages an instance answers
@@ -64,7 +67,8 @@ func NewGrants(name string, v vault.Store, c clock.Clock, log *slog.Logger) *Gra
 	}
 	return &Grants{
 		platform: name, vault: v, clock: c, log: cmp.Or(log, slog.New(slog.DiscardHandler)),
-		stored: ttlcache.New[vault.Key, poster](postedStored, vault.ChatGrantTTL/2, c),
+		stored:   ttlcache.New[vault.Key, poster](postedStored, vault.ChatGrantTTL/2, c),
+		unmarked: ttlcache.New[vault.Key, struct{}](postedStored, vault.ChatGrantTTL/2, c),
 	}
 }
 
@@ -255,7 +259,7 @@ func (g *Grants) earlier(p poster) bool {
 // it is now, as Posted recorded it (poster, which looks a message without
 // a record up again), or as the mark of a release before this one did
 // (tenantMark); a store that could not tell counts as not. That the store
-// holds no such mark is kept (in stored, under the mark's own key), so
+// holds no such mark is kept (unmarked), so
 // the mark is read once per message and tenant: kept, it only ever
 // answers not, and only an instance of that release, during a rolling
 // upgrade, writes such a mark (of a message posted through it, which its
@@ -265,12 +269,12 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 	p, err := g.poster(ctx, chat, message)
 	if err == nil && p.tenant == "" {
 		k := g.tenantMark(chat, message, tenant)
-		if g.stored.Contains(k) {
+		if g.unmarked.Contains(k) {
 			return false
 		}
 		_, ok, err := vault.Lookup(ctx, g.vault, k)
 		if !ok && err == nil {
-			g.stored.Add(k, poster{})
+			g.unmarked.Add(k, struct{}{})
 		}
 		return ok
 	}

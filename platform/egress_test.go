@@ -912,3 +912,45 @@ func TestRecordTheStoreRefusedIsStoredAgain(t *testing.T) {
 		t.Error("another instance does not find the record stored again")
 	}
 }
+
+// TestDeclinedEditsKeepAnotherTenantsRecords: t2's edits by grant of ids
+// it never posted, declined without a platform call, do not push t1's
+// posted records out of what the instance keeps, so t1's stream, its
+// message answered once per frame, still writes its record once, not
+// once per frame again. Before, each declined edit kept its missing old
+// mark in the same 4,096 records, so t2 could make t1's every frame cost
+// a store write (and its edits a read) at no cost of its own.
+func TestDeclinedEditsKeepAnotherTenantsRecords(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{granted: map[string]string{"theirs": "t1", "mine": "t2"}}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpSend: func(_ *chatsPlatform, _ context.Context, _, _ string, _ *contract.Action) contract.Result {
+				return contract.OK("m1")
+			},
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	frame := func() {
+		t.Helper()
+		if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpSend, ChatID: "theirs", Content: "x"}); !r.Success {
+			t.Fatalf("t1's frame: %+v", r)
+		}
+	}
+	frame()
+	for i := range 5000 {
+		a := &contract.Action{Op: contract.OpEdit, ChatID: "mine", MessageID: contract.ID("x" + strconv.Itoa(i)), Content: "x"}
+		if r := platform.Execute(t.Context(), &e, p, "t2", a); r != contract.Declined("chats") {
+			t.Fatalf("t2's edit of an id it never posted: %+v, want the decline", r)
+		}
+	}
+	puts := v.puts
+	frame()
+	if v.puts != puts {
+		t.Errorf("t1's next frame after t2's 5,000 declined edits wrote its record again (%d writes)", v.puts-puts)
+	}
+}

@@ -54,24 +54,28 @@ func stale(now, expires time.Time, bound time.Duration) bool {
 
 // sweep deletes the entries of namespace (enrollment tokens, link codes)
 // that do not decode or that drop selects, and returns how many of
-// tenant's it kept that are unexpired, spent link codes not counted.
-func (r *Registry) sweep(ctx context.Context, namespace, tenant string, drop func(expiring) bool) (kept int, err error) {
+// tenant's it kept, spent link codes not counted: held, and live, those
+// of them unexpired.
+func (r *Registry) sweep(ctx context.Context, namespace, tenant string, drop func(expiring) bool) (live, held int, err error) {
 	entries, _, err := r.kv.List(ctx, namespace)
 	if err != nil {
-		return 0, fmt.Errorf("registry: read %s: %w", namespace, err)
+		return 0, 0, fmt.Errorf("registry: read %s: %w", namespace, err)
 	}
 	now := r.clock.Now()
 	for _, e := range entries {
 		var v expiring
 		if err := json.Unmarshal(e.Value, &v); err != nil || drop(v) {
 			if _, err := r.kv.Delete(ctx, namespace, e.Key); err != nil {
-				return kept, err
+				return live, held, err
 			}
-		} else if v.Tenant == tenant && v.Redeemed == "" && now.Before(v.Expires) {
-			kept++
+		} else if v.Tenant == tenant && v.Redeemed == "" {
+			held++
+			if now.Before(v.Expires) {
+				live++
+			}
 		}
 	}
-	return kept, nil
+	return live, held, nil
 }
 
 // MintEnrollToken returns a new single-use enrollment token for tenant,
@@ -93,7 +97,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 		return "", time.Time{}, err
 	}
 	now := r.clock.Now()
-	if _, err := r.sweep(ctx, nsEnroll, tenant, func(tok expiring) bool { return stale(now, tok.Expires, MaxEnrollTTL) }); err != nil {
+	if _, _, err := r.sweep(ctx, nsEnroll, tenant, func(tok expiring) bool { return stale(now, tok.Expires, MaxEnrollTTL) }); err != nil {
 		return "", time.Time{}, err
 	}
 	token := "enr_" + newSecret()
@@ -138,9 +142,6 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 	} else if now := r.clock.Now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL+ExpirySkew)) {
 		return "", ErrEnrollToken
 	}
-	if r.declaredGateway(id) {
-		return "", errTaken(id)
-	}
 	done, err := r.tenantTurn(ctx, tenant)
 	if err != nil {
 		return "", err
@@ -177,7 +178,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 		if err != nil {
 			return err
 		}
-		if exists && g.Tenant != tenant {
+		if r.declaredGateway(id) || exists && g.Tenant != tenant {
 			return errTaken(id)
 		}
 		var gen string
@@ -268,9 +269,6 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 	if minter == "" {
 		return "", "", fmt.Errorf("%w: provision needs the caller's token digest", ErrInvalid)
 	}
-	if r.declaredGateway(id) {
-		return "", "", errTaken(id)
-	}
 	done, err := r.tenantTurn(ctx, tenant)
 	if err != nil {
 		return "", "", err
@@ -300,6 +298,8 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 		return "", "", err
 	}
 	switch {
+	case r.declaredGateway(id), exists && g.Tenant != tenant:
+		return "", "", errTaken(id)
 	case !exists:
 		gen, guard, err := r.roomForGateway(ctx, tenant, id)
 		if err != nil {
@@ -310,8 +310,6 @@ func (r *Registry) provisionTurn(ctx context.Context, tenant, id, minter string,
 		}
 		secret, _, err := r.storeGateway(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen, guard)
 		return secret, ProvisionCreated, err
-	case g.Tenant != tenant:
-		return "", "", errTaken(id)
 	case g.Origin != "" && g.Origin != OriginProvision:
 		return "", "", fmt.Errorf("%w: gateway id %q was made by the %s, not by provision; its secret is not handed out again (rotate it with the admin API)", ErrConflict, id,
 			cmp.Or(map[string]string{OriginEnroll: "enrollment"}[g.Origin], "admin API"))

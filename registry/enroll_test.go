@@ -676,3 +676,65 @@ func TestWakeTargetsListsTheURLsWhenChangedOnRedis(t *testing.T) {
 		t.Fatalf("a's wake URL after instance two changed it: %q", url)
 	}
 }
+
+// TestTakenGatewayCostsTheSameWhateverTheLayer: a provision or an
+// enrollment of a gateway id the YAML declares and one of an id another
+// tenant stored make the same store calls before their one 409 answer,
+// so its time tells the caller no more than its text which layer holds
+// the id. Before, a declared id was answered before any store call (the
+// tenant's turn, the gateway's read): a round trip sooner.
+func TestTakenGatewayCostsTheSameWhateverTheLayer(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(clocktest.New(time.Unix(1_700_000_000, 0)))
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	r := registry.New(hooked, clocktest.New(time.Unix(1_700_000_000, 0)))
+	if err := r.SetDeclared(registry.State{
+		Tenants:  []registry.Tenant{{ID: "yaml"}},
+		Gateways: []registry.Gateway{{ID: "ygw", Tenant: "yaml", Secrets: []registry.Secret{{Value: "s"}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.CreateGateway(ctx, "a", "agw"); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	hooked.before = func(string, string, string) { calls.Add(1) }
+	hooked.get = func(string, string) error { calls.Add(1); return nil }
+	counted := func(f func() error) int {
+		t.Helper()
+		calls.Store(0)
+		if err := f(); !errors.Is(err, registry.ErrConflict) {
+			t.Fatalf("a taken id: %v, want ErrConflict", err)
+		}
+		return int(calls.Load())
+	}
+	if _, _, err := r.Provision(ctx, "b", "bgw", "boot", func() error { return nil }); err != nil {
+		t.Fatal(err) // b's turn and gateway guard are in the store for both
+	}
+	provision := func(id string) func() error {
+		return func() error { _, _, err := r.Provision(ctx, "b", id, "boot", func() error { return nil }); return err }
+	}
+	if declared, stored := counted(provision("ygw")), counted(provision("agw")); declared != stored {
+		t.Errorf("provision of a declared id made %d store calls, of another tenant's %d; want the same", declared, stored)
+	}
+	enroll := func(id string) func() error {
+		return func() error {
+			tok, _, err := r.MintEnrollToken(ctx, "b", 0)
+			if err != nil {
+				return err
+			}
+			calls.Store(0)
+			_, err = r.Enroll(ctx, "b", tok, id, "")
+			return err
+		}
+	}
+	if declared, stored := counted(enroll("ygw")), counted(enroll("agw")); declared != stored {
+		t.Errorf("enrollment of a declared id made %d store calls, of another tenant's %d; want the same", declared, stored)
+	}
+}

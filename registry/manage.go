@@ -61,6 +61,11 @@ const (
 	MaxLinkTTL = time.Hour
 	// MaxLinkCodes bounds a tenant's outstanding codes.
 	MaxLinkCodes = 16
+	// MaxHeldLinkCodes bounds a tenant's unspent codes in the store,
+	// outstanding or expired less than ExpirySkew ago (a sweep keeps
+	// those): every issue's sweep lists every tenant's codes, so codes
+	// of a second, each expired at once, must not pile up for the skew.
+	MaxHeldLinkCodes = 4 * MaxLinkCodes
 	// LinkCodeLen is a code's length in characters of linkAlphabet (about
 	// 49 bits).
 	LinkCodeLen = 10
@@ -122,12 +127,15 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 		// A spent code's record stays until the code would have expired: a
 		// second redemption of it by the same user may yet look for it. It is
 		// not outstanding (sweep does not count it).
-		live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return stale(now, c.Expires, MaxLinkTTL) })
+		live, held, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return stale(now, c.Expires, MaxLinkTTL) })
 		if err != nil {
 			return "", time.Time{}, err
 		}
 		if live >= MaxLinkCodes {
 			return "", time.Time{}, fmt.Errorf("%w: %d link codes of this tenant are outstanding; redeem or let them expire", ErrLimit, live)
+		}
+		if held >= MaxHeldLinkCodes {
+			return "", time.Time{}, fmt.Errorf("%w: %d link codes of this tenant expired in the last %v; try again later", ErrLimit, held-live, ExpirySkew)
 		}
 		code := newLinkCode()
 		c := linkCode{Hash: tokenKey(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl), Created: t.Created}
@@ -498,7 +506,7 @@ func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) 
 	if err := r.markDrop(ctx, tenant, true); err != nil {
 		return 0, err
 	}
-	if _, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return c.Tenant == tenant }); err != nil {
+	if _, _, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return c.Tenant == tenant }); err != nil {
 		return 0, err
 	}
 	n := 0

@@ -1729,3 +1729,48 @@ func TestSkewedSweepKeepsAnotherInstancesCodes(t *testing.T) {
 		t.Fatalf("b's enrollment token after the slow instance's sweep: %v", err)
 	}
 }
+
+// TestShortLivedLinkCodesStayBounded: a tenant issuing one-second link
+// codes (ttlSeconds 1 on /manage/link), each expired before its next, is
+// refused once it holds registry.MaxHeldLinkCodes in the store, expired
+// ones within registry.ExpirySkew included, and may issue again once the
+// sweep takes them. Every issue of every tenant lists the whole namespace
+// (the sweep), so before, the tenant held as many as its rate allowed in
+// five minutes (thousands per instance), each of another tenant's issues
+// reading them all; the other tenant still issues its own.
+func TestShortLivedLinkCodesStayBounded(t *testing.T) {
+	ctx := context.Background()
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(c)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, c)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issued := 0
+	for ; issued < 10*registry.MaxHeldLinkCodes; issued++ {
+		_, _, err := r.IssueLinkCode(ctx, "b", "gw-b", "", time.Second)
+		if errors.Is(err, registry.ErrLimit) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		c.Advance(2 * time.Second)
+	}
+	entries, _, err := st.Registry().List(ctx, "registry/linkcodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if issued != registry.MaxHeldLinkCodes || len(entries) != registry.MaxHeldLinkCodes {
+		t.Fatalf("b issued %d one-second codes, the store holds %d; want %d each", issued, len(entries), registry.MaxHeldLinkCodes)
+	}
+	if _, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0); err != nil {
+		t.Fatalf("a's code beside b's: %v", err)
+	}
+	c.Advance(registry.ExpirySkew)
+	if _, _, err := r.IssueLinkCode(ctx, "b", "gw-b", "", time.Second); err != nil {
+		t.Fatalf("b's code once its expired ones were swept: %v", err)
+	}
+}

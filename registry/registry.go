@@ -1619,7 +1619,7 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 		return ErrDeclared
 	}
 	if b.Kind == platform.BindUser {
-		if _, err := r.sweep(ctx, nsLinkCodes, b.Tenant, func(c expiring) bool { return c.Redeemed == b.key() }); err != nil {
+		if _, _, err := r.sweep(ctx, nsLinkCodes, b.Tenant, func(c expiring) bool { return c.Redeemed == b.key() }); err != nil {
 			return err
 		}
 	}
