@@ -983,7 +983,7 @@ func TestSendsDoNotWaitForAStoreThatFailed(t *testing.T) {
 			t.Fatalf("%s: no store write tried within 10 s", what)
 		}
 	}
-	prompt := func(what string, r <-chan contract.Result) {
+	returns := func(what string, r <-chan contract.Result) {
 		t.Helper()
 		select {
 		case res := <-r:
@@ -1001,11 +1001,11 @@ func TestSendsDoNotWaitForAStoreThatFailed(t *testing.T) {
 	first := send(contract.OpSend, "own")
 	tries("the first send")
 	v.answer <- errors.New("store down")
-	prompt("the first send", first)
-	prompt("a send 0 s after the failed write", send(contract.OpSend, "own"))
+	returns("the first send", first)
+	returns("a send 0 s after the failed write", send(contract.OpSend, "own"))
 	clk.Advance(999 * time.Millisecond)
-	prompt("a send 0.999 s after it", send(contract.OpSend, "own"))
-	prompt("a prompt by grant 0.999 s after it", send(contract.OpPrompt, "shared"))
+	returns("a send 0.999 s after it", send(contract.OpSend, "own"))
+	returns("a prompt by grant 0.999 s after it", send(contract.OpPrompt, "shared"))
 	if got := v.puts.Load(); got != 1 {
 		t.Fatalf("the store was asked %d times, want 1 (the first send's)", got)
 	}
@@ -1013,10 +1013,10 @@ func TestSendsDoNotWaitForAStoreThatFailed(t *testing.T) {
 	clk.Advance(time.Millisecond)
 	probe := send(contract.OpSend, "own")
 	tries("the send 1 s after the failed write")
-	prompt("a send while another write tries the store", send(contract.OpSend, "own"))
+	returns("a send while another write tries the store", send(contract.OpSend, "own"))
 	v.down.Store(false)
 	v.answer <- nil
-	prompt("the send whose write the store took", probe)
+	returns("the send whose write the store took", probe)
 	if r := <-send(contract.OpSend, "own"); !r.Success {
 		t.Fatalf("a send once the store is back: %+v", r)
 	}
