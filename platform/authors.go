@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -50,7 +51,19 @@ type Grants struct {
 	// apart from stored: a tenant's edits of ids it never posted, declined
 	// without a platform call, must not push other tenants' records out.
 	unmarked *ttlcache.Cache[vault.Key, struct{}]
+	// mu guards failed and probing: when the last record write (write)
+	// failed (zero: it succeeded), and whether one tries the store again.
+	mu      sync.Mutex
+	failed  time.Time
+	probing bool
 }
+
+// writeRetry is how long after a record write failed the next is tried
+// (write): a send does not wait for a store that is down.
+const writeRetry = time.Second
+
+// errWriteSkipped is write's answer to a write it did not try.
+var errWriteSkipped = errors.New("not tried: the store failed a write less than 1s ago, or is being tried again")
 
 // postedStored bounds Grants.stored: the messages an instance answers
 // again and again (a Slack stream's, once per frame) are its latest.
@@ -194,8 +207,9 @@ func (g *Grants) tenantMark(chat, message, tenant string) vault.Key {
 // The record is stored even when ctx ended (the op that posted message
 // returned as its deadline came, or its caller went): the message went
 // out, and without the record its tenant could not edit it. The vault
-// bounds its store call; a record the store did not take is kept on this
-// instance all the same (its tenant's edits here, a stream's, go on) and
+// bounds its store call, which a store that just failed one is spared
+// (write); a record the store did not take, or was not asked to, is
+// kept on this instance all the same (its tenant's edits here, a stream's, go on) and
 // stored again as the message is answered again. A record this instance stored (or read) that
 // was stored less than half its TTL ago is not stored again (as Add
 // leaves a fresh grant), so a message answered once per frame (a Slack
@@ -212,11 +226,41 @@ func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, creat
 		created = vault.Creation(g.vault, tenant)
 	}
 	e := vault.Entry{Ref: tenant, Stored: g.clock.Now(), Created: created}
-	err := g.vault.Put(context.WithoutCancel(ctx), k, e)
+	err := g.write(ctx, k, e)
 	if err != nil {
 		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 	}
 	g.stored.Add(k, poster{tenant, e.Stored, e.Created, err != nil})
+}
+
+// write stores the record e under k for Posted or Prompted, even when ctx
+// ended, unless a write failed less than writeRetry ago or another tries
+// the store again after one did (errWriteSkipped): a send waits for the
+// store (the vault bounds its call) only while the store answers, and
+// for one write a window while it does not. A write that succeeds ends
+// the failed state.
+func (g *Grants) write(ctx context.Context, k vault.Key, e vault.Entry) error {
+	g.mu.Lock()
+	probe := !g.failed.IsZero()
+	if probe && (g.probing || g.clock.Now().Sub(g.failed) < writeRetry) {
+		g.mu.Unlock()
+		return errWriteSkipped
+	}
+	if probe {
+		g.probing = true
+	}
+	g.mu.Unlock()
+	err := g.vault.Put(context.WithoutCancel(ctx), k, e)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.failed = time.Time{}
+	if err != nil {
+		g.failed = g.clock.Now()
+	}
+	if probe {
+		g.probing = false
+	}
+	return err
 }
 
 // poster is the record Posted kept of message in chat (none when there is
@@ -322,10 +366,11 @@ func (g *Grants) posterKey(chat, message string) vault.Key {
 // longer (vault.PromptPosterTTL), that the prompt message in chat was
 // posted for tenant as created at created (as Execute authorized its op),
 // so a press of it finds its poster (PromptPoster). It is stored even when
-// ctx ended, as Posted's mark is.
+// ctx ended, as Posted's mark is, and not while the store is spared
+// (write): a press of a prompt whose record is not stored is dropped.
 func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string, created time.Time) {
 	e := vault.Entry{Ref: tenant, Stored: g.clock.Now(), Created: created}
-	if err := g.vault.Put(context.WithoutCancel(ctx), g.posterKey(chat, message), e); err != nil {
+	if err := g.write(ctx, g.posterKey(chat, message), e); err != nil {
 		g.log.Warn("prompt poster not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 	}
 }

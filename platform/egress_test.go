@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -900,10 +901,12 @@ func (v *refusingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) err
 // message is answered again (a stream's next frame), then not again, and
 // another instance finds it.
 func TestRecordTheStoreRefusedIsStoredAgain(t *testing.T) {
-	v := &refusingVault{Store: vault.NewMemory(vault.Config{}), refuse: 1}
-	g := platform.NewGrants("chats", v, nil, nil)
+	clk := clocktest.New(time.Unix(1_000_000, 0))
+	v := &refusingVault{Store: vault.NewMemory(vault.Config{Clock: clk}), refuse: 1}
+	g := platform.NewGrants("chats", v, clk, nil)
 	for range 3 {
 		g.Posted(t.Context(), "own", "m1", "t1", time.Time{})
+		clk.Advance(time.Second) // past the pause after a failed write
 	}
 	if v.puts != 2 {
 		t.Errorf("three answers of one message, the first write refused, wrote %d times, want 2", v.puts)
@@ -952,5 +955,123 @@ func TestDeclinedEditsKeepAnotherTenantsRecords(t *testing.T) {
 	frame()
 	if v.puts != puts {
 		t.Errorf("t1's next frame after t2's 5,000 declined edits wrote its record again (%d writes)", v.puts-puts)
+	}
+}
+
+// stallingVault is a vault whose Put, while down, says so on entered and
+// answers what the test sends on answer (nil: it stores), or fails once
+// the test has ended.
+type stallingVault struct {
+	vault.Store
+	down    atomic.Bool
+	puts    atomic.Int32
+	entered chan vault.Key
+	answer  chan error
+	gone    chan struct{}
+}
+
+func (v *stallingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	v.puts.Add(1)
+	if v.down.Load() {
+		v.entered <- k
+		select {
+		case err := <-v.answer:
+			if err != nil {
+				return err
+			}
+		case <-v.gone:
+			return errors.New("test over")
+		}
+	}
+	return v.Store.Put(ctx, k, e)
+}
+
+// TestSendsDoNotWaitForAStoreThatFailed: once the store failed a posted
+// record's write (the first send in t1's own chat waits for it), the sends
+// of the next second, a prompt in a chat t1 holds by grant among them, do
+// not call the store; after that second one write tries it, and sends
+// meanwhile do not wait for it either; once it succeeds every record is
+// stored again, those the store was not asked to store as their messages
+// are answered again, so another instance finds them.
+func TestSendsDoNotWaitForAStoreThatFailed(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_000_000, 0))
+	v := &stallingVault{
+		Store:   vault.NewMemory(vault.Config{Clock: clk}),
+		entered: make(chan vault.Key, 16), answer: make(chan error), gone: make(chan struct{}),
+	}
+	t.Cleanup(func() { close(v.gone) })
+	var n atomic.Int32
+	answer := func(_ *chatsPlatform, _ context.Context, _, _ string, _ *contract.Action) contract.Result {
+		return contract.OK("m" + strconv.Itoa(int(n.Add(1))))
+	}
+	p := &chatsPlatform{owners: map[string]string{"own": "t1"}, granted: map[string]string{"shared": "t1"}}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops:    platform.Ops[*chatsPlatform, string]{contract.OpSend: answer, contract.OpPrompt: answer},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, clk, nil),
+	}
+	send := func(op, chat string) <-chan contract.Result {
+		done := make(chan contract.Result, 1)
+		go func() {
+			done <- platform.Execute(context.Background(), &e, p, "t1", &contract.Action{Op: op, ChatID: contract.ID(chat)})
+		}()
+		return done
+	}
+	tries := func(what string) {
+		t.Helper()
+		select {
+		case <-v.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no store write tried within 10 s", what)
+		}
+	}
+	returns := func(what string, r <-chan contract.Result) {
+		t.Helper()
+		select {
+		case res := <-r:
+			if !res.Success {
+				t.Fatalf("%s: %+v", what, res)
+			}
+		case k := <-v.entered:
+			t.Fatalf("%s waits for the store (a write of %v)", what, k)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no answer within 10 s", what)
+		}
+	}
+
+	v.down.Store(true)
+	first := send(contract.OpSend, "own")
+	tries("the first send")
+	v.answer <- errors.New("store down")
+	returns("the first send", first)
+	returns("a send 0 s after the failed write", send(contract.OpSend, "own"))
+	clk.Advance(999 * time.Millisecond)
+	returns("a send 0.999 s after it", send(contract.OpSend, "own"))
+	returns("a prompt by grant 0.999 s after it", send(contract.OpPrompt, "shared"))
+	if got := v.puts.Load(); got != 1 {
+		t.Fatalf("the store was asked %d times, want 1 (the first send's)", got)
+	}
+
+	clk.Advance(time.Millisecond)
+	probe := send(contract.OpSend, "own")
+	tries("the send 1 s after the failed write")
+	returns("a send while another write tries the store", send(contract.OpSend, "own"))
+	v.down.Store(false)
+	v.answer <- nil
+	returns("the send whose write the store took", probe)
+	if r := <-send(contract.OpSend, "own"); !r.Success {
+		t.Fatalf("a send once the store is back: %+v", r)
+	}
+	for _, m := range []string{"m2", "m3", "m6"} { // the messages of the skipped writes (m4 was the prompt's), answered again
+		e.Grants.Posted(t.Context(), "own", m, "t1", time.Time{})
+	}
+	other := platform.NewGrants("chats", v, clk, nil)
+	for _, m := range []string{"m2", "m3", "m5", "m6", "m7"} {
+		if !other.PostedBy(t.Context(), "own", m, "t1") {
+			t.Errorf("another instance finds no record of %s", m)
+		}
+	}
+	if other.PostedBy(t.Context(), "own", "m1", "t1") {
+		t.Error("another instance finds a record of m1, whose write failed and which was not answered again")
 	}
 }
