@@ -268,16 +268,16 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 	if minter == "" {
 		return "", "", fmt.Errorf("%w: provision needs the caller's token digest", ErrInvalid)
 	}
-	if r.declaredGateway(id) {
-		return "", "", errTaken(id)
-	}
 	done, err := r.tenantTurn(ctx, tenant)
 	if err != nil {
 		return "", "", err
 	}
 	defer done()
 	if _, err := r.tenant(ctx, tenant); err != nil {
-		return "", "", err
+		return "", "", err // before the id: an unknown tenant learns no declared one
+	}
+	if r.declaredGateway(id) {
+		return "", "", errTaken(id)
 	}
 	admit = sync.OnceValue(admit) // once, though a race decides again
 	err = againIfRaced(func() error {
