@@ -21,6 +21,7 @@
 package idtoken
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/rsa"
 	"encoding/pem"
@@ -143,12 +144,17 @@ func LoadPublicKeys(path string) ([]Key, error) {
 // ParsePublicKeys is LoadPublicKeys on the file's contents.
 func ParsePublicKeys(data []byte) ([]Key, error) {
 	var keys []Key
+	unread := bytes.Count(data, []byte("-----BEGIN")) // pem.Decode skips a block it cannot read
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
+		unread--
 		key, err := jwt.ParseRSAPublicKeyFromPEM(pem.EncodeToMemory(&pem.Block{Type: block.Type, Bytes: block.Bytes}))
 		if err != nil {
 			return nil, fmt.Errorf("idtoken: public key %d (want a PEM PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE of an RSA key): %w", len(keys)+1, err)
 		}
 		keys = append(keys, Key{ID: block.Headers["kid"], Public: key})
+	}
+	if unread != 0 {
+		return nil, fmt.Errorf("idtoken: %d PEM blocks do not parse: mend or remove them", unread)
 	}
 	if len(keys) == 0 {
 		return nil, errors.New("idtoken: no PEM block of a public key")
@@ -203,7 +209,8 @@ func (v *Verifier) VerifyInstance(token string) (Claims, string, error) {
 }
 
 // keys returns the keys that may have signed t: the one its kid names,
-// else those without an id (all of them for a token without kid).
+// else those without an id (all of them for a token without kid; an
+// empty kid names none).
 func (v *Verifier) keys(t *jwt.Token) (any, error) {
 	kid, named := t.Header["kid"]
 	id, ok := kid.(string)
@@ -212,7 +219,7 @@ func (v *Verifier) keys(t *jwt.Token) (any, error) {
 	}
 	var set jwt.VerificationKeySet
 	for _, k := range v.cfg.Keys {
-		if named && k.ID == id {
+		if id != "" && k.ID == id {
 			return k.Public, nil
 		}
 		if !named || k.ID == "" {
