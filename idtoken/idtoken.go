@@ -21,6 +21,7 @@
 package idtoken
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/rsa"
 	"crypto/x509"
@@ -148,7 +149,9 @@ func LoadPublicKeys(path string) ([]Key, error) {
 func ParsePublicKeys(data []byte) ([]Key, error) {
 	var blocks []*pem.Block
 	var certs []*x509.Certificate // blocks[i]'s certificate, nil for a key
+	unread := bytes.Count(data, []byte("-----BEGIN")) // pem.Decode skips a block it cannot read
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
+		unread--
 		c, err := x509.ParseCertificate(block.Bytes)
 		if err != nil || block.Type != "CERTIFICATE" {
 			c = nil
@@ -167,6 +170,9 @@ func ParsePublicKeys(data []byte) ([]Key, error) {
 			return nil, fmt.Errorf("idtoken: public key %d (want a PEM PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE of an RSA key): %w", len(keys)+1, err)
 		}
 		keys = append(keys, Key{ID: block.Headers["kid"], Public: key})
+	}
+	if unread != 0 {
+		return nil, fmt.Errorf("idtoken: %d PEM blocks do not parse: mend or remove them", unread)
 	}
 	if len(keys) == 0 {
 		return nil, errors.New("idtoken: no PEM block of a public key")
@@ -221,7 +227,8 @@ func (v *Verifier) VerifyInstance(token string) (Claims, string, error) {
 }
 
 // keys returns the keys that may have signed t: the one its kid names,
-// else those without an id (all of them for a token without kid).
+// else those without an id (all of them for a token without kid; an
+// empty kid names none).
 func (v *Verifier) keys(t *jwt.Token) (any, error) {
 	kid, named := t.Header["kid"]
 	id, ok := kid.(string)
@@ -230,7 +237,7 @@ func (v *Verifier) keys(t *jwt.Token) (any, error) {
 	}
 	var set jwt.VerificationKeySet
 	for _, k := range v.cfg.Keys {
-		if named && k.ID == id {
+		if id != "" && k.ID == id {
 			return k.Public, nil
 		}
 		if !named || k.ID == "" {

@@ -1,6 +1,7 @@
 package idtoken_test
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/hmac"
@@ -319,6 +320,19 @@ func TestKeyRotation(t *testing.T) {
 	}
 	if _, err := single.Verify(sign(old, "2026-11")); !errors.Is(err, idtoken.ErrToken) {
 		t.Fatalf("another key's token under a key without kid: %v, want refused", err)
+	}
+	// An empty kid names no key: each key without one is tried, not only
+	// the first.
+	unnamed := verifier(append(idtokentest.PublicPEM(t, old), idtokentest.PublicPEM(t, cur)...))
+	if _, err := unnamed.Verify(sign(cur, "")); err != nil {
+		t.Errorf("an empty kid, the second key without one: %v", err)
+	}
+	// A block that does not parse is refused, not skipped: the key an
+	// operator added for a rotation is not silently missing.
+	broken := named(cur, "2026-11")
+	broken = broken[:bytes.LastIndex(broken, []byte("-----END"))]
+	if keys, err := idtoken.ParsePublicKeys(append(named(old, "2026-05"), broken...)); err == nil {
+		t.Errorf("ParsePublicKeys with its second block cut short: %d keys, want an error", len(keys))
 	}
 	// The set is bounded and its ids distinct.
 	k, _ := idtoken.ParsePublicKeys(idtokentest.PublicPEM(t, cur))

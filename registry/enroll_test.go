@@ -738,3 +738,31 @@ func TestTakenGatewayCostsTheSameWhateverTheLayer(t *testing.T) {
 		t.Errorf("enrollment of a declared id made %d store calls, of another tenant's %d; want the same", declared, stored)
 	}
 }
+
+// TestProvisionOfATenantNotOnboardedTellsNoIDApart: a caller whose tenant
+// the connector does not know gets one answer (ErrNotFound: not
+// onboarded) whether the gateway id it names is declared in the YAML,
+// another tenant's, or free. Before, a declared id was ErrConflict ahead
+// of the tenant's check, so such a caller learned which ids the YAML
+// declares.
+func TestProvisionOfATenantNotOnboardedTellsNoIDApart(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.SetDeclared(registry.State{
+		Tenants:  []registry.Tenant{{ID: "yaml"}},
+		Gateways: []registry.Gateway{{ID: "gw-yaml", Tenant: "yaml", Secrets: []registry.Secret{{Value: "s"}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CreateGateway(ctx, "acme", "gw-acme"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"gw-yaml", "gw-acme", "gw-free"} {
+		if _, _, err := r.Provision(ctx, "ghost", id, "minter", func() error { return nil }); !errors.Is(err, registry.ErrNotFound) {
+			t.Errorf("provision of %s by a tenant not onboarded: %v, want ErrNotFound", id, err)
+		}
+	}
+}

@@ -188,8 +188,9 @@ func (r *Registry) swapGuard(ctx context.Context, tenant, name string, read []by
 // concurrent redeemers (on any instance) one wins; the user it was spent
 // for sending it again is answered so, and linked when its link is
 // missing (the redemption that spent it failed, or its instance stopped,
-// before linking; an Unbind of the link ends the code). An unknown, expired or other-platform code, or one
-// another user spent, is ErrNotFound; a link that would take the tenant
+// before linking; an Unbind of the link ends the code). An unknown, expired or other-platform code, one
+// expiring beyond MaxLinkTTL and ExpirySkew (its issuer's clock far
+// ahead), or one another user spent, is ErrNotFound; a link that would take the tenant
 // past MaxTenantBindings is ErrLimit, the code unspent.
 //
 // The code is consumed (marked spent for the user) before the link is
@@ -214,8 +215,8 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if c.Platform != "" && c.Platform != platformName {
 		return "", time.Time{}, ErrNotFound
 	}
-	if !r.clock.Now().Before(c.Expires) {
-		return "", time.Time{}, ErrNotFound // a sweep deletes it, ExpirySkew later
+	if now := r.clock.Now(); !now.Before(c.Expires) || c.Expires.After(now.Add(MaxLinkTTL+ExpirySkew)) {
+		return "", time.Time{}, ErrNotFound // a sweep deletes it
 	}
 	b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindUser, ID: user, Tenant: c.Tenant})
 	if err != nil || c.Redeemed != "" && c.Redeemed != b.key() {

@@ -1774,3 +1774,34 @@ func TestShortLivedLinkCodesStayBounded(t *testing.T) {
 		t.Fatalf("b's code once its expired ones were swept: %v", err)
 	}
 }
+
+// TestCodeOfAClockFarAheadIsRefused: a link code issued by an instance
+// whose clock runs three hours ahead expires, on the others' clocks,
+// further ahead than MaxLinkTTL and ExpirySkew: no instance redeems it (it
+// would live hours), while one issued by a clock within ExpirySkew ahead
+// is redeemed. Before, a code was refused only once expired, and the
+// first one was taken for three hours and ten minutes.
+func TestCodeOfAClockFarAheadIsRefused(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	reg := registry.New(st, clk)
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ahead time.Duration
+		ok    bool
+	}{{3 * time.Hour, false}, {registry.ExpirySkew - time.Second, true}} {
+		issuer := registry.New(st, clocktest.New(clk.Now().Add(c.ahead)))
+		code, _, err := issuer.IssueLinkCode(ctx, "a", "gw-a", "", registry.MaxLinkTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tenant, _, err := reg.RedeemLinkCode(ctx, "discord", "71", code)
+		if got := err == nil && tenant == "a"; got != c.ok {
+			t.Fatalf("a code issued %v ahead: %q %v, want redeemed %v", c.ahead, tenant, err, c.ok)
+		}
+	}
+}
