@@ -148,7 +148,7 @@ func LoadPublicKeys(path string) ([]Key, error) {
 // ParsePublicKeys is LoadPublicKeys on the file's contents.
 func ParsePublicKeys(data []byte) ([]Key, error) {
 	var blocks []*pem.Block
-	var certs []*x509.Certificate // blocks[i]'s certificate, nil for a key
+	var certs []*x509.Certificate                     // blocks[i]'s certificate, nil for a key
 	unread := bytes.Count(data, []byte("-----BEGIN")) // pem.Decode skips a block it cannot read
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
 		unread--
