@@ -277,9 +277,6 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 	if _, err := r.tenant(ctx, tenant); err != nil {
 		return "", "", err // before the id: an unknown tenant learns no declared one
 	}
-	if r.declaredGateway(id) {
-		return "", "", errTaken(id)
-	}
 	admit = sync.OnceValue(admit) // once, though a race decides again
 	err = againIfRaced(func() error {
 		secret, outcome, err = r.provisionTurn(ctx, tenant, id, minter, admit)
