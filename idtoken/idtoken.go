@@ -134,9 +134,9 @@ func New(cfg Config) (*Verifier, error) {
 // LoadPublicKeys reads RSA public keys from a PEM file: one or more
 // PUBLIC KEY (PKIX), RSA PUBLIC KEY (PKCS #1) or CERTIFICATE blocks, each
 // with an optional "kid: <id>" header naming its Key.ID. A certificate
-// that issued another of the file (a chain's CA, in a "fullchain" file)
-// is no key: a CA signs certificates, and its holder must not mint
-// identity tokens.
+// that issued another key's certificate of the file (a chain's CA, in a
+// "fullchain" file; not its own key's, renewed) is no key: a CA signs
+// certificates, and its holder must not mint identity tokens.
 func LoadPublicKeys(path string) ([]Key, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -161,9 +161,9 @@ func ParsePublicKeys(data []byte) ([]Key, error) {
 	var keys []Key
 	for i, block := range blocks {
 		if c := certs[i]; c != nil && slices.ContainsFunc(certs, func(o *x509.Certificate) bool {
-			return o != nil && !o.Equal(c) && c.CheckSignature(o.SignatureAlgorithm, o.RawTBSCertificate, o.Signature) == nil
+			return o != nil && !bytes.Equal(o.RawSubjectPublicKeyInfo, c.RawSubjectPublicKeyInfo) && c.CheckSignature(o.SignatureAlgorithm, o.RawTBSCertificate, o.Signature) == nil
 		}) {
-			continue // an issuer of another certificate of the file
+			continue // an issuer of another key's certificate in the file
 		}
 		key, err := jwt.ParseRSAPublicKeyFromPEM(pem.EncodeToMemory(&pem.Block{Type: block.Type, Bytes: block.Bytes}))
 		if err != nil {

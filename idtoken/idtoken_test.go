@@ -403,3 +403,32 @@ func TestCertificateChainTrustsItsLeafOnly(t *testing.T) {
 		}
 	}
 }
+
+// A key's certificate renewed (self-signed again) with the old one left in
+// the file: each verifies the other's signature, but neither is a CA of
+// another key, so the key stays trusted.
+func TestRenewedSelfSignedCertificateKeepsItsKey(t *testing.T) {
+	key := idtokentest.Key(t)
+	now := time.Unix(1_700_000_000, 0)
+	var file []byte
+	for serial := range int64(2) {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial + 1), Subject: pkix.Name{CommonName: "portal token signing"},
+			NotBefore: now.Add(time.Duration(serial-1) * time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file = append(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	keys, err := idtoken.ParsePublicKeys(file)
+	if err != nil {
+		t.Fatalf("two certificates of one key: %v", err)
+	}
+	v, err := idtoken.New(idtoken.Config{Keys: keys, Issuer: "https://portal.example", Audience: "connector", Clock: clocktest.New(now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(idtokentest.Sign(t, key, claims(nil))); err != nil {
+		t.Errorf("the key's token: %v", err)
+	}
+}

@@ -248,6 +248,11 @@ func (g *Grants) write(ctx context.Context, k vault.Key, e vault.Entry) error {
 	}
 	if probe {
 		g.probing = true
+		defer func() { // also when Put panics (the relay recovers): else no write is tried again
+			g.mu.Lock()
+			g.probing = false
+			g.mu.Unlock()
+		}()
 	}
 	g.mu.Unlock()
 	err := g.vault.Put(context.WithoutCancel(ctx), k, e)
@@ -256,9 +261,6 @@ func (g *Grants) write(ctx context.Context, k vault.Key, e vault.Entry) error {
 	g.failed = time.Time{}
 	if err != nil {
 		g.failed = g.clock.Now()
-	}
-	if probe {
-		g.probing = false
 	}
 	return err
 }

@@ -1075,3 +1075,40 @@ func TestSendsDoNotWaitForAStoreThatFailed(t *testing.T) {
 		t.Error("another instance finds a record of m1, whose write failed and which was not answered again")
 	}
 }
+
+// panickingVault is a vault whose Put panics while panics is set.
+type panickingVault struct {
+	refusingVault
+	panics bool
+}
+
+func (v *panickingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if v.panics {
+		panic("vault bug")
+	}
+	return v.refusingVault.Put(ctx, k, e)
+}
+
+// TestAPanickingProbeEndsTheProbe: the write that tries the store again
+// after a failed one panics (a bug the relay recovers from, failing its
+// op); a second later the next write still tries the store, so records are
+// not left unsaved for the instance's life.
+func TestAPanickingProbeEndsTheProbe(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_000_000, 0))
+	v := &panickingVault{refusingVault: refusingVault{Store: vault.NewMemory(vault.Config{Clock: clk}), refuse: 1}}
+	g := platform.NewGrants("chats", v, clk, nil)
+	g.Posted(t.Context(), "own", "m1", "t1", time.Time{}) // refused
+	clk.Advance(time.Second)
+	v.panics = true
+	func() {
+		defer func() { _ = recover() }()
+		g.Posted(t.Context(), "own", "m2", "t1", time.Time{})
+		t.Fatal("the probe's write did not panic")
+	}()
+	v.panics = false
+	clk.Advance(time.Second)
+	g.Posted(t.Context(), "own", "m3", "t1", time.Time{})
+	if !platform.NewGrants("chats", v, clk, nil).PostedBy(t.Context(), "own", "m3", "t1") {
+		t.Error("a write a second after the panicking probe was not tried: the store is spared for good")
+	}
+}
