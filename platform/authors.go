@@ -368,11 +368,12 @@ func (g *Grants) posterKey(chat, message string) vault.Key {
 // longer (vault.PromptPosterTTL), that the prompt message in chat was
 // posted for tenant as created at created (as Execute authorized its op),
 // so a press of it finds its poster (PromptPoster). It is stored even when
-// ctx ended, as Posted's mark is, and not while the store is spared
-// (write): a press of a prompt whose record is not stored is dropped.
+// ctx ended, as Posted's mark is, and tried also while the store is
+// spared (write): its prompt is posted once, and a press of a prompt whose
+// record is not stored is dropped for the prompt's whole life.
 func (g *Grants) Prompted(ctx context.Context, chat, message, tenant string, created time.Time) {
 	e := vault.Entry{Ref: tenant, Stored: g.clock.Now(), Created: created}
-	if err := g.write(ctx, g.posterKey(chat, message), e); err != nil {
+	if err := g.vault.Put(context.WithoutCancel(ctx), g.posterKey(chat, message), e); err != nil {
 		g.log.Warn("prompt poster not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 	}
 }
