@@ -44,7 +44,7 @@ type Config struct {
 	MaxUsers int `yaml:"max_users"`
 	// MaxPayload caps one WebSocket message, text or binary, in bytes
 	// (NEXSCOPE_MAX_PAYLOAD). A larger one gets msg_too_large and close 4011.
-	// Default 10 MiB.
+	// Default 10 MiB, at least 4096, at most 1 GiB.
 	MaxPayload int64 `yaml:"max_payload"`
 	// MaxFile caps attachment.size of a file-start in bytes
 	// (NEXSCOPE_MAX_FILE). Default 100 MiB.
@@ -66,7 +66,7 @@ type Config struct {
 	// SendQueueBytes is the per-member send window: a file chunk waits
 	// (backpressure on the sender) while a recipient has this many bytes
 	// queued, and a member whose queue exceeds it by more than MaxPayload is
-	// closed as a slow consumer (4016). Default 4 MiB.
+	// closed as a slow consumer (4016). Default 4 MiB, at most 1 GiB.
 	SendQueueBytes int64 `yaml:"send_queue_bytes"`
 	// HopLimit drops a message to the bot whose hopCount is at least this
 	// value, so agents cannot start reply loops through the bridge. Default 3;
@@ -128,6 +128,12 @@ func (c *Config) Validate() error {
 	if c.MaxPayload > 0 && c.MaxPayload < minPayload {
 		return fmt.Errorf("nexscope: max_payload must be at least %d bytes", minPayload)
 	}
+	if c.MaxPayload > maxBytes {
+		return fmt.Errorf("nexscope: max_payload must be at most %d bytes (1 GiB)", maxBytes)
+	}
+	if c.SendQueueBytes > maxBytes {
+		return fmt.Errorf("nexscope: send_queue_bytes must be at most %d bytes (1 GiB)", maxBytes)
+	}
 	if c.ClusterAddr != "" {
 		host, _, err := net.SplitHostPort(c.ClusterAddr)
 		if ip := net.ParseIP(host); err != nil || host == "" || ip != nil && ip.IsUnspecified() {
@@ -168,6 +174,11 @@ func (c *Config) Validate() error {
 // minPayload is the smallest MaxPayload that still carries every frame the
 // relay itself sends (presence of a full room, errors, acks).
 const minPayload = 4096
+
+// maxBytes is the largest MaxPayload and SendQueueBytes: the read limit is
+// MaxPayload+1 and the slow-consumer bound their sum, which near MaxInt64
+// would overflow (turning the read limit off).
+const maxBytes = 1 << 30
 
 // WithDefaults returns c with every zero field set to its default: the
 // configuration New runs with.
