@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connector/internal/nonneg"
+	"connector/store"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -94,6 +95,14 @@ type Config struct {
 	// pub/sub (docs/nexscope.md, "Many instances"). Set it on every
 	// instance or on none. Default "": everything crosses Redis pub/sub.
 	ClusterAddr string `yaml:"cluster_addr"`
+	// ClaimTimeout bounds the store's claim of a forwarded action given up
+	// on, which the action's answer waits for; one not decided within it
+	// leaves the answer ambiguous. It must outlast the store's wait for
+	// store.redis_min_replicas, else a claim waiting for slow replicas is
+	// cut off (and released by the store): the connector sets it to
+	// redis_replica_timeout plus a second. Default
+	// store.DefaultRedisReplicaTimeout plus a second.
+	ClaimTimeout time.Duration `yaml:"-"`
 	// Rooms configures named rooms and the default room (Name "default").
 	// The default room always exists; a room is served at /ws/{name}, the
 	// default room also at /ws. Default: only the default room, unbound.
@@ -194,6 +203,7 @@ func (c Config) WithDefaults() Config {
 	c.BotName = cmp.Or(c.BotName, DefaultBotName)
 	c.MaxText = cmp.Or(c.MaxText, DefaultMaxText)
 	c.RememberMessages = cmp.Or(c.RememberMessages, DefaultRememberMessages)
+	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, store.DefaultRedisReplicaTimeout+time.Second)
 	return c
 }
 

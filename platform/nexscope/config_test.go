@@ -6,6 +6,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/platform"
+	"connector/store"
 )
 
 func TestConfigValidateNamesTheKey(t *testing.T) {
@@ -55,6 +56,9 @@ func TestConfigDefaults(t *testing.T) {
 	if c.MaxUsers != 50 || c.MaxPayload != 10<<20 || c.MaxFile != 100<<20 || c.TransferTimeout != DefaultTransferTimeout ||
 		c.HeartbeatInterval != DefaultHeartbeatInterval || c.HopLimit != 3 || c.BotName != "hermes" || c.MaxText != 4096 {
 		t.Fatalf("defaults %+v", c)
+	}
+	if c.ClaimTimeout <= store.DefaultRedisReplicaTimeout {
+		t.Fatalf("claim_timeout %v does not outlast the store's replica wait %v", c.ClaimTimeout, store.DefaultRedisReplicaTimeout)
 	}
 	if p.rooms[DefaultRoom] == nil || p.rooms[DefaultRoom].tenant() != "" {
 		t.Fatal("no unbound default room")
