@@ -94,6 +94,9 @@ type Egress[P Platform, T any] struct {
 // grant a prompt's also by the message alone, Grants.Prompted, elsewhere
 // too when PromptsAsked), and in a chat held by grant a thread a thread_create made there, when
 // threads are chats (ThreadChats), is granted to tenant (Grants.AddThread);
+// such a thread started from a message, whose id is that message's (and
+// not tenant's to edit), is remembered as tenant's in itself, in the
+// thread as chat;
 // each part of a message the op sends in several is remembered too
 // (MarkParts).
 // An op that names a message (namingOps) acts on one that exists, whatever
@@ -162,8 +165,13 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	if (hold == HoldGrant || e.PromptsAsked != nil && e.PromptsAsked(tenant, chatID)) && e.Grants != nil && a.Op == contract.OpPrompt && posted {
 		e.Grants.Prompted(ctx, chatID, r.MessageID, tenant, created)
 	}
-	if hold == HoldGrant && e.ThreadChats && e.Grants != nil && a.Op == contract.OpThreadCreate && r.Success && r.ThreadID != "" {
-		e.Grants.AddThread(ctx, chatID, r.ThreadID, tenant)
+	if e.ThreadChats && e.Grants != nil && a.Op == contract.OpThreadCreate && r.Success && r.ThreadID != "" {
+		if hold == HoldGrant {
+			e.Grants.AddThread(ctx, chatID, r.ThreadID, tenant)
+		}
+		if hold != HoldNone && message != "" {
+			e.Grants.Posted(ctx, r.ThreadID, r.ThreadID, tenant, created)
+		}
 	}
 	return r
 }

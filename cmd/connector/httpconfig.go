@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"fmt"
 	"syscall"
 	"time"
 )
@@ -21,7 +22,7 @@ type HTTPConfig struct {
 	// for this long. Default 60s.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// MaxHeaderBytes bounds a request's headers; larger ones are answered
-	// 431. Default 65536 (64 KiB).
+	// 431. Default 65536 (64 KiB), at most 1048576 (1 MiB).
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxUnauthenticatedConns bounds the connections held that have not
 	// become an authenticated WebSocket (requests in progress, idle
@@ -57,6 +58,7 @@ const (
 	defaultBodyTimeout       = 10 * time.Second
 	defaultIdleTimeout       = 60 * time.Second
 	defaultMaxHeaderBytes    = 64 << 10
+	maxMaxHeaderBytes        = 1 << 20 // net/http adds to it: near MaxInt it overflows
 	defaultMaxUnauthConns    = 1024
 	defaultMaxUnauthPerSrc   = 64
 	defaultOpsListen         = "127.0.0.1:9090"
@@ -77,6 +79,9 @@ func (c *Config) normalizeHTTP() {
 
 // validateHTTP checks the http and ops values.
 func (c *Config) validateHTTP() error {
+	if c.HTTP.MaxHeaderBytes > maxMaxHeaderBytes {
+		return fmt.Errorf("config: http.max_header_bytes: %d is over %d (1 MiB)", c.HTTP.MaxHeaderBytes, maxMaxHeaderBytes)
+	}
 	return cmp.Or(nonNegative("http", &c.HTTP), validListen("ops.listen", c.Ops.Listen))
 }
 

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestPerSourceShareDefaultsBelowTheTotal: one source address gets at most
 // 64 unauthenticated slots, and never all of them unless configured so.
@@ -26,5 +29,17 @@ func TestPerSourceShareDefaultsBelowTheTotal(t *testing.T) {
 	c.normalizeHTTP()
 	if err := c.validateHTTP(); err == nil {
 		t.Error("a negative per-source share was accepted")
+	}
+}
+
+// TestMaxHeaderBytesIsBounded: net/http reads max_header_bytes plus 4096
+// slop, which near MaxInt overflows; over 1 MiB is refused by key.
+func TestMaxHeaderBytesIsBounded(t *testing.T) {
+	for n, ok := range map[int]bool{1 << 20: true, 1<<20 + 1: false, 1<<63 - 1: false} {
+		c := Config{HTTP: HTTPConfig{MaxHeaderBytes: n}}
+		c.normalizeHTTP()
+		if err := c.validateHTTP(); (err == nil) != ok || err != nil && !strings.Contains(err.Error(), "http.max_header_bytes") {
+			t.Errorf("max_header_bytes %d: validateHTTP() = %v", n, err)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"connector/platform"
 	"connector/platform/discord"
@@ -13,6 +14,7 @@ import (
 	"connector/platform/telegram"
 	"connector/platform/whatsapp"
 	"connector/registry"
+	"connector/store"
 )
 
 func init() {
@@ -156,7 +158,9 @@ func buildPlatforms(cfg *Config, deps platform.Deps) ([]platform.Platform, error
 		err = add(whatsapp.New(*cfg.WhatsApp, deps))
 	}
 	if cfg.Nexscope != nil && err == nil {
-		err = add(nexscope.New(*cfg.Nexscope, deps))
+		n := *cfg.Nexscope
+		n.ClaimTimeout = cmp.Or(cfg.Store.RedisReplicaTimeout, store.DefaultRedisReplicaTimeout) + time.Second
+		err = add(nexscope.New(n, deps))
 	}
 	if err != nil {
 		return nil, err

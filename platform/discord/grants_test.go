@@ -744,3 +744,52 @@ func (v *recreatingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) e
 	}
 	return v.Memory.Put(ctx, k, e)
 }
+
+// TestClaimantMayNotRenameAThreadMadeByGrant: t2, holding channel general
+// by grant (Ada wrote there), starts a thread from Ada's message and a
+// plain one; t3 then claims general. Neither thread is t3's to rename:
+// the anchored one, whose id is Ada's message's, is marked in itself
+// (before, only the plain one was marked, and t3 renamed t2's anchored
+// thread).
+func TestClaimantMayNotRenameAThreadMadeByGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	bind := func(extra ...platform.Binding) {
+		t.Helper()
+		if err := e.p.Bind(append([]platform.Binding{
+			{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"},
+			{Kind: platform.BindUser, ID: userAda, Tenant: "t2"},
+		}, extra...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	act := func(tenant string, a map[string]any) contract.Result {
+		t.Helper()
+		a["metadata"] = map[string]any{}
+		body, _ := json.Marshal(a)
+		return execute(t, e, tenant, string(body))
+	}
+	bind()
+	e.dispatch(t, "MESSAGE_CREATE", msg("7101", chanGeneral, guildLab, "ada to her agent", false))
+	if d := e.sink.Next(t); d.Event == nil || d.Tenant != "t2" {
+		t.Fatalf("delivery %+v, want Ada's message to t2", d)
+	}
+	plain := act("t2", map[string]any{"op": "thread_create", "chat_id": chanGeneral, "thread_name": "t2's"})
+	anchored := act("t2", map[string]any{"op": "thread_create", "chat_id": chanGeneral, "message_id": "7101", "thread_name": "Ada's"})
+	for _, r := range []contract.Result{plain, anchored} {
+		if !r.Success || r.ThreadID == "" {
+			t.Fatalf("thread_create on a grant = %+v", r)
+		}
+	}
+	bind(platform.Binding{Kind: platform.BindScope, ID: chanGeneral, Tenant: "t3", Space: guildLab},
+		platform.Binding{Kind: platform.BindPrincipal, ID: platform.PrincipalAny, Tenant: "t3"})
+	for _, th := range []string{plain.ThreadID, anchored.ThreadID} {
+		if r := act("t3", map[string]any{"op": "thread_rename", "chat_id": chanGeneral, "message_id": th, "thread_name": "hijack"}); r.Code != contract.CodeEgressDeclined {
+			t.Errorf("claimant t3's rename of t2's thread %s = %+v, want egress_declined", th, r)
+		}
+		if ch, _ := e.fake.Channel(th); ch.Name == "hijack" {
+			t.Errorf("thread %s renamed %q", th, ch.Name)
+		}
+	}
+}

@@ -98,7 +98,7 @@ func (p *Platform) recordThread(th *wireChannel, parent, name string) {
 // thread be chat_id or a thread under it; held by binding or claim, not
 // one another tenant made while it held the channel by grant
 // (platform.MayChange: its thread_create's answer is marked in the
-// channel; held by grant, the thread is its creator's alone). A human
+// channel, or in the thread when started from a message; held by grant, the thread is its creator's alone). A human
 // rename wins: with only_if_current_name the thread's current name is read
 // first, and with only_if_connector_created the thread must be one this
 // instance created and still carry its initial name; otherwise nothing is
@@ -135,8 +135,11 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 		return contract.Failed(contract.CodeBadRequest, "thread_rename: message_id is not a thread of chat_id")
 	}
 	if hold != platform.HoldGrant {
-		if r, ok := platform.MayChange(ctx, p.spoke, platformName, hold, th.ParentID, threadID, tenant); !ok {
-			return r
+		// One started from a message is marked in itself (platform.Execute).
+		for _, chat := range []string{th.ParentID, threadID} {
+			if r, ok := platform.MayChange(ctx, p.spoke, platformName, hold, chat, threadID, tenant); !ok {
+				return r
+			}
 		}
 	}
 	if want != nil && th.Name != *want {

@@ -39,11 +39,6 @@ import (
 // included), as the home gives up its answer then.
 const forwardedExecTimeout = 30 * time.Second
 
-// givenUpClaimTimeout bounds the claim of a forwarded action given up on
-// that its answer waits for (fleet.forwardExec): a store that does not
-// decide within it leaves the answer ambiguous.
-const givenUpClaimTimeout = time.Second
-
 // The room's channel (the store prefixes it) and the room lease's name.
 const (
 	roomPrefix  = "nexscope:room:" // + room: messages for the room's home
@@ -952,7 +947,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 		// learns whether it may send it again: a claim won means no home
 		// took it nor will (each claims it first); one lost, a home took
 		// it, its word (msgTaken) lost. One the store does not decide
-		// within givenUpClaimTimeout is tried again every beat
+		// within ClaimTimeout is tried again every beat
 		// (claimGivenUp), as long as a copy may come.
 		res := contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 		if taken {
@@ -960,7 +955,7 @@ func (cl *fleet) forwardExec(ctx, away context.Context, r *room, tenant string, 
 			return res
 		}
 		until := cl.p.deps.Clock.Now().Add(forwardedExecTimeout + cl.node.ResendWindow())
-		claimCtx, cancelClaim := context.WithTimeout(cl.ctx, givenUpClaimTimeout) // the store's I/O deadline
+		claimCtx, cancelClaim := context.WithTimeout(cl.ctx, cl.p.cfg.ClaimTimeout) // the store's I/O deadline
 		took, err := cl.claims.Claim(claimCtx, execClaim+exec, until)
 		cancelClaim()
 		if err == nil {

@@ -1837,7 +1837,7 @@ func TestClusterForwardCopiesRacingALostLeaseSayNotUnknown(t *testing.T) {
 
 // TestClusterForwardsGivenUpWhileTheStoreStallsClaimedOneAtATime: the
 // claims of forwards given up on while the store does not answer (each
-// claim stalled) end with the answer's bound (givenUpClaimTimeout), and
+// claim stalled) end with the answer's bound (ClaimTimeout), and
 // are tried again by one goroutine, one at a time, not one goroutine each
 // retrying every beat; and the instance's stop waits neither for a
 // stalled claim nor for the next beat.
@@ -1845,7 +1845,7 @@ func TestClusterForwardsGivenUpWhileTheStoreStallsClaimedOneAtATime(t *testing.T
 	srv := redistest.Start(t, redistest.Options{})
 	stalled := &stalledClaims{release: make(chan struct{})}
 	ttl := 6 * testTimeout // a beat (a third) longer than the test waits for the stop
-	edge := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, "i1", ttl, func(d *platform.Deps) {
+	edge := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}, ClaimTimeout: time.Millisecond}, "i1", ttl, func(d *platform.Deps) {
 		stalled.Claims = d.Store.Claims()
 		d.Store = stalledStore{d.Store, stalled}
 		d.Exclusive = func(ctx context.Context, _ string, _ func(context.Context) error) error {

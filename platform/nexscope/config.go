@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connector/internal/nonneg"
+	"connector/store"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -44,7 +45,7 @@ type Config struct {
 	MaxUsers int `yaml:"max_users"`
 	// MaxPayload caps one WebSocket message, text or binary, in bytes
 	// (NEXSCOPE_MAX_PAYLOAD). A larger one gets msg_too_large and close 4011.
-	// Default 10 MiB.
+	// Default 10 MiB, at least 4096, at most 1 GiB.
 	MaxPayload int64 `yaml:"max_payload"`
 	// MaxFile caps attachment.size of a file-start in bytes
 	// (NEXSCOPE_MAX_FILE). Default 100 MiB.
@@ -66,7 +67,7 @@ type Config struct {
 	// SendQueueBytes is the per-member send window: a file chunk waits
 	// (backpressure on the sender) while a recipient has this many bytes
 	// queued, and a member whose queue exceeds it by more than MaxPayload is
-	// closed as a slow consumer (4016). Default 4 MiB.
+	// closed as a slow consumer (4016). Default 4 MiB, at most 1 GiB.
 	SendQueueBytes int64 `yaml:"send_queue_bytes"`
 	// HopLimit drops a message to the bot whose hopCount is at least this
 	// value, so agents cannot start reply loops through the bridge. Default 3;
@@ -94,6 +95,14 @@ type Config struct {
 	// pub/sub (docs/nexscope.md, "Many instances"). Set it on every
 	// instance or on none. Default "": everything crosses Redis pub/sub.
 	ClusterAddr string `yaml:"cluster_addr"`
+	// ClaimTimeout bounds the store's claim of a forwarded action given up
+	// on, which the action's answer waits for; one not decided within it
+	// leaves the answer ambiguous. It must outlast the store's wait for
+	// store.redis_min_replicas, else a claim waiting for slow replicas is
+	// cut off (and released by the store): the connector sets it to
+	// redis_replica_timeout plus a second. Default
+	// store.DefaultRedisReplicaTimeout plus a second.
+	ClaimTimeout time.Duration `yaml:"-"`
 	// Rooms configures named rooms and the default room (Name "default").
 	// The default room always exists; a room is served at /ws/{name}, the
 	// default room also at /ws. Default: only the default room, unbound.
@@ -127,6 +136,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxPayload > 0 && c.MaxPayload < minPayload {
 		return fmt.Errorf("nexscope: max_payload must be at least %d bytes", minPayload)
+	}
+	if c.MaxPayload > maxBytes {
+		return fmt.Errorf("nexscope: max_payload must be at most %d bytes (1 GiB)", maxBytes)
+	}
+	if c.SendQueueBytes > maxBytes {
+		return fmt.Errorf("nexscope: send_queue_bytes must be at most %d bytes (1 GiB)", maxBytes)
 	}
 	if c.ClusterAddr != "" {
 		host, _, err := net.SplitHostPort(c.ClusterAddr)
@@ -169,6 +184,11 @@ func (c *Config) Validate() error {
 // relay itself sends (presence of a full room, errors, acks).
 const minPayload = 4096
 
+// maxBytes is the largest MaxPayload and SendQueueBytes: the read limit is
+// MaxPayload+1 and the slow-consumer bound their sum, which near MaxInt64
+// would overflow (turning the read limit off).
+const maxBytes = 1 << 30
+
 // WithDefaults returns c with every zero field set to its default: the
 // configuration New runs with.
 func (c Config) WithDefaults() Config {
@@ -183,6 +203,7 @@ func (c Config) WithDefaults() Config {
 	c.BotName = cmp.Or(c.BotName, DefaultBotName)
 	c.MaxText = cmp.Or(c.MaxText, DefaultMaxText)
 	c.RememberMessages = cmp.Or(c.RememberMessages, DefaultRememberMessages)
+	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, store.DefaultRedisReplicaTimeout+time.Second)
 	return c
 }
 

@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"maps"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -455,6 +456,12 @@ func TestSealRetriedHereBeforeItsReleaseWaitsForIt(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the retry did not look for the seal's record")
 	}
+	// The release goes on only once the retry waits: for the release
+	// (awaitRelease), or, before, on the clock after the claim was
+	// refused; a release done before the retry's claim passed either way.
+	platformtest.WaitUntil(t, "the retry to wait for the failed seal's claim", func() bool {
+		return clk.Sleepers() == 1 || len(retry) == 1 || stacksHold("telegram.(*Platform).awaitRelease")
+	})
 	close(gate)
 	select {
 	case r := <-retry:
@@ -467,6 +474,12 @@ func TestSealRetriedHereBeforeItsReleaseWaitsForIt(t *testing.T) {
 	if msgs := e.fake.Messages(id); len(msgs) != 1 {
 		t.Fatalf("the chat has %v, want the reply once", msgs)
 	}
+}
+
+// stacksHold reports whether a goroutine's stack holds fn.
+func stacksHold(fn string) bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), fn)
 }
 
 // markedReads is a seal store that reports each read of a key under
