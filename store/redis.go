@@ -1008,8 +1008,10 @@ func (s *redisStore) putExpiring(ctx context.Context, owner bool, a, b string, v
 // script here minds: answerLua decodes only what cjson encoded). Where
 // cjson reads a value unlike Go, the script brings it in line first: a
 // '.' outside strings without a digit on both sides (5., -.5, which
-// strtod takes and JSON does not) makes the value no JSON, and a surrogate escape
-// (cjson refuses a lone one, Go reads it as U+FFFD) is read as U+FFFD.
+// strtod takes and JSON does not) makes the value no JSON, as does a
+// control character in a string or a NUL (cjson takes both, stopping at
+// the NUL), and a surrogate escape (cjson refuses a lone one, Go reads it
+// as U+FFFD) is read as U+FFFD.
 // Nesting past 1,000, which no version writes, is still no JSON here and
 // read there. Returns 1 when it set it.
 var putLaterScript = redis.NewScript(`
@@ -1019,7 +1021,11 @@ if type(cur) == 'string' and #cur >= 12 then
   local s, nows, nowns = hi * 4294967296 + lo, tonumber(ARGV[4]), tonumber(ARGV[5])
   if s > nows or (s == nows and ns > nowns) then
     local doc = string.sub(cur, 13)
-    local bare = ' ' .. string.gsub(string.gsub(doc, '\\.', ''), '"[^"]*"', '""') .. ' '
+    local bad = string.find(doc, '%z')
+    local bare = ' ' .. string.gsub(string.gsub(doc, '\\.', ''), '"[^"]*"', function(str)
+      if string.find(str, '[\1-\31]') then bad = true end
+      return '""'
+    end) .. ' '
     doc = string.gsub(doc, '\\(.%x?%x?%x?%x?)', function(e)
       if string.find(e, '^u[dD][89a-fA-F]%x%x$') then return '\\ufffd' end
     end)
@@ -1027,7 +1033,7 @@ if type(cur) == 'string' and #cur >= 12 then
     cjson.decode_invalid_numbers(false)
     local ok, v = pcall(cjson.decode, doc)
     cjson.decode_invalid_numbers(lax)
-    if string.find(bare, '%D%.') or string.find(bare, '%.%D') then ok = false end
+    if bad or string.find(bare, '%D%.') or string.find(bare, '%.%D') then ok = false end
     local c = nil
     if ok and type(v) == 'table' then c = v.c end
     if c ~= nil and c ~= cjson.null and (type(c) ~= 'number' or c ~= math.floor(c) or c > tonumber(ARGV[2])) then

@@ -80,7 +80,8 @@ func TestConfigErrorsNameTheFile(t *testing.T) {
 
 // FuzzParseConfig: any document parses and validates or fails with an
 // error (numbers out of range among the seeds), never a panic or a hang,
-// whatever line syntaxLine finds for a syntax error.
+// whatever line syntaxLine finds for a syntax error. The files
+// store.redis_tls names are not read.
 func FuzzParseConfig(f *testing.F) {
 	for _, doc := range []string{"listen: 127.0.0.1:8080\ntenants:\n  - id: t1\n   gateways: []\n", "a: [1, 2\nb: 3\n",
 		"log:\n  level: info\n format: json\n", "tenants: [{id: t1, gateways: [{id: g, secrets: [s]}]}]\n", exampleConfig,
@@ -98,6 +99,7 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		c, err := ParseConfig(doc)
 		if err == nil {
+			c.Store.RedisTLS = RedisTLSConfig{} // Validate reads its files: a fuzzed path (a FIFO, /dev/zero) would hang
 			err = cmp.Or(c.normalize(), c.Validate())
 		}
 		if err != nil && err.Error() == "" {

@@ -620,8 +620,9 @@ func testCapabilities(t *testing.T, b Backend) {
 	// A c no version writes is read alike by every backend: one that is
 	// not an integer (a float, a string, a bool) keeps its value, as of a
 	// later generation; a value that is not JSON (a hex, an infinity or a
-	// number such as 5. or -.5 in it, which strtod takes) or whose member
-	// is not "c" has none. A lone surrogate escape is JSON (read as
+	// number such as 5. or -.5 in it, which strtod takes; a control
+	// character in a string or a NUL after it, which cjson takes) or whose
+	// member is not "c" has none. A lone surrogate escape is JSON (read as
 	// U+FFFD), and a '.' or a backslash in a string is no number.
 	for _, step := range []struct {
 		stored string
@@ -646,6 +647,9 @@ func testCapabilities(t *testing.T, b Backend) {
 		{`{"v":"h\ud83d\ude00","c":9}`, true},
 		{`{"v":"h\\ud800 5. -.5 \".\"","c":9}`, true},
 		{`{"v":"h\ud8","c":9}`, false},
+		{"{\"v\":\"h\t\",\"c\":9}", false},
+		{"{\"v\":\"h\",\"c\":9}\x00", false},
+		{"{\"v\":\"h\x7f\",\n\"c\":\t9}\r\n", true},
 	} {
 		put("gen", step.stored, f.clock.Now().Add(time.Minute))
 		if stored, err := c.PutUnlessLater(ctx, "gen", []byte(`{"v":"i","c":2}`), 2, f.clock.Now().Add(time.Minute)); err != nil || stored == step.kept {
