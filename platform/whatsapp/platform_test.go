@@ -1905,8 +1905,13 @@ func TestLongAnswerDoesNotWaitForEachPartsMark(t *testing.T) {
 	default:
 	}
 	close(gate.release)
-	if res := <-result; !res.Success || res.MessageID != sent[0].ID {
-		t.Fatalf("%+v", res)
+	select {
+	case res := <-result:
+		if !res.Success || res.MessageID != sent[0].ID {
+			t.Fatalf("%+v", res)
+		}
+	case <-ctx.Done():
+		t.Fatal("timed out after 10 s waiting for the result once the marks were let through")
 	}
 	marks := platform.NewGrants(platformName, shared, nil, r.p.log)
 	for i, s := range sent {
