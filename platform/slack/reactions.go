@@ -50,9 +50,9 @@ func reactionTS(ev *wireEvent) string {
 // reactionTurn reads reaction event ev (of envelope env, in workspace
 // team, whose bot user is bot) into the message it makes under the
 // tenant's policy pol, or says why it makes none. look reads the
-// reacted-to message (its thread and author). mine, set in a chat no
-// binding or claim holds, where several tenants may post (docs/security.md,
-// rule 3), reports whether the bot posted the reacted-to message for the
+// reacted-to message (its thread and author). mine, set where several
+// tenants may post (docs/security.md, rule 3: a chat no binding or claim
+// holds, a Slack Connect channel on one token: heldAlone), reports whether the bot posted the reacted-to message for the
 // tenant: without an allowlist only a reaction to the tenant's own answer
 // counts there, not one to another tenant's.
 func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEvent, pol *policy, bot string, mine func() bool) (message, string) {
@@ -117,7 +117,7 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 	bot := cmp.Or(p.works.botUser(ctx, team), env.botUser())
 	tctx := platform.WithTenant(ctx, r.Tenant)
 	var mine func() bool
-	if _, held := p.owners.Load().Holder(chatOf(channel, team)); !held {
+	if !p.heldAlone(ctx, channel, team, r.Tenant) {
 		mine = func() bool { return p.grants.PostedBy(ctx, channel, ev.Item.TS, r.Tenant) }
 	}
 	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot, mine)
