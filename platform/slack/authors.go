@@ -139,6 +139,19 @@ func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (p
 	return platform.HoldNone, nil
 }
 
+// heldAlone reports whether channel, as an event of workspace team shows
+// it, is held by one tenant (a binding or a claim: Ownership.Holder), so
+// several do not act there (docs/security.md, rule 3): not a Slack Connect
+// channel where tenant, the holder there, acts as on a grant
+// (sharedOnOneToken), as the bot posts there for each workspace's tenant.
+func (p *Platform) heldAlone(ctx context.Context, channel, team, tenant string) bool {
+	if _, held := p.owners.Load().Holder(chatOf(channel, team)); !held {
+		return false
+	}
+	hold, _ := p.sharedOnOneToken(ctx, channel, tenant)
+	return hold != platform.HoldGrant
+}
+
 // place returns the workspaces channel chat is in: those this instance
 // saw it in, and those conversations.info names for it (a Slack Connect
 // channel's other workspaces too), asked once per placementTTL with the

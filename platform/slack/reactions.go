@@ -50,11 +50,12 @@ func reactionTS(ev *wireEvent) string {
 // reactionTurn reads reaction event ev (of envelope env, in workspace
 // team, whose bot user is bot) into the message it makes under the
 // tenant's policy pol, or says why it makes none. look reads the
-// reacted-to message (its thread and author). mine, set in a chat no
-// binding or claim holds, where several tenants may post (docs/security.md,
-// rule 3), reports whether the bot posted the reacted-to message for the
-// tenant: without an allowlist only a reaction to the tenant's own answer
-// counts there, not one to another tenant's.
+// reacted-to message (its thread and author). mine (nil: every one is)
+// reports whether the reacted-to message is the tenant's: where several
+// tenants may post (docs/security.md, rule 3: a chat no binding or claim
+// holds, a Slack Connect channel on one token: heldAlone), whether the bot
+// posted it for the tenant; without an allowlist only a reaction to the
+// tenant's own answer counts there, not one to another tenant's.
 func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEvent, pol *policy, bot string, mine func() bool) (message, string) {
 	item, team := ev.Item, env.installTeam()
 	switch {
@@ -116,9 +117,8 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 	created := vault.Creation(p.deps.Vault, r.Tenant) // the creation it was routed under
 	bot := cmp.Or(p.works.botUser(ctx, team), env.botUser())
 	tctx := platform.WithTenant(ctx, r.Tenant)
-	var mine func() bool
-	if _, held := p.owners.Load().Holder(chatOf(channel, team)); !held {
-		mine = func() bool { return p.grants.PostedBy(ctx, channel, ev.Item.TS, r.Tenant) }
+	mine := func() bool {
+		return p.heldAlone(ctx, channel, team, r.Tenant) || p.grants.PostedBy(ctx, channel, ev.Item.TS, r.Tenant)
 	}
 	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot, mine)
 	if drop != "" {

@@ -85,3 +85,41 @@ func TestReactionToAnotherTenantsAnswerStartsNoTurn(t *testing.T) {
 	}
 	e.sink.Empty(t)
 }
+
+// TestSharedChannelOnOneTokenReactionToAnotherTenantsAnswer: without
+// slack.client_id, in a Slack Connect channel shared by A (t1's) and B
+// (t2's), where each tenant acts as on a grant (sharedOnOneToken), Ada
+// of A reacting to t2's answer starts no t1 turn in t2's thread; to t1's
+// it does. Before, the channel counted as held by A's binding there, so
+// any reaction to the one bot user's messages was t1's turn.
+func TestSharedChannelOnOneTokenReactionToAnotherTenantsAnswer(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	on := TenantConfig{ReactionTriggers: &[]string{}}
+	e := newEnvOn(t, fake, func(c *Config) {
+		c.ClientID, c.ClientSecret = "", ""
+		c.Tenants["t1"], c.Tenants["t2"] = on, on
+	}, nil)
+	posted := map[string]string{}
+	for _, tenant := range []string{"t1", "t2"} {
+		r := e.execute(t, tenant, `{"op":"send","chat_id":"`+shared+`","content":"`+tenant+`'s answer","metadata":{}}`)
+		if !r.Success || r.MessageID == "" {
+			t.Fatalf("%s's send: %+v", tenant, r)
+		}
+		posted[tenant] = r.MessageID
+	}
+	react := func(id, ts, eventTS string) {
+		t.Helper()
+		e.event(t, teamA, id, map[string]any{"type": "reaction_added", "user": userAda, "reaction": "+1", "item_user": teamA.BotUser,
+			"item": map[string]any{"type": "message", "channel": shared, "ts": ts}, "event_ts": eventTS}, http.StatusOK)
+	}
+	react("Ev1", posted["t2"], "1768490900.000300") // handled before its 200: dropped
+	react("Ev2", posted["t1"], "1768490900.000400")
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.MessageID != "1768490900.000400" || d.Event.ReplyToMessageID != posted["t1"] {
+		t.Fatalf("delivered %s's %s in reply to %s; want t1's reaction to its own answer %s alone", d.Tenant, d.Event.MessageID, d.Event.ReplyToMessageID, posted["t1"])
+	}
+	e.sink.Empty(t)
+}

@@ -49,12 +49,13 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		return nil, nil
 	}
 	// In a chat no binding or claim holds, several tenants may act, each
-	// on its linked authors' messages (rule 3): the thread shows tenant no
-	// message that reached another, nor one the bot posted there that
-	// tenant did not (platform.Grants.PostedBy), nor, then, the root's
-	// files.
+	// on its linked authors' messages (rule 3), and in a Slack Connect
+	// channel on one token each workspace's tenant (heldAlone): the thread
+	// shows tenant no message that reached another, nor one the bot posted
+	// there that tenant did not (platform.Grants.PostedBy), nor, then, the
+	// root's files.
 	own, chat := p.owners.Load(), chatOf(ev.Channel, m.install)
-	_, held := own.Holder(chat)
+	held := p.heldAlone(ctx, ev.Channel, m.install, tenant)
 	elsewhere := func(msg *slack.Message) bool {
 		if held {
 			return false

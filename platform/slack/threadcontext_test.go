@@ -211,3 +211,37 @@ func TestThreadContextKeepsToItsTenant(t *testing.T) {
 		t.Fatalf("Dan's reply to t2's answer, to %s: context %+v; want %q", d.Tenant, d.Event.Context, want)
 	}
 }
+
+// TestSharedChannelOnOneTokenThreadContextKeepsToItsTenant: without
+// slack.client_id, in a Slack Connect channel shared by A (t1's) and B
+// (t2's), where each tenant acts as on a grant (sharedOnOneToken), Ada of
+// A replying in the thread of t2's answer does not give t1 that answer as
+// the thread's parent; in the thread of t1's answer, t1 gets its answer.
+// Before, the channel counted as held by A's binding, and t1 read what
+// the bot answered t2.
+func TestSharedChannelOnOneTokenThreadContextKeepsToItsTenant(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	posted := map[string]string{}
+	for _, tenant := range []string{"t1", "t2"} {
+		r := e.execute(t, tenant, `{"op":"send","chat_id":"`+shared+`","content":"`+tenant+`'s answer","metadata":{}}`)
+		if !r.Success || r.MessageID == "" {
+			t.Fatalf("%s's send: %+v", tenant, r)
+		}
+		posted[tenant] = r.MessageID
+	}
+	mention := "<@" + teamA.BotUser + "> "
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, shared, userAda, "1768490900.000200", posted["t2"], mention+"and this?"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t1" || len(d.Event.Context) != 0 {
+		t.Fatalf("Ada's reply to t2's answer, to %s: context %+v; want none", d.Tenant, d.Event.Context)
+	}
+	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, shared, userAda, "1768490900.000300", posted["t1"], mention+"and this?"), http.StatusOK)
+	d := e.sink.Next(t)
+	if want := "[thread parent] t1's answer"; d.Tenant != "t1" || len(d.Event.Context) != 1 || d.Event.Context[0].Text != want {
+		t.Fatalf("Ada's reply to t1's answer, to %s: context %+v; want %q", d.Tenant, d.Event.Context, want)
+	}
+}
