@@ -485,11 +485,11 @@ func (c *Config) TenantIDs() map[string]bool {
 
 // validate checks the store section.
 func (s *StoreConfig) validate() error {
+	if s.LeaseTTL > 0 && s.LeaseTTL < minLeaseTTL { // before the general 1 ms: the message names this key's minimum
+		return fmt.Errorf("config: store.lease_ttl: %v is shorter than %v; leave it unset for the default", s.LeaseTTL, minLeaseTTL)
+	}
 	if err := nonNegative("store", s); err != nil { // lease_ttl and the redis_* numbers
 		return err
-	}
-	if s.LeaseTTL > 0 && s.LeaseTTL < minLeaseTTL {
-		return fmt.Errorf("config: store.lease_ttl: %v is shorter than %v; leave it unset for the default", s.LeaseTTL, minLeaseTTL)
 	}
 	switch s.Backend {
 	case "", store.BackendEmbedded:

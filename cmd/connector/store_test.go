@@ -143,7 +143,7 @@ func TestStoreRedisTLSFromConfig(t *testing.T) {
 // default; the shortest accepted values pass.
 func TestTooShortDurationsRefused(t *testing.T) {
 	for doc, want := range map[string]string{
-		"store: {backend: redis, redis_url: \"redis://h/0\", lease_ttl: 1ns}\n":  "store.lease_ttl: 1ns is shorter than 1ms",
+		"store: {backend: redis, redis_url: \"redis://h/0\", lease_ttl: 1ns}\n":  "store.lease_ttl: 1ns is shorter than 100ms",
 		"store: {backend: redis, redis_url: \"redis://h/0\", lease_ttl: 99ms}\n": "store.lease_ttl: 99ms is shorter than 100ms",
 		"relay: {ping_interval: 1ns}\n":                                          "relay.ping_interval: 1ns is shorter than 1ms",
 		"relay: {write_timeout: 500us}\n":                                        "relay.write_timeout: 500µs is shorter than 1ms",

@@ -2107,14 +2107,14 @@ func TestBusyPostEndsWithRun(t *testing.T) {
 	answered(t, codes, "the busy press, its post cut short by the shutdown")
 }
 
-// TestBusyPostsChargedToThePromptsTenant: t1's users press its prompt
+// TestBusyPostsChargedToTheirTenant: t1's users press its prompt
 // while t1's intake is full, and the busy answers' response_urls never
 // answer: t1's posts take half of maxBusyPosts, its presses past them are
 // acknowledged and counted dropped (overloaded), and t2's user pressing
 // t2's prompt while t2's intake is full is still told. Before, busy posts
 // were charged to no tenant: t1's took every slot, and t2's users were
 // never told.
-func TestBusyPostsChargedToThePromptsTenant(t *testing.T) {
+func TestBusyPostsChargedToTheirTenant(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	m := &drops{got: map[string]int{}}
 	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk, Metrics: m})

@@ -439,8 +439,13 @@ func TestSealRetriedHereBeforeItsReleaseWaitsForIt(t *testing.T) {
 	}
 	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 400, Description: "Bad Request: the send failed"})
 	h.release()
-	if r := <-first; r.Success {
-		t.Fatalf("the seal whose send failed: %+v", r)
+	select {
+	case r := <-first:
+		if r.Success {
+			t.Fatalf("the seal whose send failed: %+v", r)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("the seal whose send failed was not answered within %v", waitFor)
 	}
 	read := make(chan struct{}, 1)
 	e.p.seals = markedReads{e.p.seals, "telegram/seal/", read}
