@@ -151,7 +151,8 @@ func TestSharedChannelReactionAsksSlackOnItsTenantsShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := e.p.limits.budget(tokens, "conversations.info")
-	info.Pause(time.Hour) // on the platform's clock, which stands still: every call waits
+	info.Pause(time.Hour)                            // on the platform's clock, which stands still: every call waits
+	t.Cleanup(func() { clk.Advance(2 * time.Hour) }) // before the env's stop, should the wait below fail
 	body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", map[string]any{"type": "reaction_added", "user": userAda, "reaction": "+1",
 		"item_user": teamA.BotUser, "item": map[string]any{"type": "message", "channel": shared, "ts": "1768490900.000100"}, "event_ts": "1768490900.000300"})
 	codes := e.postAsync(t, EventsPath, "application/json", body)
