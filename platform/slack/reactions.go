@@ -118,7 +118,7 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 	bot := cmp.Or(p.works.botUser(ctx, team), env.botUser())
 	tctx := platform.WithTenant(ctx, r.Tenant)
 	mine := func() bool {
-		return p.heldAlone(ctx, channel, team, r.Tenant) || p.grants.PostedBy(ctx, channel, ev.Item.TS, r.Tenant)
+		return p.heldAlone(tctx, channel, team, r.Tenant) || p.grants.PostedBy(tctx, channel, ev.Item.TS, r.Tenant)
 	}
 	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot, mine)
 	if drop != "" {

@@ -1,10 +1,14 @@
 package slack
 
 import (
+	"context"
 	"net/http"
 	"testing"
+	"time"
 
+	"connector/internal/clock/clocktest"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 )
 
@@ -122,4 +126,37 @@ func TestSharedChannelOnOneTokenReactionToAnotherTenantsAnswer(t *testing.T) {
 		t.Fatalf("delivered %s's %s in reply to %s; want t1's reaction to its own answer %s alone", d.Tenant, d.Event.MessageID, d.Event.ReplyToMessageID, posted["t1"])
 	}
 	e.sink.Empty(t)
+}
+
+// TestSharedChannelReactionAsksSlackOnItsTenantsShare: the
+// conversations.info a reaction in a Slack Connect channel on one token
+// makes (whether the channel is shared: heldAlone) waits on the share of
+// the tenant the reaction reached, t1, not on the share no tenant's call
+// spends. Before, it was charged to no tenant, so t2's users' reactions
+// spent the share every tenant's untagged calls wait on.
+func TestSharedChannelReactionAsksSlackOnItsTenantsShare(t *testing.T) {
+	const shared = "C0SHR00001"
+	clk := clocktest.New(time.Now())
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	on := TenantConfig{ReactionTriggers: &[]string{}}
+	e := newEnvOn(t, fake, func(c *Config) {
+		c.ClientID, c.ClientSecret = "", ""
+		c.Tenants["t1"], c.Tenants["t2"] = on, on
+	}, &platform.Deps{Clock: clk})
+	_, tokens, err := e.p.works.client(context.Background(), teamA.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := e.p.limits.budget(tokens, "conversations.info")
+	info.Pause(time.Hour)                            // on the platform's clock, which stands still: every call waits
+	t.Cleanup(func() { clk.Advance(2 * time.Hour) }) // before the env's stop, should the wait below fail
+	body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", map[string]any{"type": "reaction_added", "user": userAda, "reaction": "+1",
+		"item_user": teamA.BotUser, "item": map[string]any{"type": "message", "channel": shared, "ts": "1768490900.000100"}, "event_ts": "1768490900.000300"})
+	codes := e.postAsync(t, EventsPath, "application/json", body)
+	platformtest.WaitUntil(t, "the reaction's conversations.info waiting on t1's share", func() bool { return info.Waiting("t1") == 1 })
+	clk.Advance(2 * time.Hour) // the budget's pause and the call's deadline pass
+	answered(t, codes, "the reaction")
 }
