@@ -1159,12 +1159,11 @@ func (p *Pool) Recover(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// recoverBatch bounds how many records Recover and Tail read at once. With
-// Config.MaxPayloadBytes set a read asks for no more than fit MaxBytes at
-// that size, and never fewer than recoverFloor, so it holds at most
-// max(MaxBytes, recoverFloor × MaxPayloadBytes) of records the ledger may
-// take in (docs/durability.md, Recovery).
-const recoverBatch, recoverFloor = 1024, 16
+// recoverBatch bounds how many records Recover and Tail read at once;
+// firstBatch is how many the first read of a Tail asks for. Each later read
+// asks for as many records as fit Config.MaxBytes at the previous read's
+// average record size, so a buffer of large records is not held at once.
+const recoverBatch, firstBatch = 1024, 16
 
 // Tail takes in, in order, the stored records after the last one it took
 // in (all of them, on the first call or after Reset), applies the bounds
@@ -1201,10 +1200,7 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		// remove would be taken in and delivered again.
 		p.Flush(context.WithoutCancel(ctx))
 	}
-	n, batch := 0, recoverBatch
-	if m := int64(p.cfg.MaxPayloadBytes); m > 0 {
-		batch = int(min(max(p.cfg.MaxBytes/m, recoverFloor), recoverBatch))
-	}
+	n, batch := 0, firstBatch
 	for {
 		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, batch)
 		var bad *store.UnreadableRecord
@@ -1266,6 +1262,11 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		if len(recs) < batch {
 			break
 		}
+		size := int64(0)
+		for i := range recs {
+			size += int64(len(recs[i].Payload))
+		}
+		batch = int(max(1, min(p.cfg.MaxBytes/max(size/int64(len(recs)), 1), recoverBatch)))
 	}
 	if n > 0 {
 		p.boundTotal()
