@@ -137,8 +137,10 @@ func New(cfg Config) (*Verifier, error) {
 // PUBLIC KEY (PKIX), RSA PUBLIC KEY (PKCS #1) or CERTIFICATE blocks, each
 // with an optional "kid: <id>" header naming its Key.ID. A certificate
 // that issued another key's certificate of the file (a chain's CA, in a
-// "fullchain" file; not its own key's, renewed) is no key: a CA signs
-// certificates, and its holder must not mint identity tokens.
+// "fullchain" file; not its own key's, renewed), or whose key usage
+// excludes digitalSignature (a CA's: certificate and CRL signing, RFC 5280
+// §4.2.1.3), is no key: a CA signs certificates, and its holder must not
+// mint identity tokens.
 func LoadPublicKeys(path string) ([]Key, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -162,10 +164,10 @@ func ParsePublicKeys(data []byte) ([]Key, error) {
 	}
 	var keys []Key
 	for i, block := range blocks {
-		if c := certs[i]; c != nil && slices.ContainsFunc(certs, func(o *x509.Certificate) bool {
+		if c := certs[i]; c != nil && (c.KeyUsage != 0 && c.KeyUsage&x509.KeyUsageDigitalSignature == 0 || slices.ContainsFunc(certs, func(o *x509.Certificate) bool {
 			return o != nil && !bytes.Equal(o.RawSubjectPublicKeyInfo, c.RawSubjectPublicKeyInfo) && c.CheckSignature(o.SignatureAlgorithm, o.RawTBSCertificate, o.Signature) == nil
-		}) {
-			continue // an issuer of another key's certificate in the file
+		})) {
+			continue // a CA's: its key usage excludes signing, or it issued another key's certificate in the file
 		}
 		key, err := jwt.ParseRSAPublicKeyFromPEM(pem.EncodeToMemory(&pem.Block{Type: block.Type, Bytes: block.Bytes}))
 		if err != nil {
@@ -177,7 +179,7 @@ func ParsePublicKeys(data []byte) ([]Key, error) {
 		return nil, fmt.Errorf("idtoken: %d PEM blocks do not parse: mend or remove them", unread)
 	}
 	if len(keys) == 0 {
-		return nil, errors.New("idtoken: no PEM block of a public key")
+		return nil, errors.New("idtoken: no PEM block of a public key (a CA's certificate is none)")
 	}
 	return keys, nil
 }

@@ -2,6 +2,7 @@ package idtoken_test
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/hmac"
@@ -510,5 +511,50 @@ func TestRefusedClaimsCostNoSignatureCheck(t *testing.T) {
 	}
 	if _, err := v.Verify(idtokentest.Sign(t, keys[len(keys)-1], claims(nil))); err != nil {
 		t.Errorf("the last key's token: %v", err)
+	}
+}
+
+// TestRootWithoutItsIntermediateIsNoKey: a file holding the signing
+// certificate and its root, the intermediate between them left out, does
+// not take the root as a key: its key usage (certificate and CRL signing)
+// does not let it sign anything else (RFC 5280 §4.2.1.3), and its holder
+// must not mint identity tokens (before, a root that signed no
+// certificate of the file stayed a key).
+func TestRootWithoutItsIntermediateIsNoKey(t *testing.T) {
+	rootKey, midKey, leafKey := idtokentest.Key(t), idtokentest.Key(t), idtokentest.Key(t)
+	now := time.Unix(1_700_000_000, 0)
+	issue := func(serial int64, name string, usage x509.KeyUsage, pub *rsa.PublicKey, parent *x509.Certificate, signer *rsa.PrivateKey) *x509.Certificate {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: usage,
+			IsCA: usage&x509.KeyUsageCertSign != 0, BasicConstraintsValid: true}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, cmp.Or(parent, tmpl), pub, signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := x509.ParseCertificate(der)
+		return c
+	}
+	ca := x509.KeyUsageCertSign | x509.KeyUsageCRLSign
+	root := issue(1, "Example Root", ca, &rootKey.PublicKey, nil, rootKey)
+	mid := issue(2, "Example Intermediate", ca, &midKey.PublicKey, root, rootKey)
+	leaf := issue(3, "portal token signing", x509.KeyUsageDigitalSignature, &leafKey.PublicKey, mid, midKey)
+	block := func(c *x509.Certificate) []byte {
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+	for name, file := range map[string][]byte{"leaf then root": append(block(leaf), block(root)...), "root then leaf": append(block(root), block(leaf)...)} {
+		keys, err := idtoken.ParsePublicKeys(file)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		v, err := idtoken.New(idtoken.Config{Keys: keys, Issuer: "https://portal.example", Audience: "connector", Clock: clocktest.New(now)})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := v.Verify(idtokentest.Sign(t, leafKey, claims(nil))); err != nil {
+			t.Errorf("%s: the leaf's token: %v", name, err)
+		}
+		if _, err := v.Verify(idtokentest.Sign(t, rootKey, claims(nil))); !errors.Is(err, idtoken.ErrToken) {
+			t.Errorf("%s: a token signed with the root's key: %v, want refused", name, err)
+		}
 	}
 }
