@@ -18,6 +18,8 @@
 // management-plane token (the /manage/* routes, Hermes contract §7.2: the
 // Portal's or the hermes CLI's) is checked the same way by VerifyInstance,
 // except that its aud names the managed gateway as "agent:{gatewayId}".
+// Every check but the signature runs first: anyone may send a token, and
+// one refused for its header or claims costs no RSA verification.
 package idtoken
 
 import (
@@ -135,8 +137,10 @@ func New(cfg Config) (*Verifier, error) {
 // PUBLIC KEY (PKIX), RSA PUBLIC KEY (PKCS #1) or CERTIFICATE blocks, each
 // with an optional "kid: <id>" header naming its Key.ID. A certificate
 // that issued another key's certificate of the file (a chain's CA, in a
-// "fullchain" file; not its own key's, renewed) is no key: a CA signs
-// certificates, and its holder must not mint identity tokens.
+// "fullchain" file; not its own key's, renewed), or whose key usage
+// excludes digitalSignature (a CA's: certificate and CRL signing, RFC 5280
+// §4.2.1.3), is no key: a CA signs certificates, and its holder must not
+// mint identity tokens.
 func LoadPublicKeys(path string) ([]Key, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -160,10 +164,10 @@ func ParsePublicKeys(data []byte) ([]Key, error) {
 	}
 	var keys []Key
 	for i, block := range blocks {
-		if c := certs[i]; c != nil && slices.ContainsFunc(certs, func(o *x509.Certificate) bool {
+		if c := certs[i]; c != nil && (c.KeyUsage != 0 && c.KeyUsage&x509.KeyUsageDigitalSignature == 0 || slices.ContainsFunc(certs, func(o *x509.Certificate) bool {
 			return o != nil && !bytes.Equal(o.RawSubjectPublicKeyInfo, c.RawSubjectPublicKeyInfo) && c.CheckSignature(o.SignatureAlgorithm, o.RawTBSCertificate, o.Signature) == nil
-		}) {
-			continue // an issuer of another key's certificate in the file
+		})) {
+			continue // a CA's: its key usage excludes signing, or it issued another key's certificate in the file
 		}
 		key, err := jwt.ParseRSAPublicKeyFromPEM(pem.EncodeToMemory(&pem.Block{Type: block.Type, Bytes: block.Bytes}))
 		if err != nil {
@@ -175,7 +179,7 @@ func ParsePublicKeys(data []byte) ([]Key, error) {
 		return nil, fmt.Errorf("idtoken: %d PEM blocks do not parse: mend or remove them", unread)
 	}
 	if len(keys) == 0 {
-		return nil, errors.New("idtoken: no PEM block of a public key")
+		return nil, errors.New("idtoken: no PEM block of a public key (a CA's certificate is none)")
 	}
 	return keys, nil
 }
@@ -229,25 +233,25 @@ func (v *Verifier) VerifyInstance(token string) (Claims, string, error) {
 // keys returns the keys that may have signed t: the one its kid names,
 // else those without an id (all of them for a token without kid; an
 // empty kid names none).
-func (v *Verifier) keys(t *jwt.Token) (any, error) {
+func (v *Verifier) keys(t *jwt.Token) ([]*rsa.PublicKey, error) {
 	kid, named := t.Header["kid"]
 	id, ok := kid.(string)
 	if named && !ok {
 		return nil, errors.New("kid is not a string")
 	}
-	var set jwt.VerificationKeySet
+	var keys []*rsa.PublicKey
 	for _, k := range v.cfg.Keys {
 		if id != "" && k.ID == id {
-			return k.Public, nil
+			return []*rsa.PublicKey{k.Public}, nil
 		}
 		if !named || k.ID == "" {
-			set.Keys = append(set.Keys, k.Public)
+			keys = append(keys, k.Public)
 		}
 	}
-	if len(set.Keys) == 0 {
+	if len(keys) == 0 {
 		return nil, errors.New("no key of this kid")
 	}
-	return set, nil
+	return keys, nil
 }
 
 // verify checks token; audience judges its aud values.
@@ -260,7 +264,6 @@ func (v *Verifier) verify(token string, audience func(aud []string) error) (Clai
 		return bad("longer than the size limit")
 	}
 	opts := []jwt.ParserOption{
-		jwt.WithValidMethods([]string{"RS256"}),
 		jwt.WithStrictDecoding(), // one signed token has one spelling
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(DefaultSkew),
@@ -269,13 +272,21 @@ func (v *Verifier) verify(token string, audience func(aud []string) error) (Clai
 	if v.cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(v.cfg.Issuer))
 	}
+	// Everything but the signature is checked first: anyone may send a
+	// token, and one refused anyway costs no RSA verification.
 	claims := jwt.MapClaims{}
-	parsed, err := jwt.NewParser(opts...).ParseWithClaims(token, claims, v.keys)
+	parsed, parts, err := jwt.NewParser(opts...).ParseUnverified(token, claims)
 	if err != nil {
 		return bad(err.Error()) // jwt's errors never echo the token
 	}
+	if alg := parsed.Method.Alg(); alg != "RS256" {
+		return bad("alg " + alg + " is not RS256")
+	}
 	if _, crit := parsed.Header["crit"]; crit {
 		return bad("crit extensions are not supported")
+	}
+	if err := jwt.NewValidator(opts...).Validate(claims); err != nil {
+		return bad(err.Error())
 	}
 	exp, _ := claims.GetExpirationTime()
 	if exp.After(v.cfg.Clock.Now().Add(v.cfg.MaxLifetime + DefaultSkew)) {
@@ -288,6 +299,14 @@ func (v *Verifier) verify(token string, audience func(aud []string) error) (Clai
 	tenant, _ := claims[v.cfg.TenantClaim].(string)
 	if tenant == "" || len(tenant) > MaxTenantBytes {
 		return bad("no tenant claim " + v.cfg.TenantClaim)
+	}
+	keys, err := v.keys(parsed)
+	if err != nil {
+		return bad(err.Error())
+	}
+	signed := parts[0] + "." + parts[1]
+	if !slices.ContainsFunc(keys, func(k *rsa.PublicKey) bool { return parsed.Method.Verify(signed, parsed.Signature, k) == nil }) {
+		return bad("signature is invalid")
 	}
 	subject, _ := claims["sub"].(string)
 	return Claims{Tenant: tenant, Subject: subject, Expires: exp.Time}, nil

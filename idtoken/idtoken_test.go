@@ -2,6 +2,7 @@ package idtoken_test
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/hmac"
@@ -19,8 +20,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"connector/idtoken"
 	"connector/idtoken/idtokentest"
@@ -430,5 +434,127 @@ func TestRenewedSelfSignedCertificateKeepsItsKey(t *testing.T) {
 	}
 	if _, err := v.Verify(idtokentest.Sign(t, key, claims(nil))); err != nil {
 		t.Errorf("the key's token: %v", err)
+	}
+}
+
+// countingRS256 is RS256 counting its signature checks.
+type countingRS256 struct {
+	jwt.SigningMethod
+	checks *atomic.Int64
+}
+
+func (c countingRS256) Verify(signingString string, sig []byte, key any) error {
+	c.checks.Add(1)
+	return c.SigningMethod.Verify(signingString, sig, key)
+}
+
+// countSignatureChecks registers RS256 as a countingRS256 until the test
+// ends.
+func countSignatureChecks(t *testing.T) *atomic.Int64 {
+	checks := new(atomic.Int64)
+	jwt.RegisterSigningMethod("RS256", func() jwt.SigningMethod { return countingRS256{jwt.SigningMethodRS256, checks} })
+	t.Cleanup(func() { jwt.RegisterSigningMethod("RS256", func() jwt.SigningMethod { return jwt.SigningMethodRS256 }) })
+	return checks
+}
+
+// TestRefusedClaimsCostNoSignatureCheck: a token without kid is tried
+// against each of up to MaxKeys keys, and anyone can send one to the
+// enrollment and management routes, before any rate limit; one whose
+// claims are refused anyway (expired, another issuer or audience, no
+// tenant, …) is refused before any signature is checked (before, each
+// cost MaxKeys RSA verifications), and one whose claims pass costs at most
+// MaxKeys.
+func TestRefusedClaimsCostNoSignatureCheck(t *testing.T) {
+	keys := make([]*rsa.PrivateKey, idtoken.MaxKeys)
+	var file []byte
+	for i := range keys {
+		keys[i] = idtokentest.Key(t)
+		file = append(file, idtokentest.PublicPEM(t, keys[i])...)
+	}
+	pub, err := idtoken.ParsePublicKeys(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := idtoken.New(idtoken.Config{Keys: pub, Issuer: "https://portal.example", Audience: "connector",
+		Clock: clocktest.New(time.Unix(1_700_000_000, 0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger := idtokentest.Key(t) // no configured key verifies its signatures
+	sign := func(header map[string]any, mod func(map[string]any)) string {
+		return idtokentest.SignHeader(t, stranger, header, claims(mod))
+	}
+	checks := countSignatureChecks(t)
+	for name, tok := range map[string]string{
+		"expired":          sign(rs256, func(c map[string]any) { c["exp"] = 1_699_999_900 }),
+		"no exp":           sign(rs256, func(c map[string]any) { delete(c, "exp") }),
+		"beyond lifetime":  sign(rs256, func(c map[string]any) { c["exp"] = 1_700_000_000 + 48*3600 }),
+		"not yet":          sign(rs256, func(c map[string]any) { c["nbf"] = 1_700_000_100 }),
+		"wrong issuer":     sign(rs256, func(c map[string]any) { c["iss"] = "https://evil.example" }),
+		"wrong audience":   sign(rs256, func(c map[string]any) { c["aud"] = "someone-else" }),
+		"no tenant":        sign(rs256, func(c map[string]any) { delete(c, "tid") }),
+		"crit":             sign(map[string]any{"alg": "RS256", "crit": []string{"x"}}, nil),
+		"malformed claims": "eyJhbGciOiJSUzI1NiJ9.bm90IGpzb24." + base64.RawURLEncoding.EncodeToString(make([]byte, 256)),
+	} {
+		if _, err := v.Verify(tok); !errors.Is(err, idtoken.ErrToken) {
+			t.Errorf("%s: %v, want ErrToken", name, err)
+		}
+		if n := checks.Swap(0); n != 0 {
+			t.Errorf("%s: %d signature checks, want none", name, n)
+		}
+	}
+	if _, err := v.Verify(sign(rs256, nil)); !errors.Is(err, idtoken.ErrToken) {
+		t.Errorf("another authority's token: %v, want ErrToken", err)
+	}
+	if n := checks.Swap(0); n != idtoken.MaxKeys {
+		t.Errorf("another authority's token whose claims pass: %d signature checks, want %d (one per key)", n, idtoken.MaxKeys)
+	}
+	if _, err := v.Verify(idtokentest.Sign(t, keys[len(keys)-1], claims(nil))); err != nil {
+		t.Errorf("the last key's token: %v", err)
+	}
+}
+
+// TestRootWithoutItsIntermediateIsNoKey: a file holding the signing
+// certificate and its root, the intermediate between them left out, does
+// not take the root as a key: its key usage (certificate and CRL signing)
+// does not let it sign anything else (RFC 5280 §4.2.1.3), and its holder
+// must not mint identity tokens (before, a root that signed no
+// certificate of the file stayed a key).
+func TestRootWithoutItsIntermediateIsNoKey(t *testing.T) {
+	rootKey, midKey, leafKey := idtokentest.Key(t), idtokentest.Key(t), idtokentest.Key(t)
+	now := time.Unix(1_700_000_000, 0)
+	issue := func(serial int64, name string, usage x509.KeyUsage, pub *rsa.PublicKey, parent *x509.Certificate, signer *rsa.PrivateKey) *x509.Certificate {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: usage,
+			IsCA: usage&x509.KeyUsageCertSign != 0, BasicConstraintsValid: true}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, cmp.Or(parent, tmpl), pub, signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := x509.ParseCertificate(der)
+		return c
+	}
+	ca := x509.KeyUsageCertSign | x509.KeyUsageCRLSign
+	root := issue(1, "Example Root", ca, &rootKey.PublicKey, nil, rootKey)
+	mid := issue(2, "Example Intermediate", ca, &midKey.PublicKey, root, rootKey)
+	leaf := issue(3, "portal token signing", x509.KeyUsageDigitalSignature, &leafKey.PublicKey, mid, midKey)
+	block := func(c *x509.Certificate) []byte {
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+	for name, file := range map[string][]byte{"leaf then root": append(block(leaf), block(root)...), "root then leaf": append(block(root), block(leaf)...)} {
+		keys, err := idtoken.ParsePublicKeys(file)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		v, err := idtoken.New(idtoken.Config{Keys: keys, Issuer: "https://portal.example", Audience: "connector", Clock: clocktest.New(now)})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := v.Verify(idtokentest.Sign(t, leafKey, claims(nil))); err != nil {
+			t.Errorf("%s: the leaf's token: %v", name, err)
+		}
+		if _, err := v.Verify(idtokentest.Sign(t, rootKey, claims(nil))); !errors.Is(err, idtoken.ErrToken) {
+			t.Errorf("%s: a token signed with the root's key: %v, want refused", name, err)
+		}
 	}
 }

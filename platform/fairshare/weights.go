@@ -55,8 +55,11 @@ func Admits(own, total, n, bound int) bool {
 
 // Slots parts n slots of work running at once between tenants: a tenant
 // takes at most half of what the others leave (Admits), and one of a
-// single slot. Its zero value is not usable; call NewSlots. It is safe
-// for concurrent use.
+// single slot. A lone tenant too takes half: a slot is taken or refused at
+// once, never waited for, and work running cannot be stopped, so only the
+// half left free lets a tenant arriving start its work at once rather than
+// lose it. Its zero value is not usable; call NewSlots. It is safe for
+// concurrent use.
 type Slots struct {
 	n     int
 	mu    sync.Mutex

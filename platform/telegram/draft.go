@@ -701,8 +701,8 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // (afterAnswer): preview replacements, past it a send's previews stay,
 // logged (replacePreviews), and seal claims' releases, past it released
 // before the answer (releaseSeal). A tenant runs at most half of what the
-// other tenants leave (fairshare.Slots), so one tenant's many streams
-// leave the others room.
+// other tenants leave (fairshare.Slots), a lone tenant too, so one
+// tenant's many streams leave the others room at once.
 const maxReplacing = 64
 
 // replacePreviews deletes the previews of tenant's open draft streams in a

@@ -80,7 +80,8 @@ type Config struct {
 	// account (80007) rate-limit answers hold the sends of the tenant they
 	// answered, and its other Graph calls (read marks, media uploads), with a
 	// backoff doubling with each answer in a row (1 to 64 s), not the other
-	// tenants'. Default 400; negative disables it.
+	// tenants'; a tenant deleted and made again starts unheld. Default 400;
+	// negative disables it.
 	GlobalPerSecond int `yaml:"global_per_second"`
 	// NumberPerSecond is each business number's send budget in messages per
 	// second (Meta's default throughput is 80), shared by weighted fair share

@@ -9,6 +9,7 @@ import (
 	"connector/contract"
 	"connector/platform"
 	"connector/platform/pace"
+	"connector/vault"
 )
 
 // chat is what an op acts on: the user (wa_id) and the business number
@@ -96,7 +97,8 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 // is, never retried: the call may have gone through.
 func (p *Platform) paced(ctx context.Context, tenant, number, user string, call func(context.Context) error) error {
 	latest := platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, callMargin)
-	key, scopes := number+"/"+user, [...]string{tenant, number + "/" + tenant}
+	held := p.heldAs(tenant)
+	key, scopes := number+"/"+user, [...]string{held, number + "/" + held}
 	for {
 		now := p.deps.Clock.Now()
 		from := now
@@ -159,7 +161,7 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 func (p *Platform) appCall(ctx context.Context, tenant string, c chat, call func(context.Context) error) error {
 	latest := platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, callMargin)
 	now := p.deps.Clock.Now()
-	until, ok := p.throttled.Reserve(tenant, now, latest)
+	until, ok := p.throttled.Reserve(p.heldAs(tenant), now, latest)
 	if !ok {
 		return &platform.RateLimitedError{Wait: until.Sub(now)}
 	}
@@ -175,6 +177,13 @@ func (p *Platform) appCall(ctx context.Context, tenant string, c chat, call func
 	err := call(ctx)
 	p.noteToken(err)
 	return err
+}
+
+// heldAs is tenant's key in throttled: the tenant as created
+// (vault.Creation), so a tenant deleted and made again under its id
+// starts unheld.
+func (p *Platform) heldAs(tenant string) string {
+	return tenant + "\x00" + vault.Creation(p.vault, tenant).Format(time.RFC3339Nano)
 }
 
 // failure turns an egress error into a result whose text carries no

@@ -44,7 +44,7 @@ type Platform struct {
 	numberMu    sync.Mutex
 	perNumber   map[string]*fairshare.Scheduler // each business number's (NumberPerSecond), made on first send
 	pace        *pace.Pacer                     // each (number, user)
-	throttled   *pace.Pacer                     // each tenant, and (number, tenant), held after Meta throttled it (paced; appCall waits out the tenant's)
+	throttled   *pace.Pacer                     // each tenant as created (heldAs), and (number, tenant), held after Meta throttled it (paced; appCall waits out the tenant's)
 	quotes      *quotes
 	links       *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
 	rehosts     *platform.Rehosts  // attachments of messages not delivered yet

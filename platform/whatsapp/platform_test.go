@@ -1920,3 +1920,49 @@ func TestLongAnswerDoesNotWaitForEachPartsMark(t *testing.T) {
 		}
 	}
 }
+
+// TestThrottleHoldEndsWithItsTenant: Meta's account throttle (80007) holds
+// t1's sends for the backoff; t1 deleted and made again under its id
+// meanwhile starts unheld: the new t1's send, to a user who wrote to it,
+// goes out at once. Before, the hold was keyed by the tenant's id alone
+// and carried over to the new tenant (up to 64 s).
+func TestThrottleHoldEndsWithItsTenant(t *testing.T) {
+	first, again := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	var remade atomic.Bool
+	since := func(string) time.Time {
+		if remade.Load() {
+			return again
+		}
+		return first
+	}
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, vault.NewMemory(vault.Config{Since: since, Clock: clk}), func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada, cyd = "447700900123", "447700900456"
+	r.converse(t, biz1, ada, "wamid.H1")
+	var done atomic.Int32
+	results := make(chan contract.Result, 2)
+	run := func(user string) {
+		go func() {
+			defer done.Add(1)
+			results <- r.exec(t, "t1", map[string]any{"op": "send", "chat_id": user, "content": "hi", "reply_to": nil})
+		}()
+	}
+	finished := func() int { return int(done.Load()) }
+	waiting := func() int {
+		return r.p.budget.Waiting("t1") + r.p.numberBudget(biz1.PhoneNumberID).Waiting("t1")
+	}
+	r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 80007, Message: "(#80007) Rate limit issues"})
+	run(ada) // throttled: the first t1 is held for the backoff
+	clk.Settle(t, 1, finished, waiting)
+	remade.Store(true)
+	r.converse(t, biz1, cyd, "wamid.H2") // Cyd writes to the new t1
+	run(cyd)
+	clk.Settle(t, 2, finished, waiting)
+	if sent := r.fake.Sent(); finished() != 1 || len(sent) != 1 || sent[0].To != cyd {
+		t.Fatalf("the new t1's send while the earlier t1 was held: %d of 2 sends done, %d sent; want it out at once", finished(), len(sent))
+	}
+	if res := <-results; !res.Success {
+		t.Fatalf("the new t1's send: %+v", res)
+	}
+	clk.Drive(t, 2, finished, waiting) // the earlier t1's send ends, whatever its answer
+}
