@@ -80,14 +80,18 @@ type Config struct {
 	// account (80007) rate-limit answers hold the sends of the tenant they
 	// answered, and its other Graph calls (read marks, media uploads), with a
 	// backoff doubling with each answer in a row (1 to 64 s), not the other
-	// tenants'; a tenant deleted and made again starts unheld. Default 400;
-	// negative disables it.
+	// tenants'. A hold is the instance's that got the answer, and the
+	// tenant's as created: one deleted and made again under its id starts
+	// unheld. Default 400; negative disables it.
 	GlobalPerSecond int `yaml:"global_per_second"`
 	// NumberPerSecond is each business number's send budget in messages per
 	// second (Meta's default throughput is 80), shared by weighted fair share
 	// between the tenants sending from it (one, unless the number is shared
 	// through linked users); a throughput answer (130429) holds the sends of
-	// the tenant it answered from that number, with the same backoff. Default
+	// the tenant it answered from that number, with the same backoff. Each
+	// other tenant sending from a throttled number (or app) gets an answer of
+	// its own before it is held, by design: holding them all on one tenant's
+	// answer would let that tenant's flood pause them. Default
 	// 80; negative disables it.
 	NumberPerSecond int `yaml:"number_per_second"`
 	// ChatPerSecond caps messages to one user in any one second (Meta's
