@@ -2,6 +2,8 @@ package telegram
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -407,17 +409,20 @@ type wireDraft struct {
 // (the one its user's messages reach, platform.Ownership.Route) sends its
 // ids unchanged, every other tenant an id hashed from its tenant and id
 // into [2^30, 2^31), so two instances, each knowing only its own streams,
-// pick distinct ids with no shared state. Platform.drafts remembers the
+// pick distinct ids with no shared state. The hash is keyed by the bot
+// token, which every instance holds and no tenant does: the home, whose
+// ids go out as it names them, cannot compute another tenant's and stream
+// into that tenant's draft. Platform.drafts remembers the
 // holder of each id (the latest sealedDrafts, per instance): a stream
 // naming an id another holds there takes the next hashed one.
 func (p *Platform) wireDraftID(k draftKey) int64 {
 	chat := strconv.FormatInt(k.chat, 10)
 	r, _ := p.owners.Load().Route(chat, chatOf(chat))
 	hashed := func(try uint64) int64 {
-		h := fnv.New64a()
+		h := hmac.New(sha256.New, []byte("connector telegram draft id\x00"+p.cfg.BotToken))
 		h.Write([]byte(k.tenant))
 		h.Write(binary.AppendVarint(binary.AppendUvarint([]byte{0}, try), k.draft))
-		return 1<<30 + int64(h.Sum64()%(1<<30))
+		return 1<<30 + int64(binary.BigEndian.Uint64(h.Sum(nil))%(1<<30))
 	}
 	id, try := k.draft, uint64(0)
 	if r.Tenant != k.tenant {
