@@ -54,8 +54,9 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 	// holds a workspace's view of), the thread shows tenant no message
 	// that reached another tenant, each placed in its author's workspace
 	// (its team, as Slack names it in every workspace's view; the install's
-	// when it names none), nor one the bot posted there that tenant did not
-	// (platform.Grants.PostedBy), nor, then, the root's files.
+	// when it names none), nor one the bot (any workspace's) posted there
+	// that tenant did not (platform.Grants.PostedBy), nor, then, the root's
+	// files.
 	own := p.owners.Load()
 	held := p.heldAlone(ctx, ev.Channel, m.install, tenant)
 	elsewhere := func(msg *slack.Message) bool {
@@ -65,7 +66,9 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		if r, ok := own.Route(msg.User, chatOf(ev.Channel, cmp.Or(msg.Team, m.install))); ok && r.Tenant != "" && r.Tenant != tenant {
 			return true
 		}
-		return bot != "" && msg.User == bot && !p.grants.PostedBy(ctx, ev.Channel, msg.Timestamp, tenant)
+		// The bot, or another workspace's install's bot (with OAuth installs).
+		ours := msg.User != "" && (msg.User == bot || msg.Team != "" && msg.Team != m.install && msg.User == p.works.botUser(ctx, msg.Team))
+		return ours && !p.grants.PostedBy(ctx, ev.Channel, msg.Timestamp, tenant)
 	}
 	var root []wireFile
 	r := rootIn(h, thread)

@@ -336,3 +336,33 @@ func TestSharedChannelWithInstallsThreadContextKeepsToItsTenant(t *testing.T) {
 	turn(teamA, "Ev1", userAda, "1768490900.000100", bobRoot, "t1", "t1's aside")
 	turn(teamB, "Ev2", userBob, "1768490900.000200", adaRoot, "t2", "t2's aside")
 }
+
+// TestSharedChannelThreadContextLeavesOutAnotherInstallsAnswers: with
+// OAuth installs, in a Slack Connect channel shared by A (t1's) and C
+// (installed, bound to nobody), where t2 answers Dan of C on its grant
+// with C's bot, a turn of t1's that enters the thread carries not C's
+// bot's answer to t2, which its token reads too. Before, only the
+// install's own bot's messages were judged by whom they were posted for.
+func TestSharedChannelThreadContextLeavesOutAnotherInstallsAnswers(t *testing.T) {
+	const shared = "C0SHR00001"
+	e := ownershipEnv(t, nil, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t2"})
+	for _, team := range []string{teamA.ID, teamC.ID} {
+		e.fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamC.ID}})
+	}
+	const root, answer = "1768400000.000100", "1768400000.000300"
+	e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: shared, TS: root, User: userAda, Text: "the plan"})
+	e.fake.AddMessage(slacktest.Message{Team: teamC.ID, Channel: shared, TS: "1768400000.000200", ThreadTS: root, User: userDan, Text: "t2's question"})
+	e.fake.AddMessage(slacktest.Message{Team: teamC.ID, Channel: shared, TS: answer, ThreadTS: root, User: teamC.BotUser, BotID: teamC.BotID, Text: "t2's answer"})
+	ctx, cancel := contextFor()
+	defer cancel()
+	e.p.grants.Posted(ctx, shared, answer, "t2", time.Time{})
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, shared, userAda, "1768490900.000100", root, "<@"+teamA.BotUser+"> and now?"), http.StatusOK)
+	d := e.sink.Next(t)
+	var got []string
+	for _, c := range d.Event.Context {
+		got = append(got, c.Text)
+	}
+	if want := "[thread parent] the plan"; d.Tenant != "t1" || strings.Join(got, "|") != want {
+		t.Fatalf("Ada's reply, to %s: context %q; want %q", d.Tenant, got, want)
+	}
+}
