@@ -139,17 +139,32 @@ func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (p
 	return platform.HoldNone, nil
 }
 
-// heldAlone reports whether channel, as an event of workspace team shows
-// it, is held by one tenant (a binding or a claim: Ownership.Holder), so
-// several do not act there (docs/security.md, rule 3): not a Slack Connect
-// channel where tenant, the holder there, acts as on a grant
-// (sharedOnOneToken), as the bot posts there for each workspace's tenant.
+// heldAlone reports whether tenant holds channel alone (a binding or a
+// claim: Ownership.Holder) in every workspace it is in (place: a Slack
+// Connect channel's others too), so that no other tenant holds, or may be
+// granted, any workspace's view of it (docs/security.md, rule 3). Else,
+// and when the channel cannot be placed, several tenants may act there,
+// each on its own: the bot posts for each (on one token as one bot user,
+// with OAuth installs as each workspace's), and every workspace's token
+// reads every workspace's messages.
 func (p *Platform) heldAlone(ctx context.Context, channel, team, tenant string) bool {
-	if _, held := p.owners.Load().Holder(chatOf(channel, team)); !held {
+	own := p.owners.Load()
+	if holder, held := own.Holder(chatOf(channel, team)); !held || holder != tenant {
 		return false
 	}
-	hold, _ := p.sharedOnOneToken(ctx, channel, tenant)
-	return hold != platform.HoldGrant
+	if owner, _ := own.Owner(platform.Chat{ID: channel}); owner == tenant {
+		return true // bound as a channel, whatever its workspaces
+	}
+	teams, err := p.place(ctx, tenant, channel, team)
+	if err != nil {
+		return false
+	}
+	for _, t := range teams {
+		if holder, held := own.Holder(chatOf(channel, t)); !held || holder != tenant {
+			return false
+		}
+	}
+	return true
 }
 
 // place returns the workspaces channel chat is in: those this instance

@@ -53,9 +53,10 @@ func reactionTS(ev *wireEvent) string {
 // reacted-to message (its thread and author). mine (nil: every one is)
 // reports whether the reacted-to message is the tenant's: where several
 // tenants may post (docs/security.md, rule 3: a chat no binding or claim
-// holds, a Slack Connect channel on one token: heldAlone), whether the bot
-// posted it for the tenant; without an allowlist only a reaction to the
-// tenant's own answer counts there, not one to another tenant's.
+// holds, a Slack Connect channel another tenant may act in: heldAlone),
+// whether the bot posted it for the tenant; without an allowlist only a
+// reaction to the tenant's own answer counts there, not one to another
+// tenant's.
 func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEvent, pol *policy, bot string, mine func() bool) (message, string) {
 	item, team := ev.Item, env.installTeam()
 	switch {

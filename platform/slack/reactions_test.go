@@ -160,3 +160,48 @@ func TestSharedChannelReactionAsksSlackOnItsTenantsShare(t *testing.T) {
 	clk.Advance(2 * time.Hour) // the budget's pause and the call's deadline pass
 	answered(t, codes, "the reaction")
 }
+
+// TestSharedChannelClaimedReactionToAnotherTenantsAnswer: without
+// slack.client_id, in a Slack Connect channel shared by A (t1's by its
+// binding) and C (bound to nobody), which t2 claimed and whose Dan is
+// linked to t2, reaction_triggers without an allowlist start a t2 turn on
+// an answer the bot posted for t2, not on one it posted for t1. Before,
+// t2 read as holding the channel alone (heldAlone: C is bound to nobody),
+// so Dan's reaction to t1's answer was t2's turn in t1's thread.
+func TestSharedChannelClaimedReactionToAnotherTenantsAnswer(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	fake.AddTeam(teamC)
+	for _, team := range []string{teamA.ID, teamC.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamC.ID}})
+	}
+	e := newEnvOn(t, fake, func(c *Config) {
+		c.ClientID, c.ClientSecret = "", ""
+		c.Tenants["t2"] = TenantConfig{ReactionTriggers: &[]string{}}
+	}, nil)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindScope, ID: shared, Tenant: "t2", Space: teamC.ID},
+		{Kind: platform.BindUser, ID: userDan, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	answers := map[string]string{"t1": "1768400000.000100", "t2": "1768400000.000200"}
+	ctx, cancel := contextFor()
+	defer cancel()
+	for tenant, ts := range answers {
+		fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: shared, TS: ts, User: teamA.BotUser, BotID: teamA.BotID, Text: tenant + "'s answer"})
+		e.p.grants.Posted(ctx, shared, ts, tenant, time.Time{})
+	}
+	react := func(id, ts, eventTS string) {
+		t.Helper()
+		e.event(t, teamC, id, map[string]any{"type": "reaction_added", "user": userDan, "reaction": "+1", "item_user": teamA.BotUser,
+			"item": map[string]any{"type": "message", "channel": shared, "ts": ts}, "event_ts": eventTS}, http.StatusOK)
+	}
+	react("Ev1", answers["t1"], "1768490900.000300") // handled before its 200: dropped
+	react("Ev2", answers["t2"], "1768490900.000400")
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.MessageID != "1768490900.000400" || d.Event.ReplyToMessageID != answers["t2"] {
+		t.Fatalf("delivered %s's %s in reply to %s; want t2's reaction to its own answer %s alone", d.Tenant, d.Event.MessageID, d.Event.ReplyToMessageID, answers["t2"])
+	}
+	e.sink.Empty(t)
+}

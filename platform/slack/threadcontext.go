@@ -48,22 +48,27 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 	if !ok {
 		return nil, nil
 	}
-	// In a chat no binding or claim holds, several tenants may act, each
-	// on its linked authors' messages (rule 3), and in a Slack Connect
-	// channel on one token each workspace's tenant (heldAlone): the thread
-	// shows tenant no message that reached another, nor one the bot posted
-	// there that tenant did not (platform.Grants.PostedBy), nor, then, the
-	// root's files.
-	own, chat := p.owners.Load(), chatOf(ev.Channel, m.install)
+	// Where tenant does not hold the channel alone (heldAlone: a chat no
+	// binding or claim holds, where each linked author's messages reach
+	// their own tenant, rule 3, or a Slack Connect channel another tenant
+	// holds a workspace's view of), the thread shows tenant no message
+	// that reached another tenant, each placed in its author's workspace
+	// (its team, as Slack names it in every workspace's view; the install's
+	// when it names none), nor one the bot (any workspace's) posted there
+	// that tenant did not (platform.Grants.PostedBy), nor, then, the root's
+	// files.
+	own := p.owners.Load()
 	held := p.heldAlone(ctx, ev.Channel, m.install, tenant)
 	elsewhere := func(msg *slack.Message) bool {
 		if held {
 			return false
 		}
-		if r, ok := own.Route(msg.User, chat); ok && r.Tenant != "" && r.Tenant != tenant {
+		if r, ok := own.Route(msg.User, chatOf(ev.Channel, cmp.Or(msg.Team, m.install))); ok && r.Tenant != "" && r.Tenant != tenant {
 			return true
 		}
-		return bot != "" && msg.User == bot && !p.grants.PostedBy(ctx, ev.Channel, msg.Timestamp, tenant)
+		// The bot, or another workspace's install's bot (with OAuth installs).
+		ours := msg.User != "" && (msg.User == bot || msg.Team != "" && msg.Team != m.install && msg.User == p.works.botUser(ctx, msg.Team))
+		return ours && !p.grants.PostedBy(ctx, ev.Channel, msg.Timestamp, tenant)
 	}
 	var root []wireFile
 	r := rootIn(h, thread)
@@ -90,8 +95,8 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		if isBot && !parent && bot != "" && msg.User == bot {
 			continue // the bot's own replies
 		}
-		if parent && rootHidden || !parent && !isBot && elsewhere(msg) {
-			continue // another tenant's (rule 3)
+		if parent && rootHidden || !parent && elsewhere(msg) {
+			continue // another tenant's (rule 3), its workspace's bot's too
 		}
 		text := strings.TrimSpace(msg.Text)
 		if bot != "" {

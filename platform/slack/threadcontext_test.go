@@ -3,6 +3,7 @@ package slack
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -243,5 +244,125 @@ func TestSharedChannelOnOneTokenThreadContextKeepsToItsTenant(t *testing.T) {
 	d := e.sink.Next(t)
 	if want := "[thread parent] t1's answer"; d.Tenant != "t1" || len(d.Event.Context) != 1 || d.Event.Context[0].Text != want {
 		t.Fatalf("Ada's reply to t1's answer, to %s: context %+v; want %q", d.Tenant, d.Event.Context, want)
+	}
+}
+
+// TestSharedChannelClaimedThreadContextKeepsToItsTenant: without
+// slack.client_id, in a Slack Connect channel shared by A (t1's by its
+// binding) and C (bound to nobody), which t2 claimed and whose Dan is
+// linked to t2, each tenant holds one workspace's view of the channel: a
+// turn of either that enters the other's thread carries none of the
+// other's messages (each judged in its author's workspace, its team),
+// while its own thread shows its root. Before, each read as holding the
+// channel alone (heldAlone: C is bound to nobody), and read the other
+// tenant's conversation in the thread's context.
+func TestSharedChannelClaimedThreadContextKeepsToItsTenant(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	fake.AddTeam(teamC)
+	fake.AddUser(teamC.ID, slacktest.User{ID: userDan, Name: "dan"})
+	for _, team := range []string{teamA.ID, teamC.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamC.ID}})
+	}
+	e := newEnvOn(t, fake, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, nil)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindScope, ID: shared, Tenant: "t2", Space: teamC.ID},
+		{Kind: platform.BindUser, ID: userDan, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const adaRoot, danRoot = "1768400000.000100", "1768400000.000200"
+	fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: shared, TS: adaRoot, User: userAda, Text: "t1's plan"})
+	fake.AddMessage(slacktest.Message{Team: teamC.ID, Channel: shared, TS: danRoot, User: userDan, Text: "t2's plan"})
+	mention := "<@" + teamA.BotUser + "> "
+	turn := func(team slacktest.Team, id, user, ts, thread, tenant, want string) {
+		t.Helper()
+		e.event(t, team, id, slacktest.MessageEvent(team.ID, shared, user, ts, thread, mention+"what is this?"), http.StatusOK)
+		d := e.sink.Next(t)
+		var got []string
+		for _, c := range d.Event.Context {
+			got = append(got, c.Text)
+		}
+		if d.Tenant != tenant || strings.Join(got, "|") != want {
+			t.Fatalf("%s's reply in %s, to %s: context %q; want %q", user, thread, d.Tenant, got, want)
+		}
+	}
+	turn(teamC, "Ev1", userDan, "1768490900.000100", adaRoot, "t2", "")
+	turn(teamA, "Ev2", userAda, "1768490900.000200", danRoot, "t1", "")
+	turn(teamC, "Ev3", userDan, "1768490900.000300", danRoot, "t2", "[thread parent] t2's plan")
+	turn(teamA, "Ev4", userAda, "1768490900.000400", adaRoot, "t1", "[thread parent] t1's plan")
+}
+
+// TestSharedChannelWithInstallsThreadContextKeepsToItsTenant: with OAuth
+// installs, in a Slack Connect channel shared by A (t1's) and B (t2's),
+// both of whose tokens read every message of the channel, a turn of t1's
+// that enters the thread of Bob of B carries none of B's messages (Bob's,
+// nor B's bot's answer to t2), and t2's none of A's; each keeps its own
+// workspace's. Before, the
+// channel read as held by each workspace's binding alone, so each tenant
+// read the other's conversation in the thread's context.
+func TestSharedChannelWithInstallsThreadContextKeepsToItsTenant(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	e := newEnvOn(t, fake, nil, nil)
+	const adaRoot, bobRoot = "1768400000.000100", "1768400000.000200"
+	fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: shared, TS: adaRoot, User: userAda, Text: "t1's plan"})
+	fake.AddMessage(slacktest.Message{Team: teamB.ID, Channel: shared, TS: bobRoot, User: userBob, Text: "t2's plan"})
+	for _, m := range []slacktest.Message{
+		{Team: teamB.ID, TS: "1768400000.000300", ThreadTS: bobRoot, User: teamB.BotUser, BotID: teamB.BotID, Text: "t2's agent"},
+		{Team: teamA.ID, TS: "1768400000.000400", ThreadTS: bobRoot, User: userAda, Text: "t1's aside"},
+		{Team: teamA.ID, TS: "1768400000.000500", ThreadTS: adaRoot, User: teamA.BotUser, BotID: teamA.BotID, Text: "t1's agent"},
+		{Team: teamB.ID, TS: "1768400000.000600", ThreadTS: adaRoot, User: userBob, Text: "t2's aside"},
+	} {
+		m.Channel = shared
+		fake.AddMessage(m)
+	}
+	turn := func(team slacktest.Team, id, user, ts, thread, tenant, want string) {
+		t.Helper()
+		e.event(t, team, id, slacktest.MessageEvent(team.ID, shared, user, ts, thread, "<@"+team.BotUser+"> what is this?"), http.StatusOK)
+		d := e.sink.Next(t)
+		var got []string
+		for _, c := range d.Event.Context {
+			got = append(got, c.Text)
+		}
+		if d.Tenant != tenant || strings.Join(got, "|") != want {
+			t.Fatalf("%s's reply in %s, to %s: context %q; want %q", user, thread, d.Tenant, got, want)
+		}
+	}
+	turn(teamA, "Ev1", userAda, "1768490900.000100", bobRoot, "t1", "t1's aside")
+	turn(teamB, "Ev2", userBob, "1768490900.000200", adaRoot, "t2", "t2's aside")
+}
+
+// TestSharedChannelThreadContextLeavesOutAnotherInstallsAnswers: with
+// OAuth installs, in a Slack Connect channel shared by A (t1's) and C
+// (installed, bound to nobody), where t2 answers Dan of C on its grant
+// with C's bot, a turn of t1's that enters the thread carries not C's
+// bot's answer to t2, which its token reads too. Before, only the
+// install's own bot's messages were judged by whom they were posted for.
+func TestSharedChannelThreadContextLeavesOutAnotherInstallsAnswers(t *testing.T) {
+	const shared = "C0SHR00001"
+	e := ownershipEnv(t, nil, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t2"})
+	for _, team := range []string{teamA.ID, teamC.ID} {
+		e.fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamC.ID}})
+	}
+	const root, answer = "1768400000.000100", "1768400000.000300"
+	e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: shared, TS: root, User: userAda, Text: "the plan"})
+	e.fake.AddMessage(slacktest.Message{Team: teamC.ID, Channel: shared, TS: "1768400000.000200", ThreadTS: root, User: userDan, Text: "t2's question"})
+	e.fake.AddMessage(slacktest.Message{Team: teamC.ID, Channel: shared, TS: answer, ThreadTS: root, User: teamC.BotUser, BotID: teamC.BotID, Text: "t2's answer"})
+	ctx, cancel := contextFor()
+	defer cancel()
+	e.p.grants.Posted(ctx, shared, answer, "t2", time.Time{})
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, shared, userAda, "1768490900.000100", root, "<@"+teamA.BotUser+"> and now?"), http.StatusOK)
+	d := e.sink.Next(t)
+	var got []string
+	for _, c := range d.Event.Context {
+		got = append(got, c.Text)
+	}
+	if want := "[thread parent] the plan"; d.Tenant != "t1" || strings.Join(got, "|") != want {
+		t.Fatalf("Ada's reply, to %s: context %q; want %q", d.Tenant, got, want)
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,7 +85,10 @@ type Channel struct {
 	NoContext bool
 }
 
-// Message is a message the fake holds.
+// Message is a message the fake holds. Team is its author's workspace
+// (the message's team); conversations.replies shows it to that
+// workspace's token, and in a Slack Connect channel (SharedTeams) to the
+// token of every workspace the channel is shared with, as Slack does.
 type Message struct {
 	Team, Channel, TS, ThreadTS string
 	User, BotID, Text           string
@@ -580,7 +584,7 @@ func (s *Server) answer(w http.ResponseWriter, method string, t *Team, a args) {
 		ts := a.get("ts")
 		var msgs []any
 		for _, m := range s.messages {
-			if m.Team == t.ID && m.Channel == channel && !m.Deleted && (m.TS == ts || m.ThreadTS == ts) {
+			if (m.Team == t.ID || slices.Contains(s.channels[t.ID+"/"+channel].SharedTeams, m.Team)) && m.Channel == channel && !m.Deleted && (m.TS == ts || m.ThreadTS == ts) {
 				msgs = append(msgs, s.messageJSON(m))
 			}
 		}
