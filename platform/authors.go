@@ -265,7 +265,13 @@ func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, creat
 // the store again after one did (errWriteSkipped): a send waits for the
 // store (the vault bounds its call) only while the store answers, and
 // for one write a window while it does not. A write that succeeds ends
-// the failed state.
+// the failed state. The window is the platform's, not a tenant's, as only
+// the store fails a write (down, slower than the vault's bound, out of
+// memory): the record's key is at most about 200 bytes, far under the
+// store's 1 KiB (its chat is one Egress.Chat accepted, its message an id
+// the platform answered, never a gateway's), its value a few fixed
+// fields, and the store keeps no quota per tenant, so no tenant can open
+// it for the others.
 func (g *Grants) write(ctx context.Context, k vault.Key, e vault.Entry) error {
 	g.mu.Lock()
 	probe := !g.failed.IsZero()
