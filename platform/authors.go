@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 
 	"connector/internal/clock"
-	"connector/internal/ttlcache"
+	"connector/platform/fairshare"
 	"connector/vault"
 )
 
@@ -43,19 +43,26 @@ type Grants struct {
 	vault    vault.Store
 	clock    clock.Clock
 	log      *slog.Logger
+	// mu guards stored, failed and probing.
+	mu sync.Mutex
 	// stored are the records of posted messages Posted stored or poster
 	// read lately (ChatGrantTTL/2, a read one no longer than its entry
-	// lives), which Posted does not store again and poster does not read.
-	stored *ttlcache.Cache[vault.Key, poster]
-	// unmarked are the old marks (tenantMark) PostedBy found missing, kept
-	// apart from stored: a tenant's edits of ids it never posted, declined
-	// without a platform call, must not push other tenants' records out.
-	unmarked *ttlcache.Cache[vault.Key, struct{}]
-	// mu guards failed and probing: when the last record write (write)
-	// failed (zero: it succeeded), and whether one tries the store again.
-	mu      sync.Mutex
+	// lives), which Posted does not store again and poster does not read,
+	// and the old marks (tenantMark) PostedBy found missing (a poster of
+	// none), each held by the tenant whose op stored or read it: a
+	// tenant posting, or editing ids it never posted, fast pushes out its
+	// own, not those another keeps within its share.
+	stored *fairshare.LRU[vault.Key, keptPoster]
+	// failed is when the last record write (write) failed (zero: it
+	// succeeded); probing, whether one tries the store again.
 	failed  time.Time
 	probing bool
+}
+
+// keptPoster is a poster kept in Grants.stored until until.
+type keptPoster struct {
+	poster
+	until time.Time
 }
 
 // writeRetry is how long after a record write failed the next is tried
@@ -65,8 +72,9 @@ const writeRetry = time.Second
 // errWriteSkipped is write's answer to a write it did not try.
 var errWriteSkipped = errors.New("not tried: the store failed a write less than 1s ago, or is being tried again")
 
-// postedStored bounds Grants.stored: the messages an instance answers
-// again and again (a Slack stream's, once per frame) are its latest.
+// postedStored bounds Grants.stored, shared by the platform's tenants:
+// the messages an instance answers again and again (a Slack stream's,
+// once per frame) are each tenant's latest.
 const postedStored = 4096
 
 // NewGrants returns the grants of the chats of platform name (its
@@ -80,9 +88,28 @@ func NewGrants(name string, v vault.Store, c clock.Clock, log *slog.Logger) *Gra
 	}
 	return &Grants{
 		platform: name, vault: v, clock: c, log: cmp.Or(log, slog.New(slog.DiscardHandler)),
-		stored:   ttlcache.New[vault.Key, poster](postedStored, vault.ChatGrantTTL/2, c),
-		unmarked: ttlcache.New[vault.Key, struct{}](postedStored, vault.ChatGrantTTL/2, c),
+		stored: fairshare.NewLRU[vault.Key, keptPoster](postedStored, nil),
 	}
+}
+
+// kept is the poster g.stored keeps under k, unless it expired.
+func (g *Grants) kept(k vault.Key) (poster, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p, ok := g.stored.Get(k)
+	if ok && !g.clock.Now().Before(p.until) {
+		g.stored.Remove(k)
+		return poster{}, false
+	}
+	return p.poster, ok
+}
+
+// keep keeps p under k until until, held by tenant, whose op stored or
+// read it.
+func (g *Grants) keep(tenant string, k vault.Key, p poster, until time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stored.Add(tenant, k, keptPoster{p, until})
 }
 
 // grantKey is the vault key of tenant's grant of chat on g's platform: the
@@ -219,7 +246,7 @@ func (g *Grants) tenantMark(chat, message, tenant string) vault.Key {
 // marks nothing the new tenant holds.
 func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, created time.Time) {
 	k := g.postedKey(chat, message, vault.KindPostedMessage)
-	if was, ok := g.stored.Get(k); ok && was.tenant == tenant && !was.unsaved && g.clock.Now().Sub(was.stored) < vault.ChatGrantTTL/2 {
+	if was, ok := g.kept(k); ok && was.tenant == tenant && !was.unsaved && g.clock.Now().Sub(was.stored) < vault.ChatGrantTTL/2 {
 		return
 	}
 	if created.IsZero() {
@@ -230,7 +257,7 @@ func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, creat
 	if err != nil {
 		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 	}
-	g.stored.Add(k, poster{tenant, e.Stored, e.Created, err != nil})
+	g.keep(tenant, k, poster{tenant, e.Stored, e.Created, err != nil}, e.Stored.Add(vault.ChatGrantTTL/2))
 }
 
 // write stores the record e under k for Posted or Prompted, even when ctx
@@ -238,7 +265,13 @@ func (g *Grants) Posted(ctx context.Context, chat, message, tenant string, creat
 // the store again after one did (errWriteSkipped): a send waits for the
 // store (the vault bounds its call) only while the store answers, and
 // for one write a window while it does not. A write that succeeds ends
-// the failed state.
+// the failed state. The window is the platform's, not a tenant's, as only
+// the store fails a write (down, slower than the vault's bound, out of
+// memory): the record's key is at most about 200 bytes, far under the
+// store's 1 KiB (its chat is one Egress.Chat accepted, its message an id
+// the platform answered, never a gateway's), its value a few fixed
+// fields, and the store keeps no quota per tenant, so no tenant can open
+// it for the others.
 func (g *Grants) write(ctx context.Context, k vault.Key, e vault.Entry) error {
 	g.mu.Lock()
 	probe := !g.failed.IsZero()
@@ -266,7 +299,7 @@ func (g *Grants) write(ctx context.Context, k vault.Key, e vault.Entry) error {
 }
 
 // poster is the record Posted kept of message in chat (none when there is
-// none); err (an UnavailableError, which says so) when the store could
+// none), looked up for asker; err (an UnavailableError, which says so) when the store could
 // not tell. A record this instance stored or read lately is known without
 // a store read (for half its TTL, and never past its expiry in the vault:
 // a message's poster never changes), so edit-based streaming of a message
@@ -274,9 +307,9 @@ func (g *Grants) write(ctx context.Context, k vault.Key, e vault.Entry) error {
 // kept: a record of the id may be stored on another instance since (a
 // claimant that probed an id not yet posted, then let the chat go, would
 // otherwise edit the answer another tenant posts later under that id).
-func (g *Grants) poster(ctx context.Context, chat, message string) (poster, error) {
+func (g *Grants) poster(ctx context.Context, chat, message, asker string) (poster, error) {
 	k := g.postedKey(chat, message, vault.KindPostedMessage)
-	if p, ok := g.stored.Get(k); ok {
+	if p, ok := g.kept(k); ok {
 		return p, nil
 	}
 	e, ok, err := vault.Lookup(ctx, g.vault, k)
@@ -291,7 +324,7 @@ func (g *Grants) poster(ctx context.Context, chat, message string) (poster, erro
 	if half := g.clock.Now().Add(vault.ChatGrantTTL / 2); half.Before(until) {
 		until = half
 	}
-	g.stored.AddUntil(k, p, until)
+	g.keep(asker, k, p, until)
 	return p, nil
 }
 
@@ -305,22 +338,22 @@ func (g *Grants) earlier(p poster) bool {
 // it is now, as Posted recorded it (poster, which looks a message without
 // a record up again), or as the mark of a release before this one did
 // (tenantMark); a store that could not tell counts as not. That the store
-// holds no such mark is kept (unmarked), so
+// holds no such mark is kept (stored, held by tenant), so
 // the mark is read once per message and tenant: kept, it only ever
 // answers not, and only an instance of that release, during a rolling
 // upgrade, writes such a mark (of a message posted through it, which its
 // tenant edits through this instance as not its own until the kept answer
 // expires).
 func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
-	p, err := g.poster(ctx, chat, message)
+	p, err := g.poster(ctx, chat, message, tenant)
 	if err == nil && p.tenant == "" {
 		k := g.tenantMark(chat, message, tenant)
-		if g.unmarked.Contains(k) {
+		if _, ok := g.kept(k); ok {
 			return false
 		}
 		_, ok, err := vault.Lookup(ctx, g.vault, k)
 		if !ok && err == nil {
-			g.unmarked.Add(k, struct{}{})
+			g.keep(tenant, k, poster{}, g.clock.Now().Add(vault.ChatGrantTTL/2))
 		}
 		return ok
 	}
@@ -335,7 +368,7 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 // posted while the other held the chat, is not tenant's to edit, delete
 // or rename (Execute) nor its own when quoted (OwnQuote).
 func (g *Grants) PostedByAnother(ctx context.Context, chat, message, tenant string) (bool, error) {
-	p, err := g.poster(ctx, chat, message)
+	p, err := g.poster(ctx, chat, message, tenant)
 	return p.tenant != "" && (p.tenant != tenant || g.earlier(p)), err
 }
 

@@ -958,6 +958,47 @@ func TestDeclinedEditsKeepAnotherTenantsRecords(t *testing.T) {
 	}
 }
 
+// TestPostsKeepAnotherTenantsRecords: t2 posting fast does not push the
+// records of t1's messages out of what the instance keeps (each tenant
+// keeps its share of them), so t1's edits of its earlier answer read
+// nothing from the store and its frames write nothing. Before, one cache
+// of 4,096 records was shared by every tenant of the platform: t2's
+// 5,000 posts made each of t1's edits cost a store read (and, the store
+// down, answer unavailable).
+func TestPostsKeepAnotherTenantsRecords(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{owners: map[string]string{"theirs": "t1", "mine": "t2"}}
+	n := 0
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpSend: func(_ *chatsPlatform, _ context.Context, _, _ string, _ *contract.Action) contract.Result {
+				n++
+				return contract.OK(strconv.Itoa(n))
+			},
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpSend, ChatID: "theirs", Content: "x"}); !r.Success {
+		t.Fatalf("t1's send: %+v", r)
+	}
+	for range 5000 {
+		if r := platform.Execute(t.Context(), &e, p, "t2", &contract.Action{Op: contract.OpSend, ChatID: "mine", Content: "x"}); !r.Success {
+			t.Fatalf("t2's send: %+v", r)
+		}
+	}
+	reads, puts := v.markReads, v.puts
+	if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpEdit, ChatID: "theirs", MessageID: "1", Content: "y"}); !r.Success {
+		t.Fatalf("t1's edit of its answer: %+v", r)
+	}
+	if v.markReads != reads || v.puts != puts {
+		t.Errorf("t1's edit after t2's 5,000 posts read its record %d times and wrote it %d times, want neither", v.markReads-reads, v.puts-puts)
+	}
+}
+
 // stallingVault is a vault whose Put, while down, says so on entered and
 // answers what the test sends on answer (nil: it stores), or fails once
 // the test has ended.

@@ -22,8 +22,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/simplelru"
-
 	"connector/contract"
 	"connector/platform/fairshare"
 )
@@ -73,10 +71,14 @@ type Bounds struct {
 type Log[K comparable] struct {
 	chats, perChat, bytesPerChat int
 
-	mu       sync.Mutex
-	count    int                                // chats kept, of every tenant
-	byTenant map[string]*simplelru.LRU[K, held] // a tenant id's chats, by use
-	shares   *fairshare.Holdings                // the chats of each tenant id
+	mu   sync.Mutex
+	kept *fairshare.LRU[tenantChat[K], held] // held by the tenant id
+}
+
+// tenantChat is a tenant id's chat k.
+type tenantChat[K comparable] struct {
+	id string
+	k  K
 }
 
 // held is a chat's kept messages, for a tenant created at created (Tenant).
@@ -87,32 +89,29 @@ type held struct {
 
 // New returns an empty Log with bounds b.
 func New[K comparable](b Bounds) *Log[K] {
-	return &Log[K]{
+	l := &Log[K]{
 		chats:        cmp.Or(max(b.Chats, 0), DefaultChats),
 		perChat:      cmp.Or(max(b.PerChat, 0), DefaultPerChat),
 		bytesPerChat: cmp.Or(max(b.BytesPerChat, 0), DefaultBytesPerChat),
-		byTenant:     make(map[string]*simplelru.LRU[K, held]),
-		shares:       fairshare.NewHoldings(b.Weights),
 	}
+	l.kept = fairshare.NewLRU[tenantChat[K], held](l.chats, b.Weights)
+	return l
 }
 
 // Keep adds a message to t's chat k, dropping the oldest beyond the bounds
 // and any kept for another creation of t's id. A message without text is
 // not kept: the gateway skips context without text. A chat new to a full
 // Log forgets the least recently used chat of the tenant id holding the
-// most for its weight (fairshare.Holdings).
+// most for its weight (fairshare.LRU).
 func (l *Log[K]) Keep(t Tenant, k K, msg contract.ContextMessage) {
 	if msg.Text == "" {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	chats := l.byTenant[t.id]
 	var old []contract.ContextMessage
-	if chats != nil {
-		if h, ok := chats.Get(k); ok && h.created == t.created {
-			old = h.msgs
-		}
+	if h, ok := l.kept.Get(tenantChat[K]{t.id, k}); ok && h.created == t.created {
+		old = h.msgs
 	}
 	kept := append(make([]contract.ContextMessage, 0, len(old)+1), old...)
 	kept = append(kept, msg)
@@ -125,36 +124,10 @@ func (l *Log[K]) Keep(t Tenant, k K, msg contract.ContextMessage) {
 		}
 	}
 	if len(kept) == 0 {
-		l.forget(t.id, k)
+		l.kept.Remove(tenantChat[K]{t.id, k})
 		return
 	}
-	if chats == nil || !chats.Contains(k) {
-		if l.count >= l.chats {
-			fullest := l.shares.Fullest()
-			oldest, _, _ := l.byTenant[fullest].GetOldest()
-			l.forget(fullest, oldest)
-		}
-		if chats = l.byTenant[t.id]; chats == nil {
-			chats, _ = simplelru.NewLRU[K, held](l.chats, nil) // size > 0: cannot fail
-			l.byTenant[t.id] = chats
-		}
-		l.count++
-		l.shares.Add(t.id, 1)
-	}
-	chats.Add(k, held{t.created, kept})
-}
-
-// forget drops tenant id's chat k. Called with l.mu held.
-func (l *Log[K]) forget(id string, k K) {
-	chats := l.byTenant[id]
-	if chats == nil || !chats.Remove(k) {
-		return
-	}
-	l.count--
-	l.shares.Add(id, -1)
-	if chats.Len() == 0 {
-		delete(l.byTenant, id)
-	}
+	l.kept.Add(t.id, tenantChat[K]{t.id, k}, held{t.created, kept})
 }
 
 // Take returns the messages kept for t's chat k, oldest first, and forgets
@@ -179,10 +152,8 @@ func (l *Log[K]) Restore(t Tenant, k K, msgs []contract.ContextMessage) {
 func (l *Log[K]) Pending(t Tenant, k K) []contract.ContextMessage {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if chats := l.byTenant[t.id]; chats != nil {
-		if h, ok := chats.Peek(k); ok && h.created == t.created {
-			return h.msgs
-		}
+	if h, ok := l.kept.Peek(tenantChat[K]{t.id, k}); ok && h.created == t.created {
+		return h.msgs
 	}
 	return nil
 }
@@ -191,7 +162,7 @@ func (l *Log[K]) Pending(t Tenant, k K) []contract.ContextMessage {
 func (l *Log[K]) Delivered(t Tenant, k K) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.forget(t.id, k)
+	l.kept.Remove(tenantChat[K]{t.id, k})
 }
 
 // SetTenants forgets the chats kept for a tenant created (id -> its
@@ -202,11 +173,11 @@ func (l *Log[K]) Delivered(t Tenant, k K) {
 func (l *Log[K]) SetTenants(created map[string]time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for id, chats := range l.byTenant {
+	for id, keys := range l.kept.Keys() {
 		at, ok := created[id]
-		for _, k := range chats.Keys() {
-			if h, _ := chats.Peek(k); !ok || h.created != TenantOf(id, at).created {
-				l.forget(id, k)
+		for _, k := range keys {
+			if h, _ := l.kept.Peek(k); !ok || h.created != TenantOf(id, at).created {
+				l.kept.Remove(k)
 			}
 		}
 	}
@@ -216,5 +187,5 @@ func (l *Log[K]) SetTenants(created map[string]time.Time) {
 func (l *Log[K]) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.count
+	return l.kept.Len()
 }

@@ -286,3 +286,35 @@ func TestHoldings(t *testing.T) {
 		}
 	}
 }
+
+// TestLRU: a key new to a full LRU forgets the least recently used key of
+// the tenant holding the most, a lone tenant keeps all n, and a key added
+// for another tenant moves to it, one key in all.
+func TestLRU(t *testing.T) {
+	l := fairshare.NewLRU[int, string](5, nil)
+	for k := range 5 {
+		l.Add("t1", k, "a")
+	}
+	if l.Len() != 5 {
+		t.Fatalf("a lone tenant keeps %d of 5", l.Len())
+	}
+	l.Get(0) // 1 is now t1's least recently used
+	l.Add("t2", 10, "b")
+	if _, ok := l.Peek(1); ok || l.Len() != 5 {
+		t.Fatalf("t2's first key did not push out t1's least recently used (len %d)", l.Len())
+	}
+	for k := 11; k < 20; k++ { // t2 floods
+		l.Add("t2", k, "b")
+	}
+	if got := l.Keys()["t1"]; !slices.Equal(got, []int{4, 0}) {
+		t.Fatalf("t2 flooding left t1 %v, want its 2 most recently used, [4 0]", got)
+	}
+	l.Add("t1", 19, "a") // t2's key 19, now t1's
+	if v, _ := l.Get(19); v != "a" || l.Len() != 5 || len(l.Keys()["t1"]) != 3 {
+		t.Fatalf("a key moved to t1: %q, len %d, t1's %v", v, l.Len(), l.Keys()["t1"])
+	}
+	l.Remove(19)
+	if _, ok := l.Get(19); ok || l.Len() != 4 {
+		t.Fatal("a removed key is still there")
+	}
+}
