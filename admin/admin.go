@@ -318,7 +318,10 @@ type BindingView struct {
 	Source   string `json:"source"`
 }
 
-// listTenants answers {"tenants": [TenantView...]}, sorted by id.
+// listTenants answers {"tenants": [TenantView...], "corrupt": [...]}, the
+// tenants sorted by id, and corrupt naming the stored entries that do not
+// decode (registry.State.Corrupt, "namespace key"): no tenant's, each to
+// fix or remove (a binding's by admin unbind of its key).
 func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 	stored, err := h.cfg.Registry.Stored(r.Context())
 	var wakes map[string]map[string]string
@@ -362,7 +365,7 @@ func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 		out = append(out, *v)
 	}
 	slices.SortFunc(out, func(a, b TenantView) int { return strings.Compare(a.ID, b.ID) })
-	httpjson.Write(w, http.StatusOK, map[string]any{"tenants": out})
+	httpjson.Write(w, http.StatusOK, map[string]any{"tenants": out, "corrupt": append([]string{}, stored.Corrupt...)})
 }
 
 // backupTimeout bounds one backup download.

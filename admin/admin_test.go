@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -203,6 +204,43 @@ func TestCorruptBindingIsRemovedByTheOperator(t *testing.T) {
 	}
 	if err := reg.Claim(ctx, "b", "telegram", platform.Chat{ID: "-1002"}); err != nil {
 		t.Fatalf("claim after the corrupt binding went: %v", err)
+	}
+}
+
+// TestCorruptEntriesAreListed: a stored binding that does not decode (a
+// guild binding, a scope claim: their keys name no tenant) is listed apart
+// from the tenants, with the key admin unbind takes, and under no tenant.
+// Before, the listing left it out, and only the logs named it.
+func TestCorruptEntriesAreListed(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	reg := registry.New(st, clock.System)
+	h, err := admin.New(admin.Config{Registry: reg, Token: token, Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"discord/guild/123", "telegram/scope/-1002"} {
+		if _, err := st.Registry().Put(ctx, "registry/bindings", key, []byte(`{"tenant":`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := do(h, "GET", "/admin/v1/tenants", "Bearer "+token, "")
+	var got struct {
+		Tenants []admin.TenantView `json:"tenants"`
+		Corrupt []string           `json:"corrupt"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("list: %d %s (%v)", w.Code, w.Body, err)
+	}
+	if want := []string{"registry/bindings discord/guild/123", "registry/bindings telegram/scope/-1002"}; !slices.Equal(got.Corrupt, want) {
+		t.Errorf("corrupt %q; want %q", got.Corrupt, want)
+	}
+	if len(got.Tenants) != 1 || len(got.Tenants[0].Bindings) != 0 {
+		t.Errorf("tenants %+v: want b with no binding", got.Tenants)
 	}
 }
 

@@ -206,6 +206,10 @@ func NoteOwner(s *Server, tenant, sessionKey, conn string) {
 	s.hub(tenant).fleet.noteOwner(ownerOnly(conn), sessionKey, "chat-"+sessionKey)
 }
 
+// OwnerWrites is how many session-owner writes of tenant s has queued or
+// is writing.
+func OwnerWrites(s *Server, tenant string) int { return int(s.hub(tenant).fleet.ownerWrites.Load()) }
+
 // ownerOnly is a ledger.Consumer that takes nothing: a named owner.
 type ownerOnly string
 

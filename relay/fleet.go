@@ -17,6 +17,7 @@ import (
 	"connector/internal/cluster"
 	"connector/internal/textsplit"
 	"connector/internal/wsconn"
+	"connector/platform/fairshare"
 	"connector/relay/ledger"
 	"connector/store"
 )
@@ -57,15 +58,17 @@ const (
 // again when ownerRefresh has passed since the last write and the
 // session's entries still go to the same socket. An interrupt matters
 // while a turn runs, right after an inbound, so an hour is ample.
-// ownerQueue bounds the writes waiting, and ownerShare a tenant's among
-// them (its writes waiting or being written), so a tenant churning sessions
-// fills only its share; past either a write is skipped and retried at the
-// session's next dispatch.
+// ownerQueue bounds the writes waiting or being written; a tenant takes
+// at most its bound's part of what the other tenants leave
+// (fairshare.Admits), its bound its part of ownerQueue by the tenants'
+// weights and at least half of it (shareOwners), so a tenant churning
+// sessions leaves the others room, and a lone busy one takes half (all
+// of it as the only tenant). Past that a write is skipped and retried at
+// the session's next dispatch.
 const (
 	ownerTTL     = time.Hour
 	ownerRefresh = ownerTTL / 4
 	ownerQueue   = 4096
-	ownerShare   = ownerQueue / 8
 )
 
 // tenantWorkers bounds the tenants whose store calls (beats, the reads of
@@ -99,6 +102,9 @@ type fleet struct {
 	owners store.Owners
 
 	ownerOut chan ownerWrite // session owners to store
+	// ownerWrites counts the owner writes queued (ownerOut) or being
+	// written, of all tenants.
+	ownerWrites atomic.Int32
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -169,8 +175,9 @@ type tenantFleet struct {
 	ownMu sync.Mutex
 	owned *simplelru.LRU[string, ownerNote] // owners stored, by session key
 	// ownerWrites counts its owner writes queued (fleet.ownerOut) or being
-	// written, at most ownerShare.
-	ownerWrites atomic.Int32
+	// written, and ownerBound is the most it may hold with no other
+	// tenant's (shareOwners).
+	ownerWrites, ownerBound atomic.Int32
 
 	// Under hub.mu:
 	driver string           // the driving instance, as last seen
@@ -569,6 +576,7 @@ func (fl *fleet) ownerLoop() {
 			err := fl.owners.Set(ctx, w.h.id, w.sessionKey, w.owner, ownerTTL)
 			cancel()
 			w.h.fleet.ownerWrites.Add(-1)
+			fl.ownerWrites.Add(-1)
 			if err != nil && fl.ctx.Err() == nil {
 				fl.srv.log.Warn("session owner not stored: an interrupt after a takeover may not find it",
 					"tenant", w.h.id, "err", err)
@@ -592,17 +600,35 @@ func (f *tenantFleet) noteOwner(c ledger.Consumer, sessionKey, chatID string) {
 	if n, ok := f.owned.Get(sessionKey); ok && n.c == c && n.chatID == chatID && now.Sub(n.written) < ownerRefresh {
 		return
 	}
-	if f.ownerWrites.Load() >= ownerShare {
+	if !fairshare.Admits(int(f.ownerWrites.Load()), int(f.fl.ownerWrites.Load()), ownerQueue, int(f.ownerBound.Load())) {
 		return
 	}
 	o := store.Owner{ChatID: chatID}
 	o.Instance, o.Conn = c.Owner()
 	f.ownerWrites.Add(1) // before ownerLoop can take it
+	f.fl.ownerWrites.Add(1)
 	select {
 	case f.fl.ownerOut <- ownerWrite{h: f.h, sessionKey: sessionKey, owner: o}:
 		f.owned.Add(sessionKey, ownerNote{c: c, chatID: chatID, written: now})
 	default:
 		f.ownerWrites.Add(-1)
+		f.fl.ownerWrites.Add(-1)
+	}
+}
+
+// shareOwners sets each tenant's ownerBound: its part of ownerQueue by
+// the weights of tenants (fairshare.Part), at least half of it, so a
+// busy tenant among many takes that half while the others are idle; a
+// deployment of one tenant takes the whole queue. s.regMu is held, and
+// tenants are those s serves.
+func (fl *fleet) shareOwners(tenants []Tenant) {
+	sum := 0
+	for _, t := range tenants {
+		sum += max(t.Weight, 1)
+	}
+	for _, t := range tenants {
+		bound := max(fairshare.Part(ownerQueue, max(t.Weight, 1), sum), ownerQueue/2)
+		fl.srv.tenants[t.ID].fleet.ownerBound.Store(int32(bound))
 	}
 }
 

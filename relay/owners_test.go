@@ -79,3 +79,41 @@ func TestOwnerWritesOfAChurningTenantLeaveOthersTheirShare(t *testing.T) {
 		}
 	}
 }
+
+// A tenant's part of the instance's owner writes follows its weight, and
+// a busy tenant takes more than an eighth while the queue has room: with
+// the store holding every write, a tenant of weight 3 beside one of weight
+// 1 has 3,072 of the 4,096 queued, the other then half of what it leaves
+// (512), and the only tenant of a deployment the whole queue. A fixed
+// share held every tenant at 512 however idle the queue.
+func TestOwnerWritesShareFollowsWeight(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		tenants []relay.Tenant
+		want    map[string]int
+	}{
+		{"heavy beside light", []relay.Tenant{{ID: "t1", Weight: 3}, {ID: "t2", Weight: 1}}, map[string]int{"t1": 3072, "t2": 512}},
+		{"the only tenant", []relay.Tenant{{ID: "t1"}}, map[string]int{"t1": 4096}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := store.NewMemory(nil)
+			t.Cleanup(func() { _ = mem.Close() })
+			st := gatedOwners{Store: mem, open: make(chan struct{}), stored: make(chan string, 1)}
+			node, err := cluster.New(cluster.Config{Instance: "i0", PubSub: st.PubSub(), LeaseTTL: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(node.Close)
+			h := relaytest.StartConfig(t, relay.Config{Tenants: tc.tenants, Log: relaytest.TestLogger(t), Store: st, Cluster: node})
+			t.Cleanup(func() { close(st.open) })
+			for _, tn := range tc.tenants {
+				for i := range 5000 {
+					relay.NoteOwner(h.Server, tn.ID, "s"+strconv.Itoa(i), "c")
+				}
+				if got := relay.OwnerWrites(h.Server, tn.ID); got != tc.want[tn.ID] {
+					t.Errorf("tenant %s (weight %d) has %d owner writes queued or being written; want %d", tn.ID, tn.Weight, got, tc.want[tn.ID])
+				}
+			}
+		})
+	}
+}

@@ -60,6 +60,9 @@ type Tenant struct {
 	// connections and drops its buffered inbound, session owners and chat
 	// profiles, none of which the new tenant inherits.
 	Created time.Time
+	// Weight is the tenant's share of the relay's session-owner writes
+	// relative to the other tenants' (fairshare); under 1 counts as 1.
+	Weight int
 }
 
 // Gateway is one gateway identity allowed to dial /relay.

@@ -151,6 +151,9 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 			owner[g.ID] = t.ID
 		}
 	}
+	if s.fleet != nil {
+		s.fleet.shareOwners(tenants)
+	}
 	for id, h := range s.tenants {
 		if !kept[id] {
 			delete(s.tenants, id)

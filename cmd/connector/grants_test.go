@@ -163,7 +163,7 @@ func TestRelayTenantsCarryTheirCreation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tenants := relayTenants(s)
+		tenants := relayTenants(s, nil)
 		if len(tenants) != 1 || tenants[0].Created.IsZero() {
 			t.Fatalf("relay tenants %+v, want acme with its creation", tenants)
 		}

@@ -50,6 +50,7 @@ type live struct {
 	// tenant's state with it.
 	keepers []platform.TenantKeeper
 	keys    *sessionKeys
+	weights map[string]int // the tenants' relay weights (relayWeights)
 	log     *slog.Logger
 	metrics *adminMetrics
 	clock   clock.Clock // times the expiry timer
@@ -82,10 +83,10 @@ type live struct {
 }
 
 // newLive keeps srv and the platforms that take bindings or relevance
-// policies in step with reg.
-func newLive(reg *registry.Registry, srv *relay.Server, platforms []platform.Platform, keys *sessionKeys, log *slog.Logger, am *adminMetrics) *live {
+// policies in step with reg, the relay's tenants with their weights.
+func newLive(reg *registry.Registry, srv *relay.Server, platforms []platform.Platform, keys *sessionKeys, weights map[string]int, log *slog.Logger, am *adminMetrics) *live {
 	l := &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, relevance: map[string]platform.RelevanceTaker{},
-		keys: keys, log: log, metrics: am, clock: clock.System, turn: make(chan struct{}, 1)}
+		keys: keys, weights: weights, log: log, metrics: am, clock: clock.System, turn: make(chan struct{}, 1)}
 	for _, p := range platforms {
 		if b, ok := p.(platform.Binder); ok {
 			l.binders[p.Name()] = b
@@ -142,14 +143,43 @@ func (c *Config) declared() registry.State {
 	return s
 }
 
-// relayTenants converts a merged registry state for the relay.
-func relayTenants(s registry.State) []relay.Tenant {
+// relayWeights is each tenant's relay weight (relay.Tenant.Weight): the
+// largest weight it has on a platform (<platform>.tenants.<t>.weight).
+func (c *Config) relayWeights() map[string]int {
+	w := make(map[string]int)
+	take := func(tenant string, weight int) { w[tenant] = max(w[tenant], weight) }
+	if c.Discord != nil {
+		for t, tc := range c.Discord.Tenants {
+			take(t, tc.Weight)
+		}
+	}
+	if c.Telegram != nil {
+		for t, tc := range c.Telegram.Tenants {
+			take(t, tc.Weight)
+		}
+	}
+	if c.Slack != nil {
+		for t, tc := range c.Slack.Tenants {
+			take(t, tc.Weight)
+		}
+	}
+	if c.WhatsApp != nil {
+		for t, tc := range c.WhatsApp.Tenants {
+			take(t, tc.Weight)
+		}
+	}
+	return w
+}
+
+// relayTenants converts a merged registry state for the relay, each
+// tenant with its weight of weights.
+func relayTenants(s registry.State, weights map[string]int) []relay.Tenant {
 	out := make([]relay.Tenant, 0, len(s.Tenants))
 	index := make(map[string]int, len(s.Tenants))
 	for _, t := range s.Tenants {
 		opts := t.Session.Options()
 		index[t.ID] = len(out)
-		out = append(out, relay.Tenant{ID: t.ID, Session: &opts, Created: t.Created})
+		out = append(out, relay.Tenant{ID: t.ID, Session: &opts, Created: t.Created, Weight: weights[t.ID]})
 	}
 	for _, g := range s.Gateways {
 		i, ok := index[g.Tenant]
@@ -286,7 +316,7 @@ func (l *live) applyLocked(ctx context.Context) error {
 	if err := s.TenantsWhole(); err != nil {
 		return failed(slog.LevelError, "registry not applied: a tenant record does not decode (fix it, or end the tenant: connector admin tenant rm)", err)
 	}
-	tenants := relayTenants(s)
+	tenants := relayTenants(s, l.weights)
 	// The creation times move before the relay applies, on purpose: the
 	// vault (keys.since) then judges a tenant made again under its id by
 	// its new creation before the relay lets the new tenant's gateways

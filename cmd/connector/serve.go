@@ -339,7 +339,8 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	if err != nil {
 		return nil, err
 	}
-	tenants := relayTenants(effective)
+	weights := cfg.relayWeights()
+	tenants := relayTenants(effective, weights)
 	keys := &sessionKeys{}
 	keys.set(tenants)
 	m := newMetrics()
@@ -394,7 +395,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	}()
 	m.watchLedger(srv)
 	c.metrics, c.platforms, c.relay, c.poker = m, platforms, srv, poker
-	c.live = newLive(reg, srv, platforms, keys, log, am)
+	c.live = newLive(reg, srv, platforms, keys, weights, log, am)
 	// A deleted tenant's metric series go with it, and its media.
 	c.live.keepers = append(c.live.keepers, m)
 	if c.media != nil {

@@ -41,8 +41,13 @@ func Share(n int, weights map[string]int, tenant string) int {
 		}
 	}
 	own := max(weights[tenant], 1)
-	return n * own / (sum + own)
+	return Part(n, own, sum+own)
 }
+
+// Part is a weight own's part of n among weights summing to sum (own's
+// included), as Share gives it: for a caller that sums the weights once
+// for many tenants.
+func Part(n, own, sum int) int { return n * own / sum }
 
 // Admits reports whether a tenant holding own of a bound of n, the
 // tenants together holding total, may take one more part, bound being the
