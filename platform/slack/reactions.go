@@ -54,9 +54,11 @@ func reactionTS(ev *wireEvent) string {
 // reports whether the reacted-to message is the tenant's: where several
 // tenants may post (docs/security.md, rule 3: a chat no binding or claim
 // holds, a Slack Connect channel another tenant may act in: heldAlone),
-// whether the bot posted it for the tenant; without an allowlist only a
-// reaction to the tenant's own answer counts there, not one to another
-// tenant's.
+// whether the bot posted it for the tenant; where the tenant holds the chat
+// alone, that it is not remembered as posted there for another tenant
+// (before a rebind or a claim: Grants.PostedByAnother); without an
+// allowlist only a reaction to the tenant's own answer counts, not one to
+// another tenant's.
 func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEvent, pol *policy, bot string, mine func() bool) (message, string) {
 	item, team := ev.Item, env.installTeam()
 	switch {
@@ -119,7 +121,11 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 	bot := cmp.Or(p.works.botUser(ctx, team), env.botUser())
 	tctx := platform.WithTenant(ctx, r.Tenant)
 	mine := func() bool {
-		return p.heldAlone(tctx, channel, team, r.Tenant) || p.grants.PostedBy(tctx, channel, ev.Item.TS, r.Tenant)
+		if p.heldAlone(tctx, channel, team, r.Tenant) { // not one remembered as another's, posted before a rebind or a claim
+			another, err := p.grants.PostedByAnother(tctx, channel, ev.Item.TS, r.Tenant)
+			return err == nil && !another
+		}
+		return p.grants.PostedBy(tctx, channel, ev.Item.TS, r.Tenant)
 	}
 	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot, mine)
 	if drop != "" {

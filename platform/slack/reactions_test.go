@@ -203,5 +203,40 @@ func TestSharedChannelClaimedReactionToAnotherTenantsAnswer(t *testing.T) {
 	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.MessageID != "1768490900.000400" || d.Event.ReplyToMessageID != answers["t2"] {
 		t.Fatalf("delivered %s's %s in reply to %s; want t2's reaction to its own answer %s alone", d.Tenant, d.Event.MessageID, d.Event.ReplyToMessageID, answers["t2"])
 	}
+}
+
+// TestReactionToTheEarlierHoldersAnswerStartsNoTurn: t1 answered in a
+// channel bound to it, which is bound to t2 since; with reaction_triggers
+// without an allowlist, Ada's reaction to t1's answer starts no t2 turn in
+// t1's thread (the answer is remembered as t1's, as a quote of it is not
+// t2's own); her reaction to t2's answer does. Before, every bot message
+// of a channel held by one tenant counted as that tenant's.
+func TestReactionToTheEarlierHoldersAnswerStartsNoTurn(t *testing.T) {
+	on := TenantConfig{ReactionTriggers: &[]string{}}
+	e := newEnv(t, func(c *Config) { c.Tenants["t1"], c.Tenants["t2"] = on, on }, nil)
+	answer := func(tenant string) string {
+		t.Helper()
+		r := e.execute(t, tenant, `{"op":"send","chat_id":"`+chanGeneral+`","content":"`+tenant+`'s answer"}`)
+		if !r.Success {
+			t.Fatalf("%s's send: %+v", tenant, r)
+		}
+		return r.MessageID
+	}
+	earlier := answer("t1")
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindChannel, ID: chanGeneral, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	own := answer("t2")
+	react := func(id, ts, eventTS string) {
+		t.Helper()
+		e.event(t, teamA, id, map[string]any{"type": "reaction_added", "user": userAda, "reaction": "+1", "item_user": teamA.BotUser,
+			"item": map[string]any{"type": "message", "channel": chanGeneral, "ts": ts}, "event_ts": eventTS}, http.StatusOK)
+	}
+	react("Ev1", earlier, "1768491000.000100") // handled before its 200: dropped
+	react("Ev2", own, "1768491000.000200")
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.MessageID != "1768491000.000200" || d.Event.ReplyToMessageID != own {
+		t.Fatalf("delivered %s's %s in reply to %s; want t2's reaction to its own answer %s alone", d.Tenant, d.Event.MessageID, d.Event.ReplyToMessageID, own)
+	}
 	e.sink.Empty(t)
 }

@@ -346,7 +346,8 @@ func TestPressAfterTheLinkMovedRenewsNoGrant(t *testing.T) {
 // and prompts there; user 501, linked to t1 (501's home) and t2, presses.
 // The press is t2's answer, as in a shared DM: it went by the author's
 // route, to t1, which got t2's prompt_id and the choice while t2 never
-// did.
+// did. Once t3 claims the group, a press of t2's prompt is dropped
+// (prompt_not_owned) and answered: it was t3's, with t2's prompt_id.
 func TestPromptPressInASharedGroupReachesItsPoster(t *testing.T) {
 	e := webhookEnv(t, nil)
 	bindings := []platform.Binding{
@@ -384,7 +385,7 @@ func TestPromptPressInASharedGroupReachesItsPoster(t *testing.T) {
 		t.Fatalf("press delivered to %q: %+v, want t2's prompt_response", d.Tenant, d.Event)
 	}
 	// t3 claims the group since, and 501 is linked to it too: t2 may no
-	// longer act there, so a press on its prompt is t3's, as any message.
+	// longer act there, and its prompt is not t3's to answer.
 	bindings = append(bindings, platform.Binding{Kind: platform.BindUser, ID: "501", Tenant: "t3"},
 		platform.Binding{Kind: platform.BindScope, ID: strconv.Itoa(group), Tenant: "t3"})
 	if err := e.p.Bind(bindings); err != nil {
@@ -396,9 +397,10 @@ func TestPromptPressInASharedGroupReachesItsPoster(t *testing.T) {
 	if code := e.post(t, press); code != http.StatusOK {
 		t.Fatalf("press in the claimed group: status %d", code)
 	}
-	if d := e.sink.Next(t); d.Tenant != "t3" {
-		t.Fatalf("press in t3's claimed group delivered to %q, want t3", d.Tenant)
+	if calls := e.calls(t, "answerCallbackQuery", 2); calls[1].Form["callback_query_id"] != "cq884100903" {
+		t.Errorf("answerCallbackQuery %v, want the dropped press's", calls[1].Form)
 	}
+	e.sink.Empty(t)
 }
 
 // TestPressOfAnEarlierTenantsPrompt: t1 prompted user 501 in the DM bound
@@ -407,8 +409,8 @@ func TestPromptPressInASharedGroupReachesItsPoster(t *testing.T) {
 // dropped and its spinner stopped, not delivered to the new t1 as its
 // prompt's answer; so is one dated after the creation (the record of its
 // poster names the earlier t1's creation). A press of a message Telegram
-// no longer shows the bot (no date) is the new t1's once t1 is older than
-// datelessPressWindow; before, that press is dropped too: it was
+// no longer shows the bot (no date), whose day-long mark is gone, is the
+// new t1's once t1 is older than datelessPressWindow; before, that press is dropped too: it was
 // delivered, undated, to the new t1. A press of the new t1's own prompt is
 // its answer, undated or dated before the creation (clocks apart): the
 // prompt's poster is recorded with its creation. It was dropped.
@@ -437,6 +439,7 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 	}
 	msgID, _ := strconv.Atoi(r.MessageID)
 	creation.Store(created.UnixNano()) // t1 deleted and made again
+	unmarked := 0                      // the message_id pressed, when not msgID's
 	press := func(update int64, posted time.Time) {
 		t.Helper()
 		body, err := e.fake.PressButton(update, map[string]any{"id": int64(501), "type": "private", "first_name": "Ada"}, msgID,
@@ -449,6 +452,9 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 			t.Fatal(err)
 		}
 		u["callback_query"].(map[string]any)["message"].(map[string]any)["date"] = posted.Unix()
+		if unmarked != 0 {
+			u["callback_query"].(map[string]any)["message"].(map[string]any)["message_id"] = unmarked
+		}
 		if body, err = json.Marshal(u); err != nil {
 			t.Fatal(err)
 		}
@@ -481,7 +487,9 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 	})
 	e.sink.Empty(t)
 	creation.Store(time.Now().Add(-datelessPressWindow - time.Minute).UnixNano())
+	unmarked = msgID + 1000 // a prompt of the earlier t1's whose day-long mark is gone, as it is for a t1 made that long ago
 	press(884100913, undated)
+	unmarked = 0
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
 		t.Fatalf("the undated press of a t1 made long ago delivered to %q as %+v", d.Tenant, d.Event)
 	}
@@ -805,9 +813,10 @@ func TestPressOfAPromptThatOutlivedItsTenant(t *testing.T) {
 // TestPromptPressInASharedGroupReachesItsPoster's second half with t3
 // made an hour ago (younger than datelessPressWindow): t2 prompted in a
 // group it held by grant, and t3 claims the group since; a press of t2's
-// prompt, dated after t3's creation, is t3's, as any message there, as it
-// is for an older t3. It was dropped as earlier_tenant_prompt: the
-// prompt's record names another tenant than t3, which is no earlier t3.
+// prompt, dated after t3's creation, is dropped as prompt_not_owned, as it
+// is for an older t3 (it was t3's, with t2's prompt_id), not as
+// earlier_tenant_prompt: the prompt's record names another tenant than t3,
+// which is no earlier t3.
 func TestPressInAYoungTenantsClaimedGroupOfAnotherTenantsPrompt(t *testing.T) {
 	made := time.Now().Add(-time.Hour)
 	since := func(tenant string) time.Time {
@@ -816,7 +825,8 @@ func TestPressInAYoungTenantsClaimedGroupOfAnotherTenantsPrompt(t *testing.T) {
 		}
 		return time.Time{}
 	}
-	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since})}, func(c *Config) {
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{Since: since}), Metrics: m}, func(c *Config) {
 		c.WebhookURL = "https://connector.example" + WebhookPath
 		c.WebhookSecret = testSecret
 	})
@@ -851,7 +861,71 @@ func TestPressInAYoungTenantsClaimedGroupOfAnotherTenantsPrompt(t *testing.T) {
 	if code := e.post(t, press); code != http.StatusOK {
 		t.Fatalf("press in the claimed group: status %d", code)
 	}
-	if d := e.sink.Next(t); d.Tenant != "t3" {
-		t.Fatalf("press in t3's claimed group delivered to %q, want t3", d.Tenant)
+	platformtest.WaitUntil(t, "the press of t2's prompt dropped as prompt_not_owned", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropPromptNotOwned] == 1 && m.dropped[dropEarlierTenantPrompt] == 0
+	})
+	e.sink.Empty(t)
+}
+
+// TestPressAfterTheChatMoved: a group bound to t1, where t1 prompted, is
+// bound to t2 since. A press of t1's prompt there is dropped
+// (prompt_not_owned) and answered, as on Discord and Slack: it went by
+// the chat's route of the moment, to t2, which got t1's prompt_id and the
+// choice while t1 never did. t2's own prompt there is answered.
+func TestPressAfterTheChatMoved(t *testing.T) {
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewMemory(vault.Config{}), Metrics: m}, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	e.startWebhook(t)
+	const group = -100890
+	bind := func(tenant string) {
+		t.Helper()
+		if err := e.p.Bind([]platform.Binding{{Kind: platform.BindChat, ID: strconv.Itoa(group), Tenant: tenant}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prompt := func(tenant, id string) int {
+		t.Helper()
+		a := promptAction(strconv.Itoa(group), contract.PromptOption{ID: "once", Label: "Approve once"})
+		a.PromptID = id
+		r := e.act(t, tenant, a)
+		if !r.Success {
+			t.Fatalf("%s's prompt: %+v", tenant, r)
+		}
+		msgID, _ := strconv.Atoi(r.MessageID)
+		return msgID
+	}
+	chat := map[string]any{"id": int64(group), "type": "supergroup", "title": "G"}
+	press := func(update int64, msgID int, id string) {
+		t.Helper()
+		body, err := e.fake.PressButton(update, chat, msgID, "hp1:"+id+":once", map[string]any{"id": int64(501), "is_bot": false, "first_name": "Ada"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := e.post(t, body); code != http.StatusOK {
+			t.Fatalf("press: status %d", code)
+		}
+	}
+	bind("t1")
+	earlier := prompt("t1", "f00dba.00000001")
+	bind("t2")
+	press(884100951, earlier, "f00dba.00000001")
+	platformtest.WaitUntil(t, "the press of t1's prompt dropped as prompt_not_owned", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropPromptNotOwned] == 1
+	})
+	if calls := e.calls(t, "answerCallbackQuery", 1); calls[0].Form["callback_query_id"] != "cq884100951" {
+		t.Errorf("answerCallbackQuery %v, want the dropped press's", calls[0].Form)
+	}
+	e.sink.Empty(t)
+	own := prompt("t2", "f00dba.00000002")
+	press(884100952, own, "f00dba.00000002")
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "f00dba.00000002" {
+		t.Fatalf("t2's press delivered to %q as %+v, want t2's answer", d.Tenant, d.Event)
 	}
 }

@@ -34,7 +34,10 @@ import (
 // its chat's tenant's, unless earlierPrompt suspects an earlier tenant's
 // of the id and the record does not name the tenant as it is now, or,
 // dated since a young tenant's creation, the record names an earlier
-// tenant of the id (its op outlived it).
+// tenant of the id (its op outlived it), or the day-long mark of the
+// prompt's message names another tenant, which posted it while it held
+// the chat (platform.Grants.PostedByAnother: prompt_not_owned, as a
+// Discord or Slack press of a prompt whose chat moved).
 // A press whose poster the store could not look up is retried for a
 // while (dropPosterUnknown, posterWait).
 // A press answered by its poster renews the poster's grant only while the
@@ -59,9 +62,11 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 	}
 	routed := r.Tenant
 	created = vault.Creation(p.deps.Vault, routed)
-	switch press := in.event.PromptResponse; {
+	press := in.event.PromptResponse
+	held := press != nil && own.Hold(r.Tenant, chat, func() bool { return true }) != platform.HoldGrant // by binding or claim
+	switch {
 	case press == nil:
-	case own.Hold(r.Tenant, chat, func() bool { return true }) == platform.HoldGrant:
+	case !held:
 		t, posted, ok, err := p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant)
 		switch {
 		case ok && t != routed:
@@ -85,6 +90,14 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 			return "", time.Time{}, false, dropPosterUnknown
 		case earlier:
 			return "", time.Time{}, false, dropEarlierTenantPrompt
+		}
+	}
+	if held { // a prompt remembered as posted there for another tenant (a day) is not the holder's
+		switch another, err := p.grants.PostedByAnother(ctx, src.ChatID, press.PromptMessageID, r.Tenant); {
+		case err != nil:
+			return "", time.Time{}, false, dropPosterUnknown
+		case another:
+			return "", time.Time{}, false, dropPromptNotOwned
 		}
 	}
 	if r.Grant && (r.Tenant == routed || own.Linked(src.UserID.Value, r.Tenant)) && !vault.Earlier(p.deps.Vault, r.Tenant, created) {
