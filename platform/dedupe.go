@@ -23,10 +23,9 @@ const dedupeStoreTimeout = 5 * time.Second
 
 // probeUntil is the expiry of a probe: a claim that only tells whether a
 // live claim holds its key, and takes nothing. It is long past on every
-// instance's clock, so what a probe stores (the redis backend keeps a
-// claim's key a minute past its expiry) is expired for all of them,
-// whatever their skew; a probe until the prober's now would hold the key,
-// on a clock behind it, for as long as the skew.
+// instance's clock, so what a probe stores (the memory and embedded
+// backends keep it until swept; redis stores nothing) is expired whatever
+// the clocks' skew.
 var probeUntil = time.Unix(1, 0)
 
 // Dedupe lets one copy of an event through: a platform's retry (a lost or

@@ -14,7 +14,9 @@ import (
 )
 
 // dedupeInstances opens a store on backend (memory, or a real
-// redis-server) and returns two instances' Dedupes on it.
+// redis-server) and returns two instances' Dedupes on it. On redis, whose
+// claims lapse by the server's clock (awaitLapse), Pending and Window are
+// short.
 func dedupeInstances(t *testing.T, backend string, clk *clocktest.Fake) (a, b *platform.Dedupe) {
 	t.Helper()
 	cfg := store.Config{Backend: backend, Clock: clk}
@@ -28,11 +30,32 @@ func dedupeInstances(t *testing.T, backend string, clk *clocktest.Fake) (a, b *p
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	pending, window := time.Minute, time.Hour
+	if backend == store.BackendRedis {
+		pending, window = 500*time.Millisecond, 2*time.Second
+	}
 	d := func() *platform.Dedupe {
-		return &platform.Dedupe{Claims: st.Claims(), Clock: clk, Prefix: "test/", Pending: time.Minute, Window: time.Hour,
+		return &platform.Dedupe{Claims: st.Claims(), Clock: clk, Prefix: "test/", Pending: pending, Window: window,
 			Log: slog.New(slog.DiscardHandler)}
 	}
 	return d(), d()
+}
+
+// awaitLapse lets a claim of d lapse: clk passes d, and on redis, whose
+// claims lapse by the server's clock, the test waits until lapsed reports
+// it (within 10s).
+func awaitLapse(t *testing.T, clk *clocktest.Fake, backend string, d time.Duration, lapsed func() bool) {
+	t.Helper()
+	clk.Advance(d)
+	if backend != store.BackendRedis {
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); !lapsed(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 10s waiting for a claim of %v to lapse on the server", d)
+		}
+		time.Sleep(d / 10) // the server's clock is the only thing to wait on
+	}
 }
 
 // TestDedupeAcrossInstances: two instances on one store (memory, and a
@@ -77,9 +100,9 @@ func TestDedupeAcrossInstances(t *testing.T) {
 				t.Fatalf("begin: %v, %v", pending, err)
 			}
 			once(b, "k3", false, platform.ErrBusy)
-			clk.Advance(time.Minute + time.Second)
+			awaitLapse(t, clk, backend, a.Pending+time.Second, func() bool { _, err := b.Check(ctx, "k3"); return err == nil })
 			once(b, "k3", false, nil)
-			clk.Advance(time.Hour + time.Second)
+			awaitLapse(t, clk, backend, a.Window+time.Second, func() bool { dup, _ := a.Check(ctx, "k3"); return !dup })
 			once(a, "k3", false, nil) // past the window: handled again
 			if handled != 4 {
 				t.Fatalf("handled %d, want 4", handled)
@@ -186,7 +209,8 @@ func TestDedupeLateReleaseKeepsAnotherClaim(t *testing.T) {
 			}
 			ctx := t.Context()
 			_, err := a.Once(ctx, "k", func() error {
-				clk.Advance(a.Pending) // a's claim lapses while it handles k
+				// a's claim lapses while it handles k
+				awaitLapse(t, clk, backend, a.Pending, func() bool { _, err := b.Check(ctx, "k"); return err == nil })
 				if pending, err := b.Begin(ctx, "k"); pending.IsZero() || err != nil {
 					t.Fatalf("b's begin once a's claim lapsed: pending %v, err %v; want taken", pending, err)
 				}

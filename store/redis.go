@@ -51,7 +51,7 @@ import (
 //	lease:{<name>}         "<token>:<holder>", PX the lease's TTL
 //	leasetoken:{<name>}    the last fencing token (INCR)
 //	leaseanswer:{<name>}:<release>  a release's answer for its resends, PX
-//	claim:<key>            a claim's expiry "<Unix s> <tag><ns, 9 digits>" by the store's clock
+//	claim:<key>            "<Unix s> <instance id><tag><ns>" (claimValue), PX the claim's TTL
 //	                       (tag: random, per write), PX as garbage collection
 //	registry:{<namespace>} hash key -> entry
 //	registryrev:{<namespace>} the namespace's revision (INCR; registryRevLua)
@@ -83,6 +83,9 @@ type redisStore struct {
 	where string
 	p     string // key prefix
 	clock clock.Clock
+	// id tells this store's claims from other instances' (claimValue): 18
+	// random digits.
+	id    string
 	epoch string
 	// minReplicas and replicaTimeout are Config.RedisMinReplicas and
 	// Config.RedisReplicaTimeout.
@@ -124,7 +127,7 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, clock: cfg.Clock,
 		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
 		resend: resendWindow(c, readTimeoutFor(cfg), cfg.RedisSentinel != nil && cfg.RedisSentinel.TLS),
-		subs:   newRedisSubs(c),
+		subs:   newRedisSubs(c), id: strconv.FormatInt(1e17+mathrand.Int64N(9e17), 10),
 	}
 	if err := s.init(ctx); err != nil {
 		_ = c.Close()
@@ -1080,33 +1083,50 @@ func (s *redisStore) delExpiring(ctx context.Context, owner bool, a, b string) e
 	return rerr(s.c.Del(ctx, s.expKey(owner, a, b)).Err())
 }
 
-// claimScript: KEYS claim; ARGV the later of now and the caller's held
-// expiry, in seconds and nanoseconds, the expiry as stored, PX. Takes the
-// claim unless a live one lasting past held holds it (its expiry after
-// that; seconds and nanoseconds apart, as Lua numbers are doubles), or
-// finds the very value it sets: its own write, sent again by go-redis after
-// a lost reply. Returns 1 when it took it. A stored nanosecond field's
-// last nine digits are the nanoseconds; the tag before them makes each
-// write's value its own, and an earlier release reading the whole field
-// sees a claim lasting at most to the end of its second.
-var claimScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[3] then return 1 end
-if cur then
-  local s, ns = string.match(cur, '^(%d+) (%d+)$')
-  s, ns = tonumber(s), ns and tonumber(string.sub(ns, -9))
-  local nows, nowns = tonumber(ARGV[1]), tonumber(ARGV[2])
-  if s and (s > nows or (s == nows and ns > nowns)) then return 0 end
+// claimKeptLua: kept(cur, id, s, ns) is whether the stored claim cur
+// outlasts the caller's: the key's PX is the claim's expiry by the
+// server's clock, so a claim present is live, and one of another instance
+// (id, the value's digits before the last 18) is kept whatever either
+// instance's clock says; one of the caller's instance is kept when its
+// expiry, in that instance's clock, is after s, ns (seconds and
+// nanoseconds apart, as Lua numbers are doubles). A value that does not
+// read as a claim is not kept. A stored nanosecond field's last nine
+// digits are the nanoseconds, the nine before them a tag that makes each
+// write's value its own.
+const claimKeptLua = `
+local function kept(cur, id, s, ns)
+  local cs, f = string.match(cur, '^(%d+) (%d+)$')
+  if not cs then return false end
+  if string.sub(f, 1, -19) ~= id then return true end
+  cs, ns, s = tonumber(cs), tonumber(ns), tonumber(s)
+  local cns = tonumber(string.sub(f, -9))
+  return cs > s or (cs == s and cns > ns)
 end
-redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+`
+
+// claimScript: KEYS claim; ARGV this instance's id, the caller's held
+// expiry in seconds and nanoseconds (0 0: none), the claim's value, its
+// PX (0: it lapsed already). Takes the claim unless one kept (claimKeptLua)
+// holds it, or finds the very value it sets: its own write, sent again by
+// go-redis after a lost reply. Returns 1 when it took it.
+var claimScript = redis.NewScript(claimKeptLua + `
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[4] then return 1 end
+if cur and kept(cur, ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+if ARGV[5] == '0' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5]) end
 return 1
 `)
 
-// claimValue is a claim's expiry as stored, under a random tag of its
-// own, and its key's PX.
+// claimValue is a claim's value, "<Unix s> <instance id><tag, 9
+// digits><ns, 9 digits>", and its PX: the time left until expires by this
+// instance's clock, which the server counts down by its own (0 when none
+// is left).
 func (s *redisStore) claimValue(expires time.Time) (string, int64) {
-	return fmt.Sprintf("%d %d%09d", expires.Unix(), 1+mathrand.Int64N(1e9-1), expires.Nanosecond()),
-		pxMillis(max(expires.Sub(s.clock.Now()), 0) + redisExpirySlack)
+	px := int64(0)
+	if left := expires.Sub(s.clock.Now()); left > 0 {
+		px = pxMillis(left)
+	}
+	return fmt.Sprintf("%d %s%09d%09d", expires.Unix(), s.id, mathrand.Int64N(1e9), expires.Nanosecond()), px
 }
 
 // claim is claims' claim: claimScript. A claim taken counts only once the
@@ -1119,13 +1139,12 @@ func (s *redisStore) claimValue(expires time.Time) (string, int64) {
 // done marker) waits for no replica.
 func (s *redisStore) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	exp, px := s.claimValue(expires)
-	now := s.clock.Now()
-	after := now
-	if held.After(after) {
-		after = held
+	var hs, hns int64
+	if !held.IsZero() {
+		hs, hns = held.Unix(), int64(held.Nanosecond())
 	}
-	call := scriptCall(claimScript, []string{key}, after.Unix(), after.Nanosecond(), exp, px)
-	call.replicate = expires.After(now)
+	call := scriptCall(claimScript, []string{key}, s.id, hs, hns, exp, px)
+	call.replicate = px > 0
 	reply := s.pipelined(ctx, call)
 	n, err := redisInt(reply.cmd)
 	if held.IsZero() && reply.late != nil {
@@ -1149,29 +1168,26 @@ func (s *redisStore) claim(ctx context.Context, key string, held, expires time.T
 func (s *redisStore) holdClaim(ctx context.Context, key string, expires time.Time) error {
 	exp, px := s.claimValue(expires)
 	reply := s.pipelined(ctx, pipeCall{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		if px == 0 {
+			return p.Del(ctx, key)
+		}
 		return p.Set(ctx, key, exp, time.Duration(px)*time.Millisecond)
 	}})
 	return rerr(cmp.Or(reply.cmd.Err(), reply.unreplicated))
 }
 
-// releaseScript: KEYS claim; ARGV the expiry's seconds and nanoseconds.
-// Deletes the claim unless it lasts past that expiry (compared as in
-// claimScript); an unreadable one goes.
-var releaseScript = redis.NewScript(`
+// releaseScript: KEYS claim; ARGV this instance's id, the expiry's seconds
+// and nanoseconds. Deletes the claim unless it is kept (claimKeptLua).
+var releaseScript = redis.NewScript(claimKeptLua + `
 local cur = redis.call('GET', KEYS[1])
-if cur then
-  local s, ns = string.match(cur, '^(%d+) (%d+)$')
-  s, ns = tonumber(s), ns and tonumber(string.sub(ns, -9))
-  local es, ens = tonumber(ARGV[1]), tonumber(ARGV[2])
-  if s and (s > es or (s == es and ns > ens)) then return 0 end
-  redis.call('DEL', KEYS[1])
-end
+if cur and kept(cur, ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+redis.call('DEL', KEYS[1])
 return 1
 `)
 
 // releaseClaim is claims' release: releaseScript.
 func (s *redisStore) releaseClaim(ctx context.Context, key string, expires time.Time) error {
-	return rerr(releaseScript.Run(ctx, s.c, []string{key}, expires.Unix(), expires.Nanosecond()).Err())
+	return rerr(releaseScript.Run(ctx, s.c, []string{key}, s.id, expires.Unix(), expires.Nanosecond()).Err())
 }
 
 type redisLeases struct{ s *redisStore }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/internal/redistest"
 	"connector/store"
 	"connector/store/storetest"
@@ -37,10 +38,51 @@ func TestRedis(t *testing.T) {
 		Fresh: func(t *testing.T) storetest.Opener {
 			return opener(t, redisConfig(srv))
 		},
-		Durable:           true,
-		Shared:            true,
-		ServerClockLeases: true,
+		Durable:     true,
+		Shared:      true,
+		ServerClock: true,
 	})
+}
+
+// TestRedisClaimsAcrossSkewedClocks: two instances whose clocks disagree
+// by ten minutes, far more than a claim's TTL, cannot take or drop each
+// other's live claims. Before, a claim's expiry was written by the taker's
+// clock and judged by the next caller's: the instance ahead took the live
+// claim of the one behind, and dropped it on a release.
+func TestRedisClaimsAcrossSkewedClocks(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	open := opener(t, redisConfig(srv))
+	behindClock := clocktest.New(time.Now().Add(-10 * time.Minute))
+	aheadClock := clocktest.New(time.Now())
+	behind, ahead := open(behindClock).Claims(), open(aheadClock).Claims()
+	ctx := t.Context()
+	claim := func(c store.Claims, clk *clocktest.Fake, key string, want bool) time.Time {
+		t.Helper()
+		expires := clk.Now().Add(time.Minute)
+		if took, err := c.Claim(ctx, key, expires); err != nil || took != want {
+			t.Fatalf("Claim(%q) = %v, %v; want %v", key, took, err, want)
+		}
+		return expires
+	}
+	claim(behind, behindClock, "ev/behind", true)
+	claim(ahead, aheadClock, "ev/behind", false)
+	if renewed, err := ahead.Renew(ctx, "ev/behind", aheadClock.Now(), aheadClock.Now().Add(time.Hour)); err != nil || renewed {
+		t.Fatalf("Renew of the other instance's live claim = %v, %v; want refused", renewed, err)
+	}
+	if err := ahead.Release(ctx, "ev/behind", aheadClock.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	claim(ahead, aheadClock, "ev/behind", false) // the release left it
+	held := claim(ahead, aheadClock, "ev/ahead", true)
+	claim(behind, behindClock, "ev/ahead", false)
+	// Each instance still renews and releases its own.
+	if renewed, err := ahead.Renew(ctx, "ev/ahead", held, aheadClock.Now().Add(time.Hour)); err != nil || !renewed {
+		t.Fatalf("Renew of its own claim = %v, %v; want renewed", renewed, err)
+	}
+	if err := ahead.Release(ctx, "ev/ahead", aheadClock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	claim(behind, behindClock, "ev/ahead", true)
 }
 
 func TestRedisAppendSurvivesServerKill(t *testing.T) {

@@ -41,10 +41,10 @@ func TestRedisCluster(t *testing.T) {
 		}
 	}
 	storetest.Run(t, storetest.Backend{
-		Fresh:             func(t *testing.T) storetest.Opener { return opener(t, cfg()) },
-		Durable:           true,
-		Shared:            true,
-		ServerClockLeases: true,
+		Fresh:       func(t *testing.T) storetest.Opener { return opener(t, cfg()) },
+		Durable:     true,
+		Shared:      true,
+		ServerClock: true,
 	})
 
 	// Names with braces and backslashes keep each name's keys in one slot
@@ -129,9 +129,9 @@ func TestRedisSentinel(t *testing.T) {
 				RedisPrefix:         fmt.Sprintf("test%d:", prefixes.Add(1)),
 			})
 		},
-		Durable:           true,
-		Shared:            true,
-		ServerClockLeases: true,
+		Durable:     true,
+		Shared:      true,
+		ServerClock: true,
 	})
 }
 

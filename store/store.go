@@ -225,7 +225,9 @@ type Capabilities interface {
 // claims a key (a Slack event id) before it acts on it, so that of the
 // instances sharing the store one acts, and holds it for as long as a
 // repeat must be refused. Expired claims are forgotten (swept), so keys
-// made per event do not accumulate.
+// made per event do not accumulate. On redis a claim lapses by the
+// server's clock, and one another store handle (instance) took is never
+// the caller's, whatever either clock says.
 type Claims interface {
 	// Claim takes key until expires unless a live claim holds it, and
 	// reports whether this call took it (on Redis, a resend of this call

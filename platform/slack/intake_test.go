@@ -244,7 +244,10 @@ func TestIntakeTakenOverOnRedis(t *testing.T) {
 	key := intakeKey(teamA.ID+"/"+chanGeneral, rec)
 	ctx, cancel := contextFor()
 	defer cancel()
-	if ok, err := sa.Claims().Claim(ctx, intakeClaim(key), clk.Now().Add(intakeClaimTTL)); err != nil || !ok {
+	// Redis counts a claim's TTL by its own clock: the killed instance's
+	// lasts a short real while.
+	const killedTTL = 2 * time.Second
+	if ok, err := sa.Claims().Claim(ctx, intakeClaim(key), clk.Now().Add(killedTTL)); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	if ok, err := sa.Registry().CompareAndSwap(ctx, intakeNamespace, key, nil, mustJSON(t, rec)); err != nil || !ok {
@@ -261,6 +264,15 @@ func TestIntakeTakenOverOnRedis(t *testing.T) {
 		t.Fatal("the killed instance's entry was taken while its claim holds")
 	}
 	b.sink.Empty(t)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if free, err := sa.Claims().Claim(ctx, intakeClaim(key), time.Unix(1, 0)); err != nil || free { // a probe
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed instance's claim did not lapse on the server within 10s")
+		}
+		time.Sleep(killedTTL / 10) // the server's clock is the only thing to wait on
+	}
 	clk.Advance(intakeClaimTTL)
 	d := b.sink.Next(t)
 	if len(d.Event.Media) != 1 || d.Event.Source.ChatID != chanGeneral {

@@ -37,10 +37,10 @@ type Backend struct {
 	// Shared says several stores over one data set may be open at once,
 	// like connector instances sharing a Redis.
 	Shared bool
-	// ServerClockLeases says leases expire by the backend's own clock
-	// rather than the injected one (redis: PX). The suite then waits for a
-	// short real TTL to pass instead of advancing the clock.
-	ServerClockLeases bool
+	// ServerClock says leases and claims expire by the backend's own
+	// clock rather than the injected one (redis: PX). The suite then waits
+	// for a short real TTL to pass instead of advancing the clock.
+	ServerClock bool
 }
 
 // Opener opens a store over one data set on clock c.
@@ -673,6 +673,7 @@ func testCapabilities(t *testing.T, b Backend) {
 func testClaims(t *testing.T, b Backend) {
 	f := newFixture(t, b)
 	c := f.s.Claims()
+	ttl := claimTTL(b)
 	claim := func(c store.Claims, key string, ttl time.Duration, want bool) {
 		t.Helper()
 		took, err := c.Claim(ctx, key, f.clock.Now().Add(ttl))
@@ -680,15 +681,15 @@ func testClaims(t *testing.T, b Backend) {
 			t.Fatalf("Claim(%q) = %v, %v; want %v", key, took, err, want)
 		}
 	}
-	claim(c, "ev/1", time.Minute, true)
-	claim(c, "ev/1", time.Minute, false)
-	claim(c, "ev/2", time.Minute, true) // keys are independent
+	other := c
 	if b.Shared {
-		claim(f.open(f.clock).Claims(), "ev/1", time.Minute, false) // another instance
+		other = f.open(f.clock).Claims() // another instance
 	}
-	f.clock.Advance(time.Minute - time.Nanosecond)
-	claim(c, "ev/1", time.Minute, false)
-	f.clock.Advance(time.Nanosecond)
+	claim(c, "ev/1", ttl, true)
+	claim(c, "ev/1", ttl, false)
+	claim(other, "ev/1", ttl, false)
+	claim(c, "ev/2", time.Minute, true) // keys are independent
+	f.lapse(t, b, c, "ev/1")
 	claim(c, "ev/1", time.Minute, true) // expired at its expiry instant
 	if err := c.Hold(ctx, "ev/1", f.clock.Now().Add(time.Hour)); err != nil {
 		t.Fatalf("Hold: %v", err)
@@ -704,13 +705,9 @@ func testClaims(t *testing.T, b Backend) {
 	}
 	// A caller whose claim lapsed releases it after another took the key:
 	// that one stays.
-	lapsed := f.clock.Now().Add(time.Minute)
-	claim(c, "ev/3", time.Minute, true)
-	f.clock.Advance(time.Minute)
-	other := c
-	if b.Shared {
-		other = f.open(f.clock).Claims()
-	}
+	lapsed := f.clock.Now().Add(ttl)
+	claim(c, "ev/3", ttl, true)
+	f.lapse(t, b, c, "ev/3")
 	claim(other, "ev/3", time.Minute, true)
 	if err := c.Release(ctx, "ev/3", lapsed); err != nil {
 		t.Fatalf("Release of a lapsed claim: %v", err)
@@ -734,6 +731,44 @@ func testClaims(t *testing.T, b Backend) {
 		t.Fatalf("capability ev/1 = %v, %v; a claim leaked into the capabilities", ok, err)
 	}
 	testRenew(t, f, b)
+}
+
+// claimTTL is the TTL of the suite's claims that must lapse: short where
+// the suite waits for the server's clock.
+func claimTTL(b Backend) time.Duration {
+	if b.ServerClock {
+		return 500 * time.Millisecond
+	}
+	return time.Minute
+}
+
+// lapse lets key's claim, taken for claimTTL, run out: by the injected
+// clock, which holds it until its expiry instant, or by the server's.
+func (f *fixture) lapse(t *testing.T, b Backend, c store.Claims, key string) {
+	t.Helper()
+	free := func() bool { // a probe: it holds nothing
+		t.Helper()
+		took, err := c.Claim(ctx, key, f.clock.Now().Add(-time.Nanosecond))
+		if err != nil {
+			t.Fatalf("probe of claim %q: %v", key, err)
+		}
+		return took
+	}
+	ttl := claimTTL(b)
+	if !b.ServerClock {
+		f.clock.Advance(ttl - time.Nanosecond)
+		if free() {
+			t.Fatalf("claim %q lapsed before its expiry", key)
+		}
+		f.clock.Advance(time.Nanosecond)
+		return
+	}
+	for deadline := time.Now().Add(waitTimeout); !free(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for claim %q (TTL %v) to lapse on the server", waitTimeout, key, ttl)
+		}
+		time.Sleep(ttl / 10) // the server's clock is the only thing to wait on
+	}
 }
 
 // testRenew: Renew extends the caller's own claim, takes one that lapsed or
@@ -770,14 +805,17 @@ func testRenew(t *testing.T, f *fixture, b Backend) {
 	}
 	took(other, "rn/1", true)
 	// A claim that lapsed and another caller took stays that caller's.
-	lapsed := f.clock.Now().Add(time.Minute)
-	took(c, "rn/2", true)
-	f.clock.Advance(time.Minute)
-	took(other, "rn/2", true)
+	ttl := claimTTL(b)
+	lapsed := f.clock.Now().Add(ttl)
+	if ok, err := c.Claim(ctx, "rn/2", lapsed); !ok || err != nil {
+		t.Fatalf("Claim(rn/2) = %v, %v", ok, err)
+	}
+	f.lapse(t, b, c, "rn/2")
+	if ok, err := other.Claim(ctx, "rn/2", f.clock.Now().Add(ttl)); !ok || err != nil {
+		t.Fatalf("Claim(rn/2) by another = %v, %v", ok, err)
+	}
 	renew(c, "rn/2", lapsed, f.clock.Now().Add(time.Hour), false)
-	f.clock.Advance(time.Minute - time.Nanosecond)
-	took(c, "rn/2", false) // the other's claim holds, not renewed
-	f.clock.Advance(time.Nanosecond)
+	f.lapse(t, b, c, "rn/2") // the other's claim holds until then, not renewed
 	// A lapsed claim nobody took, or an absent one, is taken again.
 	renew(c, "rn/2", lapsed, f.clock.Now().Add(time.Hour), true)
 	took(other, "rn/2", false)
@@ -829,7 +867,7 @@ func testOwners(t *testing.T, b Backend) {
 // leaseTTLs are the TTLs the lease tests use: long never runs out during a
 // test, short is waited out (server clock) or advanced past.
 func leaseTTLs(b Backend) (long, short time.Duration) {
-	if b.ServerClockLeases {
+	if b.ServerClock {
 		return time.Minute, 100 * time.Millisecond
 	}
 	return time.Minute, time.Second
@@ -839,7 +877,7 @@ func leaseTTLs(b Backend) (long, short time.Duration) {
 func (f *fixture) expire(t *testing.T, b Backend, name string) {
 	t.Helper()
 	_, short := leaseTTLs(b)
-	if !b.ServerClockLeases {
+	if !b.ServerClock {
 		f.clock.Advance(short)
 		return
 	}
@@ -870,7 +908,7 @@ func testLeases(t *testing.T, b Backend) {
 	if l1.Holder != "h1" || l1.Token == 0 || !l1.Expires.After(f.clock.Now()) {
 		t.Fatalf("Acquire returned %+v", l1)
 	}
-	if !b.ServerClockLeases && !l1.Expires.Equal(f.clock.Now().Add(long)) {
+	if !b.ServerClock && !l1.Expires.Equal(f.clock.Now().Add(long)) {
 		t.Fatalf("lease expires %v, want now + %v", l1.Expires, long)
 	}
 	cur, ok, err := ls.Acquire(ctx, "leader", "h2", long)
@@ -889,7 +927,7 @@ func testLeases(t *testing.T, b Backend) {
 	if err != nil || renewed.Token != l1.Token || renewed.Holder != "h1" {
 		t.Fatalf("Renew by the holder = %+v, %v", renewed, err)
 	}
-	if !b.ServerClockLeases && !renewed.Expires.Equal(f.clock.Now().Add(long)) {
+	if !b.ServerClock && !renewed.Expires.Equal(f.clock.Now().Add(long)) {
 		t.Fatalf("renewed lease expires %v, want now + %v", renewed.Expires, long)
 	}
 	for _, bad := range []store.Lease{{Holder: "h2", Token: l1.Token}, {Holder: "h1", Token: l1.Token + 1}} {
