@@ -200,8 +200,10 @@ type TenantConfig struct {
 	AllowedRoles []string `yaml:"allowed_roles"`
 	// Weight is the tenant's share of the bot's global budget relative to
 	// other tenants, and of the channels whose held-back messages an
-	// instance keeps as channel context (docs/security.md). Default 1; at
-	// most 1,000,000.
+	// instance keeps as channel context (docs/security.md); a tenant's
+	// largest weight on any platform is also its share of an instance's
+	// session-owner writes (relay, docs/operations.md). Default 1; at most
+	// 1,000,000.
 	Weight int `yaml:"weight"`
 }
 

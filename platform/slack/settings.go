@@ -107,7 +107,9 @@ type TenantConfig struct {
 	ReactionTriggerTarget string `yaml:"reaction_trigger_target"`
 	// Weight is the tenant's share of each workspace's Web API budget
 	// relative to the other tenants there, and of an instance's durable
-	// intake (at least half of it). Default 1; at most 1,000,000.
+	// intake (at least half of it); a tenant's largest weight on any
+	// platform is also its share of an instance's session-owner writes
+	// (relay, docs/operations.md). Default 1; at most 1,000,000.
 	Weight int `yaml:"weight"`
 }
 

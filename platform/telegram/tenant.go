@@ -93,7 +93,9 @@ type TenantConfig struct {
 	GroupAllowedChats []string `yaml:"group_allowed_chats"`
 	// Weight is the tenant's share of the bot's global send budget
 	// (GlobalPerSecond) relative to other tenants, and of the chat topics
-	// whose observed messages an instance keeps (docs/security.md). Default
+	// whose observed messages an instance keeps (docs/security.md); a
+	// tenant's largest weight on any platform is also its share of an
+	// instance's session-owner writes (relay, docs/operations.md). Default
 	// 1; at most 1,000,000.
 	Weight int `yaml:"weight"`
 }

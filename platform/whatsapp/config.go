@@ -123,7 +123,9 @@ type TenantConfig struct {
 	// AllowedUsers is the older name of AllowFrom, read when it is absent.
 	AllowedUsers List `yaml:"allowed_users"`
 	// Weight is the tenant's share of GlobalPerSecond relative to other
-	// tenants. Default 1; at most 1,000,000.
+	// tenants; a tenant's largest weight on any platform is also its share
+	// of an instance's session-owner writes (relay, docs/operations.md).
+	// Default 1; at most 1,000,000.
 	Weight int `yaml:"weight"`
 }
 
