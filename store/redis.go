@@ -52,7 +52,7 @@ import (
 //	leasetoken:{<name>}    the last fencing token (INCR)
 //	leaseanswer:{<name>}:<release>  a release's answer for its resends, PX
 //	claim:<key>            "<Unix s> <instance id><tag><ns>" (claimValue), PX the claim's TTL
-//	                       (tag: random, per write), PX as garbage collection
+//	                       (tag: random, per write)
 //	registry:{<namespace>} hash key -> entry
 //	registryrev:{<namespace>} the namespace's revision (INCR; registryRevLua)
 //	registryanswer:{<namespace>}:<write>  a registry write's answer (its
