@@ -52,7 +52,7 @@ import (
 //	leasetoken:{<name>}    the last fencing token (INCR)
 //	leaseanswer:{<name>}:<release>  a release's answer for its resends, PX
 //	claim:<key>            "<Unix s> <instance id><tag><ns>" (claimValue), PX the claim's TTL
-//	                       (tag: random, per write), PX as garbage collection
+//	                       (tag: random, per write)
 //	registry:{<namespace>} hash key -> entry
 //	registryrev:{<namespace>} the namespace's revision (INCR; registryRevLua)
 //	registryanswer:{<namespace>}:<write>  a registry write's answer (its
@@ -1090,13 +1090,14 @@ func (s *redisStore) delExpiring(ctx context.Context, owner bool, a, b string) e
 // instance's clock says; one of the caller's instance is kept when its
 // expiry, in that instance's clock, is after s, ns (seconds and
 // nanoseconds apart, as Lua numbers are doubles). A value that does not
-// read as a claim is not kept. A stored nanosecond field's last nine
-// digits are the nanoseconds, the nine before them a tag that makes each
-// write's value its own.
+// read as a claim is not kept, nor is an earlier version's probe (a
+// dedupe's, until 1 s past 1970), which that version stored for a minute.
+// A stored nanosecond field's last nine digits are the nanoseconds, the
+// nine before them a tag that makes each write's value its own.
 const claimKeptLua = `
 local function kept(cur, id, s, ns)
   local cs, f = string.match(cur, '^(%d+) (%d+)$')
-  if not cs then return false end
+  if not cs or cs == '1' then return false end
   if string.sub(f, 1, -19) ~= id then return true end
   cs, ns, s = tonumber(cs), tonumber(ns), tonumber(s)
   local cns = tonumber(string.sub(f, -9))

@@ -85,6 +85,33 @@ func TestRedisClaimsAcrossSkewedClocks(t *testing.T) {
 	claim(behind, behindClock, "ev/ahead", true)
 }
 
+// TestRedisEarlierVersionsProbeHoldsNothing: during a rolling upgrade, a
+// key an earlier version probed (a dedupe's look for a done marker: a
+// claim until 1970-01-01T00:00:01, which that version stored for a
+// minute) is free to a new instance, while an earlier version's live claim
+// still holds. Before, the probe's value read as another instance's live
+// claim: the retry of an event whose handling failed on an earlier
+// instance found it done and was dropped.
+func TestRedisEarlierVersionsProbeHoldsNothing(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rc.Close()
+	ctx := t.Context()
+	live := strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)
+	for key, value := range map[string]string{"ev/probed": "1 123456789000000000", "ev/live": live + " 123456789000000000"} {
+		if err := rc.Set(ctx, cfg.RedisPrefix+"claim:"+key, value, 2*time.Minute).Err(); err != nil { // as that version stored them
+			t.Fatal(err)
+		}
+	}
+	c := opener(t, cfg)(clock.System).Claims()
+	for key, want := range map[string]bool{"ev/probed": true, "ev/live": false} {
+		if free, err := c.Claim(ctx, key, time.Unix(1, 0)); err != nil || free != want {
+			t.Fatalf("probe of %s, as an earlier version left it: free %v, %v; want %v", key, free, err, want)
+		}
+	}
+}
+
 func TestRedisAppendSurvivesServerKill(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
 	cfg := redisConfig(srv)
