@@ -1159,11 +1159,10 @@ func (p *Pool) Recover(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// recoverBatch bounds how many records Recover and Tail read at once;
-// firstBatch is how many the first read of a Tail asks for. Each later read
-// asks for as many records as fit Config.MaxBytes at the previous read's
-// average record size, so a buffer of large records is not held at once.
-const recoverBatch, firstBatch = 1024, 16
+// recoverBatch bounds how many records Recover and Tail read at once; a
+// read also stops once it holds Config.MaxBytes (store.Ledger.Read), so a
+// buffer of large records is not held at once.
+const recoverBatch = 1024
 
 // Tail takes in, in order, the stored records after the last one it took
 // in (all of them, on the first call or after Reset), applies the bounds
@@ -1200,9 +1199,9 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		// remove would be taken in and delivered again.
 		p.Flush(context.WithoutCancel(ctx))
 	}
-	n, batch := 0, firstBatch
+	n := 0
 	for {
-		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, batch)
+		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, recoverBatch, p.cfg.MaxBytes)
 		var bad *store.UnreadableRecord
 		if err != nil && !errors.As(err, &bad) {
 			return n, err
@@ -1210,9 +1209,10 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		if len(recs) == 0 && bad == nil {
 			break
 		}
-		entries := make([]*entry, len(recs))
+		entries, size := make([]*entry, len(recs)), int64(0)
 		for i := range recs {
 			entries[i] = l.newEntry(recs[i].Seq, &recs[i])
+			size += entries[i].size
 		}
 		l.mu.Lock()
 		if l.resets != resets || l.forgotten {
@@ -1259,14 +1259,9 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			l.readPos = max(l.readPos, bad.Seq)
 			continue
 		}
-		if len(recs) < batch {
-			break
+		if len(recs) < recoverBatch && size < p.cfg.MaxBytes {
+			break // the end of the log, not a read's bound
 		}
-		size := int64(0)
-		for i := range recs {
-			size += int64(len(recs[i].Payload))
-		}
-		batch = int(max(1, min(p.cfg.MaxBytes/max(size/int64(len(recs)), 1), recoverBatch)))
 	}
 	if n > 0 {
 		p.boundTotal()
