@@ -91,7 +91,7 @@ func TestRedisAppendSurvivesServerKill(t *testing.T) {
 
 // The pipeline sends scripts by their SHA; after the server's script cache
 // is flushed a pipelined call is answered NOSCRIPT and must be sent again
-// with its body, so appends and acks keep working.
+// with its body, so appends, reads and acks keep working.
 func TestRedisPipelineSurvivesScriptFlush(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
@@ -109,6 +109,12 @@ func TestRedisPipelineSurvivesScriptFlush(t *testing.T) {
 	next, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}})
 	if err != nil || next[0] != first[0]+1 {
 		t.Fatalf("Append after SCRIPT FLUSH = %v, %v; want seq %d", next, err, first[0]+1)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := l.Read(ctx, "t1", 0, 10, 1); err != nil || len(recs) != 1 || recs[0].Seq != first[0] {
+		t.Fatalf("Read after SCRIPT FLUSH = %v, %v; want seq %d alone", recs, err, first[0])
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
