@@ -1164,6 +1164,21 @@ func (p *Pool) Recover(ctx context.Context) (int, error) {
 // buffer of large records is not held at once.
 const recoverBatch = 1024
 
+// firstRead is what a Tail's first read asks for: as many records as fit
+// Config.MaxBytes at the largest payload (Config.MaxPayloadBytes), with no
+// byte bound, since that count is one (a store counts records for less
+// than it sums their bytes: on Redis a plain XRANGE against a script).
+// Most Tails, an instance driving a tenant reading what the others just
+// stored, end there; a read that finds more asks for recoverBatch records
+// within Config.MaxBytes. Without MaxPayloadBytes every read is bounded by
+// bytes.
+func (p *Pool) firstRead() (int, int64) {
+	if p.cfg.MaxPayloadBytes <= 0 {
+		return recoverBatch, p.cfg.MaxBytes
+	}
+	return int(max(1, min(p.cfg.MaxBytes/int64(p.cfg.MaxPayloadBytes), recoverBatch))), 0
+}
+
 // Tail takes in, in order, the stored records after the last one it took
 // in (all of them, on the first call or after Reset), applies the bounds
 // and dispatches; it returns how many entries it took in. Among several
@@ -1200,8 +1215,9 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		p.Flush(context.WithoutCancel(ctx))
 	}
 	n := 0
+	batch, bound := p.firstRead()
 	for {
-		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, recoverBatch, p.cfg.MaxBytes)
+		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, batch, bound)
 		var bad *store.UnreadableRecord
 		if err != nil && !errors.As(err, &bad) {
 			return n, err
@@ -1259,9 +1275,10 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			l.readPos = max(l.readPos, bad.Seq)
 			continue
 		}
-		if len(recs) < recoverBatch && size < p.cfg.MaxBytes {
+		if len(recs) < batch && (bound <= 0 || size < bound) {
 			break // the end of the log, not a read's bound
 		}
+		batch, bound = recoverBatch, p.cfg.MaxBytes
 	}
 	if n > 0 {
 		p.boundTotal()
