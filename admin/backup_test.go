@@ -79,7 +79,7 @@ func TestBackupRoute(t *testing.T) {
 		t.Fatalf("opening the downloaded copy: %v", err)
 	}
 	defer cp.Close()
-	recs, err := cp.Ledger().Read(ctx, "t1", 0, 10)
+	recs, err := cp.Ledger().Read(ctx, "t1", 0, 10, 0)
 	if err != nil || len(recs) != 1 || string(recs[0].Payload) != "in the copy" || cp.Epoch() != st.Epoch() {
 		t.Fatalf("the copy: records %+v, %v; epoch %q, want %q", recs, err, cp.Epoch(), st.Epoch())
 	}

@@ -313,11 +313,11 @@ func (l netLedger) Stage(ctx context.Context, tenant string, recs []store.Record
 	return l.Ledger.Stage(ctx, tenant, recs)
 }
 
-func (l netLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
+func (l netLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int, maxBytes int64) ([]store.Record, error) {
 	if l.n.cut.Load() {
 		return nil, errCut
 	}
-	return l.Ledger.Read(ctx, tenant, afterSeq, max)
+	return l.Ledger.Read(ctx, tenant, afterSeq, max, maxBytes)
 }
 
 func (l netLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {

@@ -209,7 +209,7 @@ func waitStored(t *testing.T, st store.Store, tenant string, done func([]store.R
 	t.Helper()
 	deadline := time.Now().Add(relaytest.Timeout)
 	for {
-		recs, err := st.Ledger().Read(t.Context(), tenant, 0, 100)
+		recs, err := st.Ledger().Read(t.Context(), tenant, 0, 100, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -463,7 +463,7 @@ func TestDeletedTenantsInboundIsDropped(t *testing.T) {
 	}
 	deadline := time.Now().Add(relaytest.Timeout)
 	for {
-		recs, err := st.Ledger().Read(context.Background(), "t1", 0, 10)
+		recs, err := st.Ledger().Read(context.Background(), "t1", 0, 10, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -625,7 +625,7 @@ type readHoldingLedger struct {
 	s *readHoldingStore
 }
 
-func (l readHoldingLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
+func (l readHoldingLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int, maxBytes int64) ([]store.Record, error) {
 	if (tenant == l.s.hold || l.s.hold == "*") && l.s.holding.Load() {
 		l.s.entered <- struct{}{}
 		select {
@@ -634,7 +634,7 @@ func (l readHoldingLedger) Read(ctx context.Context, tenant string, afterSeq uin
 			return nil, ctx.Err()
 		}
 	}
-	return l.Ledger.Read(ctx, tenant, afterSeq, max)
+	return l.Ledger.Read(ctx, tenant, afterSeq, max, maxBytes)
 }
 
 // TestTenantMadeAgainConnectsWhileItsStoreReadHangs: on one instance,

@@ -37,7 +37,7 @@ func readAll(t *testing.T, dir, tenant string) (string, []store.Record) {
 		t.Fatalf("opening the copy: %v", err)
 	}
 	defer s.Close()
-	recs, err := s.Ledger().Read(context.Background(), tenant, 0, 1_000_000)
+	recs, err := s.Ledger().Read(context.Background(), tenant, 0, 1_000_000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -385,7 +385,7 @@ func writeStats(tx *bolt.Tx, tenant string, st Stats) error {
 	return tx.Bucket(bLedgerStats).Put([]byte(tenant), v)
 }
 
-func (l embLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
+func (l embLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int, maxBytes int64) ([]Record, error) {
 	if err := checkReadArgs(tenant, max); err != nil {
 		return nil, err
 	}
@@ -399,8 +399,8 @@ func (l embLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max
 		if b == nil {
 			return nil
 		}
-		c := b.Cursor()
-		for k, v := c.Seek(seqKey(afterSeq + 1)); k != nil && len(out) < max; k, v = c.Next() {
+		c, size := b.Cursor(), int64(0)
+		for k, v := c.Seek(seqKey(afterSeq + 1)); k != nil && !readDone(len(out), max, size, maxBytes); k, v = c.Next() {
 			r, err := decodeRecord(k, v)
 			if err != nil && len(k) == 8 {
 				bad = &UnreadableRecord{Seq: binary.BigEndian.Uint64(k)}
@@ -410,6 +410,7 @@ func (l embLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max
 			}
 			r.Payload = append([]byte(nil), r.Payload...)
 			out = append(out, r)
+			size += int64(len(r.Payload))
 		}
 		return nil
 	})

@@ -40,7 +40,7 @@ func TestEmbeddedUndecodableRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := l.Read(ctx, "t1", 0, 10)
+	recs, err := l.Read(ctx, "t1", 0, 10, 0)
 	var bad *UnreadableRecord
 	if !errors.As(err, &bad) || bad.Seq != t1[1] || len(recs) != 1 || recs[0].Seq != t1[0] {
 		t.Fatalf("read over the damaged record: %+v, %v; want the record before it and an UnreadableRecord of seq %d", recs, err, t1[1])
@@ -48,7 +48,7 @@ func TestEmbeddedUndecodableRecord(t *testing.T) {
 	if n, err := l.AckAll(ctx, map[string][]uint64{"t1": {t1[1]}, "t2": t2}); err != nil || n != 2 {
 		t.Fatalf("removals naming the damaged record: %d, %v; want 2 removed", n, err)
 	}
-	if recs, err := l.Read(ctx, "t1", 0, 10); err != nil || len(recs) != 2 || recs[1].Seq != t1[2] {
+	if recs, err := l.Read(ctx, "t1", 0, 10, 0); err != nil || len(recs) != 2 || recs[1].Seq != t1[2] {
 		t.Fatalf("read after the removal: %+v, %v; want t1's 2 other records", recs, err)
 	}
 	if st, err := l.Stats(ctx, "t1"); err != nil || st != (Stats{Entries: 2, Bytes: 2}) {

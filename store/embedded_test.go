@@ -129,7 +129,7 @@ func TestEmbeddedSurvivesKill9(t *testing.T) {
 	s := opener(t, store.Config{Backend: store.BackendEmbedded, Path: dir})(clock.System)
 	var all []store.Record
 	for {
-		page, err := s.Ledger().Read(context.Background(), "t1", uint64(len(all)), 1000)
+		page, err := s.Ledger().Read(context.Background(), "t1", uint64(len(all)), 1000, 0)
 		if err != nil {
 			t.Fatalf("Read after the crash: %v", err)
 		}

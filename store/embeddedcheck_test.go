@@ -133,7 +133,7 @@ func TestDamagedDataFileIsRefused(t *testing.T) {
 			t.Fatalf("Open of an intact copy: %v", err)
 		}
 		defer s.Close()
-		recs, err := s.Ledger().Read(context.Background(), "t2", 0, 1000)
+		recs, err := s.Ledger().Read(context.Background(), "t2", 0, 1000, 0)
 		if err != nil || len(recs) != 200 {
 			t.Fatalf("read %d records, %v; want 200", len(recs), err)
 		}

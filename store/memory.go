@@ -168,7 +168,7 @@ func (m memLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]u
 	return staged(m.Append(ctx, tenant, recs))
 }
 
-func (m memLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
+func (m memLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int, maxBytes int64) ([]Record, error) {
 	if err := m.lock(ctx, checkReadArgs(tenant, max)); err != nil {
 		return nil, err
 	}
@@ -179,10 +179,11 @@ func (m memLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max
 	}
 	i := sort.Search(len(lg.recs), func(i int) bool { return lg.recs[i].Seq > afterSeq })
 	var out []Record
-	for ; i < len(lg.recs) && len(out) < max; i++ {
+	for size := int64(0); i < len(lg.recs) && !readDone(len(out), max, size, maxBytes); i++ {
 		r := lg.recs[i]
 		r.Payload = slices.Clone(r.Payload)
 		out = append(out, r)
+		size += int64(len(r.Payload))
 	}
 	return out, nil
 }

@@ -27,7 +27,7 @@ func TestMemoryAckAllInAnyOrder(t *testing.T) {
 	if err != nil || n != 4 {
 		t.Fatalf("AckAll = %d, %v; want 4 removed", n, err)
 	}
-	left, err := l.Read(ctx, "t", 0, 100)
+	left, err := l.Read(ctx, "t", 0, 100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

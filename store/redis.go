@@ -510,7 +510,46 @@ func (l redisLedger) Stage(ctx context.Context, tenant string, recs []Record) ([
 	return staged(l.Append(ctx, tenant, recs))
 }
 
-func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
+// readLua: KEYS a tenant's stream; ARGV the id to read after (an
+// exclusive start), the most entries and the most payload bytes (0: no
+// bound). It answers as XRANGE does, up to the entry whose payload (field
+// d) takes the answer's to the bound or past it (Ledger.Read), reading the
+// stream a page at a time so the server holds no more either.
+const readLua = `
+local from, left, bound, size, out = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), 0, {}
+while left > 0 do
+  local n = math.min(left, 64)
+  local page = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', n)
+  for i = 1, #page do
+    out[#out + 1] = page[i]
+    local f = page[i][2]
+    for j = 1, #f, 2 do
+      if f[j] == 'd' then size = size + string.len(f[j + 1]) end
+    end
+    if bound > 0 and size >= bound then return out end
+  end
+  if #page < n then return out end
+  left, from = left - n, '(' .. page[n][1]
+end
+return out
+`
+
+var readScript = redis.NewScript(readLua)
+
+// readCall is the pipelined call of readLua, whose answer is read as
+// XRANGE's.
+func readCall(key, start string, max int, maxBytes int64) pipeCall {
+	send := func(cmd, script string) func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+			c := redis.NewXMessageSliceCmd(ctx, cmd, script, 1, key, start, max, maxBytes)
+			_ = p.Process(ctx, c)
+			return c
+		}
+	}
+	return pipeCall{key: key, queue: send("evalsha", readScript.Hash()), reload: send("eval", readLua)}
+}
+
+func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int, maxBytes int64) ([]Record, error) {
 	if err := checkReadArgs(tenant, max); err != nil {
 		return nil, err
 	}
@@ -518,9 +557,13 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 		return nil, ctx.Err()
 	}
 	key, start := l.keys(tenant)[1], "(0-"+strconv.FormatUint(afterSeq, 10)
-	cmd := l.s.pipelined(ctx, pipeCall{key: key, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+	call := pipeCall{key: key, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 		return p.XRangeN(ctx, key, start, "+", int64(max))
-	}}).cmd
+	}}
+	if maxBytes > 0 { // summing the bytes takes a script, several times XRANGE's cost on the server
+		call = readCall(key, start, max, maxBytes)
+	}
+	cmd := l.s.pipelined(ctx, call).cmd
 	var msgs []redis.XMessage
 	err := cmd.Err()
 	if xc, ok := cmd.(*redis.XMessageSliceCmd); ok && err == nil {

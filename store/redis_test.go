@@ -138,7 +138,7 @@ func TestRedisAppendSurvivesServerKill(t *testing.T) {
 	if s2.Epoch() != epoch {
 		t.Fatalf("epoch after the server restart %q, before %q", s2.Epoch(), epoch)
 	}
-	got, err := s2.Ledger().Read(ctx, "t1", 0, 100)
+	got, err := s2.Ledger().Read(ctx, "t1", 0, 100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestRedisAppendSurvivesServerKill(t *testing.T) {
 
 // The pipeline sends scripts by their SHA; after the server's script cache
 // is flushed a pipelined call is answered NOSCRIPT and must be sent again
-// with its body, so appends and acks keep working.
+// with its body, so appends, reads and acks keep working.
 func TestRedisPipelineSurvivesScriptFlush(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
@@ -178,6 +178,12 @@ func TestRedisPipelineSurvivesScriptFlush(t *testing.T) {
 	next, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}})
 	if err != nil || next[0] != first[0]+1 {
 		t.Fatalf("Append after SCRIPT FLUSH = %v, %v; want seq %d", next, err, first[0]+1)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := l.Read(ctx, "t1", 0, 10, 1); err != nil || len(recs) != 1 || recs[0].Seq != first[0] {
+		t.Fatalf("Read after SCRIPT FLUSH = %v, %v; want seq %d alone", recs, err, first[0])
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -207,7 +213,7 @@ func TestRedisRecordOfAnOlderVersion(t *testing.T) {
 		Values: []any{"k", 3, "p", "discord", "s", "sk", "c", "c1", "r", received.UnixMicro(), "d", "old"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := l.Read(ctx, "t1", 0, 10)
+	got, err := l.Read(ctx, "t1", 0, 10, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +333,7 @@ func TestRedisPipelinedCallsEndWithTheirContext(t *testing.T) {
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		recs, err := s.Ledger().Read(context.Background(), "t1", 0, 10)
+		recs, err := s.Ledger().Read(context.Background(), "t1", 0, 10, 0)
 		if err == nil && len(recs) == 1 {
 			break
 		}
@@ -422,7 +428,7 @@ func TestRedisReadRemovesAnEntryItDidNotWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := l.Read(ctx, "t1", 0, 10)
+	got, err := l.Read(ctx, "t1", 0, 10, 0)
 	var bad *store.UnreadableRecord
 	if !errors.As(err, &bad) || bad.ForeignID != id || bad.Seq != first[0] || len(got) != 1 {
 		t.Fatalf("Read = %+v, %v; want the record before and entry %s reported after seq %d", got, err, id, first[0])
@@ -431,7 +437,7 @@ func TestRedisReadRemovesAnEntryItDidNotWrite(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Append after the entry was removed: %v", err)
 	}
-	if got, err = l.Read(ctx, "t1", 0, 10); err != nil || len(got) != 2 || got[1].Seq != next[0] {
+	if got, err = l.Read(ctx, "t1", 0, 10, 0); err != nil || len(got) != 2 || got[1].Seq != next[0] {
 		t.Fatalf("Read = %+v, %v; want the two appended records", got, err)
 	}
 }
@@ -457,7 +463,7 @@ func TestRedisTrimLeavesAnEntryItDidNotWriteToRead(t *testing.T) {
 		t.Fatalf("Trim = %+v, %v; want the expired record dropped", dropped, err)
 	}
 	var bad *store.UnreadableRecord
-	if _, err := l.Read(ctx, "t1", 0, 10); !errors.As(err, &bad) || bad.ForeignID == "" {
+	if _, err := l.Read(ctx, "t1", 0, 10, 0); !errors.As(err, &bad) || bad.ForeignID == "" {
 		t.Fatalf("Read: %v, want the entry reported", err)
 	}
 	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}}); err != nil {
@@ -490,7 +496,7 @@ func TestRedisSeqsNeverGoBackAfterAFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := old.Read(ctx, "t1", 0, 10); err != nil || len(got) != 2 {
+	if got, err := old.Read(ctx, "t1", 0, 10, 0); err != nil || len(got) != 2 {
 		t.Fatalf("the old primary read %+v, %v; want the replicated record and the lost one", got, err)
 	}
 	cfg.RedisURL = replica.URL()
@@ -502,7 +508,7 @@ func TestRedisSeqsNeverGoBackAfterAFailover(t *testing.T) {
 	if next[0] <= lost[0] {
 		t.Fatalf("the promoted replica numbered its first record %d, not past %d, the lost one's", next[0], lost[0])
 	}
-	got, err := promoted.Read(ctx, "t1", lost[0], 10)
+	got, err := promoted.Read(ctx, "t1", lost[0], 10, 0)
 	if err != nil || len(got) != 1 || string(got[0].Payload) != "confirmed" {
 		t.Fatalf("read past the lost record: %+v, %v; want the confirmed one", got, err)
 	}
@@ -528,7 +534,7 @@ func TestRedisTenantKeysLostWhileRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if recs, err := b.Read(ctx, "t2", 0, 10); err != nil || len(recs) != 2 {
+	if recs, err := b.Read(ctx, "t2", 0, 10, 0); err != nil || len(recs) != 2 {
 		t.Fatalf("read t2: %+v, %v; want its 2 records", recs, err)
 	}
 	admin := srv.Client(t)
@@ -648,7 +654,7 @@ func TestRedisTenantsPassesOverAForeignLog(t *testing.T) {
 	if err != nil {
 		t.Fatalf("append over a foreign log: %v", err)
 	}
-	if recs, err := l.Read(ctx, "t2", 0, 10); err != nil || len(recs) != 1 || recs[0].Seq != seqs[0] {
+	if recs, err := l.Read(ctx, "t2", 0, 10, 0); err != nil || len(recs) != 1 || recs[0].Seq != seqs[0] {
 		t.Fatalf("read after the append over a foreign log: %+v, %v; want seq %d alone", recs, err, seqs[0])
 	}
 	if st, err := l.Stats(ctx, "t2"); err != nil || st != (store.Stats{Entries: 1, Bytes: 5}) {
@@ -869,7 +875,7 @@ func TestRedisForeignSeqCounter(t *testing.T) {
 				// INCRBY; another instance's Read removes the entry.
 				_, _ = fresh.Append(ctx, "t1", []store.Record{{Payload: []byte("c")}})
 				var unreadable *store.UnreadableRecord
-				if _, err := opener(t, cfg)(nil).Ledger().Read(ctx, "t1", 0, 10); !errors.As(err, &unreadable) || unreadable.ForeignID != "5-0" {
+				if _, err := opener(t, cfg)(nil).Ledger().Read(ctx, "t1", 0, 10, 0); !errors.As(err, &unreadable) || unreadable.ForeignID != "5-0" {
 					t.Fatalf("read beside the foreign entry: %v; want it dropped", err)
 				}
 			}
@@ -877,7 +883,7 @@ func TestRedisForeignSeqCounter(t *testing.T) {
 			if err != nil || seqs[0] <= given[1] {
 				t.Fatalf("append: %v, %v; want a seq past %d", seqs, err, given[1])
 			}
-			recs, err := l.Read(ctx, "t1", 0, 10)
+			recs, err := l.Read(ctx, "t1", 0, 10, 0)
 			if err != nil || len(recs) != 3 || recs[2].Seq != seqs[0] {
 				t.Fatalf("read after: %+v, %v; want the 3 records", recs, err)
 			}
@@ -1227,7 +1233,7 @@ func TestRedisAppendGivenUpOnKeepsThePruneMarker(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		n, err := admin.Exists(ctx, marker).Result()
-		recs, rerr := b.Read(ctx, "gone", 0, 10)
+		recs, rerr := b.Read(ctx, "gone", 0, 10, 0)
 		if err == nil && n == 1 && rerr == nil && len(recs) == 0 {
 			break
 		}
@@ -1328,7 +1334,7 @@ func TestRedisForeignPruneMarker(t *testing.T) {
 			if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}}); err != nil {
 				t.Fatalf("append over the foreign marker: %v", err)
 			}
-			if recs, err := l.Read(ctx, "t1", 0, 10); err != nil || len(recs) != 1 {
+			if recs, err := l.Read(ctx, "t1", 0, 10, 0); err != nil || len(recs) != 1 {
 				t.Fatalf("read: %+v, %v; want the one record", recs, err)
 			}
 			if n, err := admin.Exists(ctx, marker).Result(); err != nil || n != 0 {

@@ -290,7 +290,7 @@ func TestRedisRefusesTheEarlierKeyLayout(t *testing.T) {
 
 func mustReadAll(t *testing.T, s store.Store, tenant string) []store.Record {
 	t.Helper()
-	got, err := s.Ledger().Read(context.Background(), tenant, 0, 1000)
+	got, err := s.Ledger().Read(context.Background(), tenant, 0, 1000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

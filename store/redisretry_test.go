@@ -366,7 +366,7 @@ func TestRedisTrimReplyLost(t *testing.T) {
 	if len(dropped) != 1 || dropped[0].Seq != 1 || dropped[0].Platform != "discord" || dropped[0].Bytes != 3 {
 		t.Fatalf("trim whose reply was lost dropped %+v; want seq 1 (discord, 3 bytes)", dropped)
 	}
-	if recs, err := l.Read(ctx, "lost-trim", 0, 10); err != nil || len(recs) != 1 || recs[0].Seq != 2 {
+	if recs, err := l.Read(ctx, "lost-trim", 0, 10, 0); err != nil || len(recs) != 1 || recs[0].Seq != 2 {
 		t.Fatalf("after the trim: %+v, %v; want seq 2 alone", recs, err)
 	}
 }

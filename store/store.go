@@ -115,11 +115,15 @@ type Ledger interface {
 	// and its commit returns nil.
 	Stage(ctx context.Context, tenant string, recs []Record) (seqs []uint64, commit func() error, err error)
 	// Read returns up to max (> 0) of tenant's records with a sequence
-	// number above afterSeq, in sequence order. At a record that does not
+	// number above afterSeq, in sequence order. With maxBytes above 0 it
+	// also stops after the record that takes the payload bytes it returns
+	// to maxBytes or past it: a read holds less than maxBytes and one
+	// record, and one cut short so returns at least maxBytes (and at least
+	// one record). At a record that does not
 	// decode it stops and returns those before it with an
 	// *UnreadableRecord; the redis backend so at a stream entry it did not
 	// write, which it removes first.
-	Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error)
+	Read(ctx context.Context, tenant string, afterSeq uint64, max int, maxBytes int64) ([]Record, error)
 	// Ack removes tenant's records with the given sequence numbers and
 	// reports how many it removed. Unknown numbers (acknowledged before,
 	// trimmed, never assigned) are ignored.
@@ -585,6 +589,12 @@ func checkReadArgs(tenant string, max int) error {
 		return err
 	}
 	return fmt.Errorf("%w: read size %d is not positive", ErrInvalid, max)
+}
+
+// readDone reports whether a Read that holds n records of size payload
+// bytes has what it was asked for (Ledger.Read).
+func readDone(n, max int, size, maxBytes int64) bool {
+	return n >= max || (maxBytes > 0 && size >= maxBytes)
 }
 
 // checkOwnerArgs rejects a bad tenant or session key name.

@@ -129,3 +129,36 @@ func BenchmarkAppend(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRead measures the read of a tenant's newest records on Redis, as
+// a driver reads what other instances stored (relay/ledger's Tail): each
+// read returns the `records` 512-byte records after a seq, asking for up
+// to 1,024.
+func BenchmarkRead(b *testing.B) {
+	cfg := redisConfig(redistest.Start(b, redistest.Options{}))
+	s, err := store.Open(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	l := s.Ledger()
+	payload := make([]byte, 512)
+	recs := make([]store.Record, 1024)
+	for i := range recs {
+		recs[i] = store.Record{Kind: 1, Platform: "discord", SessionKey: "agent:main:discord:group:1", ChatID: "1", Payload: payload}
+	}
+	if _, err := l.Append(context.Background(), "t1", recs); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1, 16, 256} {
+		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				got, err := l.Read(context.Background(), "t1", uint64(len(recs)-n), 1024, 64<<20)
+				if err != nil || len(got) != n {
+					b.Fatalf("Read returned %d records (%v), want %d", len(got), err, n)
+				}
+			}
+		})
+	}
+}

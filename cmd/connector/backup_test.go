@@ -44,7 +44,7 @@ func openBackup(t *testing.T, path string) store.Store {
 // tenant t1's payloads.
 func backupRecords(t *testing.T, path string) []string {
 	t.Helper()
-	recs, err := openBackup(t, path).Ledger().Read(context.Background(), "t1", 0, 100_000)
+	recs, err := openBackup(t, path).Ledger().Read(context.Background(), "t1", 0, 100_000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

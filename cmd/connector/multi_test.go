@@ -219,7 +219,7 @@ func waitRemoved(t *testing.T, st store.Store, tenant, bufferID string) {
 	}
 	start := time.Now()
 	for {
-		recs, err := st.Ledger().Read(context.Background(), tenant, seq-1, 1)
+		recs, err := st.Ledger().Read(context.Background(), tenant, seq-1, 1, 0)
 		if err == nil && (len(recs) == 0 || recs[0].Seq != seq) {
 			return
 		}

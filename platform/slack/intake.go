@@ -739,7 +739,7 @@ func (p *Platform) ledgerHeld(ctx context.Context, chats map[string]bool) (map[s
 	held := make(map[string]bool)
 	for _, tenant := range tenants {
 		for after := uint64(0); ; {
-			recs, err := l.Read(ctx, tenant, after, ledgerPage)
+			recs, err := l.Read(ctx, tenant, after, ledgerPage, 0)
 			var bad *store.UnreadableRecord
 			if err != nil && !errors.As(err, &bad) {
 				return nil, err

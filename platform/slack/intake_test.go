@@ -825,7 +825,7 @@ type blockingLedgerReads struct {
 	s *blockingLedger
 }
 
-func (l blockingLedgerReads) Read(ctx context.Context, tenant string, after uint64, limit int) ([]store.Record, error) {
+func (l blockingLedgerReads) Read(ctx context.Context, tenant string, after uint64, limit int, maxBytes int64) ([]store.Record, error) {
 	if l.s.armed.Load() {
 		l.s.once.Do(func() { close(l.s.reading) })
 		select {
@@ -834,7 +834,7 @@ func (l blockingLedgerReads) Read(ctx context.Context, tenant string, after uint
 			return nil, ctx.Err()
 		}
 	}
-	return l.Ledger.Read(ctx, tenant, after, limit)
+	return l.Ledger.Read(ctx, tenant, after, limit, maxBytes)
 }
 
 // TestIntakeAnsweredWhileASweepReadsTheLedger: a sweep that took an entry

@@ -31,8 +31,8 @@ func (p *promotable) Stage(ctx context.Context, tenant string, recs []store.Reco
 	return p.get().Stage(ctx, tenant, recs)
 }
 
-func (p *promotable) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
-	return p.get().Read(ctx, tenant, afterSeq, max)
+func (p *promotable) Read(ctx context.Context, tenant string, afterSeq uint64, max int, maxBytes int64) ([]store.Record, error) {
+	return p.get().Read(ctx, tenant, afterSeq, max, maxBytes)
 }
 
 func (p *promotable) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {

@@ -1159,11 +1159,25 @@ func (p *Pool) Recover(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// recoverBatch bounds how many records Recover and Tail read at once;
-// firstBatch is how many the first read of a Tail asks for. Each later read
-// asks for as many records as fit Config.MaxBytes at the previous read's
-// average record size, so a buffer of large records is not held at once.
-const recoverBatch, firstBatch = 1024, 16
+// recoverBatch bounds how many records Recover and Tail read at once; a
+// read also stops once it holds Config.MaxBytes (store.Ledger.Read), so a
+// buffer of large records is not held at once.
+const recoverBatch = 1024
+
+// firstRead is what a Tail's first read asks for: as many records as fit
+// Config.MaxBytes at the largest payload (Config.MaxPayloadBytes), with no
+// byte bound, since that count is one (a store counts records for less
+// than it sums their bytes: on Redis a plain XRANGE against a script).
+// Most Tails, an instance driving a tenant reading what the others just
+// stored, end there; a read that finds more asks for recoverBatch records
+// within Config.MaxBytes. Without MaxPayloadBytes every read is bounded by
+// bytes.
+func (p *Pool) firstRead() (int, int64) {
+	if p.cfg.MaxPayloadBytes <= 0 {
+		return recoverBatch, p.cfg.MaxBytes
+	}
+	return int(max(1, min(p.cfg.MaxBytes/int64(p.cfg.MaxPayloadBytes), recoverBatch))), 0
+}
 
 // Tail takes in, in order, the stored records after the last one it took
 // in (all of them, on the first call or after Reset), applies the bounds
@@ -1200,9 +1214,10 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		// remove would be taken in and delivered again.
 		p.Flush(context.WithoutCancel(ctx))
 	}
-	n, batch := 0, firstBatch
+	n := 0
+	batch, bound := p.firstRead()
 	for {
-		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, batch)
+		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, batch, bound)
 		var bad *store.UnreadableRecord
 		if err != nil && !errors.As(err, &bad) {
 			return n, err
@@ -1210,9 +1225,10 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		if len(recs) == 0 && bad == nil {
 			break
 		}
-		entries := make([]*entry, len(recs))
+		entries, size := make([]*entry, len(recs)), int64(0)
 		for i := range recs {
 			entries[i] = l.newEntry(recs[i].Seq, &recs[i])
+			size += entries[i].size
 		}
 		l.mu.Lock()
 		if l.resets != resets || l.forgotten {
@@ -1259,14 +1275,10 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			l.readPos = max(l.readPos, bad.Seq)
 			continue
 		}
-		if len(recs) < batch {
-			break
+		if len(recs) < batch && (bound <= 0 || size < bound) {
+			break // the end of the log, not a read's bound
 		}
-		size := int64(0)
-		for i := range recs {
-			size += int64(len(recs[i].Payload))
-		}
-		batch = int(max(1, min(p.cfg.MaxBytes/max(size/int64(len(recs)), 1), recoverBatch)))
+		batch, bound = recoverBatch, p.cfg.MaxBytes
 	}
 	if n > 0 {
 		p.boundTotal()

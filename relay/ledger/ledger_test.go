@@ -162,7 +162,7 @@ func (r *rig) stored(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
 	r.pool.Flush(ctx)
-	recs, err := r.store.Ledger().Read(ctx, "t1", 0, 1000)
+	recs, err := r.store.Ledger().Read(ctx, "t1", 0, 1000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +505,7 @@ func TestAppendReturnsOnceStoredWithTheRecordsSeq(t *testing.T) {
 	first := r.add(t, "s1", "one")
 	second := r.add(t, "s2", "two")
 	want(t, "stored", r.stored(t), "one", "two")
-	recs, err := r.store.Ledger().Read(context.Background(), "t1", 0, 10)
+	recs, err := r.store.Ledger().Read(context.Background(), "t1", 0, 10, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -804,8 +804,8 @@ func (u *unreadUntilCommitLedger) Stage(ctx context.Context, tenant string, recs
 	}, nil
 }
 
-func (u *unreadUntilCommitLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
-	recs, err := u.Ledger.Read(ctx, tenant, afterSeq, max)
+func (u *unreadUntilCommitLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int, maxBytes int64) ([]store.Record, error) {
+	recs, err := u.Ledger.Read(ctx, tenant, afterSeq, max, maxBytes)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return slices.DeleteFunc(recs, func(r store.Record) bool { return u.hidden[r.Seq] }), err
@@ -1320,7 +1320,7 @@ func TestAppendAllStoresABatchInOneStageOrNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := r.store.Ledger().Read(context.Background(), "t1", 0, 10)
+	recs, err := r.store.Ledger().Read(context.Background(), "t1", 0, 10, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1343,8 +1343,8 @@ type gatedReadLedger struct {
 	release chan struct{}
 }
 
-func (g *gatedReadLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
-	recs, err := g.Ledger.Read(ctx, tenant, afterSeq, max)
+func (g *gatedReadLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int, maxBytes int64) ([]store.Record, error) {
+	recs, err := g.Ledger.Read(ctx, tenant, afterSeq, max, maxBytes)
 	g.mu.Lock()
 	wait := g.armed
 	g.armed = false

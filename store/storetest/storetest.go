@@ -53,6 +53,7 @@ const waitTimeout = 10 * time.Second
 func Run(t *testing.T, b Backend) {
 	t.Run("Epoch", func(t *testing.T) { testEpoch(t, b) })
 	t.Run("LedgerAppendRead", func(t *testing.T) { testAppendRead(t, b) })
+	t.Run("LedgerReadBytes", func(t *testing.T) { testReadBytes(t, b) })
 	t.Run("LedgerAck", func(t *testing.T) { testAck(t, b) })
 	t.Run("LedgerTrim", func(t *testing.T) { testTrim(t, b) })
 	t.Run("LedgerTenantIsolation", func(t *testing.T) { testTenantIsolation(t, b) })
@@ -120,7 +121,7 @@ func mustAppend(t *testing.T, l store.Ledger, tenant string, recs ...store.Recor
 
 func mustRead(t *testing.T, l store.Ledger, tenant string, after uint64, max int) []store.Record {
 	t.Helper()
-	rs, err := l.Read(ctx, tenant, after, max)
+	rs, err := l.Read(ctx, tenant, after, max, 0)
 	if err != nil {
 		t.Fatalf("Read(%q, %d, %d): %v", tenant, after, max, err)
 	}
@@ -227,6 +228,50 @@ func testAppendRead(t *testing.T, b Backend) {
 	mustStats(t, l, "t1", store.Stats{Entries: 4, Bytes: int64(len(`{"a":1}`) + 4 + 0 + 4)})
 	mustStats(t, l, "nobody", store.Stats{})
 	mustTenants(t, l, "t1")
+}
+
+// testReadBytes: Read's maxBytes stops it after the record that takes the
+// payload bytes it returns to the bound or past it, never before the first
+// record, and the count still bounds it.
+func testReadBytes(t *testing.T, b Backend) {
+	f := newFixture(t, b)
+	l := f.s.Ledger()
+	var recs []store.Record
+	for range 100 {
+		recs = append(recs, rec("discord", "s", "c", strings.Repeat("s", 10)))
+	}
+	for range 3 {
+		recs = append(recs, rec("discord", "s", "c", strings.Repeat("L", 1000)))
+	}
+	mustAppend(t, l, "t1", recs...)
+	seqs := func(from, to uint64) (s []uint64) {
+		for seq := from; seq <= to; seq++ {
+			s = append(s, seq)
+		}
+		return s
+	}
+	for _, c := range []struct {
+		after       uint64
+		max         int
+		maxBytes    int64
+		first, last uint64
+	}{
+		{0, 1000, 25, 1, 3}, // 30 bytes: past the bound
+		{0, 1000, 30, 1, 3}, // at it
+		{0, 1000, 31, 1, 4},
+		{0, 1000, 700, 1, 70},    // past the redis script's page of 64
+		{0, 50, 700, 1, 50},      // the count first
+		{100, 1000, 1, 101, 101}, // one record larger than the bound
+		{99, 1000, 1500, 100, 102},
+		{0, 1000, 0, 1, 103}, // no bound
+		{0, 1000, 4001, 1, 103},
+	} {
+		got, err := l.Read(ctx, "t1", c.after, c.max, c.maxBytes)
+		if err != nil {
+			t.Fatalf("Read(%d, %d, %d): %v", c.after, c.max, c.maxBytes, err)
+		}
+		wantSeqs(t, fmt.Sprintf("Read(%d, %d, %d)", c.after, c.max, c.maxBytes), seqsOf(got), seqs(c.first, c.last))
+	}
 }
 
 // sameRecord compares a record read back with the one appended: Received
@@ -1295,8 +1340,8 @@ func testInvalid(t *testing.T, b Backend) {
 		"Append long tenant":  func() error { _, err := s.Ledger().Append(ctx, long, []store.Record{{}}); return err },
 		"Stage empty tenant":  func() error { _, _, err := s.Ledger().Stage(ctx, "", []store.Record{{}}); return err },
 		"AckAll empty tenant": func() error { _, err := s.Ledger().AckAll(ctx, map[string][]uint64{"t": {1}, "": {1}}); return err },
-		"Read empty tenant":   func() error { _, err := s.Ledger().Read(ctx, "", 0, 1); return err },
-		"Read size 0":         func() error { _, err := s.Ledger().Read(ctx, "t", 0, 0); return err },
+		"Read empty tenant":   func() error { _, err := s.Ledger().Read(ctx, "", 0, 1, 0); return err },
+		"Read size 0":         func() error { _, err := s.Ledger().Read(ctx, "t", 0, 0, 0); return err },
 		"Ack empty tenant":    func() error { _, err := s.Ledger().Ack(ctx, "", 1); return err },
 		"Trim empty tenant":   func() error { _, err := s.Ledger().Trim(ctx, "", store.Bounds{}); return err },
 		"Stats empty tenant":  func() error { _, err := s.Ledger().Stats(ctx, ""); return err },
@@ -1345,7 +1390,7 @@ func testClosed(t *testing.T, b Backend) {
 		"Append":  func() error { _, err := s.Ledger().Append(ctx, "t", []store.Record{{}}); return err },
 		"Stage":   func() error { _, _, err := s.Ledger().Stage(ctx, "t", []store.Record{{}}); return err },
 		"AckAll":  func() error { _, err := s.Ledger().AckAll(ctx, map[string][]uint64{"t": {1}}); return err },
-		"Read":    func() error { _, err := s.Ledger().Read(ctx, "t", 0, 1); return err },
+		"Read":    func() error { _, err := s.Ledger().Read(ctx, "t", 0, 1, 0); return err },
 		"Tenants": func() error { _, err := s.Ledger().Tenants(ctx); return err },
 		"capability Get": func() error {
 			_, _, err := s.Capabilities().Get(ctx, "k")
