@@ -127,7 +127,10 @@ type Config struct {
 	// 10000.
 	BufferEntries int `yaml:"buffer_entries"`
 	// BufferBytes bounds a tenant's buffered inbound in payload bytes,
-	// entries in flight included. Zero means 67108864 (64 MiB).
+	// entries in flight included, and each read of its stored records (at a
+	// start, and with several instances its driver's reads of what the
+	// others stored), to this and the record that passes it. Zero means
+	// 67108864 (64 MiB).
 	BufferBytes int64 `yaml:"buffer_bytes"`
 	// BufferBytesTotal bounds the buffered inbound of all tenants together,
 	// in payload bytes; the largest tenant's oldest entries go first. It
