@@ -2,6 +2,7 @@ package slack
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"net/http"
@@ -528,4 +529,31 @@ func TestSharedChannelNamesUseTheInstallsToken(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSharedChannelEventGoesToTheInstallThatGotIt: in a Slack Connect
+// channel hosted by B (t2's), where only A's bot (t1's) is, Slack delivers
+// Ada's mention of it to A's installation, naming B, the host, as the
+// envelope's team_id and A in its authorizations: it goes to t1. Before,
+// team_id won, so t2 got the messages of a channel only t1's bot is in,
+// its users' mentions of t1's bot among them, and t1 none.
+func TestSharedChannelEventGoesToTheInstallThatGotIt(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamB.ID, teamA.ID}})
+	e := newEnvOn(t, fake, nil, nil)
+	var env map[string]any
+	ev := slacktest.MessageEvent(teamA.ID, shared, userAda, "1768490100.000100", "", "<@"+teamA.BotUser+"> status?")
+	if err := json.Unmarshal(slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", ev), &env); err != nil {
+		t.Fatal(err)
+	}
+	env["team_id"], env["is_ext_shared_channel"] = teamB.ID, true
+	body, _ := json.Marshal(env)
+	if code, resp := e.post(t, EventsPath, "application/json", body); code != http.StatusOK {
+		t.Fatalf("event: %d %s", code, resp)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Text != "status?" {
+		t.Fatalf("delivery to %s: %q", d.Tenant, d.Event.Text)
+	}
+	e.sink.Empty(t)
 }

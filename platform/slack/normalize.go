@@ -198,7 +198,7 @@ func eventTeam(ev *wireEvent, env *envelope) string {
 	if t := teamOf(ev.Team); t != "" {
 		return t
 	}
-	return env.installTeam()
+	return cmp.Or(env.TeamID, env.installTeam())
 }
 
 // declaredBot is _event_declares_bot_sender: the event itself says a bot

@@ -75,7 +75,7 @@ func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEven
 	if explicit && !pol.reactions[strings.Trim(ev.Reaction, ":")] {
 		return message{}, dropReactionTrigger
 	}
-	if !explicit && mine != nil && !mine() {
+	if !explicit && (bot != "" && ev.ItemUser != "" && ev.ItemUser != bot || mine != nil && !mine()) { // not the bot's: no store read
 		return message{}, dropReactionBotMsg
 	}
 	// The reacted-to message's thread; without an allowlist only a

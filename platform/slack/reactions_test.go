@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
+	"connector/vault"
 )
 
 // TestReactionTurns: with reaction_triggers on, a reaction to the bot's
@@ -237,6 +239,35 @@ func TestReactionToTheEarlierHoldersAnswerStartsNoTurn(t *testing.T) {
 	react("Ev2", own, "1768491000.000200")
 	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.MessageID != "1768491000.000200" || d.Event.ReplyToMessageID != own {
 		t.Fatalf("delivered %s's %s in reply to %s; want t2's reaction to its own answer %s alone", d.Tenant, d.Event.MessageID, d.Event.ReplyToMessageID, own)
+	}
+	e.sink.Empty(t)
+}
+
+// postedReads counts the store's reads of the records of whom the bot
+// posted a message for (vault.KindPostedMessage).
+type postedReads struct {
+	vault.Store
+	n atomic.Int64
+}
+
+func (v *postedReads) Get(ctx context.Context, k vault.Key) (vault.Entry, bool) {
+	if k.Kind == vault.KindPostedMessage {
+		v.n.Add(1)
+	}
+	return v.Store.Get(ctx, k)
+}
+
+// TestReactionToAUsersMessageReadsNoPoster: with reaction_triggers and no
+// allowlist, a reaction whose item_user is not the bot is dropped before
+// the store is asked whom the bot posted the message for. Before, in a
+// channel its tenant holds, every such reaction read the store first.
+func TestReactionToAUsersMessageReadsNoPoster(t *testing.T) {
+	v := &postedReads{Store: vault.NewMemory(vault.Config{})}
+	e := newEnv(t, func(c *Config) { c.Tenants["t1"] = TenantConfig{ReactionTriggers: &[]string{}} }, &platform.Deps{Vault: v})
+	e.event(t, teamA, "Ev1", map[string]any{"type": "reaction_added", "user": userAda, "reaction": "+1", "item_user": userAda,
+		"item": map[string]any{"type": "message", "channel": chanGeneral, "ts": "1768400000.000100"}, "event_ts": "1768400100.000100"}, http.StatusOK)
+	if n := v.n.Load(); n != 0 { // handled before its 200
+		t.Fatalf("a reaction to Ada's message read %d posted records", n)
 	}
 	e.sink.Empty(t)
 }

@@ -18,18 +18,18 @@ type envelope struct {
 }
 
 // installTeam is the workspace whose installation the event was delivered
-// to: its team_id, else its first authorization's. Its bot token answers
-// the event, and its tenant receives it.
+// to: its first authorization's, else its team_id. Its bot token answers
+// the event, and its tenant receives it. In a Slack Connect channel team_id
+// is the workspace the event happened in (the channel's host), which may
+// not have the app installed, or not in the channel: Slack names the
+// installation that got the event in authorizations (as its SDKs read it).
 func (e *envelope) installTeam() string {
-	if e.TeamID != "" {
-		return e.TeamID
-	}
 	for _, a := range e.Authorizations {
 		if a.TeamID != "" {
 			return a.TeamID
 		}
 	}
-	return ""
+	return e.TeamID
 }
 
 // botUser is the bot user the event was delivered for (its first bot
