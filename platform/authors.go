@@ -137,7 +137,43 @@ func (g *Grants) Add(ctx context.Context, chat, space, tenant string, created ti
 	}
 	if err := g.vault.Put(ctx, k, e); err != nil {
 		g.log.Warn("chat grant not stored", "platform", g.platform, "chat_id", chat, "tenant", tenant, "err", err)
+		return
 	}
+	if space == "" {
+		return
+	}
+	sk := spaceKey(g.platform, space, tenant)
+	if have, ok := g.vault.Get(ctx, sk); ok && e.Stored.Sub(have.Stored) < vault.ChatGrantTTL/2 {
+		return
+	}
+	if err := g.vault.Put(ctx, sk, e); err != nil {
+		g.log.Warn("chat grant's space not stored", "platform", g.platform, "space", space, "tenant", tenant, "err", err)
+	}
+}
+
+// spaceKey is the vault key recording that tenant holds a grant of a chat
+// in space on platform name (Add; GrantedIn): the key of a grant of the
+// space with a "/" after it, which no chat id holds.
+func spaceKey(name, space, tenant string) vault.Key {
+	k := (&Grants{platform: name}).grantKey(space, tenant)
+	k.SessionKey += "/"
+	return k
+}
+
+// GrantedIn reports whether tenant holds a live grant on platform name,
+// as v keeps them (NewGrants), of the chat id or of a chat in the space
+// id (a Discord guild, a Slack workspace): what a binding of id another
+// tenant makes for itself yields to (registry.Registry.SetGrantedIn). err
+// wraps ErrGrantUnknown when the store could not tell.
+func GrantedIn(ctx context.Context, v vault.Store, name, id, tenant string) (bool, error) {
+	for _, k := range [...]vault.Key{(&Grants{platform: name}).grantKey(id, tenant), spaceKey(name, id, tenant)} {
+		if _, ok, err := vault.Lookup(ctx, v, k); err != nil {
+			return false, fmt.Errorf("%s: %w", name, ErrGrantUnknown)
+		} else if ok {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // AddThread grants tenant the thread it created in chat, which it holds

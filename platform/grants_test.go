@@ -92,6 +92,35 @@ func TestGrantsRecordTheirSpace(t *testing.T) {
 	}
 }
 
+// TestGrantedInTheSpace: a grant made in a space is found by the space
+// (GrantedIn), for its tenant and platform only, and lasts as the grant
+// does; the record of the space grants nothing in a chat of the space's
+// id (a Discord guild's first channel may share it).
+func TestGrantedInTheSpace(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	v := vault.NewMemory(vault.Config{Clock: clk})
+	g := platform.NewGrants("discord", v, clk, nil)
+	g.Add(t.Context(), "501", "500", "t1", time.Time{})
+	in := func(name, id, tenant string) bool {
+		t.Helper()
+		ok, err := platform.GrantedIn(t.Context(), v, name, id, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !in("discord", "500", "t1") || !in("discord", "501", "t1") {
+		t.Fatal("the grant is not found by its space or its chat")
+	}
+	if in("discord", "500", "t2") || in("slack", "500", "t1") || g.Has(t.Context(), "500", "t1") {
+		t.Fatal("the space's record reaches another tenant or platform, or grants a chat of its id")
+	}
+	clk.Advance(vault.ChatGrantTTL + time.Minute)
+	if in("discord", "500", "t1") {
+		t.Fatal("the space's record outlived the grant")
+	}
+}
+
 // TestGrantsKeyedByPlatform: the platforms share one vault (as the
 // connector's do) and chat ids that coincide (a Telegram private chat's
 // id, a Discord snowflake, a WhatsApp number are all digits): a grant made

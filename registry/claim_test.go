@@ -20,6 +20,7 @@ import (
 	"connector/platform"
 	"connector/registry"
 	"connector/store"
+	"connector/vault"
 )
 
 // TestClaimFollowsTheOwnershipOrder: a claim of a chat bound to another
@@ -166,6 +167,71 @@ func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
 	bindOwn("a", "telegram", platform.BindChat, "-1302", nil)                  // nobody's
 	if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "4002", Tenant: "a"}); err != nil {
 		t.Fatalf("an operator's bind of a linked user's chat: %v", err)
+	}
+}
+
+// TestBindOwnYieldsToGrants: a binding a tenant makes for itself is
+// ErrConflict on a Discord guild where another tenant linked on the
+// platform holds a grant of a channel, and on a Telegram chat another
+// tenant holds by grant; it is allowed where the grant is the tenant's
+// own, or of a tenant no user is linked to, and again once the tenant
+// holds the key (a gateway's next boot); a store that cannot tell refuses
+// it, binding nothing.
+func TestBindOwnYieldsToGrants(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.SetDeclared(registry.State{Tenants: []registry.Tenant{{ID: "a"}, {ID: "b"}, {ID: "c"}}}); err != nil {
+		t.Fatal(err)
+	}
+	v := vault.NewMemory(vault.Config{})
+	lookups := 0
+	var fail error
+	r.SetGrantedIn(func(ctx context.Context, platformName, id, tenant string) (bool, error) {
+		lookups++
+		if fail != nil {
+			return false, fail
+		}
+		return platform.GrantedIn(ctx, v, platformName, id, tenant)
+	})
+	for _, b := range []registry.Binding{
+		{Platform: "discord", Kind: platform.BindUser, ID: "71", Tenant: "a"},
+		{Platform: "telegram", Kind: platform.BindUser, ID: "4003", Tenant: "a"},
+		{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "b"},
+	} {
+		if err := r.Bind(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	discord, telegram := platform.NewGrants("discord", v, nil, nil), platform.NewGrants("telegram", v, nil, nil)
+	discord.Add(ctx, "501", "500", "a", time.Time{})
+	discord.Add(ctx, "601", "600", "c", time.Time{}) // c has no linked user: not asked
+	discord.Add(ctx, "701", "700", "a", time.Time{}) // before b's binding of 700
+	telegram.Add(ctx, "-1401", "", "a", time.Time{})
+	bindOwn := func(tenant, platformName, kind, id string, want error) {
+		t.Helper()
+		err := r.BindOwn(ctx, registry.Binding{Platform: platformName, Kind: kind, ID: id, Tenant: tenant})
+		if !errors.Is(err, want) || (want == nil) != (err == nil) {
+			t.Fatalf("%s binds its own %s %s %s: %v, want %v", tenant, platformName, kind, id, err, want)
+		}
+	}
+	bindOwn("b", "discord", platform.BindGuild, "500", registry.ErrConflict) // a's grant of channel 501 in it
+	bindOwn("b", "telegram", platform.BindChat, "-1401", registry.ErrConflict)
+	bindOwn("b", "discord", platform.BindGuild, "501", registry.ErrConflict) // the granted chat's id
+	bindOwn("a", "discord", platform.BindGuild, "500", nil)                  // its own grant
+	bindOwn("b", "discord", platform.BindGuild, "600", nil)
+	bindOwn("b", "discord", platform.BindGuild, "700", nil) // held already
+	bindOwn("b", "telegram", platform.BindChat, "-1402", nil)
+	fail = platform.ErrGrantUnknown
+	lookups = 0
+	if err := r.BindOwn(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "800", Tenant: "b"}); !errors.Is(err, platform.ErrGrantUnknown) || lookups != 1 {
+		t.Fatalf("b's route key while the grants cannot be read: %v after %d lookups, want ErrGrantUnknown after 1", err, lookups)
+	}
+	s, _, err := r.Effective(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(s.Bindings, func(b registry.Binding) bool { return b.ID == "800" || (b.ID == "500" && b.Tenant == "b") }) {
+		t.Fatalf("a refused route key was bound: %v", s.Bindings)
 	}
 }
 

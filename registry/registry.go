@@ -312,6 +312,15 @@ type Registry struct {
 	// other. Held across no store call.
 	listMu sync.Mutex
 	listed map[string]map[string]decoded
+	// grantedIn is SetGrantedIn's; nil: BindOwn asks about no grants.
+	grantedIn func(ctx context.Context, platformName, id, tenant string) (bool, error)
+}
+
+// SetGrantedIn sets how BindOwn asks whether tenant holds a live grant
+// (platform.GrantedIn) of a chat id names, or of a chat in the space id
+// names, on platformName. Call it before the registry serves requests.
+func (r *Registry) SetGrantedIn(f func(ctx context.Context, platformName, id, tenant string) (bool, error)) {
+	r.grantedIn = f
 }
 
 // decoded is a stored value and what it decodes to.
@@ -1242,7 +1251,10 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 // BindOwn is Bind for bindings a tenant makes for itself (a provision's
 // routeKeys), none of which may take a chat the ownership order gives
 // another tenant by claim or author link (platform.Ownership.YieldsTo):
-// that is ErrConflict too, as is one the YAML gives another tenant (not
+// that is ErrConflict too, as is one naming a chat or space where another
+// tenant linked on the platform holds a live grant (SetGrantedIn: a chat
+// its linked users spoke in) and the tenant does not hold it already
+// (grantsYield), as is one the YAML gives another tenant (not
 // ErrDeclared: the tenant is not told which layer holds the chat). Each is judged against the effective registry
 // and written in one step with it (swapBinding's ownership guard), so a
 // claim or link another instance stores meanwhile is never overridden.
@@ -1265,6 +1277,9 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 	}
 	if len(canon) == 0 {
 		return nil
+	}
+	if err := r.grantsYield(ctx, canon); err != nil {
+		return err
 	}
 	release, err := r.reserve(ctx, canon[0].Tenant, canon...)
 	if err != nil {
@@ -1476,6 +1491,44 @@ func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, 
 		}
 	}
 	return r.kv.CompareAndSwap(ctx, nsReserved, tenant, old, value)
+}
+
+// grantsYield is ErrConflict, naming the binding, when a binding of bs
+// (one tenant's) names a chat or space where another tenant linked on
+// its platform holds a live grant (grantedIn), unless the tenant holds
+// it already. Grants are not under the ownership guard: one made on
+// another instance after this read does not stop the binding, which then
+// holds the chat (rule 1).
+func (r *Registry) grantsYield(ctx context.Context, bs []Binding) error {
+	if r.grantedIn == nil {
+		return nil
+	}
+	s, _, err := r.Effective(ctx)
+	if err != nil {
+		return err
+	}
+	held := make(map[string]bool)       // bs's tenant's keys
+	linked := make(map[string][]string) // platform -> tenants a user is linked to there
+	for _, x := range s.Bindings {
+		if x.Tenant == bs[0].Tenant {
+			held[x.key()] = true
+		}
+		if x.Kind == platform.BindUser && !slices.Contains(linked[x.Platform], x.Tenant) {
+			linked[x.Platform] = append(linked[x.Platform], x.Tenant)
+		}
+	}
+	for _, b := range bs {
+		for _, other := range linked[b.Platform] {
+			if held[b.key()] || other == b.Tenant {
+				continue
+			}
+			granted, err := r.grantedIn(ctx, b.Platform, b.ID, other)
+			if err != nil || granted {
+				return fmt.Errorf("%s %q: %w", b.Kind, b.ID, cmp.Or(err, ErrConflict))
+			}
+		}
+	}
+	return nil
 }
 
 // ownView is the view BindOwn judges by: one platform's effective

@@ -354,6 +354,9 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 		return nil, err
 	}
 	c.node, c.media = deps.Cluster, deps.Media
+	reg.SetGrantedIn(func(ctx context.Context, platformName, id, tenant string) (bool, error) {
+		return platform.GrantedIn(ctx, deps.Vault, platformName, id, tenant)
+	})
 	defer func() {
 		if err != nil && c.node != nil {
 			c.node.Close()

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/idtoken/idtokentest"
+	"connector/platform/discord/discordtest"
+	"connector/relay/relaytest"
+)
+
+// TestRouteKeyYieldsToAGrant: user 71, linked to tenant a, talks in
+// channel 501 of guild 500, which nobody binds, so a holds the channel by
+// grant. Tenant b's provision naming guild 500 as a route key is refused
+// 409, and 71's messages there still reach a, which may still post
+// there. Before, the route key was bound: 71's messages in the guild
+// reached b and a's sends there were declined. In the other order the
+// first route key holds the guild: b binds guild 800 first, and 71's
+// message there reaches b.
+func TestRouteKeyYieldsToAGrant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	key := idtokentest.Key(t)
+	keyFile := filepath.Join(t.TempDir(), "authority.pem")
+	if err := os.WriteFile(keyFile, idtokentest.PublicPEM(t, key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := newAdminRig(t)
+	dfake := discordtest.New(t, discordtest.Options{Token: crashDiscordToken})
+	dfake.AddGuild(discordtest.Guild{ID: "500", Name: "Shared"},
+		discordtest.Channel{ID: "501", Type: 0, GuildID: "500", Name: "general"})
+	dfake.AddGuild(discordtest.Guild{ID: "800", Name: "B's"},
+		discordtest.Channel{ID: "801", Type: 0, GuildID: "800", Name: "b-general"})
+	pub, _, _ := ed25519.GenerateKey(nil)
+	doc := fmt.Sprintf(`listen: 127.0.0.1:0
+ops: {listen: 127.0.0.1:0}
+admin: {listen: 127.0.0.1:0}
+log: {level: debug, format: json}
+tenants:
+  - {id: a, gateways: [{id: gw-a, secrets: [sa]}]}
+  - {id: b, gateways: [{id: gw-b, secrets: [sb]}]}
+discord:
+  public_key: %s
+  application_id: "9000"
+  api_base_url: %s
+  gateway_url: %s
+  tenants: {b: {free_response_channels: ["*"]}}
+enroll: {public_key_file: %q, audience: connector}
+`, hex.EncodeToString(pub), dfake.URL, dfake.GatewayURL, keyFile)
+	if err := os.WriteFile(r.config, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.env = append(r.env, "DISCORD_BOT_TOKEN="+crashDiscordToken)
+	r.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	if err := dfake.WaitSession(ctx, 1); err != nil {
+		t.Fatalf("waiting for the Discord Gateway session: %v", err)
+	}
+	r.cli(t, "bind", "a", "discord", "user", "71")
+	dial := func(gateway, secret string) *relaytest.Client {
+		t.Helper()
+		c, err := relaytest.Dial(ctx, "ws://"+r.child.addr+"/relay", relaytest.Token(gateway, secret, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.CloseNow() })
+		if _, err := c.Hello(ctx, "discord", ""); err != nil {
+			t.Fatalf("%s hello: %v", gateway, err)
+		}
+		return c
+	}
+	a := dial("gw-a", "sa")
+	say := func(n int, channel, guild, text string) {
+		t.Helper()
+		if err := dfake.Dispatch(ctx, "MESSAGE_CREATE", map[string]any{
+			"id": strconv.Itoa(8000 + n), "channel_id": channel, "guild_id": guild, "content": text,
+			"type": 0, "timestamp": "2026-01-15T12:00:00.000000+00:00", "author": map[string]any{"id": "71", "username": "u71"},
+			"mentions": []any{}, "attachments": []any{}, "embeds": []any{}, "member": map[string]any{"roles": []any{}},
+		}); err != nil {
+			t.Fatalf("dispatch %q: %v", text, err)
+		}
+	}
+	say(1, "501", "500", "71 in the shared guild")
+	if got := nextText(t, a); got != "71 in the shared guild" {
+		t.Fatalf("a got %q", got)
+	}
+
+	boot := idtokentest.Sign(t, key, map[string]any{"tid": "b", "aud": "connector", "sub": "owner-of-b", "exp": time.Now().Add(5 * time.Minute).Unix()})
+	provision := func(guild string, want int) map[string]any {
+		return stockPost(t, "http://"+r.child.addr+"/relay/provision", boot, map[string]any{
+			"gatewayId": "gw-b-fly", "platform": "discord", "botId": "", "gatewayEndpoint": "",
+			"routeKeys": []string{guild}, "instanceId": "inst-b"}, want)
+	}
+	provision("500", http.StatusConflict)
+	say(2, "501", "500", "71 again")
+	if got := nextText(t, a); got != "71 again" {
+		t.Fatalf("a got %q after b's route key of the guild", got)
+	}
+	res, err := a.Outbound(ctx, "discord", map[string]any{"op": "send", "chat_id": "501", "content": "hi", "reply_to": nil, "metadata": map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Success {
+		t.Fatalf("a's send in its granted channel after b's route key: %s %s", res.Code, res.Error)
+	}
+
+	// The first route key of a free guild holds it.
+	b := dial("gw-b-fly", provision("800", http.StatusOK)["secret"].(string))
+	say(3, "801", "800", "71 in b's guild")
+	if got := nextText(t, b); got != "71 in b's guild" {
+		t.Fatalf("b got %q", got)
+	}
+	res, err = a.Outbound(ctx, "discord", map[string]any{"op": "send", "chat_id": "801", "content": "hi", "reply_to": nil, "metadata": map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Success || res.Code != contract.CodeEgressDeclined {
+		t.Fatalf("a's send in b's guild: success %v, code %q; want the decline", res.Success, res.Code)
+	}
+}
