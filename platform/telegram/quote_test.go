@@ -210,13 +210,14 @@ func TestClaimHandedOverKeepsTheEarlierClaimantsAnswers(t *testing.T) {
 }
 
 // TestRebindKeepsTheEarlierHoldersOldAnswers: group -100887 is bound
-// to t2, which, answers and prompts there; a day and more later, when the
+// to t2, which answers and prompts there; a day and more later, when the
 // records of both have expired (vault.ChatGrantTTL), the binding goes to
 // t3 (Binding.Since). t3's edit and delete of t2's answer are the uniform
-// decline and reach no Bot API call, and a press of t2's prompt, dated
-// before the binding, is dropped (prompt_not_owned); t3's own prompt there
-// is answered. Before, a message with no record counted as the holder's,
-// and a press of it reached t3 with t2's prompt_id and the choice.
+// decline and reach no Bot API call, a reply quoting it is not t3's own
+// (is_own), and a press of t2's prompt, dated before the binding, is
+// dropped (prompt_not_owned); t3's own prompt there is answered. Before, a message with no record counted as the holder's
+// (to change, and quoted), and a press of it reached t3 with t2's
+// prompt_id and the choice.
 func TestRebindKeepsTheEarlierHoldersOldAnswers(t *testing.T) {
 	const group = -100887
 	clk := clocktest.New(time.Now())
@@ -269,6 +270,11 @@ func TestRebindKeepsTheEarlierHoldersOldAnswers(t *testing.T) {
 	}
 	if n := len(e.fake.Calls("editMessageText")) + len(e.fake.Calls("deleteMessage")); n != 0 {
 		t.Errorf("%d edits and deletes of t2's answer reached the Bot API, want none", n)
+	}
+	quoted, _ := strconv.Atoi(theirs.MessageID)
+	e.post(t, replyUpdate(131, group, 505, quoted, time.Now().Unix()))
+	if d := e.sink.Next(t); d.Tenant != "t3" || d.Event == nil || d.Event.ReplyTo == nil || d.Event.ReplyTo.IsOwn {
+		t.Errorf("505's reply quoting t2's day-old answer reached %q with %+v, want t3 without is_own", d.Tenant, d.Event)
 	}
 	press(884100961, earlier, "f00dba.00000011")
 	platformtest.WaitUntil(t, "the press of t2's day-old prompt dropped as prompt_not_owned", func() bool {
