@@ -417,14 +417,15 @@ func (g *Grants) PostedByAnother(ctx context.Context, chat, message, tenant stri
 // (PostedBy; every part of a message is marked, MarkParts); in a chat
 // bound to tenant or claimed by it, one posted since tenant's creation,
 // not an earlier tenant's of the id (vault.Predates), nor one posted
-// there for another tenant while it held the chat
+// before tenant came to hold the chat (Ownership.HeldSince), nor one
+// posted there for another tenant while it held the chat
 // (PostedByAnother; not when the store could not tell).
 func (g *Grants) OwnQuote(ctx context.Context, own *Ownership, c Chat, in, message, tenant string, posted time.Time) bool {
 	if _, held := own.Holder(c); !held {
 		return g.PostedBy(ctx, in, message, tenant)
 	}
 	another, err := g.PostedByAnother(ctx, in, message, tenant)
-	return !vault.Predates(g.vault, tenant, posted) && !another && err == nil
+	return !vault.Predates(g.vault, tenant, posted) && !posted.Before(own.HeldSince(c)) && !another && err == nil
 }
 
 // posterKey is the vault key of the record naming (Ref) the tenant a

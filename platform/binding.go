@@ -28,6 +28,12 @@ type Binding struct {
 	// binding of that space sets the claim aside (Ownership.SetAside);
 	// empty otherwise.
 	Space string
+	// Since is when the binding or claim was written through the admin
+	// API or the management plane: since then its tenant holds the scope,
+	// and a message posted there before is not its own unless recorded
+	// so (MayChange). Zero (a YAML binding, or one an earlier version
+	// wrote) knows no change of holder.
+	Since time.Time
 }
 
 // Binding kinds.

@@ -133,7 +133,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		// react and thread_create name users' messages too, unmarked (docs/security.md, rule 3).
 		ownOnly := a.Op == contract.OpEdit || a.Op == contract.OpDelete || (a.Op == contract.OpThreadRename && !e.ThreadChats)
 		if ownOnly {
-			if r, ok := MayChange(ctx, e.Grants, p.Name(), hold, chatID, message, tenant); !ok {
+			if r, ok := MayChange(ctx, e.Grants, p, hold, chatID, message, tenant); !ok {
 				return r
 			}
 		}
@@ -176,27 +176,64 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	return r
 }
 
-// MayChange reports whether tenant, holding chatID so (hold), may edit,
-// delete or rename message there (Execute's check; Discord's thread_rename
-// makes it of the thread's channel), else the result to answer: by
-// grant, one posted there for it (Grants.PostedBy; none with no grants);
-// by binding or claim, one not posted there for another tenant, or an
-// earlier tenant of its id, while that one held the chat
-// (Grants.PostedByAnother), unavailable when the store could not tell.
-func MayChange(ctx context.Context, g *Grants, name string, hold Hold, chatID, message, tenant string) (contract.Result, bool) {
+// MayChange reports whether tenant, holding chatID on p so (hold), may
+// edit, delete or rename message there (Execute's check; Discord's
+// thread_rename makes it of the thread's channel), else the result to
+// answer: by grant, one posted there for it (Grants.PostedBy; none with no
+// grants); by binding or claim, one not posted there for another tenant,
+// or an earlier tenant of its id, while that one held the chat (the
+// record Grants.Posted keeps), nor, with no record, one posted before
+// tenant came to hold the chat (handedOver), unavailable when the store
+// could not tell.
+func MayChange(ctx context.Context, g *Grants, p Platform, hold Hold, chatID, message, tenant string) (contract.Result, bool) {
 	if hold == HoldGrant {
-		return contract.Declined(name), g != nil && g.PostedBy(ctx, chatID, message, tenant)
+		return contract.Declined(p.Name()), g != nil && g.PostedBy(ctx, chatID, message, tenant)
 	}
 	if g == nil {
 		return contract.Result{}, true
 	}
-	switch another, err := g.PostedByAnother(ctx, chatID, message, tenant); {
+	switch rec, err := g.poster(ctx, chatID, message, tenant); {
 	case err != nil:
-		return OwnerUnknown(name, err), false
-	case another:
-		return contract.Declined(name), false
+		return OwnerUnknown(p.Name(), err), false
+	case rec.tenant != "" && (rec.tenant != tenant || g.earlier(rec)),
+		rec.tenant == "" && handedOver(p, g.clock.Now(), chatID, message):
+		return contract.Declined(p.Name()), false
 	}
 	return contract.Result{}, true
+}
+
+// Handover is implemented by platforms whose chats held by binding or
+// claim change holder (Binding.Since): a message there with no record of
+// its poster (Grants.Posted keeps one for vault.ChatGrantTTL) is not the
+// holder's when it was posted before the holder came to hold the chat.
+type Handover interface {
+	// HeldSince is when chatID's holder came to hold it
+	// (Ownership.HeldSince, the chat placed as the platform knows it);
+	// zero when not known.
+	HeldSince(chatID string) time.Time
+	// PostedAt is when message was posted, as its id says (a Discord
+	// snowflake, a Slack ts); ok is false when the id does not say.
+	PostedAt(message string) (at time.Time, ok bool)
+}
+
+// handedOver reports whether message in chatID, which has no record of
+// its poster, may be an earlier holder's: p (a Handover) knows when the
+// holder came to hold the chat, and the message was posted before; or, its
+// id carrying no time, the holder came less than vault.ChatGrantTTL
+// before now, so a message it posted since would still have its record.
+func handedOver(p Platform, now time.Time, chatID, message string) bool {
+	h, ok := p.(Handover)
+	if !ok {
+		return false
+	}
+	since := h.HeldSince(chatID)
+	if since.IsZero() {
+		return false
+	}
+	if at, ok := h.PostedAt(message); ok {
+		return at.Before(since)
+	}
+	return now.Before(since.Add(vault.ChatGrantTTL))
 }
 
 // namingOps are the ops that act on the message their action's message_id

@@ -3,6 +3,7 @@ package platform
 import (
 	"slices"
 	"strings"
+	"time"
 )
 
 // This file owns who a chat belongs to on a platform shared by tenants,
@@ -63,9 +64,10 @@ type Ownership struct {
 	bound     map[string]string  // bound chat, channel or space -> tenant
 	claims    map[string]Binding // claimed chat -> its claim
 	links     map[string][]string
-	dmDefault map[string]string  // user -> tenant
-	principal map[string]string  // tenant -> policy
-	allow     map[[2]string]bool // (tenant, user) on its allow-list
+	dmDefault map[string]string    // user -> tenant
+	principal map[string]string    // tenant -> policy
+	allow     map[[2]string]bool   // (tenant, user) on its allow-list
+	since     map[string]time.Time // bound id -> Binding.Since, when set
 }
 
 // NewOwnership builds the ownership of one platform's bindings, ids
@@ -74,11 +76,14 @@ type Ownership struct {
 // (IsAuthorKind) and BindPrincipal claim, link and admit.
 func NewOwnership(bindings []Binding) *Ownership {
 	o := &Ownership{bound: map[string]string{}, claims: map[string]Binding{}, links: map[string][]string{},
-		dmDefault: map[string]string{}, principal: map[string]string{}, allow: map[[2]string]bool{}}
+		dmDefault: map[string]string{}, principal: map[string]string{}, allow: map[[2]string]bool{}, since: map[string]time.Time{}}
 	for _, b := range bindings {
 		switch b.Kind {
 		case BindGuild, BindTeam, BindChannel, BindChat, BindRoom, BindPhoneNumber:
 			o.bound[b.ID] = b.Tenant
+			if !b.Since.IsZero() {
+				o.since[b.ID] = b.Since
+			}
 		case BindScope:
 			o.claims[b.ID] = b
 		case BindUser:
@@ -200,6 +205,21 @@ func (o *Ownership) Holder(c Chat) (tenant string, held bool) {
 	}
 	cl, claimed := o.claimOf(c)
 	return cl.Tenant, claimed
+}
+
+// HeldSince is when c's holder (Holder) came to hold it: the Since of the
+// binding or claim that gives it; zero when none does or it has none
+// (no change of holder known).
+func (o *Ownership) HeldSince(c Chat) time.Time {
+	for _, id := range [...]string{c.ID, c.Parent, c.Space} {
+		if _, ok := o.bound[id]; ok && id != "" {
+			return o.since[id]
+		}
+	}
+	if cl, ok := o.claimOf(c); ok {
+		return cl.Since
+	}
+	return time.Time{}
 }
 
 // Hold is how rules 1 to 3 let tenant act in c: in a bound chat only its

@@ -3,6 +3,7 @@ package platform_test
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"connector/platform"
 )
@@ -261,6 +262,35 @@ func TestOwnershipYieldsTo(t *testing.T) {
 	} {
 		if got := o.YieldsTo(c.tenant, c.id); got != (c.to != "") {
 			t.Errorf("YieldsTo(%s, %s) = %v; want a yield to %q", c.tenant, c.id, got, c.to)
+		}
+	}
+}
+
+// TestOwnershipHeldSince: the time a chat's holder came is the Since of
+// the binding or claim that gives it, by the order Holder follows (the
+// chat's binding, its channel's, its space's, then its claim's); zero for
+// a binding without one and a chat nobody holds.
+func TestOwnershipHeldSince(t *testing.T) {
+	at := func(h int) time.Time { return time.Unix(1_700_000_000, 0).Add(time.Duration(h) * time.Hour) }
+	o := platform.NewOwnership([]platform.Binding{
+		{Kind: platform.BindGuild, ID: "g1", Tenant: "a", Since: at(1)},
+		{Kind: platform.BindChannel, ID: "c2", Tenant: "b", Since: at(2)},
+		{Kind: platform.BindGuild, ID: "g3", Tenant: "a"},
+		{Kind: platform.BindScope, ID: "c4", Tenant: "c", Since: at(4)},
+	})
+	for _, tc := range []struct {
+		c    platform.Chat
+		want time.Time
+	}{
+		{platform.Chat{ID: "c1", Space: "g1"}, at(1)},
+		{platform.Chat{ID: "c2", Space: "g1"}, at(2)},
+		{platform.Chat{ID: "t2", Parent: "c2", Space: "g1"}, at(2)},
+		{platform.Chat{ID: "c3", Space: "g3"}, time.Time{}},
+		{platform.Chat{ID: "t4", Parent: "c4", Space: "g5"}, at(4)},
+		{platform.Chat{ID: "c5", Space: "g5"}, time.Time{}},
+	} {
+		if got := o.HeldSince(tc.c); !got.Equal(tc.want) {
+			t.Errorf("HeldSince(%+v) = %v, want %v", tc.c, got, tc.want)
 		}
 	}
 }

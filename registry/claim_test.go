@@ -2130,3 +2130,46 @@ func TestTakeBackKeepsATenantMadeAgainOnRedis(t *testing.T) {
 		})
 	}
 }
+
+// TestBindingsKeepWhenWritten: a binding and a scope claim written keep
+// the time of their write (Binding.Since, on the registry's clock), which
+// the platforms' bindings carry (PlatformBindings), so a chat's new holder
+// is told from an earlier one's messages whose record expired
+// (platform.MayChange); a declared binding keeps none. Before, nothing
+// recorded when a chat changed holder.
+func TestBindingsKeepWhenWritten(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, clk)
+	if err := r.SetDeclared(registry.State{
+		Tenants:  []registry.Tenant{{ID: "a"}, {ID: "b"}},
+		Bindings: []registry.Binding{{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "b"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bound := clk.Now()
+	if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "900", Tenant: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	claimed := clk.Now()
+	if err := r.Claim(ctx, "a", "discord", platform.Chat{ID: "801", Space: "800"}); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := r.Effective(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Time{"700": {}, "900": bound, "801": claimed}
+	for _, b := range s.PlatformBindings()["discord"] {
+		if w, ok := want[b.ID]; ok && !b.Since.Equal(w) {
+			t.Errorf("discord %s %s: since %v, want %v", b.Kind, b.ID, b.Since, w)
+		}
+		delete(want, b.ID)
+	}
+	if len(want) != 0 {
+		t.Errorf("bindings missing: %v", want)
+	}
+}

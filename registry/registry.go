@@ -208,6 +208,10 @@ type Binding struct {
 	// Discord guild), as the management plane found it
 	// (platform.Binding.Space); empty otherwise.
 	Space string `json:"space,omitempty"`
+	// Since is when the binding was written (swapBinding, on the writing
+	// instance's clock; platform.Binding.Since); zero for a declared one
+	// and one an earlier version wrote.
+	Since time.Time `json:"since,omitzero"`
 }
 
 // key names the scope a binding claims: one tenant per key. A user may be
@@ -537,7 +541,7 @@ func (g Gateway) liveSecrets(now time.Time) []Secret {
 func (s State) PlatformBindings() map[string][]platform.Binding {
 	out := make(map[string][]platform.Binding)
 	for _, b := range s.Bindings {
-		out[b.Platform] = append(out[b.Platform], platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant, Space: b.Space})
+		out[b.Platform] = append(out[b.Platform], platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant, Space: b.Space, Since: b.Since})
 	}
 	return out
 }
@@ -1568,7 +1572,7 @@ func (v *ownView) wrote(b Binding, guard []byte) {
 		return
 	}
 	v.guard = guard
-	v.bindings = append(v.bindings, platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant, Space: b.Space})
+	v.bindings = append(v.bindings, platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant, Space: b.Space, Since: b.Since})
 	if platform.IsAuthorKind(b.Kind) {
 		v.owners = nil
 	}
@@ -1761,7 +1765,8 @@ const nsOwnership = "registry/ownership"
 // write made since. A write the replicas did not acknowledge
 // (store.ErrNotReplicated) is put back, and is that error; one whose
 // put-back failed stands (on the primary at least) and is
-// errBindingStays. next's tenant
+// errBindingStays. next's Since is set to
+// the time of the write (the registry's clock). next's tenant
 // must exist (else ErrNotFound), and a deletion of it meanwhile takes
 // next back (keptFor), a write that stays so too, another tenant's
 // binding it replaced (a claim set aside) back in place (giveBack). It needs no
@@ -1775,6 +1780,7 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 			return nil, nil, err
 		}
 		gen = t.Gen
+		next.Since = r.clock.Now()
 		if value, err = stamped(*next); err != nil {
 			return nil, nil, err
 		}

@@ -2,6 +2,7 @@ package discord
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,4 +262,29 @@ func (p *Platform) dmTenant(recipient string) (string, bool) {
 		return "", false
 	}
 	return dm, true
+}
+
+// HeldSince is when chatID's holder came to hold it
+// (platform.Handover): by the binding of its guild or its claim, the chat
+// placed as the cache knows it (uncached, by its own claim only).
+func (p *Platform) HeldSince(chatID string) time.Time {
+	c := platform.Chat{ID: chatID}
+	if ci, ok := p.cache.cachedChannel(chatID); ok {
+		c = chatOfInfo(ci)
+	}
+	return p.owners.Load().HeldSince(c)
+}
+
+// discordEpoch is the first millisecond of 2015 (Unix ms), which a
+// snowflake's time counts from.
+const discordEpoch = 1420070400000
+
+// PostedAt is when message was posted, as its snowflake says
+// (platform.Handover).
+func (p *Platform) PostedAt(message string) (time.Time, bool) {
+	id, err := strconv.ParseUint(message, 10, 64)
+	if err != nil || !isSnowflake(message) {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(int64(id>>22) + discordEpoch), true
 }

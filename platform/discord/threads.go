@@ -137,7 +137,7 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	if hold != platform.HoldGrant {
 		// One started from a message is marked in itself (platform.Execute).
 		for _, chat := range []string{th.ParentID, threadID} {
-			if r, ok := platform.MayChange(ctx, p.spoke, platformName, hold, chat, threadID, tenant); !ok {
+			if r, ok := platform.MayChange(ctx, p.spoke, p, hold, chat, threadID, tenant); !ok {
 				return r
 			}
 		}

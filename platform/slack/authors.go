@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"weak"
@@ -293,4 +294,26 @@ func (p *Platform) replyLinkCommand(ctx context.Context, responseURL, reply stri
 	if err := p.postResponseURL(ctx, responseURL, &slack.WebhookMessage{ResponseType: "ephemeral", Text: reply}); err != nil {
 		p.log.Warn("slack /link answer not sent", "err", p.errorText(err))
 	}
+}
+
+// HeldSince is when chatID's holder came to hold it
+// (platform.Handover): by its own binding or claim, or the binding of a
+// workspace it was seen in lately, the latest of them.
+func (p *Platform) HeldSince(chatID string) time.Time {
+	own := p.owners.Load()
+	since := own.HeldSince(platform.Chat{ID: chatID})
+	for _, team := range p.channelTeams(chatID) {
+		if s := own.HeldSince(chatOf(chatID, team)); s.After(since) {
+			since = s
+		}
+	}
+	return since
+}
+
+// PostedAt is when message was posted, as its ts says (its seconds;
+// platform.Handover).
+func (p *Platform) PostedAt(message string) (time.Time, bool) {
+	secs, _, _ := strings.Cut(message, ".")
+	n, err := strconv.ParseInt(secs, 10, 64)
+	return time.Unix(n, 0), err == nil && n > 0
 }

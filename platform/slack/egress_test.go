@@ -651,3 +651,48 @@ func TestOneTokenForgetsAWorkspaceAChannelLeft(t *testing.T) {
 		t.Fatalf("the channel placed in %v, want B alone", teams)
 	}
 }
+
+// TestRebindKeepsTheEarlierHoldersOldAnswers: workspace A's binding goes
+// from t1 to t3 a day and more after t1 answered in its channel, when the
+// record of t1's answer has expired (vault.ChatGrantTTL). t1's answer, its
+// ts older than the binding (Binding.Since), is not t3's to edit or
+// delete; t3 edits its own answer. Before, a message with no record
+// counted as the holder's, whenever it was posted.
+func TestRebindKeepsTheEarlierHoldersOldAnswers(t *testing.T) {
+	clk := clocktest.New(time.Unix(1768490000, 0).Add(time.Hour))
+	e := newEnv(t, nil, &platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk})})
+	e.p.seenIn(chanGeneral, teamA.ID)
+	act := func(tenant, a string) contract.Result {
+		t.Helper()
+		return e.execute(t, tenant, `{"chat_id":"C0GEN00001","metadata":{"scope_id":"T0AAA00001"},`+a+`}`)
+	}
+	theirs := act("t1", `"op":"send","content":"t1's answer"`)
+	if !theirs.Success {
+		t.Fatalf("t1's send: %+v", theirs)
+	}
+	clk.Advance(vault.ChatGrantTTL + time.Hour) // the record of t1's answer has expired
+	e.p.seenIn(chanGeneral, teamA.ID)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t3", Since: clk.Now()}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{
+		`"op":"edit","message_id":"` + theirs.MessageID + `","content":"hijacked"`,
+		`"op":"delete","message_id":"` + theirs.MessageID + `"`,
+	} {
+		if r := act("t3", a); r.Code != contract.CodeEgressDeclined {
+			t.Errorf("t3's %s after the workspace was bound to it = %+v, want the decline", a, r)
+		}
+	}
+	if n := len(e.fake.Calls("chat.update")) + len(e.fake.Calls("chat.delete")); n != 0 {
+		t.Errorf("%d of t3's calls reached Slack", n)
+	}
+	mine := act("t3", `"op":"send","content":"t3's answer"`)
+	if !mine.Success {
+		t.Fatalf("t3's send = %+v", mine)
+	}
+	if r := act("t3", `"op":"edit","message_id":"`+mine.MessageID+`","content":"t3 edits"`); !r.Success {
+		t.Errorf("t3's edit of its own answer = %+v", r)
+	}
+}

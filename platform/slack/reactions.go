@@ -56,7 +56,9 @@ func reactionTS(ev *wireEvent) string {
 // holds, a Slack Connect channel another tenant may act in: heldAlone),
 // whether the bot posted it for the tenant; where the tenant holds the chat
 // alone, that it is not remembered as posted there for another tenant
-// (before a rebind or a claim: Grants.PostedByAnother); without an
+// (before a rebind or a claim: Grants.PostedByAnother), nor, unless
+// remembered as the tenant's, posted before the tenant's binding or claim
+// was written (Ownership.HeldSince); without an
 // allowlist only a reaction to the tenant's own answer counts, not one to
 // another tenant's.
 func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEvent, pol *policy, bot string, mine func() bool) (message, string) {
@@ -122,6 +124,9 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 	tctx := platform.WithTenant(ctx, r.Tenant)
 	mine := func() bool {
 		if p.heldAlone(tctx, channel, team, r.Tenant) { // not one remembered as another's, posted before a rebind or a claim
+			if at, _ := p.PostedAt(ev.Item.TS); at.Before(p.owners.Load().HeldSince(chatOf(channel, team))) {
+				return p.grants.PostedBy(tctx, channel, ev.Item.TS, r.Tenant) // posted before the tenant held the channel
+			}
 			another, err := p.grants.PostedByAnother(tctx, channel, ev.Item.TS, r.Tenant)
 			return err == nil && !another
 		}

@@ -269,5 +269,42 @@ func TestReactionToAUsersMessageReadsNoPoster(t *testing.T) {
 	if n := v.n.Load(); n != 0 { // handled before its 200
 		t.Fatalf("a reaction to Ada's message read %d posted records", n)
 	}
+}
+
+// TestReactionToTheEarlierHoldersOldAnswerStartsNoTurn: as
+// TestReactionToTheEarlierHoldersAnswerStartsNoTurn, but the channel is
+// bound to t2 a day and more after t1 answered, when the record of t1's
+// answer has expired (vault.ChatGrantTTL): its ts, older than the binding
+// (Binding.Since), still keeps it from t2. Before, a message with no
+// record counted as the holder's.
+func TestReactionToTheEarlierHoldersOldAnswerStartsNoTurn(t *testing.T) {
+	on := TenantConfig{ReactionTriggers: &[]string{}}
+	clk := clocktest.New(time.Now().Add(-vault.ChatGrantTTL - time.Hour)) // the Events API's requests are signed on the real clock
+	e := newEnv(t, func(c *Config) { c.Tenants["t1"], c.Tenants["t2"] = on, on }, &platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk})})
+	answer := func(tenant string) string {
+		t.Helper()
+		r := e.execute(t, tenant, `{"op":"send","chat_id":"`+chanGeneral+`","content":"`+tenant+`'s answer"}`)
+		if !r.Success {
+			t.Fatalf("%s's send: %+v", tenant, r)
+		}
+		return r.MessageID
+	}
+	earlier := answer("t1")
+	clk.Advance(vault.ChatGrantTTL + time.Hour) // the record of t1's answer has expired
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindChannel, ID: chanGeneral, Tenant: "t2", Since: clk.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	own := answer("t2")
+	react := func(id, ts, eventTS string) {
+		t.Helper()
+		e.event(t, teamA, id, map[string]any{"type": "reaction_added", "user": userAda, "reaction": "+1", "item_user": teamA.BotUser,
+			"item": map[string]any{"type": "message", "channel": chanGeneral, "ts": ts}, "event_ts": eventTS}, http.StatusOK)
+	}
+	react("Ev1", earlier, "1768491000.000100") // handled before its 200: dropped
+	react("Ev2", own, "1768491000.000200")
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.MessageID != "1768491000.000200" || d.Event.ReplyToMessageID != own {
+		t.Fatalf("delivered %s's %s in reply to %s; want t2's reaction to its own answer %s alone", d.Tenant, d.Event.MessageID, d.Event.ReplyToMessageID, own)
+	}
 	e.sink.Empty(t)
 }

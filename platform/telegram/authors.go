@@ -37,7 +37,9 @@ import (
 // tenant of the id (its op outlived it), or the day-long mark of the
 // prompt's message names another tenant, which posted it while it held
 // the chat (platform.Grants.PostedByAnother: prompt_not_owned, as a
-// Discord or Slack press of a prompt whose chat moved).
+// Discord or Slack press of a prompt whose chat moved), or, with no mark
+// of the tenant's, the prompt may predate the binding or claim that gave
+// the chat its holder (pressedBefore).
 // A press whose poster the store could not look up is retried for a
 // while (dropPosterUnknown, posterWait).
 // A press answered by its poster renews the poster's grant only while the
@@ -92,11 +94,11 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 			return "", time.Time{}, false, dropEarlierTenantPrompt
 		}
 	}
-	if held { // a prompt remembered as posted there for another tenant (a day) is not the holder's
+	if held { // a prompt remembered as posted there for another tenant (a day), or posted before the holder came, is not the holder's
 		switch another, err := p.grants.PostedByAnother(ctx, src.ChatID, press.PromptMessageID, r.Tenant); {
 		case err != nil:
 			return "", time.Time{}, false, dropPosterUnknown
-		case another:
+		case another, p.pressedBefore(own, chat, in.prompted) && !p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant):
 			return "", time.Time{}, false, dropPromptNotOwned
 		}
 	}
@@ -174,4 +176,31 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 		granted()
 	}
 	return hold, err
+}
+
+// HeldSince is when chatID's holder came to hold it by its binding or
+// claim (platform.Handover).
+func (p *Platform) HeldSince(chatID string) time.Time {
+	return p.owners.Load().HeldSince(chatOf(chatID))
+}
+
+// PostedAt implements platform.Handover: a Telegram message id says no
+// time.
+func (p *Platform) PostedAt(string) (time.Time, bool) { return time.Time{}, false }
+
+// pressedBefore reports whether the prompt a press in chat answers, posted
+// at prompted (its message's date, Unix seconds; 0 when Telegram did not
+// send the message), may have been posted before the chat's holder came
+// to hold it (Ownership.HeldSince; zero: no change of holder known): dated
+// before then, or undated while the holder has held it less than
+// datelessPressWindow.
+func (p *Platform) pressedBefore(own *platform.Ownership, chat platform.Chat, prompted int64) bool {
+	since := own.HeldSince(chat)
+	switch {
+	case since.IsZero():
+		return false
+	case prompted != 0:
+		return time.Unix(prompted, 0).Before(since)
+	}
+	return p.deps.Clock.Now().Before(since.Add(datelessPressWindow))
 }

@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/vault"
 )
 
@@ -203,5 +206,86 @@ func TestClaimHandedOverKeepsTheEarlierClaimantsAnswers(t *testing.T) {
 	edit := contract.Action{Op: contract.OpEdit, ChatID: contract.ID(fmt.Sprint(group)), MessageID: contract.ID(theirs.MessageID), Content: "t2 edits"}
 	if r := e.act(t, "t2", edit); !r.Success {
 		t.Errorf("t2's edit by grant of what it posted under its claim = %+v", r)
+	}
+}
+
+// TestRebindKeepsTheEarlierHoldersOldAnswers: group -100887 is bound
+// to t2, which answers and prompts there; a day and more later, when the
+// records of both have expired (vault.ChatGrantTTL), the binding goes to
+// t3 (Binding.Since). t3's edit and delete of t2's answer are the uniform
+// decline and reach no Bot API call, a reply quoting it is not t3's own
+// (is_own), and a press of t2's prompt, dated before the binding, is
+// dropped (prompt_not_owned); t3's own prompt there is answered. Before, a message with no record counted as the holder's
+// (to change, and quoted), and a press of it reached t3 with t2's
+// prompt_id and the choice.
+func TestRebindKeepsTheEarlierHoldersOldAnswers(t *testing.T) {
+	const group = -100887
+	clk := clocktest.New(time.Now())
+	m := &countingMetrics{}
+	e := newEnvDeps(t, platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk}), Metrics: m}, func(c *Config) {
+		c.WebhookURL, c.WebhookSecret = "https://connector.example"+WebhookPath, testSecret
+	})
+	e.startWebhook(t)
+	bind := func(tenant string, since time.Time) {
+		t.Helper()
+		if err := e.p.Bind([]platform.Binding{{Kind: platform.BindChat, ID: fmt.Sprint(group), Tenant: tenant, Since: since}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prompt := func(tenant, id string) int {
+		t.Helper()
+		a := promptAction(fmt.Sprint(group), contract.PromptOption{ID: "once", Label: "Approve once"})
+		a.PromptID = id
+		r := e.act(t, tenant, a)
+		if !r.Success {
+			t.Fatalf("%s's prompt: %+v", tenant, r)
+		}
+		msgID, _ := strconv.Atoi(r.MessageID)
+		return msgID
+	}
+	press := func(update int64, msgID int, id string) {
+		t.Helper()
+		chat := map[string]any{"id": int64(group), "type": "supergroup", "title": "G"}
+		body, err := e.fake.PressButton(update, chat, msgID, "hp1:"+id+":once", map[string]any{"id": int64(501), "is_bot": false, "first_name": "Ada"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := e.post(t, body); code != http.StatusOK {
+			t.Fatalf("press: status %d", code)
+		}
+	}
+	bind("t2", time.Time{})
+	theirs := e.act(t, "t2", sendAction(fmt.Sprint(group), "t2's answer"))
+	if !theirs.Success {
+		t.Fatalf("t2's send in its bound group = %+v", theirs)
+	}
+	earlier := prompt("t2", "f00dba.00000011")
+	clk.Advance(vault.ChatGrantTTL + time.Hour) // the records have expired
+	bind("t3", clk.Now())                       // after the presses' dates (the fake Bot API dates by the real clock)
+	for _, op := range []string{contract.OpEdit, contract.OpDelete} {
+		a := contract.Action{Op: op, ChatID: contract.ID(fmt.Sprint(group)), MessageID: contract.ID(theirs.MessageID), Content: "hijacked"}
+		if r := e.act(t, "t3", a); r != contract.Declined(platformName) {
+			t.Errorf("t3's %s of t2's day-old answer once the group was bound to it = %+v, want the decline", op, r)
+		}
+	}
+	if n := len(e.fake.Calls("editMessageText")) + len(e.fake.Calls("deleteMessage")); n != 0 {
+		t.Errorf("%d edits and deletes of t2's answer reached the Bot API, want none", n)
+	}
+	quoted, _ := strconv.Atoi(theirs.MessageID)
+	e.post(t, replyUpdate(131, group, 505, quoted, time.Now().Unix()))
+	if d := e.sink.Next(t); d.Tenant != "t3" || d.Event == nil || d.Event.ReplyTo == nil || d.Event.ReplyTo.IsOwn {
+		t.Errorf("505's reply quoting t2's day-old answer reached %q with %+v, want t3 without is_own", d.Tenant, d.Event)
+	}
+	press(884100961, earlier, "f00dba.00000011")
+	platformtest.WaitUntil(t, "the press of t2's day-old prompt dropped as prompt_not_owned", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.dropped[dropPromptNotOwned] == 1
+	})
+	e.sink.Empty(t)
+	own := prompt("t3", "f00dba.00000012")
+	press(884100962, own, "f00dba.00000012")
+	if d := e.sink.Next(t); d.Tenant != "t3" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "f00dba.00000012" {
+		t.Fatalf("t3's press delivered to %q as %+v, want t3's answer", d.Tenant, d.Event)
 	}
 }
