@@ -124,7 +124,7 @@ type TenantConfig struct {
 	AllowedUsers List `yaml:"allowed_users"`
 	// Weight is the tenant's share of GlobalPerSecond relative to other
 	// tenants; a tenant's largest weight on any platform is also its share
-	// of an instance's session-owner writes (relay, docs/operations.md).
+	// of an instance's session-owner writes (relay, docs/security.md).
 	// Default 1; at most 1,000,000.
 	Weight int `yaml:"weight"`
 }
