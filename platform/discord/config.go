@@ -202,7 +202,7 @@ type TenantConfig struct {
 	// other tenants, and of the channels whose held-back messages an
 	// instance keeps as channel context (docs/security.md); a tenant's
 	// largest weight on any platform is also its share of an instance's
-	// session-owner writes (relay, docs/operations.md). Default 1; at most
+	// session-owner writes (relay, docs/security.md). Default 1; at most
 	// 1,000,000.
 	Weight int `yaml:"weight"`
 }

@@ -109,7 +109,7 @@ type TenantConfig struct {
 	// relative to the other tenants there, and of an instance's durable
 	// intake (at least half of it); a tenant's largest weight on any
 	// platform is also its share of an instance's session-owner writes
-	// (relay, docs/operations.md). Default 1; at most 1,000,000.
+	// (relay, docs/security.md). Default 1; at most 1,000,000.
 	Weight int `yaml:"weight"`
 }
 

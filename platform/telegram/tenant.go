@@ -95,7 +95,7 @@ type TenantConfig struct {
 	// (GlobalPerSecond) relative to other tenants, and of the chat topics
 	// whose observed messages an instance keeps (docs/security.md); a
 	// tenant's largest weight on any platform is also its share of an
-	// instance's session-owner writes (relay, docs/operations.md). Default
+	// instance's session-owner writes (relay, docs/security.md). Default
 	// 1; at most 1,000,000.
 	Weight int `yaml:"weight"`
 }

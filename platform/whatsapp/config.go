@@ -76,9 +76,9 @@ type Config struct {
 	Tenants map[string]TenantConfig `yaml:"tenants"`
 
 	// GlobalPerSecond is the app's budget in Graph calls per second, shared
-	// between tenants by weighted fair share. Meta's application (4) and
-	// account (80007) rate-limit answers hold the sends of the tenant they
-	// answered, and its other Graph calls (read marks, media uploads), with a
+	// between tenants by weighted fair share. Meta's application (4),
+	// account (80007) and call-limit (613) rate-limit answers hold the sends
+	// of the tenant they answered, and its other Graph calls (read marks, media uploads), with a
 	// backoff doubling with each answer in a row (1 to 64 s), not the other
 	// tenants'. A hold is the instance's that got the answer, and the
 	// tenant's as created: one deleted and made again under its id starts
@@ -124,7 +124,7 @@ type TenantConfig struct {
 	AllowedUsers List `yaml:"allowed_users"`
 	// Weight is the tenant's share of GlobalPerSecond relative to other
 	// tenants; a tenant's largest weight on any platform is also its share
-	// of an instance's session-owner writes (relay, docs/operations.md).
+	// of an instance's session-owner writes (relay, docs/security.md).
 	// Default 1; at most 1,000,000.
 	Weight int `yaml:"weight"`
 }
