@@ -15,6 +15,7 @@ import (
 	"connector/contract"
 	"connector/idtoken/idtokentest"
 	"connector/platform/discord/discordtest"
+	"connector/platform/whatsapp/whatsapptest"
 	"connector/relay/relaytest"
 )
 
@@ -127,5 +128,88 @@ enroll: {public_key_file: %q, audience: connector}
 	}
 	if res.Success || res.Code != contract.CodeEgressDeclined {
 		t.Fatalf("a's send in b's guild: success %v, code %q; want the decline", res.Success, res.Code)
+	}
+}
+
+// TestRouteKeyYieldsToAWhatsAppGrant: user 447700900123, linked to
+// tenant a, writes to business number waBiz3, which nobody binds, so the
+// message reaches a by the link. Tenant b's provision naming that number
+// as a route key is refused 409, and the user's messages there still
+// reach a. Before, WhatsApp recorded no grant: the route key was bound and
+// the user's next message reached b. A number none of a's linked users
+// wrote to is b's by its route key.
+func TestRouteKeyYieldsToAWhatsAppGrant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	key := idtokentest.Key(t)
+	keyFile := filepath.Join(t.TempDir(), "authority.pem")
+	if err := os.WriteFile(keyFile, idtokentest.PublicPEM(t, key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := newAdminRig(t)
+	fake := whatsapptest.New(t, waAccessToken)
+	doc := fmt.Sprintf(`listen: 127.0.0.1:0
+ops: {listen: 127.0.0.1:0}
+admin: {listen: 127.0.0.1:0}
+log: {level: debug, format: json}
+tenants:
+  - {id: a, gateways: [{id: gw-a, secrets: [sa]}]}
+  - {id: b, gateways: [{id: gw-b, secrets: [sb]}]}
+whatsapp:
+  api_url: %s/
+  api_version: v20.0
+  allow_all_users: true
+enroll: {public_key_file: %q, audience: connector}
+`, fake.URL, keyFile)
+	if err := os.WriteFile(r.config, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.env = append(r.env, "WHATSAPP_APP_SECRET="+waAppSecret, "WHATSAPP_VERIFY_TOKEN="+waVerifyToken, "WHATSAPP_ACCESS_TOKEN="+waAccessToken)
+	r.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	const user = "447700900123"
+	r.cli(t, "bind", "a", "whatsapp_cloud", "user", user)
+	dial := func(gateway, secret string) *relaytest.Client {
+		t.Helper()
+		c, err := relaytest.Dial(ctx, "ws://"+r.child.addr+"/relay", relaytest.Token(gateway, secret, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.CloseNow() })
+		if _, err := c.Hello(ctx, "whatsapp_cloud", ""); err != nil {
+			t.Fatalf("%s hello: %v", gateway, err)
+		}
+		return c
+	}
+	a := dial("gw-a", "sa")
+	say := func(biz whatsapptest.Business, n int, text string) {
+		t.Helper()
+		body := whatsapptest.Text(biz, user, "Ada", "wamid.R"+strconv.Itoa(n), text)
+		post(t, whatsapptest.SignedRequest("http://"+r.child.addr+"/whatsapp/webhook", waAppSecret, body), http.StatusOK, "whatsapp webhook")
+	}
+	say(waBiz3, 1, "to the shared number")
+	if got := nextText(t, a); got != "to the shared number" {
+		t.Fatalf("a got %q", got)
+	}
+
+	boot := idtokentest.Sign(t, key, map[string]any{"tid": "b", "aud": "connector", "sub": "owner-of-b", "exp": time.Now().Add(5 * time.Minute).Unix()})
+	provision := func(number string, want int) map[string]any {
+		return stockPost(t, "http://"+r.child.addr+"/relay/provision", boot, map[string]any{
+			"gatewayId": "gw-b-fly", "platform": "whatsapp_cloud", "botId": "", "gatewayEndpoint": "",
+			"routeKeys": []string{number}, "instanceId": "inst-b"}, want)
+	}
+	provision(waBiz3.PhoneNumberID, http.StatusConflict)
+	say(waBiz3, 2, "again")
+	if got := nextText(t, a); got != "again" {
+		t.Fatalf("a got %q after b's route key of the number", got)
+	}
+
+	// The first route key of a number nobody's linked users wrote to holds it.
+	b := dial("gw-b-fly", provision(waBiz2.PhoneNumberID, http.StatusOK)["secret"].(string))
+	say(waBiz2, 3, "to b's number")
+	if got := nextText(t, b); got != "to b's number" {
+		t.Fatalf("b got %q", got)
 	}
 }

@@ -121,8 +121,13 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			p.markDelivered(ctx, number, wamid)
 			return nil
 		}
-		tenant, owner := p.route(number, sender)
+		tenant, owner, grant := p.route(number, sender)
 		created := vault.Creation(p.vault, tenant) // the creation it was routed under, before the store calls
+		// A linked user wrote to a number no tenant owns: another tenant's
+		// route key of it yields (registry BindOwn).
+		if grant {
+			p.grants.Add(ctx, number, "", tenant, created)
+		}
 		var live liveTap
 		rec, tapped, err := p.promptOf(ctx, number, sender, m)
 		if err != nil {
@@ -238,13 +243,15 @@ func isStop(text string) bool {
 // route resolves the tenant of a message from sender to number by the
 // ownership order (platform.Ownership): the number's owner (rule 1), else,
 // for a number no tenant owns, the tenant the sender is linked to (rule 3).
-// owner reports that the sender is linked to that tenant.
-func (p *Platform) route(number, sender string) (tenant string, owner bool) {
+// owner reports that the sender is linked to that tenant; grant, that
+// the number has no owner, so the tenant holds it by grant (a grant of the
+// number: platform.GrantedIn, which a route key of it yields to).
+func (p *Platform) route(number, sender string) (tenant string, owner, grant bool) {
 	r, ok := p.owners.Load().Route(sender, chatOf(sender, number))
 	if !ok || r.Drop != "" {
-		return "", false
+		return "", false, false
 	}
-	return r.Tenant, r.Owner
+	return r.Tenant, r.Owner, r.Grant
 }
 
 // deliveredKey is the vault key marking message wamid to number delivered.
@@ -320,7 +327,7 @@ func (p *Platform) drop(reason, number, sender string) {
 func (p *Platform) status(number string, st *status) {
 	tenant, marked := strings.CutPrefix(st.Callback, senderMark)
 	if !marked {
-		tenant, _ = p.route(number, strings.TrimSpace(st.RecipientID))
+		tenant, _, _ = p.route(number, strings.TrimSpace(st.RecipientID))
 	} else if known := p.tenants.Load(); known != nil {
 		// The mark is what the webhook echoes: a tenant deleted since, or
 		// any text another app on the account marked, is no label value.
@@ -449,7 +456,13 @@ func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) 
 		// Through another tenant's number the tenant may not act (sender):
 		// its own conversation with the user, if any, stays. On the same
 		// number it keeps the user's latest message id, which typing marks.
-		if owner, owned := p.owners.Load().Owner(chatOf(sender, number)); !owned || owner == tenant {
+		// A number no tenant owns it is granted, as by the user's message
+		// (message).
+		owner, owned := p.owners.Load().Owner(chatOf(sender, number))
+		if !owned {
+			p.grants.Add(ctx, number, "", tenant, created)
+		}
+		if !owned || owner == tenant {
 			c := conv{Number: number}
 			if old, ok, _ := p.conversation(ctx, tenant, sender); ok && old.Number == number {
 				c.Last = old.Last

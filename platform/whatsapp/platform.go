@@ -46,6 +46,7 @@ type Platform struct {
 	pace        *pace.Pacer                     // each (number, user)
 	throttled   *pace.Pacer                     // each tenant as created (heldAs), and (number, tenant), held after Meta throttled it (paced; appCall waits out the tenant's)
 	quotes      *quotes
+	grants      *platform.Grants   // the marks of messages sent (quotes), and the numbers no tenant owns its linked users wrote to (ingest)
 	links       *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
 	rehosts     *platform.Rehosts  // attachments of messages not delivered yet
 	desc        descriptor.Descriptor
@@ -104,7 +105,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.perNumber = make(map[string]*fairshare.Scheduler)
 	p.pace = pace.New(cfg.ChatPerSecond)
 	p.throttled = pace.New(0)
-	p.quotes = newQuotes(p.vault, p.deps.Clock, platform.NewGrants(platformName, p.vault, p.deps.Clock, p.log))
+	p.grants = platform.NewGrants(platformName, p.vault, p.deps.Clock, p.log)
+	p.quotes = newQuotes(p.vault, p.deps.Clock, p.grants)
 	p.links = platform.NewLinkDesk(deps.Clock)
 	p.rehosts = platform.NewRehosts(deps.Clock)
 	p.egress = newEgress(cfg.RequestTimeout)

@@ -704,6 +704,11 @@ func TestLinkRoutesAnUnownedNumber(t *testing.T) {
 	if err != nil || len(sent) != 1 || sent[0].Block()["body"] != platform.LinkedReply || sent[0].PhoneNumberID != biz3.PhoneNumberID {
 		t.Fatalf("link reply %+v", sent)
 	}
+	// The link grants t2 the number (a route key of it yields:
+	// platform.GrantedIn); before, WhatsApp recorded no grant.
+	if ok, err := platform.GrantedIn(ctx, v, platformName, biz3.PhoneNumberID, "t2"); !ok || err != nil {
+		t.Fatalf("t2's grant of the number after the link: %v, %v", ok, err)
+	}
 	// The linked user's messages to the unowned number reach t2 (Bind as
 	// the registry would after the link).
 	if err := r.p.Bind([]platform.Binding{
