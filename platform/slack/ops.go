@@ -17,8 +17,8 @@ import (
 // 39,000-character messages, into the thread the gateway names (threadOf),
 // the first part also to the channel with the tenant's reply_broadcast,
 // with its unfurl_links and unfurl_media when set. The result carries the
-// first message's ts. If a later part cannot be sent, the failure says
-// how many parts went out and still carries that ts. The first reply to a
+// first message's ts. If a later part cannot be sent, it is still a
+// success (platform.SendParts) whose error says how many parts went out. The first reply to a
 // slash command goes to its user alone (slashReply), with no message_id,
 // as natively; a send whose content extends a draft stream still open in
 // the chat seals that stream instead (its message is the reply, as
@@ -38,17 +38,13 @@ func (p *Platform) send(ctx context.Context, tenant string, t target, a *contrac
 
 // post posts a's content as send does, with none of send's other paths.
 func (p *Platform) post(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
-	first, _, r := p.postParts(ctx, tenant, t, a, mrkdwnParts(a.Content), nil)
-	if !r.Success {
-		return r
-	}
-	return contract.OK(first)
+	_, _, r := p.postParts(ctx, tenant, t, a, mrkdwnParts(a.Content), nil)
+	return r
 }
 
 // postParts posts parts in order into a's thread, the last carrying
 // blocks (when not nil, with its part as the text fallback). It returns
-// the first and last messages' ts, and a failure result that says how
-// many parts went out (or success).
+// the first and last messages' ts with platform.SendParts' result.
 func (p *Platform) postParts(ctx context.Context, tenant string, t target, a *contract.Action, parts []string, blocks []slack.Block) (first, last string, r contract.Result) {
 	pol := p.policy(tenant)
 	thread := p.threadOf(tenant, a)
