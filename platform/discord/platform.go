@@ -20,6 +20,7 @@ import (
 
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/internal/loglimit"
 	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/chatcontext"
@@ -58,6 +59,10 @@ type Platform struct {
 	spoke *platform.Grants
 	// links redeems "/link <code>" DMs off the ingest workers.
 	links *platform.LinkDesk
+	// dropLogs holds the lines of events no tenant takes to one per guild
+	// (or DM) a minute (routeDropped): anyone can post in a guild the bot
+	// is in, or DM it.
+	dropLogs *loglimit.Limiter
 
 	pubKey  ed25519.PublicKey
 	sess    *discordgo.Session
@@ -163,6 +168,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.spoke = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.egress = platform.Egress[*Platform, string]{Ops: ops, Chat: channelOf, Timeout: cfg.RequestTimeout, Grants: p.spoke, Vault: deps.Vault, ThreadChats: true, Clock: p.clock}
 	p.links = platform.NewLinkDesk(p.clock)
+	p.dropLogs = loglimit.NewLimiter(dropLogRate, allDropsLogRate, maxDropLogKeys, p.clock)
 	p.SetRelevance(nil)
 	weights := fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight })
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalPerSecond, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
