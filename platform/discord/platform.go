@@ -78,8 +78,8 @@ type Platform struct {
 	gwHere atomic.Bool
 	// declined is what an instance without the Gateway remembers of its
 	// chat-owner lookups (standby.go): (asking tenant, chat) pairs
-	// declined lately.
-	declined *ttlcache.Cache[[2]string, struct{}]
+	// declined lately, each with the ownership it was declined under.
+	declined *ttlcache.Cache[[2]string, *platform.Ownership]
 	// owned are the (asking tenant, chat) pairs a standby's lookup found
 	// to be the asker's lately, with the chat (standby.go).
 	owned *ttlcache.Cache[[2]string, chanInfo]
@@ -174,7 +174,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalPerSecond, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.clock)
 	p.cache = newCache(p)
-	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
+	p.declined = ttlcache.New[[2]string, *platform.Ownership](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.owned = ttlcache.New[[2]string, chanInfo](maxStandbyDeclines, standbyOwnTTL, p.clock)
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[string](chatcontext.Bounds{Weights: weights})
