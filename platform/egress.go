@@ -466,7 +466,7 @@ func SendParts(ctx context.Context, parts []string, send func(i int, part string
 		if i == 0 {
 			first = id
 		}
-		if mark != nil {
+		if mark != nil && id != "" { // an ephemeral post has no id
 			mark(id)
 		}
 		last = id

@@ -3,6 +3,7 @@ package slack
 import (
 	"cmp"
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 
@@ -309,12 +310,12 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	parts := mrkdwnParts(a.Content)
 	used := ref.used
 	defer func() { p.usedResponseURL(context.WithoutCancel(ctx), tenant, a.SessionKey, used) }()
-	for _, part := range parts {
+	_, _, r = platform.SendParts(ctx, parts, func(_ int, part string) (string, error) {
 		post := p.claimPosts(ctx, tenant, a.SessionKey, url, stored, used, 1)
 		if len(post) == 0 {
 			used = maxResponseURLPosts
 			if ref.user == "" {
-				return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: the response_url took its five replies")
+				return "", errResponseURLSpent
 			}
 			team, err := p.teamFor(ctx, tenant, ref.channel, ref.team)
 			if err == nil {
@@ -323,16 +324,24 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 					return err
 				})
 			}
-			if err != nil {
-				return p.failure(contract.OpFollowUp, err)
-			}
-			continue
+			return "", err
 		}
 		msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: post[0] == 0, Text: part}
 		if err := p.postResponseURL(ctx, url, msg); err != nil {
-			return p.failure(contract.OpFollowUp, err)
+			return "", err
 		}
 		used = post[0] + 1
-	}
-	return contract.OK("")
+		return "", nil
+	}, func(err error) contract.Result {
+		if errors.Is(err, errResponseURLSpent) {
+			return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: the response_url took its five replies")
+		}
+		return p.failure(contract.OpFollowUp, err)
+	})
+	return r
 }
+
+// errResponseURLSpent is followUp's error for a part its response_url,
+// which took its five posts, cannot carry, with no user to post to
+// ephemerally.
+var errResponseURLSpent = errors.New("slack follow_up: the response_url took its five replies")
