@@ -482,9 +482,12 @@ func OwnerUnknown(name string, err error) contract.Result {
 
 // SendParts sends a message's parts in order, each with send (i is its
 // index), and returns the first and last messages' ids with the result:
-// OK(first), or failure's result for the first part that failed, which
-// past the first part says how many went out and still carries first.
-// Under ctx from MarkParts, each part is remembered as it goes out.
+// OK(first), or failure's result when the first part failed. Past the
+// first part a failure is OK(first) too, its Error saying how many parts
+// went out and why the rest did not: the gateway must not send the
+// message again, which would post the sent parts twice (Whole is the
+// answer of an op that needs every part). Under ctx from MarkParts, each
+// part is remembered as it goes out.
 func SendParts(ctx context.Context, parts []string, send func(i int, part string) (string, error), failure func(error) contract.Result) (first, last string, r contract.Result) {
 	mark, _ := ctx.Value(partsKey{}).(func(string))
 	for i, part := range parts {
@@ -492,20 +495,30 @@ func SendParts(ctx context.Context, parts []string, send func(i int, part string
 		if err != nil {
 			r = failure(err)
 			if i > 0 {
-				r.Error = fmt.Sprintf("%s (sent %d of %d parts)", r.Error, i, len(parts))
-				r.MessageID = first
+				r = contract.Result{Success: true, MessageID: first,
+					Error: fmt.Sprintf("%s (sent %d of %d parts; the rest was not sent)", r.Error, i, len(parts))}
 			}
 			return first, last, r
 		}
 		if i == 0 {
 			first = id
 		}
-		if mark != nil {
+		if mark != nil && id != "" { // an ephemeral post has no id
 			mark(id)
 		}
 		last = id
 	}
 	return first, last, contract.OK(first)
+}
+
+// Whole is r, SendParts' result, for an op whose message is of use only
+// whole (a prompt, whose buttons ride its last part): a message sent in
+// part is platform_error, still carrying its first part's id.
+func Whole(r contract.Result) contract.Result {
+	if r.Success && r.Error != "" {
+		r.Success, r.Code = false, contract.CodePlatformError
+	}
+	return r
 }
 
 // partsKey is the context key of MarkParts' mark.

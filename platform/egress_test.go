@@ -192,8 +192,10 @@ func TestStillMayActAsksAfresh(t *testing.T) {
 }
 
 // TestSendParts: the parts go out in order; a failure past the first part
-// says how many went out and carries the first message's id, one of the
-// first part carries none.
+// is the success of the parts that went out (a gateway retrying a failure
+// would post them twice), carrying the first message's id, its error
+// saying how many went out; one of the first part is the failure. Whole
+// makes a partial send a failure that is not retryable, for a prompt.
 func TestSendParts(t *testing.T) {
 	failAt := -1
 	var sent []string
@@ -212,8 +214,14 @@ func TestSendParts(t *testing.T) {
 	}
 	failAt, sent = 2, nil
 	first, last, r = platform.SendParts(context.Background(), []string{"1", "2", "3"}, send, failure)
-	if r.Success || r.Error != "x: boom (sent 2 of 3 parts)" || r.MessageID != "m1" || first != "m1" || last != "m2" {
+	if !r.Success || r.Code != "" || r.Error != "x: boom (sent 2 of 3 parts; the rest was not sent)" || r.MessageID != "m1" || first != "m1" || last != "m2" {
 		t.Fatalf("third failed: first %q last %q result %+v", first, last, r)
+	}
+	if w := platform.Whole(r); w.Success || w.Code != contract.CodePlatformError || w.Error != r.Error || w.MessageID != "m1" {
+		t.Fatalf("Whole of a partial send = %+v, want platform_error", w)
+	}
+	if w := platform.Whole(contract.OK("m1")); !w.Success {
+		t.Fatalf("Whole of a whole send = %+v", w)
 	}
 	failAt, sent = 0, nil
 	_, _, r = platform.SendParts(context.Background(), []string{"1", "2"}, send, failure)

@@ -28,6 +28,9 @@ type fakePlatform struct {
 	// down lists chats whose owner the platform cannot look up, as when its
 	// API is unreachable: ChatTenant answers platform.ErrUnavailable.
 	down map[string]bool
+	// partial lists chats whose sends go out in part: the answer is
+	// platform.SendParts' success whose error says the rest was not sent.
+	partial map[string]bool
 
 	mu    sync.Mutex
 	sink  platform.Sink
@@ -109,7 +112,11 @@ func (p *fakePlatform) act(ctx context.Context, tenant, _ string, a *contract.Ac
 		}
 	}
 	p.egress <- egress{Tenant: tenant, Action: *a}
-	return contract.OK("m-" + string(a.ChatID))
+	r := contract.OK("m-" + string(a.ChatID))
+	if p.partial[string(a.ChatID)] {
+		r.Error = "fake send: refused (sent 1 of 2 parts; the rest was not sent)"
+	}
+	return r
 }
 
 func (p *fakePlatform) Status() platform.Status { return platform.Status{Ready: true} }

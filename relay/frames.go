@@ -366,8 +366,11 @@ func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action, among []
 // records the op under platformName (a configured platform or noPlatform).
 func (c *conn) answer(reqID, platformName, op string, r contract.Result, start time.Time) {
 	code := "ok"
-	if !r.Success {
+	switch {
+	case !r.Success:
 		code = cmp.Or(r.Code, contract.CodePlatformError)
+	case r.Error != "":
+		code = "partial" // a message sent in part (platform.SendParts)
 	}
 	var took time.Duration
 	if !start.IsZero() {

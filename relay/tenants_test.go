@@ -523,6 +523,44 @@ func TestStoredTenantDeclaredAndBackKeepsItsConnections(t *testing.T) {
 	}
 }
 
+// outboundResults is a relay.Metrics that reports each outbound op's
+// result label.
+type outboundResults struct {
+	relayMetricsNop
+	results chan string
+}
+
+func (m outboundResults) Outbound(_, _, result string, _ time.Duration) { m.results <- result }
+
+// TestPartialSendCountedPartial: a send that went out in part answers
+// the gateway success, and is counted under result partial in
+// connector_outbound_ops_total, not ok, so an operator sees it; a whole
+// one is ok.
+func TestPartialSendCountedPartial(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1", "c2": "t1"})
+	p.partial = map[string]bool{"c2": true}
+	m := outboundResults{results: make(chan string, 10)}
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:   []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t), Metrics: m,
+	})
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	for _, c := range []struct{ chat, result string }{{"c1", "ok"}, {"c2", "partial"}} {
+		if r := gw.Outbound(t, "discord", sendAction(c.chat, "hi")); !r.Success || r.MessageID != "m-"+c.chat {
+			t.Fatalf("%s: send = %+v", c.chat, r)
+		}
+		select {
+		case got := <-m.results:
+			if got != c.result {
+				t.Fatalf("%s: counted %q, want %q", c.chat, got, c.result)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no outbound op counted within 10 s", c.chat)
+		}
+	}
+}
+
 // outboundDone is a relay.Metrics that reports each outbound op answered
 // (the last thing an op does, after it noted its chat's profile).
 type outboundDone struct {

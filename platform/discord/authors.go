@@ -212,7 +212,7 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 			return platform.HoldGrant, nil
 		}
 		if owner, ok := p.channelTenant(ci); !ok || owner != tenant {
-			p.declined.Add([2]string{tenant, chatID}, struct{}{})
+			p.decline(own, tenant, chatID)
 		}
 		return platform.HoldNone, nil
 	}

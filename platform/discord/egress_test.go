@@ -55,9 +55,11 @@ func TestEgressBadGatewayNotSentAgain(t *testing.T) {
 }
 
 // TestEgressPartlySent: a send, an edit or a follow_up whose later piece
-// Discord refuses reports how many pieces went out and the first one's
-// id, in the words every platform uses (platform.SendParts); the piece
-// count was dropped from the result.
+// Discord refuses answers success with the first piece's id, its error
+// saying how many pieces went out, in the words every platform uses
+// (platform.SendParts): before, it answered a failure the gateway retries,
+// posting the pieces that went out again. A prompt so refused fails
+// platform_error (its buttons ride the last piece).
 func TestEgressPartlySent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
@@ -77,8 +79,8 @@ func TestEgressPartlySent(t *testing.T) {
 	body, _ := json.Marshal(map[string]any{"op": "send", "chat_id": chanGeneral, "content": long, "reply_to": nil, "metadata": map[string]any{}})
 	r := execute(t, e, "t1", string(body))
 	msgs := e.fake.Messages(chanGeneral)
-	if len(msgs) != 2 || r.Success || r.Code != contract.CodePlatformError || r.MessageID != msgs[0].ID ||
-		r.Error != "discord: HTTP 403 (code 50013: Missing Permissions) (sent 2 of 3 parts)" {
+	if len(msgs) != 2 || !r.Success || r.Code != "" || r.MessageID != msgs[0].ID ||
+		r.Error != "discord: HTTP 403 (code 50013: Missing Permissions) (sent 2 of 3 parts; the rest was not sent)" {
 		t.Fatalf("send = %+v with %d messages, want the third piece refused, 2 of 3 sent and the first's id", r, len(msgs))
 	}
 
@@ -87,8 +89,18 @@ func TestEgressPartlySent(t *testing.T) {
 	refuseAt.Store(1)
 	body, _ = json.Marshal(map[string]any{"op": "edit", "chat_id": chanGeneral, "message_id": msgs[0].ID, "content": strings.Repeat("word ", 500), "metadata": map[string]any{}})
 	r = execute(t, e, "t1", string(body))
-	if r.Success || r.MessageID != msgs[0].ID || r.Error != "discord: HTTP 403 (code 50013: Missing Permissions) (sent 1 of 2 parts)" {
+	if !r.Success || r.MessageID != msgs[0].ID || r.Error != "discord: HTTP 403 (code 50013: Missing Permissions) (sent 1 of 2 parts; the rest was not sent)" {
 		t.Fatalf("edit = %+v, want the second piece refused, 1 of 2 sent and the edited message's id", r)
+	}
+
+	// prompt: the question's second piece, with the buttons, is refused.
+	posts.Store(0)
+	refuseAt.Store(2)
+	body, _ = json.Marshal(map[string]any{"op": "prompt", "chat_id": chanGeneral, "content": strings.Repeat("word ", 500), "prompt_kind": "approval",
+		"prompt_id": "p1", "options": []map[string]any{{"id": "once", "label": "Once"}}, "reply_to": nil, "metadata": map[string]any{}})
+	r = execute(t, e, "t1", string(body))
+	if r.Success || r.Code != contract.CodePlatformError || !strings.HasSuffix(r.Error, "(sent 1 of 2 parts; the rest was not sent)") {
+		t.Fatalf("prompt = %+v, want platform_error, 1 of 2 sent", r)
 	}
 }
 

@@ -52,9 +52,8 @@ func (p *Platform) opSend(ctx context.Context, _, chatID string, a *contract.Act
 
 // postPieces sends a message's pieces in order, each with post, through
 // platform.SendParts, as every platform does: it returns the first and last
-// messages' ids with OK(first), or op's failure for the first piece that
-// failed, which past the first piece says how many went out and carries
-// the first one's id.
+// messages' ids with its result, op's failure for a first piece that
+// failed.
 func (p *Platform) postPieces(ctx context.Context, op string, pieces []string, post func(i int, piece string) (string, error)) (first, last string, r contract.Result) {
 	return platform.SendParts(ctx, pieces, post, func(err error) contract.Result { return p.failed(op, err) })
 }

@@ -20,6 +20,7 @@ import (
 
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/internal/loglimit"
 	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/chatcontext"
@@ -58,6 +59,10 @@ type Platform struct {
 	spoke *platform.Grants
 	// links redeems "/link <code>" DMs off the ingest workers.
 	links *platform.LinkDesk
+	// dropLogs holds the lines of events no tenant takes to one per guild
+	// (or DM) a minute (routeDropped): anyone can post in a guild the bot
+	// is in, or DM it.
+	dropLogs *loglimit.Limiter
 
 	pubKey  ed25519.PublicKey
 	sess    *discordgo.Session
@@ -73,8 +78,8 @@ type Platform struct {
 	gwHere atomic.Bool
 	// declined is what an instance without the Gateway remembers of its
 	// chat-owner lookups (standby.go): (asking tenant, chat) pairs
-	// declined lately.
-	declined *ttlcache.Cache[[2]string, struct{}]
+	// declined lately, each with the ownership it was declined under.
+	declined *ttlcache.Cache[[2]string, *platform.Ownership]
 	// owned are the (asking tenant, chat) pairs a standby's lookup found
 	// to be the asker's lately, with the chat (standby.go).
 	owned *ttlcache.Cache[[2]string, chanInfo]
@@ -163,12 +168,13 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.spoke = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.egress = platform.Egress[*Platform, string]{Ops: ops, Chat: channelOf, Timeout: cfg.RequestTimeout, Grants: p.spoke, Vault: deps.Vault, ThreadChats: true, Clock: p.clock}
 	p.links = platform.NewLinkDesk(p.clock)
+	p.dropLogs = loglimit.NewLimiter(dropLogRate, allDropsLogRate, maxDropLogKeys, p.clock)
 	p.SetRelevance(nil)
 	weights := fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight })
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalPerSecond, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.clock)
 	p.cache = newCache(p)
-	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
+	p.declined = ttlcache.New[[2]string, *platform.Ownership](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.owned = ttlcache.New[[2]string, chanInfo](maxStandbyDeclines, standbyOwnTTL, p.clock)
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[string](chatcontext.Bounds{Weights: weights})

@@ -14,6 +14,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/platform"
 	"connector/vault"
 )
 
@@ -62,7 +63,7 @@ func (p *Platform) opPrompt(ctx context.Context, tenant, chatID string, a *contr
 		err := p.rest(ctx, "POST", discordgo.EndpointChannelMessages(chatID), &body, &m)
 		return m.ID, err
 	})
-	if !r.Success {
+	if r = platform.Whole(r); !r.Success {
 		return r
 	}
 	return contract.OK(last)

@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
 
+	"connector/internal/loglimit"
 	"connector/platform"
 	"connector/platform/chatcontext"
 	"connector/session"
@@ -103,20 +105,31 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	}
 }
 
-// routeDropped counts and logs an event route gave no tenant (drop).
+// routeDropped logs and counts an event route gave no tenant (drop). Its
+// info line is written once a minute per guild or DM channel, and 10 at
+// once then one every 10 s over all of them, with suppressed=<lines held
+// back> (dropLogs); the metric counts every event.
 func (p *Platform) routeDropped(drop, guildID, channelID string) {
 	switch {
 	case drop == platform.DropPrincipal:
-		p.metrics.Dropped(platformName, drop)
 		p.log.Debug("discord event dropped: the scope's principal does not admit its author", "channel_id", channelID)
+		p.metrics.Dropped(platformName, drop)
 	case guildID == "":
+		p.dropLogs.Log(p.log, slog.LevelInfo, "dm/"+channelID, "discord DM dropped: no dm_tenant configured", "channel_id", channelID)
 		p.metrics.Dropped(platformName, "dm_no_tenant")
-		p.log.Info("discord DM dropped: no dm_tenant configured", "channel_id", channelID)
 	default:
+		p.dropLogs.Log(p.log, slog.LevelInfo, "guild/"+guildID, "discord event dropped: no tenant claims its guild", "guild_id", guildID)
 		p.metrics.Dropped(platformName, "unclaimed")
-		p.log.Info("discord event dropped: no tenant claims its guild", "guild_id", guildID)
 	}
 }
+
+// The rates and key bound of dropLogs.
+var (
+	dropLogRate     = loglimit.Rate{Burst: 1, Every: time.Minute}
+	allDropsLogRate = loglimit.Rate{Burst: 10, Every: 10 * time.Second}
+)
+
+const maxDropLogKeys = 1024
 
 func (p *Platform) dropped(err error, attrs ...any) {
 	reason := dropReason(err)

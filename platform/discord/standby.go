@@ -31,7 +31,9 @@ import (
 //   - a decline is remembered per (asking tenant, chat) for
 //     standbyDeclineTTL, whatever its reason (not found, not visible to the
 //     bot, another tenant's), so a repeated ask is answered from memory
-//     alike, and only the asker's own asks decide that.
+//     alike, and only the asker's own asks decide that; it holds under the
+//     bindings it was made under (Bind forgets them all alike), so a chat
+//     just bound to or claimed by the asker is looked up again at once.
 //
 // A lookup Discord does not answer (timeout, 5xx, rate limit, breaker) is
 // unavailable (retryable), never a decline. An action that names no
@@ -59,7 +61,7 @@ func (p *Platform) standby() bool {
 // is not (another tenant's included), and an error wrapping
 // platform.ErrUnavailable when Discord could not be asked.
 func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, error) {
-	asker := platform.TenantOf(ctx)
+	asker, own := platform.TenantOf(ctx), p.owners.Load()
 	if ch, ok := p.owned.Get([2]string{asker, chatID}); ok {
 		if owner, ok := p.channelTenant(ch); ok && owner == asker { // the bindings may have changed since
 			return owner, nil
@@ -73,9 +75,16 @@ func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, er
 		if owner, ok := p.channelTenant(ci); ok && owner == asker {
 			return owner, nil
 		}
-		p.declined.Add([2]string{asker, chatID}, struct{}{})
+		p.decline(own, asker, chatID)
 	}
 	return "", platform.ErrUnknownChat
+}
+
+// decline remembers asker's decline of chatID, decided under own (the
+// ownership read before the decision: one Bind replaces meanwhile makes
+// it forgotten at once).
+func (p *Platform) decline(own *platform.Ownership, asker, chatID string) {
+	p.declined.Add([2]string{asker, chatID}, own)
 }
 
 // standbyLookup is a standby's lookup of chatID for asker (see above): no
@@ -89,7 +98,8 @@ func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, er
 // (platform.MayWait: Locate asks the other platforms before a lookup
 // here).
 func (p *Platform) standbyLookup(ctx context.Context, chatID, asker string) (ci chanInfo, found bool, err error) {
-	if p.declined.Contains([2]string{asker, chatID}) {
+	own := p.owners.Load()
+	if under, ok := p.declined.Get([2]string{asker, chatID}); ok && under == own {
 		return chanInfo{}, false, nil
 	}
 	if !platform.MayWait(ctx) {
@@ -108,7 +118,7 @@ func (p *Platform) standbyLookup(ctx context.Context, chatID, asker string) (ci 
 		}
 		return ci, true, nil
 	}
-	p.declined.Add([2]string{asker, chatID}, struct{}{})
+	p.decline(own, asker, chatID)
 	return chanInfo{}, false, nil
 }
 

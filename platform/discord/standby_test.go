@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/internal/clock"
@@ -117,6 +118,31 @@ func TestStandbyDeclineDoesNotRevealExistence(t *testing.T) {
 		if n := ask(probe.chat); n != 1 {
 			t.Fatalf("%s: decline after its memory expired made %d REST calls, want 1", probe.name, n)
 		}
+	}
+}
+
+// TestStandbyBindForgetsDeclines: a standby's decline of a chat is not
+// answered from memory once Bind changed the bindings: t2's guild, bound
+// to t1 since, is t1's at its next ask, within standbyDeclineTTL on the
+// injected clock. Before, t1's own actions there were declined for up to
+// 30 s after the binding.
+func TestStandbyBindForgetsDeclines(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(epoch)
+	e := newStandbyEnv(t, clk)
+	typing := `{"op":"typing","chat_id":"` + chanOther + `","metadata":{}}`
+	if r := execute(t, e, "t1", typing); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1 in t2's channel = %+v, want the decline", r)
+	}
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}, {Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if owner, err := e.p.ChatTenant(platform.WithTenant(waitCtx(t), "t1"), chanOther); err != nil || owner != "t1" {
+		t.Fatalf("t1's ChatTenant of the guild bound to it since = %q, %v", owner, err)
+	}
+	if r := execute(t, e, "t1", typing); !r.Success {
+		t.Fatalf("t1 in the channel bound to it since = %+v", r)
 	}
 }
 

@@ -422,6 +422,30 @@ func TestSlashCommandFollowUp(t *testing.T) {
 	}
 }
 
+// TestFollowUpPartlySent: a follow_up split in two parts, the first
+// through the response_url's last post and the second refused by
+// chat.postEphemeral, answers success with an error saying 1 of 2 parts
+// went out (platform.SendParts): before, it answered a failure the
+// gateway resends, posting the first part again.
+func TestFollowUpPartlySent(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/model", "gpt-5", e.fake.ResponseURL("r1")))
+	d := e.sink.Next(t)
+	followUp := func(content string) contract.Result {
+		return e.execute(t, "t1", `{"op":"follow_up","session_key":"`+d.SessionKey+`","kind":"slack.response_url","content":"`+content+`"}`)
+	}
+	for i := range 4 {
+		if r := followUp("reply " + strconv.Itoa(i)); !r.Success {
+			t.Fatalf("follow_up %d: %+v", i, r)
+		}
+	}
+	e.fake.Fail404("chat.postEphemeral", 1)
+	r := followUp(strings.Repeat("word ", 8000)) // 40,000 characters: two parts
+	if n := len(e.fake.Responses()); !r.Success || r.Code != "" || !strings.HasSuffix(r.Error, "(sent 1 of 2 parts; the rest was not sent)") || n != 5 {
+		t.Fatalf("follow_up = %+v with %d response_url posts, want success, 1 of 2 sent through the fifth post", r, n)
+	}
+}
+
 // TestLinkCommand: /link in a DM is redeemed for the DM's author on the
 // link desk, off the request, and answered through the command's
 // response_url; the command is never delivered.

@@ -3,6 +3,7 @@ package slack
 import (
 	"cmp"
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 
@@ -17,8 +18,8 @@ import (
 // 39,000-character messages, into the thread the gateway names (threadOf),
 // the first part also to the channel with the tenant's reply_broadcast,
 // with its unfurl_links and unfurl_media when set. The result carries the
-// first message's ts. If a later part cannot be sent, the failure says
-// how many parts went out and still carries that ts. The first reply to a
+// first message's ts. If a later part cannot be sent, it is still a
+// success (platform.SendParts) whose error says how many parts went out. The first reply to a
 // slash command goes to its user alone (slashReply), with no message_id,
 // as natively; a send whose content extends a draft stream still open in
 // the chat seals that stream instead (its message is the reply, as
@@ -38,17 +39,13 @@ func (p *Platform) send(ctx context.Context, tenant string, t target, a *contrac
 
 // post posts a's content as send does, with none of send's other paths.
 func (p *Platform) post(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
-	first, _, r := p.postParts(ctx, tenant, t, a, mrkdwnParts(a.Content), nil)
-	if !r.Success {
-		return r
-	}
-	return contract.OK(first)
+	_, _, r := p.postParts(ctx, tenant, t, a, mrkdwnParts(a.Content), nil)
+	return r
 }
 
 // postParts posts parts in order into a's thread, the last carrying
 // blocks (when not nil, with its part as the text fallback). It returns
-// the first and last messages' ts, and a failure result that says how
-// many parts went out (or success).
+// the first and last messages' ts with platform.SendParts' result.
 func (p *Platform) postParts(ctx context.Context, tenant string, t target, a *contract.Action, parts []string, blocks []slack.Block) (first, last string, r contract.Result) {
 	pol := p.policy(tenant)
 	thread := p.threadOf(tenant, a)
@@ -313,12 +310,12 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	parts := mrkdwnParts(a.Content)
 	used := ref.used
 	defer func() { p.usedResponseURL(context.WithoutCancel(ctx), tenant, a.SessionKey, used) }()
-	for _, part := range parts {
+	_, _, r = platform.SendParts(ctx, parts, func(_ int, part string) (string, error) {
 		post := p.claimPosts(ctx, tenant, a.SessionKey, url, stored, used, 1)
 		if len(post) == 0 {
 			used = maxResponseURLPosts
 			if ref.user == "" {
-				return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: the response_url took its five replies")
+				return "", errResponseURLSpent
 			}
 			team, err := p.teamFor(ctx, tenant, ref.channel, ref.team)
 			if err == nil {
@@ -327,16 +324,24 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 					return err
 				})
 			}
-			if err != nil {
-				return p.failure(contract.OpFollowUp, err)
-			}
-			continue
+			return "", err
 		}
 		msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: post[0] == 0, Text: part}
 		if err := p.postResponseURL(ctx, url, msg); err != nil {
-			return p.failure(contract.OpFollowUp, err)
+			return "", err
 		}
 		used = post[0] + 1
-	}
-	return contract.OK("")
+		return "", nil
+	}, func(err error) contract.Result {
+		if errors.Is(err, errResponseURLSpent) {
+			return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: the response_url took its five replies")
+		}
+		return p.failure(contract.OpFollowUp, err)
+	})
+	return r
 }
+
+// errResponseURLSpent is followUp's error for a part its response_url,
+// which took its five posts, cannot carry, with no user to post to
+// ephemerally.
+var errResponseURLSpent = errors.New("slack follow_up: the response_url took its five replies")

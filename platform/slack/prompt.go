@@ -9,6 +9,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/platform"
 )
 
 // Block Kit limits a prompt lives within.
@@ -61,7 +62,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, t target, a *contr
 	// returning once its tenant was made again answers none of the new one's.
 	owner := promptOwner{Tenant: tenant, Team: t.team, Created: creation(ctx, p.memory.vault, tenant)}
 	_, lastTS, r := p.postParts(ctx, tenant, t, a, parts, blocks)
-	if !r.Success {
+	if r = platform.Whole(r); !r.Success {
 		return r
 	}
 	if err := p.memory.promptPosted(context.WithoutCancel(ctx), t.channel, lastTS, owner); err != nil {

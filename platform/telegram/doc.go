@@ -118,8 +118,8 @@
 // failure ("connection refused", "DNS lookup failed") and never the Bot API
 // server's URL or address. When a slot would come after the request's deadline (30 s by
 // default) the result is rate_limited with retry_after_ms and that message
-// was not sent; for a split send the error says how many parts went out and
-// message_id is the first part's. typing is not paced but is skipped for a
+// was not sent; for a split send of which parts went out that is a success
+// whose error says how many went out (platform.SendParts). typing is not paced but is skipped for a
 // chat under a flood wait.
 //
 // # Secrets

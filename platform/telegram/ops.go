@@ -20,8 +20,9 @@ import (
 // send posts content, split into 4,096-character messages, rendered as
 // MarkdownV2 (plain text if Telegram rejects the entities), into the topic
 // of metadata.thread_id, the first part replying to reply_to. The result
-// carries the first message's id. If a later part cannot be sent, the
-// failure says how many parts went out and still carries that id. In a
+// carries the first message's id. If a later part cannot be sent, it is
+// still a success (platform.SendParts) whose error says how many parts
+// went out. In a
 // group chat the reply replaces the previews of the draft streams it ends
 // (replacePreviews).
 func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
@@ -37,8 +38,8 @@ func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contr
 
 // sendParts sends parts in order into the topic of a's metadata.thread_id,
 // the first replying to a's reply_to and the last carrying markup (when
-// not nil). It returns the first and last messages' ids, and a failure
-// result that says how many parts went out (or a success result).
+// not nil). It returns the first and last messages' ids with
+// platform.SendParts' result.
 func (p *Platform) sendParts(ctx context.Context, tenant string, chat int64, a *contract.Action, parts []string, markup models.ReplyMarkup) (first, last string, r contract.Result) {
 	thread := topicThread(a.Metadata.ThreadID)
 	reply := messageRef(a.ReplyTo)

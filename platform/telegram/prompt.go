@@ -5,6 +5,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/platform"
 )
 
 // inlineKeyboard is an InlineKeyboardMarkup of callback buttons. It is the
@@ -49,7 +50,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, chat int64, a *con
 		kb.InlineKeyboard[i] = []inlineButton{{Text: b.Label, Style: style, CallbackData: b.Token}}
 	}
 	_, last, r := p.sendParts(ctx, tenant, chat, a, textsplit.Split(a.Content, splitRules), &kb)
-	if !r.Success {
+	if r = platform.Whole(r); !r.Success {
 		return r
 	}
 	return contract.OK(last)

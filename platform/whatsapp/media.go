@@ -73,10 +73,8 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, c chat, a *cont
 	}
 	p.quotes.sent(ctx, tenant, c.user, id, "", platform.AuthorizedCreation(ctx, p.vault, tenant))
 	if !captioned && strings.TrimSpace(caption) != "" {
-		if _, _, r := p.sendText(ctx, tenant, c, a.Op, caption, ""); !r.Success {
-			r.Error += " (the media was sent; its caption was not)"
-			r.MessageID = id
-			return r
+		if _, _, r := p.sendText(ctx, tenant, c, a.Op, caption, ""); !r.Success || r.Error != "" {
+			return contract.Result{Success: true, MessageID: id, Error: r.Error + " (the media was sent; its caption was not, or not whole)"}
 		}
 	}
 	return contract.OK(id)

@@ -59,16 +59,14 @@ func replyRef(id contract.ID) string {
 // send posts content converted to WhatsApp's markdown (formatMessage),
 // split into messages of at most 4,096 code points, the first quoting
 // reply_to. The result carries the first message's id; a later part that
-// fails is reported with how many went out.
+// fails is reported with how many went out, as a success
+// (platform.SendParts).
 func (p *Platform) send(ctx context.Context, tenant string, c chat, a *contract.Action) contract.Result {
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "whatsapp_cloud send: content is empty")
 	}
-	first, _, r := p.sendText(ctx, tenant, c, a.Op, formatMessage(a.Content), replyRef(a.ReplyTo))
-	if !r.Success {
-		return r
-	}
-	return contract.OK(first)
+	_, _, r := p.sendText(ctx, tenant, c, a.Op, formatMessage(a.Content), replyRef(a.ReplyTo))
+	return r
 }
 
 // sendText sends text split into pieces, the first quoting replyTo, and
@@ -154,7 +152,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contrac
 			fmt.Fprintf(&b, "\n%d. %s", i+1, o.Label)
 		}
 		_, last, r := p.sendText(ctx, tenant, c, a.Op, b.String(), replyRef(a.ReplyTo))
-		if !r.Success {
+		if r = platform.Whole(r); !r.Success {
 			return r
 		}
 		return contract.OK(last)

@@ -627,6 +627,29 @@ func TestSendMediaUploadsThenSendsByID(t *testing.T) {
 	}
 }
 
+// TestSendMediaCaptionNotSent: a voice note (which takes no caption) whose
+// caption, sent after it, is refused answers the media's success with its
+// id and an error saying the caption did not follow: before, it answered
+// the failure, which the gateway resends, posting the media again.
+func TestSendMediaCaptionNotSent(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.M1")
+	info, err := r.media.Put("t1", bytes.NewReader([]byte("ogg bytes")), "audio/ogg", "note.ogg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(r.fake.Sent())
+	r.fake.Fail(whatsapptest.GraphError{}, whatsapptest.GraphError{Status: 400, Code: 100, Message: "(#100) Invalid parameter"})
+	res := r.exec(t, "t1", map[string]any{"op": "send_media", "chat_id": ada, "media_kind": "voice", "source_url": r.media.URL(info.ID),
+		"content": "listen to this", "reply_to": nil, "metadata": map[string]any{}})
+	sent := r.fake.Sent()[before:]
+	if !res.Success || res.Code != "" || len(sent) != 1 || sent[0].Type != "audio" || res.MessageID == "" ||
+		!strings.HasSuffix(res.Error, "(the media was sent; its caption was not, or not whole)") {
+		t.Fatalf("send_media = %+v with %d messages sent, want the voice note's success and the caption's failure", res, len(sent))
+	}
+}
+
 func TestInboundMediaRehostedByteExact(t *testing.T) {
 	r := newRig(t, nil, nil)
 	data := make([]byte, 200_000)

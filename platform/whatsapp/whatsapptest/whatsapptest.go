@@ -135,7 +135,8 @@ func (s *Server) CloseWindow(waID string) {
 	s.closed[waID] = true
 }
 
-// Fail queues error answers for the next /messages calls, in order.
+// Fail queues error answers for the next /messages calls, in order; a
+// zero GraphError lets its call through.
 func (s *Server) Fail(errs ...GraphError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -237,8 +238,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, phone string) 
 	if len(s.failures) > 0 {
 		f := s.failures[0]
 		s.failures = s.failures[1:]
-		writeError(w, f)
-		return
+		if f != (GraphError{}) {
+			writeError(w, f)
+			return
+		}
 	}
 	if s.closed[to] {
 		writeJSONStatus(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
