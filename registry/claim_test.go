@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -2171,5 +2172,53 @@ func TestBindingsKeepWhenWritten(t *testing.T) {
 	}
 	if len(want) != 0 {
 		t.Errorf("bindings missing: %v", want)
+	}
+}
+
+// TestBindOwnAsksGrantsOfWhatItBinds: a provision's route keys are
+// judged against the grants key by key as they are bound, so a request
+// refused at its last key (another tenant's grant) binds the keys before
+// it, as a refusal by claim does, and its repeat asks about the refused key
+// alone. Before, every key was asked about (once per tenant linked on the
+// platform) before any was bound, and a refusal bound nothing: a tenant
+// could send the same 1,000 route keys again and again, each request
+// costing the store two reads per key and linked tenant.
+func TestBindOwnAsksGrantsOfWhatItBinds(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.SetDeclared(registry.State{Tenants: []registry.Tenant{{ID: "a"}, {ID: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "71", Tenant: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	v := vault.NewMemory(vault.Config{})
+	platform.NewGrants("discord", v, nil, nil).Add(ctx, "501", "500", "a", time.Time{})
+	lookups := 0
+	r.SetGrantedIn(func(ctx context.Context, platformName, id, tenant string) (bool, error) {
+		lookups++
+		return platform.GrantedIn(ctx, v, platformName, id, tenant)
+	})
+	var keys []registry.Binding
+	for i := range 50 {
+		keys = append(keys, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: strconv.Itoa(900 + i), Tenant: "b"})
+	}
+	keys = append(keys, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "500", Tenant: "b"})
+	for round := range 2 {
+		lookups = 0
+		if err := r.BindOwn(ctx, keys...); !errors.Is(err, registry.ErrConflict) {
+			t.Fatalf("round %d: b's route keys ending in a's granted guild: %v, want ErrConflict", round, err)
+		}
+		if want := []int{len(keys), 1}[round]; lookups != want {
+			t.Fatalf("round %d: %d grant lookups, want %d (one per key not held)", round, lookups, want)
+		}
+	}
+	s, _, err := r.Effective(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(s.Bindings, func(b registry.Binding) bool { return b.ID == "949" && b.Tenant == "b" }) ||
+		slices.ContainsFunc(s.Bindings, func(b registry.Binding) bool { return b.ID == "500" }) {
+		t.Fatalf("the free keys are not bound, or the granted one is: %v", s.Bindings)
 	}
 }

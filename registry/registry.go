@@ -1282,16 +1282,20 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 	if len(canon) == 0 {
 		return nil
 	}
-	if err := r.grantsYield(ctx, canon); err != nil {
-		return err
-	}
 	release, err := r.reserve(ctx, canon[0].Tenant, canon...)
 	if err != nil {
 		return err
 	}
 	defer release()
+	yields, err := r.grantsYield(ctx, canon[0].Tenant)
+	if err != nil {
+		return err
+	}
 	v := new(ownView)
 	for _, b := range canon {
+		if err := yields(ctx, b); err != nil {
+			return err
+		}
 		if _, err := r.bind(ctx, b, v); err != nil {
 			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
 		}
@@ -1497,42 +1501,46 @@ func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, 
 	return r.kv.CompareAndSwap(ctx, nsReserved, tenant, old, value)
 }
 
-// grantsYield is ErrConflict, naming the binding, when a binding of bs
-// (one tenant's) names a chat or space where another tenant linked on
-// its platform holds a live grant (grantedIn), unless the tenant holds
-// it already. Grants are not under the ownership guard: one made on
-// another instance after this read does not stop the binding, which then
-// holds the chat (rule 1).
-func (r *Registry) grantsYield(ctx context.Context, bs []Binding) error {
+// grantsYield returns the check of a binding of tenant's, which BindOwn
+// makes before it writes each: ErrConflict, naming the binding, when it
+// names a chat or space where another tenant linked on its platform holds
+// a live grant (grantedIn), unless tenant holds it already. Judged key by
+// key as they are written, a request refused at a key binds those before
+// it (as a refusal by claim does) and costs the store the lookups of the
+// keys it writes and of that one: sent again, it asks about that key
+// alone, not about every key again. Grants are not under the ownership
+// guard: one made on another instance after this read does not stop the
+// binding, which then holds the chat (rule 1).
+func (r *Registry) grantsYield(ctx context.Context, tenant string) (func(context.Context, Binding) error, error) {
 	if r.grantedIn == nil {
-		return nil
+		return func(context.Context, Binding) error { return nil }, nil
 	}
 	s, _, err := r.Effective(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	held := make(map[string]bool)       // bs's tenant's keys
+	held := make(map[string]bool)       // tenant's keys
 	linked := make(map[string][]string) // platform -> tenants a user is linked to there
 	for _, x := range s.Bindings {
-		if x.Tenant == bs[0].Tenant {
+		if x.Tenant == tenant {
 			held[x.key()] = true
 		}
-		if x.Kind == platform.BindUser && !slices.Contains(linked[x.Platform], x.Tenant) {
+		if x.Kind == platform.BindUser && x.Tenant != tenant && !slices.Contains(linked[x.Platform], x.Tenant) {
 			linked[x.Platform] = append(linked[x.Platform], x.Tenant)
 		}
 	}
-	for _, b := range bs {
+	return func(ctx context.Context, b Binding) error {
+		if held[b.key()] {
+			return nil
+		}
 		for _, other := range linked[b.Platform] {
-			if held[b.key()] || other == b.Tenant {
-				continue
-			}
 			granted, err := r.grantedIn(ctx, b.Platform, b.ID, other)
 			if err != nil || granted {
 				return fmt.Errorf("%s %q: %w", b.Kind, b.ID, cmp.Or(err, ErrConflict))
 			}
 		}
-	}
-	return nil
+		return nil
+	}, nil
 }
 
 // ownView is the view BindOwn judges by: one platform's effective

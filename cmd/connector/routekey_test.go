@@ -24,7 +24,9 @@ import (
 // grant. Tenant b's provision naming guild 500 as a route key is refused
 // 409, and 71's messages there still reach a, which may still post
 // there. Before, the route key was bound: 71's messages in the guild
-// reached b and a's sends there were declined. In the other order the
+// reached b and a's sends there were declined. b's provision of 50 free
+// guilds and 500, sent again, reads a's grants of 500 alone (before, it
+// read every key's again: 101 vault misses). In the other order the
 // first route key holds the guild: b binds guild 800 first, and 71's
 // message there reaches b.
 func TestRouteKeyYieldsToAGrant(t *testing.T) {
@@ -98,12 +100,28 @@ enroll: {public_key_file: %q, audience: connector}
 	}
 
 	boot := idtokentest.Sign(t, key, map[string]any{"tid": "b", "aud": "connector", "sub": "owner-of-b", "exp": time.Now().Add(5 * time.Minute).Unix()})
-	provision := func(guild string, want int) map[string]any {
+	provisionKeys := func(keys []string, want int) map[string]any {
 		return stockPost(t, "http://"+r.child.addr+"/relay/provision", boot, map[string]any{
 			"gatewayId": "gw-b-fly", "platform": "discord", "botId": "", "gatewayEndpoint": "",
-			"routeKeys": []string{guild}, "instanceId": "inst-b"}, want)
+			"routeKeys": keys, "instanceId": "inst-b"}, want)
 	}
+	provision := func(guild string, want int) map[string]any { return provisionKeys([]string{guild}, want) }
 	provision("500", http.StatusConflict)
+	// Keys are judged against the grants as they are bound: a provision
+	// refused at its last key, sent again, looks up that key's grants
+	// alone (two vault misses at most, a's grant of the chat and of the
+	// guild), not every key's again.
+	keys := make([]string, 0, 51)
+	for i := range 50 {
+		keys = append(keys, strconv.Itoa(900+i))
+	}
+	keys = append(keys, "500")
+	provisionKeys(keys, http.StatusConflict)
+	misses := r.child.metric(t, "connector_vault_misses_total", "")
+	provisionKeys(keys, http.StatusConflict)
+	if n := r.child.metric(t, "connector_vault_misses_total", "") - misses; n > 2 {
+		t.Fatalf("the repeat of a refused provision missed the vault %v times; want at most 2 (the refused key's grants)", n)
+	}
 	say(2, "501", "500", "71 again")
 	if got := nextText(t, a); got != "71 again" {
 		t.Fatalf("a got %q after b's route key of the guild", got)
