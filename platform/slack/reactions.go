@@ -118,7 +118,8 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 		return nil
 	}
 	created := vault.Creation(p.deps.Vault, r.Tenant) // the creation it was routed under
-	bot := cmp.Or(p.works.botUser(ctx, team), env.botUser())
+	bot, _ := p.works.botUser(ctx, team)
+	bot = cmp.Or(bot, env.botUser())
 	tctx := platform.WithTenant(ctx, r.Tenant)
 	mine := func() bool {
 		if p.heldAlone(tctx, channel, team, r.Tenant) { // not one remembered as another's, posted before a rebind or a claim

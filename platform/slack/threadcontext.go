@@ -66,8 +66,13 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		if r, ok := own.Route(msg.User, chatOf(ev.Channel, cmp.Or(msg.Team, m.install))); ok && r.Tenant != "" && r.Tenant != tenant {
 			return true
 		}
-		// The bot, or another workspace's install's bot (with OAuth installs).
-		ours := msg.User != "" && (msg.User == bot || msg.Team != "" && msg.Team != m.install && msg.User == p.works.botUser(ctx, msg.Team))
+		// The bot, or another workspace's install's bot (with OAuth installs;
+		// one the store cannot tell is taken for it).
+		ours := msg.User != "" && msg.User == bot
+		if msg.User != "" && !ours && msg.Team != "" && msg.Team != m.install {
+			other, err := p.works.botUser(ctx, msg.Team)
+			ours = err != nil || msg.User == other
+		}
 		return ours && !p.grants.PostedBy(ctx, ev.Channel, msg.Timestamp, tenant)
 	}
 	var root []wireFile

@@ -1,9 +1,12 @@
 package slack
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
+	"connector/store"
 )
 
 // TestThreadContextOnFirstEngagement: a mention in a thread the bot was
@@ -365,4 +369,55 @@ func TestSharedChannelThreadContextLeavesOutAnotherInstallsAnswers(t *testing.T)
 	if want := "[thread parent] the plan"; d.Tenant != "t1" || strings.Join(got, "|") != want {
 		t.Fatalf("Ada's reply, to %s: context %q; want %q", d.Tenant, got, want)
 	}
+}
+
+// TestThreadContextLeavesOutAnInstallsAnswersItCannotTell: as
+// TestSharedChannelThreadContextLeavesOutAnotherInstallsAnswers, but the
+// store cannot read C's install (its bot user unknown): C's bot's answer
+// to t2 is left out of t1's context. Before, a message whose workspace's
+// bot could not be looked up read as nobody's bot's, and showed.
+func TestThreadContextLeavesOutAnInstallsAnswersItCannotTell(t *testing.T) {
+	const shared = "C0SHR00001"
+	fail := &atomic.Bool{}
+	e := ownershipEnv(t, &platform.Deps{Store: installGetFails{store.NewMemory(nil), fail}}, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t2"})
+	for _, team := range []string{teamA.ID, teamC.ID} {
+		e.fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamC.ID}})
+	}
+	const root = "1768400000.000100"
+	e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: shared, TS: root, User: userAda, Text: "the plan"})
+	e.fake.AddMessage(slacktest.Message{Team: teamC.ID, Channel: shared, TS: "1768400000.000300", ThreadTS: root, User: teamC.BotUser, BotID: teamC.BotID, Text: "t2's answer"})
+	fail.Store(true)
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, shared, userAda, "1768490900.000100", root, "<@"+teamA.BotUser+"> and now?"), http.StatusOK)
+	d := e.sink.Next(t)
+	var got []string
+	for _, c := range d.Event.Context {
+		got = append(got, c.Text)
+	}
+	if want := "[thread parent] the plan"; d.Tenant != "t1" || strings.Join(got, "|") != want {
+		t.Fatalf("Ada's reply, to %s: context %q; want %q", d.Tenant, got, want)
+	}
+}
+
+// installGetFails is a store whose Registry cannot read installs while
+// fail is set.
+type installGetFails struct {
+	store.Store
+	fail *atomic.Bool
+}
+
+// Registry implements store.Store.
+func (s installGetFails) Registry() store.Registry { return failingGet{s.Store.Registry(), s.fail} }
+
+// failingGet is a Registry whose Get of an install fails while fail is set.
+type failingGet struct {
+	store.Registry
+	fail *atomic.Bool
+}
+
+// Get implements store.Registry.
+func (r failingGet) Get(ctx context.Context, namespace, key string) (store.Entry, bool, error) {
+	if namespace == installsNamespace && r.fail.Load() {
+		return store.Entry{}, false, errors.New("registry unavailable")
+	}
+	return r.Registry.Get(ctx, namespace, key)
 }
