@@ -421,3 +421,33 @@ func (r failingGet) Get(ctx context.Context, namespace, key string) (store.Entry
 	}
 	return r.Registry.Get(ctx, namespace, key)
 }
+
+// TestThreadContextPlacesTheChannelWithinItsDeadline: while Slack does
+// not answer conversations.info, the turn that enters a thread waits for
+// the channel's placement (heldAlone) no longer than the thread context's
+// deadline, and then reads the channel as not held alone (its context
+// judged message by message). Before, the placement waited on the
+// ingest's context, up to the request timeout, with the chat's turns held
+// behind it.
+func TestThreadContextPlacesTheChannelWithinItsDeadline(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	const root = "1768400000.000100"
+	e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: chanGeneral, TS: root, User: userAda, Text: "the plan"})
+	// A turn outside the thread first: the channel's name is known then.
+	e.event(t, teamA, "Ev0", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490900.000050", "", "<@"+teamA.BotUser+"> hi"), http.StatusOK)
+	e.sink.Next(t)
+	started := make(chan string, 16)
+	e.fake.StallMethod("conversations.info", started)
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490900.000100", root, "<@"+teamA.BotUser+"> and now?"), http.StatusOK)
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatal("the channel was not placed")
+	}
+	clk.Advance(threadContextDeadline)
+	d := e.sink.Next(t)
+	if len(d.Event.Context) != 1 || d.Event.Context[0].Text != "[thread parent] the plan" {
+		t.Fatalf("context %+v", d.Event.Context)
+	}
+}
