@@ -121,14 +121,19 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 	bot, _ := p.works.botUser(ctx, team)
 	bot = cmp.Or(bot, env.botUser())
 	tctx := platform.WithTenant(ctx, r.Tenant)
+	var unknown error // the store could not tell whom the message was posted for
 	mine := func() bool {
 		if p.heldAlone(tctx, channel, team, r.Tenant) { // not one remembered as another's, posted before a rebind or a claim
 			another, err := p.grants.PostedByAnother(tctx, channel, ev.Item.TS, r.Tenant)
+			unknown = err
 			return err == nil && !another
 		}
 		return p.grants.PostedBy(tctx, channel, ev.Item.TS, r.Tenant)
 	}
 	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot, mine)
+	if unknown != nil { // not stored: Slack sends it again (a 503), as a store that could tell the chat's owner
+		return unknown
+	}
 	if drop != "" {
 		p.drop(drop, env.EventID)
 		return nil
