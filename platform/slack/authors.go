@@ -174,13 +174,16 @@ func (p *Platform) heldAlone(ctx context.Context, channel, team, tenant string) 
 // token of a workspace that should have it (one it was seen in, the
 // claim's or the grant's, hints), else of the asking tenant's. nil when
 // none has it; an error wrapping platform.ErrUnavailable when Slack could
-// not be asked.
+// not be asked. A channel evicted from chanTeams is asked again.
 func (p *Platform) place(ctx context.Context, tenant, chat string, hints ...string) ([]string, error) {
 	bound := weak.Make(p.teams.Load())
-	if at, ok := p.placed.Get(chat); ok && at == bound {
-		return p.channelTeams(chat), nil
-	}
+	p.chanMu.Lock() // not evicted between the two reads (seenIn)
+	at, ok := p.placed.Get(chat)
 	seen := p.channelTeams(chat)
+	p.chanMu.Unlock()
+	if ok && at == bound {
+		return seen, nil
+	}
 	var unreachable error
 	found := false
 	for _, team := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(seen), hints...)))) {

@@ -447,3 +447,33 @@ func TestBindingsLeavingWorkspacesKeepDeclines(t *testing.T) {
 		t.Fatalf("%d lookups for the decline remembered, want none", n)
 	}
 }
+
+// TestHeldAloneAfterTheChannelIsEvicted: a Slack Connect channel shared by
+// A (t1's) and B (t2's) is not t1's alone; once chanTeamsSize other
+// channels pushed it out of the channels' workspaces, and an event of A's
+// showed it in A again, it still is not. Before, its placement (placed)
+// outlived what it had placed, so the channel read as in A alone and t1's
+// thread context showed t2's messages.
+func TestHeldAloneAfterTheChannelIsEvicted(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	e := newEnvOn(t, fake, nil, nil)
+	ctx, cancel := contextFor()
+	defer cancel()
+	if e.p.heldAlone(ctx, shared, teamA.ID, "t1") {
+		t.Fatal("a channel shared with t2's workspace read as t1's alone")
+	}
+	for i := range chanTeamsSize {
+		e.p.seenIn("C"+strconv.Itoa(100_000_000+i), teamA.ID)
+	}
+	if e.p.chanTeams.Contains(shared) {
+		t.Fatal("the channel was not evicted")
+	}
+	e.p.seenIn(shared, teamA.ID) // an event of A's there
+	if e.p.heldAlone(ctx, shared, teamA.ID, "t1") {
+		t.Fatal("after its eviction, a channel shared with t2's workspace read as t1's alone")
+	}
+}

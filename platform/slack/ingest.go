@@ -207,9 +207,10 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 			return nil
 		}
 		tenant, owner := r.tenant, r.owner
-		bot := p.works.botUser(ctx, m.scope)
+		bot, _ := p.works.botUser(ctx, m.scope)
 		if bot == "" {
-			bot = cmp.Or(p.works.botUser(ctx, m.install), env.botUser())
+			bot, _ = p.works.botUser(ctx, m.install)
+			bot = cmp.Or(bot, env.botUser())
 		}
 		n := &normalizer{tenant: tenant, pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner, clock: p.clock, warn: p.markerNotKept}
 		tctx := platform.WithTenant(ctx, tenant)

@@ -724,6 +724,10 @@ func (p *Platform) claimUnheld(ctx context.Context) []claimedEntry {
 // ledgerPage is how many ledger records ledgerHeld reads at a time.
 const ledgerPage = 1000
 
+// ledgerPageBytes bounds the payload bytes of a page of the ledger a sweep
+// reads (past one record).
+const ledgerPageBytes = 16 << 20
+
 // ledgerHeld names the deliveries of this platform into chats the store's
 // ledger (the relay's, every tenant's) holds, by ledgerName: a sweep
 // decodes and keeps nothing of the ledger's other chats.
@@ -739,12 +743,14 @@ func (p *Platform) ledgerHeld(ctx context.Context, chats map[string]bool) (map[s
 	held := make(map[string]bool)
 	for _, tenant := range tenants {
 		for after := uint64(0); ; {
-			recs, err := l.Read(ctx, tenant, after, ledgerPage, 0)
+			recs, err := l.Read(ctx, tenant, after, ledgerPage, ledgerPageBytes)
 			var bad *store.UnreadableRecord
 			if err != nil && !errors.As(err, &bad) {
 				return nil, err
 			}
+			size := int64(0)
 			for _, r := range recs {
+				size += int64(len(r.Payload))
 				var ev struct {
 					MessageID string `json:"message_id"`
 					Text      string `json:"text"`
@@ -766,7 +772,7 @@ func (p *Platform) ledgerHeld(ctx context.Context, chats map[string]bool) (map[s
 				after = bad.Seq
 				continue
 			}
-			if len(recs) < ledgerPage {
+			if len(recs) < ledgerPage && size < ledgerPageBytes { // not cut short by either bound: the last
 				break
 			}
 		}

@@ -2406,3 +2406,59 @@ func TestBusyPressChargedToItsPressersTenant(t *testing.T) {
 	}
 	e.p.busyPosts.Give("t1")
 }
+
+// TestLedgerHeldReadsBoundedPages: a sweep reads the relay's ledger in
+// pages bounded by bytes (ledgerPageBytes), and reads on past a page its
+// bytes cut short: of three deliveries of 9 MiB each (two to a page), all
+// are found. Before,
+// each page was up to ledgerPage records of any size.
+func TestLedgerHeldReadsBoundedPages(t *testing.T) {
+	mem := store.NewMemory(nil)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &boundedReads{Store: mem}
+	e := newEnv(t, nil, &platform.Deps{Store: st})
+	received := time.UnixMicro(1768490000_000000)
+	pad := strings.Repeat("x", 9<<20)
+	var want []string
+	for i := range 3 {
+		id := sprintf("1768480000.%06d", i)
+		rec := store.Record{Platform: platformName, ChatID: chanGeneral, Received: received,
+			Payload: []byte(sprintf(`{"message_id":"%s","text":"%s"}`, id, pad))}
+		if _, err := mem.Ledger().Append(t.Context(), "t1", []store.Record{rec}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ledgerName(chanGeneral, received, id))
+	}
+	held, err := e.p.ledgerHeld(t.Context(), map[string]bool{chanGeneral: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range want {
+		if !held[name] {
+			t.Errorf("%s not found in the ledger", name)
+		}
+	}
+	if n := st.unbounded.Load(); n != 0 {
+		t.Errorf("%d ledger reads with no byte bound", n)
+	}
+}
+
+// boundedReads is a store counting its ledger's reads with no byte bound.
+type boundedReads struct {
+	store.Store
+	unbounded atomic.Int64
+}
+
+func (s *boundedReads) Ledger() store.Ledger { return boundedLedgerReads{s.Store.Ledger(), s} }
+
+type boundedLedgerReads struct {
+	store.Ledger
+	s *boundedReads
+}
+
+func (l boundedLedgerReads) Read(ctx context.Context, tenant string, after uint64, limit int, maxBytes int64) ([]store.Record, error) {
+	if maxBytes <= 0 {
+		l.s.unbounded.Add(1)
+	}
+	return l.Ledger.Read(ctx, tenant, after, limit, maxBytes)
+}

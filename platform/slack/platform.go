@@ -73,7 +73,7 @@ type Platform struct {
 	intake    *intake                  // the durable intake (intake.go); nil without a store
 	limits    *limits
 	chanTeams *lru.Cache[string, []sighting] // channel -> workspaces it was seen in (channelTeams)
-	chanMu    sync.Mutex                     // serializes seenIn's read and write of chanTeams
+	chanMu    sync.Mutex                     // serializes seenIn's read and write of chanTeams, and place's reads of placed and chanTeams
 	// placed remembers the channels ChatGranted placed with
 	// conversations.info lately (placementTTL): their workspaces are in
 	// chanTeams, those bound when they were placed at least (seenIn). Each
@@ -184,7 +184,10 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.intakeLogs = loglimit.NewBucket(storeLogRate, p.clock)
 	p.rehosts = platform.NewRehosts(p.clock)
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
-	p.chanTeams, _ = lru.New[string, []sighting](chanTeamsSize) // size > 0: cannot fail
+	// A channel evicted takes its placement along: place asks again what it
+	// no longer knows all of (heldAlone fails closed meanwhile). Evictions
+	// happen in seenIn alone, under chanMu.
+	p.chanTeams, _ = lru.NewWithEvict(chanTeamsSize, func(channel string, _ []sighting) { p.placed.Remove(channel) }) // size > 0: cannot fail
 	p.notFound = ttlcache.New[string, weak.Pointer[map[string]string]](chanTeamsSize, declineMemory, p.clock)
 	p.placed = ttlcache.New[string, weak.Pointer[map[string]string]](chanTeamsSize, placementTTL, p.clock)
 	p.histories = ttlcache.New[string, []slack.Message](threadContextSize, threadContextTTL, p.clock)

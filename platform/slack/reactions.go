@@ -120,19 +120,25 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 		return nil
 	}
 	created := vault.Creation(p.deps.Vault, r.Tenant) // the creation it was routed under
-	bot := cmp.Or(p.works.botUser(ctx, team), env.botUser())
+	bot, _ := p.works.botUser(ctx, team)
+	bot = cmp.Or(bot, env.botUser())
 	tctx := platform.WithTenant(ctx, r.Tenant)
+	var unknown error // the store could not tell whom the message was posted for
 	mine := func() bool {
 		if p.heldAlone(tctx, channel, team, r.Tenant) { // not one remembered as another's, posted before a rebind or a claim
 			if at, _ := p.PostedAt(ev.Item.TS); at.Before(p.owners.Load().HeldSince(chatOf(channel, team))) {
 				return p.grants.PostedBy(tctx, channel, ev.Item.TS, r.Tenant) // posted before the tenant held the channel
 			}
 			another, err := p.grants.PostedByAnother(tctx, channel, ev.Item.TS, r.Tenant)
+			unknown = err
 			return err == nil && !another
 		}
 		return p.grants.PostedBy(tctx, channel, ev.Item.TS, r.Tenant)
 	}
 	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot, mine)
+	if unknown != nil { // not stored: Slack sends it again (a 503), as a store that could tell the chat's owner
+		return unknown
+	}
 	if drop != "" {
 		p.drop(drop, env.EventID)
 		return nil

@@ -2,7 +2,9 @@ package slack
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -307,4 +310,40 @@ func TestReactionToTheEarlierHoldersOldAnswerStartsNoTurn(t *testing.T) {
 		t.Fatalf("delivered %s's %s in reply to %s; want t2's reaction to its own answer %s alone", d.Tenant, d.Event.MessageID, d.Event.ReplyToMessageID, own)
 	}
 	e.sink.Empty(t)
+}
+
+// TestReactionWhosePosterIsUnreadable: with reaction_triggers and no
+// allowlist, a reaction to the bot's message in t1's channel while the
+// store cannot tell whom the bot posted it for is answered 503 (Slack
+// sends it again), and its retry, the store back, is t1's turn. Before, it
+// was answered 200 and dropped as reaction_not_on_bot_message.
+func TestReactionWhosePosterIsUnreadable(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	caps := &unreadablePosted{Capabilities: st.Capabilities()}
+	caps.failing.Store(true)
+	e := newEnv(t, func(c *Config) { c.Tenants["t1"] = TenantConfig{ReactionTriggers: &[]string{}} }, &platform.Deps{Vault: vault.NewDurable(caps, vault.Config{})})
+	reaction := map[string]any{"type": "reaction_added", "user": userAda, "reaction": "+1", "item_user": teamA.BotUser,
+		"item": map[string]any{"type": "message", "channel": chanGeneral, "ts": "1768400000.000100"}, "event_ts": "1768400100.000100"}
+	e.event(t, teamA, "Ev1", reaction, http.StatusServiceUnavailable)
+	e.sink.Empty(t)
+	caps.failing.Store(false)
+	e.event(t, teamA, "Ev1", reaction, http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Text != "reaction:added:👍" {
+		t.Fatalf("the retried reaction: %s's %q, want t1's", d.Tenant, d.Event.Text)
+	}
+}
+
+// unreadablePosted fails every read of a record of whom the bot posted a
+// message for while failing is set.
+type unreadablePosted struct {
+	store.Capabilities
+	failing atomic.Bool
+}
+
+func (u *unreadablePosted) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if u.failing.Load() && strings.Contains(key, "posted_message") {
+		return nil, false, errors.New("store: get capability: unreadable")
+	}
+	return u.Capabilities.Get(ctx, key)
 }

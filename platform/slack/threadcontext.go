@@ -56,9 +56,12 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 	// (its team, as Slack names it in every workspace's view; the install's
 	// when it names none), nor one the bot (any workspace's) posted there
 	// that tenant did not (platform.Grants.PostedBy), nor, then, the root's
-	// files.
+	// files. The channel is placed within the read's deadline (past it, it
+	// is not held alone): the chat's turn is held meanwhile.
 	own := p.owners.Load()
-	held := p.heldAlone(ctx, ev.Channel, m.install, tenant)
+	hctx, hcancel := within(ctx, p.clock, threadContextDeadline)
+	held := p.heldAlone(hctx, ev.Channel, m.install, tenant)
+	hcancel()
 	elsewhere := func(msg *slack.Message) bool {
 		if held {
 			return false
@@ -66,8 +69,13 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		if r, ok := own.Route(msg.User, chatOf(ev.Channel, cmp.Or(msg.Team, m.install))); ok && r.Tenant != "" && r.Tenant != tenant {
 			return true
 		}
-		// The bot, or another workspace's install's bot (with OAuth installs).
-		ours := msg.User != "" && (msg.User == bot || msg.Team != "" && msg.Team != m.install && msg.User == p.works.botUser(ctx, msg.Team))
+		// The bot, or another workspace's install's bot (with OAuth installs;
+		// one the store cannot tell is taken for it).
+		ours := msg.User != "" && msg.User == bot
+		if msg.User != "" && !ours && msg.Team != "" && msg.Team != m.install {
+			other, err := p.works.botUser(ctx, msg.Team)
+			ours = err != nil || msg.User == other
+		}
 		return ours && !p.grants.PostedBy(ctx, ev.Channel, msg.Timestamp, tenant)
 	}
 	var root []wireFile

@@ -1,9 +1,12 @@
 package slack
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
+	"connector/store"
 )
 
 // TestThreadContextOnFirstEngagement: a mention in a thread the bot was
@@ -364,5 +368,86 @@ func TestSharedChannelThreadContextLeavesOutAnotherInstallsAnswers(t *testing.T)
 	}
 	if want := "[thread parent] the plan"; d.Tenant != "t1" || strings.Join(got, "|") != want {
 		t.Fatalf("Ada's reply, to %s: context %q; want %q", d.Tenant, got, want)
+	}
+}
+
+// TestThreadContextLeavesOutAnInstallsAnswersItCannotTell: as
+// TestSharedChannelThreadContextLeavesOutAnotherInstallsAnswers, but the
+// store cannot read C's install (its bot user unknown): C's bot's answer
+// to t2 is left out of t1's context. Before, a message whose workspace's
+// bot could not be looked up read as nobody's bot's, and showed.
+func TestThreadContextLeavesOutAnInstallsAnswersItCannotTell(t *testing.T) {
+	const shared = "C0SHR00001"
+	fail := &atomic.Bool{}
+	e := ownershipEnv(t, &platform.Deps{Store: installGetFails{store.NewMemory(nil), fail}}, platform.Binding{Kind: platform.BindUser, ID: userDan, Tenant: "t2"})
+	for _, team := range []string{teamA.ID, teamC.ID} {
+		e.fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamC.ID}})
+	}
+	const root = "1768400000.000100"
+	e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: shared, TS: root, User: userAda, Text: "the plan"})
+	e.fake.AddMessage(slacktest.Message{Team: teamC.ID, Channel: shared, TS: "1768400000.000300", ThreadTS: root, User: teamC.BotUser, BotID: teamC.BotID, Text: "t2's answer"})
+	fail.Store(true)
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, shared, userAda, "1768490900.000100", root, "<@"+teamA.BotUser+"> and now?"), http.StatusOK)
+	d := e.sink.Next(t)
+	var got []string
+	for _, c := range d.Event.Context {
+		got = append(got, c.Text)
+	}
+	if want := "[thread parent] the plan"; d.Tenant != "t1" || strings.Join(got, "|") != want {
+		t.Fatalf("Ada's reply, to %s: context %q; want %q", d.Tenant, got, want)
+	}
+}
+
+// installGetFails is a store whose Registry cannot read installs while
+// fail is set.
+type installGetFails struct {
+	store.Store
+	fail *atomic.Bool
+}
+
+// Registry implements store.Store.
+func (s installGetFails) Registry() store.Registry { return failingGet{s.Store.Registry(), s.fail} }
+
+// failingGet is a Registry whose Get of an install fails while fail is set.
+type failingGet struct {
+	store.Registry
+	fail *atomic.Bool
+}
+
+// Get implements store.Registry.
+func (r failingGet) Get(ctx context.Context, namespace, key string) (store.Entry, bool, error) {
+	if namespace == installsNamespace && r.fail.Load() {
+		return store.Entry{}, false, errors.New("registry unavailable")
+	}
+	return r.Registry.Get(ctx, namespace, key)
+}
+
+// TestThreadContextPlacesTheChannelWithinItsDeadline: while Slack does
+// not answer conversations.info, the turn that enters a thread waits for
+// the channel's placement (heldAlone) no longer than the thread context's
+// deadline, and then reads the channel as not held alone (its context
+// judged message by message). Before, the placement waited on the
+// ingest's context, up to the request timeout, with the chat's turns held
+// behind it.
+func TestThreadContextPlacesTheChannelWithinItsDeadline(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	const root = "1768400000.000100"
+	e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: chanGeneral, TS: root, User: userAda, Text: "the plan"})
+	// A turn outside the thread first: the channel's name is known then.
+	e.event(t, teamA, "Ev0", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490900.000050", "", "<@"+teamA.BotUser+"> hi"), http.StatusOK)
+	e.sink.Next(t)
+	started := make(chan string, 16)
+	e.fake.StallMethod("conversations.info", started)
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490900.000100", root, "<@"+teamA.BotUser+"> and now?"), http.StatusOK)
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatal("the channel was not placed")
+	}
+	clk.Advance(threadContextDeadline)
+	d := e.sink.Next(t)
+	if len(d.Event.Context) != 1 || d.Event.Context[0].Text != "[thread parent] the plan" {
+		t.Fatalf("context %+v", d.Event.Context)
 	}
 }

@@ -143,15 +143,19 @@ func (w *workspaces) client(ctx context.Context, team string) (*slack.Client, st
 	return ws.client, ws.team, nil
 }
 
-// botUser is the bot user of team's workspace, "" when unknown.
-func (w *workspaces) botUser(ctx context.Context, team string) string {
+// botUser is the bot user of team's workspace, "" when unknown; err is
+// set when the store could not tell (not when team is not installed).
+func (w *workspaces) botUser(ctx context.Context, team string) (string, error) {
 	ws, err := w.get(ctx, team)
 	if err != nil {
-		return ""
+		if errors.Is(err, errNotInstalled) {
+			err = nil
+		}
+		return "", err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return ws.botUser
+	return ws.botUser, nil
 }
 
 // load reads team's install from the store.

@@ -148,9 +148,10 @@ type Server struct {
 	files     map[string]servedFile // path -> file
 	fileIDs   map[string]string     // team/id -> path
 	responses []ResponsePost
-	stalled   chan<- string  // StallResponses'
-	fail429   map[string]int // method -> 429s left
-	fail404   map[string]int // method -> 404s left
+	stalled   chan<- string            // StallResponses'
+	stallCall map[string]chan<- string // StallMethod's: method -> where its calls are reported
+	fail429   map[string]int           // method -> 429s left
+	fail404   map[string]int           // method -> 404s left
 	retry     time.Duration
 	codes     map[string]Team // oauth code -> the install it grants
 	lastTS    int64
@@ -488,6 +489,12 @@ func (s *Server) serveMethod(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	if started := s.stallCall[method]; started != nil {
+		s.mu.Unlock()
+		started <- method
+		<-r.Context().Done()
+		return
+	}
 	defer s.mu.Unlock()
 	team := s.tokens[token]
 	s.calls = append(s.calls, Call{Method: method, Team: team, Form: a.form, JSON: a.raw})
@@ -817,6 +824,17 @@ func (s *Server) StallResponses(started chan<- string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stalled = started
+}
+
+// StallMethod makes every later call of method go unanswered: it is
+// reported on started, then held until its client gives up, unrecorded.
+func (s *Server) StallMethod(method string, started chan<- string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stallCall == nil {
+		s.stallCall = map[string]chan<- string{}
+	}
+	s.stallCall[method] = started
 }
 
 // serveResponse records a response_url post.
