@@ -14,14 +14,30 @@ import (
 )
 
 // dedupeInstances opens a store on backend (memory, or a real
-// redis-server) and returns two instances' Dedupes on it. On redis, whose
-// claims lapse by the server's clock (awaitLapse), Pending and Window are
-// short.
-func dedupeInstances(t *testing.T, backend string, clk *clocktest.Fake) (a, b *platform.Dedupe) {
+// redis-server) and returns two instances' Dedupes on it, and lapse, which
+// lets every claim of a key run out: clk passes by, and on redis, whose
+// claims lapse by the server's clock, their keys are removed as the
+// server's expiry would.
+func dedupeInstances(t *testing.T, backend string, clk *clocktest.Fake) (a, b *platform.Dedupe, lapse func(key string, by time.Duration)) {
 	t.Helper()
 	cfg := store.Config{Backend: backend, Clock: clk}
+	lapse = func(_ string, by time.Duration) { clk.Advance(by) }
 	if backend == store.BackendRedis {
-		cfg.RedisURL = redistest.Start(t, redistest.Options{}).URL()
+		srv := redistest.Start(t, redistest.Options{})
+		cfg.RedisURL = srv.URL()
+		rc := srv.Client(t)
+		lapse = func(key string, by time.Duration) {
+			t.Helper()
+			clk.Advance(by)
+			ctx := context.Background()
+			keys, err := rc.Keys(ctx, "*claim:test/*/"+key).Result()
+			if err != nil || len(keys) == 0 {
+				t.Fatalf("the claims of %q on the server: %q, %v; want one at least", key, keys, err)
+			}
+			if err := rc.Del(ctx, keys...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -30,32 +46,11 @@ func dedupeInstances(t *testing.T, backend string, clk *clocktest.Fake) (a, b *p
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	pending, window := time.Minute, time.Hour
-	if backend == store.BackendRedis {
-		pending, window = 500*time.Millisecond, 2*time.Second
-	}
 	d := func() *platform.Dedupe {
-		return &platform.Dedupe{Claims: st.Claims(), Clock: clk, Prefix: "test/", Pending: pending, Window: window,
+		return &platform.Dedupe{Claims: st.Claims(), Clock: clk, Prefix: "test/", Pending: time.Minute, Window: time.Hour,
 			Log: slog.New(slog.DiscardHandler)}
 	}
-	return d(), d()
-}
-
-// awaitLapse lets a claim of d lapse: clk passes d, and on redis, whose
-// claims lapse by the server's clock, the test waits until lapsed reports
-// it (within 10s).
-func awaitLapse(t *testing.T, clk *clocktest.Fake, backend string, d time.Duration, lapsed func() bool) {
-	t.Helper()
-	clk.Advance(d)
-	if backend != store.BackendRedis {
-		return
-	}
-	for deadline := time.Now().Add(10 * time.Second); !lapsed(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 10s waiting for a claim of %v to lapse on the server", d)
-		}
-		time.Sleep(d / 10) // the server's clock is the only thing to wait on
-	}
+	return d(), d(), lapse
 }
 
 // TestDedupeAcrossInstances: two instances on one store (memory, and a
@@ -67,7 +62,7 @@ func TestDedupeAcrossInstances(t *testing.T) {
 	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
 		t.Run(backend, func(t *testing.T) {
 			clk := clocktest.New(time.Now())
-			a, b := dedupeInstances(t, backend, clk)
+			a, b, lapse := dedupeInstances(t, backend, clk)
 			ctx := t.Context()
 			handled := 0
 			handle := func() error { handled++; return nil }
@@ -100,9 +95,9 @@ func TestDedupeAcrossInstances(t *testing.T) {
 				t.Fatalf("begin: %v, %v", pending, err)
 			}
 			once(b, "k3", false, platform.ErrBusy)
-			awaitLapse(t, clk, backend, a.Pending+time.Second, func() bool { _, err := b.Check(ctx, "k3"); return err == nil })
+			lapse("k3", a.Pending+time.Second)
 			once(b, "k3", false, nil)
-			awaitLapse(t, clk, backend, a.Window+time.Second, func() bool { dup, _ := a.Check(ctx, "k3"); return !dup })
+			lapse("k3", a.Window+time.Second)
 			once(a, "k3", false, nil) // past the window: handled again
 			if handled != 4 {
 				t.Fatalf("handled %d, want 4", handled)
@@ -119,7 +114,7 @@ func TestDedupeAcrossInstances(t *testing.T) {
 func TestDedupeDoneAfterTheCallerGaveUp(t *testing.T) {
 	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
 		t.Run(backend, func(t *testing.T) {
-			a, b := dedupeInstances(t, backend, clocktest.New(time.Now()))
+			a, b, _ := dedupeInstances(t, backend, clocktest.New(time.Now()))
 			ctx, gaveUp := context.WithCancel(t.Context())
 			if _, err := a.Once(ctx, "k", func() error { gaveUp(); return nil }); err != nil {
 				t.Fatal(err)
@@ -139,7 +134,7 @@ func TestDedupeCheck(t *testing.T) {
 	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
 		t.Run(backend, func(t *testing.T) {
 			clk := clocktest.New(time.Now())
-			a, b := dedupeInstances(t, backend, clk)
+			a, b, _ := dedupeInstances(t, backend, clk)
 			ctx := t.Context()
 			check := func(wantDup bool, wantErr error) {
 				t.Helper()
@@ -169,7 +164,7 @@ func TestDedupeProbesAcrossClockSkew(t *testing.T) {
 	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
 		t.Run(backend, func(t *testing.T) {
 			clk := clocktest.New(time.Now())
-			a, b := dedupeInstances(t, backend, clk)
+			a, b, _ := dedupeInstances(t, backend, clk)
 			a.Clock = clocktest.New(clk.Now().Add(10 * time.Second)) // a's clock is ahead
 			ctx := t.Context()
 			if dup, err := a.Check(ctx, "k1"); dup || err != nil {
@@ -200,17 +195,18 @@ func TestDedupeLateReleaseKeepsAnotherClaim(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			clk := clocktest.New(time.Now())
 			var a, b *platform.Dedupe
+			var lapse func(string, time.Duration)
 			if backend == "local" {
-				a, b = dedupeInstances(t, store.BackendMemory, clk)
+				a, b, lapse = dedupeInstances(t, store.BackendMemory, clk)
 				a.Claims = platform.NewLocalState(100, clk)
 				b.Claims = a.Claims
 			} else {
-				a, b = dedupeInstances(t, backend, clk)
+				a, b, lapse = dedupeInstances(t, backend, clk)
 			}
 			ctx := t.Context()
 			_, err := a.Once(ctx, "k", func() error {
 				// a's claim lapses while it handles k
-				awaitLapse(t, clk, backend, a.Pending, func() bool { _, err := b.Check(ctx, "k"); return err == nil })
+				lapse("k", a.Pending)
 				if pending, err := b.Begin(ctx, "k"); pending.IsZero() || err != nil {
 					t.Fatalf("b's begin once a's claim lapsed: pending %v, err %v; want taken", pending, err)
 				}

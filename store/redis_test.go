@@ -41,7 +41,32 @@ func TestRedis(t *testing.T) {
 		Durable:     true,
 		Shared:      true,
 		ServerClock: true,
+		Lapse:       lapseClaims(srv),
 	})
+}
+
+// lapseClaims ends a claim of every data set of this binary on servers
+// (each a primary) as its expiry on the server would: its key removed.
+func lapseClaims(servers ...*redistest.Server) func(t *testing.T, key string) {
+	return func(t *testing.T, key string) {
+		t.Helper()
+		ctx := context.Background()
+		removed := 0
+		for _, srv := range servers {
+			c := srv.Client(t)
+			keys, err := c.Keys(ctx, "test*:claim:"+key).Result()
+			if err == nil && len(keys) > 0 {
+				err = c.Del(ctx, keys...).Err()
+			}
+			if err != nil {
+				t.Fatalf("ending claim %q: %v", key, err)
+			}
+			removed += len(keys)
+		}
+		if removed == 0 {
+			t.Fatalf("no claim %q on the server to end", key)
+		}
+	}
 }
 
 // TestRedisClaimsAcrossSkewedClocks: two instances whose clocks disagree

@@ -45,6 +45,7 @@ func TestRedisCluster(t *testing.T) {
 		Durable:     true,
 		Shared:      true,
 		ServerClock: true,
+		Lapse:       lapseClaims(c.Primaries...),
 	})
 
 	// Names with braces and backslashes keep each name's keys in one slot
@@ -132,6 +133,7 @@ func TestRedisSentinel(t *testing.T) {
 		Durable:     true,
 		Shared:      true,
 		ServerClock: true,
+		Lapse:       lapseClaims(primary),
 	})
 }
 

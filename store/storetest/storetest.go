@@ -39,8 +39,13 @@ type Backend struct {
 	Shared bool
 	// ServerClock says leases and claims expire by the backend's own
 	// clock rather than the injected one (redis: PX). The suite then waits
-	// for a short real TTL to pass instead of advancing the clock.
+	// for a lease's short real TTL to pass instead of advancing the clock,
+	// and ends a claim by Lapse.
 	ServerClock bool
+	// Lapse, with ServerClock, ends the claim of key in the data sets the
+	// suite opened as its expiry on the server would (redis: removes its
+	// key), so that a claim holds as long as the suite checks it.
+	Lapse func(t *testing.T, key string)
 }
 
 // Opener opens a store over one data set on clock c.
@@ -718,7 +723,7 @@ func testCapabilities(t *testing.T, b Backend) {
 func testClaims(t *testing.T, b Backend) {
 	f := newFixture(t, b)
 	c := f.s.Claims()
-	ttl := claimTTL(b)
+	ttl := claimTTL
 	claim := func(c store.Claims, key string, ttl time.Duration, want bool) {
 		t.Helper()
 		took, err := c.Claim(ctx, key, f.clock.Now().Add(ttl))
@@ -778,17 +783,12 @@ func testClaims(t *testing.T, b Backend) {
 	testRenew(t, f, b)
 }
 
-// claimTTL is the TTL of the suite's claims that must lapse: short where
-// the suite waits for the server's clock.
-func claimTTL(b Backend) time.Duration {
-	if b.ServerClock {
-		return 500 * time.Millisecond
-	}
-	return time.Minute
-}
+// claimTTL is the TTL of the suite's claims that must lapse.
+const claimTTL = time.Minute
 
 // lapse lets key's claim, taken for claimTTL, run out: by the injected
-// clock, which holds it until its expiry instant, or by the server's.
+// clock, which holds it until its expiry instant, or, where claims expire
+// by the server's clock, by b.Lapse.
 func (f *fixture) lapse(t *testing.T, b Backend, c store.Claims, key string) {
 	t.Helper()
 	free := func() bool { // a probe: it holds nothing
@@ -799,21 +799,18 @@ func (f *fixture) lapse(t *testing.T, b Backend, c store.Claims, key string) {
 		}
 		return took
 	}
-	ttl := claimTTL(b)
-	if !b.ServerClock {
-		f.clock.Advance(ttl - time.Nanosecond)
-		if free() {
-			t.Fatalf("claim %q lapsed before its expiry", key)
+	if b.ServerClock {
+		b.Lapse(t, key)
+		if !free() {
+			t.Fatalf("claim %q holds once ended on the server", key)
 		}
-		f.clock.Advance(time.Nanosecond)
 		return
 	}
-	for deadline := time.Now().Add(waitTimeout); !free(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for claim %q (TTL %v) to lapse on the server", waitTimeout, key, ttl)
-		}
-		time.Sleep(ttl / 10) // the server's clock is the only thing to wait on
+	f.clock.Advance(claimTTL - time.Nanosecond)
+	if free() {
+		t.Fatalf("claim %q lapsed before its expiry", key)
 	}
+	f.clock.Advance(time.Nanosecond)
 }
 
 // testRenew: Renew extends the caller's own claim, takes one that lapsed or
@@ -850,7 +847,7 @@ func testRenew(t *testing.T, f *fixture, b Backend) {
 	}
 	took(other, "rn/1", true)
 	// A claim that lapsed and another caller took stays that caller's.
-	ttl := claimTTL(b)
+	ttl := claimTTL
 	lapsed := f.clock.Now().Add(ttl)
 	if ok, err := c.Claim(ctx, "rn/2", lapsed); !ok || err != nil {
 		t.Fatalf("Claim(rn/2) = %v, %v", ok, err)
