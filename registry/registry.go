@@ -1497,6 +1497,13 @@ func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, 
 	return r.kv.CompareAndSwap(ctx, nsReserved, tenant, old, value)
 }
 
+// MaxGrantAsks bounds the store reads of one BindOwn's grantsYield: the
+// asks (grantedIn) of its bindings the tenant does not hold yet, one per
+// tenant linked on their platform (its own counted too); past it,
+// ErrLimit and nothing asked. A tenant binds more, against many linked
+// tenants, a few at a time: those it holds are not asked.
+const MaxGrantAsks = 1000
+
 // grantsYield is ErrConflict, naming the binding, when a binding of bs
 // (one tenant's) names a chat or space where another tenant linked on
 // its platform holds a live grant (grantedIn), unless the tenant holds
@@ -1520,6 +1527,15 @@ func (r *Registry) grantsYield(ctx context.Context, bs []Binding) error {
 		if x.Kind == platform.BindUser && !slices.Contains(linked[x.Platform], x.Tenant) {
 			linked[x.Platform] = append(linked[x.Platform], x.Tenant)
 		}
+	}
+	asks := 0
+	for _, b := range bs {
+		if !held[b.key()] {
+			asks += len(linked[b.Platform])
+		}
+	}
+	if asks > MaxGrantAsks {
+		return fmt.Errorf("%w: %d asks of other tenants' grants, over %d; bind fewer new route keys at once", ErrLimit, asks, MaxGrantAsks)
 	}
 	for _, b := range bs {
 		for _, other := range linked[b.Platform] {
