@@ -255,6 +255,9 @@ func TestBindOwnGrantAsksBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "99", Tenant: "z"}); err != nil {
+		t.Fatal(err) // z's own linked user: its grants are not asked
+	}
 	v := vault.NewMemory(vault.Config{})
 	lookups := 0
 	r.SetGrantedIn(func(ctx context.Context, platformName, id, tenant string) (bool, error) {

@@ -1499,7 +1499,7 @@ func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, 
 
 // MaxGrantAsks bounds the store reads of one BindOwn's grantsYield: the
 // asks (grantedIn) of its bindings the tenant does not hold yet, one per
-// tenant linked on their platform (its own counted too); past it,
+// other tenant linked on their platform; past it,
 // ErrLimit and nothing asked. A tenant binds more, against many linked
 // tenants, a few at a time: those it holds are not asked.
 const MaxGrantAsks = 1000
@@ -1532,6 +1532,9 @@ func (r *Registry) grantsYield(ctx context.Context, bs []Binding) error {
 	for _, b := range bs {
 		if !held[b.key()] {
 			asks += len(linked[b.Platform])
+			if slices.Contains(linked[b.Platform], b.Tenant) {
+				asks-- // not asked: its own grants
+			}
 		}
 	}
 	if asks > MaxGrantAsks {
