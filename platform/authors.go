@@ -122,7 +122,8 @@ func (g *Grants) grantKey(chat, tenant string) vault.Key {
 // Add grants tenant the chat, in space ("" for none or unknown), or renews
 // the grant, under ctx. A grant of the same space renewed less than half
 // its TTL ago is left as it is, so a busy chat costs the store one write
-// per half TTL, not one per message. The grant is the tenant's as created
+// per half TTL (two in a space: the space's record, GrantedIn, with it),
+// not one per message. The grant is the tenant's as created
 // at created, which the caller judged (zero: as created when Add is
 // called, vault.Creation), not when its store calls end: one made again
 // under its id meanwhile is not granted the chat.
@@ -142,11 +143,9 @@ func (g *Grants) Add(ctx context.Context, chat, space, tenant string, created ti
 	if space == "" {
 		return
 	}
-	sk := spaceKey(g.platform, space, tenant)
-	if have, ok := g.vault.Get(ctx, sk); ok && e.Stored.Sub(have.Stored) < vault.ChatGrantTTL/2 {
-		return
-	}
-	if err := g.vault.Put(ctx, sk, e); err != nil {
+	// The space's record is written with each grant in it, so it lasts as
+	// long as the last one.
+	if err := g.vault.Put(ctx, spaceKey(g.platform, space, tenant), e); err != nil {
 		g.log.Warn("chat grant's space not stored", "platform", g.platform, "space", space, "tenant", tenant, "err", err)
 	}
 }

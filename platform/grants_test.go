@@ -115,7 +115,13 @@ func TestGrantedInTheSpace(t *testing.T) {
 	if in("discord", "500", "t2") || in("slack", "500", "t1") || g.Has(t.Context(), "500", "t1") {
 		t.Fatal("the space's record reaches another tenant or platform, or grants a chat of its id")
 	}
-	clk.Advance(vault.ChatGrantTTL + time.Minute)
+	clk.Advance(vault.ChatGrantTTL/2 - time.Minute)
+	g.Add(t.Context(), "502", "500", "t1", time.Time{}) // a second chat's grant, while the space's record is fresh
+	clk.Advance(vault.ChatGrantTTL/2 + 2*time.Minute)
+	if !g.Has(t.Context(), "502", "t1") || !in("discord", "500", "t1") {
+		t.Fatal("the space's record lapsed before the grant of a chat in it")
+	}
+	clk.Advance(vault.ChatGrantTTL)
 	if in("discord", "500", "t1") {
 		t.Fatal("the space's record outlived the grant")
 	}

@@ -236,6 +236,55 @@ func TestBindOwnYieldsToGrants(t *testing.T) {
 	}
 }
 
+// TestBindOwnGrantAsksBounded checks that a provision's new route keys
+// ask other tenants' grants at most MaxGrantAsks times: past it the
+// provision is ErrLimit before any store read, and keys the tenant holds
+// are not asked, so it binds many a few at a time.
+func TestBindOwnGrantAsksBounded(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	const linked = 10
+	st := registry.State{Tenants: []registry.Tenant{{ID: "z"}}}
+	for i := range linked {
+		st.Tenants = append(st.Tenants, registry.Tenant{ID: fmt.Sprintf("t%d", i)})
+	}
+	if err := r.SetDeclared(st); err != nil {
+		t.Fatal(err)
+	}
+	for i := range linked {
+		if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: fmt.Sprint(100 + i), Tenant: fmt.Sprintf("t%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "99", Tenant: "z"}); err != nil {
+		t.Fatal(err) // z's own linked user: its grants are not asked
+	}
+	v := vault.NewMemory(vault.Config{})
+	lookups := 0
+	r.SetGrantedIn(func(ctx context.Context, platformName, id, tenant string) (bool, error) {
+		lookups++
+		return platform.GrantedIn(ctx, v, platformName, id, tenant)
+	})
+	guilds := func(from, to int) []registry.Binding {
+		var bs []registry.Binding
+		for i := from; i < to; i++ {
+			bs = append(bs, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: fmt.Sprint(1000 + i), Tenant: "z"})
+		}
+		return bs
+	}
+	n := registry.MaxGrantAsks / linked
+	if err := r.BindOwn(ctx, guilds(0, n+1)...); !errors.Is(err, registry.ErrLimit) || lookups != 0 {
+		t.Fatalf("%d new keys against %d linked tenants: %v after %d grant lookups, want ErrLimit after none", n+1, linked, err, lookups)
+	}
+	if err := r.BindOwn(ctx, guilds(0, n)...); err != nil || lookups != n*linked {
+		t.Fatalf("%d new keys: %v after %d grant lookups, want bound after %d", n, err, lookups, n*linked)
+	}
+	lookups = 0
+	if err := r.BindOwn(ctx, guilds(0, n+1)...); err != nil || lookups != linked {
+		t.Fatalf("one new key with %d held: %v after %d grant lookups, want bound after %d", n, err, lookups, linked)
+	}
+}
+
 // hookedStore is a store whose registry calls before and after, when
 // set, around each CompareAndSwap ("cas"), Put ("put") and Delete
 // ("delete"), and before each List ("list", before only): a test

@@ -1287,7 +1287,7 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 		return err
 	}
 	defer release()
-	yields, err := r.grantsYield(ctx, canon[0].Tenant)
+	yields, err := r.grantsYield(ctx, canon)
 	if err != nil {
 		return err
 	}
@@ -1501,20 +1501,29 @@ func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, 
 	return r.kv.CompareAndSwap(ctx, nsReserved, tenant, old, value)
 }
 
-// grantsYield returns the check of a binding of tenant's, which BindOwn
-// makes before it writes each: ErrConflict, naming the binding, when it
-// names a chat or space where another tenant linked on its platform holds
-// a live grant (grantedIn), unless tenant holds it already. Judged key by
-// key as they are written, a request refused at a key binds those before
-// it (as a refusal by claim does) and costs the store the lookups of the
-// keys it writes and of that one: sent again, it asks about that key
-// alone, not about every key again. Grants are not under the ownership
-// guard: one made on another instance after this read does not stop the
-// binding, which then holds the chat (rule 1).
-func (r *Registry) grantsYield(ctx context.Context, tenant string) (func(context.Context, Binding) error, error) {
-	if r.grantedIn == nil {
+// MaxGrantAsks bounds the store reads of one BindOwn's grantsYield: the
+// asks (grantedIn) of its bindings the tenant does not hold yet, one per
+// other tenant linked on their platform; past it, ErrLimit and nothing
+// asked. A tenant binds more, against many linked tenants, a few at a
+// time: those it holds are not asked.
+const MaxGrantAsks = 1000
+
+// grantsYield returns the check of a binding of bs (one tenant's), which
+// BindOwn makes before it writes each: ErrConflict, naming the binding,
+// when it names a chat or space where another tenant linked on its
+// platform holds a live grant (grantedIn), unless the tenant holds it
+// already. Judged key by key as they are written, a request refused at a
+// key binds those before it (as a refusal by claim does) and costs the
+// store the lookups of the keys it writes and of that one: sent again, it
+// asks about that key alone, not about every key again; and one that would
+// ask more than MaxGrantAsks is ErrLimit before any. Grants are not under
+// the ownership guard: one made on another instance after this read does
+// not stop the binding, which then holds the chat (rule 1).
+func (r *Registry) grantsYield(ctx context.Context, bs []Binding) (func(context.Context, Binding) error, error) {
+	if r.grantedIn == nil || len(bs) == 0 {
 		return func(context.Context, Binding) error { return nil }, nil
 	}
+	tenant := bs[0].Tenant
 	s, _, err := r.Effective(ctx)
 	if err != nil {
 		return nil, err
@@ -1528,6 +1537,15 @@ func (r *Registry) grantsYield(ctx context.Context, tenant string) (func(context
 		if x.Kind == platform.BindUser && x.Tenant != tenant && !slices.Contains(linked[x.Platform], x.Tenant) {
 			linked[x.Platform] = append(linked[x.Platform], x.Tenant)
 		}
+	}
+	asks := 0
+	for _, b := range bs {
+		if !held[b.key()] {
+			asks += len(linked[b.Platform])
+		}
+	}
+	if asks > MaxGrantAsks {
+		return nil, fmt.Errorf("%w: %d asks of other tenants' grants, over %d; bind fewer new route keys at once", ErrLimit, asks, MaxGrantAsks)
 	}
 	return func(ctx context.Context, b Binding) error {
 		if held[b.key()] {

@@ -98,7 +98,7 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 		switch another, err := p.grants.PostedByAnother(ctx, src.ChatID, press.PromptMessageID, r.Tenant); {
 		case err != nil:
 			return "", time.Time{}, false, dropPosterUnknown
-		case another, p.pressedBefore(own, chat, in.prompted) && !p.grants.PostedBy(ctx, src.ChatID, press.PromptMessageID, r.Tenant):
+		case another, p.pressedBefore(own, chat, in.prompted) && !p.ownPrompt(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant):
 			return "", time.Time{}, false, dropPromptNotOwned
 		}
 	}
@@ -187,6 +187,18 @@ func (p *Platform) HeldSince(chatID string) time.Time {
 // PostedAt implements platform.Handover: a Telegram message id says no
 // time.
 func (p *Platform) PostedAt(string) (time.Time, bool) { return time.Time{}, false }
+
+// ownPrompt reports whether a record of the prompt message in chat names
+// tenant its poster: the day-long posted record (Grants.PostedBy), or
+// the prompt's own (Grants.PromptPoster, kept while the holder came
+// lately: promptsAsked).
+func (p *Platform) ownPrompt(ctx context.Context, own *platform.Ownership, user string, chat platform.Chat, message, tenant string) bool {
+	if p.grants.PostedBy(ctx, chat.ID, message, tenant) {
+		return true
+	}
+	t, _, ok, _ := p.grants.PromptPoster(ctx, own, user, chat, message, tenant)
+	return ok && t == tenant
+}
 
 // pressedBefore reports whether the prompt a press in chat answers, posted
 // at prompted (its message's date, Unix seconds; 0 when Telegram did not

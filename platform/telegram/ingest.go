@@ -127,10 +127,12 @@ func (p *Platform) earlierPrompt(tenant string, prompted int64) bool {
 // holds by binding or claim, records its poster (platform.Egress.
 // PromptsAsked): in a claimed chat, which may come to be held by grant
 // once the claim goes, where a press asks for it (route); in a bound one
-// while tenant is young.
+// while tenant is young, or came to hold it within datelessPressWindow
+// (an undated press asks for it then: pressedBefore).
 func (p *Platform) promptsAsked(tenant, chatID string) bool {
-	_, bound := p.owners.Load().Owner(chatOf(chatID))
-	return !bound || p.young(tenant)
+	own := p.owners.Load()
+	_, bound := own.Owner(chatOf(chatID))
+	return !bound || p.young(tenant) || p.pressedBefore(own, chatOf(chatID), 0)
 }
 
 // young reports whether tenant was made within datelessPressWindow: its

@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -287,5 +288,51 @@ func TestRebindKeepsTheEarlierHoldersOldAnswers(t *testing.T) {
 	press(884100962, own, "f00dba.00000012")
 	if d := e.sink.Next(t); d.Tenant != "t3" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "f00dba.00000012" {
 		t.Fatalf("t3's press delivered to %q as %+v, want t3's answer", d.Tenant, d.Event)
+	}
+}
+
+// TestUndatedPressOfTheHoldersOwnPromptAfterARebind: group -100888 is
+// bound to t3 (made long ago), which prompts there; a day and more later,
+// its posted record expired, a press of the prompt comes undated (a
+// message Telegram no longer shows the bot) within 30 days of the
+// binding, and reaches t3. Before, the prompt had no record but the
+// day-long one, and every such press of the holder's own prompt was
+// dropped (prompt_not_owned) for the 30 days after its binding.
+func TestUndatedPressOfTheHoldersOwnPromptAfterARebind(t *testing.T) {
+	const group = -100888
+	clk := clocktest.New(time.Now())
+	e := newEnvDeps(t, platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk}), Metrics: &countingMetrics{}}, func(c *Config) {
+		c.WebhookURL, c.WebhookSecret = "https://connector.example"+WebhookPath, testSecret
+	})
+	e.startWebhook(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindChat, ID: fmt.Sprint(group), Tenant: "t3", Since: clk.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	a := promptAction(fmt.Sprint(group), contract.PromptOption{ID: "once", Label: "Approve once"})
+	a.PromptID = "f00dba.00000013"
+	r := e.act(t, "t3", a)
+	if !r.Success {
+		t.Fatalf("t3's prompt: %+v", r)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	clk.Advance(vault.ChatGrantTTL + time.Hour) // its posted record has expired
+	chat := map[string]any{"id": int64(group), "type": "supergroup", "title": "G"}
+	body, err := e.fake.PressButton(884100963, chat, msgID, "hp1:f00dba.00000013:once", map[string]any{"id": int64(501), "is_bot": false, "first_name": "Ada"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u map[string]any
+	if err := json.Unmarshal(body, &u); err != nil {
+		t.Fatal(err)
+	}
+	u["callback_query"].(map[string]any)["message"].(map[string]any)["date"] = 0 // inaccessible: undated
+	if body, err = json.Marshal(u); err != nil {
+		t.Fatal(err)
+	}
+	if code := e.post(t, body); code != http.StatusOK {
+		t.Fatalf("press: status %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t3" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "f00dba.00000013" {
+		t.Fatalf("the undated press of t3's own prompt delivered to %q as %+v, want t3's answer", d.Tenant, d.Event)
 	}
 }
