@@ -135,10 +135,12 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 // acknowledgement, the parts beyond its remaining posts cut with a notice;
 // if a post fails, it and the parts after it with chat.postEphemeral (with workspace
 // team's token: the tenant's, teamFor) instead; if that fails too, the
-// result fails (nothing is posted publicly).
+// result fails, past the first part as a success saying how many went out
+// (platform.SendParts). Nothing is posted publicly.
 func (p *Platform) privateReply(ctx context.Context, tenant, team, sessionKey string, ref responseRef, url string, stored time.Time, content string) contract.Result {
 	parts := mrkdwnParts(content)
 	var err error
+	sent := 0 // parts the response_url took
 	if slots := p.claimPosts(ctx, tenant, sessionKey, url, stored, ref.used, len(parts)); len(slots) > 0 {
 		room, posts := len(slots), parts
 		if len(posts) > room {
@@ -146,7 +148,6 @@ func (p *Platform) privateReply(ctx context.Context, tenant, team, sessionKey st
 			posts[room-1] = strings.TrimRightFunc(posts[room-1], pytext.IsSpace) +
 				"\n\n_[Reply truncated: " + strconv.Itoa(len(parts)-room) + " more part(s) exceeded Slack's ephemeral reply limit.]_"
 		}
-		sent := 0
 		for ; sent < len(posts); sent++ {
 			msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: slots[sent] == 0, Text: posts[sent]}
 			if err = p.postResponseURL(ctx, url, msg); err != nil {
@@ -158,18 +159,17 @@ func (p *Platform) privateReply(ctx context.Context, tenant, team, sessionKey st
 			return contract.OK("")
 		}
 		p.log.Warn("slack response_url reply failed; posting the rest ephemerally", "err", p.errorText(err))
-		parts = parts[sent:]
 	}
-	for _, part := range parts {
-		err := p.callIn(ctx, team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
+	_, _, r := platform.SendParts(ctx, parts, func(i int, part string) (string, error) {
+		if i < sent {
+			return "", nil
+		}
+		return "", p.callIn(ctx, team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
 			_, err := c.PostEphemeralContext(ctx, ref.channel, ref.user, slack.MsgOptionText(part, false))
 			return err
 		})
-		if err != nil {
-			return p.failure(contract.OpSend, err)
-		}
-	}
-	return contract.OK("")
+	}, func(err error) contract.Result { return p.failure(contract.OpSend, err) })
+	return r
 }
 
 // usedResponseURL records that tenant's response_url took used posts; it

@@ -581,3 +581,38 @@ func TestFollowUpsAtOnceTakeFiveResponsePosts(t *testing.T) {
 			len(posts), replacing, len(fake.Calls("chat.postEphemeral")))
 	}
 }
+
+// TestSlashReplyPartlySent: a two-part reply to a slash command whose
+// response_url takes the first part and fails the second, and whose
+// chat.postEphemeral refuses it too, answers success with an error saying
+// 1 of 2 parts went out (platform.SendParts), as a follow_up does. Before,
+// it answered a failure, which released the reply's claim, and the
+// gateway's resend posted the first part again.
+func TestSlashReplyPartlySent(t *testing.T) {
+	fake := newFake(t)
+	upstream, err := url.Parse(fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posts atomic.Int32
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/response/") && posts.Add(1) == 2 {
+			http.Error(w, "no", http.StatusInternalServerError)
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	e := newEnvOn(t, fake, func(c *Config) { c.APIURL = proxy.URL + "/" }, nil)
+	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", proxy.URL+"/response/r1"))
+	e.sink.Next(t)
+	e.fake.Fail404("chat.postEphemeral", 1)
+	part := strings.Repeat(strings.Repeat("x", 999)+"\n", 39)
+	if r := e.execute(t, "t1", sprintf(slashSend, part+part, "")); !r.Success || r.Code != "" || !strings.HasSuffix(r.Error, "(sent 1 of 2 parts; the rest was not sent)") {
+		t.Fatalf("%+v, want success with 1 of 2 parts sent", r)
+	}
+	if out := e.fake.Responses(); len(out) != 1 {
+		t.Fatalf("%d response_url posts, want the first part's", len(out))
+	}
+}

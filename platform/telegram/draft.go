@@ -682,18 +682,13 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 				p.closePreview(k, pv)
 				held = false
 				pv.mu.Unlock()
-				if len(parts) > 1 {
-					if _, _, r := p.sendParts(ctx, tenant, chat, a, parts[1:], nil); !r.Success {
-						r.MessageID = first
-						return r
-					}
-				}
-				return contract.OK(first)
+				_, _, r := p.sendParts(ctx, tenant, chat, a, parts, nil, first)
+				return r
 			}
 		}
 		defer p.closePreview(k, pv) // once the seal below is recorded
 	}
-	first, _, r := p.sendParts(ctx, tenant, chat, a, parts, nil)
+	first, _, r := p.sendParts(ctx, tenant, chat, a, parts, nil, "")
 	if first != "" {
 		// Even a partly sent seal is the stream's message: a retry must not
 		// send the parts that went out again.

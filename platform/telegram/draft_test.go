@@ -1729,3 +1729,29 @@ func TestGroupSendsPastTheReplacementBoundKeepTheirPreviews(t *testing.T) {
 		t.Fatalf("%d preview replacements running after the store answered, want none", n)
 	}
 }
+
+// TestGroupSealWhoseSecondPartFails: a group stream's seal edits its
+// preview to the first part, and Telegram refuses the second. The answer
+// is the seal's success, the preview's id, with an error saying 1 of 2
+// parts went out, as for a send (platform.SendParts): it was a failure
+// the gateway resends, and a seal of three parts whose third failed
+// answered a plain success.
+func TestGroupSealWhoseSecondPartFails(t *testing.T) {
+	e := newEnv(t, nil)
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	pre := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"})
+	if !pre.Success {
+		t.Fatalf("draft frame: %+v", pre)
+	}
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 403, Description: "Forbidden: bot was kicked from the group chat"})
+	content := "the answer " + strings.Repeat("and more ", 600)
+	r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: content, Final: true})
+	edits := e.fake.Calls("editMessageText")
+	if len(edits) != 1 {
+		t.Fatalf("%d editMessageText calls, want the preview's 1", len(edits))
+	}
+	if preview := edits[0].Form["message_id"]; !r.Success || r.Code != "" || r.MessageID != preview || !strings.HasSuffix(r.Error, "(sent 1 of 2 parts; the rest was not sent)") {
+		t.Fatalf("seal %+v, want success with the preview's id %s and 1 of 2 parts sent", r, preview)
+	}
+}

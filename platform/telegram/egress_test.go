@@ -219,7 +219,7 @@ func TestPacedWithoutDeadline(t *testing.T) {
 	var finished atomic.Int64
 	go func() {
 		defer finished.Add(1)
-		_, _, r := e.p.sendParts(noDeadline, "t1", 123456789, &a, []string{"no deadline"}, nil)
+		_, _, r := e.p.sendParts(noDeadline, "t1", 123456789, &a, []string{"no deadline"}, nil, "")
 		done <- r
 	}()
 	clk.Settle(t, 1, func() int { return int(finished.Load()) }, func() int { return 0 })

@@ -62,7 +62,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, chat int64, a *
 	}
 	id := strconv.Itoa(msg.ID)
 	if longCaption {
-		_, _, rest := p.sendParts(ctx, tenant, chat, &contract.Action{Op: a.Op, Metadata: a.Metadata}, textsplit.Split(a.Content, splitRules), nil)
+		_, _, rest := p.sendParts(ctx, tenant, chat, &contract.Action{Op: a.Op, Metadata: a.Metadata}, textsplit.Split(a.Content, splitRules), nil, "")
 		if !rest.Success || rest.Error != "" {
 			return contract.Result{Success: true, MessageID: id, Error: rest.Error + " (the media was sent; its caption was not, or not whole)"}
 		}

@@ -29,7 +29,7 @@ func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contr
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "telegram send: content is empty")
 	}
-	_, _, r := p.sendParts(ctx, tenant, chat, a, textsplit.Split(a.Content, splitRules), nil)
+	_, _, r := p.sendParts(ctx, tenant, chat, a, textsplit.Split(a.Content, splitRules), nil, "")
 	if r.Success {
 		p.replacePreviews(ctx, tenant, chat, a)
 	}
@@ -39,11 +39,15 @@ func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contr
 // sendParts sends parts in order into the topic of a's metadata.thread_id,
 // the first replying to a's reply_to and the last carrying markup (when
 // not nil). It returns the first and last messages' ids with
-// platform.SendParts' result.
-func (p *Platform) sendParts(ctx context.Context, tenant string, chat int64, a *contract.Action, parts []string, markup models.ReplyMarkup) (first, last string, r contract.Result) {
+// platform.SendParts' result. A seal's first part is its preview, edited
+// to it: edited, its id ("" for none).
+func (p *Platform) sendParts(ctx context.Context, tenant string, chat int64, a *contract.Action, parts []string, markup models.ReplyMarkup, edited string) (first, last string, r contract.Result) {
 	thread := topicThread(a.Metadata.ThreadID)
 	reply := messageRef(a.ReplyTo)
 	return platform.SendParts(ctx, parts, func(i int, part string) (string, error) {
+		if i == 0 && edited != "" {
+			return edited, nil
+		}
 		params := &bot.SendMessageParams{
 			ChatID:          chat,
 			MessageThreadID: thread,

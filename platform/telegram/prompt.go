@@ -49,7 +49,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, chat int64, a *con
 		}
 		kb.InlineKeyboard[i] = []inlineButton{{Text: b.Label, Style: style, CallbackData: b.Token}}
 	}
-	_, last, r := p.sendParts(ctx, tenant, chat, a, textsplit.Split(a.Content, splitRules), &kb)
+	_, last, r := p.sendParts(ctx, tenant, chat, a, textsplit.Split(a.Content, splitRules), &kb, "")
 	if r = platform.Whole(r); !r.Success {
 		return r
 	}

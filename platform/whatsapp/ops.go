@@ -161,8 +161,8 @@ func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contrac
 	body, lead := pieces[len(pieces)-1], strings.Join(pieces[:len(pieces)-1], "\n\n")
 	reply := replyRef(a.ReplyTo)
 	if lead != "" {
-		if _, _, r := p.sendText(ctx, tenant, c, a.Op, lead, reply); !r.Success {
-			return r
+		if _, _, r := p.sendText(ctx, tenant, c, a.Op, lead, reply); !platform.Whole(r).Success {
+			return platform.Whole(r)
 		}
 		reply = ""
 	}

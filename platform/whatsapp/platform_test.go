@@ -1994,3 +1994,29 @@ func TestThrottleHoldEndsWithItsTenant(t *testing.T) {
 	}
 	clk.Drive(t, 2, finished, waiting) // the earlier t1's send ends, whatever its answer
 }
+
+// TestPromptWhoseLeadIsCut: a prompt's question too long for its buttons'
+// body goes first as text (the lead), itself three messages; the second is
+// refused. The prompt is platform_error (platform.Whole) and no buttons
+// are posted: the lead's partial success went on to post them under a
+// question missing its middle, answered a plain success.
+func TestPromptWhoseLeadIsCut(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.P0")
+	before := len(r.fake.Sent())
+	r.fake.Fail(whatsapptest.GraphError{}, whatsapptest.GraphError{Status: 400, Code: 100, Message: "(#100) Invalid parameter"})
+	question := strings.Repeat("a long question. ", 600) // a lead of three messages and a body
+	res := r.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": question, "prompt_id": "p1",
+		"options":  []any{map[string]any{"id": "y", "label": "Yes"}, map[string]any{"id": "n", "label": "No"}},
+		"reply_to": nil, "metadata": map[string]any{}})
+	sent := r.fake.Sent()[before:]
+	if res.Success || res.Code != contract.CodePlatformError || !strings.HasSuffix(res.Error, "(sent 1 of 3 parts; the rest was not sent)") {
+		t.Fatalf("prompt = %+v, want platform_error for its cut question", res)
+	}
+	for _, m := range sent {
+		if m.Type == "interactive" {
+			t.Fatalf("buttons posted under a cut question: %+v", sent)
+		}
+	}
+}
