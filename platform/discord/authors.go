@@ -174,7 +174,7 @@ func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
 // chat it has not cached (standbyLookup, the call ChatTenant would make),
 // so that a thread of a channel the tenant claimed is placed by its parent.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
-	own := p.owners.Load()
+	gen, own := p.ownersGen.Load(), p.owners.Load()
 	ci, cached := p.cache.cachedChannel(chatID)
 	if owner, bound := own.Owner(chatOfInfo(ci)); cached && bound && owner == tenant && !p.standby() && p.ownersKnown() {
 		return platform.HoldOwn, nil // rule 1 settles it, as ChatTenant would: no store read
@@ -212,7 +212,7 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 			return platform.HoldGrant, nil
 		}
 		if owner, ok := p.channelTenant(ci); !ok || owner != tenant {
-			p.decline(own, tenant, chatID)
+			p.decline(gen, tenant, chatID)
 		}
 		return platform.HoldNone, nil
 	}

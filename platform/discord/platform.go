@@ -78,8 +78,13 @@ type Platform struct {
 	gwHere atomic.Bool
 	// declined is what an instance without the Gateway remembers of its
 	// chat-owner lookups (standby.go): (asking tenant, chat) pairs
-	// declined lately, each with the ownership it was declined under.
-	declined *ttlcache.Cache[[2]string, *platform.Ownership]
+	// declined lately, each with the count of Binds (ownersGen) it was
+	// declined under.
+	declined *ttlcache.Cache[[2]string, uint64]
+	// ownersGen counts the Binds, each after it stored owners: a decline
+	// holds under the count read before its decision only (standby.go),
+	// with no ownership kept alive for it.
+	ownersGen atomic.Uint64
 	// owned are the (asking tenant, chat) pairs a standby's lookup found
 	// to be the asker's lately, with the chat (standby.go).
 	owned *ttlcache.Cache[[2]string, chanInfo]
@@ -174,7 +179,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalPerSecond, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.clock)
 	p.cache = newCache(p)
-	p.declined = ttlcache.New[[2]string, *platform.Ownership](maxStandbyDeclines, standbyDeclineTTL, p.clock)
+	p.declined = ttlcache.New[[2]string, uint64](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.owned = ttlcache.New[[2]string, chanInfo](maxStandbyDeclines, standbyOwnTTL, p.clock)
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[string](chatcontext.Bounds{Weights: weights})
@@ -381,6 +386,7 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 		canonical = append(canonical, b)
 	}
 	p.owners.Store(platform.NewOwnership(canonical))
+	p.ownersGen.Add(1)
 	old := *p.guilds.Swap(&guilds)
 	for guild, tenant := range guilds {
 		if old[guild] != tenant {

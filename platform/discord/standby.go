@@ -61,7 +61,7 @@ func (p *Platform) standby() bool {
 // is not (another tenant's included), and an error wrapping
 // platform.ErrUnavailable when Discord could not be asked.
 func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, error) {
-	asker, own := platform.TenantOf(ctx), p.owners.Load()
+	asker, gen := platform.TenantOf(ctx), p.ownersGen.Load()
 	if ch, ok := p.owned.Get([2]string{asker, chatID}); ok {
 		if owner, ok := p.channelTenant(ch); ok && owner == asker { // the bindings may have changed since
 			return owner, nil
@@ -75,16 +75,16 @@ func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, er
 		if owner, ok := p.channelTenant(ci); ok && owner == asker {
 			return owner, nil
 		}
-		p.decline(own, asker, chatID)
+		p.decline(gen, asker, chatID)
 	}
 	return "", platform.ErrUnknownChat
 }
 
-// decline remembers asker's decline of chatID, decided under own (the
-// ownership read before the decision: one Bind replaces meanwhile makes
-// it forgotten at once).
-func (p *Platform) decline(own *platform.Ownership, asker, chatID string) {
-	p.declined.Add([2]string{asker, chatID}, own)
+// decline remembers asker's decline of chatID, decided under gen (the
+// count of Binds read before the decision: one Bind meanwhile makes it
+// forgotten at once).
+func (p *Platform) decline(gen uint64, asker, chatID string) {
+	p.declined.Add([2]string{asker, chatID}, gen)
 }
 
 // standbyLookup is a standby's lookup of chatID for asker (see above): no
@@ -98,8 +98,8 @@ func (p *Platform) decline(own *platform.Ownership, asker, chatID string) {
 // (platform.MayWait: Locate asks the other platforms before a lookup
 // here).
 func (p *Platform) standbyLookup(ctx context.Context, chatID, asker string) (ci chanInfo, found bool, err error) {
-	own := p.owners.Load()
-	if under, ok := p.declined.Get([2]string{asker, chatID}); ok && under == own {
+	gen := p.ownersGen.Load()
+	if under, ok := p.declined.Get([2]string{asker, chatID}); ok && under == gen {
 		return chanInfo{}, false, nil
 	}
 	if !platform.MayWait(ctx) {
@@ -118,7 +118,7 @@ func (p *Platform) standbyLookup(ctx context.Context, chatID, asker string) (ci 
 		}
 		return ci, true, nil
 	}
-	p.decline(own, asker, chatID)
+	p.decline(gen, asker, chatID)
 	return chanInfo{}, false, nil
 }
 
