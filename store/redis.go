@@ -67,9 +67,11 @@ import (
 // forgetTenant, Tenants); docs/durability.md says when.
 
 // redisExpirySlack is added to the PX of capabilities and owners, whose
-// expiry is judged by the store's clock: the key outlives its expiry by this
-// much, so a client clock behind the server's still sees the value until it
-// expires by its own reckoning.
+// expiry is judged by the reading store's clock against the writer's: the
+// key outlives its expiry by this much, so a reader whose clock is behind
+// the writer's by at most this still sees the value until it expires by
+// its own reckoning, and no read of the store sees it longer
+// (docs/durability.md).
 const redisExpirySlack = time.Minute
 
 // minRedisVersion has exclusive XRANGE ranges.
