@@ -285,6 +285,39 @@ func TestBindOwnGrantAsksBounded(t *testing.T) {
 	}
 }
 
+// TestBindOwnOneKeyPastGrantAsks checks that a provision of one new route
+// key is looked up however many tenants are linked on its platform: it
+// cannot ask fewer, and past MaxGrantAsks linked tenants no new key could
+// ever be bound.
+func TestBindOwnOneKeyPastGrantAsks(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	linked := registry.MaxGrantAsks + 1
+	st := registry.State{Tenants: []registry.Tenant{{ID: "z"}}}
+	for i := range linked {
+		st.Tenants = append(st.Tenants, registry.Tenant{ID: fmt.Sprintf("t%d", i)})
+		st.Bindings = append(st.Bindings, registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: fmt.Sprint(100 + i), Tenant: fmt.Sprintf("t%d", i)})
+	}
+	if err := r.SetDeclared(st); err != nil {
+		t.Fatal(err)
+	}
+	lookups := 0
+	r.SetGrantedIn(func(context.Context, string, string, string) (bool, error) {
+		lookups++
+		return false, nil
+	})
+	guild := func(id string) registry.Binding {
+		return registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: id, Tenant: "z"}
+	}
+	if err := r.BindOwn(ctx, guild("900000")); err != nil || lookups != linked {
+		t.Fatalf("one new key against %d linked tenants: %v after %d grant lookups, want bound after %d", linked, err, lookups, linked)
+	}
+	lookups = 0
+	if err := r.BindOwn(ctx, guild("900001"), guild("900002")); !errors.Is(err, registry.ErrLimit) || lookups != 0 {
+		t.Fatalf("two new keys against %d linked tenants: %v after %d grant lookups, want ErrLimit after none", linked, err, lookups)
+	}
+}
+
 // hookedStore is a store whose registry calls before and after, when
 // set, around each CompareAndSwap ("cas"), Put ("put") and Delete
 // ("delete"), and before each List ("list", before only): a test

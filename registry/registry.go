@@ -1504,8 +1504,9 @@ func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, 
 // MaxGrantAsks bounds the store reads of one BindOwn's grantsYield: the
 // asks (grantedIn) of its bindings the tenant does not hold yet, one per
 // other tenant linked on their platform; past it, ErrLimit and nothing
-// asked. A tenant binds more, against many linked tenants, a few at a
-// time: those it holds are not asked.
+// asked, unless one binding is new (it cannot be asked for with fewer).
+// A tenant binds more, against many linked tenants, a few at a time:
+// those it holds are not asked.
 const MaxGrantAsks = 1000
 
 // grantsYield returns the check of a binding of bs (one tenant's), which
@@ -1515,10 +1516,11 @@ const MaxGrantAsks = 1000
 // already. Judged key by key as they are written, a request refused at a
 // key binds those before it (as a refusal by claim does) and costs the
 // store the lookups of the keys it writes and of that one: sent again, it
-// asks about that key alone, not about every key again; and one that would
-// ask more than MaxGrantAsks is ErrLimit before any. Grants are not under
-// the ownership guard: one made on another instance after this read does
-// not stop the binding, which then holds the chat (rule 1).
+// asks about that key alone, not about every key again; and one of several
+// new keys that would ask more than MaxGrantAsks is ErrLimit before any.
+// Grants are not under the ownership guard: one made on another instance
+// after this read does not stop the binding, which then holds the chat
+// (rule 1).
 func (r *Registry) grantsYield(ctx context.Context, bs []Binding) (func(context.Context, Binding) error, error) {
 	if r.grantedIn == nil || len(bs) == 0 {
 		return func(context.Context, Binding) error { return nil }, nil
@@ -1538,13 +1540,13 @@ func (r *Registry) grantsYield(ctx context.Context, bs []Binding) (func(context.
 			linked[x.Platform] = append(linked[x.Platform], x.Tenant)
 		}
 	}
-	asks := 0
+	asks, fresh := 0, 0
 	for _, b := range bs {
 		if !held[b.key()] {
-			asks += len(linked[b.Platform])
+			asks, fresh = asks+len(linked[b.Platform]), fresh+1
 		}
 	}
-	if asks > MaxGrantAsks {
+	if asks > MaxGrantAsks && fresh > 1 { // one key cannot be asked for fewer
 		return nil, fmt.Errorf("%w: %d asks of other tenants' grants, over %d; bind fewer new route keys at once", ErrLimit, asks, MaxGrantAsks)
 	}
 	return func(ctx context.Context, b Binding) error {

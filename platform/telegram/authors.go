@@ -98,8 +98,12 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, creat
 		switch another, err := p.grants.PostedByAnother(ctx, src.ChatID, press.PromptMessageID, r.Tenant); {
 		case err != nil:
 			return "", time.Time{}, false, dropPosterUnknown
-		case another, p.pressedBefore(own, chat, in.prompted) && !p.ownPrompt(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant):
+		case another:
 			return "", time.Time{}, false, dropPromptNotOwned
+		case p.pressedBefore(own, chat, in.prompted):
+			if reason := p.notOwnPrompt(ctx, own, src.UserID.Value, chat, press.PromptMessageID, r.Tenant); reason != "" {
+				return "", time.Time{}, false, reason
+			}
 		}
 	}
 	if r.Grant && (r.Tenant == routed || own.Linked(src.UserID.Value, r.Tenant)) && !vault.Earlier(p.deps.Vault, r.Tenant, created) {
@@ -188,16 +192,22 @@ func (p *Platform) HeldSince(chatID string) time.Time {
 // time.
 func (p *Platform) PostedAt(string) (time.Time, bool) { return time.Time{}, false }
 
-// ownPrompt reports whether a record of the prompt message in chat names
-// tenant its poster: the day-long posted record (Grants.PostedBy), or
-// the prompt's own (Grants.PromptPoster, kept while the holder came
-// lately: promptsAsked).
-func (p *Platform) ownPrompt(ctx context.Context, own *platform.Ownership, user string, chat platform.Chat, message, tenant string) bool {
+// notOwnPrompt is why a press of the prompt message in chat is not
+// tenant's, "" when a record names tenant its poster: the day-long posted
+// record (Grants.PostedBy), or the prompt's own (Grants.PromptPoster, kept
+// while the holder came lately: promptsAsked). A store that could not
+// read the prompt's record is dropPosterUnknown (the press is retried).
+func (p *Platform) notOwnPrompt(ctx context.Context, own *platform.Ownership, user string, chat platform.Chat, message, tenant string) string {
 	if p.grants.PostedBy(ctx, chat.ID, message, tenant) {
-		return true
+		return ""
 	}
-	t, _, ok, _ := p.grants.PromptPoster(ctx, own, user, chat, message, tenant)
-	return ok && t == tenant
+	switch t, _, ok, err := p.grants.PromptPoster(ctx, own, user, chat, message, tenant); {
+	case err != nil:
+		return dropPosterUnknown
+	case !ok || t != tenant:
+		return dropPromptNotOwned
+	}
+	return ""
 }
 
 // pressedBefore reports whether the prompt a press in chat answers, posted

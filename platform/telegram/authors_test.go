@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -424,6 +425,45 @@ func TestPressWhosePosterIsUnreadable(t *testing.T) {
 	defer m.mu.Unlock()
 	if n := m.dropped[dropPosterUnknown]; n != 1 {
 		t.Fatalf("%d presses dropped as poster_unknown, want 1", n)
+	}
+}
+
+// TestUndatedPressWhosePosterIsUnreadableAfterABinding: group is bound
+// to t1 lately and t1's prompt's record (written on another instance)
+// cannot be read; an undated press of it is answered 503 (Telegram
+// retries), and once the record reads again it reaches t1. Before, it
+// was dropped as prompt_not_owned at once: the store's failure was taken
+// for a record naming no one.
+func TestUndatedPressWhosePosterIsUnreadableAfterABinding(t *testing.T) {
+	const group = -1007778889996
+	caps, writeBack := unreadablePoster(t, group, "83")
+	clk := clocktest.New(time.Now())
+	e := newEnvDeps(t, platform.Deps{Vault: vault.NewDurable(caps, vault.Config{}), Clock: clk}, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+	})
+	e.startWebhook(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindChat, ID: strconv.Itoa(group), Tenant: "t1", Since: clk.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	var u map[string]any
+	if err := json.Unmarshal(groupPress(e, 884300050, group, 83), &u); err != nil {
+		t.Fatal(err)
+	}
+	u["callback_query"].(map[string]any)["message"].(map[string]any)["date"] = 0 // inaccessible: undated
+	press, err := json.Marshal(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := e.post(t, press); code != http.StatusServiceUnavailable {
+		t.Fatalf("the undated press whose poster is unreadable was answered %d, want 503", code)
+	}
+	writeBack()
+	if code := e.post(t, press); code != http.StatusOK {
+		t.Fatalf("the press again was answered %d, want 200", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil {
+		t.Fatalf("the press delivered to %q as %+v, want t1's answer", d.Tenant, d.Event)
 	}
 }
 
