@@ -92,7 +92,7 @@ func TestRebindKeepsTheEarlierHoldersOldAnswers(t *testing.T) {
 		t.Fatalf("t2's send in its bound guild: %+v", theirs)
 	}
 	clk.Advance(vault.ChatGrantTTL + time.Hour) // the record of t2's answer has expired
-	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t3", Since: time.Now().Add(time.Second)}}); err != nil {
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t3", Since: clk.Now()}}); err != nil {
 		t.Fatal(err)
 	}
 	before := len(e.fake.Requests())
