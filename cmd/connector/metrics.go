@@ -141,7 +141,7 @@ func newMetrics() *metrics {
 		deliveryDelay: latencyVec("connector_inbound_delivery_seconds",
 			"Time from platform receipt to the inbound frame handed to a gateway connection's writer.", "platform"),
 		outbound: counterVec("connector_outbound_ops_total",
-			"Outbound ops by platform (none: answered before one was chosen), op and result (ok; partial: a message split in parts of which the first went out and a later one did not, answered success; or the failure code).", "platform", "op", "result"),
+			"Outbound ops by platform (none: answered before one was chosen), op and result (ok; partial: answered success with an error, a message split in parts of which the first went out and a later one did not, or a media whose caption did not follow; or the failure code).", "platform", "op", "result"),
 		outboundTime: latencyVec("connector_outbound_seconds", "Time from an outbound request to its result, by platform and op.", "platform", "op"),
 		buffered: gaugeVec("connector_buffered_events",
 			"Inbound events held for a tenant: in flight without ack, or waiting for a gateway.", "tenant"),
