@@ -369,30 +369,42 @@ func (g *Grants) earlier(p poster) bool {
 	return vault.Outdated(g.vault, p.tenant, p.stored, p.created)
 }
 
-// PostedBy reports whether the bot posted message in chat for tenant as
+// PostedBy is PostedFor, a store that could not tell counting as not.
+func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
+	mine, _ := g.PostedFor(ctx, chat, message, tenant)
+	return mine
+}
+
+// PostedFor reports whether the bot posted message in chat for tenant as
 // it is now, as Posted recorded it (poster, which looks a message without
 // a record up again), or as the mark of a release before this one did
-// (tenantMark); a store that could not tell counts as not. That the store
-// holds no such mark is kept (stored, held by tenant), so
-// the mark is read once per message and tenant: kept, it only ever
-// answers not, and only an instance of that release, during a rolling
-// upgrade, writes such a mark (of a message posted through it, which its
-// tenant edits through this instance as not its own until the kept answer
-// expires).
-func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
+// (tenantMark); err (wrapping ErrUnavailable) when the store could not
+// tell. That the store holds no such mark is kept (stored, held by
+// tenant), so the mark is read once per message and tenant: kept, it only
+// ever answers not, and only an instance of that release, during a
+// rolling upgrade, writes such a mark (of a message posted through it,
+// which its tenant edits through this instance as not its own until the
+// kept answer expires).
+func (g *Grants) PostedFor(ctx context.Context, chat, message, tenant string) (bool, error) {
 	p, err := g.poster(ctx, chat, message, tenant)
-	if err == nil && p.tenant == "" {
+	if err != nil {
+		return false, err
+	}
+	if p.tenant == "" {
 		k := g.tenantMark(chat, message, tenant)
 		if _, ok := g.kept(k); ok {
-			return false
+			return false, nil
 		}
 		_, ok, err := vault.Lookup(ctx, g.vault, k)
-		if !ok && err == nil {
+		if err != nil {
+			return false, UnavailableError(g.platform + ": the message's poster could not be looked up; retry later")
+		}
+		if !ok {
 			g.keep(tenant, k, poster{}, g.clock.Now().Add(vault.ChatGrantTTL/2))
 		}
-		return ok
+		return ok, nil
 	}
-	return p.tenant == tenant && !g.earlier(p)
+	return p.tenant == tenant && !g.earlier(p), nil
 }
 
 // PostedByAnother reports whether the bot posted message in chat for

@@ -147,7 +147,11 @@ func (p *Platform) sharedOnOneToken(ctx context.Context, chat, tenant string) (p
 // and when the channel cannot be placed, several tenants may act there,
 // each on its own: the bot posts for each (on one token as one bot user,
 // with OAuth installs as each workspace's), and every workspace's token
-// reads every workspace's messages.
+// reads every workspace's messages. So it is, too, when the placement
+// does not name team (the event's workspace): a channel conversations.info
+// finds nowhere, or team not recorded past maxUnboundTeams. The channel
+// is placed within placeDeadline (past it, it is not held alone): the
+// chat's ingest waits on it.
 func (p *Platform) heldAlone(ctx context.Context, channel, team, tenant string) bool {
 	own := p.owners.Load()
 	if holder, held := own.Holder(chatOf(channel, team)); !held || holder != tenant {
@@ -156,8 +160,10 @@ func (p *Platform) heldAlone(ctx context.Context, channel, team, tenant string) 
 	if owner, _ := own.Owner(platform.Chat{ID: channel}); owner == tenant {
 		return true // bound as a channel, whatever its workspaces
 	}
+	ctx, cancel := within(ctx, p.clock, placeDeadline)
+	defer cancel()
 	teams, err := p.place(ctx, tenant, channel, team)
-	if err != nil {
+	if err != nil || !slices.Contains(teams, team) {
 		return false
 	}
 	for _, t := range teams {
@@ -167,6 +173,10 @@ func (p *Platform) heldAlone(ctx context.Context, channel, team, tenant string) 
 	}
 	return true
 }
+
+// placeDeadline bounds heldAlone's placement of a channel, within the
+// chat's ingest.
+const placeDeadline = 2 * time.Second
 
 // place returns the workspaces channel chat is in: those this instance
 // saw it in, and those conversations.info names for it (a Slack Connect

@@ -477,3 +477,36 @@ func TestHeldAloneAfterTheChannelIsEvicted(t *testing.T) {
 		t.Fatal("after its eviction, a channel shared with t2's workspace read as t1's alone")
 	}
 }
+
+// TestHeldAloneNotWhereTheChannelIsFoundNowhere: a channel t1 holds by
+// A's binding that conversations.info finds in no workspace (the bot left
+// it) is not t1's alone; nor, failing closed, is a channel t1 claimed
+// whose placement leaves out the event's workspace C (bound to nobody,
+// past the maxUnboundTeams others recorded). Before, both read as held
+// alone.
+func TestHeldAloneNotWhereTheChannelIsFoundNowhere(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ctx, cancel := contextFor()
+	defer cancel()
+	const gone = "C0GONE0001"
+	if e.p.heldAlone(ctx, gone, teamA.ID, "t1") {
+		t.Fatal("a channel found in no workspace read as t1's alone")
+	}
+	const shared = "C0SHR00001"
+	e.fake.AddTeam(teamC)
+	e.fake.AddChannel(teamC.ID, slacktest.Channel{ID: shared, Name: "partners"})
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindScope, ID: shared, Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxUnboundTeams {
+		e.p.seenIn(shared, "T0UNB0000"+strconv.Itoa(i))
+	}
+	e.p.seenIn(shared, teamC.ID) // past the bound: not recorded
+	if slices.Contains(e.p.channelTeams(shared), teamC.ID) {
+		t.Fatal("C recorded past maxUnboundTeams")
+	}
+	if e.p.heldAlone(ctx, shared, teamC.ID, "t1") {
+		t.Fatal("a channel placed without the event's workspace read as t1's alone")
+	}
+}

@@ -126,14 +126,16 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 	var unknown error // the store could not tell whom the message was posted for
 	mine := func() bool {
 		if p.heldAlone(tctx, channel, team, r.Tenant) { // not one remembered as another's, posted before a rebind or a claim
-			if at, _ := p.PostedAt(ev.Item.TS); at.Before(p.owners.Load().HeldSince(chatOf(channel, team))) {
-				return p.grants.PostedBy(tctx, channel, ev.Item.TS, r.Tenant) // posted before the tenant held the channel
+			if at, _ := p.PostedAt(ev.Item.TS); !at.Before(p.owners.Load().HeldSince(chatOf(channel, team))) {
+				another, err := p.grants.PostedByAnother(tctx, channel, ev.Item.TS, r.Tenant)
+				unknown = err
+				return err == nil && !another
 			}
-			another, err := p.grants.PostedByAnother(tctx, channel, ev.Item.TS, r.Tenant)
-			unknown = err
-			return err == nil && !another
 		}
-		return p.grants.PostedBy(tctx, channel, ev.Item.TS, r.Tenant)
+		// Not held alone, or posted before the tenant held the channel.
+		posted, err := p.grants.PostedFor(tctx, channel, ev.Item.TS, r.Tenant)
+		unknown = err
+		return posted
 	}
 	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot, mine)
 	if unknown != nil { // not stored: Slack sends it again (a 503), as a store that could tell the chat's owner

@@ -347,3 +347,63 @@ func (u *unreadablePosted) Get(ctx context.Context, key string) ([]byte, bool, e
 	}
 	return u.Capabilities.Get(ctx, key)
 }
+
+// TestReactionPlacesTheChannelWithinItsDeadline: while Slack does not
+// answer conversations.info, a reaction in t1's channel waits for the
+// channel's placement (heldAlone) no longer than placeDeadline, and is
+// then judged as in a channel not held alone (its answer remembered as
+// t1's: t1's turn). Before, the placement waited on the ingest's context,
+// up to the request timeout, with the chat's turns held behind it.
+func TestReactionPlacesTheChannelWithinItsDeadline(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, func(c *Config) { c.Tenants["t1"] = TenantConfig{ReactionTriggers: &[]string{}} }, &platform.Deps{Clock: clk})
+	const answer = "1768400000.000100"
+	ctx, cancel := contextFor()
+	defer cancel()
+	e.p.grants.Posted(ctx, chanGeneral, answer, "t1", time.Time{})
+	// A turn first: the channel's name is known then.
+	e.event(t, teamA, "Ev0", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490900.000050", "", "<@"+teamA.BotUser+"> hi"), http.StatusOK)
+	e.sink.Next(t)
+	started := make(chan string, 16)
+	e.fake.StallMethod("conversations.info", started)
+	body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", map[string]any{"type": "reaction_added", "user": userAda, "reaction": "+1",
+		"item_user": teamA.BotUser, "item": map[string]any{"type": "message", "channel": chanGeneral, "ts": answer}, "event_ts": "1768490900.000300"})
+	codes := e.postAsync(t, EventsPath, "application/json", body)
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatal("the channel was not placed")
+	}
+	clk.Advance(placeDeadline)
+	answered(t, codes, "the reaction")
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Text != "reaction:added:👍" {
+		t.Fatalf("the reaction: %s's %q, want t1's", d.Tenant, d.Event.Text)
+	}
+}
+
+// TestReactionWhosePosterIsUnreadableByGrant: as
+// TestReactionWhosePosterIsUnreadable, in a channel no binding or claim
+// holds, where Cat's messages reach t1 by her link (rule 3): the reaction
+// is answered 503 while the store cannot tell whom the bot posted the
+// message for. Before, it was answered 200 and dropped as
+// reaction_not_on_bot_message.
+func TestReactionWhosePosterIsUnreadableByGrant(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	caps := &unreadablePosted{Capabilities: st.Capabilities()}
+	e := newEnv(t, func(c *Config) { c.Tenants["t1"] = TenantConfig{ReactionTriggers: &[]string{}} }, &platform.Deps{Vault: vault.NewDurable(caps, vault.Config{})})
+	e.fake.AddTeam(teamC)
+	e.fake.AddChannel(teamC.ID, slacktest.Channel{ID: chanNew, Name: "new-general"})
+	e.fake.AddUser(teamC.ID, slacktest.User{ID: userCat, Name: "cat"})
+	if err := e.p.works.install(t.Context(), teamC.ID, installRecord{Token: teamC.Token, BotUser: teamC.BotUser}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userCat, Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	caps.failing.Store(true)
+	reaction := map[string]any{"type": "reaction_added", "user": userCat, "reaction": "+1", "item_user": teamC.BotUser,
+		"item": map[string]any{"type": "message", "channel": chanNew, "ts": "1768400000.000100"}, "event_ts": "1768400100.000100"}
+	e.event(t, teamC, "Ev1", reaction, http.StatusServiceUnavailable)
+	e.sink.Empty(t)
+}

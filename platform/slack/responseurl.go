@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -135,34 +134,31 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 // acknowledgement, the parts beyond its remaining posts cut with a notice;
 // if a post fails, it and the parts after it with chat.postEphemeral (with workspace
 // team's token: the tenant's, teamFor) instead; if that fails too, the
-// result fails, past the first part as a success saying how many went out
-// (platform.SendParts). Nothing is posted publicly.
+// result fails (nothing is posted publicly), or, once a part went out,
+// succeeds saying what was not sent (platform.SendParts: a resend would
+// post the sent parts again).
 func (p *Platform) privateReply(ctx context.Context, tenant, team, sessionKey string, ref responseRef, url string, stored time.Time, content string) contract.Result {
 	parts := mrkdwnParts(content)
-	var err error
-	sent := 0 // parts the response_url took
-	if slots := p.claimPosts(ctx, tenant, sessionKey, url, stored, ref.used, len(parts)); len(slots) > 0 {
-		room, posts := len(slots), parts
-		if len(posts) > room {
-			posts = slices.Clone(parts[:room])
-			posts[room-1] = strings.TrimRightFunc(posts[room-1], pytext.IsSpace) +
-				"\n\n_[Reply truncated: " + strconv.Itoa(len(parts)-room) + " more part(s) exceeded Slack's ephemeral reply limit.]_"
-		}
-		for ; sent < len(posts); sent++ {
-			msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: slots[sent] == 0, Text: posts[sent]}
-			if err = p.postResponseURL(ctx, url, msg); err != nil {
-				break
-			}
-		}
-		p.usedResponseURL(context.WithoutCancel(ctx), tenant, sessionKey, slots[room-1]+1)
-		if err == nil {
-			return contract.OK("")
-		}
-		p.log.Warn("slack response_url reply failed; posting the rest ephemerally", "err", p.errorText(err))
+	slots := p.claimPosts(ctx, tenant, sessionKey, url, stored, ref.used, len(parts))
+	room := len(slots)
+	if room > 0 {
+		defer p.usedResponseURL(context.WithoutCancel(ctx), tenant, sessionKey, slots[room-1]+1)
 	}
 	_, _, r := platform.SendParts(ctx, parts, func(i int, part string) (string, error) {
-		if i < sent {
-			return "", nil
+		if i < room {
+			text := part
+			if i == room-1 && len(parts) > room {
+				text = strings.TrimRightFunc(text, pytext.IsSpace) +
+					"\n\n_[Reply truncated: " + strconv.Itoa(len(parts)-room) + " more part(s) exceeded Slack's ephemeral reply limit.]_"
+			}
+			err := p.postResponseURL(ctx, url, &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: slots[i] == 0, Text: text})
+			if err == nil {
+				return "", nil
+			}
+			p.log.Warn("slack response_url reply failed; posting the rest ephemerally", "err", p.errorText(err))
+			room = 0
+		} else if room > 0 {
+			return "", nil // cut: the last post said so
 		}
 		return "", p.callIn(ctx, team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
 			_, err := c.PostEphemeralContext(ctx, ref.channel, ref.user, slack.MsgOptionText(part, false))

@@ -616,3 +616,41 @@ func TestSlashReplyPartlySent(t *testing.T) {
 		t.Fatalf("%d response_url posts, want the first part's", len(out))
 	}
 }
+
+// TestSlashReplyFailingPartwayAndEphemerallyIsSent: a two-part reply to a
+// slash command whose response_url takes the first part and fails the
+// second, and whose chat.postEphemeral of the second fails too (a 429 past
+// the send's deadline), succeeds saying the second part was not sent, as
+// a message sent in part does (platform.SendParts): the gateway does not
+// send it again, which would post the first part twice. Before, it failed
+// and released the reply's claim.
+func TestSlashReplyFailingPartwayAndEphemerallyIsSent(t *testing.T) {
+	fake := newFake(t)
+	upstream, err := url.Parse(fake.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posts atomic.Int32
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/response/") && posts.Add(1) == 2 {
+			http.Error(w, "no", http.StatusInternalServerError)
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	clk := clocktest.New(time.Now())
+	e := newEnvOn(t, fake, func(c *Config) { c.APIURL = proxy.URL + "/" }, &platform.Deps{Clock: clk})
+	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", proxy.URL+"/response/r1"))
+	e.sink.Next(t)
+	e.fake.Fail429("chat.postEphemeral", 1, 30*time.Second) // past the send's deadline: not waited for
+	part := strings.Repeat(strings.Repeat("x", 999)+"\n", 39)
+	r := e.execute(t, "t1", sprintf(slashSend, part+part, ""))
+	if !r.Success || !strings.Contains(r.Error, "sent 1 of 2 parts") {
+		t.Fatalf("%+v, want success saying 1 of 2 parts went out", r)
+	}
+	if out := e.fake.Responses(); len(out) != 1 {
+		t.Fatalf("%d response_url posts, want the first part's", len(out))
+	}
+}

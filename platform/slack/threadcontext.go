@@ -56,12 +56,9 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 	// (its team, as Slack names it in every workspace's view; the install's
 	// when it names none), nor one the bot (any workspace's) posted there
 	// that tenant did not (platform.Grants.PostedBy), nor, then, the root's
-	// files. The channel is placed within the read's deadline (past it, it
-	// is not held alone): the chat's turn is held meanwhile.
+	// files.
 	own := p.owners.Load()
-	hctx, hcancel := within(ctx, p.clock, threadContextDeadline)
-	held := p.heldAlone(hctx, ev.Channel, m.install, tenant)
-	hcancel()
+	held := p.heldAlone(ctx, ev.Channel, m.install, tenant)
 	elsewhere := func(msg *slack.Message) bool {
 		if held {
 			return false

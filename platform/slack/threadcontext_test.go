@@ -424,8 +424,8 @@ func (r failingGet) Get(ctx context.Context, namespace, key string) (store.Entry
 
 // TestThreadContextPlacesTheChannelWithinItsDeadline: while Slack does
 // not answer conversations.info, the turn that enters a thread waits for
-// the channel's placement (heldAlone) no longer than the thread context's
-// deadline, and then reads the channel as not held alone (its context
+// the channel's placement (heldAlone) no longer than placeDeadline, and
+// then reads the channel as not held alone (its context
 // judged message by message). Before, the placement waited on the
 // ingest's context, up to the request timeout, with the chat's turns held
 // behind it.
@@ -445,7 +445,7 @@ func TestThreadContextPlacesTheChannelWithinItsDeadline(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the channel was not placed")
 	}
-	clk.Advance(threadContextDeadline)
+	clk.Advance(placeDeadline)
 	d := e.sink.Next(t)
 	if len(d.Event.Context) != 1 || d.Event.Context[0].Text != "[thread parent] the plan" {
 		t.Fatalf("context %+v", d.Event.Context)
