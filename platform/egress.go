@@ -212,8 +212,10 @@ type Handover interface {
 	// zero when not known.
 	HeldSince(chatID string) time.Time
 	// PostedAt is when message was posted, as its id says (a Discord
-	// snowflake, a Slack ts); ok is false when the id does not say.
-	PostedAt(message string) (at time.Time, ok bool)
+	// snowflake, a Slack ts); dated is false when the id does not say, and
+	// spelt when it is not spelt as the platform spells its message ids
+	// (the op then answers bad_request, whatever the holder).
+	PostedAt(message string) (at time.Time, dated, spelt bool)
 }
 
 // handedOver reports whether message in chatID, which has no record of
@@ -230,7 +232,10 @@ func handedOver(p Platform, now time.Time, chatID, message string) bool {
 	if since.IsZero() {
 		return false
 	}
-	if at, ok := h.PostedAt(message); ok {
+	switch at, dated, spelt := h.PostedAt(message); {
+	case !spelt:
+		return false // no message of p's: its op answers bad_request
+	case dated:
 		return at.Before(since)
 	}
 	return now.Before(since.Add(vault.ChatGrantTTL))

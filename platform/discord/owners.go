@@ -281,10 +281,10 @@ const discordEpoch = 1420070400000
 
 // PostedAt is when message was posted, as its snowflake says
 // (platform.Handover).
-func (p *Platform) PostedAt(message string) (time.Time, bool) {
+func (p *Platform) PostedAt(message string) (at time.Time, dated, spelt bool) {
 	id, err := strconv.ParseUint(message, 10, 64)
 	if err != nil || !isSnowflake(message) {
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
-	return time.UnixMilli(int64(id>>22) + discordEpoch), true
+	return time.UnixMilli(int64(id>>22) + discordEpoch), true, true
 }

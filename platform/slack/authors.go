@@ -325,8 +325,11 @@ func (p *Platform) HeldSince(chatID string) time.Time {
 
 // PostedAt is when message was posted, as its ts says (its seconds;
 // platform.Handover).
-func (p *Platform) PostedAt(message string) (time.Time, bool) {
+func (p *Platform) PostedAt(message string) (at time.Time, dated, spelt bool) {
+	if !messageTS.MatchString(message) {
+		return time.Time{}, false, false
+	}
 	secs, _, _ := strings.Cut(message, ".")
-	n, err := strconv.ParseInt(secs, 10, 64)
-	return time.Unix(n, 0), err == nil && n > 0
+	n, _ := strconv.ParseInt(secs, 10, 64)
+	return time.Unix(n, 0), true, true
 }

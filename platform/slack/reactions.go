@@ -126,7 +126,7 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 	var unknown error // the store could not tell whom the message was posted for
 	mine := func() bool {
 		if p.heldAlone(tctx, channel, team, r.Tenant) { // not one remembered as another's, posted before a rebind or a claim
-			if at, _ := p.PostedAt(ev.Item.TS); !at.Before(p.owners.Load().HeldSince(chatOf(channel, team))) {
+			if at, _, _ := p.PostedAt(ev.Item.TS); !at.Before(p.owners.Load().HeldSince(chatOf(channel, team))) {
 				another, err := p.grants.PostedByAnother(tctx, channel, ev.Item.TS, r.Tenant)
 				unknown = err
 				return err == nil && !another

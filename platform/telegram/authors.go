@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-telegram/bot"
 
+	"connector/contract"
 	"connector/platform"
 	"connector/session"
 	"connector/vault"
@@ -190,7 +191,9 @@ func (p *Platform) HeldSince(chatID string) time.Time {
 
 // PostedAt implements platform.Handover: a Telegram message id says no
 // time.
-func (p *Platform) PostedAt(string) (time.Time, bool) { return time.Time{}, false }
+func (p *Platform) PostedAt(message string) (at time.Time, dated, spelt bool) {
+	return time.Time{}, false, messageRef(contract.ID(message)) != 0
+}
 
 // notOwnPrompt is why a press of the prompt message in chat is not
 // tenant's, "" when a record names tenant its poster: the day-long posted
