@@ -24,12 +24,17 @@ type AdminConfig struct {
 	Token string `yaml:"token"`
 }
 
-// minAdminTokenBytes is the shortest admin token accepted.
-const minAdminTokenBytes = 16
-
-// minAdminTokenBits is the least strength tokenBits must find in an admin
-// token.
-const minAdminTokenBits = 64
+// minSecretBytes and minSecretBits are the least length and strength
+// (tokenBits) of a secret the operator chooses and anyone who reaches a
+// listener may try: the admin token, the Telegram webhook secret and the
+// nexscope token. Nothing counts the tries (a wrong one costs one request),
+// so a short one is found by trying them all: a webhook secret of one
+// character in 64 requests, which then forges any user's updates in any
+// tenant's chat.
+const (
+	minSecretBytes = 16
+	minSecretBits  = 64
+)
 
 // tokenBits estimates a token's strength in bits from the token alone: its
 // length times the Shannon entropy of its characters' frequencies, so
@@ -62,11 +67,17 @@ func (a *AdminConfig) validate() error {
 	if a.Token == "" {
 		return errors.New("config: admin.token: required when admin.listen is set (or set CONNECTOR_ADMIN_TOKEN)")
 	}
-	if len(a.Token) < minAdminTokenBytes {
-		return fmt.Errorf("config: admin.token: shorter than %d characters", minAdminTokenBytes)
+	return strongSecret("admin.token", a.Token)
+}
+
+// strongSecret refuses secret, the value of key, when it is shorter than
+// minSecretBytes or weaker than minSecretBits; the error does not show it.
+func strongSecret(key, secret string) error {
+	if len(secret) < minSecretBytes {
+		return fmt.Errorf("config: %s: shorter than %d characters", key, minSecretBytes)
 	}
-	if bits := tokenBits(a.Token); bits < minAdminTokenBits {
-		return fmt.Errorf("config: admin.token: too weak: about %.0f bits by its length and how often each character repeats, at least %d needed; use a random token (openssl rand -hex 32)", bits, minAdminTokenBits)
+	if bits := tokenBits(secret); bits < minSecretBits {
+		return fmt.Errorf("config: %s: too weak: about %.0f bits by its length and how often each character repeats, at least %d needed; use a random token (openssl rand -hex 32)", key, bits, minSecretBits)
 	}
 	return nil
 }

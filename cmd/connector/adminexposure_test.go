@@ -43,6 +43,52 @@ func TestAdminTokenMustNotBeWeak(t *testing.T) {
 	}
 }
 
+// TestListenerSecretsMustNotBeWeak: the Telegram webhook secret (in
+// webhook mode) and the nexscope token, which anyone reaching the public
+// listener may try with nothing counting the tries, must be as strong as
+// an admin token (16 characters, about 64 bits by tokenBits), from the file
+// or the environment, and the refusal does not show them. Before, a
+// webhook secret or nexscope token of one character was taken: 64 requests
+// found it, and with it any user's updates in any tenant's chat, or every
+// tenant's rooms.
+func TestListenerSecretsMustNotBeWeak(t *testing.T) {
+	tenants := "tenants: [{id: t1, gateways: [{id: gw1, secrets: [s3cr3t-gateway]}]}]\n"
+	for _, c := range []struct{ key, doc string }{
+		{"telegram.webhook_secret", "telegram: {bot_token: \"123456:abc\", webhook_url: \"https://connector.example/telegram/webhook\", webhook_secret: %q}\n"},
+		{"nexscope.token", "nexscope: {token: %q, rooms: [{name: default, tenant: t1}]}\n"},
+	} {
+		for secret, ok := range map[string]bool{
+			"a":                                false,
+			"abababababababababababababababab": false, // 32 bits
+			"short-but-random":                 false, // 16 characters, 57 bits
+			"3f9c1b7e52a04d8e9b6c2f1a7d5e8c03": true,  // openssl rand -hex 16
+		} {
+			_, _, err := loadOrDefault(sources{configPath: writeConfig(t, tenants+fmt.Sprintf(c.doc, secret)), dataDir: t.TempDir()}, noEnv)
+			switch {
+			case ok && err != nil:
+				t.Errorf("%s %q refused: %v", c.key, secret, err)
+			case !ok && (err == nil || !strings.Contains(err.Error(), c.key)):
+				t.Errorf("%s %q: %v, want it refused naming %s", c.key, secret, err, c.key)
+			case err != nil && len(secret) > 1 && strings.Contains(err.Error(), secret):
+				t.Errorf("%s: the refusal %q shows the secret", c.key, err)
+			}
+		}
+	}
+	// From the environment the same rule holds; polling needs no secret.
+	for v, want := range map[string]string{"TELEGRAM_WEBHOOK_SECRET": "telegram.webhook_secret", "NEXSCOPE_TOKEN": "nexscope.token"} {
+		doc := tenants + "telegram: {bot_token: \"123456:abc\", webhook_url: \"https://connector.example/telegram/webhook\", webhook_secret: 3f9c1b7e52a04d8e9b6c2f1a7d5e8c03}\n" +
+			"nexscope: {token: 3f9c1b7e52a04d8e9b6c2f1a7d5e8c03, rooms: [{name: default, tenant: t1}]}\n"
+		_, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc), dataDir: t.TempDir()}, envOf(map[string]string{v: "x1"}))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=x1: %v, want refused naming %s", v, err, want)
+		}
+	}
+	polling := tenants + "telegram: {bot_token: \"123456:abc\", webhook_secret: x}\n"
+	if _, _, err := loadOrDefault(sources{configPath: writeConfig(t, polling), dataDir: t.TempDir()}, noEnv); err != nil {
+		t.Errorf("polling with a short, unused webhook_secret: %v", err)
+	}
+}
+
 // TestAdminListenerOffLoopbackWarns: serving the admin API on an address
 // other hosts can reach (0.0.0.0) logs a warning when it starts; on
 // loopback it does not. Before, 0.0.0.0 was taken without a word.

@@ -149,7 +149,7 @@ func TestListAndMapVariables(t *testing.T) {
 		"TELEGRAM_BOT_TOKEN":            "123456:abc",
 		"CONNECTOR_TELEGRAM_TENANTS":    "{acme: {weight: 3, require_mention: yes}}",
 		"CONNECTOR_NEXSCOPE_ROOMS":      "[{name: default, tenant: globex}]",
-		"CONNECTOR_NEXSCOPE_TOKEN":      "n-token",
+		"CONNECTOR_NEXSCOPE_TOKEN":      "n-token-7f3a9c2e5b1d8e04",
 	}
 	cfg, _, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, envOf(env))
 	if err != nil {
@@ -161,7 +161,7 @@ func TestListAndMapVariables(t *testing.T) {
 	if cfg.Telegram == nil || cfg.Telegram.Chats["-100"] != "acme" || cfg.Telegram.Tenants["acme"].Weight != 3 || !*cfg.Telegram.Tenants["acme"].RequireMention {
 		t.Fatalf("telegram: %+v", cfg.Telegram)
 	}
-	if cfg.Nexscope == nil || cfg.Nexscope.Rooms[0].Tenant != "globex" || cfg.Nexscope.Token != "n-token" {
+	if cfg.Nexscope == nil || cfg.Nexscope.Rooms[0].Tenant != "globex" || cfg.Nexscope.Token != "n-token-7f3a9c2e5b1d8e04" {
 		t.Fatalf("nexscope: %+v", cfg.Nexscope)
 	}
 	for v, want := range map[string]string{

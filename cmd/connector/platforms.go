@@ -74,6 +74,9 @@ func (c *Config) validatePlatforms() error {
 	}
 	if t := c.Telegram; t != nil {
 		errs = append(errs, valid(t), routed("telegram.chats", t.Chats), keyed("telegram.tenants", slices.Sorted(maps.Keys(t.Tenants))))
+		if t.WebhookURL != "" {
+			errs = append(errs, strongSecret("telegram.webhook_secret", t.WebhookSecret))
+		}
 	}
 	if s := c.Slack; s != nil {
 		errs = append(errs, valid(s), routed("slack.teams", s.Teams), keyed("slack.tenants", slices.Sorted(maps.Keys(s.Tenants))))
@@ -83,7 +86,7 @@ func (c *Config) validatePlatforms() error {
 			keyed("whatsapp.tenants", slices.Sorted(maps.Keys(w.Tenants))))
 	}
 	if n := c.Nexscope; n != nil {
-		errs = append(errs, valid(n))
+		errs = append(errs, valid(n), strongSecret("nexscope.token", n.Token))
 		for i, r := range n.Rooms {
 			errs = append(errs, known(fmt.Sprintf("nexscope.rooms[%d].tenant", i), r.Tenant))
 		}

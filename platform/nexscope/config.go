@@ -38,7 +38,9 @@ const (
 type Config struct {
 	// Token is the shared token every client presents as ?token=. Required.
 	// The connector fills it from NEXSCOPE_TOKEN or its config file; it is
-	// compared in constant time and never logged.
+	// compared in constant time and never logged. One token opens every
+	// room: at least 16 characters and 64 bits by the estimate of
+	// docs/security.md (a random one: openssl rand -hex 32).
 	Token string `yaml:"token"`
 	// MaxUsers is the default member cap of a room, the connector's bot
 	// member included (NEXSCOPE_MAX_USERS). Default 50.

@@ -28,8 +28,9 @@ type Config struct {
 	WebhookURL string `yaml:"webhook_url"`
 	// WebhookSecret is the secret_token registered with setWebhook and
 	// required in every delivery's X-Telegram-Bot-Api-Secret-Token header
-	// (1-256 characters of A-Z a-z 0-9 _ -). Required in webhook mode;
-	// ignored when polling.
+	// (16-256 characters of A-Z a-z 0-9 _ -, and 64 bits by the estimate of
+	// docs/security.md: a random one, openssl rand -hex 32). Required in
+	// webhook mode; ignored when polling.
 	WebhookSecret string `yaml:"webhook_secret"`
 	// APIServerURL is the Bot API server. Default https://api.telegram.org;
 	// tests and self-hosted Bot API servers set their own.
