@@ -1317,13 +1317,16 @@ func (l *homeLink) wrote(m *member, total int64) {
 
 // runRemote serves a remote member after it joined: frames from its edge
 // are handled as a local member's (remoteReader), frames for it are relayed
-// to the edge (remoteWriter).
+// to the edge (remoteWriter). It ends once the member left and its queue
+// ended: whoever makes a remote member leave (kick, closeAfterFlush,
+// room.resign) closes its queue with the close meant for it, which goes
+// to the edge before the member is forgotten (joinHere), so no beat of
+// this home can tell the edge it keeps the member no more (1011) before
+// that close arrives.
 func (m *member) runRemote() {
 	m.q.Start()
 	m.remote.in.q.Start()
 	<-m.remote.in.q.Done() // the member left, or asked to stop reading
-	m.leave()
-	m.q.Close(wsconn.Drop, false)
 	<-m.q.Done()
 	m.log.Debug("nexscope remote member left")
 }

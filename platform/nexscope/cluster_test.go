@@ -467,6 +467,44 @@ func TestClusterGhostOnAnotherInstance(t *testing.T) {
 	}
 }
 
+// TestClusterKickedRemoteMemberGetsItsClose: a remote member the home
+// closes (here with 4010, as a ghost replaced) gets that close on its edge
+// though the goroutine closing it is held between the member's leave and
+// the close of its queue (a loaded machine). The home forgot it as it
+// left, its queue closed with nothing for the edge, and its next beat,
+// without the member, had the edge close it with 1011.
+func TestClusterKickedRemoteMemberGetsItsClose(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	var kicked *member
+	home.p.cluster.mu.Lock()
+	for _, m := range home.p.cluster.remotes {
+		kicked = m
+	}
+	home.p.cluster.mu.Unlock()
+	done := func(c <-chan struct{}) func() bool {
+		return func() bool {
+			select {
+			case <-c:
+				return true
+			default:
+				return false
+			}
+		}
+	}
+	// member.kick, held between its leave and its queue's close.
+	kicked.leave()
+	waitFor(t, "the kicked member's reader to end", done(kicked.remote.in.q.Done()))
+	waitFor(t, "runRemote to end the member's queue or wait for it", func() bool {
+		return done(kicked.q.Done())() || goroutineIn("(*member).runRemote", "[chan receive]")()
+	})
+	kicked.q.Close(CloseGhostReplaced, false)
+	expectClose(alice, CloseGhostReplaced)
+}
+
 // FuzzClusterHandle feeds arbitrary messages to an instance's cluster
 // handler, as if another instance (or a corrupted Redis) had sent them:
 // nothing may panic or hang, and Run still ends cleanly.
